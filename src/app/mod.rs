@@ -1,0 +1,8 @@
+//! The application edge: CLI, config, start-up, the event loop and the quit protocol.
+
+pub mod cli;
+
+/// Runs the program and returns its exit code.
+pub fn main() -> i32 {
+    cli::run()
+}

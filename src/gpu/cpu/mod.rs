@@ -1,0 +1,1 @@
+//! The CPU backend: the numerical reference for the GPU backends.

@@ -1,0 +1,104 @@
+//! Plain-data snapshots of the GPU mechanisms (streams, arena, watchdog, telemetry), produced by
+//! `gpu/` and carried up to the UI in worker events. No handles, no locks: copies only.
+
+use std::time::Duration;
+
+/// One stream the app owns, as seen at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StreamSnapshot {
+    /// e.g. `cuda:0 stream 0`, `hip:0 stream 0`, `cpu`.
+    pub name: String,
+    /// Ops enqueued and not yet observed complete.
+    pub queue_depth: u32,
+    /// Total ops enqueued since the stream was created.
+    pub enqueued: u64,
+    /// Total ops observed complete.
+    pub completed: u64,
+    /// The oldest op not yet complete: its label and how long ago it was enqueued.
+    pub in_flight: Option<(String, Duration)>,
+    /// The most recent op observed complete.
+    pub last_completed: Option<String>,
+}
+
+/// A named part of the arena (weights, KV cache, activations, workspace, staging).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RegionSnapshot {
+    pub name: String,
+    pub capacity: u64,
+    pub used: u64,
+}
+
+/// The device-memory arena, as seen at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ArenaSnapshot {
+    /// `device`, or `host` on the CPU backend.
+    pub kind: String,
+    pub capacity: u64,
+    pub used: u64,
+    pub high_water: u64,
+    pub regions: Vec<RegionSnapshot>,
+    pub largest_free: u64,
+    /// Device allocations (hipMalloc/cuMemAlloc) made since the device was opened.
+    pub device_allocations: u64,
+    /// Memory the runtime itself took beyond the arena (free-memory delta), if known.
+    pub runtime_overhead: Option<u64>,
+    /// Total and free memory of the device, if known.
+    pub device_total: Option<u64>,
+    pub device_free: Option<u64>,
+}
+
+/// What the watchdog concluded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WatchState {
+    #[default]
+    Ok,
+    Slow,
+    Hung,
+}
+
+/// The watchdog's view at one instant.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WatchdogSnapshot {
+    pub state: WatchState,
+    pub stream: String,
+    /// The op the state is about (the oldest in flight), if any.
+    pub op: Option<String>,
+    pub age: Duration,
+    pub budget: Duration,
+    pub last_completed: Option<String>,
+    pub queue_depth: u32,
+    /// Where the hang report was written, once HUNG.
+    pub report: Option<std::path::PathBuf>,
+}
+
+/// The device in use, for the GPU panel.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeviceSummary {
+    /// `hip`, `cuda` or `cpu`.
+    pub backend: String,
+    pub name: String,
+    /// `gfx1100`, `sm_90`, or the CPU's feature level.
+    pub arch: String,
+    pub total_memory: Option<u64>,
+    pub free_memory: Option<u64>,
+    pub compute_units: Option<u32>,
+    pub warp_size: Option<u32>,
+    /// Why this backend was chosen (`auto: no HIP runtime found (libamdhip64.so.*), CUDA device 0`).
+    pub reason: String,
+}
+
+/// One telemetry sample. Every sensor is optional: what a platform lacks stays `None`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TelemetrySample {
+    pub gpu_util_pct: Option<f32>,
+    pub mem_util_pct: Option<f32>,
+    pub temperature_c: Option<f32>,
+    pub power_w: Option<f32>,
+    pub sclk_mhz: Option<u32>,
+    pub mclk_mhz: Option<u32>,
+    pub vram_used: Option<u64>,
+    pub vram_total: Option<u64>,
+    pub host_cpu_pct: Option<f32>,
+    pub host_mem_used: Option<u64>,
+    pub host_mem_total: Option<u64>,
+}

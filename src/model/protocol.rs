@@ -1,0 +1,171 @@
+//! The worker's command/event protocol: plain data over channels between the UI thread and the
+//! inference worker that owns the model and the device.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::gpu::stats::{
+    ArenaSnapshot, DeviceSummary, StreamSnapshot, TelemetrySample, WatchdogSnapshot,
+};
+
+/// Sampling settings, named as llama.cpp names them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    /// 0 means greedy.
+    pub temp: f32,
+    /// 0 disables.
+    pub top_k: u32,
+    /// 1.0 disables.
+    pub top_p: f32,
+    /// 0.0 disables.
+    pub min_p: f32,
+    /// 1.0 disables.
+    pub repeat_penalty: f32,
+    /// How many of the last tokens the repeat penalty looks at.
+    pub repeat_last_n: u32,
+    pub seed: u64,
+    /// Most tokens to generate in one answer (-1: until the context is full).
+    pub n_predict: i32,
+    /// Extra strings that end an answer.
+    pub stop: Vec<String>,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        // llama.cpp's common defaults (common/common.h).
+        SamplerConfig {
+            temp: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0xFFFF_FFFF,
+            n_predict: -1,
+            stop: Vec::new(),
+        }
+    }
+}
+
+/// Where a model comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ModelSource {
+    File(PathBuf),
+    /// A synthetic model: shape name (`tiny`, `smollm2-135m`, …) and quant type name.
+    Synthetic { shape: String, quant: String, seed: u64 },
+}
+
+/// UI → worker.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Command {
+    /// Append a user message and generate the assistant's answer.
+    Generate { user: String },
+    /// Stop the generation in progress (the partial answer stays in the conversation).
+    Stop,
+    /// Drop the last answer and generate it again.
+    Regenerate,
+    /// Forget the conversation (the system prompt stays).
+    Clear,
+    SetSystem(String),
+    SetSampler(SamplerConfig),
+    LoadModel(ModelSource),
+    /// Start the synchronized quit; the worker answers with `QuitStep`s and then `Exited`.
+    Quit { drain_deadline: Duration },
+}
+
+/// Why an answer ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// End-of-generation token.
+    Eog,
+    /// A stop string.
+    StopString(String),
+    /// The token limit (`n_predict`).
+    Limit,
+    /// The user stopped it.
+    User,
+    /// The context is full.
+    ContextFull,
+}
+
+/// Timings of one answer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenStats {
+    pub prompt_tokens: usize,
+    /// Prompt tokens served from the KV cache (not recomputed).
+    pub cached_tokens: usize,
+    pub prompt_time: Duration,
+    pub generated_tokens: usize,
+    pub gen_time: Duration,
+    pub time_to_first_token: Duration,
+}
+
+impl GenStats {
+    pub fn prompt_tps(&self) -> f64 {
+        per_second(self.prompt_tokens.saturating_sub(self.cached_tokens), self.prompt_time)
+    }
+    pub fn gen_tps(&self) -> f64 {
+        per_second(self.generated_tokens, self.gen_time)
+    }
+}
+
+fn per_second(n: usize, t: Duration) -> f64 {
+    let s = t.as_secs_f64();
+    if s > 0.0 { n as f64 / s } else { 0.0 }
+}
+
+/// What the loaded model is.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelSummary {
+    pub name: String,
+    pub path: Option<PathBuf>,
+    pub architecture: String,
+    /// Most common weight type (`Q4_1`).
+    pub quant: String,
+    pub parameters: u64,
+    pub file_bytes: u64,
+    pub context_length: usize,
+    pub n_layers: usize,
+    pub load_time: Duration,
+}
+
+/// One step of the quit protocol, as it happens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuitStep {
+    pub name: String,
+    pub status: QuitStepStatus,
+    pub elapsed: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuitStepStatus {
+    Running,
+    Done,
+    Skipped(String),
+    Failed(String),
+}
+
+/// Worker → UI.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// Progress of a long task (download, load, upload, kernel compilation): 0.0..=1.0 or None.
+    Progress { task: String, fraction: Option<f32>, detail: String },
+    ModelLoaded { model: ModelSummary, device: DeviceSummary },
+    /// The answer started (prompt processed); carries the prompt's statistics so far.
+    AnswerStarted { stats: GenStats },
+    /// A piece of text of the answer, valid UTF-8.
+    Token { text: String },
+    /// The answer ended.
+    AnswerDone { stats: GenStats, reason: StopReason },
+    /// Oldest turns were dropped to fit the context.
+    ContextTrimmed { dropped_messages: usize },
+    Streams(Vec<StreamSnapshot>),
+    Arena(ArenaSnapshot),
+    Watchdog(WatchdogSnapshot),
+    Telemetry(TelemetrySample),
+    /// Something went wrong; the worker keeps running if it can.
+    Error { context: String, message: String },
+    QuitStep(QuitStep),
+    /// The worker has finished; `code` is the exit code the process should leave with.
+    Exited { code: i32 },
+}

@@ -1,0 +1,1 @@
+//! The terminal UI: view state, `update(event)`, and pure renders, one file per panel.
