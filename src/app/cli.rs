@@ -3,7 +3,11 @@
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "hipscope", version, about = "Chat with a local GGUF model and watch the GPU while it runs")]
+#[command(
+    name = "hipscope",
+    version,
+    about = "Chat with a local GGUF model and watch the GPU while it runs"
+)]
 pub struct Cli {}
 
 pub fn run() -> i32 {

@@ -102,3 +102,19 @@ pub struct TelemetrySample {
     pub host_mem_used: Option<u64>,
     pub host_mem_total: Option<u64>,
 }
+
+/// One step of the quit protocol, as it happens.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuitStep {
+    pub name: String,
+    pub status: QuitStepStatus,
+    pub elapsed: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QuitStepStatus {
+    Running,
+    Done,
+    Skipped(String),
+    Failed(String),
+}

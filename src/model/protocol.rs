@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::gpu::stats::{
     ArenaSnapshot, DeviceSummary, StreamSnapshot, TelemetrySample, WatchdogSnapshot,
 };
+pub use crate::gpu::stats::{QuitStep, QuitStepStatus};
 
 /// Sampling settings, named as llama.cpp names them.
 #[derive(Clone, Debug, PartialEq)]
@@ -52,14 +53,20 @@ impl Default for SamplerConfig {
 pub enum ModelSource {
     File(PathBuf),
     /// A synthetic model: shape name (`tiny`, `smollm2-135m`, …) and quant type name.
-    Synthetic { shape: String, quant: String, seed: u64 },
+    Synthetic {
+        shape: String,
+        quant: String,
+        seed: u64,
+    },
 }
 
 /// UI → worker.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     /// Append a user message and generate the assistant's answer.
-    Generate { user: String },
+    Generate {
+        user: String,
+    },
     /// Stop the generation in progress (the partial answer stays in the conversation).
     Stop,
     /// Drop the last answer and generate it again.
@@ -70,7 +77,9 @@ pub enum Command {
     SetSampler(SamplerConfig),
     LoadModel(ModelSource),
     /// Start the synchronized quit; the worker answers with `QuitStep`s and then `Exited`.
-    Quit { drain_deadline: Duration },
+    Quit {
+        drain_deadline: Duration,
+    },
 }
 
 /// Why an answer ended.
@@ -102,7 +111,10 @@ pub struct GenStats {
 
 impl GenStats {
     pub fn prompt_tps(&self) -> f64 {
-        per_second(self.prompt_tokens.saturating_sub(self.cached_tokens), self.prompt_time)
+        per_second(
+            self.prompt_tokens.saturating_sub(self.cached_tokens),
+            self.prompt_time,
+        )
     }
     pub fn gen_tps(&self) -> f64 {
         per_second(self.generated_tokens, self.gen_time)
@@ -129,43 +141,48 @@ pub struct ModelSummary {
     pub load_time: Duration,
 }
 
-/// One step of the quit protocol, as it happens.
-#[derive(Clone, Debug, PartialEq)]
-pub struct QuitStep {
-    pub name: String,
-    pub status: QuitStepStatus,
-    pub elapsed: Duration,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum QuitStepStatus {
-    Running,
-    Done,
-    Skipped(String),
-    Failed(String),
-}
-
 /// Worker → UI.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     /// Progress of a long task (download, load, upload, kernel compilation): 0.0..=1.0 or None.
-    Progress { task: String, fraction: Option<f32>, detail: String },
-    ModelLoaded { model: ModelSummary, device: DeviceSummary },
+    Progress {
+        task: String,
+        fraction: Option<f32>,
+        detail: String,
+    },
+    ModelLoaded {
+        model: ModelSummary,
+        device: DeviceSummary,
+    },
     /// The answer started (prompt processed); carries the prompt's statistics so far.
-    AnswerStarted { stats: GenStats },
+    AnswerStarted {
+        stats: GenStats,
+    },
     /// A piece of text of the answer, valid UTF-8.
-    Token { text: String },
+    Token {
+        text: String,
+    },
     /// The answer ended.
-    AnswerDone { stats: GenStats, reason: StopReason },
+    AnswerDone {
+        stats: GenStats,
+        reason: StopReason,
+    },
     /// Oldest turns were dropped to fit the context.
-    ContextTrimmed { dropped_messages: usize },
+    ContextTrimmed {
+        dropped_messages: usize,
+    },
     Streams(Vec<StreamSnapshot>),
     Arena(ArenaSnapshot),
     Watchdog(WatchdogSnapshot),
     Telemetry(TelemetrySample),
     /// Something went wrong; the worker keeps running if it can.
-    Error { context: String, message: String },
+    Error {
+        context: String,
+        message: String,
+    },
     QuitStep(QuitStep),
     /// The worker has finished; `code` is the exit code the process should leave with.
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+    },
 }

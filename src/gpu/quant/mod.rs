@@ -92,7 +92,10 @@ impl GgmlType {
 
     /// The type with this name (`Q4_K`, `q8_0`, `bf16`), case-insensitive.
     pub fn from_name(name: &str) -> Option<GgmlType> {
-        TABLE.iter().find(|r| r.2.eq_ignore_ascii_case(name)).map(|r| r.0)
+        TABLE
+            .iter()
+            .find(|r| r.2.eq_ignore_ascii_case(name))
+            .map(|r| r.0)
     }
 
     pub fn id(self) -> u32 {
