@@ -2,6 +2,7 @@
 //! CUDA backends with their stream, arena and watchdog. Imports nothing from `model/`, `ui/` or
 //! `app/`.
 
+pub mod backend;
 pub mod cpu;
 pub mod quant;
 pub mod stats;

@@ -3,3 +3,10 @@
 
 pub mod gguf;
 pub mod protocol;
+pub mod config;
+pub mod forward;
+pub mod sampler;
+pub mod synthetic;
+pub mod session;
+pub mod loader;
+pub mod worker;
