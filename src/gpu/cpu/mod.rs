@@ -1,1 +1,4 @@
 //! The CPU backend: the numerical reference for the GPU backends.
+
+pub mod matmul;
+pub mod pool;
