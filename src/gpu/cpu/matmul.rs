@@ -30,7 +30,12 @@ impl<'a> QuantMatrix<'a> {
         if !is_supported(ty) {
             return Err(unsupported(ty));
         }
-        let bad = |what: String| QuantError::BadMatrix { ty, rows, cols, what };
+        let bad = |what: String| QuantError::BadMatrix {
+            ty,
+            rows,
+            cols,
+            what,
+        };
         if !cols.is_multiple_of(ty.block_len()) {
             return Err(bad(format!(
                 "a row of {cols} is not a whole number of {}-element blocks",
@@ -43,7 +48,12 @@ impl<'a> QuantMatrix<'a> {
         if data.len() != want {
             return Err(bad(format!("needs {want} bytes, got {}", data.len())));
         }
-        Ok(QuantMatrix { ty, rows, cols, data })
+        Ok(QuantMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
     }
 
     /// Bytes of one row.
@@ -126,7 +136,11 @@ impl MatmulScratch {
         }
         let kind = parts.kind;
         let per_token = |len: usize| len / n_tokens;
-        let (nf, n32, nk) = (per_token(parts.f.len()), per_token(parts.q32.len()), per_token(parts.qk.len()));
+        let (nf, n32, nk) = (
+            per_token(parts.f.len()),
+            per_token(parts.q32.len()),
+            per_token(parts.qk.len()),
+        );
         let f = SharedMut::new(parts.f);
         let q32 = SharedMut::new(parts.q32);
         let ds32 = SharedMut::new(parts.ds32);
@@ -164,7 +178,12 @@ pub fn matmul(
     scratch: &mut MatmulScratch,
 ) {
     w.assert_consistent();
-    assert_eq!(x.len(), n_tokens * w.cols, "matmul input: {n_tokens} tokens of {}", w.cols);
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols,
+        "matmul input: {n_tokens} tokens of {}",
+        w.cols
+    );
     if let Err(e) = scratch.prepare(pool, w.ty, x, n_tokens, w.cols) {
         // Unreachable for a consistent matrix: its type and row length were checked above.
         panic!("matmul: {e}");
@@ -182,7 +201,12 @@ pub fn matmul_prepared(pool: &ThreadPool, w: &QuantMatrix, scratch: &MatmulScrat
     let act = &scratch.act;
     let n_tokens = act.n_tokens();
     assert_eq!(act.cols(), w.cols, "prepared activation width");
-    assert_eq!(y.len(), n_tokens * w.rows, "matmul output: {n_tokens} tokens of {}", w.rows);
+    assert_eq!(
+        y.len(),
+        n_tokens * w.rows,
+        "matmul output: {n_tokens} tokens of {}",
+        w.rows
+    );
     if n_tokens == 0 || w.rows == 0 {
         return;
     }
@@ -298,9 +322,17 @@ mod tests {
         let e = QuantMatrix::new(GgmlType::Q4_1, 3, 32, &data).unwrap_err();
         assert!(e.to_string().contains("needs 60 bytes, got 40"), "{e}");
         let e = QuantMatrix::new(GgmlType::Q4_1, 2, 33, &data).unwrap_err();
-        assert!(e.to_string().contains("not a whole number of 32-element blocks"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("not a whole number of 32-element blocks"),
+            "{e}"
+        );
         let e = QuantMatrix::new(GgmlType::Iq2Xxs, 1, 256, &data).unwrap_err();
-        assert!(e.to_string().starts_with("IQ2_XXS is not supported (supported: F32, F16"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("IQ2_XXS is not supported (supported: F32, F16"),
+            "{e}"
+        );
         let e = QuantMatrix::new(GgmlType::Q4_1, usize::MAX, 32, &data).unwrap_err();
         assert!(e.to_string().contains("overflows"), "{e}");
     }

@@ -198,7 +198,9 @@ fn worker(s: Arc<Shared>, index: usize) {
         // it (and the closure it points to) alive until `pending` reaches zero.
         if let Some(job) = unsafe { *s.job.get() } {
             let f = unsafe { &*job.0 };
-            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| f(index, s.n_threads.load(Ordering::Relaxed)))) {
+            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| {
+                f(index, s.n_threads.load(Ordering::Relaxed))
+            })) {
                 let mut slot = lock(&s.panic);
                 if slot.is_none() {
                     *slot = Some(p);
@@ -318,7 +320,9 @@ mod tests {
                 }
             })
         }));
-        let msg = r.err().and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()));
+        let msg = r
+            .err()
+            .and_then(|p| p.downcast_ref::<&str>().map(|s| s.to_string()));
         assert_eq!(msg.as_deref(), Some("worker boom"));
         let count = AtomicUsize::new(0);
         pool.run(&|_, _| {

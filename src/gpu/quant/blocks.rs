@@ -131,7 +131,12 @@ fn each<const B: usize, const N: usize>(
     dst: &mut [f32],
     f: fn(&[u8; B], &mut [f32; N]),
 ) {
-    for (b, o) in src.as_chunks::<B>().0.iter().zip(dst.as_chunks_mut::<N>().0) {
+    for (b, o) in src
+        .as_chunks::<B>()
+        .0
+        .iter()
+        .zip(dst.as_chunks_mut::<N>().0)
+    {
         f(b, o);
     }
 }

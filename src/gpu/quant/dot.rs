@@ -246,7 +246,10 @@ impl Activation {
     /// The Q8x32 blocks and their [d, d·Σq] of token `t`.
     pub fn q8x32(&self, t: usize) -> (&[Q8x32], &[[f32; 2]]) {
         let nb = self.cols / QK;
-        (&self.q32[t * nb..(t + 1) * nb], &self.ds32[t * nb..(t + 1) * nb])
+        (
+            &self.q32[t * nb..(t + 1) * nb],
+            &self.ds32[t * nb..(t + 1) * nb],
+        )
     }
 
     /// The Q8xK blocks of token `t`.
@@ -357,7 +360,15 @@ pub fn row_bytes(ty: GgmlType, cols: usize) -> usize {
     cols / ty.block_len() * ty.block_bytes()
 }
 
-type KernelFn = unsafe fn(w: &[u8], rows: usize, cols: usize, act: &Activation, t0: usize, nt: usize, out: &mut [f32]);
+type KernelFn = unsafe fn(
+    w: &[u8],
+    rows: usize,
+    cols: usize,
+    act: &Activation,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+);
 
 /// A dot-product kernel for one weight type and instruction set.
 #[derive(Clone, Copy)]
@@ -402,12 +413,26 @@ impl Kernel {
     ///
     /// # Panics
     /// If the sizes disagree (a caller bug: the shapes come from the engine, not from a file).
-    pub fn dot_rows(&self, w: &[u8], rows: usize, act: &Activation, t0: usize, nt: usize, out: &mut [f32]) {
+    pub fn dot_rows(
+        &self,
+        w: &[u8],
+        rows: usize,
+        act: &Activation,
+        t0: usize,
+        nt: usize,
+        out: &mut [f32],
+    ) {
         let cols = act.cols;
         assert_eq!(act.kind, self.kind, "activation prepared for another type");
-        assert!(cols.is_multiple_of(self.ty.block_len()), "{cols} cols not whole blocks");
+        assert!(
+            cols.is_multiple_of(self.ty.block_len()),
+            "{cols} cols not whole blocks"
+        );
         assert_eq!(w.len(), rows * row_bytes(self.ty, cols), "weight rows size");
-        assert!((1..=MAX_TILE).contains(&nt) && t0 + nt <= act.n_tokens, "token tile");
+        assert!(
+            (1..=MAX_TILE).contains(&nt) && t0 + nt <= act.n_tokens,
+            "token tile"
+        );
         assert!(out.len() >= rows * nt, "output size");
         // SAFETY: sizes checked above; `f` was chosen for an ISA verified present in `new`.
         unsafe { (self.f)(w, rows, cols, act, t0, nt, out) }
@@ -476,11 +501,9 @@ impl ScalarDot for ScF16 {
     const TY: GgmlType = GgmlType::F16;
     fn dot(w: &[u8], act: &Activation, t: usize) -> f32 {
         let x = act.f32s(t);
-        w.as_chunks::<2>()
-            .0
-            .iter()
-            .zip(x)
-            .fold(0.0, |s, (b, &v)| s + super::f16_to_f32(u16::from_le_bytes(*b)) * v)
+        w.as_chunks::<2>().0.iter().zip(x).fold(0.0, |s, (b, &v)| {
+            s + super::f16_to_f32(u16::from_le_bytes(*b)) * v
+        })
     }
 }
 
@@ -489,11 +512,9 @@ impl ScalarDot for ScBf16 {
     const TY: GgmlType = GgmlType::Bf16;
     fn dot(w: &[u8], act: &Activation, t: usize) -> f32 {
         let x = act.f32s(t);
-        w.as_chunks::<2>()
-            .0
-            .iter()
-            .zip(x)
-            .fold(0.0, |s, (b, &v)| s + super::blocks::bf16_to_f32(u16::from_le_bytes(*b)) * v)
+        w.as_chunks::<2>().0.iter().zip(x).fold(0.0, |s, (b, &v)| {
+            s + super::blocks::bf16_to_f32(u16::from_le_bytes(*b)) * v
+        })
     }
 }
 
@@ -596,7 +617,9 @@ fn k_superblock(d: f32, dmin: f32, sc: &[u8; 12], q: &[i32; QK_K], a: &Q8xK) -> 
     let (mut sumi, mut summ) = (0i32, 0i32);
     for j in 0..8 {
         let (s, m) = k_scale_min(j, sc);
-        let dot: i32 = (0..32).map(|l| q[32 * j + l] * a.qs[32 * j + l] as i32).sum();
+        let dot: i32 = (0..32)
+            .map(|l| q[32 * j + l] * a.qs[32 * j + l] as i32)
+            .sum();
         sumi += s as i32 * dot;
         summ += m as i32 * (a.bsums[2 * j] as i32 + a.bsums[2 * j + 1] as i32);
     }
@@ -617,7 +640,13 @@ impl ScalarDot for ScQ4K {
                     q[64 * c + 32 + l] = (qs[32 * c + l] >> 4) as i32;
                 }
             }
-            sum += k_superblock(f16_at(b, 0), f16_at(b, 2), &super::blocks::k_scales(b), &q, a);
+            sum += k_superblock(
+                f16_at(b, 0),
+                f16_at(b, 2),
+                &super::blocks::k_scales(b),
+                &q,
+                a,
+            );
         }
         sum
     }
@@ -640,7 +669,13 @@ impl ScalarDot for ScQ5K {
                     q[64 * c + 32 + l] = ((qs[32 * c + l] >> 4) | h1) as i32;
                 }
             }
-            sum += k_superblock(f16_at(b, 0), f16_at(b, 2), &super::blocks::k_scales(b), &q, a);
+            sum += k_superblock(
+                f16_at(b, 0),
+                f16_at(b, 2),
+                &super::blocks::k_scales(b),
+                &q,
+                a,
+            );
         }
         sum
     }
@@ -668,7 +703,9 @@ impl ScalarDot for ScQ6K {
             }
             let mut sumi = 0i32;
             for g in 0..16 {
-                let dot: i32 = (0..16).map(|l| q[16 * g + l] * a.qs[16 * g + l] as i32).sum();
+                let dot: i32 = (0..16)
+                    .map(|l| q[16 * g + l] * a.qs[16 * g + l] as i32)
+                    .sum();
                 sumi += (sc[g] as i8) as i32 * dot;
             }
             sum += a.d * f16_at(b, layout::Q6_K_D) * sumi as f32;
@@ -837,7 +874,12 @@ mod avx2 {
     unsafe fn fifth_bits32(p: *const u8) -> __m256i {
         unsafe {
             let h = (p as *const u32).read_unaligned() as i32;
-            let shuf = _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303);
+            let shuf = _mm256_setr_epi64x(
+                0,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            );
             let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(h), shuf);
             let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
             let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
@@ -1019,14 +1061,23 @@ mod avx2 {
             let p = row.add(b * B::BYTES);
             let qx = B::quants(p);
             let dm = B::dm(p);
-            let ax = if B::SIGNED { _mm256_sign_epi8(qx, qx) } else { qx };
+            let ax = if B::SIGNED {
+                _mm256_sign_epi8(qx, qx)
+            } else {
+                qx
+            };
             for t in 0..T {
                 let qy = _mm256_load_si256(qa.add(t * nb + b) as *const __m256i);
-                let qy = if B::SIGNED { _mm256_sign_epi8(qy, qx) } else { qy };
+                let qy = if B::SIGNED {
+                    _mm256_sign_epi8(qy, qx)
+                } else {
+                    qy
+                };
                 let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, qy), ones);
                 let dsa = _mm_castpd_ps(_mm_load_sd(ds.add(t * nb + b) as *const f64));
                 let prod = _mm_mul_ps(dm, dsa);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_broadcastss_ps(prod), acc[t]);
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_broadcastss_ps(prod), acc[t]);
                 if B::HAS_M {
                     accm[t] = _mm_add_ps(accm[t], prod);
                 }
@@ -1039,7 +1090,11 @@ mod avx2 {
     trait BlkK {
         const BYTES: usize;
         /// Adds this super-block's contribution for each of T tokens to acc.
-        unsafe fn superblock<const T: usize>(p: *const u8, a: [*const Q8xK; T], acc: &mut [__m256; T]);
+        unsafe fn superblock<const T: usize>(
+            p: *const u8,
+            a: [*const Q8xK; T],
+            acc: &mut [__m256; T],
+        );
     }
 
     /// Byte-pair shuffles broadcasting i16 scale k of a 128-bit lane to all 16 of its i16s.
@@ -1063,17 +1118,30 @@ mod avx2 {
             let sc_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
             let mn_lo = u1 & M1;
             let mn_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
-            _mm256_cvtepu8_epi16(_mm_setr_epi32(sc_lo as i32, sc_hi as i32, mn_lo as i32, mn_hi as i32))
+            _mm256_cvtepu8_epi16(_mm_setr_epi32(
+                sc_lo as i32,
+                sc_hi as i32,
+                mn_lo as i32,
+                mn_hi as i32,
+            ))
         }
     }
 
     /// The mins term of Q4_K/Q5_K: −d_a·dmin·Σ_j m_j·(Σa)_j, added to acc as 4 partial lanes.
     #[inline(always)]
-    unsafe fn k_mins<const T: usize>(dmin: f32, mins: __m128i, a: [*const Q8xK; T], acc: &mut [__m256; T]) {
+    unsafe fn k_mins<const T: usize>(
+        dmin: f32,
+        mins: __m128i,
+        a: [*const Q8xK; T],
+        acc: &mut [__m256; T],
+    ) {
         unsafe {
             for t in 0..T {
                 let bs = _mm256_load_si256((*a[t]).bsums.as_ptr() as *const __m256i);
-                let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256::<1>(bs));
+                let q8s = _mm_hadd_epi16(
+                    _mm256_castsi256_si128(bs),
+                    _mm256_extracti128_si256::<1>(bs),
+                );
                 let prod = _mm_cvtepi32_ps(_mm_madd_epi16(mins, q8s));
                 let f = _mm256_set1_ps(-(*a[t]).d * dmin);
                 acc[t] = _mm256_fmadd_ps(f, _mm256_zextps128_ps256(prod), acc[t]);
@@ -1085,7 +1153,11 @@ mod avx2 {
     impl BlkK for K4 {
         const BYTES: usize = layout::Q4_K;
         #[inline(always)]
-        unsafe fn superblock<const T: usize>(p: *const u8, a: [*const Q8xK; T], acc: &mut [__m256; T]) {
+        unsafe fn superblock<const T: usize>(
+            p: *const u8,
+            a: [*const Q8xK; T],
+            acc: &mut [__m256; T],
+        ) {
             unsafe {
                 let dd = half2(p);
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
@@ -1122,7 +1194,11 @@ mod avx2 {
     impl BlkK for K5 {
         const BYTES: usize = layout::Q5_K;
         #[inline(always)]
-        unsafe fn superblock<const T: usize>(p: *const u8, a: [*const Q8xK; T], acc: &mut [__m256; T]) {
+        unsafe fn superblock<const T: usize>(
+            p: *const u8,
+            a: [*const Q8xK; T],
+            acc: &mut [__m256; T],
+        ) {
             unsafe {
                 let dd = half2(p);
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
@@ -1140,10 +1216,13 @@ mod avx2 {
                     let bits = _mm256_loadu_si256(q.add(32 * j) as *const __m256i);
                     let bl = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
                     let bh = _mm256_set1_epi8((2u8 << (2 * j)) as i8);
-                    let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), x10);
-                    let hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), x10);
+                    let hl =
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bl), bl), x10);
+                    let hh =
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bh), bh), x10);
                     let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
-                    let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), hh);
+                    let hi =
+                        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4), hh);
                     for t in 0..T {
                         let ya = (*a[t]).qs.as_ptr().add(64 * j);
                         let yl = _mm256_load_si256(ya as *const __m256i);
@@ -1165,7 +1244,11 @@ mod avx2 {
     impl BlkK for K6 {
         const BYTES: usize = layout::Q6_K;
         #[inline(always)]
-        unsafe fn superblock<const T: usize>(p: *const u8, a: [*const Q8xK; T], acc: &mut [__m256; T]) {
+        unsafe fn superblock<const T: usize>(
+            p: *const u8,
+            a: [*const Q8xK; T],
+            acc: &mut [__m256; T],
+        ) {
             unsafe {
                 let d = _mm_cvtss_f32(half1(p.add(layout::Q6_K_D)));
                 let scales = _mm_loadu_si128(p.add(layout::Q6_K_SCALES) as *const __m128i);
@@ -1176,7 +1259,10 @@ mod avx2 {
                 let mut sumi = [_mm256_setzero_si256(); T];
                 for t in 0..T {
                     let bs = _mm256_load_si256((*a[t]).bsums.as_ptr() as *const __m256i);
-                    sumi[t] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, scales16)));
+                    sumi[t] = _mm256_sub_epi32(
+                        sumi[t],
+                        _mm256_slli_epi32::<5>(_mm256_madd_epi16(bs, scales16)),
+                    );
                 }
                 for h in 0..2 {
                     let ql = p.add(64 * h);
@@ -1186,7 +1272,10 @@ mod avx2 {
                     // Element l + 32k of this half: nibble of b1 (k = 0, 2) or b2 (k = 1, 3),
                     // with bit pair k of qh as bits 4..6.
                     let q = [
-                        _mm256_or_si256(_mm256_and_si256(b1, m4), _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3))),
+                        _mm256_or_si256(
+                            _mm256_and_si256(b1, m4),
+                            _mm256_slli_epi16::<4>(_mm256_and_si256(qh, m3)),
+                        ),
                         _mm256_or_si256(
                             _mm256_and_si256(b2, m4),
                             _mm256_slli_epi16::<2>(_mm256_and_si256(qh, _mm256_set1_epi8(12))),
@@ -1208,7 +1297,9 @@ mod avx2 {
                             _mm_set1_epi16(*p.add(layout::Q6_K_SCALES + g + 1) as i8 as i16),
                         );
                         for t in 0..T {
-                            let y = _mm256_load_si256((*a[t]).qs.as_ptr().add(128 * h + 32 * k) as *const __m256i);
+                            let y = _mm256_load_si256(
+                                (*a[t]).qs.as_ptr().add(128 * h + 32 * k) as *const __m256i
+                            );
                             let prod = _mm256_madd_epi16(s, _mm256_maddubs_epi16(*qk, y));
                             sumi[t] = _mm256_add_epi32(sumi[t], prod);
                         }

@@ -52,8 +52,17 @@ pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
     }
 }
 
-fn each<const N: usize, const B: usize>(src: &[f32], dst: &mut [u8], f: fn(&[f32; N], &mut [u8; B])) {
-    for (x, b) in src.as_chunks::<N>().0.iter().zip(dst.as_chunks_mut::<B>().0) {
+fn each<const N: usize, const B: usize>(
+    src: &[f32],
+    dst: &mut [u8],
+    f: fn(&[f32; N], &mut [u8; B]),
+) {
+    for (x, b) in src
+        .as_chunks::<N>()
+        .0
+        .iter()
+        .zip(dst.as_chunks_mut::<B>().0)
+    {
         f(x, b);
     }
 }
@@ -165,7 +174,8 @@ fn q5_1(x: &[f32; QK], b: &mut [u8; layout::Q5_1]) {
 }
 
 fn absmax(x: &[f32]) -> f32 {
-    x.iter().fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() })
+    x.iter()
+        .fold(0.0f32, |a, v| if a > v.abs() { a } else { v.abs() })
 }
 
 fn q8_0(x: &[f32; QK], b: &mut [u8; layout::Q8_0]) {
@@ -277,7 +287,13 @@ fn make_qkx2_quants(
 /// Shared by Q4_K and Q5_K: per 32-element sub-block (scale, min) fits, their 6-bit packing
 /// against the super-block's f16 `d`/`dmin`, and the final quants L (0..=nmax) recomputed with
 /// the packed scales. Writes d, dmin and scales into `b`; returns L.
-fn k_scales_and_quants(x: &[f32; QK_K], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
+fn k_scales_and_quants(
+    x: &[f32; QK_K],
+    b: &mut [u8],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+) -> [u8; QK_K] {
     let mut l = [0u8; QK_K];
     let mut l_aux = [0u8; 32];
     let mut weights = [0f32; 32];
@@ -294,7 +310,16 @@ fn k_scales_and_quants(x: &[f32; QK_K], b: &mut [u8], nmax: i32, rmin: f32, nste
         for (w, &v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(nmax, xs, &weights, &mut l[32 * j..32 * j + 32], &mut l_aux, rmin, 0.1, nstep);
+        let (s, m) = make_qkx2_quants(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            &mut l_aux,
+            rmin,
+            0.1,
+            nstep,
+        );
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -304,7 +329,11 @@ fn k_scales_and_quants(x: &[f32; QK_K], b: &mut [u8], nmax: i32, rmin: f32, nste
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let sc = &mut b[layout::K_SCALES..layout::K_SCALES + 12];
     sc.fill(0);
@@ -458,7 +487,12 @@ fn q6_k(x: &[f32; QK_K], b: &mut [u8; layout::Q6_K]) {
         let ql = &mut ql[64 * half..];
         let qh = &mut qh[32 * half..];
         for i in 0..32 {
-            let (a, bb, c, d) = (l[i] as u8, l[i + 32] as u8, l[i + 64] as u8, l[i + 96] as u8);
+            let (a, bb, c, d) = (
+                l[i] as u8,
+                l[i + 32] as u8,
+                l[i + 64] as u8,
+                l[i + 96] as u8,
+            );
             ql[i] = (a & 0xF) | ((c & 0xF) << 4);
             ql[i + 32] = (bb & 0xF) | ((d & 0xF) << 4);
             qh[i] = (a >> 4) | ((bb >> 4) << 2) | ((c >> 4) << 4) | ((d >> 4) << 6);
