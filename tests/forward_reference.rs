@@ -200,9 +200,11 @@ fn llama3_rope_frequency_factors_match() {
 #[test]
 fn quantized_weights_match_within_activation_quantization() {
     // The reference uses the same dequantized weights; the difference left is the 8-bit
-    // quantization of activations in the dot products (about 1%).
+    // quantization of activations in the dot products (Q8_0/Q8_1 per 32 values, Q8_K per 256),
+    // amplified through two layers and the softmax: measured at most 2.3% (Q8_0, Q4_1) and 3.6%
+    // (Q4_K, Q6_K) of the largest logit. A wrong kernel is off by the size of the logits.
     for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4K, GgmlType::Q6K] {
-        check("tiny", ty, 3e-2);
+        check("tiny", ty, 6e-2);
     }
 }
 
