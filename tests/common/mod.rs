@@ -1,0 +1,40 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// The real default model (SmolLM2-135M-Instruct Q4_1). `scripts/test.sh` fetches it and sets
+/// `HIPSCOPE_TEST_MODEL`; without it the test fails and says how to get it.
+pub fn smollm2() -> PathBuf {
+    let p = std::env::var_os("HIPSCOPE_TEST_MODEL").map(PathBuf::from).expect(
+        "HIPSCOPE_TEST_MODEL is not set: run the tests with scripts/test.sh, or `hipscope fetch` and \
+         export HIPSCOPE_TEST_MODEL=$(hipscope fetch --print-path)",
+    );
+    assert!(p.is_file(), "HIPSCOPE_TEST_MODEL={} does not exist", p.display());
+    p
+}
+
+/// The hipscope binary under test.
+pub fn hipscope() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_hipscope"));
+    // Keep the tests' caches and configs away from the user's.
+    c.env("HIPSCOPE_HOME", std::env::temp_dir().join("hipscope-test-home"));
+    c
+}
+
+/// Runs hipscope and returns its output, failing the test with stderr if it failed.
+pub fn run_ok(args: &[&str]) -> Output {
+    let out = hipscope().args(args).output().expect("run hipscope");
+    assert!(
+        out.status.success(),
+        "hipscope {args:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+pub fn repo_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
