@@ -3,3 +3,4 @@
 
 pub mod gguf;
 pub mod protocol;
+pub mod tokenizer;
