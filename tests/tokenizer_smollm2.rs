@@ -118,9 +118,8 @@ fn special_tokens_match_llama_cpp() {
         assert_eq!(tok.is_eog(id), v.eog.contains(&id), "token {id}");
     }
     // The file names no EOT token. llama.cpp picks one of `<|endoftext|>` and `<|im_end|>` by
-    // hash-map order (it reports {}); this tokenizer prefers `<|im_end|>`, ChatML's end of turn.
-    // Either way it is in the end-of-generation set.
-    let _ = v.eot;
+    // hash-map order (b11434 reports the former, `v.eot`); this tokenizer prefers `<|im_end|>`,
+    // ChatML's end of turn. Either way it is in the end-of-generation set.
     assert_eq!(tok.eot(), tok.token_id("<|im_end|>"));
     assert!(
         tok.eot()
