@@ -1,6 +1,9 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
 pub mod cli;
+pub mod gpu_cli;
+pub mod quit;
+pub mod selftest;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {
