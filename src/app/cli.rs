@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::app::cmd;
+use crate::app::{cmd, gpu_cli};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,6 +37,13 @@ pub enum Commands {
     Convert(cmd::synth::ConvertArgs),
     /// Show a GGUF file's metadata and tensors.
     Info(cmd::info::InfoArgs),
+    /// Check the GPU mechanisms (stream tracking, watchdog, quit, upload verification) on this
+    /// machine's GPU with real kernels.
+    Selftest(gpu_cli::SelftestArgs),
+    /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
+    Kernels(gpu_cli::KernelsArgs),
+    #[command(name = "__compile-kernels", hide = true)]
+    CompileKernels(gpu_cli::CompileChildArgs),
 }
 
 /// Where the model comes from and how it is set up; shared by every command that runs one.
@@ -78,6 +85,9 @@ pub fn run() -> i32 {
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
+        Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
+        Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
+        Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),
         None => Err(anyhow::anyhow!(
             "the chat interface is not built yet; use `hipscope generate --chat -p TEXT`"
         )),

@@ -4,6 +4,9 @@ pub mod cli;
 pub mod cmd;
 pub mod dirs;
 pub mod fetch;
+pub mod gpu_cli;
+pub mod quit;
+pub mod selftest;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {
