@@ -543,6 +543,7 @@ impl Backend for CpuBackend {
             ],
             largest_free: 0,
             device_allocations: self.allocations,
+            pinned_host_bytes: 0,
             runtime_overhead: None,
             device_total: mem.map(|m| m.0),
             device_free: mem.map(|m| m.1),
