@@ -7,42 +7,21 @@
 //! merge gets an id (a token's is its token id), and each merge knows the id of its result, so
 //! merging never builds or hashes strings.
 
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
 
 use super::Tokenizer;
+use super::hash::{IdMap, StrMap};
 use super::pretok::{PreConfig, PreTokenizer};
 use super::unicode::{BYTE_TO_CHAR, utf8_len};
 
 const NO_PIECE: u32 = u32::MAX;
-
-/// Multiplicative hashing for the merge table's integer keys (SipHash is several times slower
-/// here and its DoS resistance buys nothing for keys read from a model file).
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 #[derive(Debug)]
 pub(super) struct Bpe {
     pub(super) pre: PreTokenizer,
     pub(super) cfg: PreConfig,
     /// Ids of strings that are sides of merges but not tokens (ids from `n_vocab` up).
-    extra: HashMap<Box<str>, u32>,
+    extra: StrMap<u32>,
     /// `(left id << 32 | right id)` → (rank, id of the merged string or `NO_PIECE`).
     merges: IdMap<(u32, u32)>,
     /// Piece id of each byte's single-character string (byte-level vocabularies).
@@ -59,13 +38,13 @@ impl Bpe {
     pub(super) fn new(
         pre: PreTokenizer,
         cfg: PreConfig,
-        token_to_id: &HashMap<Box<str>, u32>,
+        token_to_id: &StrMap<u32>,
         n_vocab: usize,
         merges: &[&str],
     ) -> (Bpe, usize) {
-        let mut extra: HashMap<Box<str>, u32> = HashMap::new();
+        let mut extra: StrMap<u32> = StrMap::default();
         let mut next_id = n_vocab as u32;
-        let mut intern = |s: &str, extra: &mut HashMap<Box<str>, u32>| -> u32 {
+        let mut intern = |s: &str, extra: &mut StrMap<u32>| -> u32 {
             if let Some(&id) = token_to_id.get(s) {
                 return id;
             }
