@@ -58,7 +58,7 @@ impl Bpe {
         };
         let mut pairs = Vec::with_capacity(merges.len());
         let mut malformed = 0;
-        for m in merges {
+        for (rank, m) in merges.iter().enumerate() {
             // Split at the first space after the first byte, so that a left side may start
             // with a space (vocabularies with raw spaces).
             let Some(sp) = m.as_bytes().iter().skip(1).position(|&b| b == b' ') else {
@@ -67,12 +67,12 @@ impl Bpe {
             };
             let (l, r) = (&m[..sp + 1], &m[sp + 2..]);
             let (li, ri) = (intern(l, &mut extra), intern(r, &mut extra));
-            pairs.push((li, ri, l, r));
+            pairs.push((rank, li, ri, l, r));
         }
         let mut merged = IdMap::default();
         merged.reserve(pairs.len());
         let mut joined = String::new();
-        for (rank, (li, ri, l, r)) in pairs.into_iter().enumerate() {
+        for (rank, li, ri, l, r) in pairs {
             joined.clear();
             joined.push_str(l);
             joined.push_str(r);

@@ -18,6 +18,9 @@ mod stream;
 mod unicode;
 mod unicode_data;
 
+#[cfg(test)]
+mod tests;
+
 use std::path::PathBuf;
 
 pub use stream::StreamDecoder;

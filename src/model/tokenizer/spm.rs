@@ -184,15 +184,12 @@ fn merge_segment(
         let piece = &text[s.start..s.start + s.len];
         match tok.token_id(piece) {
             Some(id) => out.push(id),
-            None => {
-                for &b in piece.as_bytes() {
-                    // llama.cpp fails the whole call when a byte has no token; the unknown
-                    // token (when there is one) is the closest to what SentencePiece does.
-                    if let Some(id) = byte_tokens[b as usize].or(tok.unk) {
-                        out.push(id);
-                    }
-                }
+            // Not a token (a single character): its bytes as byte tokens. Where a byte has
+            // none, llama.cpp fails the whole call; SentencePiece gives the unknown token.
+            None if piece.bytes().all(|b| byte_tokens[b as usize].is_some()) => {
+                out.extend(piece.bytes().filter_map(|b| byte_tokens[b as usize]));
             }
+            None => out.extend(tok.unk),
         }
         i = s.next;
     }
