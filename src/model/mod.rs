@@ -3,4 +3,5 @@
 
 pub mod gguf;
 pub mod protocol;
+pub mod template;
 pub mod tokenizer;
