@@ -7,42 +7,21 @@
 //! merge gets an id (a token's is its token id), and each merge knows the id of its result, so
 //! merging never builds or hashes strings.
 
-use std::collections::{BinaryHeap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::BinaryHeap;
 
 use super::Tokenizer;
+use super::hash::{IdMap, StrMap};
 use super::pretok::{PreConfig, PreTokenizer};
 use super::unicode::{BYTE_TO_CHAR, utf8_len};
 
 const NO_PIECE: u32 = u32::MAX;
-
-/// Multiplicative hashing for the merge table's integer keys (SipHash is several times slower
-/// here and its DoS resistance buys nothing for keys read from a model file).
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-type IdMap<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
 #[derive(Debug)]
 pub(super) struct Bpe {
     pub(super) pre: PreTokenizer,
     pub(super) cfg: PreConfig,
     /// Ids of strings that are sides of merges but not tokens (ids from `n_vocab` up).
-    extra: HashMap<Box<str>, u32>,
+    extra: StrMap<u32>,
     /// `(left id << 32 | right id)` → (rank, id of the merged string or `NO_PIECE`).
     merges: IdMap<(u32, u32)>,
     /// Piece id of each byte's single-character string (byte-level vocabularies).
@@ -59,13 +38,13 @@ impl Bpe {
     pub(super) fn new(
         pre: PreTokenizer,
         cfg: PreConfig,
-        token_to_id: &HashMap<Box<str>, u32>,
+        token_to_id: &StrMap<u32>,
         n_vocab: usize,
         merges: &[&str],
     ) -> (Bpe, usize) {
-        let mut extra: HashMap<Box<str>, u32> = HashMap::new();
+        let mut extra: StrMap<u32> = StrMap::default();
         let mut next_id = n_vocab as u32;
-        let mut intern = |s: &str, extra: &mut HashMap<Box<str>, u32>| -> u32 {
+        let mut intern = |s: &str, extra: &mut StrMap<u32>| -> u32 {
             if let Some(&id) = token_to_id.get(s) {
                 return id;
             }
@@ -79,7 +58,7 @@ impl Bpe {
         };
         let mut pairs = Vec::with_capacity(merges.len());
         let mut malformed = 0;
-        for m in merges {
+        for (rank, m) in merges.iter().enumerate() {
             // Split at the first space after the first byte, so that a left side may start
             // with a space (vocabularies with raw spaces).
             let Some(sp) = m.as_bytes().iter().skip(1).position(|&b| b == b' ') else {
@@ -88,12 +67,12 @@ impl Bpe {
             };
             let (l, r) = (&m[..sp + 1], &m[sp + 2..]);
             let (li, ri) = (intern(l, &mut extra), intern(r, &mut extra));
-            pairs.push((li, ri, l, r));
+            pairs.push((rank, li, ri, l, r));
         }
         let mut merged = IdMap::default();
         merged.reserve(pairs.len());
         let mut joined = String::new();
-        for (rank, (li, ri, l, r)) in pairs.into_iter().enumerate() {
+        for (rank, li, ri, l, r) in pairs {
             joined.clear();
             joined.push_str(l);
             joined.push_str(r);

@@ -1,10 +1,10 @@
 //! Building a `Tokenizer` from GGUF metadata, with llama.cpp's defaults and its rules for which
 //! tokens are special and which end a generation (`llama_vocab::impl::load`).
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 
 use super::bpe::Bpe;
+use super::hash::StrMap;
 use super::pretok::{PreConfig, PreTokenizer, pre_config};
 use super::unicode::char_to_byte;
 use super::{Model, TokenData, Tokenizer, TokenizerError, attr};
@@ -266,7 +266,8 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     };
 
     let mut tokens = Vec::with_capacity(n);
-    let mut token_to_id: HashMap<Box<str>, u32> = HashMap::with_capacity(n);
+    let mut token_to_id: StrMap<u32> = StrMap::default();
+    token_to_id.reserve(n);
     for (i, &t) in texts.iter().enumerate() {
         // llama.cpp renames empty tokens so that each has a distinct, findable text.
         let text: Box<str> = if t.is_empty() {
@@ -455,7 +456,8 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                     })
                     .copied();
             }
-            Model::Spm { byte_tokens }
+            let pairs = super::spm::JoinablePairs::new(tokens.iter().map(|t| &*t.text));
+            Model::Spm { byte_tokens, pairs }
         }
         Kind::Bpe(name, cfg) => {
             let merges = match m.strings(KEY_MERGES)? {
@@ -554,7 +556,7 @@ fn decode_byte_level(text: &str, out: &mut Vec<u8>) {
 fn set_strip_attributes(
     m: &Meta,
     tokens: &mut [TokenData],
-    token_to_id: &HashMap<Box<str>, u32>,
+    token_to_id: &StrMap<u32>,
     special: &[u32],
 ) -> Result<(), TokenizerError> {
     let name = m.str("general.name")?.unwrap_or("").to_lowercase();

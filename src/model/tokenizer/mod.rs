@@ -9,6 +9,7 @@
 //! BERT (WordPiece), T5 (Unigram), RWKV and PLaMo-2 vocabularies are refused with a clear error.
 
 mod bpe;
+mod hash;
 mod load;
 mod pretok;
 mod special;
@@ -17,7 +18,9 @@ mod stream;
 mod unicode;
 mod unicode_data;
 
-use std::collections::HashMap;
+#[cfg(test)]
+mod tests;
+
 use std::path::PathBuf;
 
 pub use stream::StreamDecoder;
@@ -94,6 +97,7 @@ enum Model {
     Spm {
         /// `<0xAB>` (or the raw byte) token of each byte.
         byte_tokens: [Option<u32>; 256],
+        pairs: spm::JoinablePairs,
     },
     Bpe(Box<Bpe>),
 }
@@ -103,7 +107,7 @@ enum Model {
 pub struct Tokenizer {
     model: Model,
     tokens: Vec<TokenData>,
-    token_to_id: HashMap<Box<str>, u32>,
+    token_to_id: hash::StrMap<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
     eot: Option<u32>,
@@ -141,7 +145,7 @@ impl Tokenizer {
             out.extend(self.bos);
         }
         match &self.model {
-            Model::Spm { byte_tokens } => {
+            Model::Spm { byte_tokens, pairs } => {
                 // A space is prefixed to text at the start and after each special token, as
                 // SentencePiece does to the start of every sentence.
                 let mut prev_special = true;
@@ -149,7 +153,7 @@ impl Tokenizer {
                     match *frag {
                         special::Fragment::Text(t) => {
                             let prefix = self.add_space_prefix && prev_special;
-                            spm::tokenize(self, byte_tokens, t, prefix, &mut out);
+                            spm::tokenize(self, byte_tokens, pairs, t, prefix, &mut out);
                             prev_special = false;
                         }
                         special::Fragment::Token(id) => {

@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use super::Tokenizer;
+use super::hash::IdSet;
 use super::unicode::utf8_len;
 
 /// A run of the text; `len == 0` once merged into its left neighbour.
@@ -19,11 +20,12 @@ struct Symbol {
 }
 
 /// A candidate merge of `left` and `right`, valid while they still span `len` bytes together.
+/// Kept small: the queue holds one per character of a segment.
 struct Bigram {
     score: f32,
-    left: usize,
-    right: usize,
-    len: usize,
+    left: u32,
+    right: u32,
+    len: u32,
 }
 
 impl PartialEq for Bigram {
@@ -46,10 +48,42 @@ impl Ord for Bigram {
     }
 }
 
+/// Adjacent character pairs that occur inside some token. Where two neighbouring characters
+/// are not such a pair, no merge can ever join them, so the text can be cut there and each part
+/// merged alone: the same merges happen in the same order within each part, and the queues stay
+/// small (one text-long queue is several times slower).
+#[derive(Debug, Default)]
+pub(super) struct JoinablePairs(IdSet);
+
+fn pair_key(a: char, b: char) -> u64 {
+    (a as u64) << 32 | b as u64
+}
+
+impl JoinablePairs {
+    pub(super) fn new<'a>(texts: impl Iterator<Item = &'a str>) -> JoinablePairs {
+        let mut set = IdSet::default();
+        for t in texts {
+            let mut chars = t.chars();
+            if let Some(mut prev) = chars.next() {
+                for c in chars {
+                    set.insert(pair_key(prev, c));
+                    prev = c;
+                }
+            }
+        }
+        JoinablePairs(set)
+    }
+
+    fn joinable(&self, a: char, b: char) -> bool {
+        self.0.contains(&pair_key(a, b))
+    }
+}
+
 /// Tokenizes one fragment of text (between special tokens) and appends the ids to `out`.
 pub(super) fn tokenize(
     tok: &Tokenizer,
     byte_tokens: &[Option<u32>; 256],
+    pairs: &JoinablePairs,
     fragment: &str,
     space_prefix: bool,
     out: &mut Vec<u32>,
@@ -61,9 +95,40 @@ pub(super) fn tokenize(
     for c in fragment.chars() {
         text.push(if c == ' ' { '▁' } else { c });
     }
-    let bytes = text.as_bytes();
+    let mut scratch = Scratch::default();
+    let mut start = 0;
+    let mut prev: Option<char> = None;
+    for (i, c) in text.char_indices() {
+        if let Some(p) = prev
+            && !pairs.joinable(p, c)
+        {
+            merge_segment(tok, byte_tokens, &text[start..i], &mut scratch, out);
+            start = i;
+        }
+        prev = Some(c);
+    }
+    merge_segment(tok, byte_tokens, &text[start..], &mut scratch, out);
+}
 
-    let mut symbols = Vec::with_capacity(text.len());
+#[derive(Default)]
+struct Scratch {
+    symbols: Vec<Symbol>,
+    queue: BinaryHeap<Bigram>,
+}
+
+/// The bigram merge over one segment of escaped text.
+fn merge_segment(
+    tok: &Tokenizer,
+    byte_tokens: &[Option<u32>; 256],
+    text: &str,
+    scratch: &mut Scratch,
+    out: &mut Vec<u32>,
+) {
+    let bytes = text.as_bytes();
+    let symbols = &mut scratch.symbols;
+    let queue = &mut scratch.queue;
+    symbols.clear();
+    queue.clear();
     let mut offs = 0;
     while offs < bytes.len() {
         let len = utf8_len(bytes[offs]).min(bytes.len() - offs);
@@ -77,7 +142,6 @@ pub(super) fn tokenize(
         offs += len;
     }
 
-    let mut queue = BinaryHeap::new();
     let try_add = |queue: &mut BinaryHeap<Bigram>, symbols: &[Symbol], l: Option<usize>, r| {
         let (Some(l), Some(r)): (Option<usize>, Option<usize>) = (l, r) else {
             return;
@@ -87,30 +151,31 @@ pub(super) fn tokenize(
         if let Some(id) = tok.token_id(span) {
             queue.push(Bigram {
                 score: tok.score(id),
-                left: l,
-                right: r,
-                len: span.len(),
+                left: l as u32,
+                right: r as u32,
+                len: span.len() as u32,
             });
         }
     };
     for i in 1..symbols.len() {
-        try_add(&mut queue, &symbols, Some(i - 1), Some(i));
+        try_add(queue, symbols, Some(i - 1), Some(i));
     }
 
     while let Some(bg) = queue.pop() {
-        let (l, r) = (symbols[bg.left], symbols[bg.right]);
+        let (li, ri) = (bg.left as usize, bg.right as usize);
+        let (l, r) = (symbols[li], symbols[ri]);
         // Stale: one side was merged away or grew since this pair was queued.
-        if l.len == 0 || r.len == 0 || l.len + r.len != bg.len {
+        if l.len == 0 || r.len == 0 || l.len + r.len != bg.len as usize {
             continue;
         }
-        symbols[bg.left].len += r.len;
-        symbols[bg.right].len = 0;
-        symbols[bg.left].next = r.next;
+        symbols[li].len += r.len;
+        symbols[ri].len = 0;
+        symbols[li].next = r.next;
         if let Some(n) = r.next {
-            symbols[n].prev = Some(bg.left);
+            symbols[n].prev = Some(li);
         }
-        try_add(&mut queue, &symbols, l.prev, Some(bg.left));
-        try_add(&mut queue, &symbols, Some(bg.left), r.next);
+        try_add(queue, symbols, l.prev, Some(li));
+        try_add(queue, symbols, Some(li), r.next);
     }
 
     let mut i = (!symbols.is_empty()).then_some(0);
@@ -119,15 +184,12 @@ pub(super) fn tokenize(
         let piece = &text[s.start..s.start + s.len];
         match tok.token_id(piece) {
             Some(id) => out.push(id),
-            None => {
-                for &b in piece.as_bytes() {
-                    // llama.cpp fails the whole call when a byte has no token; the unknown
-                    // token (when there is one) is the closest to what SentencePiece does.
-                    if let Some(id) = byte_tokens[b as usize].or(tok.unk) {
-                        out.push(id);
-                    }
-                }
+            // Not a token (a single character): its bytes as byte tokens. Where a byte has
+            // none, llama.cpp fails the whole call; SentencePiece gives the unknown token.
+            None if piece.bytes().all(|b| byte_tokens[b as usize].is_some()) => {
+                out.extend(piece.bytes().filter_map(|b| byte_tokens[b as usize]));
             }
+            None => out.extend(tok.unk),
         }
         i = s.next;
     }
