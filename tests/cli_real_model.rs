@@ -23,14 +23,19 @@ fn greedy_chat_answer_names_paris() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Paris"), "answer: {text}");
     let err = String::from_utf8_lossy(&out.stderr);
-    for field in ["load time:", "prompt:", "generation:", "time to first token:"] {
+    for field in [
+        "load time:",
+        "prompt:",
+        "generation:",
+        "time to first token:",
+    ] {
         assert!(err.contains(field), "stderr lacks {field:?}:\n{err}");
     }
 }
 
 #[test]
 fn same_seed_same_text_when_sampling() {
-    let gen = |seed: &str| {
+    let generate = |seed: &str| {
         let out = run_ok(&[
             "generate",
             "-m",
@@ -46,7 +51,7 @@ fn same_seed_same_text_when_sampling() {
         ]);
         String::from_utf8(out.stdout).unwrap()
     };
-    let a = gen("7");
-    assert_eq!(a, gen("7"));
-    assert_ne!(a, gen("8"));
+    let a = generate("7");
+    assert_eq!(a, generate("7"));
+    assert_ne!(a, generate("8"));
 }

@@ -51,7 +51,9 @@ fn gguf_py_reads_what_we_write() {
     let w_q8: Vec<f32> = (0..64).map(|i| (i as f32 - 30.0) / 7.0).collect();
     let tensors = [
         (TensorSpec::new("a.f32", &[4, 3], GgmlType::F32), {
-            (0..12).flat_map(|i| (i as f32).to_le_bytes()).collect::<Vec<u8>>()
+            (0..12)
+                .flat_map(|i| (i as f32).to_le_bytes())
+                .collect::<Vec<u8>>()
         }),
         (
             TensorSpec::new("b.q8_0", &[32, 2], GgmlType::Q8_0),
@@ -154,7 +156,10 @@ fn we_read_what_gguf_py_wrote() {
     assert_eq!(o.ty, GgmlType::Q8_0);
     assert_eq!(f.tensor_data(o).len(), 32 * 34);
     assert_eq!(
-        f.get_array("tokenizer.ggml.tokens").unwrap().strings().unwrap()[26],
+        f.get_array("tokenizer.ggml.tokens")
+            .unwrap()
+            .strings()
+            .unwrap()[26],
         "Ġ"
     );
 }

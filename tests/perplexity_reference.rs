@@ -8,9 +8,10 @@ use common::{repo_path, run_ok, smollm2};
 
 #[test]
 fn f16_perplexity_matches_llama_cpp_within_half_a_percent() {
-    let reference: toml::Table =
-        toml::from_str(&std::fs::read_to_string(repo_path("tests/data/reference/perplexity.toml")).unwrap())
-            .unwrap();
+    let reference: toml::Table = toml::from_str(
+        &std::fs::read_to_string(repo_path("tests/data/reference/perplexity.toml")).unwrap(),
+    )
+    .unwrap();
     let f16 = &reference["f16"];
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("smollm2-f16.gguf");
@@ -40,7 +41,10 @@ fn f16_perplexity_matches_llama_cpp_within_half_a_percent() {
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let ppl = got["ppl"].as_f64().unwrap();
     let want = f16["ppl"].as_float().unwrap();
-    assert_eq!(got["chunks"].as_u64(), Some(f16["chunks"].as_integer().unwrap() as u64));
+    assert_eq!(
+        got["chunks"].as_u64(),
+        Some(f16["chunks"].as_integer().unwrap() as u64)
+    );
     let rel = (ppl - want).abs() / want;
     assert!(
         rel < 0.005,

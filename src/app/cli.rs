@@ -58,7 +58,12 @@ pub struct ModelArgs {
     #[arg(long, value_name = "NAME", conflicts_with = "model")]
     pub synthetic: Option<String>,
     /// Weight type of the synthetic model.
-    #[arg(long, value_name = "TYPE", default_value = "Q8_0", requires = "synthetic")]
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "Q8_0",
+        requires = "synthetic"
+    )]
     pub quant: String,
     /// Seed of the synthetic model's weights.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
@@ -70,7 +75,12 @@ pub struct ModelArgs {
     #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
     /// Most tokens per forward step when processing a prompt.
-    #[arg(short = 'b', long = "batch-size", value_name = "N", default_value_t = 512)]
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        value_name = "N",
+        default_value_t = 512
+    )]
     pub batch_size: usize,
 }
 

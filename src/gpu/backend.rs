@@ -130,6 +130,7 @@ pub trait Backend: Send {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()>;
 
     /// out[t] = x[t] / rms(x[t]) * weight, for rows of `dim`.
+    #[allow(clippy::too_many_arguments)]
     fn rms_norm(
         &mut self,
         x: Buf,
@@ -142,8 +143,14 @@ pub trait Backend: Send {
     ) -> Result<()>;
 
     /// out[t] = W · x[t] (W has `rows` rows of `cols`; x rows of `cols`, out rows of `rows`).
-    fn matmul(&mut self, w: Weight, x: Buf, out: Buf, n_tokens: usize, label: OpLabel)
-    -> Result<()>;
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()>;
 
     /// x[t] += bias.
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()>;
@@ -173,8 +180,14 @@ pub trait Backend: Send {
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()>;
 
     /// dst[dst_off..+len] = src[src_off..+len].
-    fn copy(&mut self, src: Buf, src_off: usize, dst: Buf, dst_off: usize, len: usize)
-    -> Result<()>;
+    fn copy(
+        &mut self,
+        src: Buf,
+        src_off: usize,
+        dst: Buf,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()>;
 
     /// Waits for every op before it and copies `out.len()` elements from `buf[offset..]`.
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()>;

@@ -34,7 +34,9 @@ impl Arch {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor`.
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// llama 3.1 style: per-dimension frequency factors from the `rope_freqs.weight` tensor.
     FreqFactors,
 }
@@ -166,7 +168,10 @@ impl ModelConfig {
             path: path.clone(),
             arch: arch_name.clone(),
         })?;
-        let r = Reader { f, arch: &arch_name };
+        let r = Reader {
+            f,
+            arch: &arch_name,
+        };
         let n_layers = r.usize("block_count")?;
         let dim = r.usize("embedding_length")?;
         let ffn_dim = r.usize("feed_forward_length")?;
@@ -279,10 +284,18 @@ impl ModelConfig {
         let mut t = vec![
             ("token_embd.weight".to_string(), vec![d, v], true),
             ("output_norm.weight".to_string(), vec![d], true),
-            ("output.weight".to_string(), vec![d, v], !self.tied_embeddings),
+            (
+                "output.weight".to_string(),
+                vec![d, v],
+                !self.tied_embeddings,
+            ),
         ];
         if self.rope_scaling == RopeScaling::FreqFactors {
-            t.push(("rope_freqs.weight".into(), vec![self.n_rot as u64 / 2], true));
+            t.push((
+                "rope_freqs.weight".into(),
+                vec![self.n_rot as u64 / 2],
+                true,
+            ));
         }
         let bias = self.arch == Arch::Qwen2;
         for l in 0..self.n_layers {

@@ -303,8 +303,13 @@ impl Model {
                         self.config.rms_eps,
                         OpLabel::global("output_norm"),
                     )?;
-                    self.backend
-                        .matmul(self.output, a.proj, a.logits, 1, OpLabel::global("output"))?;
+                    self.backend.matmul(
+                        self.output,
+                        a.proj,
+                        a.logits,
+                        1,
+                        OpLabel::global("output"),
+                    )?;
                     self.backend.read(a.logits, 0, out)?;
                 }
                 Logits::Last => {}
@@ -357,7 +362,15 @@ impl Model {
         for (l, w) in self.layers.iter().enumerate() {
             let li = l as u32;
             let lab = |name| OpLabel::layer(li, name);
-            be.rms_norm(a.x, w.attn_norm, a.xn, n, c.dim, c.rms_eps, lab("attn_norm"))?;
+            be.rms_norm(
+                a.x,
+                w.attn_norm,
+                a.xn,
+                n,
+                c.dim,
+                c.rms_eps,
+                lab("attn_norm"),
+            )?;
             be.matmul(w.wq, a.xn, a.q, n, lab("attn_q"))?;
             be.matmul(w.wk, a.xn, a.k, n, lab("attn_k"))?;
             be.matmul(w.wv, a.xn, a.v, n, lab("attn_v"))?;
@@ -370,8 +383,24 @@ impl Model {
             if let Some(b) = w.bv {
                 be.add_bias(a.v, b, n, lab("attn_v.bias"))?;
             }
-            be.rope(a.q, n, c.n_heads, c.head_dim, pos0, &self.rope, lab("rope_q"))?;
-            be.rope(a.k, n, c.n_kv_heads, c.head_dim, pos0, &self.rope, lab("rope_k"))?;
+            be.rope(
+                a.q,
+                n,
+                c.n_heads,
+                c.head_dim,
+                pos0,
+                &self.rope,
+                lab("rope_q"),
+            )?;
+            be.rope(
+                a.k,
+                n,
+                c.n_kv_heads,
+                c.head_dim,
+                pos0,
+                &self.rope,
+                lab("rope_k"),
+            )?;
             be.attention(a.q, a.k, a.v, a.att, &AttnParams { layer: l, ..attn })?;
             be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
             be.add(a.x, a.proj, n * c.dim, lab("attn_residual"))?;

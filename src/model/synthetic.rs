@@ -185,7 +185,7 @@ pub fn quant_type(name: &str) -> Result<GgmlType, SynthError> {
 /// The type a matrix with rows of `cols` gets when `ty` is asked for: K-quants need rows that are
 /// whole 256-element super-blocks, so narrower ones fall back as llama-quantize falls back.
 pub fn type_for(ty: GgmlType, cols: usize) -> GgmlType {
-    if cols % ty.block_len() == 0 {
+    if cols.is_multiple_of(ty.block_len()) {
         return ty;
     }
     match ty {
@@ -289,7 +289,7 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
     let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
     let mut merges = Vec::new();
-    let mut rng = Rng::new(seed ^ 0x766f_6361_62);
+    let mut rng = Rng::new(seed ^ 0x0076_6f63_6162);
     // Letters and the space marker first, so that merges look like words.
     let common: Vec<usize> = "etaoinshrdlucmfwypvbgkjqxz"
         .bytes()
@@ -304,7 +304,7 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
             let u = rng.next_f64();
             ((u * u) * n as f64) as usize
         };
-        let a = if rng.next_u64() % 3 == 0 {
+        let a = if rng.next_u64().is_multiple_of(3) {
             common[(rng.next_u64() % common.len() as u64) as usize]
         } else {
             pick(&mut rng, tokens.len())
@@ -333,7 +333,10 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
     let a = s.arch;
     let k = |x: &str| format!("{a}.{x}");
     let (tokens, merges, types) = vocabulary(s.vocab, seed);
-    let eos = tokens.iter().position(|t| t == "<|endoftext|>").unwrap_or(0) as u32;
+    let eos = tokens
+        .iter()
+        .position(|t| t == "<|endoftext|>")
+        .unwrap_or(0) as u32;
     let im_end = tokens.iter().position(|t| t == "<|im_end|>").unwrap_or(0) as u32;
     let strings = |v: Vec<String>| {
         Value::Array(Array {
@@ -361,7 +364,10 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         (k("embedding_length"), Value::U32(s.dim as u32)),
         (k("feed_forward_length"), Value::U32(s.ffn_dim as u32)),
         (k("attention.head_count"), Value::U32(s.n_heads as u32)),
-        (k("attention.head_count_kv"), Value::U32(s.n_kv_heads as u32)),
+        (
+            k("attention.head_count_kv"),
+            Value::U32(s.n_kv_heads as u32),
+        ),
         (k("rope.freq_base"), Value::F32(s.rope_base)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)),
         (k("vocab_size"), Value::U32(s.vocab as u32)),
@@ -451,9 +457,10 @@ fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8
                     let nr = CHUNK_ROWS.min(rows - r0);
                     let mut rng = Rng::new(seed ^ ((index as u64) << 24) ^ c as u64);
                     vals.clear();
-                    vals.extend((0..nr * cols).map(|_| {
-                        t.offset + t.scale * (2.0 * rng.next_f64() as f32 - 1.0)
-                    }));
+                    vals.extend(
+                        (0..nr * cols)
+                            .map(|_| t.offset + t.scale * (2.0 * rng.next_f64() as f32 - 1.0)),
+                    );
                     match quant::quantize(ty, &vals) {
                         Ok(q) => {
                             // SAFETY: chunk c owns bytes r0*row_bytes..(r0+nr)*row_bytes of

@@ -65,7 +65,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(opts: WorkerOptions, commands: Receiver<Command>, events: UnboundedSender<Event>) -> Self {
+    fn new(
+        opts: WorkerOptions,
+        commands: Receiver<Command>,
+        events: UnboundedSender<Event>,
+    ) -> Self {
         Worker {
             opts,
             commands,

@@ -11,7 +11,11 @@ pub fn smollm2() -> PathBuf {
         "HIPSCOPE_TEST_MODEL is not set: run the tests with scripts/test.sh, or `hipscope fetch` and \
          export HIPSCOPE_TEST_MODEL=$(hipscope fetch --print-path)",
     );
-    assert!(p.is_file(), "HIPSCOPE_TEST_MODEL={} does not exist", p.display());
+    assert!(
+        p.is_file(),
+        "HIPSCOPE_TEST_MODEL={} does not exist",
+        p.display()
+    );
     p
 }
 
@@ -19,7 +23,10 @@ pub fn smollm2() -> PathBuf {
 pub fn hipscope() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_hipscope"));
     // Keep the tests' caches and configs away from the user's.
-    c.env("HIPSCOPE_HOME", std::env::temp_dir().join("hipscope-test-home"));
+    c.env(
+        "HIPSCOPE_HOME",
+        std::env::temp_dir().join("hipscope-test-home"),
+    );
     c
 }
 

@@ -16,10 +16,20 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Prompt lengths to test (comma-separated; 0 skips).
-    #[arg(short = 'p', long = "n-prompt", value_delimiter = ',', default_value = "512")]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
     pub n_prompt: Vec<usize>,
     /// Generation lengths to test (comma-separated; 0 skips).
-    #[arg(short = 'n', long = "n-gen", value_delimiter = ',', default_value = "128")]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
     pub n_gen: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
@@ -60,7 +70,13 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     let reps = a.repetitions.max(1);
     let mut args = a.model.clone();
-    let longest = a.n_prompt.iter().chain(&a.n_gen).copied().max().unwrap_or(0);
+    let longest = a
+        .n_prompt
+        .iter()
+        .chain(&a.n_gen)
+        .copied()
+        .max()
+        .unwrap_or(0);
     // Room for the longest test, as llama-bench sizes its context.
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(longest + 1));
     let mut loaded = load_model(&args, SamplerConfig::default())?;
@@ -125,7 +141,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         if !a.json && results.len() == 1 {
             print_header();
         }
-        if !a.json && let Some(r) = results.last() {
+        if !a.json
+            && let Some(r) = results.last()
+        {
             print_row(r);
         }
     }

@@ -26,7 +26,10 @@ pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
     } else {
         let sum = fetch::sha256_file(&path)?;
         if sum != fetch::SHA256 {
-            eprintln!("{} is corrupt (sha256 {sum}); fetching again", path.display());
+            eprintln!(
+                "{} is corrupt (sha256 {sum}); fetching again",
+                path.display()
+            );
             fetch::fetch(&path, &mut stderr_progress())?;
         }
     }

@@ -77,14 +77,8 @@ impl SamplingArgs {
             c.temp.is_finite() && c.temp >= 0.0,
             "--temp must be a number ≥ 0"
         );
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&c.top_p),
-            "--top-p must be in [0, 1]"
-        );
-        anyhow::ensure!(
-            (0.0..=1.0).contains(&c.min_p),
-            "--min-p must be in [0, 1]"
-        );
+        anyhow::ensure!((0.0..=1.0).contains(&c.top_p), "--top-p must be in [0, 1]");
+        anyhow::ensure!((0.0..=1.0).contains(&c.min_p), "--min-p must be in [0, 1]");
         anyhow::ensure!(
             c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0,
             "--repeat-penalty must be > 0"
@@ -104,7 +98,13 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
         s.quant,
         s.parameters as f64 / 1e6,
         s.context_length,
-        loaded.session.model.backend().device().compute_units.unwrap_or(1),
+        loaded
+            .session
+            .model
+            .backend()
+            .device()
+            .compute_units
+            .unwrap_or(1),
     );
     eprintln!("load time: {:.1} ms", s.load_time.as_secs_f64() * 1e3);
     let session = &mut loaded.session;

@@ -49,8 +49,8 @@ fn log_softmax_at(logits: &[f32], target: usize) -> f64 {
 }
 
 pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
-    let text =
-        std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
     let mut loaded = load_model(&a.model, SamplerConfig::default())?;
     let session = &mut loaded.session;
     let n_ctx = session.model.n_ctx();
@@ -71,7 +71,10 @@ pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
         2 * n_ctx
     );
     // Special tokens are not parsed, so a leading BOS was added because the model asks for one.
-    let add_bos = session.tokenizer.bos().filter(|b| tokens.first() == Some(b));
+    let add_bos = session
+        .tokenizer
+        .bos()
+        .filter(|b| tokens.first() == Some(b));
     let n_chunk_max = tokens.len() / n_ctx;
     let n_chunk = if a.chunks < 0 {
         n_chunk_max

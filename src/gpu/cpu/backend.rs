@@ -348,7 +348,7 @@ impl Backend for CpuBackend {
         _label: OpLabel,
     ) -> Result<()> {
         let half = p.n_rot / 2;
-        if p.n_rot > head_dim || p.n_rot % 2 != 0 {
+        if p.n_rot > head_dim || !p.n_rot.is_multiple_of(2) {
             return Err(invalid(format!(
                 "RoPE over {} of {head_dim} dimensions",
                 p.n_rot
@@ -376,7 +376,11 @@ impl Backend for CpuBackend {
             let row = &mut xv[t * n_heads * head_dim..(t + 1) * n_heads * head_dim];
             for head in row.chunks_exact_mut(head_dim) {
                 for (i, &(c, s)) in cs.iter().enumerate() {
-                    let (a, b) = if p.neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+                    let (a, b) = if p.neox {
+                        (i, i + half)
+                    } else {
+                        (2 * i, 2 * i + 1)
+                    };
                     let (x0, x1) = (head[a], head[b]);
                     head[a] = x0 * c - x1 * s;
                     head[b] = x0 * s + x1 * c;
@@ -446,9 +450,8 @@ impl Backend for CpuBackend {
                     }
                     let inv = 1.0 / sum;
                     // SAFETY: job (t, h) owns out[t, h*hd..(h+1)*hd]; jobs are disjoint.
-                    let oh = unsafe {
-                        std::slice::from_raw_parts_mut(optr.at(t * q_dim + h * hd), hd)
-                    };
+                    let oh =
+                        unsafe { std::slice::from_raw_parts_mut(optr.at(t * q_dim + h * hd), hd) };
                     oh.fill(0.0);
                     for (j, &s) in sc[..n_keys].iter().enumerate() {
                         let vj = &vals[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
