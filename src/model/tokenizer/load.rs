@@ -457,7 +457,10 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                     .copied();
             }
             let pairs = super::spm::JoinablePairs::new(tokens.iter().map(|t| &*t.text));
-            Model::Spm { byte_tokens, pairs }
+            Model::Spm {
+                byte_tokens: Box::new(byte_tokens),
+                pairs,
+            }
         }
         Kind::Bpe(name, cfg) => {
             let merges = match m.strings(KEY_MERGES)? {

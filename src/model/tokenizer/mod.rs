@@ -96,7 +96,7 @@ struct TokenData {
 enum Model {
     Spm {
         /// `<0xAB>` (or the raw byte) token of each byte.
-        byte_tokens: [Option<u32>; 256],
+        byte_tokens: Box<[Option<u32>; 256]>,
         pairs: spm::JoinablePairs,
     },
     Bpe(Box<Bpe>),
