@@ -6,6 +6,7 @@
 //!   Nemo, Gemma 2, Phi-3.5, SmolLM3, DeepSeek-R1, Granite), read from `HIPSCOPE_LLAMA_CPP_SRC`,
 //!   against what Python's jinja2 renders with Hugging Face's settings;
 //! - the SmolLM2 model's own template, rendered and tokenized, against llama.cpp's tokens.
+//!
 //! All made by `scripts/gen_tokenizer_ref.py templates`.
 
 use std::path::PathBuf;

@@ -16,7 +16,6 @@ use super::unicode::{BYTE_TO_CHAR, utf8_len};
 
 const NO_PIECE: u32 = u32::MAX;
 
-#[derive(Debug)]
 pub(super) struct Bpe {
     pub(super) pre: PreTokenizer,
     pub(super) cfg: PreConfig,

@@ -177,36 +177,35 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     let pre_name = m.str(KEY_PRE)?.unwrap_or("");
 
     // Per-type defaults, which the file's keys then override.
-    let (kind, mut bos, mut eos, mut unk): (Kind, Option<i64>, Option<i64>, Option<i64>) =
-        match model {
-            "llama" => (Kind::Spm, Some(1), Some(2), Some(0)),
-            "gpt2" | "gemma4" => {
-                let name = if model == "gemma4" {
-                    "gemma4"
-                } else {
-                    pre_name
-                };
-                let Some(cfg) = pre_config(name) else {
-                    return Err(TokenizerError::UnsupportedPre {
-                        path: m.path(),
-                        pre: name.to_string(),
-                    });
-                };
-                let default = if model == "gpt2" && !cfg.no_default_bos {
-                    Some(11)
-                } else {
-                    None
-                };
-                let eos = if model == "gpt2" { Some(11) } else { None };
-                (Kind::Bpe(name.to_string(), cfg), default, eos, None)
-            }
-            other => {
-                return Err(TokenizerError::UnsupportedModel {
+    let (kind, bos, eos, unk): (Kind, Option<u32>, Option<u32>, Option<u32>) = match model {
+        "llama" => (Kind::Spm, Some(1), Some(2), Some(0)),
+        "gpt2" | "gemma4" => {
+            let name = if model == "gemma4" {
+                "gemma4"
+            } else {
+                pre_name
+            };
+            let Some(cfg) = pre_config(name) else {
+                return Err(TokenizerError::UnsupportedPre {
                     path: m.path(),
-                    model: other.to_string(),
+                    pre: name.to_string(),
                 });
-            }
-        };
+            };
+            let default = if model == "gpt2" && !cfg.no_default_bos {
+                Some(11)
+            } else {
+                None
+            };
+            let eos = if model == "gpt2" { Some(11) } else { None };
+            (Kind::Bpe(name.to_string(), cfg), default, eos, None)
+        }
+        other => {
+            return Err(TokenizerError::UnsupportedModel {
+                path: m.path(),
+                model: other.to_string(),
+            });
+        }
+    };
     if pre_name.is_empty() && model == "gpt2" {
         tracing::warn!(
             "{}: no pre-tokenizer type (tokenizer.ggml.pre); using 'default', quality may suffer",
@@ -293,41 +292,7 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         });
     }
 
-    let in_vocab = |id: Option<i64>| id.filter(|&i| (0..n as i64).contains(&i));
-    bos = in_vocab(bos);
-    eos = in_vocab(eos);
-    unk = in_vocab(unk);
-    let special_id = |key: &str, slot: &mut Option<i64>| -> Result<(), TokenizerError> {
-        if let Some(v) = m.id(key)? {
-            if (0..n as i64).contains(&v) {
-                *slot = Some(v);
-            } else {
-                tracing::warn!(
-                    "{}: {key} = {v} is outside the vocabulary; ignored",
-                    f.path().display()
-                );
-            }
-        }
-        Ok(())
-    };
-    let (mut eot, mut eom, mut pad) = (None, None, None);
-    let (mut fim_pre, mut fim_suf, mut fim_mid) = (None, None, None);
-    let (mut fim_pad, mut fim_rep, mut fim_sep) = (None, None, None);
-    special_id("tokenizer.ggml.bos_token_id", &mut bos)?;
-    special_id("tokenizer.ggml.eos_token_id", &mut eos)?;
-    special_id("tokenizer.ggml.eot_token_id", &mut eot)?;
-    special_id("tokenizer.ggml.eom_token_id", &mut eom)?;
-    special_id("tokenizer.ggml.unknown_token_id", &mut unk)?;
-    special_id("tokenizer.ggml.padding_token_id", &mut pad)?;
-    special_id("tokenizer.ggml.fim_pre_token_id", &mut fim_pre)?;
-    special_id("tokenizer.ggml.fim_suf_token_id", &mut fim_suf)?;
-    special_id("tokenizer.ggml.fim_mid_token_id", &mut fim_mid)?;
-    special_id("tokenizer.ggml.fim_pad_token_id", &mut fim_pad)?;
-    special_id("tokenizer.ggml.fim_rep_token_id", &mut fim_rep)?;
-    special_id("tokenizer.ggml.fim_sep_token_id", &mut fim_sep)?;
-    special_id("tokenizer.ggml.prefix_token_id", &mut fim_pre)?;
-    special_id("tokenizer.ggml.suffix_token_id", &mut fim_suf)?;
-    special_id("tokenizer.ggml.middle_token_id", &mut fim_mid)?;
+    let mut ids = read_ids(&m, n, [bos, eos, unk])?;
     if let Some(v) = m.bool("tokenizer.ggml.add_bos_token")? {
         add_bos = v;
     }
@@ -339,89 +304,14 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
     {
         add_bos = true;
     }
-    let id32 = |v: Option<i64>| v.map(|v| v as u32);
-
-    // Tokens the file does not name, found by their text; each is made a control token.
-    let find = |names: &[&str]| names.iter().find_map(|s| token_to_id.get(*s).copied());
-    let make_control = |id: u32, tokens: &mut Vec<TokenData>| {
-        let a = &mut tokens[id as usize].attr;
-        if *a & attr::CONTROL == 0 {
-            tracing::debug!("token {id} looks like a control token; marking it as one");
-            *a |= attr::CONTROL;
-        }
-    };
-    let detect = |slot: &mut Option<i64>, names: &[&str], tokens: &mut Vec<TokenData>| {
-        if slot.is_none()
-            && let Some(id) = find(names)
-        {
-            *slot = Some(id as i64);
-            make_control(id, tokens);
-        }
-    };
-    detect(&mut eot, EOT_NAMES, &mut tokens);
-    detect(&mut eom, &["<|eom_id|>"], &mut tokens);
-    detect(&mut fim_pre, FIM_PRE_NAMES, &mut tokens);
-    detect(&mut fim_suf, FIM_SUF_NAMES, &mut tokens);
-    detect(&mut fim_mid, FIM_MID_NAMES, &mut tokens);
-    detect(&mut fim_pad, FIM_PAD_NAMES, &mut tokens);
-    detect(&mut fim_rep, FIM_REP_NAMES, &mut tokens);
-    detect(&mut fim_sep, FIM_SEP_NAMES, &mut tokens);
-
+    detect_by_text(&mut ids, &mut tokens, &token_to_id);
     // Control tokens named "unused" are placeholders.
     for t in tokens.iter_mut() {
         if t.attr & attr::CONTROL != 0 && t.text.contains("unused") {
             t.attr |= attr::UNUSED;
         }
     }
-
-    // End-of-generation set.
-    let mut eog: Vec<u32> = [fim_pad, fim_rep, fim_sep]
-        .into_iter()
-        .flatten()
-        .map(|v| v as u32)
-        .collect();
-    for name in EOG_NAMES {
-        if let Some(&id) = token_to_id.get(*name) {
-            eog.push(id);
-            tokens[id as usize].attr |= attr::CONTROL;
-        }
-    }
-    // gpt-oss's channel markers are always printed (llama.cpp makes them user-defined).
-    for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
-        if let Some(&id) = token_to_id.get(name) {
-            tokens[id as usize].attr = attr::USER_DEFINED;
-        }
-    }
-    eog.extend([eos, eot, eom].into_iter().flatten().map(|v| v as u32));
-    eog.sort_unstable();
-    eog.dedup();
-    let has = |eog: &[u32], tokens: &[TokenData], text: &str| {
-        eog.iter()
-            .copied()
-            .find(|&id| &*tokens[id as usize].text == text)
-    };
-    // o200k_harmony (gpt-oss) and solar-open: "<|end|>" ends a message, not the generation.
-    let end = has(&eog, &tokens, "<|end|>");
-    let ret = has(&eog, &tokens, "<|return|>").is_some();
-    let call =
-        has(&eog, &tokens, "<|call|>").is_some() || has(&eog, &tokens, "<|calls|>").is_some();
-    let flush = has(&eog, &tokens, "<|flush|>").is_some();
-    if let Some(end) = end
-        && call
-        && (ret || flush)
-    {
-        eog.retain(|&id| id != end);
-        tokens[end as usize].attr = attr::USER_DEFINED;
-    }
-    // Gemma 4 and PLaMo have an ordinary "</s>".
-    let normal_s = has(&eog, &tokens, "<|tool_response>").is_some()
-        || has(&eog, &tokens, "<|plamo:eos|>").is_some();
-    if let Some(s) = has(&eog, &tokens, "</s>")
-        && normal_s
-    {
-        eog.retain(|&id| id != s);
-        tokens[s as usize].attr = attr::NORMAL;
-    }
+    let eog = end_of_generation(&ids, &mut tokens, &token_to_id);
 
     // Special tokens, longest first (ties by id, for a deterministic order).
     let mut special: Vec<u32> = (0..n as u32)
@@ -457,7 +347,10 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
                     .copied();
             }
             let pairs = super::spm::JoinablePairs::new(tokens.iter().map(|t| &*t.text));
-            Model::Spm { byte_tokens, pairs }
+            Model::Spm {
+                byte_tokens: Box::new(byte_tokens),
+                pairs,
+            }
         }
         Kind::Bpe(name, cfg) => {
             let merges = match m.strings(KEY_MERGES)? {
@@ -491,12 +384,12 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         model,
         tokens,
         token_to_id,
-        bos: id32(bos),
-        eos: id32(eos),
-        eot: id32(eot),
-        eom: id32(eom),
-        unk: id32(unk),
-        pad: id32(pad),
+        bos: ids.bos,
+        eos: ids.eos,
+        eot: ids.eot,
+        eom: ids.eom,
+        unk: ids.unk,
+        pad: ids.pad,
         add_bos,
         add_eos,
         add_space_prefix,
@@ -506,6 +399,147 @@ pub(super) fn load(f: &GgufFile) -> Result<Tokenizer, TokenizerError> {
         pieces,
         piece_ends,
     })
+}
+
+/// The special tokens a file may name by id.
+#[derive(Default)]
+struct SpecialIds {
+    bos: Option<u32>,
+    eos: Option<u32>,
+    eot: Option<u32>,
+    eom: Option<u32>,
+    unk: Option<u32>,
+    pad: Option<u32>,
+    fim_pre: Option<u32>,
+    fim_suf: Option<u32>,
+    fim_mid: Option<u32>,
+    fim_pad: Option<u32>,
+    fim_rep: Option<u32>,
+    fim_sep: Option<u32>,
+}
+
+/// The ids the file gives, over the type's defaults (`[bos, eos, unk]`); ids outside the
+/// vocabulary are ignored with a warning, as llama.cpp does.
+fn read_ids(
+    m: &Meta,
+    n: usize,
+    [bos, eos, unk]: [Option<u32>; 3],
+) -> Result<SpecialIds, TokenizerError> {
+    let in_vocab = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+    let mut ids = SpecialIds {
+        bos: in_vocab(bos),
+        eos: in_vocab(eos),
+        unk: in_vocab(unk),
+        ..SpecialIds::default()
+    };
+    type Slot = fn(&mut SpecialIds) -> &mut Option<u32>;
+    let keys: [(&str, Slot); 15] = [
+        ("tokenizer.ggml.bos_token_id", |i| &mut i.bos),
+        ("tokenizer.ggml.eos_token_id", |i| &mut i.eos),
+        ("tokenizer.ggml.eot_token_id", |i| &mut i.eot),
+        ("tokenizer.ggml.eom_token_id", |i| &mut i.eom),
+        ("tokenizer.ggml.unknown_token_id", |i| &mut i.unk),
+        ("tokenizer.ggml.padding_token_id", |i| &mut i.pad),
+        ("tokenizer.ggml.fim_pre_token_id", |i| &mut i.fim_pre),
+        ("tokenizer.ggml.fim_suf_token_id", |i| &mut i.fim_suf),
+        ("tokenizer.ggml.fim_mid_token_id", |i| &mut i.fim_mid),
+        ("tokenizer.ggml.fim_pad_token_id", |i| &mut i.fim_pad),
+        ("tokenizer.ggml.fim_rep_token_id", |i| &mut i.fim_rep),
+        ("tokenizer.ggml.fim_sep_token_id", |i| &mut i.fim_sep),
+        // Older names of the first three FIM keys.
+        ("tokenizer.ggml.prefix_token_id", |i| &mut i.fim_pre),
+        ("tokenizer.ggml.suffix_token_id", |i| &mut i.fim_suf),
+        ("tokenizer.ggml.middle_token_id", |i| &mut i.fim_mid),
+    ];
+    for (key, slot) in keys {
+        let slot = slot(&mut ids);
+        if let Some(v) = m.id(key)? {
+            match u32::try_from(v) {
+                Ok(v) if (v as usize) < n => *slot = Some(v),
+                _ => tracing::warn!(
+                    "{}: {key} = {v} is outside the vocabulary; ignored",
+                    m.f.path().display()
+                ),
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// Finds the end-of-turn, end-of-message and FIM tokens the file does not name, by their text
+/// (llama.cpp does the same: converters rarely record them). Each found is made a control token.
+fn detect_by_text(ids: &mut SpecialIds, tokens: &mut [TokenData], token_to_id: &StrMap<u32>) {
+    let slots: [(&mut Option<u32>, &[&str]); 8] = [
+        (&mut ids.eot, EOT_NAMES),
+        (&mut ids.eom, &["<|eom_id|>"]),
+        (&mut ids.fim_pre, FIM_PRE_NAMES),
+        (&mut ids.fim_suf, FIM_SUF_NAMES),
+        (&mut ids.fim_mid, FIM_MID_NAMES),
+        (&mut ids.fim_pad, FIM_PAD_NAMES),
+        (&mut ids.fim_rep, FIM_REP_NAMES),
+        (&mut ids.fim_sep, FIM_SEP_NAMES),
+    ];
+    for (slot, names) in slots {
+        if slot.is_some() {
+            continue;
+        }
+        if let Some(id) = names.iter().find_map(|s| token_to_id.get(*s).copied()) {
+            *slot = Some(id);
+            tokens[id as usize].attr |= attr::CONTROL;
+        }
+    }
+}
+
+/// llama.cpp's end-of-generation set: FIM padding/repo/separator tokens, every token whose text
+/// is in `EOG_NAMES` (made control tokens), EOS, EOT and EOM; minus gpt-oss's and solar-open's
+/// "<|end|>" (it ends a message there, not the generation) and Gemma 4's ordinary "</s>". Sorted.
+fn end_of_generation(
+    ids: &SpecialIds,
+    tokens: &mut [TokenData],
+    token_to_id: &StrMap<u32>,
+) -> Vec<u32> {
+    let mut eog: Vec<u32> = [ids.fim_pad, ids.fim_rep, ids.fim_sep]
+        .into_iter()
+        .flatten()
+        .collect();
+    for name in EOG_NAMES {
+        if let Some(&id) = token_to_id.get(*name) {
+            eog.push(id);
+            tokens[id as usize].attr |= attr::CONTROL;
+        }
+    }
+    // gpt-oss's channel markers are always printed (llama.cpp makes them user-defined).
+    for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(&id) = token_to_id.get(name) {
+            tokens[id as usize].attr = attr::USER_DEFINED;
+        }
+    }
+    eog.extend([ids.eos, ids.eot, ids.eom].into_iter().flatten());
+    eog.sort_unstable();
+    eog.dedup();
+    let find = |eog: &[u32], tokens: &[TokenData], text: &str| {
+        eog.iter()
+            .copied()
+            .find(|&id| &*tokens[id as usize].text == text)
+    };
+    let has = |eog: &[u32], tokens: &[TokenData], text: &str| find(eog, tokens, text).is_some();
+    let call = has(&eog, tokens, "<|call|>") || has(&eog, tokens, "<|calls|>");
+    let ret_or_flush = has(&eog, tokens, "<|return|>") || has(&eog, tokens, "<|flush|>");
+    if let Some(end) = find(&eog, tokens, "<|end|>")
+        && call
+        && ret_or_flush
+    {
+        eog.retain(|&id| id != end);
+        tokens[end as usize].attr = attr::USER_DEFINED;
+    }
+    let normal_s = has(&eog, tokens, "<|tool_response>") || has(&eog, tokens, "<|plamo:eos|>");
+    if let Some(s) = find(&eog, tokens, "</s>")
+        && normal_s
+    {
+        eog.retain(|&id| id != s);
+        tokens[s as usize].attr = attr::NORMAL;
+    }
+    eog
 }
 
 /// A token's bytes as printed with `special = true` (llama.cpp's `token_to_piece`).

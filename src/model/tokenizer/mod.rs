@@ -92,18 +92,16 @@ struct TokenData {
     attr: u16,
 }
 
-#[derive(Debug)]
 enum Model {
     Spm {
         /// `<0xAB>` (or the raw byte) token of each byte.
-        byte_tokens: [Option<u32>; 256],
+        byte_tokens: Box<[Option<u32>; 256]>,
         pairs: spm::JoinablePairs,
     },
     Bpe(Box<Bpe>),
 }
 
 /// A model's tokenizer. Cheap to share (`&Tokenizer` is `Sync`); encoding allocates per call.
-#[derive(Debug)]
 pub struct Tokenizer {
     model: Model,
     tokens: Vec<TokenData>,
@@ -126,6 +124,26 @@ pub struct Tokenizer {
     /// Each token's decoded bytes (as printed with `special = true`), concatenated.
     pieces: Vec<u8>,
     piece_ends: Vec<u32>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    /// A summary: the tables run to megabytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let model = match &self.model {
+            Model::Spm { .. } => "SPM".to_string(),
+            Model::Bpe(b) => format!("BPE ({} merges)", b.n_merges()),
+        };
+        f.debug_struct("Tokenizer")
+            .field("model", &model)
+            .field("n_vocab", &self.tokens.len())
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("eot", &self.eot)
+            .field("eog", &self.eog)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Tokenizer {

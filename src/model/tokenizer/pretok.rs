@@ -348,21 +348,23 @@ fn collapse_pattern(pattern: &str) -> Result<String, String> {
             inside = true;
         } else if b[i] == b']' && inside && !escaped {
             inside = false;
-        } else if b[i] == b'\\' && b.get(i + 1) == Some(&b'p') && b.get(i + 2) == Some(&b'{') {
-            if let Some(close) = pattern[i..].find('}').map(|c| c + i) {
-                let class = &pattern[i..=close];
-                if let Some(&(_, cat)) = UNICODE_CLASSES.iter().find(|(n, _)| *n == class) {
-                    if inside {
-                        out.push_str(&class_members(cat));
-                    } else {
-                        out.push('[');
-                        out.push_str(&class_members(cat));
-                        out.push(']');
-                    }
-                    i = close + 1;
-                    continue;
-                }
+        } else if b[i] == b'\\'
+            && b.get(i + 1) == Some(&b'p')
+            && b.get(i + 2) == Some(&b'{')
+            && let Some(close) = pattern[i..].find('}').map(|c| c + i)
+            && let Some(&(_, cat)) = UNICODE_CLASSES
+                .iter()
+                .find(|(n, _)| *n == &pattern[i..=close])
+        {
+            if inside {
+                out.push_str(&class_members(cat));
+            } else {
+                out.push('[');
+                out.push_str(&class_members(cat));
+                out.push(']');
             }
+            i = close + 1;
+            continue;
         }
         out.push(b[i] as char);
         i += 1;

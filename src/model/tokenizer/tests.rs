@@ -231,7 +231,7 @@ fn end_of_generation_set() {
     let tok = spm(vec![], &vocab);
     // EOS, the listed end tokens (a normal-typed one becomes control), FIM padding; "<|end|>"
     // is not an end when "<|return|>" and "<|call|>" exist (gpt-oss).
-    let mut want = vec![
+    let mut want = [
         2,
         id("<|im_end|>"),
         id("<|return|>"),
