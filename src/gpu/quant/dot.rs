@@ -889,6 +889,10 @@ mod avx2 {
 
     // --- 32-element types against Q8x32 ---
 
+    /// Bytes ahead of the current weight block to prefetch (a prefetch never faults, so running
+    /// past the end of the matrix is harmless).
+    const PREFETCH: usize = 4096;
+
     /// A 32-element weight block type as the SIMD kernel sees it.
     trait Blk32 {
         const BYTES: usize;
@@ -1119,6 +1123,9 @@ mod avx2 {
                 let mut accm = [_mm256_setzero_ps(); T];
                 for g in 0..ng {
                     let p = row.add(g * GROUP * B::BYTES);
+                    // Decode streams the weights from DRAM once: ask for them ahead of time.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
                     let (wd, wm) = B::group_dm(p);
                     let qx: [__m256i; GROUP] =
                         std::array::from_fn(|j| B::quants(p.add(j * B::BYTES)));
@@ -1481,8 +1488,14 @@ mod avx2 {
                 let row = w.as_ptr().add(r * rb);
                 let mut acc = [_mm256_setzero_ps(); T];
                 for b in 0..nb {
+                    let p = row.add(b * B::BYTES);
+                    let mut off = 0;
+                    while off < B::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + off) as *const i8);
+                        off += 64;
+                    }
                     let a: [*const Q8xK; T] = std::array::from_fn(|t| qa.add(t * nb + b));
-                    B::superblock::<T>(row.add(b * B::BYTES), a, &mut acc);
+                    B::superblock::<T>(p, a, &mut acc);
                 }
                 for t in 0..T {
                     *out.get_unchecked_mut(r * T + t) = hsum(acc[t]);
@@ -1578,6 +1591,9 @@ mod avx2 {
                 let mut acc = [[_mm256_setzero_ps(); T]; 2];
                 let mut c = 0;
                 while c < main {
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        row.wrapping_add(c * B::BYTES + PREFETCH) as *const i8
+                    );
                     let w0 = B::load8(row.add(c * B::BYTES));
                     let w1 = B::load8(row.add((c + 8) * B::BYTES));
                     for t in 0..T {
