@@ -1,6 +1,7 @@
 //! Speed of the CPU matrix products: GB/s of weights streamed, per type and shape.
 //!
-//! `cargo run --release --example matmul_speed [-- --threads N] [--scalar] [--quick] [--only TYPE]`
+//! `cargo run --release --example matmul_speed [-- --threads N] [--scalar] [--quick] [--only TYPE]
+//! [--shape ROWSxCOLS] [--no-sweep]`
 //!
 //! * hot: the same matrix again and again (it stays in L2/L3 where it fits): kernel speed.
 //! * sweep: every weight matrix of a SmolLM2-135M-shaped model (30 layers of q, k, v, o, gate,
@@ -145,12 +146,18 @@ fn main() {
         GgmlType::Q5_0,
         GgmlType::F16,
     ];
+    let shape = args
+        .iter()
+        .position(|a| a == "--shape")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.split_once('x'))
+        .and_then(|(r, c)| Some((r.parse::<usize>().ok()?, c.parse::<usize>().ok()?)));
     for ty in hot_types
         .into_iter()
         .filter(|t| only.is_none_or(|o| o == *t))
     {
         for &(rows, cols) in &shapes {
-            if !cols.is_multiple_of(ty.block_len()) {
+            if !cols.is_multiple_of(ty.block_len()) || shape.is_some_and(|s| s != (rows, cols)) {
                 continue;
             }
             let q = weights(ty, rows, cols, 1);
@@ -178,6 +185,9 @@ fn main() {
         }
     }
 
+    if args.iter().any(|a| a == "--no-sweep") {
+        return;
+    }
     println!("\nsweep (SmolLM2-135M shapes, 30 layers, output Q8_0)");
     let sweep_types = [
         GgmlType::Q4_1,

@@ -21,7 +21,10 @@
 //!
 //! Each kernel exists as scalar code (the reference, and the fallback) and as AVX2+FMA+F16C code
 //! selected at run time. A kernel computes up to `MAX_TILE` tokens per pass over a weight row, so
-//! that prompt processing unpacks each weight block once for several tokens.
+//! that prompt processing unpacks each weight block once for several tokens. The 32-element
+//! kernels take blocks four at a time: the four integer dot products are reduced into the lanes
+//! of one vector, so that one conversion and one multiply by the four blocks' scales
+//! (`Group4`, prepared with the activation) replace four of each.
 
 use super::blocks::{QK, QK_K, f16_at, k_scale_min, layout};
 use super::{GgmlType, QuantError};
