@@ -392,3 +392,17 @@ fn hostile_blocks_do_not_panic() {
         }
     }
 }
+
+/// Large inputs are quantized on several threads; the bytes must be those of one thread.
+#[test]
+fn large_inputs_quantize_as_small_pieces_do() {
+    let x = gaussian((1 << 20) + 3 * 256, 11);
+    for ty in [GgmlType::Q4K, GgmlType::Q8_0, GgmlType::Q5_1] {
+        let whole = quant::quantize(ty, &x).expect("whole");
+        let mut pieces = Vec::with_capacity(whole.len());
+        for c in x.chunks(64 * 256) {
+            pieces.extend(quant::quantize(ty, c).expect("piece"));
+        }
+        assert!(whole == pieces, "{ty}: parallel quantization differs");
+    }
+}
