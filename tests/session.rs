@@ -25,9 +25,14 @@ fn session(n_ctx: usize, n_predict: i32) -> Session {
             ..SamplerConfig::default()
         },
     };
-    loader::load(Arc::clone(&file), Box::new(CpuBackend::new(2)), &opts, &mut |_, _| {})
-        .unwrap()
-        .session
+    loader::load(
+        Arc::clone(&file),
+        Box::new(CpuBackend::new(2)),
+        &opts,
+        &mut |_, _| {},
+    )
+    .unwrap()
+    .session
 }
 
 fn say(s: &mut Session, text: &str) -> (Answer, usize) {
@@ -78,7 +83,11 @@ fn a_full_context_drops_the_oldest_turns_but_keeps_the_system_prompt() {
     let mut total_dropped = 0;
     for i in 0..12 {
         let (a, dropped) = say(&mut s, &format!("message number {i} with some words in it"));
-        assert!(a.stats.prompt_tokens + 8 <= 160, "prompt {}", a.stats.prompt_tokens);
+        assert!(
+            a.stats.prompt_tokens + 8 <= 160,
+            "prompt {}",
+            a.stats.prompt_tokens
+        );
         total_dropped += dropped;
     }
     assert!(total_dropped > 0, "a 160-token context never filled");
