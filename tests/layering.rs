@@ -36,5 +36,9 @@ fn no_layer_imports_a_layer_above_it() {
             }
         }
     }
-    assert!(bad.is_empty(), "imports against the layering:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "imports against the layering:\n{}",
+        bad.join("\n")
+    );
 }

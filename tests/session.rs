@@ -19,6 +19,7 @@ fn session(n_ctx: usize, n_predict: i32) -> Session {
     let opts = LoadOptions {
         n_ctx: Some(n_ctx),
         n_batch: 32,
+        all_logits: false,
         sampler: SamplerConfig {
             temp: 0.0,
             n_predict,
