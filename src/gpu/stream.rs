@@ -412,6 +412,7 @@ pub struct TrackedStream {
     pub auto_event_interval: u32,
     pub default_budget: Budget,
     crumb_device: DevicePtr,
+    breadcrumbs: bool,
 }
 
 impl TrackedStream {
@@ -447,6 +448,7 @@ impl TrackedStream {
             auto_event_interval: 64,
             default_budget: Budget::DEFAULT,
             crumb_device: DevicePtr::NULL,
+            breadcrumbs: true,
         })
     }
 
@@ -460,11 +462,15 @@ impl TrackedStream {
 
     /// The breadcrumb address kernels get: null with tracking off.
     pub fn crumb_arg(&self) -> DevicePtr {
-        if self.shared.tracking() {
+        if self.shared.tracking() && self.breadcrumbs {
             self.crumb_device
         } else {
             DevicePtr::NULL
         }
+    }
+
+    pub fn set_breadcrumbs(&mut self, on: bool) {
+        self.breadcrumbs = on;
     }
 
     pub fn set_tracking(&mut self, on: bool) {
