@@ -632,3 +632,17 @@ fn with_tracking_off_no_op_is_recorded_and_no_breadcrumb_is_passed() {
     gpu.wait_idle(Duration::from_secs(5)).expect("idle");
     assert_eq!(shared.read_breadcrumb(), seq2);
 }
+
+#[test]
+fn a_failed_open_gives_back_what_it_made() {
+    let be = FakeBackend::new(FakeScript::default());
+    let ctl = be.control();
+    ctl.fail_next("alloc_pinned", 2);
+    let e = Gpu::open(Box::new(be), small_cfg())
+        .err()
+        .expect("open fails");
+    assert!(matches!(e, GpuError::Runtime(_)), "{e}");
+    assert_eq!(ctl.live_events(), 0, "the event pool was destroyed");
+    assert_eq!(ctl.live_pinned(), 0);
+    assert!(!ctl.stream_alive());
+}

@@ -769,7 +769,6 @@ impl DecodeSim {
         }
         gpu.fill_u32(l, sim.norm, 1.0f32.to_bits())?;
         gpu.wait_idle(Duration::from_secs(30))?;
-        let _ = sim.k_fill;
         Ok(sim)
     }
 

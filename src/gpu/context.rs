@@ -196,8 +196,21 @@ impl Gpu {
             state: State::Alive,
             mem_at_open,
         };
-        let crumb = gpu.backend.alloc_pinned(64, true)?;
+        match gpu.alloc_host_side() {
+            Ok(()) => Ok(gpu),
+            Err(e) => {
+                // Give back what was made (nothing is in flight yet).
+                let _ = gpu.teardown(Duration::from_secs(1), &mut |_| {});
+                Err(e)
+            }
+        }
+    }
+
+    /// The breadcrumb word and the staging buffers.
+    fn alloc_host_side(&mut self) -> Result<(), GpuError> {
+        let crumb = self.backend.alloc_pinned(64, true)?;
         let Some(dev) = crumb.device else {
+            self.host_words.push(crumb);
             return Err(GpuError::InvalidArgument(
                 "mapped pinned memory without a device address".into(),
             ));
@@ -205,19 +218,19 @@ impl Gpu {
         // SAFETY: 64 fresh bytes of pinned memory, 8-byte aligned (page-aligned by the runtime).
         unsafe {
             std::ptr::write_bytes(crumb.host, 0, 64);
-            gpu.stream
+            self.stream
                 .shared()
                 .attach_breadcrumb(crumb.host as *mut u64);
         }
-        gpu.stream.set_breadcrumb(dev);
-        gpu.crumb = Some(crumb);
-        for _ in 0..gpu.cfg.staging_buffers.max(1) {
-            let mem = gpu
+        self.stream.set_breadcrumb(dev);
+        self.crumb = Some(crumb);
+        for _ in 0..self.cfg.staging_buffers.max(1) {
+            let mem = self
                 .backend
-                .alloc_pinned(gpu.cfg.staging_bytes.max(4096), false)?;
-            gpu.staging.push(StagingBuf { mem, last_seq: 0 });
+                .alloc_pinned(self.cfg.staging_bytes.max(4096), false)?;
+            self.staging.push(StagingBuf { mem, last_seq: 0 });
         }
-        Ok(gpu)
+        Ok(())
     }
 
     pub fn info(&self) -> &DeviceInfo {
