@@ -72,6 +72,8 @@ chroot "$DIR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND
 chroot "$DIR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive \
     apt-get install -y -q --no-install-recommends $PACKAGES
 chroot "$DIR" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin apt-get clean
+# The package lists (~90 MB) are only needed to install; a repair run fetches them again.
+rm -rf "$DIR"/var/lib/apt/lists/*
 
 echo "$PACKAGES" > "$MARKER"
 echo "$DIR: ready ($PACKAGES)"
