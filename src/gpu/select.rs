@@ -16,6 +16,8 @@ pub enum BackendChoice {
     Hip,
     Cuda,
     Cpu,
+    /// The scripted fake device (for dry runs of the selftest and tests; not listed in help).
+    Fake,
 }
 
 impl FromStr for BackendChoice {
@@ -26,6 +28,7 @@ impl FromStr for BackendChoice {
             "hip" | "rocm" => Ok(BackendChoice::Hip),
             "cuda" => Ok(BackendChoice::Cuda),
             "cpu" => Ok(BackendChoice::Cpu),
+            "fake" => Ok(BackendChoice::Fake),
             other => Err(format!(
                 "unknown backend {other:?} (auto, hip, cuda or cpu)"
             )),
@@ -40,6 +43,7 @@ impl fmt::Display for BackendChoice {
             BackendChoice::Hip => "hip",
             BackendChoice::Cuda => "cuda",
             BackendChoice::Cpu => "cpu",
+            BackendChoice::Fake => "fake",
         })
     }
 }
@@ -174,6 +178,12 @@ pub fn select(choice: BackendChoice, device: Option<u32>) -> Result<Selected, Gp
                 reason: format!("cuda: {reason}"),
             })
         }
+        BackendChoice::Fake => Ok(Selected::Gpu {
+            backend: Box::new(crate::gpu::fake::FakeBackend::new(
+                crate::gpu::fake::FakeScript::default(),
+            )),
+            reason: "fake: the scripted test device, as requested".into(),
+        }),
         BackendChoice::Cpu => Ok(Selected::Cpu {
             reason: "cpu: as requested".into(),
         }),
