@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::arena::{Arena, ArenaPlan, DeviceBuffer, Region};
 use crate::gpu::device::{
-    Backend, BackendKind, BlasAvailability, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
+    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
     MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule,
 };
 use crate::gpu::kernels::{self, CompileMode, KernelBuild, KernelCache, KernelSource};
@@ -142,7 +142,7 @@ pub struct HostWord(usize);
 
 /// One opened device, owned by the worker thread.
 pub struct Gpu {
-    backend: Box<dyn Backend>,
+    backend: Box<dyn Device>,
     stream: TrackedStream,
     cfg: GpuConfig,
     arena: Option<Arena>,
@@ -169,7 +169,7 @@ pub(crate) const CHECKSUM_BLOCKS: u32 = 256;
 
 impl Gpu {
     /// Sets up the tracked stream (event pool, breadcrumb word) and the staging buffers.
-    pub fn open(mut backend: Box<dyn Backend>, cfg: GpuConfig) -> Result<Gpu, GpuError> {
+    pub fn open(mut backend: Box<dyn Device>, cfg: GpuConfig) -> Result<Gpu, GpuError> {
         let mem_at_open = backend.mem_info().ok();
         let name = format!("{}:{} stream 0", backend.kind(), backend.info().ordinal);
         let mut stream = TrackedStream::new(&name, backend.as_mut())?;
@@ -315,7 +315,7 @@ impl Gpu {
         kind: OpKind,
         label: LabelId,
         budget: Option<Budget>,
-        f: impl FnOnce(&mut dyn Backend, u64, DevicePtr) -> Result<(), GpuError>,
+        f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
         self.check_alive()?;
         if !self.stream.has_room() {
@@ -996,7 +996,7 @@ impl Gpu {
 
 #[allow(clippy::too_many_arguments)]
 fn launch_raw(
-    be: &mut dyn Backend,
+    be: &mut dyn Device,
     f: RawFunction,
     grid: [u32; 3],
     block: [u32; 3],

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::gpu::device::{
-    Backend, BackendKind, BlasAvailability, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
+    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
     MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError,
 };
 use crate::gpu::kernels::{KernelCompiler, kernel_names};
@@ -506,7 +506,7 @@ impl EventProbe for FakeProbe {
     }
 }
 
-impl Backend for FakeBackend {
+impl Device for FakeBackend {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }

@@ -1,4 +1,4 @@
-//! Backend and device choice: `--backend auto|hip|cuda|cpu` and `--device N`. `auto` tries HIP,
+//! Device and device choice: `--backend auto|hip|cuda|cpu` and `--device N`. `auto` tries HIP,
 //! then CUDA, then the CPU, and says which and why. Without `--device`, the largest discrete GPU
 //! is used (a Ryzen desktop with an RX 7900 XTX also exposes its integrated GPU). Device numbers
 //! are the runtime's, after `HIP_VISIBLE_DEVICES` / `CUDA_VISIBLE_DEVICES`, which the runtimes
@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::gpu::device::{Backend, BackendKind, DeviceInfo, GpuError, human_bytes};
+use crate::gpu::device::{BackendKind, Device, DeviceInfo, GpuError, human_bytes};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -51,7 +51,7 @@ impl fmt::Display for BackendChoice {
 /// The outcome of selection.
 pub enum Selected {
     Gpu {
-        backend: Box<dyn Backend>,
+        backend: Box<dyn Device>,
         reason: String,
     },
     Cpu {
@@ -146,7 +146,7 @@ pub fn pick(
     }
 }
 
-fn open_hip(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError> {
+fn open_hip(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let rt = crate::gpu::hip::HipRuntime::load()?;
     let devices = rt.devices()?;
     let (n, why) = pick(BackendKind::Hip, &devices, device)?;
@@ -154,7 +154,7 @@ fn open_hip(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError>
     Ok((Box::new(be), why))
 }
 
-fn open_cuda(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError> {
+fn open_cuda(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let devices = crate::gpu::cuda::probe()?;
     let (n, why) = pick(BackendKind::Cuda, &devices, device)?;
     let be = crate::gpu::cuda::CudaBackend::open(n)?;

@@ -13,7 +13,7 @@ use std::sync::atomic::{
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::gpu::device::{Backend, DevicePtr, GpuError, RawEvent};
+use crate::gpu::device::{Device, DevicePtr, GpuError, RawEvent};
 use crate::gpu::stats::StreamSnapshot;
 
 /// Slots in the in-flight table; the worker never lets more ops than this be in flight.
@@ -417,7 +417,7 @@ pub struct TrackedStream {
 
 impl TrackedStream {
     /// Creates the stream's view and its event pool on `backend`.
-    pub fn new(name: &str, backend: &mut dyn Backend) -> Result<TrackedStream, GpuError> {
+    pub fn new(name: &str, backend: &mut dyn Device) -> Result<TrackedStream, GpuError> {
         let shared = Arc::new(StreamShared::new(name));
         let _ = shared.labels.slots[0].set("(label table full)".into());
         shared.labels.len.store(1, Ordering::Release);
@@ -544,7 +544,7 @@ impl TrackedStream {
     /// `deadline`) for the oldest recorded event.
     pub fn record_event(
         &mut self,
-        backend: &mut dyn Backend,
+        backend: &mut dyn Device,
         deadline: Instant,
     ) -> Result<(), GpuError> {
         let covers = self.last_seq();
@@ -592,7 +592,7 @@ impl TrackedStream {
 
     /// Queries recorded events, oldest first, and folds the breadcrumb; returns `completed`.
     /// Never blocks on the stream.
-    pub fn poll(&mut self, backend: &mut dyn Backend) -> Result<u64, GpuError> {
+    pub fn poll(&mut self, backend: &mut dyn Device) -> Result<u64, GpuError> {
         self.shared.fold_breadcrumb();
         while let Some(&(idx, covers)) = self.pending.front() {
             let done = covers <= self.shared.completed() || {
@@ -614,7 +614,7 @@ impl TrackedStream {
     /// passes. Records an event covering `seq` first if none does.
     pub fn wait_for(
         &mut self,
-        backend: &mut dyn Backend,
+        backend: &mut dyn Device,
         seq: u64,
         deadline: Instant,
     ) -> Result<(), GpuError> {
