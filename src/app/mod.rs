@@ -1,8 +1,9 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
+pub use crate::gpu::dirs;
+
 pub mod cli;
 pub mod cmd;
-pub mod dirs;
 pub mod fetch;
 pub mod gpu_cli;
 pub mod quit;
