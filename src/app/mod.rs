@@ -1,6 +1,14 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
+pub mod chat_args;
 pub mod cli;
+pub mod clipboard;
+pub mod config;
+pub mod discover;
+pub mod logging;
+pub mod shutdown;
+pub mod transcript;
+pub mod tui;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {

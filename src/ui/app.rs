@@ -55,6 +55,11 @@ pub enum Msg {
     Saved(Result<PathBuf, String>),
     /// SIGTERM or SIGHUP: quit as if the user asked; a second one leaves at once.
     Terminate(&'static str),
+    /// Something the app layer wants the user to know (a transcript that cannot be written).
+    Notice {
+        text: String,
+        error: bool,
+    },
 }
 
 impl Msg {
@@ -373,6 +378,17 @@ impl App {
                     ),
                     Err(e) => self.error("saving the conversation", &e),
                 }
+                Vec::new()
+            }
+            Msg::Notice { text, error } => {
+                self.chat.notice(
+                    text,
+                    if error {
+                        NoticeLevel::Error
+                    } else {
+                        NoticeLevel::Info
+                    },
+                );
                 Vec::new()
             }
             Msg::Terminate(what) => {

@@ -294,7 +294,7 @@ impl Chat {
                 }
                 if let (Some(s), Some(r)) = (stats, reason) {
                     out.extend(markdown::render_plain(
-                        &stats_line(s, r),
+                        &stats_line(s, &reason_text(r)),
                         width,
                         theme.stats,
                     ));
@@ -410,7 +410,7 @@ impl Chat {
 }
 
 /// `TTFT 85 ms · prompt 31 tok 410 t/s · 42 tok 205 t/s · end of text`
-pub fn stats_line(s: &GenStats, reason: &StopReason) -> String {
+pub fn stats_line(s: &GenStats, reason: &str) -> String {
     let mut parts = vec![format!("TTFT {}", units::duration(s.time_to_first_token))];
     let fresh = s.prompt_tokens.saturating_sub(s.cached_tokens);
     let mut prompt = format!(
@@ -430,7 +430,7 @@ pub fn stats_line(s: &GenStats, reason: &StopReason) -> String {
         units::count(s.generated_tokens as u64),
         units::rate(s.gen_tps(), "t/s")
     ));
-    parts.push(reason_text(reason));
+    parts.push(reason.to_string());
     parts.join(" · ")
 }
 
@@ -460,7 +460,7 @@ mod tests {
             time_to_first_token: Duration::from_millis(85),
         };
         assert_eq!(
-            stats_line(&s, &StopReason::Eog),
+            stats_line(&s, &reason_text(&StopReason::Eog)),
             "TTFT 85.0 ms · prompt 31 tok 310 t/s (+10 cached) · gen 42 tok 210 t/s · end of text"
         );
     }

@@ -3,6 +3,8 @@
 //! ratatui's `TestBackend`.
 #![allow(dead_code)]
 
+pub mod fake_worker;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -292,5 +294,66 @@ pub fn quit_step(name: &str, status: QuitStepStatus, ms: u64) -> QuitStep {
         name: name.into(),
         status,
         elapsed: Duration::from_micros(ms),
+    }
+}
+
+/// A `TestBackend` shared between the event loop (which draws into it) and the test script
+/// (which waits for text to appear on it), as a user watches a screen.
+#[derive(Clone)]
+pub struct SharedBackend(pub std::sync::Arc<std::sync::Mutex<TestBackend>>);
+
+impl SharedBackend {
+    pub fn new(width: u16, height: u16) -> SharedBackend {
+        SharedBackend(std::sync::Arc::new(std::sync::Mutex::new(
+            TestBackend::new(width, height),
+        )))
+    }
+
+    pub fn screen(&self) -> String {
+        format!("{}", self.0.lock().expect("backend"))
+    }
+}
+
+impl ratatui::backend::Backend for SharedBackend {
+    type Error = std::convert::Infallible;
+
+    fn draw<'a, I>(&mut self, content: I) -> Result<(), Self::Error>
+    where
+        I: Iterator<Item = (u16, u16, &'a ratatui::buffer::Cell)>,
+    {
+        self.0.lock().expect("backend").draw(content)
+    }
+    fn hide_cursor(&mut self) -> Result<(), Self::Error> {
+        self.0.lock().expect("backend").hide_cursor()
+    }
+    fn show_cursor(&mut self) -> Result<(), Self::Error> {
+        self.0.lock().expect("backend").show_cursor()
+    }
+    fn get_cursor_position(&mut self) -> Result<ratatui::layout::Position, Self::Error> {
+        self.0.lock().expect("backend").get_cursor_position()
+    }
+    fn set_cursor_position<P: Into<ratatui::layout::Position>>(
+        &mut self,
+        position: P,
+    ) -> Result<(), Self::Error> {
+        self.0
+            .lock()
+            .expect("backend")
+            .set_cursor_position(position)
+    }
+    fn clear(&mut self) -> Result<(), Self::Error> {
+        self.0.lock().expect("backend").clear()
+    }
+    fn clear_region(&mut self, clear_type: ratatui::backend::ClearType) -> Result<(), Self::Error> {
+        self.0.lock().expect("backend").clear_region(clear_type)
+    }
+    fn size(&self) -> Result<ratatui::layout::Size, Self::Error> {
+        self.0.lock().expect("backend").size()
+    }
+    fn window_size(&mut self) -> Result<ratatui::backend::WindowSize, Self::Error> {
+        self.0.lock().expect("backend").window_size()
+    }
+    fn flush(&mut self) -> Result<(), Self::Error> {
+        self.0.lock().expect("backend").flush()
     }
 }
