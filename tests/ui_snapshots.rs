@@ -292,3 +292,91 @@ fn stopped_answer() {
     app.update(Msg::Tick(std::time::Duration::from_secs(2)));
     insta::assert_snapshot!(draw(&app, 80, 24));
 }
+
+#[test]
+fn model_picker_with_an_unreadable_file() {
+    use hipscope::ui::picker::{ModelEntry, ModelHeader};
+    let mut app = loaded_app();
+    let fx = submit(&mut app, "/model");
+    assert_eq!(fx, vec![hipscope::ui::Effect::Discover]);
+    let entry = |name: &str, path: &str, source: &str, size: u64, header| ModelEntry {
+        name: name.into(),
+        path: path.into(),
+        source: source.into(),
+        size,
+        header,
+    };
+    let ok = |arch: &str, quant: &str, params: u64| {
+        Ok(ModelHeader {
+            architecture: arch.into(),
+            quant: quant.into(),
+            parameters: Some(params),
+            context_length: Some(8192),
+            name: None,
+        })
+    };
+    app.update(Msg::Models {
+        entries: vec![
+            entry(
+                "SmolLM2-135M-Instruct.Q4_1",
+                "/home/ada/.cache/hipscope/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "hipscope",
+                98_362_432,
+                ok("llama", "Q4_1", 134_515_008),
+            ),
+            entry(
+                "qwen2.5:0.5b",
+                "/home/ada/.ollama/models/blobs/sha256-c5396e06af294bd101b30dce59131a76d2b773e76950acc870eda801d3ab0515",
+                "ollama",
+                397_807_936,
+                ok("qwen2", "Q4_K", 494_032_768),
+            ),
+            entry(
+                "Llama-3.2-1B-Instruct-Q4_K_M (bartowski/Llama-3.2-1B-Instruct-GGUF)",
+                "/home/ada/.cache/huggingface/hub/models--bartowski--Llama-3.2-1B-Instruct-GGUF/snapshots/067b946/Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+                "Hugging Face",
+                807_690_656,
+                ok("llama", "Q4_K", 1_235_814_432),
+            ),
+            entry(
+                "broken-7b.Q4_K_M",
+                "/home/ada/models/broken-7b.Q4_K_M.gguf",
+                "config",
+                41_943_040,
+                Err("/home/ada/models/broken-7b.Q4_K_M.gguf: the file ends before the tensor infos (in tensor 183, at byte 41943040)".into()),
+            ),
+        ],
+        searched: vec![],
+    });
+    app.update(key(KeyCode::Down));
+    insta::assert_snapshot!(draw(&app, 110, 26));
+}
+
+#[test]
+fn theme_styles_reach_the_screen() {
+    // Snapshots show text only; this checks that the HUNG banner is drawn in its own style and
+    // that code blocks carry the code background.
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, SHORT_ANSWER, 8);
+    finish(&mut app, 20);
+    worker(&mut app, Event::Watchdog(watchdog(WatchState::Hung, 5_000)));
+    let backend = draw(&app, 100, 30);
+    let buf = backend.buffer();
+    let theme = hipscope::ui::theme::Theme::default();
+    let banner = (0..100)
+        .map(|x| &buf[(x, 1)])
+        .find(|c| c.symbol() == "⚠")
+        .expect("banner on row 1");
+    assert_eq!(banner.bg, theme.hung_banner.bg.unwrap());
+    let row = (0..30)
+        .find(|&y| {
+            (0..100)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+                .contains("xs = [1, 2, 3]")
+        })
+        .expect("code row");
+    let code_cell = &buf[(4, row)];
+    assert_eq!(code_cell.bg, theme.code_block.bg.unwrap());
+}

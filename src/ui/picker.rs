@@ -183,8 +183,9 @@ impl Picker {
             return;
         }
         // Columns: name, arch, quant, params, size, source.
-        let fixed = 12 + 8 + 6 + 10 + 13;
-        let name_w = w.saturating_sub(fixed + 3).max(12);
+        // Marker, then the columns after the name: arch, quant, params, size, source.
+        let fixed = 3 + 1 + 12 + 8 + 6 + 10 + 2 + 12;
+        let name_w = w.saturating_sub(fixed).max(12);
         lines.push(Line::from(text(
             format!(
                 "   {:<name_w$} {:<12}{:<8}{:>6}{:>10}  {:<12}",

@@ -130,6 +130,7 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
     let status = match app.generation {
         GenState::Idle if app.quit.is_some() => "quitting".to_string(),
         GenState::Idle if !app.worker_alive => "worker stopped".to_string(),
+        GenState::Idle if app.loading.is_some() => "loading".to_string(),
         GenState::Idle => "idle".to_string(),
         GenState::Waiting { since } => format!(
             "{} prompt {}",
@@ -176,10 +177,12 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         })
         .unwrap_or_default();
     let mut left = format!(" hipscope │ {}", model_line(app));
-    if !device.is_empty() {
+    let room = w.saturating_sub(right_w + 1);
+    // The device goes only where it fits whole; the model name is cut before that.
+    if !device.is_empty() && left.chars().count() + device.chars().count() + 3 <= room {
         left.push_str(&format!(" │ {device}"));
     }
-    let left = ellipsize(&left, w.saturating_sub(right_w + 1));
+    let left = ellipsize(&left, room);
     let pad = w.saturating_sub(left.chars().count() + right_w);
     let mut spans = vec![
         Span::styled(left, theme.header),

@@ -59,12 +59,12 @@ impl StreamsPanel {
         self.depth.get(stream)
     }
 
-    /// Rows this panel would like: three per stream plus its frame.
+    /// Rows this panel would like: four per stream, a blank between streams, and its frame.
     pub fn wanted_height(&self) -> u16 {
         let rows = if self.streams.is_empty() {
             3
         } else {
-            self.streams.len() as u16 * 4 - 1
+            self.streams.len() as u16 * 5 - 1
         };
         rows + 2
     }
@@ -161,7 +161,14 @@ impl StreamsPanel {
                 text(ellipsize(last, last_w), theme.dim),
                 text(rate, theme.text),
             ]));
-            let rows = (inner.bottom() - y).min(2);
+            lines.push(Line::from(vec![
+                text("  ", theme.dim),
+                text(units::count(s.enqueued), theme.text),
+                text(" enqueued · ", theme.dim),
+                text(units::count(s.completed), theme.text),
+                text(" done", theme.dim),
+            ]));
+            let rows = (inner.bottom() - y).min(3);
             frame.render_widget(
                 Paragraph::new(lines),
                 Rect::new(inner.x, y, inner.width, rows),
