@@ -384,3 +384,24 @@ fn ctrl_end() -> Msg {
         crossterm::event::KeyModifiers::CONTROL,
     ))
 }
+
+#[test]
+fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
+    let mut app = loaded_app();
+    app.restore(
+        &[
+            ("first question".into(), "first answer".into()),
+            ("second question".into(), String::new()),
+        ],
+        "reopened 2 exchanges",
+    );
+    assert_eq!(app.chat.last_answer(), Some("first answer"));
+    app.update(key(KeyCode::Up));
+    assert_eq!(app.input.text(), "second question");
+    // New answers go to a new entry, not to the reopened one.
+    submit(&mut app, "");
+    app.input.take();
+    submit(&mut app, "third");
+    stream_answer(&mut app, "third answer", 5);
+    assert_eq!(app.chat.last_answer(), Some("third answer"));
+}

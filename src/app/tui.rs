@@ -571,6 +571,35 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         app.update(Msg::Notice { text, error });
     }
 
+    // The terminal and the runtime come first: if either cannot be had, no worker (and no
+    // device) has been started that would need a quit.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hipscope: cannot start the event loop: {e}");
+            return 1;
+        }
+    };
+    install_panic_hook();
+    let guard = match TerminalGuard::enter(config.ui.mouse) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("hipscope: cannot set up the terminal: {e}");
+            return 1;
+        }
+    };
+    let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
+        Ok(t) => t,
+        Err(e) => {
+            drop(guard);
+            eprintln!("hipscope: cannot draw on the terminal: {e}");
+            return 1;
+        }
+    };
+
     let mut worker = spawn(worker_config(&config));
     if app.system_prompt != config.system_prompt {
         let _ = worker
@@ -581,36 +610,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         let _ = worker.commands.send(r);
     }
 
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("hipscope: cannot start the event loop: {e}");
-            let _ = worker.commands.send(Command::Quit {
-                drain_deadline: config.quit.drain_timeout,
-            });
-            return 1;
-        }
-    };
-
-    install_panic_hook();
-    let guard = match TerminalGuard::enter(config.ui.mouse) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("hipscope: cannot set up the terminal: {e}");
-            let _ = worker.commands.send(Command::Quit {
-                drain_deadline: config.quit.drain_timeout,
-            });
-            return 1;
-        }
-    };
     let ending = runtime.block_on(async {
-        let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
-            Ok(t) => t,
-            Err(e) => return Ending::Forced(format!("cannot draw on the terminal: {e}")),
-        };
         let (term_tx, term_rx) = unbounded_channel();
         tokio::spawn(async move {
             let mut stream = EventStream::new();

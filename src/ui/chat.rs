@@ -317,33 +317,51 @@ impl Chat {
         out
     }
 
-    /// All lines of the conversation at `width`, with the activity indicator: a spinner after
-    /// the question while the prompt is read, a cursor at the end of the answer streaming in.
-    pub fn lines(&self, width: u16, theme: &Theme, activity: Activity) -> Vec<Line<'static>> {
-        let mut all: Vec<Line<'static>> = Vec::new();
+    /// The conversation at `width` as pieces whose lines are shared with the wrap cache, so
+    /// that a frame copies only the lines it shows.
+    fn segments(&self, width: u16, theme: &Theme, activity: Activity) -> Vec<Segment> {
+        let mut segs = Vec::with_capacity(self.entries.len() * 2 + 1);
         for (i, e) in self.entries.iter().enumerate() {
             if i > 0 {
-                all.push(Line::default());
+                segs.push(Segment::Line(Line::default()));
             }
-            all.extend(self.entry_lines(e, width, theme).iter().cloned());
+            let lines = self.entry_lines(e, width, theme);
             if matches!(activity, Activity::Streaming(_)) && self.open_answer == Some(e.id) {
+                // The cursor goes at the end of the answer streaming in.
                 let cursor = Span::styled("▍", theme.assistant_label);
-                match all.last_mut() {
-                    Some(last) if last.width() < usize::from(width) => last.spans.push(cursor),
-                    _ => all.push(Line::from(cursor)),
+                let mut last = lines.last().cloned().unwrap_or_default();
+                let head = Segment::Shared(Rc::clone(&lines), lines.len().saturating_sub(1));
+                segs.push(head);
+                if last.width() < usize::from(width) {
+                    last.spans.push(cursor);
+                    segs.push(Segment::Line(last));
+                } else {
+                    segs.push(Segment::Line(last));
+                    segs.push(Segment::Line(Line::from(cursor)));
                 }
+            } else {
+                let n = lines.len();
+                segs.push(Segment::Shared(lines, n));
             }
         }
         if let Activity::Thinking(frame) = activity {
-            if !all.is_empty() {
-                all.push(Line::default());
+            if !segs.is_empty() {
+                segs.push(Segment::Line(Line::default()));
             }
-            all.push(Line::from(text(
+            segs.push(Segment::Line(Line::from(text(
                 format!("{} reading the prompt…", super::quit_screen::spinner(frame)),
                 theme.dim,
-            )));
+            ))));
         }
-        all
+        segs
+    }
+
+    /// All lines of the conversation at `width`, with the activity indicator: a spinner after
+    /// the question while the prompt is read, a cursor at the end of the answer streaming in.
+    pub fn lines(&self, width: u16, theme: &Theme, activity: Activity) -> Vec<Line<'static>> {
+        let segs = self.segments(width, theme, activity);
+        let total = segs.iter().map(Segment::len).sum();
+        window(&segs, 0, total)
     }
 
     /// Draws the conversation; `welcome` is shown while it is empty.
@@ -375,13 +393,13 @@ impl Chat {
             );
             return;
         }
-        let lines = self.lines(text_area.width, theme, activity);
+        let segs = self.segments(text_area.width, theme, activity);
         let height = usize::from(area.height);
-        let total = lines.len();
+        let total = segs.iter().map(Segment::len).sum();
         self.view.set(Viewport { height, total });
         let bottom_top = total.saturating_sub(height);
         let top = self.scroll_top.map_or(bottom_top, |t| t.min(bottom_top));
-        let visible: Vec<Line<'static>> = lines.into_iter().skip(top).take(height).collect();
+        let visible = window(&segs, top, height);
         frame.render_widget(Paragraph::new(visible), text_area);
         if total > height {
             let mut state = ScrollbarState::new(bottom_top).position(top);
@@ -407,6 +425,50 @@ impl Chat {
             }
         }
     }
+}
+
+/// A run of lines: the first `n` lines of a cached entry, or one line made for this frame.
+enum Segment {
+    Shared(Rc<Vec<Line<'static>>>, usize),
+    Line(Line<'static>),
+}
+
+impl Segment {
+    fn len(&self) -> usize {
+        match self {
+            Segment::Shared(_, n) => *n,
+            Segment::Line(_) => 1,
+        }
+    }
+}
+
+/// Copies lines `top..top + height` out of the segments.
+fn window(segs: &[Segment], top: usize, height: usize) -> Vec<Line<'static>> {
+    let mut out = Vec::with_capacity(height.min(4096));
+    let mut pos = 0;
+    for seg in segs {
+        if out.len() >= height {
+            break;
+        }
+        let len = seg.len();
+        if pos + len <= top {
+            pos += len;
+            continue;
+        }
+        let skip = top.saturating_sub(pos);
+        match seg {
+            Segment::Shared(lines, n) => out.extend(
+                lines[..*n]
+                    .iter()
+                    .skip(skip)
+                    .take(height - out.len())
+                    .cloned(),
+            ),
+            Segment::Line(l) => out.push(l.clone()),
+        }
+        pos += len;
+    }
+    out
 }
 
 /// `TTFT 85 ms · prompt 31 tok 410 t/s · 42 tok 205 t/s · end of text`
@@ -496,6 +558,40 @@ mod tests {
         // After the answer is done, new tokens start a new answer.
         c.append_token("x");
         assert_eq!(c.entries.len(), 3);
+    }
+
+    #[test]
+    fn any_window_is_the_same_slice_of_the_whole() {
+        let t = Theme::default();
+        let mut c = Chat::new("m");
+        c.push_user("first question, long enough to wrap at a narrow width");
+        c.append_token("An answer\n\n- with\n- a list\n\n```\ncode\n```");
+        c.finish_answer(GenStats::default(), StopReason::Eog);
+        c.notice("a notice", NoticeLevel::Warn);
+        c.push_user("second");
+        c.append_token("streaming now");
+        let segs = c.segments(20, &t, Activity::Streaming(0));
+        let total: usize = segs.iter().map(Segment::len).sum();
+        // The whole, built line by line without the window.
+        let mut whole: Vec<Line<'static>> = Vec::new();
+        for seg in &segs {
+            match seg {
+                Segment::Shared(lines, n) => whole.extend(lines[..*n].iter().cloned()),
+                Segment::Line(l) => whole.push(l.clone()),
+            }
+        }
+        assert_eq!(whole.len(), total);
+        assert!(whole.last().unwrap().to_string().ends_with("▍"));
+        for top in 0..=total {
+            for h in [1, 3, 7, total + 5] {
+                let end = (top + h).min(total);
+                assert_eq!(
+                    window(&segs, top, h),
+                    whole[top..end],
+                    "top {top} height {h}"
+                );
+            }
+        }
     }
 
     #[test]
