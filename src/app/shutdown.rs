@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 /// Exit code of a forced exit (deadline passed, or a second Ctrl-C).
 pub const FORCED_EXIT_CODE: i32 = 3;
+/// Exit code after a panic on the UI thread (Rust's own code for a panic).
+pub const PANIC_EXIT_CODE: i32 = 101;
 
 /// How the event loop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +23,8 @@ pub enum Ending {
     Exited(i32),
     /// The app is leaving without the worker; the reason is logged.
     Forced(String),
+    /// The UI thread panicked.
+    Panicked,
 }
 
 /// Waits up to `limit` for the worker thread to end after it reported `Exited`. The worker has

@@ -610,43 +610,53 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         let _ = worker.commands.send(r);
     }
 
-    let ending = runtime.block_on(async {
-        let (term_tx, term_rx) = unbounded_channel();
-        tokio::spawn(async move {
-            let mut stream = EventStream::new();
-            while let Some(ev) = stream.next().await {
-                if term_tx.send(ev).is_err() {
-                    break;
+    // A panic in the loop has printed its message (the hook restored the terminal first); it
+    // then ends like a forced exit, so that the worker's device is never waited on by atexit.
+    let ending = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        runtime.block_on(async {
+            let (term_tx, term_rx) = unbounded_channel();
+            tokio::spawn(async move {
+                let mut stream = EventStream::new();
+                while let Some(ev) = stream.next().await {
+                    if term_tx.send(ev).is_err() {
+                        break;
+                    }
                 }
+            });
+            let (sig_tx, sig_rx) = unbounded_channel();
+            forward_signals(sig_tx);
+            let mut stdout = io::stdout();
+            draw(&mut terminal, &app);
+            if std::env::var_os("HIPSCOPE_FAULT").is_some_and(|f| f == "panic") {
+                // Fault injection for the end-to-end tests: a panic with the screen up.
+                panic!("HIPSCOPE_FAULT=panic: a panic on the UI thread, as asked");
             }
-        });
-        let (sig_tx, sig_rx) = unbounded_channel();
-        forward_signals(sig_tx);
-        let mut stdout = io::stdout();
-        let io = LoopIo {
-            transcript: &mut transcript,
-            clipboard: &mut stdout,
-            places: Places::from_env(
-                Some(opts.dirs.cache.clone()),
-                config.models.search_paths.clone(),
-                config.models.scan_default_locations,
-            ),
-            export_dir: opts.dirs.data.join("exports"),
-            quit_deadline: config.quit_deadline(),
-            frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
-        };
-        event_loop(
-            &mut terminal,
-            Inputs {
-                terminal: term_rx,
-                signals: sig_rx,
-            },
-            &mut app,
-            &mut worker,
-            io,
-        )
-        .await
-    });
+            let io = LoopIo {
+                transcript: &mut transcript,
+                clipboard: &mut stdout,
+                places: Places::from_env(
+                    Some(opts.dirs.cache.clone()),
+                    config.models.search_paths.clone(),
+                    config.models.scan_default_locations,
+                ),
+                export_dir: opts.dirs.data.join("exports"),
+                quit_deadline: config.quit_deadline(),
+                frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
+            };
+            event_loop(
+                &mut terminal,
+                Inputs {
+                    terminal: term_rx,
+                    signals: sig_rx,
+                },
+                &mut app,
+                &mut worker,
+                io,
+            )
+            .await
+        })
+    }))
+    .unwrap_or(Ending::Panicked);
     drop(guard);
     transcript.sync();
     match ending {
@@ -659,6 +669,17 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             runtime.shutdown_timeout(Duration::from_millis(100));
             drop(log);
             code
+        }
+        Ending::Panicked => {
+            tracing::error!("the UI panicked; leaving without the worker");
+            drop(log);
+            eprintln!(
+                "hipscope: the UI failed (the message is above); left without waiting for the GPU."
+            );
+            if let Some(p) = transcript.path() {
+                eprintln!("hipscope: the conversation is saved in {}", p.display());
+            }
+            shutdown::hard_exit(shutdown::PANIC_EXIT_CODE)
         }
         Ending::Forced(why) => {
             tracing::error!("leaving without the worker: {why}");
