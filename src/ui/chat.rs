@@ -79,6 +79,9 @@ pub struct Chat {
     pub assistant_name: String,
     view: Cell<Viewport>,
     cache: RefCell<HashMap<u64, Cached>>,
+    /// The answer streaming in, rendered up to its last finished block: (entry, bytes, width,
+    /// lines). Each frame then renders only the block being written.
+    stable: RefCell<Option<(u64, usize, u16, Rc<Vec<Line<'static>>>)>>,
 }
 
 impl Chat {
@@ -288,7 +291,11 @@ impl Chat {
                     theme.assistant_label,
                 )));
                 if !body.trim().is_empty() {
-                    out.extend(markdown::render(body, width, theme));
+                    if *done {
+                        out.extend(markdown::render(body, width, theme));
+                    } else {
+                        out.extend(self.render_streaming(e.id, body, width, theme));
+                    }
                 } else if *done {
                     out.push(Line::from(text("(no text)", theme.dim)));
                 }
@@ -313,6 +320,40 @@ impl Chat {
                 };
                 out.extend(markdown::render_plain(&format!("{mark}{t}"), width, style));
             }
+        }
+        out
+    }
+
+    /// Renders an answer still streaming in: the finished blocks come from a cache, only the
+    /// block being written is rendered again. (The whole answer is rendered once more when it
+    /// is done, so a construct that spans blocks, like a loose list, ends up exact.)
+    fn render_streaming(
+        &self,
+        id: u64,
+        body: &str,
+        width: u16,
+        theme: &Theme,
+    ) -> Vec<Line<'static>> {
+        let split = markdown::stable_prefix_len(body);
+        if split == 0 {
+            return markdown::render(body, width, theme);
+        }
+        let cached = self
+            .stable
+            .borrow()
+            .as_ref()
+            .filter(|(i, n, w, _)| *i == id && *n == split && *w == width)
+            .map(|(_, _, _, lines)| Rc::clone(lines));
+        let head = cached.unwrap_or_else(|| {
+            let lines = Rc::new(markdown::render(&body[..split], width, theme));
+            *self.stable.borrow_mut() = Some((id, split, width, Rc::clone(&lines)));
+            lines
+        });
+        let tail = markdown::render(&body[split..], width, theme);
+        let mut out: Vec<Line<'static>> = head.iter().cloned().collect();
+        if !tail.is_empty() {
+            out.push(Line::default());
+            out.extend(tail);
         }
         out
     }

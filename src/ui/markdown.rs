@@ -134,6 +134,47 @@ pub fn render_plain(text: &str, width: u16, style: Style) -> Vec<Line<'static>> 
     lines
 }
 
+/// Where a document being streamed can be cut into finished blocks and the block being
+/// written: just after the last blank line that is outside a fenced code block (0 if none).
+pub fn stable_prefix_len(text: &str) -> usize {
+    let mut fence: Option<(char, usize)> = None;
+    let mut cut = 0;
+    let mut pos = 0;
+    let mut prev_blank = false;
+    for line in text.split_inclusive('\n') {
+        let start = pos;
+        pos += line.len();
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        let marker = trimmed.chars().next().filter(|c| *c == '`' || *c == '~');
+        if let Some(m) = marker
+            && indent < 4
+        {
+            let run = trimmed.chars().take_while(|c| *c == m).count();
+            if run >= 3 {
+                match fence {
+                    None => fence = Some((m, run)),
+                    Some((open, n))
+                        if open == m && run >= n && trimmed[run..].trim().is_empty() =>
+                    {
+                        fence = None
+                    }
+                    Some(_) => {}
+                }
+                prev_blank = false;
+                continue;
+            }
+        }
+        let blank = line.trim().is_empty() && line.ends_with('\n');
+        if fence.is_none() && blank && !prev_blank && start > 0 {
+            // The text after this blank line starts a new block; keep the blank with the head.
+            cut = pos;
+        }
+        prev_blank = blank;
+    }
+    cut
+}
+
 /// The text of every code block in `text`, in order (for copying one to the clipboard).
 pub fn code_blocks(text: &str) -> Vec<String> {
     let mut blocks = Vec::new();
@@ -946,6 +987,31 @@ mod tests {
                 assert!(line.width() <= usize::from(w), "w={w}: {line:?}");
             }
         }
+    }
+
+    #[test]
+    fn streams_are_cut_after_blank_lines_outside_fences() {
+        assert_eq!(stable_prefix_len("one line"), 0);
+        assert_eq!(stable_prefix_len("para one\n\npara two"), 10);
+        // A blank line inside an open fence is not a cut.
+        let t = "intro\n\n```\ncode\n\nmore code";
+        assert_eq!(stable_prefix_len(t), 7);
+        // Once the fence closes, the next blank line is.
+        let t = "intro\n\n```\ncode\n\nx\n```\n\nafter";
+        assert_eq!(&t[stable_prefix_len(t)..], "after");
+        assert_eq!(stable_prefix_len("~~~\na\n\nb"), 0);
+    }
+
+    #[test]
+    fn a_stream_cut_renders_like_the_whole() {
+        let t = Theme::default();
+        let doc = "# Title\n\nSome text that wraps around.\n\n```rust\nfn x() {}\n\nfn y() {}\n```\n\n- a\n- b\n\nlast para";
+        let whole = text(&render(doc, 30, &t));
+        let cut = stable_prefix_len(doc);
+        let mut parts = text(&render(&doc[..cut], 30, &t));
+        parts.push(String::new());
+        parts.extend(text(&render(&doc[cut..], 30, &t)));
+        assert_eq!(parts, whole);
     }
 
     #[test]
