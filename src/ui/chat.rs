@@ -66,6 +66,8 @@ pub struct Viewport {
 }
 
 type Cached = (u64, u16, Rc<Vec<Line<'static>>>);
+/// The finished blocks of the answer streaming in: entry id, bytes covered, width, lines.
+type StableBlocks = (u64, usize, u16, Rc<Vec<Line<'static>>>);
 
 #[derive(Debug, Default)]
 pub struct Chat {
@@ -81,7 +83,7 @@ pub struct Chat {
     cache: RefCell<HashMap<u64, Cached>>,
     /// The answer streaming in, rendered up to its last finished block: (entry, bytes, width,
     /// lines). Each frame then renders only the block being written.
-    stable: RefCell<Option<(u64, usize, u16, Rc<Vec<Line<'static>>>)>>,
+    stable: RefCell<Option<StableBlocks>>,
 }
 
 impl Chat {
