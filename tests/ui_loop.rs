@@ -5,14 +5,12 @@
 //! typing while the GPU is hung, /save, the clipboard, the model picker with a corrupt file,
 //! and a 100 KB paste.
 
-mod common;
+mod ui_common;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::fake_worker::{self, Mode};
-use common::{SharedBackend, settings};
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyModifiers};
 use hipscope::app::discover::Places;
 use hipscope::app::shutdown::Ending;
@@ -22,6 +20,8 @@ use hipscope::model::protocol::{Command, ModelSource};
 use hipscope::ui::App;
 use ratatui::Terminal;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use ui_common::fake_worker::{self, Mode};
+use ui_common::{SharedBackend, settings};
 
 const ANSWER: &str = "Reverse a list with slicing: xs[::-1] makes a reversed copy, while \
     xs.reverse() works in place and returns None, so never assign its result. For iteration \

@@ -2,13 +2,13 @@
 //! drawn into ratatui's `TestBackend`. CI runs with `INSTA_UPDATE=no CI=true`: a new or changed
 //! snapshot fails the test instead of being written.
 
-mod common;
+mod ui_common;
 
-use common::*;
 use crossterm::event::KeyCode;
 use hipscope::gpu::stats::{QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Event, StopReason};
 use hipscope::ui::Msg;
+use ui_common::*;
 
 #[test]
 fn empty_chat_while_loading() {

@@ -2,17 +2,17 @@
 //! reach the worker, what stays in the message box, when the app quits and when it leaves at
 //! once.
 
-mod common;
+mod ui_common;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use common::*;
 use crossterm::event::KeyCode;
 use hipscope::gpu::stats::WatchState;
 use hipscope::model::protocol::{Command, Event, ModelSource, StopReason};
 use hipscope::ui::app::{GenState, Overlay};
 use hipscope::ui::{App, Effect, Msg};
+use ui_common::*;
 
 fn sent(fx: &[Effect]) -> Vec<Command> {
     fx.iter()

@@ -3,9 +3,15 @@
 pub mod chat_args;
 pub mod cli;
 pub mod clipboard;
+pub mod cmd;
 pub mod config;
+pub mod dirs;
 pub mod discover;
+pub mod fetch;
+pub mod gpu_cli;
 pub mod logging;
+pub mod quit;
+pub mod selftest;
 pub mod shutdown;
 pub mod transcript;
 pub mod tui;

@@ -69,8 +69,8 @@ impl ChatOptions {
     }
 }
 
-/// hipscope's folders: the platform's (XDG on Linux), or `cache/ config/ data/ state/` under
-/// `HIPSCOPE_HOME` when it is set (tests, portable installs).
+/// hipscope's folders (`app::dirs`: the platform's, or under `HIPSCOPE_HOME`), as values so that
+/// tests can point them elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dirs {
     pub config: PathBuf,
@@ -81,20 +81,13 @@ pub struct Dirs {
 
 impl Dirs {
     pub fn from_env() -> Dirs {
-        if let Some(home) = std::env::var_os("HIPSCOPE_HOME").filter(|h| !h.is_empty()) {
-            return Dirs::under(&PathBuf::from(home));
-        }
-        match directories::ProjectDirs::from("", "", "hipscope") {
-            Some(p) => Dirs {
-                config: p.config_dir().to_path_buf(),
-                data: p.data_dir().to_path_buf(),
-                cache: p.cache_dir().to_path_buf(),
-                state: p
-                    .state_dir()
-                    .map_or_else(|| p.data_local_dir().join("state"), |s| s.to_path_buf()),
-            },
-            // No home directory at all: keep everything beside the working directory.
-            None => Dirs::under(&PathBuf::from(".hipscope")),
+        // No home directory at all: keep everything beside the working directory.
+        let fallback = Dirs::under(&PathBuf::from(".hipscope"));
+        Dirs {
+            config: super::dirs::config_dir().unwrap_or(fallback.config),
+            data: super::dirs::data_dir().unwrap_or(fallback.data),
+            cache: super::dirs::cache_dir().unwrap_or(fallback.cache),
+            state: super::dirs::state_dir().unwrap_or(fallback.state),
         }
     }
 
@@ -692,6 +685,59 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             }
             shutdown::hard_exit(FORCED_EXIT_CODE)
         }
+    }
+}
+
+/// Starts the chat with the real inference worker.
+pub fn run_chat(opts: ChatOptions) -> i32 {
+    run_chat_with(opts, spawn_worker)
+}
+
+/// Starts the inference worker thread for `cfg`.
+pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
+    use crate::app::fetch::{self, FetchProgress};
+    use crate::model::loader::LoadOptions;
+    use crate::model::protocol::ModelSource;
+    use crate::model::worker::{self, WorkerOptions};
+
+    let threads = cfg.threads as usize;
+    let choice = cfg.backend;
+    let opts = WorkerOptions {
+        source: cfg.model.map(ModelSource::File),
+        default_model: Box::new(|progress| {
+            let mut report = |p: FetchProgress| match p {
+                FetchProgress::Step(s) => progress(&s, None),
+                FetchProgress::Bytes { done, total } => progress(
+                    "downloading SmolLM2-135M-Instruct",
+                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
+                ),
+            };
+            fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
+        }),
+        backend: Box::new(move || match choice {
+            config::BackendChoice::Auto | config::BackendChoice::Cpu => {
+                Ok(Box::new(crate::gpu::cpu::CpuBackend::new(threads))
+                    as Box<dyn crate::gpu::backend::Backend>)
+            }
+            // The GPU runtimes open devices, but the forward pass runs on the CPU backend
+            // until the GPU compute backends land; say so rather than pretend.
+            other => Err(format!(
+                "the {} backend cannot run models in this build yet; use --backend cpu (or auto)",
+                other.name()
+            )),
+        }),
+        load: LoadOptions {
+            n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            sampler: cfg.sampler,
+            ..LoadOptions::default()
+        },
+        system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
+    };
+    let h = worker::spawn(opts);
+    WorkerLink {
+        commands: h.commands,
+        events: h.events,
+        thread: Some(h.thread),
     }
 }
 

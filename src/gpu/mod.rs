@@ -2,6 +2,18 @@
 //! CUDA backends with their stream, arena and watchdog. Imports nothing from `model/`, `ui/` or
 //! `app/`.
 
+pub mod arena;
+pub mod backend;
+pub mod context;
 pub mod cpu;
+pub mod cuda;
+pub mod device;
+pub mod fake;
+pub mod hip;
+pub mod kernels;
 pub mod quant;
+pub mod select;
 pub mod stats;
+pub mod stream;
+pub mod upload;
+pub mod watchdog;

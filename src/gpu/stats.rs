@@ -45,6 +45,8 @@ pub struct ArenaSnapshot {
     /// Total and free memory of the device, if known.
     pub device_total: Option<u64>,
     pub device_free: Option<u64>,
+    /// Page-locked host memory held for staging and breadcrumbs (not part of `capacity`).
+    pub pinned_host_bytes: u64,
 }
 
 /// What the watchdog concluded.
@@ -69,6 +71,10 @@ pub struct WatchdogSnapshot {
     pub queue_depth: u32,
     /// Where the hang report was written, once HUNG.
     pub report: Option<std::path::PathBuf>,
+    /// The op is known to have started (its kernel wrote its breadcrumb).
+    pub op_started: bool,
+    /// Event queries stopped returning: the state rests on breadcrumbs alone.
+    pub event_queries_stuck: bool,
 }
 
 /// The device in use, for the GPU panel.

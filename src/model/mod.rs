@@ -1,5 +1,14 @@
 //! The engine as a service: GGUF files, tokenizer, chat template, forward pass, sampler, session,
 //! synthetic models, and the worker thread with its command/event protocol.
 
+pub mod config;
+pub mod forward;
 pub mod gguf;
+pub mod loader;
 pub mod protocol;
+pub mod sampler;
+pub mod session;
+pub mod synthetic;
+pub mod template;
+pub mod tokenizer;
+pub mod worker;

@@ -27,7 +27,7 @@ impl ArenaPanel {
 
     pub fn wanted_height(&self) -> u16 {
         match &self.arena {
-            Some(a) => 2 + 5 + a.regions.len() as u16,
+            Some(a) => 2 + 6 + a.regions.len() as u16,
             None => 5,
         }
     }
@@ -161,6 +161,13 @@ impl ArenaPanel {
             tail.push(text(units::bytes(o), theme.text));
         }
         lines.push(Line::from(tail));
+        if a.pinned_host_bytes > 0 {
+            lines.push(Line::from(vec![
+                text("pinned host ", theme.dim),
+                text(units::bytes(a.pinned_host_bytes), theme.text),
+                text(" (staging)", theme.dim),
+            ]));
+        }
         if let (Some(total), Some(free)) = (a.device_total, a.device_free) {
             lines.push(Line::from(vec![
                 text("device ", theme.dim),

@@ -44,7 +44,15 @@ impl WatchdogPanel {
     }
 
     pub fn wanted_height(&self) -> u16 {
-        7
+        match &self.snapshot {
+            Some(s) => {
+                2 + 5
+                    + u16::from(s.op.is_some())
+                    + u16::from(s.event_queries_stuck)
+                    + u16::from(s.report.is_some())
+            }
+            None => 5,
+        }
     }
 
     pub fn render(
@@ -95,6 +103,18 @@ impl WatchdogPanel {
                 theme.text,
             ),
         ]));
+        if s.op.is_some() {
+            // The breadcrumb says whether the kernel began: running long, or never launched.
+            let (what, style) = if s.op_started {
+                ("started (breadcrumb seen)", theme.dim)
+            } else {
+                ("queued, not started yet", theme.slow)
+            };
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", ""), theme.dim),
+                text(ellipsize(what, value_w), style),
+            ]));
+        }
         let age = format!(
             "{} of {}",
             units::duration(s.age),
@@ -120,6 +140,12 @@ impl WatchdogPanel {
                 theme.dim,
             ),
         ]));
+        if s.event_queries_stuck {
+            lines.push(Line::from(text(
+                ellipsize("event queries stuck: judged by breadcrumbs", w),
+                theme.slow,
+            )));
+        }
         if let Some(report) = &s.report {
             lines.push(Line::from(vec![
                 text(format!("{:<label_w$}", "report"), theme.dim),
@@ -147,13 +173,17 @@ impl WatchdogPanel {
             return;
         };
         let op = s.op.as_deref().unwrap_or("an op");
+        let stuck = if s.op_started {
+            "has not finished after"
+        } else {
+            "was queued and has not started after"
+        };
         let mut lines = vec![
             Line::from(vec![
                 text(" ⚠ GPU HUNG ", theme.hung_banner),
                 text(
                     format!(
-                        " {} has not finished after {} (budget {}) on {}",
-                        op,
+                        " {op} {stuck} {} (budget {}) on {}",
                         units::duration(s.age),
                         units::duration(s.budget),
                         s.stream
@@ -163,9 +193,14 @@ impl WatchdogPanel {
             ]),
             Line::from(text(
                 format!(
-                    "   last completed: {} · {} ops queued behind it",
+                    "   last completed: {} · {} ops queued behind it{}",
                     s.last_completed.as_deref().unwrap_or("none"),
-                    s.queue_depth
+                    s.queue_depth,
+                    if s.event_queries_stuck {
+                        " · the runtime's event queries stopped answering too"
+                    } else {
+                        ""
+                    }
                 ),
                 theme.text,
             )),

@@ -1,1 +1,9 @@
-//! The CPU backend: the numerical reference for the GPU backends.
+//! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
+
+mod backend;
+mod host;
+pub mod matmul;
+pub mod pool;
+
+pub use backend::CpuBackend;
+pub use host::{cpu_name, host_memory, simd_features};

@@ -6,6 +6,174 @@
 
 use std::fmt;
 
+mod blocks;
+pub mod dot;
+mod quantize;
+
+pub use blocks::{QK, QK_K, f16_to_f32, f32_to_f16};
+
+/// What went wrong converting or computing on quantized data. The caller adds the tensor name.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QuantError {
+    #[error("{ty} is not supported (supported: {list})", list = TypeList(supported))]
+    Unsupported {
+        ty: GgmlType,
+        supported: &'static [GgmlType],
+    },
+    #[error("{ty}: {elements} elements is not a whole number of {block_len}-element blocks")]
+    PartialBlock {
+        ty: GgmlType,
+        elements: usize,
+        block_len: usize,
+    },
+    #[error("{ty}: {bytes} bytes is not a whole number of {block_bytes}-byte blocks")]
+    PartialBlockBytes {
+        ty: GgmlType,
+        bytes: usize,
+        block_bytes: usize,
+    },
+    #[error("{ty}: {bytes} bytes hold {have} elements, but {want} were expected")]
+    LengthMismatch {
+        ty: GgmlType,
+        bytes: usize,
+        have: usize,
+        want: usize,
+    },
+    #[error("{ty}: input element {index} is {value}; only finite values can be quantized")]
+    NonFinite {
+        ty: GgmlType,
+        index: usize,
+        value: f32,
+    },
+    #[error("{ty} matrix of {rows} x {cols}: {what}")]
+    BadMatrix {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        what: String,
+    },
+}
+
+/// Displays a list of types as `F32, F16, …`.
+struct TypeList<'a>(&'a [GgmlType]);
+
+impl fmt::Display for TypeList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, t) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(t.name())?;
+        }
+        Ok(())
+    }
+}
+
+/// Weight types the engine computes on: dequantize, quantize and dot products against activations.
+pub const COMPUTE_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Types `dequantize` and `quantize` accept: the compute types plus the activation formats Q8_1
+/// and Q8_K, which llama.cpp never stores as weights but which are handy to check against it.
+pub const CODEC_TYPES: &[GgmlType] = &[
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q8_1,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::Q8K,
+];
+
+/// Types we can compute on (dequantize + dot).
+pub fn is_supported(ty: GgmlType) -> bool {
+    COMPUTE_TYPES.contains(&ty)
+}
+
+/// The error for a type outside `COMPUTE_TYPES`, for callers that check up front.
+pub fn unsupported(ty: GgmlType) -> QuantError {
+    QuantError::Unsupported {
+        ty,
+        supported: COMPUTE_TYPES,
+    }
+}
+
+/// Dequantize `src` (whole blocks of `ty`) into `dst` (len = elements). Error if sizes disagree or
+/// `ty` is unsupported.
+pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    if !CODEC_TYPES.contains(&ty) {
+        return Err(QuantError::Unsupported {
+            ty,
+            supported: CODEC_TYPES,
+        });
+    }
+    let bb = ty.block_bytes();
+    if !src.len().is_multiple_of(bb) {
+        return Err(QuantError::PartialBlockBytes {
+            ty,
+            bytes: src.len(),
+            block_bytes: bb,
+        });
+    }
+    let have = src.len() / bb * ty.block_len();
+    if have != dst.len() {
+        return Err(QuantError::LengthMismatch {
+            ty,
+            bytes: src.len(),
+            have,
+            want: dst.len(),
+        });
+    }
+    blocks::dequantize_blocks(ty, src, dst);
+    Ok(())
+}
+
+/// Quantize `src` (len a multiple of the block length) into freshly allocated bytes of `ty`,
+/// following llama.cpp's reference quantizers (`quantize_row_*_ref`) so that files we write
+/// quantize as llama.cpp's would. Block types refuse NaN and infinities (one would silently
+/// poison the scale of its whole block); F32, F16 and BF16 carry them as they are.
+pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
+    if !CODEC_TYPES.contains(&ty) {
+        return Err(QuantError::Unsupported {
+            ty,
+            supported: CODEC_TYPES,
+        });
+    }
+    let bl = ty.block_len();
+    if !src.len().is_multiple_of(bl) {
+        return Err(QuantError::PartialBlock {
+            ty,
+            elements: src.len(),
+            block_len: bl,
+        });
+    }
+    if bl > 1
+        && let Some((index, &value)) = src.iter().enumerate().find(|(_, v)| !v.is_finite())
+    {
+        return Err(QuantError::NonFinite { ty, index, value });
+    }
+    let mut out = vec![0u8; src.len() / bl * ty.block_bytes()];
+    quantize::quantize_blocks(ty, src, &mut out);
+    Ok(out)
+}
+
 /// A GGML element type, by its on-disk id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GgmlType {

@@ -210,6 +210,12 @@ impl GgufFile {
     }
 }
 
+impl AsRef<[u8]> for GgufFile {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
 struct Header {
     version: u32,
     metadata: Vec<(String, Value)>,

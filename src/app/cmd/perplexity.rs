@@ -1,0 +1,164 @@
+//! `hipscope perplexity`: as llama-perplexity computes it — the text is cut into chunks of the
+//! context size, each chunk is evaluated from an empty cache (its first token replaced by BOS when
+//! the model adds one), and only the second half of each chunk is scored, so that every scored
+//! token has at least half a context before it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::load_model;
+use crate::app::cli::ModelArgs;
+use crate::model::forward::Logits;
+use crate::model::protocol::SamplerConfig;
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The text file to score.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Most chunks to score (-1: all).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    pub chunks: i64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The result of a perplexity run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerplexityResult {
+    pub ppl: f64,
+    /// Standard error of the estimate, as llama-perplexity reports it.
+    pub ppl_err: f64,
+    pub chunks: usize,
+    pub n_ctx: usize,
+    pub tokens: usize,
+    pub scored: usize,
+}
+
+/// log softmax(logits)[target], in f64 as llama-perplexity does.
+fn log_softmax_at(logits: &[f32], target: usize) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    logits[target] as f64 - max - sum.ln()
+}
+
+pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(&a.file)
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let mut loaded = load_model(&a.model, SamplerConfig::default())?;
+    let session = &mut loaded.session;
+    let n_ctx = session.model.n_ctx();
+    let t0 = Instant::now();
+    // llama-perplexity: add_special = true, parse_special = false.
+    let tokens = session.tokenizer.encode(&text, true, false);
+    eprintln!(
+        "tokenized {} into {} tokens in {:.1} ms",
+        a.file.display(),
+        tokens.len(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    anyhow::ensure!(
+        tokens.len() >= 2 * n_ctx,
+        "{} tokenizes to {} tokens; at least {} are needed for a context of {n_ctx}",
+        a.file.display(),
+        tokens.len(),
+        2 * n_ctx
+    );
+    // Special tokens are not parsed, so a leading BOS was added because the model asks for one.
+    let add_bos = session
+        .tokenizer
+        .bos()
+        .filter(|b| tokens.first() == Some(b));
+    let n_chunk_max = tokens.len() / n_ctx;
+    let n_chunk = if a.chunks < 0 {
+        n_chunk_max
+    } else {
+        (a.chunks as usize).min(n_chunk_max)
+    };
+    let first = n_ctx / 2;
+    let vocab = session.model.config.vocab_size;
+    let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    let mut logits = Vec::new();
+    let model = session.model_mut();
+    eprintln!("calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}");
+    let mut line = String::new();
+    for i in 0..n_chunk {
+        let start = i * n_ctx;
+        let mut chunk = tokens[start..start + n_ctx].to_vec();
+        if let Some(bos) = add_bos {
+            chunk[0] = bos;
+        }
+        let tc = Instant::now();
+        model.forward(&chunk, 0, Logits::All, &mut logits)?;
+        if i == 0 {
+            let secs = tc.elapsed().as_secs_f64();
+            eprintln!(
+                "{secs:.2} seconds per pass - ETA {:.2} minutes",
+                secs * n_chunk as f64 / 60.0
+            );
+        }
+        for j in first..n_ctx - 1 {
+            let target = tokens[start + j + 1] as usize;
+            let lp = log_softmax_at(&logits[j * vocab..(j + 1) * vocab], target);
+            nll -= lp;
+            nll2 += lp * lp;
+        }
+        count += n_ctx - first - 1;
+        line.push_str(&format!("[{}]{:.4},", i + 1, (nll / count as f64).exp()));
+        if !a.json {
+            eprint!("[{}]{:.4},", i + 1, (nll / count as f64).exp());
+        }
+    }
+    if !a.json {
+        eprintln!();
+    }
+    let mean = nll / count as f64;
+    let ppl = mean.exp();
+    let var = nll2 / count as f64 - mean * mean;
+    let err = if var > 0.0 && count > 1 {
+        (var / (count - 1) as f64).sqrt() * ppl
+    } else {
+        0.0
+    };
+    let r = PerplexityResult {
+        ppl,
+        ppl_err: err,
+        chunks: n_chunk,
+        n_ctx,
+        tokens: tokens.len(),
+        scored: count,
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "ppl": r.ppl, "ppl_err": r.ppl_err, "chunks": r.chunks, "n_ctx": r.n_ctx,
+                "tokens": r.tokens, "scored": r.scored, "per_chunk": line,
+            })
+        );
+    } else {
+        println!("Final estimate: PPL = {:.4} +/- {:.5}", r.ppl, r.ppl_err);
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_softmax_at;
+
+    #[test]
+    fn log_softmax_matches_the_formula() {
+        let l = [1.0f32, 2.0, 3.0];
+        let z: f64 = l.iter().map(|&x| (x as f64).exp()).sum();
+        for (i, &x) in l.iter().enumerate() {
+            let want = ((x as f64).exp() / z).ln();
+            assert!((log_softmax_at(&l, i) - want).abs() < 1e-12);
+        }
+    }
+}

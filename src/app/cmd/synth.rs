@@ -1,0 +1,112 @@
+//! `hipscope synth` writes a synthetic model; `hipscope convert` re-encodes a model's weights.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::ProgressLine;
+use crate::gpu::quant::{self, GgmlType};
+use crate::model::gguf::{GgufFile, GgufWriter, TensorSpec, Value};
+use crate::model::synthetic;
+
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Shape: tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-2-7b.
+    pub name: String,
+    /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    #[arg(long, default_value = "Q8_0")]
+    pub quant: String,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+pub fn run(a: SynthArgs) -> anyhow::Result<i32> {
+    let shape = synthetic::shape(&a.name)?;
+    let ty = synthetic::quant_type(&a.quant)?;
+    let mut bar = ProgressLine::new("writing");
+    synthetic::write_file(shape, ty, a.seed, &a.output, &mut |f, t| bar.update(f, t))?;
+    bar.finish();
+    let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
+    eprintln!(
+        "wrote {} ({} {}, {:.1} MiB)",
+        a.output.display(),
+        shape.name,
+        ty,
+        size as f64 / (1 << 20) as f64
+    );
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// Input GGUF.
+    pub input: PathBuf,
+    /// Type for the weight matrices (vectors such as norms stay F32).
+    #[arg(long = "type", value_name = "TYPE")]
+    pub ty: String,
+    /// Output file.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
+    let ty = synthetic::quant_type(&a.ty)?;
+    let f = GgufFile::open(&a.input)?;
+    let mut meta: Vec<(String, Value)> = f
+        .metadata()
+        .iter()
+        .filter(|(k, _)| k != "general.alignment")
+        .cloned()
+        .collect();
+    if let Some(ft) = meta.iter_mut().find(|(k, _)| k == "general.file_type") {
+        ft.1 = Value::U32(match ty {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            GgmlType::Q8_0 => 7,
+            _ => 0,
+        });
+    }
+    let plan: Vec<(TensorSpec, GgmlType)> = f
+        .tensors()
+        .iter()
+        .map(|t| {
+            let (_, cols) = t.rows_cols();
+            let target = if t.dims.len() < 2 {
+                t.ty
+            } else {
+                synthetic::type_for(ty, cols)
+            };
+            (TensorSpec::new(&t.name, &t.dims, target), t.ty)
+        })
+        .collect();
+    let specs: Vec<TensorSpec> = plan.iter().map(|(s, _)| s.clone()).collect();
+    let out = std::fs::File::create(&a.output)
+        .with_context(|| format!("creating {}", a.output.display()))?;
+    let mut w = GgufWriter::new(std::io::BufWriter::new(out), &meta, &specs)
+        .with_context(|| format!("writing {}", a.output.display()))?;
+    let mut bar = ProgressLine::new("converting");
+    let mut floats = Vec::new();
+    for (i, (t, (spec, from))) in f.tensors().iter().zip(&plan).enumerate() {
+        bar.update(i as f32 / plan.len() as f32, &t.name);
+        let data = f.tensor_data(t);
+        if spec.ty == *from {
+            w.write_tensor(data)?;
+            continue;
+        }
+        floats.resize(t.n_elements() as usize, 0.0);
+        quant::dequantize(*from, data, &mut floats)
+            .with_context(|| format!("{}: tensor {}", a.input.display(), t.name))?;
+        let q = quant::quantize(spec.ty, &floats)
+            .with_context(|| format!("quantizing {} to {}", t.name, spec.ty))?;
+        w.write_tensor(&q)?;
+    }
+    w.finish()?;
+    bar.finish();
+    eprintln!("wrote {}", a.output.display());
+    Ok(0)
+}

@@ -1,0 +1,321 @@
+//! The quit coordinator: the one path by which the UI, Ctrl-C, SIGTERM and panics leave.
+//!
+//! Normal path: stop intake → the worker's bounded drain and device teardown (each step reported
+//! as a `QuitStep`, see `gpu::context::Gpu::teardown`) → exit hooks (restore the terminal, flush
+//! logs and transcripts) → return the exit code from `main`.
+//!
+//! Hard path, when the drain times out, a GPU call fails with a sticky error, the whole quit
+//! overruns its deadline, or a second interrupt arrives: no further GPU call, run the exit hooks
+//! (with a time limit of their own), then `libc::_exit(3)`, so that no atexit handler — the HIP
+//! runtime's fat-binary unregistration waits on every stream without a limit (pytorch#160759,
+//! ROCm/TheRock#999) — can keep the process alive.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::gpu::context::{HARD_EXIT_CODE, TeardownOutcome};
+use crate::gpu::stats::{QuitStep, QuitStepStatus};
+
+/// Clean exit.
+pub const EXIT_OK: i32 = 0;
+/// Left with `_exit` because the GPU could not be shut down cleanly.
+pub const EXIT_HARD: i32 = HARD_EXIT_CODE;
+/// Left with `_exit` after a panic.
+pub const EXIT_PANIC: i32 = 101;
+
+/// Quit settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuitConfig {
+    /// How long the worker may wait for the stream to drain.
+    pub drain_deadline: Duration,
+    /// Extra time for the teardown steps after the drain before the hard path is forced.
+    pub grace: Duration,
+    /// How long exit hooks may run on the hard path.
+    pub hook_timeout: Duration,
+}
+
+impl Default for QuitConfig {
+    fn default() -> Self {
+        QuitConfig {
+            drain_deadline: Duration::from_secs(3),
+            grace: Duration::from_secs(2),
+            hook_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+/// What an interrupt did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Interrupt {
+    /// The first: a graceful quit was requested.
+    Graceful,
+}
+
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// Coordinates leaving the process. Shared (`Arc`) between the UI loop, the signal thread and
+/// the quit timer; holds no GPU state.
+pub struct QuitCoordinator {
+    cfg: QuitConfig,
+    hooks: Mutex<Vec<(String, Hook)>>,
+    on_interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    interrupts: AtomicU32,
+    quitting: AtomicBool,
+    finished: Arc<AtomicBool>,
+    exiting: AtomicBool,
+}
+
+impl QuitCoordinator {
+    pub fn new(cfg: QuitConfig) -> Arc<QuitCoordinator> {
+        Arc::new(QuitCoordinator {
+            cfg,
+            hooks: Mutex::new(Vec::new()),
+            on_interrupt: Mutex::new(None),
+            interrupts: AtomicU32::new(0),
+            quitting: AtomicBool::new(false),
+            finished: Arc::new(AtomicBool::new(false)),
+            exiting: AtomicBool::new(false),
+        })
+    }
+
+    pub fn config(&self) -> QuitConfig {
+        self.cfg
+    }
+
+    /// Adds a hook run once before leaving, on either path, in the order added (the TUI adds
+    /// "restore terminal"; the app adds "flush transcript", "flush logs").
+    pub fn add_exit_hook(&self, name: &str, f: impl FnOnce() + Send + 'static) {
+        self.hooks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((name.to_string(), Box::new(f)));
+    }
+
+    /// What the first interrupt does (typically: send `Command::Quit` to the worker).
+    pub fn set_interrupt_handler(&self, f: impl Fn() + Send + Sync + 'static) {
+        *self.on_interrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    }
+
+    /// Ctrl-C (key or SIGINT) and SIGTERM come here: the first asks for a graceful quit, the
+    /// second forces the hard exit at once.
+    pub fn interrupt(&self) -> Interrupt {
+        let n = self.interrupts.fetch_add(1, Ordering::AcqRel) + 1;
+        if n >= 2 {
+            self.hard_exit("second interrupt: leaving without waiting for the GPU");
+        }
+        if let Some(f) = self
+            .on_interrupt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            f();
+        }
+        Interrupt::Graceful
+    }
+
+    /// Routes SIGINT and SIGTERM to [`QuitCoordinator::interrupt`] from a dedicated thread.
+    #[cfg(unix)]
+    pub fn install_signal_handlers(self: &Arc<Self>) -> std::io::Result<()> {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name("hipscope-signals".into())
+            .spawn(move || {
+                for _ in signals.forever() {
+                    me.interrupt();
+                }
+            })?;
+        Ok(())
+    }
+
+    /// After a panic, runs the exit hooks (the terminal comes back) and leaves with `_exit`:
+    /// unwinding out of `main` would run the runtime's atexit handlers with work in flight.
+    pub fn install_panic_hook(self: &Arc<Self>) {
+        let me = self.clone();
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            me.run_hooks();
+            prev(info);
+            me.leave(EXIT_PANIC, "panic");
+        }));
+    }
+
+    pub fn is_quitting(&self) -> bool {
+        self.quitting.load(Ordering::Acquire)
+    }
+
+    /// Starts the quit: from now on the whole quit must finish within drain deadline + grace,
+    /// or a timer thread (which makes no GPU call) takes the hard path. Returns false if a quit
+    /// was already under way.
+    pub fn begin(self: &Arc<Self>) -> bool {
+        if self.quitting.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        let me = self.clone();
+        let limit = self.cfg.drain_deadline + self.cfg.grace;
+        let finished = self.finished.clone();
+        let spawned = std::thread::Builder::new()
+            .name("hipscope-quit-timer".into())
+            .spawn(move || {
+                let t = Instant::now();
+                while t.elapsed() < limit {
+                    if finished.load(Ordering::Acquire) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                if !finished.load(Ordering::Acquire) {
+                    me.hard_exit(&format!(
+                        "quit did not finish within {:.1} s (the worker is stuck in a GPU call)",
+                        limit.as_secs_f64()
+                    ));
+                }
+            });
+        if spawned.is_err() {
+            // Without a timer the quit is still bounded by the worker's own deadlines.
+            tracing::warn!("could not start the quit timer thread");
+        }
+        true
+    }
+
+    /// Ends the quit with the worker's outcome: clean → hooks run and the code is returned for
+    /// `main` to return; otherwise the hard path (does not return).
+    pub fn finish(&self, code: i32, reason: Option<&str>) -> i32 {
+        self.finished.store(true, Ordering::Release);
+        if code == EXIT_OK {
+            self.run_hooks();
+            EXIT_OK
+        } else {
+            self.hard_exit(reason.unwrap_or("the GPU could not be shut down cleanly"))
+        }
+    }
+
+    /// As [`QuitCoordinator::finish`], from a teardown outcome.
+    pub fn finish_teardown(&self, outcome: &TeardownOutcome) -> i32 {
+        self.finish(outcome.exit_code(), outcome.reason.as_deref())
+    }
+
+    /// Runs the exit hooks once (later calls do nothing).
+    pub fn run_hooks(&self) {
+        let hooks: Vec<(String, Hook)> = {
+            let mut g = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *g)
+        };
+        for (name, h) in hooks {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)).is_err() {
+                eprintln!("hipscope: exit hook {name:?} panicked");
+            }
+        }
+    }
+
+    /// The hard path: exit hooks (bounded), a one-line reason on stderr, `_exit(3)`.
+    pub fn hard_exit(&self, reason: &str) -> ! {
+        self.leave(EXIT_HARD, reason)
+    }
+
+    fn leave(&self, code: i32, reason: &str) -> ! {
+        if self.exiting.swap(true, Ordering::AcqRel) {
+            // Another thread is already leaving; it will end the process.
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        // Hooks run on a helper thread so a hook stuck on I/O cannot hold the exit.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let hooks: Vec<(String, Hook)> = {
+            let mut g = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::take(&mut *g)
+        };
+        let _ = std::thread::Builder::new()
+            .name("hipscope-exit-hooks".into())
+            .spawn(move || {
+                for (_, h) in hooks {
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(h));
+                }
+                let _ = tx.send(());
+            });
+        let _ = rx.recv_timeout(self.cfg.hook_timeout);
+        eprintln!("hipscope: {reason}; exiting with code {code} without GPU cleanup");
+        hard_exit_now(code)
+    }
+}
+
+/// Flushes stdio and ends the process without atexit handlers or destructors.
+pub fn hard_exit_now(code: i32) -> ! {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: _exit ends the process at once; nothing runs after it.
+    unsafe { libc::_exit(code) }
+}
+
+/// A one-line rendering of a quit step for logs and the selftest.
+pub fn describe_step(s: &QuitStep) -> String {
+    let status = match &s.status {
+        QuitStepStatus::Running => "running".to_string(),
+        QuitStepStatus::Done => "done".to_string(),
+        QuitStepStatus::Skipped(r) => format!("skipped ({r})"),
+        QuitStepStatus::Failed(r) => format!("FAILED ({r})"),
+    };
+    format!(
+        "{:<30} {:>9.3} ms  {status}",
+        s.name,
+        s.elapsed.as_secs_f64() * 1e3
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_clean_finish_runs_each_hook_once_in_order_and_returns_zero() {
+        let q = QuitCoordinator::new(QuitConfig::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        for name in ["restore terminal", "flush transcript"] {
+            let o = order.clone();
+            q.add_exit_hook(name, move || o.lock().expect("lock").push(name));
+        }
+        assert!(q.begin());
+        assert!(!q.begin(), "a second begin is refused");
+        assert_eq!(q.finish(EXIT_OK, None), EXIT_OK);
+        q.run_hooks();
+        assert_eq!(
+            *order.lock().expect("lock"),
+            ["restore terminal", "flush transcript"]
+        );
+    }
+
+    #[test]
+    fn the_first_interrupt_asks_for_a_graceful_quit() {
+        let q = QuitCoordinator::new(QuitConfig::default());
+        let asked = Arc::new(AtomicUsize::new(0));
+        let a = asked.clone();
+        q.set_interrupt_handler(move || {
+            a.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(q.interrupt(), Interrupt::Graceful);
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        // The second interrupt takes the hard path; that is tested in a child process
+        // (tests/gpu_quit.rs) because it ends the process.
+    }
+
+    #[test]
+    fn step_lines_show_status_and_duration() {
+        let s = QuitStep {
+            name: "drain stream".into(),
+            status: QuitStepStatus::Failed("timed out".into()),
+            elapsed: Duration::from_millis(1500),
+        };
+        let line = describe_step(&s);
+        assert!(
+            line.contains("drain stream") && line.contains("1500.000 ms"),
+            "{line}"
+        );
+        assert!(line.contains("FAILED (timed out)"));
+    }
+}

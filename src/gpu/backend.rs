@@ -1,0 +1,202 @@
+//! The compute interface the forward pass is written against. The CPU backend implements it
+//! directly; the GPU backends implement it by enqueuing labelled kernels on their one stream.
+//!
+//! Buffers and weights are opaque handles owned by the backend, so that a GPU backend can keep
+//! them in its arena and the forward pass never sees a device pointer.
+
+use std::sync::Arc;
+
+use crate::gpu::quant::GgmlType;
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, StreamSnapshot};
+
+/// A weight tensor held by the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Weight(pub u32);
+
+/// An f32 activation buffer held by the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Buf(pub u32);
+
+/// What an op is, for labels in the stream and watchdog panels (`layer 7 · attn_q`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpLabel {
+    pub layer: Option<u32>,
+    pub name: &'static str,
+}
+
+impl OpLabel {
+    pub const fn global(name: &'static str) -> OpLabel {
+        OpLabel { layer: None, name }
+    }
+    pub const fn layer(layer: u32, name: &'static str) -> OpLabel {
+        OpLabel {
+            layer: Some(layer),
+            name,
+        }
+    }
+}
+
+impl std::fmt::Display for OpLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.layer {
+            Some(l) => write!(f, "layer {l} · {}", self.name),
+            None => f.write_str(self.name),
+        }
+    }
+}
+
+/// Bytes that outlive any borrower: a memory-mapped model file, or one built in memory.
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A weight as stored in the model file: `rows` rows of `cols` elements of type `ty` (GGUF dims
+/// `[cols, rows]`) at `storage[offset..offset + len]`. The CPU backend keeps pointing into the
+/// storage (no copy of a memory-mapped file); GPU backends upload it.
+#[derive(Clone)]
+pub struct WeightData<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub storage: &'a SharedBytes,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl WeightData<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        &(**self.storage).as_ref()[self.offset..self.offset + self.len]
+    }
+}
+
+/// Rotary position embedding parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Dimensions rotated per head (pairs: n_rot / 2).
+    pub n_rot: usize,
+    pub base: f32,
+    /// Positions are multiplied by this (1 / linear scaling factor).
+    pub freq_scale: f32,
+    /// NeoX pairs (i, i + n_rot/2) instead of adjacent pairs (2i, 2i+1).
+    pub neox: bool,
+    /// Per-pair frequency divisors (llama 3.1 `rope_freqs.weight`).
+    pub freq_factors: Option<Weight>,
+}
+
+/// One attention call over `n_tokens` new tokens at positions `pos0..pos0+n_tokens`, whose keys
+/// and values are first written into the layer's cache at those positions.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnParams {
+    pub layer: usize,
+    pub n_tokens: usize,
+    pub pos0: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+}
+
+/// A backend could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("out of memory: {0}")]
+    OutOfMemory(String),
+    #[error("{0}")]
+    Invalid(String),
+    /// The device failed; no further call to it can succeed.
+    #[error("device error: {0}")]
+    Device(String),
+}
+
+pub type Result<T> = std::result::Result<T, BackendError>;
+
+/// The ops of a llama-family forward pass. Activations are row-major `[n_tokens, width]`.
+/// Calls may be asynchronous (GPU): only `read` returns data and waits for it.
+pub trait Backend: Send {
+    /// What this backend runs on.
+    fn device(&self) -> DeviceSummary;
+
+    /// Takes a weight (checked: `len` matches the shape and type, the range lies in storage).
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight>;
+
+    /// An f32 buffer of `len` elements (zeroed).
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf>;
+
+    /// The KV cache: `n_layers` layers of `n_ctx` positions of `kv_dim` keys and values.
+    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()>;
+
+    /// out[t] = dequantized row `tokens[t]` of `table`.
+    fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()>;
+
+    /// out[t] = x[t] / rms(x[t]) * weight, for rows of `dim`.
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        out: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()>;
+
+    /// out[t] = W · x[t] (W has `rows` rows of `cols`; x rows of `cols`, out rows of `rows`).
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()>;
+
+    /// x[t] += bias.
+    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()>;
+
+    /// Rotates each head of each row of `x` (`n_tokens` rows of `n_heads * head_dim`) by its
+    /// position `pos0 + t`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        n_heads: usize,
+        head_dim: usize,
+        pos0: usize,
+        params: &RopeParams,
+        label: OpLabel,
+    ) -> Result<()>;
+
+    /// Stores k and v in the cache, then causal attention of q over positions `0..=pos` for each
+    /// token; writes `n_tokens` rows of `n_heads * head_dim` to `out`.
+    fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
+
+    /// gate = silu(gate) * up, elementwise over `len`.
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
+
+    /// acc += x, elementwise over `len`.
+    fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()>;
+
+    /// dst[dst_off..+len] = src[src_off..+len].
+    fn copy(
+        &mut self,
+        src: Buf,
+        src_off: usize,
+        dst: Buf,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()>;
+
+    /// Waits for every op before it and copies `out.len()` elements from `buf[offset..]`.
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()>;
+
+    /// The streams this backend owns, for the UI (the CPU has none).
+    fn streams(&self) -> Vec<StreamSnapshot> {
+        Vec::new()
+    }
+
+    /// Memory held by the backend, for the UI.
+    fn arena(&self) -> ArenaSnapshot;
+}

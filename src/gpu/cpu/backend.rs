@@ -1,0 +1,572 @@
+//! The CPU implementation of [`Backend`]: weights stay in the memory-mapped file, activations and
+//! the KV cache are f32 vectors, and the heavy ops run on a persistent thread pool.
+
+use std::sync::Mutex;
+
+use super::host::{cpu_name, host_memory, simd_features};
+use super::matmul::{MatmulScratch, QuantMatrix, matmul};
+use super::pool::ThreadPool;
+use crate::gpu::backend::{
+    AttnParams, Backend, BackendError, Buf, OpLabel, Result, RopeParams, SharedBytes, Weight,
+    WeightData,
+};
+use crate::gpu::quant::{self, GgmlType};
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+
+struct CpuWeight {
+    name: String,
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    storage: SharedBytes,
+    offset: usize,
+    len: usize,
+    /// Vectors (norms, biases, RoPE factors) dequantized once at load.
+    vector: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn bytes(&self) -> &[u8] {
+        &(*self.storage).as_ref()[self.offset..self.offset + self.len]
+    }
+
+    fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_len() * self.ty.block_bytes()
+    }
+}
+
+struct KvCache {
+    n_ctx: usize,
+    kv_dim: usize,
+    /// `[layer][position][kv_dim]`
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// A raw pointer that threads write through at disjoint offsets.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: every user writes only its own disjoint range, and the pool joins before the owner
+// touches the buffer again.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// A method, so that closures capture the whole wrapper (not its raw field).
+    fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: callers stay inside the buffer the pointer came from.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+pub struct CpuBackend {
+    pool: ThreadPool,
+    weights: Vec<CpuWeight>,
+    bufs: Vec<(&'static str, Vec<f32>)>,
+    kv: Option<KvCache>,
+    scratch: MatmulScratch,
+    /// One attention-score row per thread.
+    scores: Vec<Mutex<Vec<f32>>>,
+    allocations: u64,
+}
+
+fn invalid(msg: String) -> BackendError {
+    BackendError::Invalid(msg)
+}
+
+impl CpuBackend {
+    /// A backend with `threads` threads (0: one per available core).
+    pub fn new(threads: usize) -> CpuBackend {
+        let n = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        CpuBackend {
+            pool: ThreadPool::new(n),
+            weights: Vec::new(),
+            bufs: Vec::new(),
+            kv: None,
+            scratch: MatmulScratch::default(),
+            scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            allocations: 0,
+        }
+    }
+
+    pub fn n_threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    fn weight(&self, w: Weight) -> Result<&CpuWeight> {
+        self.weights
+            .get(w.0 as usize)
+            .ok_or_else(|| invalid(format!("no weight #{}", w.0)))
+    }
+
+    fn vector(&self, w: Weight, len: usize) -> Result<&[f32]> {
+        let cw = self.weight(w)?;
+        match &cw.vector {
+            Some(v) if v.len() == len => Ok(v),
+            _ => Err(invalid(format!(
+                "{} is not a vector of {len} elements ({} × {})",
+                cw.name, cw.rows, cw.cols
+            ))),
+        }
+    }
+
+    fn buf(&self, b: Buf, len: usize) -> Result<&[f32]> {
+        let (name, v) = self
+            .bufs
+            .get(b.0 as usize)
+            .ok_or_else(|| invalid(format!("no buffer #{}", b.0)))?;
+        v.get(..len)
+            .ok_or_else(|| invalid(format!("buffer {name} holds {}, {len} needed", v.len())))
+    }
+
+    /// Takes a buffer out (to be written while others are read) and checks its length.
+    fn take(&mut self, b: Buf, len: usize) -> Result<Vec<f32>> {
+        let (name, v) = self
+            .bufs
+            .get_mut(b.0 as usize)
+            .ok_or_else(|| invalid(format!("no buffer #{}", b.0)))?;
+        if v.len() < len {
+            return Err(invalid(format!(
+                "buffer {name} holds {}, {len} needed",
+                v.len()
+            )));
+        }
+        Ok(std::mem::take(v))
+    }
+
+    fn put(&mut self, b: Buf, v: Vec<f32>) {
+        self.bufs[b.0 as usize].1 = v;
+    }
+}
+
+impl Backend for CpuBackend {
+    fn device(&self) -> DeviceSummary {
+        let mem = host_memory();
+        DeviceSummary {
+            backend: "cpu".into(),
+            name: cpu_name(),
+            arch: simd_features(),
+            total_memory: mem.map(|m| m.0),
+            free_memory: mem.map(|m| m.1),
+            compute_units: Some(self.pool.n_threads() as u32),
+            warp_size: None,
+            reason: String::new(),
+        }
+    }
+
+    fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
+        if !quant::is_supported(d.ty) {
+            return Err(BackendError::Unsupported(format!(
+                "tensor {}: type {} is not supported",
+                d.name, d.ty
+            )));
+        }
+        let expected = d
+            .cols
+            .checked_mul(d.rows)
+            .and_then(|n| d.ty.bytes_for(n as u64));
+        let in_storage = d
+            .offset
+            .checked_add(d.len)
+            .is_some_and(|end| end <= (**d.storage).as_ref().len());
+        if expected != Some(d.len as u64) || !in_storage {
+            return Err(invalid(format!(
+                "tensor {}: {} bytes do not hold {} × {} {}",
+                d.name, d.len, d.rows, d.cols, d.ty
+            )));
+        }
+        let vector = if d.rows == 1 {
+            let mut v = vec![0f32; d.cols];
+            quant::dequantize(d.ty, d.bytes(), &mut v)
+                .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
+            Some(v)
+        } else {
+            None
+        };
+        self.weights.push(CpuWeight {
+            name: d.name.to_string(),
+            ty: d.ty,
+            rows: d.rows,
+            cols: d.cols,
+            storage: d.storage.clone(),
+            offset: d.offset,
+            len: d.len,
+            vector,
+        });
+        Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        self.bufs.push((name, vec![0f32; len]));
+        self.allocations += 1;
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
+        let len = n_layers
+            .checked_mul(n_ctx)
+            .and_then(|n| n.checked_mul(kv_dim))
+            .ok_or_else(|| BackendError::OutOfMemory("KV cache size overflows".into()))?;
+        let bytes = len as u64 * 8;
+        if let Some((_, avail)) = host_memory()
+            && bytes > avail
+        {
+            return Err(BackendError::OutOfMemory(format!(
+                "the KV cache for {n_ctx} positions needs {} MiB, {} MiB are available; ask for a smaller context (-c)",
+                bytes >> 20,
+                avail >> 20
+            )));
+        }
+        self.kv = Some(KvCache {
+            n_ctx,
+            kv_dim,
+            k: vec![0f32; len],
+            v: vec![0f32; len],
+        });
+        for s in &self.scores {
+            if let Ok(mut s) = s.lock() {
+                s.resize(n_ctx, 0.0);
+            }
+        }
+        self.allocations += 2;
+        Ok(())
+    }
+
+    fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
+        let mut o = self.take(out, 0)?;
+        let res = (|| {
+            let w = self.weight(table)?;
+            if o.len() < tokens.len() * w.cols {
+                return Err(invalid("embedding output buffer too small".into()));
+            }
+            let rb = w.row_bytes();
+            for (t, &tok) in tokens.iter().enumerate() {
+                let tok = tok as usize;
+                if tok >= w.rows {
+                    return Err(invalid(format!(
+                        "token id {tok} is outside the vocabulary of {} tokens",
+                        w.rows
+                    )));
+                }
+                let row = &w.bytes()[tok * rb..(tok + 1) * rb];
+                quant::dequantize(w.ty, row, &mut o[t * w.cols..(t + 1) * w.cols])
+                    .map_err(|e| invalid(format!("{}: {e}", w.name)))?;
+            }
+            Ok(())
+        })();
+        self.put(out, o);
+        res
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        out: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        _label: OpLabel,
+    ) -> Result<()> {
+        let mut o = self.take(out, n_tokens * dim)?;
+        let res = (|| {
+            let w = self.vector(weight, dim)?;
+            let x = self.buf(x, n_tokens * dim)?;
+            for (xr, or) in x.chunks_exact(dim).zip(o.chunks_exact_mut(dim)) {
+                let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
+                let scale = 1.0 / ((ss / dim as f64) as f32 + eps).sqrt();
+                for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
+                    *o = xv * scale * wv;
+                }
+            }
+            Ok(())
+        })();
+        self.put(out, o);
+        res
+    }
+
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        _label: OpLabel,
+    ) -> Result<()> {
+        let (rows, cols) = {
+            let cw = self.weight(w)?;
+            (cw.rows, cw.cols)
+        };
+        let mut o = self.take(out, n_tokens * rows)?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let res = (|| {
+            let cw = self.weight(w)?;
+            let m = QuantMatrix::new(cw.ty, rows, cols, cw.bytes())
+                .map_err(|e| invalid(format!("{}: {e}", cw.name)))?;
+            let xv = self.buf(x, n_tokens * cols)?;
+            matmul(
+                &self.pool,
+                &m,
+                xv,
+                n_tokens,
+                &mut o[..n_tokens * rows],
+                &mut scratch,
+            );
+            Ok(())
+        })();
+        self.scratch = scratch;
+        self.put(out, o);
+        res
+    }
+
+    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, _label: OpLabel) -> Result<()> {
+        let len = self.weight(bias)?.cols;
+        let mut xv = self.take(x, n_tokens * len)?;
+        let res = self.vector(bias, len).map(|b| {
+            for row in xv[..n_tokens * len].chunks_exact_mut(len) {
+                for (v, &bv) in row.iter_mut().zip(b) {
+                    *v += bv;
+                }
+            }
+        });
+        self.put(x, xv);
+        res
+    }
+
+    fn rope(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        n_heads: usize,
+        head_dim: usize,
+        pos0: usize,
+        p: &RopeParams,
+        _label: OpLabel,
+    ) -> Result<()> {
+        let half = p.n_rot / 2;
+        if p.n_rot > head_dim || !p.n_rot.is_multiple_of(2) {
+            return Err(invalid(format!(
+                "RoPE over {} of {head_dim} dimensions",
+                p.n_rot
+            )));
+        }
+        let factors = match p.freq_factors {
+            Some(f) => Some(self.vector(f, half)?.to_vec()),
+            None => None,
+        };
+        let mut xv = self.take(x, n_tokens * n_heads * head_dim)?;
+        // As ggml computes it: theta_i = pos · freq_scale · base^(-2i/n_rot) / factor_i, the
+        // powers built by repeated multiplication in f32.
+        let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
+        let mut cs = vec![(0f32, 0f32); half];
+        for t in 0..n_tokens {
+            let mut theta = (pos0 + t) as f32 * p.freq_scale;
+            for (i, c) in cs.iter_mut().enumerate() {
+                let th = match &factors {
+                    Some(f) => theta / f[i],
+                    None => theta,
+                };
+                *c = (th.cos(), th.sin());
+                theta *= theta_scale;
+            }
+            let row = &mut xv[t * n_heads * head_dim..(t + 1) * n_heads * head_dim];
+            for head in row.chunks_exact_mut(head_dim) {
+                for (i, &(c, s)) in cs.iter().enumerate() {
+                    let (a, b) = if p.neox {
+                        (i, i + half)
+                    } else {
+                        (2 * i, 2 * i + 1)
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        }
+        self.put(x, xv);
+        Ok(())
+    }
+
+    fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
+        let kv_dim = p.n_kv_heads * p.head_dim;
+        let q_dim = p.n_heads * p.head_dim;
+        let kv = self
+            .kv
+            .take()
+            .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
+        let mut o = match self.take(out, p.n_tokens * q_dim) {
+            Ok(o) => o,
+            Err(e) => {
+                self.kv = Some(kv);
+                return Err(e);
+            }
+        };
+        let mut kv = kv;
+        let res = (|| {
+            if kv.kv_dim != kv_dim || p.pos0 + p.n_tokens > kv.n_ctx || p.n_kv_heads == 0 {
+                return Err(invalid(format!(
+                    "attention at positions {}..{} does not fit the KV cache ({} positions of {})",
+                    p.pos0,
+                    p.pos0 + p.n_tokens,
+                    kv.n_ctx,
+                    kv.kv_dim
+                )));
+            }
+            let layer_base = p.layer * kv.n_ctx * kv_dim;
+            let dst = layer_base + p.pos0 * kv_dim..layer_base + (p.pos0 + p.n_tokens) * kv_dim;
+            kv.k[dst.clone()].copy_from_slice(self.buf(k, p.n_tokens * kv_dim)?);
+            kv.v[dst].copy_from_slice(self.buf(v, p.n_tokens * kv_dim)?);
+            let qv = self.buf(q, p.n_tokens * q_dim)?;
+            let keys = &kv.k[layer_base..layer_base + kv.n_ctx * kv_dim];
+            let vals = &kv.v[layer_base..layer_base + kv.n_ctx * kv_dim];
+            let group = p.n_heads / p.n_kv_heads;
+            let hd = p.head_dim;
+            let optr = SharedMut(o.as_mut_ptr());
+            let scores = &self.scores;
+            let jobs = p.n_tokens * p.n_heads;
+            self.pool.run(&|ith, nth| {
+                let Ok(mut sc) = scores[ith].lock() else {
+                    return;
+                };
+                for job in (ith..jobs).step_by(nth) {
+                    let (t, h) = (job / p.n_heads, job % p.n_heads);
+                    let n_keys = p.pos0 + t + 1;
+                    let kvh = h / group;
+                    let qh = &qv[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
+                    let mut max = f32::NEG_INFINITY;
+                    for (j, s) in sc[..n_keys].iter_mut().enumerate() {
+                        let kj = &keys[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                        *s = dot(qh, kj) * p.scale;
+                        max = max.max(*s);
+                    }
+                    let mut sum = 0f32;
+                    for s in &mut sc[..n_keys] {
+                        *s = (*s - max).exp();
+                        sum += *s;
+                    }
+                    let inv = 1.0 / sum;
+                    // SAFETY: job (t, h) owns out[t, h*hd..(h+1)*hd]; jobs are disjoint.
+                    let oh =
+                        unsafe { std::slice::from_raw_parts_mut(optr.at(t * q_dim + h * hd), hd) };
+                    oh.fill(0.0);
+                    for (j, &s) in sc[..n_keys].iter().enumerate() {
+                        let vj = &vals[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
+                        let w = s * inv;
+                        for (o, &vv) in oh.iter_mut().zip(vj) {
+                            *o += w * vv;
+                        }
+                    }
+                }
+            });
+            Ok(())
+        })();
+        self.kv = Some(kv);
+        self.put(out, o);
+        res
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, _label: OpLabel) -> Result<()> {
+        let mut g = self.take(gate, len)?;
+        let res = self.buf(up, len).map(|u| {
+            for (gv, &uv) in g[..len].iter_mut().zip(u) {
+                *gv = *gv / (1.0 + (-*gv).exp()) * uv;
+            }
+        });
+        self.put(gate, g);
+        res
+    }
+
+    fn add(&mut self, acc: Buf, x: Buf, len: usize, _label: OpLabel) -> Result<()> {
+        let mut a = self.take(acc, len)?;
+        let res = self.buf(x, len).map(|xv| {
+            for (av, &xv) in a[..len].iter_mut().zip(xv) {
+                *av += xv;
+            }
+        });
+        self.put(acc, a);
+        res
+    }
+
+    fn copy(
+        &mut self,
+        src: Buf,
+        src_off: usize,
+        dst: Buf,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        let mut d = self.take(dst, dst_off + len)?;
+        let res = self
+            .buf(src, src_off + len)
+            .map(|s| d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]));
+        self.put(dst, d);
+        res
+    }
+
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        let b = self.buf(buf, offset + out.len())?;
+        out.copy_from_slice(&b[offset..]);
+        Ok(())
+    }
+
+    fn arena(&self) -> ArenaSnapshot {
+        let weights: u64 = self.weights.iter().map(|w| w.len as u64).sum();
+        let acts: u64 = self.bufs.iter().map(|(_, b)| b.len() as u64 * 4).sum();
+        let kv: u64 = self
+            .kv
+            .as_ref()
+            .map_or(0, |kv| (kv.k.len() + kv.v.len()) as u64 * 4);
+        let mem = host_memory();
+        let total = weights + acts + kv;
+        ArenaSnapshot {
+            kind: "host".into(),
+            capacity: total,
+            used: total,
+            high_water: total,
+            regions: vec![
+                RegionSnapshot {
+                    name: "weights (mapped)".into(),
+                    capacity: weights,
+                    used: weights,
+                },
+                RegionSnapshot {
+                    name: "kv_cache".into(),
+                    capacity: kv,
+                    used: kv,
+                },
+                RegionSnapshot {
+                    name: "activations".into(),
+                    capacity: acts,
+                    used: acts,
+                },
+            ],
+            largest_free: 0,
+            device_allocations: self.allocations,
+            pinned_host_bytes: 0,
+            runtime_overhead: None,
+            device_total: mem.map(|m| m.0),
+            device_free: mem.map(|m| m.1),
+        }
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    // Eight partial sums let the compiler vectorise without reassociation flags.
+    let mut acc = [0f32; 8];
+    let (ac, ar) = a.split_at(a.len() / 8 * 8);
+    let (bc, br) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ar.iter().zip(br) {
+        s += x * y;
+    }
+    s
+}

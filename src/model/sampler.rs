@@ -1,0 +1,307 @@
+//! Token sampling, in llama.cpp's order: repeat penalty → top-k → top-p → min-p → temperature →
+//! draw. Temperature 0 is greedy (the most likely token after the penalty).
+
+use std::collections::VecDeque;
+
+use crate::model::protocol::SamplerConfig;
+
+/// xoshiro256** seeded through splitmix64: small, fast, and the same sequence on every platform,
+/// so a seed reproduces a generation.
+#[derive(Clone, Debug)]
+pub struct Rng {
+    s: [u64; 4],
+}
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        let mut z = seed;
+        let mut next = || {
+            z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut x = z;
+            x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            x ^ (x >> 31)
+        };
+        Rng {
+            s: [next(), next(), next(), next()],
+        }
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let r = self.s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = self.s[1] << 17;
+        self.s[2] ^= self.s[0];
+        self.s[3] ^= self.s[1];
+        self.s[1] ^= self.s[2];
+        self.s[0] ^= self.s[3];
+        self.s[2] ^= t;
+        self.s[3] = self.s[3].rotate_left(45);
+        r
+    }
+
+    /// Uniform in [0, 1).
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Approximately standard normal (sum of uniforms; enough for random weights).
+    pub fn next_normal(&mut self) -> f32 {
+        let s: f64 = (0..4).map(|_| self.next_f64()).sum();
+        ((s - 2.0) * 3f64.sqrt()) as f32
+    }
+}
+
+/// llama.cpp's "random seed" value.
+pub const RANDOM_SEED: u64 = 0xFFFF_FFFF;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Candidate {
+    id: u32,
+    logit: f32,
+    p: f32,
+}
+
+/// Samples tokens from logits; keeps the recent-token window for the repeat penalty.
+pub struct Sampler {
+    cfg: SamplerConfig,
+    rng: Rng,
+    recent: VecDeque<u32>,
+    cands: Vec<Candidate>,
+}
+
+impl Sampler {
+    pub fn new(cfg: SamplerConfig) -> Sampler {
+        let seed = if cfg.seed == RANDOM_SEED {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        } else {
+            cfg.seed
+        };
+        Sampler {
+            rng: Rng::new(seed),
+            cfg,
+            recent: VecDeque::new(),
+            cands: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &SamplerConfig {
+        &self.cfg
+    }
+
+    /// Forgets the recent tokens (a new conversation).
+    pub fn reset(&mut self) {
+        self.recent.clear();
+    }
+
+    /// Records a token that entered the context (prompt or generated), for the repeat penalty.
+    pub fn accept(&mut self, tok: u32) {
+        if self.cfg.repeat_last_n == 0 {
+            return;
+        }
+        self.recent.push_back(tok);
+        while self.recent.len() > self.cfg.repeat_last_n as usize {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Picks the next token from `logits` (one per vocabulary entry).
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let c = &self.cfg;
+        self.cands.clear();
+        self.cands
+            .extend(logits.iter().enumerate().map(|(i, &l)| Candidate {
+                id: i as u32,
+                logit: if l.is_nan() { f32::NEG_INFINITY } else { l },
+                p: 0.0,
+            }));
+        if c.repeat_penalty != 1.0 && !self.recent.is_empty() {
+            let mut seen = std::collections::HashSet::with_capacity(self.recent.len());
+            for &t in &self.recent {
+                if seen.insert(t)
+                    && let Some(cand) = self.cands.get_mut(t as usize)
+                {
+                    // As llama.cpp (and CTRL): shrink positive logits, grow negative ones.
+                    cand.logit = if cand.logit > 0.0 {
+                        cand.logit / c.repeat_penalty
+                    } else {
+                        cand.logit * c.repeat_penalty
+                    };
+                }
+            }
+        }
+        if c.temp <= 0.0 {
+            return self
+                .cands
+                .iter()
+                .fold(None::<Candidate>, |best, &x| match best {
+                    Some(b) if b.logit >= x.logit => Some(b),
+                    _ => Some(x),
+                })
+                .map_or(0, |b| b.id);
+        }
+        let desc = |a: &Candidate, b: &Candidate| b.logit.total_cmp(&a.logit);
+        if c.top_k > 0 && (c.top_k as usize) < self.cands.len() {
+            let k = c.top_k as usize;
+            self.cands.select_nth_unstable_by(k - 1, desc);
+            self.cands.truncate(k);
+        }
+        self.cands.sort_unstable_by(desc);
+        softmax(&mut self.cands, 1.0);
+        if c.top_p < 1.0 {
+            let mut cum = 0.0;
+            let mut keep = self.cands.len();
+            for (i, cand) in self.cands.iter().enumerate() {
+                cum += cand.p;
+                if cum >= c.top_p {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            self.cands.truncate(keep.max(1));
+        }
+        if c.min_p > 0.0
+            && let Some(top) = self.cands.first().map(|c| c.p)
+        {
+            let floor = top * c.min_p;
+            let keep = self.cands.iter().take_while(|x| x.p >= floor).count();
+            self.cands.truncate(keep.max(1));
+        }
+        softmax(&mut self.cands, c.temp);
+        let r = self.rng.next_f64() as f32;
+        let mut cum = 0.0;
+        for cand in &self.cands {
+            cum += cand.p;
+            if r < cum {
+                return cand.id;
+            }
+        }
+        self.cands.last().map_or(0, |c| c.id)
+    }
+}
+
+/// Probabilities of sorted candidates at temperature `temp`.
+fn softmax(cands: &mut [Candidate], temp: f32) {
+    let Some(max) = cands.first().map(|c| c.logit) else {
+        return;
+    };
+    let mut sum = 0.0;
+    for c in cands.iter_mut() {
+        c.p = ((c.logit - max) / temp).exp();
+        sum += c.p;
+    }
+    for c in cands.iter_mut() {
+        c.p /= sum;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(f: impl FnOnce(&mut SamplerConfig)) -> SamplerConfig {
+        let mut c = SamplerConfig {
+            seed: 42,
+            ..SamplerConfig::default()
+        };
+        f(&mut c);
+        c
+    }
+
+    #[test]
+    fn greedy_takes_the_argmax() {
+        let mut s = Sampler::new(cfg(|c| c.temp = 0.0));
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 1);
+        assert_eq!(s.sample(&[f32::NAN, -5.0, -4.0]), 2);
+    }
+
+    #[test]
+    fn repeat_penalty_follows_llama_cpp() {
+        // Token 1 (logit 3.0) seen recently: 3.0 / 2 = 1.5 < 2.9, so token 3 wins.
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 0.0;
+            c.repeat_penalty = 2.0;
+        }));
+        s.accept(1);
+        assert_eq!(s.sample(&[0.1, 3.0, -1.0, 2.9]), 3);
+        // Negative logits are multiplied: -1.0 * 2 = -2.0 < -1.5.
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 0.0;
+            c.repeat_penalty = 2.0;
+        }));
+        s.accept(0);
+        assert_eq!(s.sample(&[-1.0, -1.5]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 5.0;
+            c.top_k = 1;
+        }));
+        for _ in 0..50 {
+            assert_eq!(s.sample(&[0.0, 1.0, 0.5]), 1);
+        }
+    }
+
+    #[test]
+    fn min_p_and_top_p_cut_the_tail() {
+        // p ≈ [0.665, 0.245, 0.090]: min_p 0.2 keeps the first two (0.09 < 0.133).
+        let logits = [2.0, 1.0, 0.0];
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 1.0;
+            c.top_k = 0;
+            c.top_p = 1.0;
+            c.min_p = 0.2;
+        }));
+        for _ in 0..300 {
+            assert_ne!(s.sample(&logits), 2);
+        }
+        // top_p 0.6 keeps only the first (0.665 ≥ 0.6).
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 1.0;
+            c.top_k = 0;
+            c.top_p = 0.6;
+            c.min_p = 0.0;
+        }));
+        for _ in 0..100 {
+            assert_eq!(s.sample(&logits), 0);
+        }
+    }
+
+    #[test]
+    fn frequencies_follow_the_softmax() {
+        let logits = [1.0f32, 0.0, -1.0];
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 1.0;
+            c.top_k = 0;
+            c.top_p = 1.0;
+            c.min_p = 0.0;
+        }));
+        let n = 20000;
+        let mut counts = [0usize; 3];
+        for _ in 0..n {
+            counts[s.sample(&logits) as usize] += 1;
+        }
+        let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+        for (i, &l) in logits.iter().enumerate() {
+            let expect = (l as f64).exp() / z;
+            let got = counts[i] as f64 / n as f64;
+            // 4 standard deviations of a binomial proportion.
+            let tol = 4.0 * (expect * (1.0 - expect) / n as f64).sqrt();
+            assert!((got - expect).abs() < tol, "token {i}: {got} vs {expect}");
+        }
+    }
+
+    #[test]
+    fn same_seed_same_tokens() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 17) as f32 * 0.3).collect();
+        let draw = |seed| {
+            let mut s = Sampler::new(cfg(|c| c.seed = seed));
+            (0..20).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+}

@@ -1,0 +1,418 @@
+//! A conversation on a loaded model: chat history, the tokens whose keys and values sit in the KV
+//! cache (reused across turns for the prefix that did not change), generation with streaming
+//! text, stop strings, and trimming the oldest turns when the context fills.
+
+use std::time::{Duration, Instant};
+
+use crate::model::forward::{Logits, Model, ModelError};
+use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
+use crate::model::sampler::Sampler;
+use crate::model::template::{ChatTemplate, Message};
+use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+
+/// What the caller wants after each piece of text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Continue,
+    Stop,
+}
+
+/// Things a generation reports as it goes.
+pub enum Progress<'a> {
+    /// The prompt is processed; the first token follows.
+    PromptDone(&'a GenStats),
+    /// Text of the answer (valid UTF-8, stop strings withheld).
+    Text(&'a str),
+    /// This many of the oldest messages were dropped to fit the context.
+    Trimmed(usize),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    #[error("chat template: {0}")]
+    Template(String),
+    #[error(
+        "the prompt is {tokens} tokens, the context holds {n_ctx}: shorten it or ask for a larger context (-c)"
+    )]
+    PromptTooLong { tokens: usize, n_ctx: usize },
+}
+
+/// The result of one answer.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub text: String,
+    pub tokens: Vec<u32>,
+    pub stats: GenStats,
+    pub reason: StopReason,
+}
+
+pub struct Session {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    system: Option<String>,
+    messages: Vec<Message>,
+    /// Tokens whose keys/values are in the cache at positions 0..len.
+    cached: Vec<u32>,
+    sampler: Sampler,
+    logits: Vec<f32>,
+}
+
+impl Session {
+    pub fn new(
+        model: Model,
+        tokenizer: Tokenizer,
+        template: ChatTemplate,
+        sampler: SamplerConfig,
+    ) -> Session {
+        Session {
+            model,
+            tokenizer,
+            template,
+            system: None,
+            messages: Vec::new(),
+            cached: Vec::new(),
+            sampler: Sampler::new(sampler),
+            logits: Vec::new(),
+        }
+    }
+
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    pub fn system(&self) -> Option<&str> {
+        self.system.as_deref()
+    }
+
+    pub fn set_system(&mut self, system: &str) {
+        let s = system.trim();
+        self.system = (!s.is_empty()).then(|| s.to_string());
+    }
+
+    pub fn set_sampler(&mut self, cfg: SamplerConfig) {
+        self.sampler = Sampler::new(cfg);
+    }
+
+    pub fn sampler_config(&self) -> &SamplerConfig {
+        self.sampler.config()
+    }
+
+    /// Forgets the conversation; the system prompt stays (and its cached tokens will be reused).
+    pub fn clear(&mut self) {
+        self.messages.clear();
+        self.sampler.reset();
+    }
+
+    /// Takes these (question, answer) turns as the conversation so far (a conversation reopened
+    /// from its transcript). Turns without an answer are left out: templates expect the roles
+    /// to alternate.
+    pub fn restore(&mut self, turns: &[(String, String)]) {
+        self.messages.clear();
+        for (user, answer) in turns.iter().filter(|(_, a)| !a.trim().is_empty()) {
+            self.messages.push(Message::new("user", user.as_str()));
+            self.messages
+                .push(Message::new("assistant", answer.as_str()));
+        }
+        self.sampler.reset();
+    }
+
+    /// Tokens currently in the KV cache.
+    pub fn cached_tokens(&self) -> usize {
+        self.cached.len()
+    }
+
+    /// Removes the last answer so it can be generated again; returns the user message it
+    /// answered.
+    pub fn pop_answer(&mut self) -> Option<String> {
+        if self.messages.last().is_some_and(|m| m.role == "assistant") {
+            self.messages.pop();
+        }
+        match self.messages.last() {
+            Some(m) if m.role == "user" => self.messages.pop().map(|m| m.content),
+            _ => None,
+        }
+    }
+
+    fn render(&self) -> Result<Vec<u32>, SessionError> {
+        let mut all = Vec::with_capacity(self.messages.len() + 1);
+        if let Some(s) = &self.system {
+            all.push(Message {
+                role: "system".into(),
+                content: s.clone(),
+            });
+        }
+        all.extend(self.messages.iter().cloned());
+        let text = self
+            .template
+            .render(&all, true)
+            .map_err(|e| SessionError::Template(e.to_string()))?;
+        // The template writes BOS itself when it wants one (llama.cpp adds it only if absent).
+        let bos_text = self
+            .tokenizer
+            .bos()
+            .map(|b| self.tokenizer.token_text(b).to_string());
+        let add_special = !bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(&b));
+        Ok(self.tokenizer.encode(&text, add_special, true))
+    }
+
+    /// Adds a user message and generates the assistant's answer, which joins the history.
+    pub fn chat(
+        &mut self,
+        user: &str,
+        on: &mut dyn FnMut(Progress) -> Control,
+    ) -> Result<Answer, SessionError> {
+        let t0 = Instant::now();
+        self.messages.push(Message {
+            role: "user".into(),
+            content: user.to_string(),
+        });
+        let n_ctx = self.model.n_ctx();
+        // Room for at least a short answer; more if the sampler's limit asks for it.
+        let n_predict = self.sampler.config().n_predict;
+        let room = if n_predict > 0 {
+            (n_predict as usize).min(n_ctx / 2)
+        } else {
+            (n_ctx / 8).max(16)
+        };
+        let mut prompt = self.render()?;
+        let mut dropped = 0;
+        while prompt.len() + room > n_ctx && self.messages.len() > 1 {
+            // Drop the oldest exchange (the system prompt stays in `self.system`).
+            self.messages.remove(0);
+            dropped += 1;
+            if self.messages.first().is_some_and(|m| m.role == "assistant") {
+                self.messages.remove(0);
+                dropped += 1;
+            }
+            prompt = self.render()?;
+        }
+        if dropped > 0 {
+            on(Progress::Trimmed(dropped));
+        }
+        if prompt.len() >= n_ctx {
+            self.messages.pop();
+            return Err(SessionError::PromptTooLong {
+                tokens: prompt.len(),
+                n_ctx,
+            });
+        }
+        let result = self.generate(&prompt, t0, on);
+        match result {
+            Ok(answer) => {
+                self.messages.push(Message {
+                    role: "assistant".into(),
+                    content: answer.text.clone(),
+                });
+                Ok(answer)
+            }
+            Err(e) => {
+                self.messages.pop();
+                Err(e)
+            }
+        }
+    }
+
+    /// Continues raw text (no chat template), as `llama-cli -p` without conversation mode.
+    pub fn complete(
+        &mut self,
+        text: &str,
+        on: &mut dyn FnMut(Progress) -> Control,
+    ) -> Result<Answer, SessionError> {
+        let t0 = Instant::now();
+        let prompt = self.tokenizer.encode(text, true, true);
+        if prompt.len() >= self.model.n_ctx() {
+            return Err(SessionError::PromptTooLong {
+                tokens: prompt.len(),
+                n_ctx: self.model.n_ctx(),
+            });
+        }
+        self.generate(&prompt, t0, on)
+    }
+
+    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition.
+    fn generate(
+        &mut self,
+        prompt: &[u32],
+        t0: Instant,
+        on: &mut dyn FnMut(Progress) -> Control,
+    ) -> Result<Answer, SessionError> {
+        let common = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // At least the last prompt token is run again: its logits pick the first answer token.
+        let reuse = common.min(prompt.len().saturating_sub(1));
+        self.cached.truncate(reuse);
+        let cfg = self.sampler.config().clone();
+        for &t in &prompt[reuse..] {
+            self.sampler.accept(t);
+        }
+        let tp = Instant::now();
+        let run = self
+            .model
+            .forward(&prompt[reuse..], reuse, Logits::Last, &mut self.logits);
+        if let Err(e) = run {
+            // The cache may hold part of the prompt; forget everything after the reused prefix.
+            return Err(e.into());
+        }
+        self.cached.extend_from_slice(&prompt[reuse..]);
+        let mut stats = GenStats {
+            prompt_tokens: prompt.len(),
+            cached_tokens: reuse,
+            prompt_time: tp.elapsed(),
+            ..GenStats::default()
+        };
+        on(Progress::PromptDone(&stats));
+        let tg = Instant::now();
+        let mut decoder = StreamDecoder::new();
+        let mut stop = StopFilter::new(&cfg.stop);
+        let mut text = String::new();
+        let mut tokens = Vec::new();
+        let n_ctx = self.model.n_ctx();
+        let reason = loop {
+            let tok = self.sampler.sample(&self.logits);
+            if tokens.is_empty() {
+                stats.time_to_first_token = t0.elapsed();
+            }
+            if self.tokenizer.is_eog(tok) {
+                break StopReason::Eog;
+            }
+            tokens.push(tok);
+            self.sampler.accept(tok);
+            let piece = decoder.push(&self.tokenizer, tok, false);
+            let (emit, hit) = stop.push(&piece);
+            text.push_str(&emit);
+            let control = if emit.is_empty() {
+                Control::Continue
+            } else {
+                on(Progress::Text(&emit))
+            };
+            if let Some(s) = hit {
+                break StopReason::StopString(s);
+            }
+            if control == Control::Stop {
+                break StopReason::User;
+            }
+            if cfg.n_predict >= 0 && tokens.len() >= cfg.n_predict as usize {
+                break StopReason::Limit;
+            }
+            if self.cached.len() + 1 > n_ctx {
+                break StopReason::ContextFull;
+            }
+            let pos = self.cached.len();
+            self.model
+                .forward(&[tok], pos, Logits::Last, &mut self.logits)?;
+            self.cached.push(tok);
+        };
+        // Text held back (a possible stop-string prefix, or an incomplete character) is part of
+        // the answer unless a stop string matched.
+        if !matches!(reason, StopReason::StopString(_)) {
+            let mut rest = stop.flush();
+            rest.push_str(&decoder.finish());
+            if !rest.is_empty() {
+                text.push_str(&rest);
+                on(Progress::Text(&rest));
+            }
+        }
+        stats.generated_tokens = tokens.len();
+        stats.gen_time = tg.elapsed();
+        if stats.time_to_first_token == Duration::ZERO {
+            stats.time_to_first_token = t0.elapsed();
+        }
+        Ok(Answer {
+            text,
+            tokens,
+            stats,
+            reason,
+        })
+    }
+
+    /// The model, for direct use (benchmarks, perplexity); the session forgets what it believed
+    /// was cached.
+    pub fn model_mut(&mut self) -> &mut Model {
+        // Direct use invalidates what the session believes is cached.
+        self.cached.clear();
+        &mut self.model
+    }
+}
+
+/// Withholds text that might be the start of a stop string until it is clear that it is not.
+struct StopFilter {
+    stops: Vec<String>,
+    pending: String,
+}
+
+impl StopFilter {
+    fn new(stops: &[String]) -> StopFilter {
+        StopFilter {
+            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
+            pending: String::new(),
+        }
+    }
+
+    /// Adds text; returns what can be shown now and the stop string, if one completed.
+    fn push(&mut self, piece: &str) -> (String, Option<String>) {
+        self.pending.push_str(piece);
+        if self.stops.is_empty() {
+            return (std::mem::take(&mut self.pending), None);
+        }
+        if let Some((at, s)) = self
+            .stops
+            .iter()
+            .filter_map(|s| self.pending.find(s.as_str()).map(|i| (i, s.clone())))
+            .min_by_key(|(i, _)| *i)
+        {
+            let emit = self.pending[..at].to_string();
+            self.pending.clear();
+            return (emit, Some(s));
+        }
+        // Keep the longest tail that is a prefix of some stop string.
+        let keep = self
+            .pending
+            .char_indices()
+            .map(|(i, _)| i)
+            .find(|&i| {
+                let tail = &self.pending[i..];
+                self.stops.iter().any(|s| s.starts_with(tail))
+            })
+            .unwrap_or(self.pending.len());
+        let emit = self.pending[..keep].to_string();
+        self.pending.drain(..keep);
+        (emit, None)
+    }
+
+    fn flush(&mut self) -> String {
+        std::mem::take(&mut self.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StopFilter;
+
+    #[test]
+    fn stop_filter_withholds_prefixes_and_cuts_at_the_stop() {
+        let mut f = StopFilter::new(&["</end>".to_string()]);
+        assert_eq!(f.push("Hello <"), ("Hello ".to_string(), None));
+        assert_eq!(f.push("/en"), (String::new(), None));
+        assert_eq!(
+            f.push("d> tail"),
+            (String::new(), Some("</end>".to_string()))
+        );
+        let mut f = StopFilter::new(&["</end>".to_string()]);
+        assert_eq!(f.push("a <b"), ("a <b".to_string(), None));
+        assert_eq!(f.push("<"), (String::new(), None));
+        assert_eq!(f.flush(), "<");
+    }
+
+    #[test]
+    fn no_stop_strings_pass_everything() {
+        let mut f = StopFilter::new(&[]);
+        assert_eq!(f.push("x<"), ("x<".to_string(), None));
+    }
+}

@@ -1,0 +1,553 @@
+//! Synthetic models: random weights in the exact shapes of real ones, with a byte-level BPE
+//! vocabulary of the real size and a ChatML template, written as GGUF so that other engines (llama.cpp)
+//! can run the same file. For quick checks, tests and benchmarks without downloads.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::gpu::quant::{self, GgmlType};
+use crate::model::gguf::{Array, GgufFile, GgufWriter, TensorSpec, Value, ValueType};
+use crate::model::sampler::Rng;
+
+/// The shape of a model family member.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    pub name: &'static str,
+    pub arch: &'static str,
+    pub n_layers: usize,
+    pub dim: usize,
+    pub ffn_dim: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub vocab: usize,
+    pub ctx: usize,
+    pub rope_base: f32,
+    pub rms_eps: f32,
+    pub tied: bool,
+    pub qkv_bias: bool,
+    /// llama 3.1 RoPE scaling (factor, low, high, original context) as `rope_freqs.weight`.
+    pub llama3_rope: Option<(f32, f32, f32, f32)>,
+}
+
+/// Every shape `--synthetic` knows.
+pub const SHAPES: &[Shape] = &[
+    Shape {
+        name: "tiny",
+        arch: "llama",
+        n_layers: 2,
+        dim: 256,
+        ffn_dim: 512,
+        n_heads: 4,
+        n_kv_heads: 2,
+        vocab: 512,
+        ctx: 512,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        qkv_bias: false,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "tiny-qwen2",
+        arch: "qwen2",
+        n_layers: 2,
+        dim: 256,
+        ffn_dim: 512,
+        n_heads: 4,
+        n_kv_heads: 1,
+        vocab: 512,
+        ctx: 512,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        qkv_bias: true,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "tiny-llama3",
+        arch: "llama",
+        n_layers: 2,
+        dim: 256,
+        ffn_dim: 512,
+        n_heads: 4,
+        n_kv_heads: 4,
+        vocab: 512,
+        ctx: 512,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        llama3_rope: Some((8.0, 1.0, 4.0, 64.0)),
+    },
+    Shape {
+        name: "smollm2-135m",
+        arch: "llama",
+        n_layers: 30,
+        dim: 576,
+        ffn_dim: 1536,
+        n_heads: 9,
+        n_kv_heads: 3,
+        vocab: 49152,
+        ctx: 8192,
+        rope_base: 100_000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "qwen2.5-0.5b",
+        arch: "qwen2",
+        n_layers: 24,
+        dim: 896,
+        ffn_dim: 4864,
+        n_heads: 14,
+        n_kv_heads: 2,
+        vocab: 151_936,
+        ctx: 32768,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        qkv_bias: true,
+        llama3_rope: None,
+    },
+    Shape {
+        name: "llama-3.2-1b",
+        arch: "llama",
+        n_layers: 16,
+        dim: 2048,
+        ffn_dim: 8192,
+        n_heads: 32,
+        n_kv_heads: 8,
+        vocab: 128_256,
+        ctx: 131_072,
+        rope_base: 500_000.0,
+        rms_eps: 1e-5,
+        tied: true,
+        qkv_bias: false,
+        llama3_rope: Some((32.0, 1.0, 4.0, 8192.0)),
+    },
+    Shape {
+        name: "llama-2-7b",
+        arch: "llama",
+        n_layers: 32,
+        dim: 4096,
+        ffn_dim: 11008,
+        n_heads: 32,
+        n_kv_heads: 32,
+        vocab: 32000,
+        ctx: 4096,
+        rope_base: 10000.0,
+        rms_eps: 1e-5,
+        tied: false,
+        qkv_bias: false,
+        llama3_rope: None,
+    },
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error("unknown synthetic model {0:?} (known: {1})")]
+    UnknownShape(String, String),
+    #[error("unknown quant type {0:?} (supported: {1})")]
+    UnknownQuant(String, String),
+    #[error("writing {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("quantizing {tensor}: {message}")]
+    Quant { tensor: String, message: String },
+}
+
+pub fn shape(name: &str) -> Result<&'static Shape, SynthError> {
+    SHAPES.iter().find(|s| s.name == name).ok_or_else(|| {
+        let known: Vec<&str> = SHAPES.iter().map(|s| s.name).collect();
+        SynthError::UnknownShape(name.into(), known.join(", "))
+    })
+}
+
+/// The weight types a synthetic model can be made of.
+pub fn quant_type(name: &str) -> Result<GgmlType, SynthError> {
+    GgmlType::from_name(name)
+        .filter(|&t| quant::is_supported(t))
+        .ok_or_else(|| {
+            let ok: Vec<&str> = GgmlType::all()
+                .filter(|&t| quant::is_supported(t))
+                .map(GgmlType::name)
+                .collect();
+            SynthError::UnknownQuant(name.into(), ok.join(", "))
+        })
+}
+
+/// The type a matrix with rows of `cols` gets when `ty` is asked for: K-quants need rows that are
+/// whole 256-element super-blocks, so narrower ones fall back as llama-quantize falls back.
+pub fn type_for(ty: GgmlType, cols: usize) -> GgmlType {
+    if cols.is_multiple_of(ty.block_len()) {
+        return ty;
+    }
+    match ty {
+        GgmlType::Q4K => GgmlType::Q5_0,
+        GgmlType::Q5K => GgmlType::Q5_1,
+        GgmlType::Q6K => GgmlType::Q8_0,
+        _ => GgmlType::F16,
+    }
+}
+
+struct Tensor {
+    spec: TensorSpec,
+    /// Uniform weights in [-scale, scale], plus `offset` (norm weights sit around 1).
+    scale: f32,
+    offset: f32,
+}
+
+fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
+    let (d, ff, v) = (s.dim as u64, s.ffn_dim as u64, s.vocab as u64);
+    let hd = (s.dim / s.n_heads) as u64;
+    let q = s.n_heads as u64 * hd;
+    let kv = s.n_kv_heads as u64 * hd;
+    // Weights of std 1/sqrt(fan_in) keep activations near unit scale; uniform [-a, a] has std
+    // a/sqrt(3).
+    let mat = |name: String, cols: u64, rows: u64| Tensor {
+        spec: TensorSpec::new(name, &[cols, rows], type_for(ty, cols as usize)),
+        scale: (3.0 / cols as f32).sqrt(),
+        offset: 0.0,
+    };
+    let vec_ = |name: String, len: u64, offset: f32, scale: f32| Tensor {
+        spec: TensorSpec::new(name, &[len], GgmlType::F32),
+        scale,
+        offset,
+    };
+    let mut t = vec![mat("token_embd.weight".into(), d, v)];
+    for l in 0..s.n_layers {
+        let n = |x: &str| format!("blk.{l}.{x}");
+        t.push(vec_(n("attn_norm.weight"), d, 1.0, 0.1));
+        t.push(mat(n("attn_q.weight"), d, q));
+        t.push(mat(n("attn_k.weight"), d, kv));
+        t.push(mat(n("attn_v.weight"), d, kv));
+        if s.qkv_bias {
+            t.push(vec_(n("attn_q.bias"), q, 0.0, 0.1));
+            t.push(vec_(n("attn_k.bias"), kv, 0.0, 0.1));
+            t.push(vec_(n("attn_v.bias"), kv, 0.0, 0.1));
+        }
+        t.push(mat(n("attn_output.weight"), q, d));
+        t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
+        t.push(mat(n("ffn_gate.weight"), d, ff));
+        t.push(mat(n("ffn_up.weight"), d, ff));
+        t.push(mat(n("ffn_down.weight"), ff, d));
+    }
+    t.push(vec_("output_norm.weight".into(), d, 1.0, 0.1));
+    if !s.tied {
+        t.push(mat("output.weight".into(), d, v));
+    }
+    if s.llama3_rope.is_some() {
+        t.push(vec_("rope_freqs.weight".into(), hd / 2, 0.0, 0.0));
+    }
+    t
+}
+
+/// llama 3.1 RoPE frequency factors, as llama.cpp's converter computes them.
+fn llama3_freq_factors(s: &Shape) -> Vec<f32> {
+    let Some((factor, low, high, old_ctx)) = s.llama3_rope else {
+        return Vec::new();
+    };
+    let hd = (s.dim / s.n_heads) as f32;
+    let (low_wl, high_wl) = (old_ctx / low, old_ctx / high);
+    (0..(hd as usize / 2))
+        .map(|i| {
+            let freq = 1.0 / s.rope_base.powf(2.0 * i as f32 / hd);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < high_wl {
+                1.0
+            } else if wavelen > low_wl {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
+}
+
+/// GPT-2's byte ↔ printable-character table: bytes that are printable stand for themselves, the
+/// rest map to code points from 256 up.
+fn byte_char(b: u8) -> char {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable(b) {
+        return b as char;
+    }
+    let n = (0..b).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).unwrap_or('?')
+}
+
+/// A byte-level BPE vocabulary of exactly `size` tokens: the 256 bytes, merges of earlier tokens
+/// (random but fixed by the seed), and three control tokens.
+fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
+    let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+    let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
+    let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
+    let mut merges = Vec::new();
+    let mut rng = Rng::new(seed ^ 0x0076_6f63_6162);
+    // Letters and the space marker first, so that merges look like words.
+    let common: Vec<usize> = "etaoinshrdlucmfwypvbgkjqxz"
+        .bytes()
+        .map(|b| b as usize)
+        .chain([byte_char(b' ') as usize])
+        .filter(|&i| i < 256)
+        .collect();
+    let n_merges = size.saturating_sub(256 + specials.len());
+    while merges.len() < n_merges {
+        let pick = |rng: &mut Rng, n: usize| -> usize {
+            // Favour short, early tokens: square a uniform draw.
+            let u = rng.next_f64();
+            ((u * u) * n as f64) as usize
+        };
+        let a = if rng.next_u64().is_multiple_of(3) {
+            common[(rng.next_u64() % common.len() as u64) as usize]
+        } else {
+            pick(&mut rng, tokens.len())
+        };
+        let b = pick(&mut rng, tokens.len());
+        let joined = format!("{}{}", tokens[a], tokens[b]);
+        if joined.chars().count() > 16 || !seen.insert(joined.clone()) {
+            continue;
+        }
+        merges.push(format!("{} {}", tokens[a], tokens[b]));
+        tokens.push(joined);
+    }
+    let mut types = vec![1i32; tokens.len()];
+    for s in specials {
+        tokens.push(s.to_string());
+        types.push(3);
+    }
+    tokens.truncate(size);
+    types.truncate(size);
+    (tokens, merges, types)
+}
+
+const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
+    let a = s.arch;
+    let k = |x: &str| format!("{a}.{x}");
+    let (tokens, merges, types) = vocabulary(s.vocab, seed);
+    let eos = tokens
+        .iter()
+        .position(|t| t == "<|endoftext|>")
+        .unwrap_or(0) as u32;
+    let im_end = tokens.iter().position(|t| t == "<|im_end|>").unwrap_or(0) as u32;
+    let strings = |v: Vec<String>| {
+        Value::Array(Array {
+            ty: ValueType::String,
+            items: v.into_iter().map(Value::String).collect(),
+        })
+    };
+    let mut m = vec![
+        ("general.architecture".to_string(), Value::from(a)),
+        (
+            "general.name".into(),
+            Value::from(format!("synthetic {} {}", s.name, ty)),
+        ),
+        (
+            "general.description".into(),
+            Value::from(format!(
+                "hipscope synthetic model: random weights (seed {seed}) in the shape of {}",
+                s.name
+            )),
+        ),
+        ("general.file_type".into(), Value::U32(file_type(ty))),
+        ("general.quantization_version".into(), Value::U32(2)),
+        (k("block_count"), Value::U32(s.n_layers as u32)),
+        (k("context_length"), Value::U32(s.ctx as u32)),
+        (k("embedding_length"), Value::U32(s.dim as u32)),
+        (k("feed_forward_length"), Value::U32(s.ffn_dim as u32)),
+        (k("attention.head_count"), Value::U32(s.n_heads as u32)),
+        (
+            k("attention.head_count_kv"),
+            Value::U32(s.n_kv_heads as u32),
+        ),
+        (k("rope.freq_base"), Value::F32(s.rope_base)),
+        (k("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)),
+        (k("vocab_size"), Value::U32(s.vocab as u32)),
+        (
+            k("rope.dimension_count"),
+            Value::U32((s.dim / s.n_heads) as u32),
+        ),
+        ("tokenizer.ggml.model".into(), Value::from("gpt2")),
+        ("tokenizer.ggml.pre".into(), Value::from("gpt-2")),
+        ("tokenizer.ggml.tokens".into(), strings(tokens)),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(Array {
+                ty: ValueType::I32,
+                items: types.into_iter().map(Value::I32).collect(),
+            }),
+        ),
+        ("tokenizer.ggml.merges".into(), strings(merges)),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.eot_token_id".into(), Value::U32(im_end)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+        ("tokenizer.chat_template".into(), Value::from(CHATML)),
+    ];
+    if let Some((factor, low, high, old)) = s.llama3_rope {
+        m.push((k("rope.scaling.type"), Value::from("llama3")));
+        m.push((k("rope.scaling.factor"), Value::F32(factor)));
+        m.push((k("rope.scaling.low_freq_factor"), Value::F32(low)));
+        m.push((k("rope.scaling.high_freq_factor"), Value::F32(high)));
+        m.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(old as u32),
+        ));
+    }
+    m
+}
+
+/// llama.cpp's `general.file_type` (LLAMA_FTYPE_MOSTLY_*) for a weight type.
+fn file_type(ty: GgmlType) -> u32 {
+    match ty {
+        GgmlType::F32 => 0,
+        GgmlType::F16 => 1,
+        GgmlType::Q4_0 => 2,
+        GgmlType::Q4_1 => 3,
+        GgmlType::Q8_0 => 7,
+        GgmlType::Q5_0 => 8,
+        GgmlType::Q5_1 => 9,
+        GgmlType::Q4K => 15,
+        GgmlType::Q5K => 17,
+        GgmlType::Q6K => 18,
+        GgmlType::Bf16 => 32,
+        _ => 0,
+    }
+}
+
+/// Rows generated (and seeded) together: fixed, so a seed gives the same weights whatever the
+/// thread count.
+const CHUNK_ROWS: usize = 64;
+
+fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8>, SynthError> {
+    if t.spec.name == "rope_freqs.weight" {
+        return Ok(llama3_freq_factors(s)
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect());
+    }
+    let cols = t.spec.dims[0] as usize;
+    let rows: usize = t.spec.dims[1..].iter().product::<u64>() as usize;
+    let ty = t.spec.ty;
+    let row_bytes = cols / ty.block_len() * ty.block_bytes();
+    let mut out = vec![0u8; rows * row_bytes];
+    let n_chunks = rows.div_ceil(CHUNK_ROWS);
+    let next = AtomicUsize::new(0);
+    let failure = std::sync::Mutex::new(None);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out_ptr = out.as_mut_ptr() as usize;
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(n_chunks) {
+            scope.spawn(|| {
+                let mut vals = Vec::new();
+                loop {
+                    let c = next.fetch_add(1, Ordering::Relaxed);
+                    if c >= n_chunks {
+                        break;
+                    }
+                    let r0 = c * CHUNK_ROWS;
+                    let nr = CHUNK_ROWS.min(rows - r0);
+                    let mut rng = Rng::new(seed ^ ((index as u64) << 24) ^ c as u64);
+                    vals.clear();
+                    vals.extend(
+                        (0..nr * cols)
+                            .map(|_| t.offset + t.scale * (2.0 * rng.next_f64() as f32 - 1.0)),
+                    );
+                    match quant::quantize(ty, &vals) {
+                        Ok(q) => {
+                            // SAFETY: chunk c owns bytes r0*row_bytes..(r0+nr)*row_bytes of
+                            // `out`, which outlives the scope; chunks are disjoint.
+                            let dst = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    (out_ptr as *mut u8).add(r0 * row_bytes),
+                                    nr * row_bytes,
+                                )
+                            };
+                            dst.copy_from_slice(&q);
+                        }
+                        Err(e) => {
+                            if let Ok(mut f) = failure.lock() {
+                                *f = Some(e.to_string());
+                            }
+                            break;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    if let Some(message) = failure.into_inner().ok().flatten() {
+        return Err(SynthError::Quant {
+            tensor: t.spec.name.clone(),
+            message,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes the synthetic model `s` with weights of type `ty` (K-quants fall back for narrow rows)
+/// as GGUF to `out`.
+pub fn write<W: Write>(
+    s: &Shape,
+    ty: GgmlType,
+    seed: u64,
+    out: W,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<W, SynthError> {
+    let io = |source| SynthError::Io {
+        path: s.name.into(),
+        source,
+    };
+    let ts = tensors(s, ty);
+    let specs: Vec<TensorSpec> = ts.iter().map(|t| t.spec.clone()).collect();
+    let mut w = GgufWriter::new(out, &metadata(s, ty, seed), &specs).map_err(io)?;
+    for (i, t) in ts.iter().enumerate() {
+        progress(i as f32 / ts.len() as f32, &t.spec.name);
+        w.write_tensor(&tensor_bytes(t, i, seed, s)?).map_err(io)?;
+    }
+    progress(1.0, "done");
+    w.finish().map_err(io)
+}
+
+/// Builds the synthetic model in memory, ready to load.
+pub fn build(
+    s: &Shape,
+    ty: GgmlType,
+    seed: u64,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<GgufFile, SynthError> {
+    let bytes = write(s, ty, seed, Vec::new(), progress)?;
+    let label = format!("<synthetic {} {}>", s.name, ty);
+    GgufFile::from_bytes(Path::new(&label), bytes).map_err(|e| SynthError::Io {
+        path: label,
+        source: std::io::Error::other(e.to_string()),
+    })
+}
+
+/// Writes the synthetic model to a file.
+pub fn write_file(
+    s: &Shape,
+    ty: GgmlType,
+    seed: u64,
+    path: &Path,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<(), SynthError> {
+    let io = |source| SynthError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let f = std::fs::File::create(path).map_err(io)?;
+    let w = write(s, ty, seed, std::io::BufWriter::new(f), progress)?;
+    w.into_inner()
+        .map_err(|e| io(e.into_error()))?
+        .sync_all()
+        .map_err(io)
+}

@@ -1,0 +1,312 @@
+//! The inference worker: one thread that owns the model, the device and the conversation, driven
+//! by [`Command`]s and reporting [`Event`]s. The UI never waits on it; it never waits on the UI.
+
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::gpu::backend::Backend;
+use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::model::loader::{self, LoadOptions};
+use crate::model::protocol::{Command, Event, ModelSource, StopReason};
+use crate::model::session::{Control, Progress, Session};
+
+/// Finds (downloading if need be) the default model; reports `(step, fraction)` as it goes.
+pub type DefaultModel =
+    Box<dyn Fn(&mut dyn FnMut(&str, Option<f32>)) -> Result<PathBuf, String> + Send>;
+
+/// Makes the backend a model is loaded onto.
+pub type BackendFactory = Box<dyn Fn() -> Result<Box<dyn Backend>, String> + Send>;
+
+pub struct WorkerOptions {
+    /// The model to load at start; `None` loads the default model.
+    pub source: Option<ModelSource>,
+    pub default_model: DefaultModel,
+    pub backend: BackendFactory,
+    pub load: LoadOptions,
+    pub system: Option<String>,
+}
+
+pub struct WorkerHandle {
+    pub commands: Sender<Command>,
+    pub events: UnboundedReceiver<Event>,
+    pub thread: JoinHandle<()>,
+}
+
+/// Starts the worker thread.
+pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
+    let (ctx, crx) = mpsc::channel();
+    let (etx, erx) = unbounded_channel();
+    let thread = std::thread::Builder::new()
+        .name("hipscope-worker".into())
+        .spawn(move || Worker::new(opts, crx, etx).run())
+        .unwrap_or_else(|e| {
+            // Without a thread there is no worker; the UI sees the channel close at once.
+            eprintln!("could not start the inference worker: {e}");
+            std::thread::spawn(|| {})
+        });
+    WorkerHandle {
+        commands: ctx,
+        events: erx,
+        thread,
+    }
+}
+
+struct Worker {
+    opts: WorkerOptions,
+    commands: Receiver<Command>,
+    events: UnboundedSender<Event>,
+    session: Option<Session>,
+    /// Commands that arrived during a generation, handled after it.
+    deferred: Vec<Command>,
+}
+
+impl Worker {
+    fn new(
+        opts: WorkerOptions,
+        commands: Receiver<Command>,
+        events: UnboundedSender<Event>,
+    ) -> Self {
+        Worker {
+            opts,
+            commands,
+            events,
+            session: None,
+            deferred: Vec::new(),
+        }
+    }
+
+    fn send(&self, e: Event) {
+        // A closed channel means the UI is gone; the quit path ends us.
+        let _ = self.events.send(e);
+    }
+
+    fn error(&self, context: &str, message: impl ToString) {
+        self.send(Event::Error {
+            context: context.into(),
+            message: message.to_string(),
+        });
+    }
+
+    fn run(mut self) {
+        let first = self.opts.source.take();
+        self.load(first);
+        loop {
+            let cmd = if self.deferred.is_empty() {
+                match self.commands.recv_timeout(Duration::from_secs(1)) {
+                    Ok(c) => c,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.snapshots();
+                        continue;
+                    }
+                    // The UI dropped its sender without quitting: wind down all the same.
+                    Err(RecvTimeoutError::Disconnected) => Command::Quit {
+                        drain_deadline: Duration::from_secs(2),
+                    },
+                }
+            } else {
+                self.deferred.remove(0)
+            };
+            if let Command::Quit { drain_deadline } = cmd {
+                let code = self.quit(drain_deadline);
+                self.send(Event::Exited { code });
+                return;
+            }
+            self.handle(cmd);
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Generate { user } => self.generate(Some(user)),
+            Command::Regenerate => self.generate(None),
+            Command::Stop => {} // nothing running
+            Command::Clear => {
+                if let Some(s) = &mut self.session {
+                    s.clear();
+                }
+            }
+            Command::SetSystem(sys) => {
+                self.opts.system = Some(sys.clone());
+                if let Some(s) = &mut self.session {
+                    s.set_system(&sys);
+                }
+            }
+            Command::SetSampler(cfg) => {
+                self.opts.load.sampler = cfg.clone();
+                if let Some(s) = &mut self.session {
+                    s.set_sampler(cfg);
+                }
+            }
+            Command::Restore { turns } => match &mut self.session {
+                Some(s) => s.restore(&turns),
+                None => self.error(
+                    "resume",
+                    "no model is loaded: the reopened conversation is shown, but the model starts without it",
+                ),
+            },
+            Command::LoadModel(src) => self.load(Some(src)),
+            Command::Quit { .. } => {}
+        }
+    }
+
+    fn load(&mut self, src: Option<ModelSource>) {
+        let events = self.events.clone();
+        let progress = |task: &str, fraction: Option<f32>, detail: &str| {
+            let _ = events.send(Event::Progress {
+                task: task.into(),
+                fraction,
+                detail: detail.into(),
+            });
+        };
+        let src = match src {
+            Some(s) => s,
+            None => {
+                let r = (self.opts.default_model)(&mut |step, f| progress("download", f, step));
+                match r {
+                    Ok(p) => ModelSource::File(p),
+                    Err(e) => {
+                        self.error("default model", e);
+                        return;
+                    }
+                }
+            }
+        };
+        // The old model goes first: two models may not fit at once.
+        self.session = None;
+        let file = match loader::open(&src, &mut |f, what| progress("build", Some(f), what)) {
+            Ok(f) => f,
+            Err(e) => return self.error("loading the model", e),
+        };
+        let backend = match (self.opts.backend)() {
+            Ok(b) => b,
+            Err(e) => return self.error("opening the device", e),
+        };
+        let device = backend.device();
+        match loader::load(file, backend, &self.opts.load, &mut |f, what| {
+            progress("load", Some(f), what)
+        }) {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    self.error("model", w);
+                }
+                let mut session = loaded.session;
+                if let Some(sys) = &self.opts.system {
+                    session.set_system(sys);
+                }
+                self.session = Some(session);
+                self.send(Event::ModelLoaded {
+                    model: loaded.summary,
+                    device,
+                });
+                self.snapshots();
+            }
+            Err(e) => self.error("loading the model", e),
+        }
+    }
+
+    fn snapshots(&self) {
+        if let Some(s) = &self.session {
+            let b = s.model.backend();
+            self.send(Event::Streams(b.streams()));
+            self.send(Event::Arena(b.arena()));
+        }
+    }
+
+    fn generate(&mut self, user: Option<String>) {
+        let Some(mut session) = self.session.take() else {
+            self.error("chat", "no model is loaded");
+            return;
+        };
+        let user = match user {
+            Some(u) => u,
+            None => match session.pop_answer() {
+                Some(u) => u,
+                None => {
+                    self.session = Some(session);
+                    self.error("regenerate", "there is no answer to regenerate");
+                    return;
+                }
+            },
+        };
+        let events = self.events.clone();
+        let commands = &self.commands;
+        let deferred = &mut self.deferred;
+        let result = session.chat(&user, &mut |p| {
+            match p {
+                Progress::PromptDone(stats) => {
+                    let _ = events.send(Event::AnswerStarted {
+                        stats: stats.clone(),
+                    });
+                }
+                Progress::Text(t) => {
+                    let _ = events.send(Event::Token { text: t.into() });
+                }
+                Progress::Trimmed(n) => {
+                    let _ = events.send(Event::ContextTrimmed {
+                        dropped_messages: n,
+                    });
+                }
+            }
+            let mut control = Control::Continue;
+            while let Ok(c) = commands.try_recv() {
+                match c {
+                    Command::Stop => control = Control::Stop,
+                    c @ Command::Quit { .. } => {
+                        control = Control::Stop;
+                        deferred.insert(0, c);
+                    }
+                    other => deferred.push(other),
+                }
+            }
+            control
+        });
+        match result {
+            Ok(answer) => self.send(Event::AnswerDone {
+                stats: answer.stats,
+                reason: answer.reason,
+            }),
+            Err(e) => {
+                self.error("generation", &e);
+                self.send(Event::AnswerDone {
+                    stats: Default::default(),
+                    reason: StopReason::User,
+                });
+            }
+        }
+        self.session = Some(session);
+        self.snapshots();
+    }
+
+    /// Releases the model and device in order, reporting each step; returns the exit code.
+    fn quit(&mut self, _drain_deadline: Duration) -> i32 {
+        let events = self.events.clone();
+        let step = |name: &str, f: &mut dyn FnMut() -> Result<(), String>| {
+            let t = Instant::now();
+            let _ = events.send(Event::QuitStep(QuitStep {
+                name: name.into(),
+                status: QuitStepStatus::Running,
+                elapsed: Duration::ZERO,
+            }));
+            let status = match f() {
+                Ok(()) => QuitStepStatus::Done,
+                Err(e) => QuitStepStatus::Failed(e),
+            };
+            let _ = events.send(Event::QuitStep(QuitStep {
+                name: name.into(),
+                status,
+                elapsed: t.elapsed(),
+            }));
+        };
+        let mut session = self.session.take();
+        step("stop intake", &mut || Ok(()));
+        step("release model and backend", &mut || {
+            session.take();
+            Ok(())
+        });
+        0
+    }
+}

@@ -1,0 +1,57 @@
+//! The binary as a user runs it, on the real default model.
+
+mod common;
+
+use common::{run_ok, smollm2};
+
+#[test]
+fn greedy_chat_answer_names_paris() {
+    let out = run_ok(&[
+        "generate",
+        "--model",
+        smollm2().to_str().unwrap(),
+        "--chat",
+        "--prompt",
+        "What is the capital of France?",
+        "-n",
+        "32",
+        "--seed",
+        "1",
+        "--temp",
+        "0",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Paris"), "answer: {text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for field in [
+        "load time:",
+        "prompt:",
+        "generation:",
+        "time to first token:",
+    ] {
+        assert!(err.contains(field), "stderr lacks {field:?}:\n{err}");
+    }
+}
+
+#[test]
+fn same_seed_same_text_when_sampling() {
+    let generate = |seed: &str| {
+        let out = run_ok(&[
+            "generate",
+            "-m",
+            smollm2().to_str().unwrap(),
+            "-p",
+            "Once upon a time",
+            "-n",
+            "24",
+            "--temp",
+            "0.9",
+            "--seed",
+            seed,
+        ]);
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let a = generate("7");
+    assert_eq!(a, generate("7"));
+    assert_ne!(a, generate("8"));
+}

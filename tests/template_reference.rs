@@ -1,0 +1,234 @@
+//! Chat templates against references:
+//! - the template cases of llama.cpp's `tests/test-chat-template.cpp` (35 real templates of
+//!   many families, each with the prompt llama.cpp's Jinja engine must produce for its fixed
+//!   six-message conversation), recorded in `tests/data/tokenizer/chat_templates.json`;
+//! - real templates shipped in llama.cpp's `models/templates/` (Llama 3.x, Qwen 2.5/3, Mistral
+//!   Nemo, Gemma 2, Phi-3.5, SmolLM3, DeepSeek-R1, Granite), read from `HIPSCOPE_LLAMA_CPP_SRC`,
+//!   against what Python's jinja2 renders with Hugging Face's settings;
+//! - the SmolLM2 model's own template, rendered and tokenized, against llama.cpp's tokens.
+//!
+//! All made by `scripts/gen_tokenizer_ref.py templates`.
+
+use std::path::PathBuf;
+
+use hipscope::model::gguf::GgufFile;
+use hipscope::model::template::{ChatTemplate, Message};
+use hipscope::model::tokenizer::Tokenizer;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+#[derive(Deserialize)]
+struct Reference {
+    now_unix: i64,
+    inline_cases: Vec<InlineCase>,
+    real_templates: Vec<RealTemplate>,
+}
+
+#[derive(Deserialize)]
+struct Msg {
+    role: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct InlineCase {
+    name: String,
+    template: String,
+    bos_token: String,
+    eos_token: String,
+    messages: Vec<Msg>,
+    expected: String,
+}
+
+#[derive(Deserialize)]
+struct RealTemplate {
+    name: String,
+    file: String,
+    sha256: String,
+    bos_token: String,
+    eos_token: String,
+    messages: Vec<Msg>,
+    system_merged: bool,
+    expected: String,
+}
+
+fn reference() -> Reference {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/tokenizer/chat_templates.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn messages(m: &[Msg]) -> Vec<Message> {
+    m.iter()
+        .map(|m| Message::new(&m.role, &m.content))
+        .collect()
+}
+
+fn env_path(var: &str, what: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(p) => PathBuf::from(p),
+        None => panic!("{var} is not set: it must name {what}"),
+    }
+}
+
+#[test]
+fn llama_cpp_test_chat_template_cases() {
+    let r = reference();
+    assert!(r.inline_cases.len() >= 30);
+    let mut failures = Vec::new();
+    for c in &r.inline_cases {
+        // test-chat-template.cpp renders with no model, so nothing is stripped (add_bos false).
+        let t = ChatTemplate::from_source(
+            c.name.clone(),
+            c.template.clone(),
+            c.bos_token.clone(),
+            c.eos_token.clone(),
+            false,
+            false,
+        );
+        let got = t.and_then(|t| t.render_at(&messages(&c.messages), true, r.now_unix));
+        match got {
+            Ok(s) if s == c.expected => {}
+            Ok(s) => failures.push(format!(
+                "{}:\n  want {:?}\n  got  {:?}",
+                c.name, c.expected, s
+            )),
+            Err(e) => failures.push(format!("{}: {e}", c.name)),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        r.inline_cases.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn real_templates_from_llama_cpp_tree() {
+    let src = env_path(
+        "HIPSCOPE_LLAMA_CPP_SRC",
+        "llama.cpp's source tree (models/templates/*.jinja); see tests/tokenizer_conformance.rs",
+    );
+    let r = reference();
+    assert!(r.real_templates.len() >= 10);
+    let mut failures = Vec::new();
+    for c in &r.real_templates {
+        let path = src.join(&c.file);
+        let source =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let digest: String = Sha256::digest(source.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            digest,
+            c.sha256,
+            "{} differs from the one the reference was made from",
+            path.display()
+        );
+        let t = ChatTemplate::from_source(
+            path.display().to_string(),
+            source,
+            c.bos_token.clone(),
+            c.eos_token.clone(),
+            false,
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            !t.supports_system_role(),
+            c.system_merged,
+            "{}: system-role detection",
+            c.name
+        );
+        match t.render_at(&messages(&c.messages), true, r.now_unix) {
+            Ok(s) if s == c.expected => {}
+            Ok(s) => failures.push(format!(
+                "{}:\n  want {:?}\n  got  {:?}",
+                c.name, c.expected, s
+            )),
+            Err(e) => failures.push(format!("{}: {e}", c.name)),
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} differ:\n{}",
+        failures.len(),
+        r.real_templates.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn smollm2_template_from_the_model() {
+    let path = env_path(
+        "HIPSCOPE_TEST_MODEL",
+        "SmolLM2-135M-Instruct.Q4_1.gguf (see tests/tokenizer_smollm2.rs)",
+    );
+    let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    let tok = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
+    let t = ChatTemplate::from_gguf(&file, &tok).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!t.is_fallback() && t.supports_system_role());
+    // The template adds its default system prompt when the conversation has none.
+    let prompt = t.render(&[Message::new("user", "Hi")], true).unwrap();
+    let want = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n";
+    assert_eq!(prompt, want);
+    let prompt = t
+        .render(
+            &[
+                Message::new("system", "Be brief."),
+                Message::new("user", "Hi"),
+                Message::new("assistant", "Hello!"),
+            ],
+            false,
+        )
+        .unwrap();
+    assert_eq!(
+        prompt,
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
+    );
+
+    // Tokenized, the first prompt is what llama.cpp's llama-tokenize gives for the same text.
+    let data: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/tokenizer/smollm2.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let case = data["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["text"] == want && c["parse_special"] == true)
+        .expect("the SmolLM2 reference has this prompt");
+    let ids: Vec<u32> = case["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(
+        t.prompt_tokens(&tok, &[Message::new("user", "Hi")], true)
+            .unwrap(),
+        ids
+    );
+    assert_eq!(
+        ids[0], 1,
+        "starts with <|im_start|>, no BOS (SmolLM2 adds none)"
+    );
+
+    // The ChatML fallback gives the same turns without the default system prompt.
+    let chatml = ChatTemplate::chatml(&tok);
+    assert!(chatml.is_fallback());
+    assert_eq!(
+        chatml.render(&[Message::new("user", "Hi")], true).unwrap(),
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
