@@ -137,6 +137,7 @@ where
             export_dir: dir.join("exports"),
             quit_deadline,
             frame: Duration::from_millis(15),
+            quit: None,
         },
     )
     .await;

@@ -1,27 +1,23 @@
-//! The app side of the synchronized quit (DESIGN.md, "Shutdown"): the worker performs the device
-//! steps and answers `Exited`; the app waits for that with a deadline. If the deadline passes or
-//! the user presses Ctrl-C again, the app restores the terminal, flushes the transcript and the
-//! log, and leaves with `_exit`, so that no atexit handler runs: rocBLAS's fat-binary
-//! unregistration (`__hipUnregisterFatBinary`) waits on every stream with no time limit and never
-//! returns once the GPU is wedged (pytorch#160759, ROCm/TheRock#999).
-//!
-//! This is the coordinator for the app side only; it will fold into `src/app/quit.rs` when the
-//! GPU runtime's quit protocol lands there.
+//! The chat's side of the synchronized quit (DESIGN.md, "Shutdown"). The worker performs the
+//! device steps and answers `Exited`; the event loop waits for that with a deadline, and a
+//! second Ctrl-C (or signal) ends the wait at once. Leaving without the worker goes through
+//! [`crate::app::quit::QuitCoordinator`]: its exit hooks restore the terminal and flush the log,
+//! then `_exit` skips the atexit handlers — the HIP runtime's fat-binary unregistration waits on
+//! every stream without a limit and never returns once the GPU is wedged (pytorch#160759,
+//! ROCm/TheRock#999). The coordinator's timer thread is the backstop for a UI thread that cannot
+//! run its own deadline (blocked writing to a suspended terminal, say).
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Exit code of a forced exit (deadline passed, or a second Ctrl-C).
-pub const FORCED_EXIT_CODE: i32 = 3;
-/// Exit code after a panic on the UI thread (Rust's own code for a panic).
-pub const PANIC_EXIT_CODE: i32 = 101;
+pub use crate::app::quit::{EXIT_HARD, EXIT_PANIC};
 
 /// How the event loop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
     /// The worker finished its quit and reported this exit code.
     Exited(i32),
-    /// The app is leaving without the worker; the reason is logged.
+    /// The app is leaving without the worker; the reason is logged and printed.
     Forced(String),
     /// The UI thread panicked.
     Panicked,
@@ -43,24 +39,6 @@ pub fn join_worker(thread: JoinHandle<()>, limit: Duration) -> bool {
         tracing::warn!("the worker thread panicked while ending");
     }
     true
-}
-
-/// Leaves the process at once: no atexit handlers, no destructors. The caller restores the
-/// terminal and flushes the transcript and log first.
-pub fn hard_exit(code: i32) -> ! {
-    #[cfg(unix)]
-    {
-        // SAFETY: `_exit` ends the process without running atexit handlers or flushing stdio
-        // buffers; it has no preconditions.
-        unsafe { libc::_exit(code) }
-    }
-    #[cfg(not(unix))]
-    {
-        // Windows: TerminateProcess on the current process is the equivalent; std's abort is
-        // the portable stand-in until that module exists.
-        let _ = code;
-        std::process::abort()
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use crossterm::event::{
@@ -28,7 +29,8 @@ use super::chat_args::ChatArgs;
 use super::config::{self, Config};
 use super::discover::{self, Places};
 use super::logging::{self, LogGuard};
-use super::shutdown::{self, Ending, FORCED_EXIT_CODE};
+use super::quit::{QuitConfig, QuitCoordinator};
+use super::shutdown::{self, Ending};
 use super::transcript::Transcript;
 use super::{clipboard, transcript};
 use crate::model::protocol::{Command, Event};
@@ -208,6 +210,9 @@ pub struct LoopIo<'a> {
     pub quit_deadline: Duration,
     /// Time between redraws while something changes.
     pub frame: Duration,
+    /// Started when the worker is asked to quit: its timer thread leaves the process if the
+    /// quit overruns even when this loop cannot (tests run without one).
+    pub quit: Option<Arc<QuitCoordinator>>,
 }
 
 /// Runs until the worker has quit (or the app leaves without it). Draws into `terminal`.
@@ -312,6 +317,9 @@ pub async fn event_loop<B: Backend>(
                         io.transcript.command(&cmd);
                         if let Command::Quit { .. } = cmd {
                             quit_deadline = Some(tokio::time::Instant::now() + io.quit_deadline);
+                            if let Some(q) = &io.quit {
+                                q.begin();
+                            }
                         }
                         tracing::debug!("→ worker: {}", command_name(&cmd));
                         if worker.commands.send(cmd).is_err() {
@@ -529,12 +537,29 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
     };
     tracing::info!("config: {}", config_path.display());
+    let quit = QuitCoordinator::new(QuitConfig {
+        drain_deadline: config.quit.drain_timeout,
+        grace: config.quit.grace,
+        hook_timeout: Duration::from_secs(2),
+    });
+    // On every way out: the terminal first (so messages land on the normal screen), then the
+    // log. Conversation records are written unbuffered as they happen; there is nothing to flush.
+    quit.add_exit_hook("restore terminal", restore_terminal);
+    let log_slot = Arc::new(Mutex::new(Some(log)));
+    let slot = log_slot.clone();
+    quit.add_exit_hook("flush log", move || {
+        drop(slot.lock().map(|mut g| g.take()));
+    });
+    let log_path = log_slot
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref().and_then(|l| l.path.clone()));
 
     let (mut transcript, transcript_note) = open_transcript(&config, &opts.dirs, opts.args.resume);
     if let Some(n) = transcript_note {
         notices.push((n, true));
     }
-    let mut app = App::new(settings(&config, log.path.clone()));
+    let mut app = App::new(settings(&config, log_path));
     let mut restore: Option<Command> = None;
     if opts.args.resume {
         let c = transcript.conversation().clone();
@@ -617,7 +642,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 }
             });
             let (sig_tx, sig_rx) = unbounded_channel();
-            forward_signals(sig_tx);
+            forward_signals(sig_tx, &quit);
             let mut stdout = io::stdout();
             draw(&mut terminal, &app);
             if std::env::var_os("HIPSCOPE_FAULT").is_some_and(|f| f == "panic") {
@@ -635,6 +660,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 export_dir: opts.dirs.data.join("exports"),
                 quit_deadline: config.quit_deadline(),
                 frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
+                quit: Some(quit.clone()),
             };
             event_loop(
                 &mut terminal,
@@ -652,6 +678,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     .unwrap_or(Ending::Panicked);
     drop(guard);
     transcript.sync();
+    let saved = transcript
+        .path()
+        .map(|p| format!("hipscope: the conversation is saved in {}", p.display()));
     match ending {
         Ending::Exited(code) => {
             tracing::info!("worker exited with code {code}");
@@ -660,30 +689,33 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             }
             // The runtime's blocking pool (model discovery) is not waited for.
             runtime.shutdown_timeout(Duration::from_millis(100));
-            drop(log);
-            code
+            // Code 0: hooks run, the code comes back for `main`. Anything else means the device
+            // may not be released cleanly: the hard path, which does not return.
+            let reason = format!("the worker ended its quit with code {code}");
+            if code != 0
+                && let Some(s) = &saved
+            {
+                eprintln!("{s}");
+            }
+            quit.finish(code, Some(&reason))
         }
         Ending::Panicked => {
             tracing::error!("the UI panicked; leaving without the worker");
-            drop(log);
+            quit.run_hooks();
             eprintln!(
                 "hipscope: the UI failed (the message is above); left without waiting for the GPU."
             );
-            if let Some(p) = transcript.path() {
-                eprintln!("hipscope: the conversation is saved in {}", p.display());
+            if let Some(s) = &saved {
+                eprintln!("{s}");
             }
-            shutdown::hard_exit(shutdown::PANIC_EXIT_CODE)
+            super::quit::hard_exit_now(shutdown::EXIT_PANIC)
         }
         Ending::Forced(why) => {
             tracing::error!("leaving without the worker: {why}");
-            drop(log);
-            eprintln!(
-                "hipscope: {why}; left without waiting for the GPU (exit code {FORCED_EXIT_CODE})."
-            );
-            if let Some(p) = transcript.path() {
-                eprintln!("hipscope: the conversation is saved in {}", p.display());
+            if let Some(s) = &saved {
+                eprintln!("{s}");
             }
-            shutdown::hard_exit(FORCED_EXIT_CODE)
+            quit.hard_exit(&format!("{why}; left without waiting for the GPU"))
         }
     }
 }
@@ -741,34 +773,40 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
     }
 }
 
-/// SIGTERM and SIGHUP (terminal closed) quit as the user would; SIGINT from outside (the
-/// terminal is in raw mode, so Ctrl-C arrives as a key) does the same.
-fn forward_signals(tx: UnboundedSender<&'static str>) {
+/// SIGTERM and SIGINT go through the quit coordinator's signal thread, which leaves the process
+/// on the second one even if this thread is stuck; the first is passed on to the loop (a quit,
+/// as if the user asked) and starts the coordinator's backstop timer. SIGHUP (the terminal
+/// closed) is read here. The terminal is in raw mode, so Ctrl-C arrives as a key, not SIGINT.
+fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator>) {
     #[cfg(unix)]
     {
-        use tokio::signal::unix::{SignalKind, signal};
-        for (kind, name) in [
-            (SignalKind::terminate(), "SIGTERM"),
-            (SignalKind::hangup(), "SIGHUP"),
-            (SignalKind::interrupt(), "SIGINT"),
-        ] {
-            match signal(kind) {
-                Ok(mut s) => {
-                    let tx = tx.clone();
-                    tokio::spawn(async move {
-                        while s.recv().await.is_some() {
-                            if tx.send(name).is_err() {
-                                break;
-                            }
-                        }
-                    });
-                }
-                Err(e) => tracing::warn!("cannot listen for {name}: {e}"),
+        let handler_tx = tx.clone();
+        let q = Arc::downgrade(quit);
+        quit.set_interrupt_handler(move || {
+            let _ = handler_tx.send("SIGTERM/SIGINT");
+            if let Some(q) = q.upgrade() {
+                q.begin();
             }
+        });
+        if let Err(e) = quit.install_signal_handlers() {
+            tracing::warn!("cannot listen for SIGTERM/SIGINT: {e}");
+        }
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut s) => {
+                tokio::spawn(async move {
+                    while s.recv().await.is_some() {
+                        if tx.send("SIGHUP").is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot listen for SIGHUP: {e}"),
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tx;
+        let _ = (tx, quit);
     }
 }
