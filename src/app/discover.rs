@@ -17,6 +17,8 @@ pub enum Layout {
     Ollama,
     /// Hugging Face hub cache: `models--<org>--<name>/snapshots/<rev>/**.gguf`.
     HuggingFace,
+    /// One file (`dir` is the file): the model loaded now, wherever it lives.
+    File,
 }
 
 /// A place to look.
@@ -42,6 +44,8 @@ pub struct Places {
     pub hf_hub: Option<PathBuf>,
     pub extra: Vec<PathBuf>,
     pub scan_defaults: bool,
+    /// The model loaded now, listed first even if it lives outside every folder searched.
+    pub current: Option<PathBuf>,
 }
 
 impl Places {
@@ -64,11 +68,19 @@ impl Places {
             hf_hub: var("HF_HUB_CACHE").or_else(|| var("HF_HOME").map(|h| h.join("hub"))),
             extra,
             scan_defaults,
+            current: None,
         }
     }
 
     pub fn roots(&self) -> Vec<Root> {
         let mut roots = Vec::new();
+        if let Some(c) = &self.current {
+            roots.push(Root {
+                dir: c.clone(),
+                source: "in use",
+                layout: Layout::File,
+            });
+        }
         let files = |dir: PathBuf, source| Root {
             dir,
             source,
@@ -131,6 +143,13 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
     let mut found: Vec<(PathBuf, String, &'static str)> = Vec::new();
     let mut searched = Vec::new();
     for root in roots {
+        if root.layout == Layout::File {
+            // The model in use: listed, not searched, so not a line in `searched`.
+            if root.dir.is_file() {
+                found.push((root.dir.clone(), stem(&root.dir), root.source));
+            }
+            continue;
+        }
         let exists = root.dir.is_dir();
         searched.push(format!(
             "{} ({}){}",
@@ -160,6 +179,7 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
                     found.push((f, name, root.source));
                 }
             }
+            Layout::File => {}
         }
     }
     // One entry per file, whichever root found it first (LM Studio and others symlink).
@@ -424,11 +444,14 @@ mod tests {
         std::fs::write(h.join("mine/broken.gguf"), b"GGUF\x03\0\0\0truncated").unwrap();
         std::fs::write(h.join("mine/big-00002-of-00002.gguf"), b"").unwrap();
 
+        // The model in use lives outside every usual place; it is listed first, once.
+        write_gguf(&h.join("elsewhere/current.gguf"), "llama");
         let places = Places {
             home: Some(h.to_path_buf()),
             hipscope_cache: Some(h.join("cache/hipscope")),
-            extra: vec![h.join("mine")],
+            extra: vec![h.join("mine"), h.join("elsewhere")],
             scan_defaults: true,
+            current: Some(h.join("elsewhere/current.gguf")),
             ..Places::default()
         };
         let (entries, searched) = scan(&places.roots());
@@ -449,6 +472,7 @@ mod tests {
         assert_eq!(
             summary,
             [
+                s("current", "in use", "llama"),
                 s("broken", "config", "ERR"),
                 s("SmolLM2", "hipscope", "llama"),
                 s("qwen", "llama.cpp", "qwen2"),

@@ -221,7 +221,7 @@ pub async fn event_loop<B: Backend>(
     mut inputs: Inputs,
     app: &mut App,
     worker: &mut WorkerLink,
-    io: LoopIo<'_>,
+    mut io: LoopIo<'_>,
 ) -> Ending {
     let start = Instant::now();
     let mut ticker = tokio::time::interval(io.frame);
@@ -341,6 +341,7 @@ pub async fn event_loop<B: Backend>(
                         app.update(Msg::Saved(r));
                     }
                     Effect::Discover => {
+                        io.places.current = app.model.as_ref().and_then(|m| m.path.clone());
                         let roots = io.places.roots();
                         let tx: UnboundedSender<_> = found_tx.clone();
                         // Reading headers touches the disk: off the UI thread.

@@ -118,7 +118,7 @@ impl ArenaPanel {
             .map(|r| r.name.chars().count())
             .max()
             .unwrap_or(0)
-            .min(12);
+            .min(16);
         let amount = |r: &crate::gpu::stats::RegionSnapshot| {
             if r.used == r.capacity {
                 units::bytes(r.used)
@@ -170,7 +170,10 @@ impl ArenaPanel {
         }
         if let (Some(total), Some(free)) = (a.device_total, a.device_free) {
             lines.push(Line::from(vec![
-                text("device ", theme.dim),
+                text(
+                    if a.kind == "host" { "host " } else { "device " },
+                    theme.dim,
+                ),
                 text(
                     format!(
                         "{} used of {}",
