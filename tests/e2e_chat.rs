@@ -338,6 +338,50 @@ fn sigterm_mid_answer_exits_cleanly_with_the_transcript_so_far() {
 }
 
 #[test]
+fn resume_reopens_the_last_conversation_and_goes_on() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "12"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Name a colour.");
+    s.sees("TTFT", ANSWER);
+    s.send(b"\x03");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0);
+    let first = transcript(home.path());
+    assert_eq!(first.turns.len(), 1);
+
+    let mut s = Session::start(home.path(), &["-n", "12", "--resume"]);
+    s.sees("reopened 1 exchange", LOAD);
+    s.sees("Name a colour.", Duration::from_secs(5));
+    // The history has the old question.
+    s.send(b"\x1b[A");
+    s.sees("│Name a colour.", Duration::from_secs(5));
+    s.send(b"\x1b[B"); // back to the (empty) draft
+    // Sent at once, loaded or not: a message typed while the model loads waits for it.
+    s.type_line("And another one?");
+    s.sees("And another one?", Duration::from_secs(5));
+    let start = Instant::now();
+    while transcript(home.path()).turns.len() < 2
+        || transcript(home.path()).turns[1].summary.is_none()
+    {
+        assert!(start.elapsed() < ANSWER, "{}", s.contents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.send(b"\x03");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0);
+    s.assert_restored();
+    // One file, appended to: the first exchange and the new one.
+    let files = std::fs::read_dir(home.path().join("data/conversations"))
+        .unwrap()
+        .count();
+    assert_eq!(files, 1);
+    let c = transcript(home.path());
+    assert_eq!(c.turns.len(), 2);
+    assert_eq!(c.turns[0], first.turns[0]);
+    assert_eq!(c.turns[1].user, "And another one?");
+    assert!(!c.turns[1].answer.is_empty());
+}
+
+#[test]
 fn a_broken_config_stops_with_the_key_and_leaves_the_terminal_alone() {
     let home = tempfile::tempdir().unwrap();
     let config = home.path().join("config/config.toml");

@@ -132,18 +132,42 @@ fn enter_during_an_answer_keeps_the_message() {
 }
 
 #[test]
-fn messages_wait_for_the_model() {
+fn a_message_sent_while_loading_goes_out_when_the_model_is_ready() {
     let mut app = App::new(settings());
     assert!(sent(&submit(&mut app, "too early")).is_empty());
-    assert_eq!(app.input.text(), "too early");
-    worker(
+    assert!(app.input.is_empty(), "the message waits outside the box");
+    // A second one cannot queue behind it: it stays in the box.
+    assert!(sent(&submit(&mut app, "second")).is_empty());
+    assert_eq!(app.input.text(), "second");
+    let fx = worker(
         &mut app,
         Event::ModelLoaded {
             model: smollm2(),
             device: rx7900xtx(),
         },
     );
-    assert_eq!(sent(&app.update(key(KeyCode::Enter))).len(), 1);
+    assert_eq!(
+        sent(&fx),
+        [Command::Generate {
+            user: "too early".into()
+        }]
+    );
+    assert!(matches!(app.generation, GenState::Waiting { .. }));
+}
+
+#[test]
+fn a_message_waiting_for_a_model_that_fails_comes_back_to_the_box() {
+    let mut app = App::new(settings());
+    submit(&mut app, "hello");
+    worker(
+        &mut app,
+        Event::Error {
+            context: "loading the model".into(),
+            message: "truncated file".into(),
+        },
+    );
+    assert_eq!(app.input.text(), "hello");
+    assert!(app.pending.is_none());
 }
 
 #[test]
@@ -393,9 +417,24 @@ fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
             ("first question".into(), "first answer".into()),
             ("second question".into(), String::new()),
         ],
+        Some("OldModel-1B"),
         "reopened 2 exchanges",
     );
     assert_eq!(app.chat.last_answer(), Some("first answer"));
+    let names: Vec<String> = app
+        .chat
+        .entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            hipscope::ui::chat::EntryKind::Assistant { model, .. } => Some(model.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["OldModel-1B"],
+        "reopened answers keep their model's name"
+    );
     app.update(key(KeyCode::Up));
     assert_eq!(app.input.text(), "second question");
     // New answers go to a new entry, not to the reopened one.
@@ -404,4 +443,9 @@ fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
     submit(&mut app, "third");
     stream_answer(&mut app, "third answer", 5);
     assert_eq!(app.chat.last_answer(), Some("third answer"));
+    let last = app.chat.entries.last().unwrap();
+    assert!(matches!(
+        &last.kind,
+        hipscope::ui::chat::EntryKind::Assistant { model, .. } if model == "SmolLM2-135M-Instruct"
+    ));
 }

@@ -571,9 +571,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 .unwrap_or_default();
             app.restore(
                 &c.pairs(),
+                c.model.as_deref(),
                 &format!(
-                    "reopened {} exchanges{when} ({})",
+                    "reopened {} exchange{}{when} ({})",
                     c.turns.len(),
+                    if c.turns.len() == 1 { "" } else { "s" },
                     transcript
                         .path()
                         .map(|p| p.display().to_string())

@@ -226,6 +226,8 @@ pub struct App {
     pub worker_alive: bool,
     /// The code the worker exited with on its own (not asked to quit).
     pub worker_code: Option<i32>,
+    /// A message sent while the model was still loading: it goes out once the model is ready.
+    pub pending: Option<String>,
     /// Models found by the last discovery (kept for the next time the picker opens).
     pub models: Option<(Vec<ModelEntry>, Vec<String>)>,
     pub size: (u16, u16),
@@ -277,6 +279,7 @@ impl App {
             quit: None,
             worker_alive: true,
             worker_code: None,
+            pending: None,
             models: None,
             size: (0, 0),
             now: Duration::ZERO,
@@ -286,8 +289,13 @@ impl App {
         }
     }
 
-    /// Shows a conversation reopened from a transcript (`--resume`).
-    pub fn restore(&mut self, turns: &[(String, String)], note: &str) {
+    /// Shows a conversation reopened from a transcript (`--resume`); `model` is the name the
+    /// answers were written under.
+    pub fn restore(&mut self, turns: &[(String, String)], model: Option<&str>, note: &str) {
+        let current = self.chat.assistant_name.clone();
+        if let Some(m) = model {
+            self.chat.assistant_name = m.to_string();
+        }
         for (user, answer) in turns {
             self.chat.push_user(user);
             if !answer.is_empty() {
@@ -296,6 +304,7 @@ impl App {
             }
             self.input.remember(user);
         }
+        self.chat.assistant_name = current;
         self.chat.notice(note.to_string(), NoticeLevel::Info);
     }
 
@@ -471,6 +480,9 @@ impl App {
                 }
                 self.model = Some(model);
                 self.gpu.set_device(device);
+                if let Some(text) = self.pending.take() {
+                    return self.send_message(text);
+                }
             }
             Event::AnswerStarted { .. } => {
                 self.chat.begin_answer();
@@ -526,6 +538,16 @@ impl App {
                 if self.loading.is_some() {
                     self.loading = None;
                     self.progress.clear();
+                    // The message waiting for the model goes back into the box.
+                    if let Some(text) = self.pending.take() {
+                        if self.input.is_empty() {
+                            self.input.set_text(&text);
+                        }
+                        self.chat.notice(
+                            "the model did not load; your message is back in the box",
+                            NoticeLevel::Warn,
+                        );
+                    }
                 }
                 self.error(&context, &message);
             }
@@ -860,6 +882,21 @@ impl App {
         }
         match commands::parse(&text) {
             Parsed::Message(m) => {
+                if self.model.is_none()
+                    && self.loading.is_some()
+                    && self.worker_alive
+                    && self.pending.is_none()
+                {
+                    // Sent once the model is ready; back in the box if it fails to load.
+                    self.input.take();
+                    self.input.remember(&text);
+                    self.info(format!(
+                        "{} is still loading; your message goes out as soon as it is ready",
+                        self.loading.as_deref().unwrap_or("the model")
+                    ));
+                    self.pending = Some(m);
+                    return Vec::new();
+                }
                 if let Some(why) = self.cannot_generate() {
                     // The text stays in the box: nothing typed is lost.
                     self.warn(why);
@@ -867,10 +904,7 @@ impl App {
                 }
                 self.input.take();
                 self.input.remember(&text);
-                self.chat.push_user(&m);
-                self.chat.follow();
-                self.generation = GenState::Waiting { since: self.now };
-                vec![Effect::Send(Command::Generate { user: m })]
+                self.send_message(m)
             }
             Parsed::Command(c) => {
                 self.input.take();
@@ -885,6 +919,13 @@ impl App {
         }
     }
 
+    fn send_message(&mut self, m: String) -> Vec<Effect> {
+        self.chat.push_user(&m);
+        self.chat.follow();
+        self.generation = GenState::Waiting { since: self.now };
+        vec![Effect::Send(Command::Generate { user: m })]
+    }
+
     fn cannot_generate(&self) -> Option<String> {
         if !self.worker_alive {
             Some("the inference worker has stopped; no more answers can be generated".into())
@@ -892,7 +933,9 @@ impl App {
             Some("an answer is still being generated: wait for it or press Esc to stop it (your message stays in the box)".into())
         } else if self.model.is_none() {
             Some(match &self.loading {
-                Some(m) => format!("{m} is still loading; your message stays in the box"),
+                Some(m) => format!(
+                    "{m} is still loading and a message is already waiting for it; this one stays in the box"
+                ),
                 None => "no model is loaded: pick one with /model".into(),
             })
         } else {

@@ -28,6 +28,8 @@ pub enum NoticeLevel {
 pub enum EntryKind {
     User(String),
     Assistant {
+        /// The model that wrote it (answers keep their model's name after a switch).
+        model: String,
         text: String,
         /// Set when the answer is done.
         stats: Option<GenStats>,
@@ -77,7 +79,7 @@ pub struct Chat {
     pub scroll_top: Option<usize>,
     /// The answer tokens go to (notices may come after it while it streams).
     open_answer: Option<u64>,
-    /// Name shown over answers.
+    /// Name shown over the answers to come.
     pub assistant_name: String,
     view: Cell<Viewport>,
     cache: RefCell<HashMap<u64, Cached>>,
@@ -118,6 +120,7 @@ impl Chat {
     pub fn begin_answer(&mut self) {
         if self.open_entry().is_none() {
             self.push(EntryKind::Assistant {
+                model: self.assistant_name.clone(),
                 text: String::new(),
                 stats: None,
                 reason: None,
@@ -283,15 +286,13 @@ impl Chat {
                 out.extend(markdown::render_plain(t, width, theme.user_text));
             }
             EntryKind::Assistant {
+                model,
                 text: body,
                 stats,
                 reason,
                 done,
             } => {
-                out.push(Line::from(text(
-                    self.assistant_name.clone(),
-                    theme.assistant_label,
-                )));
+                out.push(Line::from(text(model.clone(), theme.assistant_label)));
                 if !body.trim().is_empty() {
                     if *done {
                         out.extend(markdown::render(body, width, theme));
