@@ -292,7 +292,8 @@ pub async fn event_loop<B: Backend>(
                 }
             },
             _ = sleep_until(quit_deadline), if quit_deadline.is_some() => {
-                restore_on_exit(terminal, app);
+                // The last frame, as the worker was left.
+                draw(terminal, app);
                 return Ending::Forced(format!(
                     "the worker did not finish quitting within {}",
                     crate::ui::units::duration(io.quit_deadline)
@@ -350,7 +351,7 @@ pub async fn event_loop<B: Backend>(
                         });
                     }
                     Effect::ForceExit => {
-                        restore_on_exit(terminal, app);
+                        draw(terminal, app);
                         return Ending::Forced("a second Ctrl-C during the quit".into());
                     }
                 }
@@ -384,11 +385,6 @@ fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
     if let Err(e) = terminal.draw(|f| crate::ui::render(app, f)) {
         tracing::warn!("drawing failed: {e:?}");
     }
-}
-
-/// The last frame before leaving without the worker.
-fn restore_on_exit<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
-    draw(terminal, app);
 }
 
 fn command_name(c: &Command) -> &'static str {
