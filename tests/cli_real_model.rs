@@ -6,11 +6,18 @@ use common::{run_ok, smollm2};
 
 #[test]
 fn greedy_chat_answer_names_paris() {
+    // With no system message, SmolLM2's template inserts its own ("You are a helpful AI assistant
+    // named SmolLM, trained by Hugging Face"), after which this 135M Q4_1 model answers in French
+    // without naming Paris — llama.cpp too (llama-completion --temp 0 on the rendered prompt:
+    // "L'Étoile, la Marseillaise, …"). With a plain system prompt both answer "The capital of
+    // France is Paris."
     let out = run_ok(&[
         "generate",
         "--model",
         smollm2().to_str().unwrap(),
         "--chat",
+        "--system",
+        "You are a helpful assistant.",
         "--prompt",
         "What is the capital of France?",
         "-n",

@@ -139,6 +139,7 @@ fn load(shape: &str, ty: GgmlType, threads: usize) -> Model {
         ModelOptions {
             n_ctx: 64,
             n_batch: 16,
+            all_logits: true,
         },
         &mut |_, _| {},
     )

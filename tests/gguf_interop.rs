@@ -86,7 +86,8 @@ tensors = {t.name: {"type": t.tensor_type.name, "shape": [int(x) for x in t.shap
            "values": [float(x) for x in np.asarray(
                __import__("gguf").quants.dequantize(t.data, t.tensor_type)).flatten()]}
            for t in r.tensors}
-print(json.dumps({"fields": fields, "tensors": tensors, "alignment": r.alignment}))
+print(json.dumps({"fields": fields, "tensors": tensors, "alignment": int(r.alignment)},
+                 default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
 "#;
     let out = Command::new("python3")
         .arg("-c")

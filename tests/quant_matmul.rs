@@ -109,6 +109,27 @@ fn matmul_equals_naive_for_all_types_threads_and_token_counts() {
 }
 
 #[test]
+fn matmul_rows_of_whole_and_partial_block_groups() {
+    // The 32-element kernels take blocks four at a time, then the remainder one by one:
+    // 3 blocks (remainder only), 5 (one group + 1), 18 (SmolLM2's 576: four groups + 2).
+    let pools = [ThreadPool::new(1), ThreadPool::new(2)];
+    let isa = Isa::detect();
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+    ] {
+        for cols in [96, 160, 576] {
+            for n_tokens in [1, 2, 4, 7] {
+                run_case(ty, 19, cols, n_tokens, &pools, isa);
+            }
+        }
+    }
+}
+
+#[test]
 fn matmul_handles_many_rows_and_odd_float_widths() {
     let pools = [ThreadPool::new(1), ThreadPool::new(2)];
     let isa = Isa::detect();

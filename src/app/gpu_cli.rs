@@ -20,7 +20,7 @@ pub struct SelftestArgs {
     #[arg(long)]
     pub device: Option<u32>,
     /// Decode steps per round of the overhead measurement.
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 100)]
     pub steps: usize,
     /// Compile kernels afresh instead of using the on-disk cache.
     #[arg(long)]

@@ -22,6 +22,10 @@ use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::upload::VerifyError;
 use crate::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog};
 
+/// How often the event prober asks about events (the app's setting; breadcrumbs give finer
+/// progress without any runtime call).
+const PROBE_INTERVAL: Duration = Duration::from_millis(5);
+
 /// Selftest settings (from the CLI).
 #[derive(Clone, Debug)]
 pub struct SelftestOptions {
@@ -161,7 +165,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         GemmPath::Fallback { reason } => println!("gemm      hipscope hs_sgemm ({reason})"),
         GemmPath::NotReady => println!("gemm      not ready"),
     }
-    gpu.start_event_prober(Duration::from_millis(1));
+    gpu.start_event_prober(PROBE_INTERVAL);
     let (tx, rx) = channel::<WatchEvent>();
     let tx = Mutex::new(tx);
     let cfg = WatchConfig {
@@ -196,6 +200,38 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     rows.push(row("upload verification", verify(&mut gpu)));
     match DecodeSim::new(&mut gpu) {
         Ok(sim) => {
+            if let Some(a) = gpu.arena_snapshot() {
+                println!(
+                    "arena     {} capacity, {} used, high-water {}, largest free {}, {} device \
+                     allocations, runtime overhead {}, device {} free of {}, pinned host {}",
+                    human_bytes(a.capacity),
+                    human_bytes(a.used),
+                    human_bytes(a.high_water),
+                    human_bytes(a.largest_free),
+                    a.device_allocations,
+                    a.runtime_overhead
+                        .map(human_bytes)
+                        .unwrap_or_else(|| "?".into()),
+                    a.device_free.map(human_bytes).unwrap_or_else(|| "?".into()),
+                    a.device_total
+                        .map(human_bytes)
+                        .unwrap_or_else(|| "?".into()),
+                    human_bytes(a.pinned_host_bytes),
+                );
+                let regions: Vec<String> = a
+                    .regions
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} {}/{}",
+                            r.name,
+                            human_bytes(r.used),
+                            human_bytes(r.capacity)
+                        )
+                    })
+                    .collect();
+                println!("          regions: {}", regions.join(", "));
+            }
             rows.push(row(
                 "no device allocation in steady state",
                 steady(&mut gpu, &sim, opts.steps),
@@ -733,7 +769,6 @@ impl DecodeSim {
         }
         gpu.fill_u32(l, sim.norm, 1.0f32.to_bits())?;
         gpu.wait_idle(Duration::from_secs(30))?;
-        let _ = sim.k_fill;
         Ok(sim)
     }
 
@@ -923,13 +958,20 @@ fn steady(gpu: &mut Gpu, sim: &DecodeSim, steps: usize) -> Result<(bool, String)
         .arena_snapshot()
         .map(|a| a.device_allocations)
         .unwrap_or(0);
-    // Every matvec output is 576·0.01·(input) — a finite, non-zero logit shows the kernels ran.
-    let ran = logit.is_finite() && logit != 0.0;
+    // The residual stream stays constant across elements (every weight is 0.01), so the final
+    // RMS norm gives ones and every logit is 576 · 0.01 = 5.76: the whole chain computed right.
+    let logits = bytes_f32(&host);
+    let off = logits
+        .iter()
+        .map(|l| (l - 5.76).abs())
+        .fold(0.0f32, f32::max);
+    let ran = off < 1e-3;
     Ok((
         free0 == free1 && allocs0 == allocs1 && arena0 == arena1 && ran,
         format!(
             "{n} steps × {} kernels: device free memory {} → {} (Δ {}), backend allocation calls \
-             {allocs0} → {allocs1}, arena allocations {arena0} → {arena1}, logit[0] = {logit:.4}",
+             {allocs0} → {allocs1}, arena allocations {arena0} → {arena1}; logits all 5.76 \
+             (max deviation {off:.1e}, logit[0] = {logit:.4})",
             DecodeSim::kernels_per_step(),
             human_bytes(free0),
             human_bytes(free1),
@@ -946,16 +988,19 @@ fn median(v: &mut [f64]) -> f64 {
 fn overhead(gpu: &mut Gpu, sim: &DecodeSim, steps: usize) -> Result<(bool, String), GpuError> {
     let mut host = vec![0u8; (VOCAB * 4) as usize];
     let steps = steps.max(20);
-    // Modes: tracking off; on with an event every 64 ops; on plus an event per layer.
-    let modes: [(&str, bool, bool); 3] = [
-        ("off", false, false),
-        ("on", true, false),
-        ("on+layer events", true, true),
+    // Modes: tracking off; on (table, breadcrumbs, an event every 64 ops); on plus an event per
+    // layer; on without breadcrumbs (to show what they cost apart from the table).
+    let modes: [(&str, bool, bool, bool); 4] = [
+        ("off", false, false, false),
+        ("on", true, false, true),
+        ("on+layer events", true, true, true),
+        ("on, no crumbs", true, false, false),
     ];
-    let mut times: [Vec<f64>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+    let mut times: [Vec<f64>; 4] = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for round in 0..7 {
-        for (mi, (_, tracking, layer_events)) in modes.iter().enumerate() {
+        for (mi, (_, tracking, layer_events, crumbs)) in modes.iter().enumerate() {
             gpu.set_tracking(*tracking);
+            gpu.set_breadcrumbs(*crumbs);
             for _ in 0..5 {
                 sim.step(gpu, *layer_events, &mut host)?;
             }
@@ -968,6 +1013,7 @@ fn overhead(gpu: &mut Gpu, sim: &DecodeSim, steps: usize) -> Result<(bool, Strin
             }
         }
     }
+    gpu.set_breadcrumbs(true);
     gpu.set_tracking(true);
     let med: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
     let pct = |x: f64| (x - med[0]) / med[0] * 100.0;
@@ -976,7 +1022,7 @@ fn overhead(gpu: &mut Gpu, sim: &DecodeSim, steps: usize) -> Result<(bool, Strin
         "overhead  decode step ({k} kernels + logits download), median of {} steps per mode:",
         times[0].len()
     );
-    for (i, (name, _, _)) in modes.iter().enumerate() {
+    for (i, (name, _, _, _)) in modes.iter().enumerate() {
         println!(
             "          tracking {name:<16} {:>8.1} µs/step  {:>6.2} µs/kernel  {:+.2}%",
             med[i],
@@ -984,14 +1030,17 @@ fn overhead(gpu: &mut Gpu, sim: &DecodeSim, steps: usize) -> Result<(bool, Strin
             pct(med[i])
         );
     }
-    let worst = pct(med[1]).max(pct(med[2]));
+    // The limit applies to tracking as the app runs it (breadcrumbs, table, an event per 64 ops);
+    // an event per layer is shown for comparison.
     Ok((
-        worst < 3.0,
+        pct(med[1]) < 3.0,
         format!(
-            "off {:.0} µs/step; on {:+.2}%; on + event per layer {:+.2}% (limit 3%)",
+            "off {:.0} µs/step; on {:+.2}% (limit 3%); with an event per layer too {:+.2}%; \
+             without breadcrumbs {:+.2}%",
             med[0],
             pct(med[1]),
-            pct(med[2])
+            pct(med[2]),
+            pct(med[3])
         ),
     ))
 }
@@ -1132,7 +1181,7 @@ fn child_hang(opts: &SelftestOptions) -> i32 {
     };
     let r = (|| -> Result<i32, GpuError> {
         small_arena(&mut gpu)?;
-        gpu.start_event_prober(Duration::from_millis(1));
+        gpu.start_event_prober(PROBE_INTERVAL);
         let (tx, rx) = channel::<WatchEvent>();
         let tx = Mutex::new(tx);
         let dog = Watchdog::spawn(
@@ -1259,7 +1308,7 @@ fn child_quit(opts: &SelftestOptions) -> i32 {
     };
     let r = (|| -> Result<i32, GpuError> {
         small_arena(&mut gpu)?;
-        gpu.start_event_prober(Duration::from_millis(1));
+        gpu.start_event_prober(PROBE_INTERVAL);
         let f = gpu.function("hs_busy")?;
         let out = gpu.alloc(Region::Activations, 256 * 4)?;
         let l = gpu.label("selftest · busy before quit");

@@ -3,7 +3,7 @@
 //! while generating: many small `hipMalloc`s are what hangs RDNA3 with MES firmware 0x83
 //! (ROCm/ROCm#5590, #5724), and `hipMallocAsync` pools have open deadlock reports.
 
-use crate::gpu::device::{Backend, DevicePtr, GpuError, MemInfo, human_bytes};
+use crate::gpu::device::{Device, DevicePtr, GpuError, MemInfo, human_bytes};
 use crate::gpu::stats::{ArenaSnapshot, RegionSnapshot};
 
 /// Sub-allocation alignment: enough for every vector load and for rocBLAS/cuBLAS workspaces.
@@ -237,7 +237,7 @@ impl Arena {
     /// Checks the plan against free memory, then makes one device allocation per non-empty
     /// region. On failure, frees what it made and returns the error.
     pub fn create(
-        backend: &mut dyn Backend,
+        backend: &mut dyn Device,
         plan: &ArenaPlan,
         reserve: u64,
     ) -> Result<Arena, GpuError> {
@@ -381,7 +381,7 @@ impl Arena {
     ///
     /// # Safety
     /// Nothing in flight uses arena memory, and no `DeviceBuffer` is used afterwards.
-    pub unsafe fn release(mut self, backend: &mut dyn Backend) -> Result<(), GpuError> {
+    pub unsafe fn release(mut self, backend: &mut dyn Device) -> Result<(), GpuError> {
         let mut first_err = None;
         for m in self.regions.iter_mut() {
             if let Some(m) = m.take() {

@@ -95,6 +95,21 @@ pub struct AttnParams {
     pub scale: f32,
 }
 
+/// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
+/// backend can make its few large allocations up front (and refuse at once, with the numbers, a
+/// model that does not fit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Bytes of all weights, as stored.
+    pub weights: u64,
+    /// Number of weight tensors.
+    pub weight_tensors: usize,
+    /// f32 elements of all activation buffers.
+    pub activation_elems: u64,
+    /// KV cache: layers × positions × kv_dim, for keys and for values each.
+    pub kv_elems: u64,
+}
+
 /// A backend could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
@@ -116,6 +131,11 @@ pub type Result<T> = std::result::Result<T, BackendError>;
 pub trait Backend: Send {
     /// What this backend runs on.
     fn device(&self) -> DeviceSummary;
+
+    /// Told once, before any weight or buffer, how much the model will need.
+    fn plan(&mut self, _plan: &MemoryPlan) -> Result<()> {
+        Ok(())
+    }
 
     /// Takes a weight (checked: `len` matches the shape and type, the range lies in storage).
     fn load_weight(&mut self, data: &WeightData) -> Result<Weight>;

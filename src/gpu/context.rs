@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::arena::{Arena, ArenaPlan, DeviceBuffer, Region};
 use crate::gpu::device::{
-    Backend, BackendKind, BlasAvailability, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
+    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
     MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule,
 };
 use crate::gpu::kernels::{self, CompileMode, KernelBuild, KernelCache, KernelSource};
@@ -25,6 +25,8 @@ pub struct GpuConfig {
     /// Labels, in-flight table, breadcrumbs and periodic events (on by default; off only to
     /// measure what they cost).
     pub tracking: bool,
+    /// Kernels write breadcrumbs (with tracking on). Off only to measure what they cost.
+    pub breadcrumbs: bool,
     /// Checksum every uploaded tensor on the device against the host (on by default).
     pub verify_uploads: bool,
     pub staging_buffers: usize,
@@ -42,6 +44,7 @@ impl Default for GpuConfig {
     fn default() -> Self {
         GpuConfig {
             tracking: true,
+            breadcrumbs: true,
             verify_uploads: true,
             staging_buffers: 4,
             staging_bytes: 8 << 20,
@@ -139,7 +142,7 @@ pub struct HostWord(usize);
 
 /// One opened device, owned by the worker thread.
 pub struct Gpu {
-    backend: Box<dyn Backend>,
+    backend: Box<dyn Device>,
     stream: TrackedStream,
     cfg: GpuConfig,
     arena: Option<Arena>,
@@ -166,12 +169,13 @@ pub(crate) const CHECKSUM_BLOCKS: u32 = 256;
 
 impl Gpu {
     /// Sets up the tracked stream (event pool, breadcrumb word) and the staging buffers.
-    pub fn open(mut backend: Box<dyn Backend>, cfg: GpuConfig) -> Result<Gpu, GpuError> {
+    pub fn open(mut backend: Box<dyn Device>, cfg: GpuConfig) -> Result<Gpu, GpuError> {
         let mem_at_open = backend.mem_info().ok();
         let name = format!("{}:{} stream 0", backend.kind(), backend.info().ordinal);
         let mut stream = TrackedStream::new(&name, backend.as_mut())?;
         stream.default_budget = cfg.default_budget;
         stream.set_tracking(cfg.tracking);
+        stream.set_breadcrumbs(cfg.breadcrumbs);
         let mut gpu = Gpu {
             backend,
             stream,
@@ -192,8 +196,21 @@ impl Gpu {
             state: State::Alive,
             mem_at_open,
         };
-        let crumb = gpu.backend.alloc_pinned(64, true)?;
+        match gpu.alloc_host_side() {
+            Ok(()) => Ok(gpu),
+            Err(e) => {
+                // Give back what was made (nothing is in flight yet).
+                let _ = gpu.teardown(Duration::from_secs(1), &mut |_| {});
+                Err(e)
+            }
+        }
+    }
+
+    /// The breadcrumb word and the staging buffers.
+    fn alloc_host_side(&mut self) -> Result<(), GpuError> {
+        let crumb = self.backend.alloc_pinned(64, true)?;
         let Some(dev) = crumb.device else {
+            self.host_words.push(crumb);
             return Err(GpuError::InvalidArgument(
                 "mapped pinned memory without a device address".into(),
             ));
@@ -201,19 +218,19 @@ impl Gpu {
         // SAFETY: 64 fresh bytes of pinned memory, 8-byte aligned (page-aligned by the runtime).
         unsafe {
             std::ptr::write_bytes(crumb.host, 0, 64);
-            gpu.stream
+            self.stream
                 .shared()
                 .attach_breadcrumb(crumb.host as *mut u64);
         }
-        gpu.stream.set_breadcrumb(dev);
-        gpu.crumb = Some(crumb);
-        for _ in 0..gpu.cfg.staging_buffers.max(1) {
-            let mem = gpu
+        self.stream.set_breadcrumb(dev);
+        self.crumb = Some(crumb);
+        for _ in 0..self.cfg.staging_buffers.max(1) {
+            let mem = self
                 .backend
-                .alloc_pinned(gpu.cfg.staging_bytes.max(4096), false)?;
-            gpu.staging.push(StagingBuf { mem, last_seq: 0 });
+                .alloc_pinned(self.cfg.staging_bytes.max(4096), false)?;
+            self.staging.push(StagingBuf { mem, last_seq: 0 });
         }
-        Ok(gpu)
+        Ok(())
     }
 
     pub fn info(&self) -> &DeviceInfo {
@@ -236,6 +253,11 @@ impl Gpu {
     pub fn set_tracking(&mut self, on: bool) {
         self.cfg.tracking = on;
         self.stream.set_tracking(on);
+    }
+
+    pub fn set_breadcrumbs(&mut self, on: bool) {
+        self.cfg.breadcrumbs = on;
+        self.stream.set_breadcrumbs(on);
     }
 
     pub fn set_verify_uploads(&mut self, on: bool) {
@@ -293,7 +315,7 @@ impl Gpu {
         kind: OpKind,
         label: LabelId,
         budget: Option<Budget>,
-        f: impl FnOnce(&mut dyn Backend, u64, DevicePtr) -> Result<(), GpuError>,
+        f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
         self.check_alive()?;
         if !self.stream.has_room() {
@@ -974,7 +996,7 @@ impl Gpu {
 
 #[allow(clippy::too_many_arguments)]
 fn launch_raw(
-    be: &mut dyn Backend,
+    be: &mut dyn Device,
     f: RawFunction,
     grid: [u32; 3],
     block: [u32; 3],
@@ -1014,17 +1036,23 @@ fn prober_loop(
     stop: &AtomicBool,
     interval: Duration,
 ) {
+    // Each query takes the runtime's lock that the worker's launches also take, so the prober
+    // asks about as few events as it can: the oldest pending first, stopping at the first one
+    // not reached (on one stream, a later event cannot be reached before an earlier one).
+    let mut pending: Vec<(u64, u64, usize)> = Vec::with_capacity(shared.events.len());
     while !stop.load(Ordering::Acquire) {
         shared.fold_breadcrumb();
-        for slot in shared.events.iter() {
-            let c1 = slot.covers.load(Ordering::Acquire);
-            if c1 == 0 || c1 == u64::MAX || c1 <= shared.completed() {
-                continue;
-            }
+        let done = shared.completed();
+        pending.clear();
+        for (i, slot) in shared.events.iter().enumerate() {
+            let c = slot.covers.load(Ordering::Acquire);
             let h = slot.handle.load(Ordering::Acquire);
-            if h == 0 {
-                continue;
+            if c != 0 && c != u64::MAX && c > done && h != 0 {
+                pending.push((c, h, i));
             }
+        }
+        pending.sort_unstable();
+        for &(c1, h, i) in &pending {
             shared
                 .probe_busy_since_ns
                 .store(shared.now_ns().max(1), Ordering::Release);
@@ -1032,12 +1060,14 @@ fn prober_loop(
             shared.probe_busy_since_ns.store(0, Ordering::Release);
             match r {
                 // Only if the event was not re-recorded meanwhile (then c1 is stale but true).
-                Ok(true) if slot.covers.load(Ordering::Acquire) == c1 => {
+                Ok(true) if shared.events[i].covers.load(Ordering::Acquire) == c1 => {
                     shared.advance_completed(c1)
                 }
-                Ok(_) => {}
+                Ok(true) => {}
+                Ok(false) => break,
                 Err(e) => {
                     let _ = shared.probe_error.set(e.to_string());
+                    break;
                 }
             }
         }

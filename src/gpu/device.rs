@@ -1,7 +1,7 @@
 //! The device interface: what every GPU backend (HIP, CUDA, the scripted fake) provides, in raw
 //! handles, and the errors they report.
 //!
-//! A [`Backend`] is one opened device with exactly one non-blocking stream, created when the
+//! A [`Device`] is one opened device with exactly one non-blocking stream, created when the
 //! device is opened. Every asynchronous method enqueues on that stream; there is no way to name
 //! another stream, so the null (legacy, blocking) stream is unreachable through this interface.
 //! There is no synchronous copy, memset or device/stream synchronize either: completion is
@@ -183,7 +183,7 @@ pub trait EventProbe: Send + Sync {
 /// live allocations of this device with room for the bytes named, that host pointers are valid
 /// for the whole asynchronous operation (pinned staging buffers, kept until the op's event
 /// completes), and that handles came from this backend and were not destroyed.
-pub trait Backend: Send {
+pub trait Device: Send {
     fn info(&self) -> &DeviceInfo;
     fn kind(&self) -> BackendKind;
     fn mem_info(&mut self) -> Result<MemInfo, GpuError>;

@@ -246,7 +246,7 @@ impl KernelBuild {
     }
 }
 
-/// A compiled module, ready for `Backend::load_module`.
+/// A compiled module, ready for `Device::load_module`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompiledModule {
     pub name: String,

@@ -1,4 +1,4 @@
-//! Backend and device choice: `--backend auto|hip|cuda|cpu` and `--device N`. `auto` tries HIP,
+//! Device and device choice: `--backend auto|hip|cuda|cpu` and `--device N`. `auto` tries HIP,
 //! then CUDA, then the CPU, and says which and why. Without `--device`, the largest discrete GPU
 //! is used (a Ryzen desktop with an RX 7900 XTX also exposes its integrated GPU). Device numbers
 //! are the runtime's, after `HIP_VISIBLE_DEVICES` / `CUDA_VISIBLE_DEVICES`, which the runtimes
@@ -7,7 +7,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::gpu::device::{Backend, BackendKind, DeviceInfo, GpuError, human_bytes};
+use crate::gpu::device::{BackendKind, Device, DeviceInfo, GpuError, human_bytes};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -16,6 +16,8 @@ pub enum BackendChoice {
     Hip,
     Cuda,
     Cpu,
+    /// The scripted fake device (for dry runs of the selftest and tests; not listed in help).
+    Fake,
 }
 
 impl FromStr for BackendChoice {
@@ -26,6 +28,7 @@ impl FromStr for BackendChoice {
             "hip" | "rocm" => Ok(BackendChoice::Hip),
             "cuda" => Ok(BackendChoice::Cuda),
             "cpu" => Ok(BackendChoice::Cpu),
+            "fake" => Ok(BackendChoice::Fake),
             other => Err(format!(
                 "unknown backend {other:?} (auto, hip, cuda or cpu)"
             )),
@@ -40,6 +43,7 @@ impl fmt::Display for BackendChoice {
             BackendChoice::Hip => "hip",
             BackendChoice::Cuda => "cuda",
             BackendChoice::Cpu => "cpu",
+            BackendChoice::Fake => "fake",
         })
     }
 }
@@ -47,7 +51,7 @@ impl fmt::Display for BackendChoice {
 /// The outcome of selection.
 pub enum Selected {
     Gpu {
-        backend: Box<dyn Backend>,
+        backend: Box<dyn Device>,
         reason: String,
     },
     Cpu {
@@ -142,7 +146,7 @@ pub fn pick(
     }
 }
 
-fn open_hip(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError> {
+fn open_hip(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let rt = crate::gpu::hip::HipRuntime::load()?;
     let devices = rt.devices()?;
     let (n, why) = pick(BackendKind::Hip, &devices, device)?;
@@ -150,7 +154,7 @@ fn open_hip(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError>
     Ok((Box::new(be), why))
 }
 
-fn open_cuda(device: Option<u32>) -> Result<(Box<dyn Backend>, String), GpuError> {
+fn open_cuda(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let devices = crate::gpu::cuda::probe()?;
     let (n, why) = pick(BackendKind::Cuda, &devices, device)?;
     let be = crate::gpu::cuda::CudaBackend::open(n)?;
@@ -174,6 +178,12 @@ pub fn select(choice: BackendChoice, device: Option<u32>) -> Result<Selected, Gp
                 reason: format!("cuda: {reason}"),
             })
         }
+        BackendChoice::Fake => Ok(Selected::Gpu {
+            backend: Box::new(crate::gpu::fake::FakeBackend::new(
+                crate::gpu::fake::FakeScript::default(),
+            )),
+            reason: "fake: the scripted test device, as requested".into(),
+        }),
         BackendChoice::Cpu => Ok(Selected::Cpu {
             reason: "cpu: as requested".into(),
         }),

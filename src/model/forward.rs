@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, OpLabel, RopeParams, SharedBytes, Weight, WeightData,
+    AttnParams, Backend, BackendError, Buf, MemoryPlan, OpLabel, RopeParams, SharedBytes, Weight,
+    WeightData,
 };
 use crate::gpu::quant;
 use crate::model::config::{ConfigError, ModelConfig, RopeScaling};
@@ -53,6 +54,8 @@ pub struct ModelOptions {
     pub n_ctx: usize,
     /// Most tokens per forward step (prompts are processed in batches of this size).
     pub n_batch: usize,
+    /// Room for every token's logits (perplexity), not just the last one's.
+    pub all_logits: bool,
 }
 
 impl Default for ModelOptions {
@@ -60,6 +63,7 @@ impl Default for ModelOptions {
         ModelOptions {
             n_ctx: 4096,
             n_batch: 512,
+            all_logits: false,
         }
     }
 }
@@ -105,7 +109,7 @@ pub struct Model {
     layers: Vec<LayerWeights>,
     rope: RopeParams,
     act: Activations,
-    /// Logits rows the `logits` buffer holds.
+    /// Logits rows the `logits` buffer holds: 1, or `n_batch` with `all_logits`.
     logits_rows: usize,
     load_time: Duration,
 }
@@ -124,6 +128,24 @@ impl Model {
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
         let n_batch = options.n_batch.clamp(1, n_ctx);
+        let b = n_batch;
+        let logits_rows = if options.all_logits { b } else { 1 };
+        let act_elems = [
+            b * config.dim * 3,
+            b * config.q_dim() * 2,
+            b * config.kv_dim() * 2,
+            b * config.ffn_dim * 2,
+            config.dim,
+            logits_rows * config.vocab_size,
+        ]
+        .iter()
+        .sum::<usize>() as u64;
+        backend.plan(&MemoryPlan {
+            weights: file.tensors().iter().map(|t| t.size).sum(),
+            weight_tensors: file.tensors().len(),
+            activation_elems: act_elems,
+            kv_elems: (config.n_layers * n_ctx * config.kv_dim()) as u64,
+        })?;
         let storage: SharedBytes = file.clone();
         let path = file.path().display().to_string();
         let total: u64 = file.tensors().iter().map(|t| t.size).sum::<u64>().max(1);
@@ -208,7 +230,6 @@ impl Model {
             freq_factors,
         };
         backend.alloc_kv_cache(config.n_layers, n_ctx, config.kv_dim())?;
-        let b = n_batch;
         let act = Activations {
             x: backend.alloc("x", b * config.dim)?,
             xn: backend.alloc("x_norm", b * config.dim)?,
@@ -220,11 +241,15 @@ impl Model {
             gate: backend.alloc("ffn_gate", b * config.ffn_dim)?,
             up: backend.alloc("ffn_up", b * config.ffn_dim)?,
             last: backend.alloc("last", config.dim)?,
-            logits: backend.alloc("logits", config.vocab_size)?,
+            logits: backend.alloc("logits", logits_rows * config.vocab_size)?,
         };
         Ok(Model {
             config,
-            options: ModelOptions { n_ctx, n_batch },
+            options: ModelOptions {
+                n_ctx,
+                n_batch,
+                all_logits: options.all_logits,
+            },
             file,
             backend,
             tok_embd,
@@ -233,7 +258,7 @@ impl Model {
             layers,
             rope,
             act,
-            logits_rows: 1,
+            logits_rows,
             load_time: t0.elapsed(),
         })
     }
@@ -322,11 +347,11 @@ impl Model {
     /// Logits for the first `n` rows of `x` into `out` (n × vocab).
     fn output_rows(&mut self, n: usize, out: &mut [f32]) -> Result<(), ModelError> {
         let dim = self.config.dim;
-        let vocab = self.config.vocab_size;
         if self.logits_rows < n {
-            // Perplexity needs every row's logits: grown once, then reused.
-            self.act.logits = self.backend.alloc("logits", n * vocab)?;
-            self.logits_rows = n;
+            return Err(ModelError::Backend(BackendError::Invalid(format!(
+                "logits for {n} tokens asked of a model loaded with room for {} (ModelOptions::all_logits)",
+                self.logits_rows
+            ))));
         }
         let a = &self.act;
         self.backend.rms_norm(

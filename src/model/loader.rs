@@ -31,6 +31,8 @@ pub struct LoadOptions {
     /// KV cache positions; `None`: the model's training context, at most 4096.
     pub n_ctx: Option<usize>,
     pub n_batch: usize,
+    /// Keep every token's logits (perplexity), not only the last.
+    pub all_logits: bool,
     pub sampler: SamplerConfig,
 }
 
@@ -39,6 +41,7 @@ impl Default for LoadOptions {
         LoadOptions {
             n_ctx: None,
             n_batch: 512,
+            all_logits: false,
             sampler: SamplerConfig::default(),
         }
     }
@@ -99,6 +102,7 @@ pub fn load(
         ModelOptions {
             n_ctx,
             n_batch: opts.n_batch,
+            all_logits: opts.all_logits,
         },
         progress,
     )?;

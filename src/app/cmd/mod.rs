@@ -48,11 +48,21 @@ pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
 
 /// Loads a model ready to run on the CPU backend.
 pub fn load_model(args: &ModelArgs, sampler: SamplerConfig) -> anyhow::Result<Loaded> {
+    load_model_with(args, sampler, false)
+}
+
+/// As [`load_model`], keeping room for every token's logits when `all_logits`.
+pub fn load_model_with(
+    args: &ModelArgs,
+    sampler: SamplerConfig,
+    all_logits: bool,
+) -> anyhow::Result<Loaded> {
     let file = open_model(args)?;
     let backend = Box::new(CpuBackend::new(args.threads));
     let opts = LoadOptions {
         n_ctx: args.ctx_size,
         n_batch: args.batch_size.max(1),
+        all_logits,
         sampler,
     };
     let mut bar = ProgressLine::new("loading");

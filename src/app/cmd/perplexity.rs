@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use super::load_model;
+use super::load_model_with;
 use crate::app::cli::ModelArgs;
 use crate::model::forward::Logits;
 use crate::model::protocol::SamplerConfig;
@@ -51,7 +51,7 @@ fn log_softmax_at(logits: &[f32], target: usize) -> f64 {
 pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading {}", a.file.display()))?;
-    let mut loaded = load_model(&a.model, SamplerConfig::default())?;
+    let mut loaded = load_model_with(&a.model, SamplerConfig::default(), true)?;
     let session = &mut loaded.session;
     let n_ctx = session.model.n_ctx();
     let t0 = Instant::now();

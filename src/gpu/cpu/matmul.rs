@@ -10,7 +10,7 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::ThreadPool;
-use crate::gpu::quant::dot::{Activation, Isa, Kernel, MAX_TILE, quantize_into, row_bytes};
+use crate::gpu::quant::dot::{Activation, ActivationParts, Isa, Kernel, MAX_TILE, row_bytes};
 use crate::gpu::quant::{GgmlType, QuantError, is_supported, unsupported};
 
 /// A weight matrix as GGUF stores it: `rows` rows of `cols` elements, row-major (a tensor with
@@ -131,34 +131,35 @@ impl MatmulScratch {
         // Below this the dispatch costs more than the quantization it would spread.
         const PARALLEL_MIN: usize = 16 * 1024;
         if n_threads == 1 || n_tokens < 2 || x.len() < PARALLEL_MIN {
-            quantize_into(isa, parts.kind, x, parts.f, parts.q32, parts.ds32, parts.qk);
+            parts.fill(isa, x);
             return Ok(());
         }
         let kind = parts.kind;
         let per_token = |len: usize| len / n_tokens;
-        let (nf, n32, nk) = (
-            per_token(parts.f.len()),
-            per_token(parts.q32.len()),
-            per_token(parts.qk.len()),
-        );
+        let nf = per_token(parts.f.len());
+        let n32 = per_token(parts.q32.len());
+        let ng = per_token(parts.g32.len());
+        let nk = per_token(parts.qk.len());
         let f = SharedMut::new(parts.f);
         let q32 = SharedMut::new(parts.q32);
         let ds32 = SharedMut::new(parts.ds32);
+        let g32 = SharedMut::new(parts.g32);
         let qk = SharedMut::new(parts.qk);
         pool.run(&|i, n| {
             let (t0, t1) = (n_tokens * i / n, n_tokens * (i + 1) / n);
             // SAFETY: thread i alone touches tokens t0..t1 of each buffer.
-            unsafe {
-                quantize_into(
-                    isa,
+            let part = unsafe {
+                ActivationParts {
                     kind,
-                    &x[t0 * cols..t1 * cols],
-                    f.range(t0 * nf, t1 * nf),
-                    q32.range(t0 * n32, t1 * n32),
-                    ds32.range(t0 * n32, t1 * n32),
-                    qk.range(t0 * nk, t1 * nk),
-                );
-            }
+                    cols,
+                    f: f.range(t0 * nf, t1 * nf),
+                    q32: q32.range(t0 * n32, t1 * n32),
+                    ds32: ds32.range(t0 * n32, t1 * n32),
+                    g32: g32.range(t0 * ng, t1 * ng),
+                    qk: qk.range(t0 * nk, t1 * nk),
+                }
+            };
+            part.fill(isa, &x[t0 * cols..t1 * cols]);
         });
         Ok(())
     }

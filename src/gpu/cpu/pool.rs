@@ -6,6 +6,11 @@
 //! park; the caller takes part in every job as thread 0 and spins for the others' completion
 //! before it, too, blocks. One job runs at a time: the pool is not `Sync`, so only its owner
 //! can submit (the CPU backend keeps one per inference worker).
+//!
+//! Each thread index of a job is claimed once, by its worker or by the caller: after its own
+//! index the caller claims the indices of workers that have not started yet and runs them
+//! itself. So a worker the OS has not scheduled (other processes on the cores) delays nothing;
+//! the caller only waits for workers that are actually running.
 
 use std::any::Any;
 use std::cell::{Cell, UnsafeCell};
@@ -19,6 +24,9 @@ use std::time::{Duration, Instant};
 /// How long an idle worker (and a waiting caller) spins before blocking. Long enough to cover
 /// the gaps between the ops of one decode step, short enough not to burn a core between tokens.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// Threads a pool can have (one claim bit each).
+pub const MAX_THREADS: usize = 64;
 
 /// Spins between two reads of the clock while spinning.
 const SPINS_PER_CLOCK_CHECK: u32 = 64;
@@ -37,7 +45,9 @@ struct Shared {
     /// Written by the owner only while no worker can read it (before the epoch bump, after
     /// `pending` reached zero).
     job: UnsafeCell<Option<JobPtr>>,
-    /// Workers still running the current job.
+    /// Bit i set: index i of the current job is taken (by its worker or by the owner).
+    claimed: AtomicU64,
+    /// Indices 1.. of the current job not yet finished.
     pending: AtomicUsize,
     shutdown: AtomicBool,
     /// The owner blocked waiting for `pending` to reach zero (set under `done_lock`).
@@ -48,9 +58,10 @@ struct Shared {
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
-// SAFETY: the only non-Sync field is `job`, whose accesses the epoch/pending protocol orders
-// (owner writes happen-before the Release epoch bump that workers Acquire, and workers' reads
-// happen-before their Release decrement of `pending` that the owner Acquires before writing).
+// SAFETY: the only non-Sync field is `job`. The owner writes it only when every index of the
+// previous job has been claimed and finished (`pending` zero, Acquired), and before the Release
+// store that opens `claimed` for the next job; a worker reads it only after winning a claim
+// (AcqRel), and stops before its Release decrement of `pending`.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -79,19 +90,20 @@ impl std::fmt::Debug for ThreadPool {
 
 impl ThreadPool {
     /// A pool of `n_threads` threads in all, the calling thread included (so `n_threads - 1`
-    /// workers are spawned; 0 counts as 1).
+    /// workers are spawned; 0 counts as 1, and more than 64 as 64).
     pub fn new(n_threads: usize) -> ThreadPool {
         ThreadPool::with_spin(n_threads, DEFAULT_SPIN)
     }
 
     /// As `new`, with the time idle threads spin before they block.
     pub fn with_spin(n_threads: usize, spin: Duration) -> ThreadPool {
-        let wanted = n_threads.max(1);
+        let wanted = n_threads.clamp(1, MAX_THREADS);
         let shared = Arc::new(Shared {
             n_threads: AtomicUsize::new(wanted),
             spin,
             epoch: AtomicU64::new(0),
             job: UnsafeCell::new(None),
+            claimed: AtomicU64::new(u64::MAX),
             pending: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             owner_waiting: AtomicBool::new(false),
@@ -128,8 +140,9 @@ impl ThreadPool {
         self.shared.n_threads.load(Ordering::Relaxed)
     }
 
-    /// Run `f(thread_index, n_threads)` on every thread and return when all finished. The
-    /// calling thread runs index 0. A panic in any of them is re-raised here once all finished.
+    /// Run `f(thread_index, n_threads)` for every index in `0..n_threads` and return when all
+    /// finished. The calling thread runs index 0, and any index whose worker has not started
+    /// by the time it is done. A panic in any of them is re-raised here once all finished.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let n = self.n_threads();
         if n == 1 || self.running.get() {
@@ -140,21 +153,29 @@ impl ThreadPool {
         }
         self.running.set(true);
         let s = &*self.shared;
-        // SAFETY: the pointer is only dereferenced by workers during this call: we wait for all
-        // of them below before returning or unwinding.
+        // SAFETY: the pointer is only dereferenced by workers that claimed an index of this
+        // job, and we wait for all of those below before returning or unwinding.
         let erased: *const (dyn Fn(usize, usize) + Sync + 'static) =
             unsafe { std::mem::transmute::<*const (dyn Fn(usize, usize) + Sync + '_), _>(f) };
-        // SAFETY: no worker reads `job` now (pending is 0 since the last job finished).
+        // SAFETY: no worker reads `job` now: every index of the last job was claimed and is done.
         unsafe { *s.job.get() = Some(JobPtr(erased)) };
         s.pending.store(n - 1, Ordering::Relaxed);
+        // Open the claims (index 0 is ours); Release publishes the job to whoever claims.
+        s.claimed.store(1, Ordering::Release);
         s.epoch.fetch_add(1, Ordering::SeqCst);
         for w in &self.workers {
             // Cheap (one atomic swap) unless the worker is parked, when it is needed.
             w.thread().unpark();
         }
         let mine = panic::catch_unwind(AssertUnwindSafe(|| f(0, n)));
+        for i in 1..n {
+            let bit = 1u64 << i;
+            if s.claimed.fetch_or(bit, Ordering::AcqRel) & bit == 0 {
+                run_index(s, f, i, n);
+            }
+        }
         self.wait_for_workers();
-        // SAFETY: every worker is done with the job.
+        // SAFETY: every index is claimed and finished; no worker will read the job again.
         unsafe { *s.job.get() = None };
         self.running.set(false);
         if let Err(p) = mine {
@@ -187,29 +208,37 @@ impl ThreadPool {
     }
 }
 
+/// Runs index `i` of the job, records a panic, and counts it done.
+fn run_index(s: &Shared, f: &(dyn Fn(usize, usize) + Sync), i: usize, n: usize) {
+    if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| f(i, n))) {
+        let mut slot = lock(&s.panic);
+        if slot.is_none() {
+            *slot = Some(p);
+        }
+    }
+    if s.pending.fetch_sub(1, Ordering::SeqCst) == 1 && s.owner_waiting.load(Ordering::SeqCst) {
+        let _g = lock(&s.done_lock);
+        s.done.notify_one();
+    }
+}
+
 fn worker(s: Arc<Shared>, index: usize) {
+    let bit = 1u64 << index;
     let mut seen = 0u64;
     loop {
         seen = wait_for_epoch(&s, seen);
         if s.shutdown.load(Ordering::Acquire) {
             return;
         }
-        // SAFETY: the owner wrote `job` before bumping the epoch we just Acquired, and keeps
-        // it (and the closure it points to) alive until `pending` reaches zero.
+        // Whoever sets the bit runs the index; the owner may have taken it already.
+        if s.claimed.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            continue;
+        }
+        // SAFETY: winning the claim Acquired the owner's Release that followed writing `job`,
+        // and the owner keeps the closure alive until `pending` (decremented last) is zero.
         if let Some(job) = unsafe { *s.job.get() } {
             let f = unsafe { &*job.0 };
-            if let Err(p) = panic::catch_unwind(AssertUnwindSafe(|| {
-                f(index, s.n_threads.load(Ordering::Relaxed))
-            })) {
-                let mut slot = lock(&s.panic);
-                if slot.is_none() {
-                    *slot = Some(p);
-                }
-            }
-        }
-        if s.pending.fetch_sub(1, Ordering::SeqCst) == 1 && s.owner_waiting.load(Ordering::SeqCst) {
-            let _g = lock(&s.done_lock);
-            s.done.notify_one();
+            run_index(&s, f, index, s.n_threads.load(Ordering::Relaxed));
         }
     }
 }
@@ -294,6 +323,34 @@ mod tests {
                 let _ = i;
             });
             pool.run(&|i, _| cells[i].store(round, Ordering::Relaxed));
+        }
+    }
+
+    #[test]
+    fn the_caller_runs_indices_of_workers_that_have_not_started() {
+        // Index 1 blocks until index 2 has run. With one core for three threads, or a worker
+        // descheduled, the caller must take over index 2 rather than wait for its worker; and
+        // every index still runs exactly once.
+        let pool = ThreadPool::new(3);
+        for _ in 0..200 {
+            let done2 = AtomicBool::new(false);
+            let runs: Vec<AtomicUsize> = (0..3).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(&|i, _| {
+                runs[i].fetch_add(1, Ordering::SeqCst);
+                if i == 2 {
+                    done2.store(true, Ordering::SeqCst);
+                }
+                if i == 1 {
+                    let t = Instant::now();
+                    while !done2.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+                        spin_loop();
+                    }
+                }
+            });
+            assert!(done2.load(Ordering::SeqCst));
+            for r in &runs {
+                assert_eq!(r.load(Ordering::SeqCst), 1);
+            }
         }
     }
 

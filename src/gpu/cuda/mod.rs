@@ -12,7 +12,7 @@ use cudarc::driver::sys as cu;
 use cudarc::nvrtc::sys as nvrtc;
 
 use crate::gpu::device::{
-    Backend, BackendKind, BlasAvailability, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
+    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
     MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError,
 };
 use crate::gpu::kernels::KernelCompiler;
@@ -299,7 +299,7 @@ impl EventProbe for CudaProbe {
     }
 }
 
-impl Backend for CudaBackend {
+impl Device for CudaBackend {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }

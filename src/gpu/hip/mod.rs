@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use crate::gpu::device::{
-    Backend, BackendKind, BlasAvailability, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
+    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
     MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError,
 };
 use ffi::{HIP_SUCCESS, HipApi, HipError, HipStream, hip_error_text};
@@ -325,7 +325,7 @@ impl EventProbe for HipProbe {
     }
 }
 
-impl Backend for HipBackend {
+impl Device for HipBackend {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }

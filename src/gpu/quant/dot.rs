@@ -21,7 +21,10 @@
 //!
 //! Each kernel exists as scalar code (the reference, and the fallback) and as AVX2+FMA+F16C code
 //! selected at run time. A kernel computes up to `MAX_TILE` tokens per pass over a weight row, so
-//! that prompt processing unpacks each weight block once for several tokens.
+//! that prompt processing unpacks each weight block once for several tokens. The 32-element
+//! kernels take blocks four at a time: the four integer dot products are reduced into the lanes
+//! of one vector, so that one conversion and one multiply by the four blocks' scales
+//! (`Group4`, prepared with the activation) replace four of each.
 
 use super::blocks::{QK, QK_K, f16_at, k_scale_min, layout};
 use super::{GgmlType, QuantError};
@@ -97,6 +100,19 @@ impl Default for Q8xK {
     }
 }
 
+/// The activation scales of four consecutive Q8x32 blocks, laid out for the SIMD kernels:
+/// `d = [d0, d1, d2, d3, d0, d1, d2, d3]` and `s = [s0, s1, s2, s3, 0, 0, 0, 0]` (s = d·Σq), so
+/// that one multiply scales the per-block dot products of a whole group.
+#[repr(C, align(32))]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct Group4 {
+    pub d: [f32; 8],
+    pub s: [f32; 8],
+}
+
+/// Blocks per `Group4`.
+pub const GROUP: usize = 4;
+
 /// The activation format a weight type computes against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActKind {
@@ -126,6 +142,7 @@ pub struct Activation {
     f: Vec<f32>,
     q32: Vec<Q8x32>,
     ds32: Vec<[f32; 2]>,
+    g32: Vec<Group4>,
     qk: Vec<Q8xK>,
 }
 
@@ -143,7 +160,39 @@ pub struct ActivationParts<'a> {
     pub f: &'a mut [f32],
     pub q32: &'a mut [Q8x32],
     pub ds32: &'a mut [[f32; 2]],
+    /// `cols / (32·GROUP)` per token (whole groups only; the last blocks of a row may have none).
+    pub g32: &'a mut [Group4],
     pub qk: &'a mut [Q8xK],
+}
+
+impl ActivationParts<'_> {
+    /// Quantizes `x` into these buffers; `x` holds as many whole tokens as the buffers.
+    pub fn fill(self, isa: Isa, x: &[f32]) {
+        match self.kind {
+            ActKind::F32 => self.f.copy_from_slice(&x[..self.f.len()]),
+            ActKind::Q8x32 => {
+                quantize_q8x32(isa, x, self.q32, self.ds32);
+                let nb = self.cols / QK;
+                let ng = nb / GROUP;
+                if ng > 0 {
+                    for (ds, g) in self
+                        .ds32
+                        .chunks_exact(nb)
+                        .zip(self.g32.chunks_exact_mut(ng))
+                    {
+                        for (dsg, gv) in ds.chunks_exact(GROUP).zip(g.iter_mut()) {
+                            for (j, v) in dsg.iter().enumerate() {
+                                gv.d[j] = v[0];
+                                gv.d[j + GROUP] = v[0];
+                                gv.s[j] = v[1];
+                            }
+                        }
+                    }
+                }
+            }
+            ActKind::Q8xK => quantize_q8xk(isa, x, self.qk),
+        }
+    }
 }
 
 impl Activation {
@@ -155,6 +204,7 @@ impl Activation {
             f: Vec::new(),
             q32: Vec::new(),
             ds32: Vec::new(),
+            g32: Vec::new(),
             qk: Vec::new(),
         }
     }
@@ -210,6 +260,12 @@ impl Activation {
         grow(&mut self.f, f, 0.0);
         grow(&mut self.q32, q32, Q8x32 { qs: [0; QK] });
         grow(&mut self.ds32, q32, [0.0; 2]);
+        let g32 = if kind == ActKind::Q8x32 {
+            n_tokens * (cols / QK / GROUP)
+        } else {
+            0
+        };
+        grow(&mut self.g32, g32, Group4::default());
         grow(&mut self.qk, qk, Q8xK::default());
         Ok(ActivationParts {
             kind,
@@ -217,6 +273,7 @@ impl Activation {
             f: &mut self.f[..f],
             q32: &mut self.q32[..q32],
             ds32: &mut self.ds32[..q32],
+            g32: &mut self.g32[..g32],
             qk: &mut self.qk[..qk],
         })
     }
@@ -238,8 +295,7 @@ impl Activation {
                 what: format!("activation has {} values", x.len()),
             });
         }
-        let parts = self.prepare(ty, n_tokens, cols)?;
-        quantize_into(isa, parts.kind, x, parts.f, parts.q32, parts.ds32, parts.qk);
+        self.prepare(ty, n_tokens, cols)?.fill(isa, x);
         Ok(())
     }
 
@@ -289,41 +345,31 @@ fn grow<T: Copy>(v: &mut Vec<T>, n: usize, fill: T) {
     }
 }
 
-/// Fills activation buffers from `x`; the slices cover the same whole tokens (any token range).
-pub fn quantize_into(
-    isa: Isa,
-    kind: ActKind,
-    x: &[f32],
-    f: &mut [f32],
-    q32: &mut [Q8x32],
-    ds32: &mut [[f32; 2]],
-    qk: &mut [Q8xK],
-) {
-    match kind {
-        ActKind::F32 => f.copy_from_slice(&x[..f.len()]),
-        ActKind::Q8x32 => {
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 && isa.is_available() {
-                // SAFETY: AVX2/FMA/F16C presence checked just above.
-                unsafe { avx2::quantize_q8x32(x, q32, ds32) };
-                return;
-            }
-            let _ = isa;
-            for ((xb, q), ds) in x.as_chunks::<QK>().0.iter().zip(q32).zip(ds32) {
-                *ds = quantize_q8x32_block(xb, &mut q.qs);
-            }
-        }
-        ActKind::Q8xK => {
-            #[cfg(target_arch = "x86_64")]
-            if isa == Isa::Avx2 && isa.is_available() {
-                // SAFETY: as above.
-                unsafe { avx2::quantize_q8xk(x, qk) };
-                return;
-            }
-            for (xb, b) in x.as_chunks::<QK_K>().0.iter().zip(qk) {
-                quantize_q8xk_block(xb, b);
-            }
-        }
+/// Q8x32 blocks of `x` (whole blocks), on `isa` where available; identical results either way.
+pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        // SAFETY: AVX2/FMA/F16C presence checked just above.
+        unsafe { avx2::quantize_q8x32(x, q32, ds32) };
+        return;
+    }
+    let _ = isa;
+    for ((xb, q), ds) in x.as_chunks::<QK>().0.iter().zip(q32).zip(ds32) {
+        *ds = quantize_q8x32_block(xb, &mut q.qs);
+    }
+}
+
+/// Q8xK blocks of `x` (whole blocks), on `isa` where available; identical results either way.
+pub fn quantize_q8xk(isa: Isa, x: &[f32], qk: &mut [Q8xK]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        // SAFETY: as above.
+        unsafe { avx2::quantize_q8xk(x, qk) };
+        return;
+    }
+    let _ = isa;
+    for (xb, b) in x.as_chunks::<QK_K>().0.iter().zip(qk) {
+        quantize_q8xk_block(xb, b);
     }
 }
 
@@ -846,6 +892,10 @@ mod avx2 {
 
     // --- 32-element types against Q8x32 ---
 
+    /// Bytes ahead of the current weight block to prefetch (a prefetch never faults, so running
+    /// past the end of the matrix is harmless).
+    const PREFETCH: usize = 4096;
+
     /// A 32-element weight block type as the SIMD kernel sees it.
     trait Blk32 {
         const BYTES: usize;
@@ -857,6 +907,32 @@ mod avx2 {
         unsafe fn quants(p: *const u8) -> __m256i;
         /// [d, m, 0, 0] where a value is d·q + m.
         unsafe fn dm(p: *const u8) -> __m128;
+        /// For the GROUP blocks from p: ([d0, d1, d2, d3] twice, [m0, m1, m2, m3] twice).
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256);
+    }
+
+    /// The f16 `d` of four consecutive blocks of `bytes` each, as [d0..d3] twice.
+    #[inline(always)]
+    unsafe fn group_d(p: *const u8, bytes: usize) -> __m256 {
+        unsafe {
+            let h = |j: usize| (p.add(j * bytes) as *const u16).read_unaligned() as i16;
+            let d = _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0));
+            _mm256_set_m128(d, d)
+        }
+    }
+
+    /// The f16 pairs (d, m) of four consecutive blocks of `bytes` each, as ([d0..d3] twice,
+    /// [m0..m3] twice).
+    #[inline(always)]
+    unsafe fn group_dm_pairs(p: *const u8, bytes: usize) -> (__m256, __m256) {
+        unsafe {
+            let u = |j: usize| (p.add(j * bytes) as *const u32).read_unaligned() as i32;
+            let v = _mm256_cvtph_ps(_mm_setr_epi32(u(0), u(1), u(2), u(3)));
+            (
+                _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)),
+                _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7)),
+            )
+        }
     }
 
     /// 32 nibbles from 16 bytes: low nibbles in bytes 0..16, high nibbles in 16..32.
@@ -913,6 +989,13 @@ mod avx2 {
                 _mm_mul_ps(_mm_shuffle_ps::<0>(d, d), _mm_setr_ps(1.0, -8.0, 0.0, 0.0))
             }
         }
+        #[inline(always)]
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+            unsafe {
+                let d = group_d(p, Self::BYTES);
+                (d, _mm256_mul_ps(d, _mm256_set1_ps(-8.0)))
+            }
+        }
     }
 
     struct B4_1;
@@ -927,6 +1010,10 @@ mod avx2 {
         #[inline(always)]
         unsafe fn dm(p: *const u8) -> __m128 {
             unsafe { half2(p) }
+        }
+        #[inline(always)]
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+            unsafe { group_dm_pairs(p, Self::BYTES) }
         }
     }
 
@@ -946,6 +1033,13 @@ mod avx2 {
                 _mm_mul_ps(_mm_shuffle_ps::<0>(d, d), _mm_setr_ps(1.0, -16.0, 0.0, 0.0))
             }
         }
+        #[inline(always)]
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+            unsafe {
+                let d = group_d(p, Self::BYTES);
+                (d, _mm256_mul_ps(d, _mm256_set1_ps(-16.0)))
+            }
+        }
     }
 
     struct B5_1;
@@ -961,6 +1055,10 @@ mod avx2 {
         unsafe fn dm(p: *const u8) -> __m128 {
             unsafe { half2(p) }
         }
+        #[inline(always)]
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+            unsafe { group_dm_pairs(p, Self::BYTES) }
+        }
     }
 
     struct B8_0;
@@ -975,6 +1073,10 @@ mod avx2 {
         #[inline(always)]
         unsafe fn dm(p: *const u8) -> __m128 {
             unsafe { half1(p) }
+        }
+        #[inline(always)]
+        unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+            unsafe { (group_d(p, Self::BYTES), _mm256_setzero_ps()) }
         }
     }
 
@@ -1008,35 +1110,73 @@ mod avx2 {
         out: &mut [f32],
     ) {
         let nb = cols / QK;
+        let ng = nb / GROUP;
         let rb = nb * B::BYTES;
         let qa = act.q32[t0 * nb..(t0 + T) * nb].as_ptr();
         let ds = act.ds32[t0 * nb..(t0 + T) * nb].as_ptr();
+        let gs = act.g32[t0 * ng..(t0 + T) * ng].as_ptr();
         let ones = _mm256_set1_epi16(1);
         for r in 0..rows {
-            // SAFETY: row r spans rb bytes inside w; the token tile spans T·nb blocks of qa/ds.
+            // SAFETY: row r spans rb bytes inside w; the token tile spans T·nb blocks of qa/ds
+            // and T·ng groups of gs.
             unsafe {
                 let row = w.as_ptr().add(r * rb);
-                let mut acc_a = [_mm256_setzero_ps(); T];
-                let mut acc_b = [_mm256_setzero_ps(); T];
-                let mut accm = [_mm_setzero_ps(); T];
-                let mut b = 0;
-                while b + 1 < nb {
-                    step_32::<B, T>(row, b, nb, qa, ds, ones, &mut acc_a, &mut accm);
-                    // One token alone is latency-bound on its accumulator: alternate two.
-                    if T <= 2 {
-                        step_32::<B, T>(row, b + 1, nb, qa, ds, ones, &mut acc_b, &mut accm);
-                    } else {
-                        step_32::<B, T>(row, b + 1, nb, qa, ds, ones, &mut acc_a, &mut accm);
+                let mut acc = [_mm256_setzero_ps(); T];
+                // The min terms get their own chain when few tokens leave the FMA latency exposed.
+                let mut accm = [_mm256_setzero_ps(); T];
+                for g in 0..ng {
+                    let p = row.add(g * GROUP * B::BYTES);
+                    // Decode streams the weights from DRAM once: ask for them ahead of time.
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + 64) as *const i8);
+                    let (wd, wm) = B::group_dm(p);
+                    let qx: [__m256i; GROUP] =
+                        std::array::from_fn(|j| B::quants(p.add(j * B::BYTES)));
+                    let ax: [__m256i; GROUP] = std::array::from_fn(|j| {
+                        if B::SIGNED {
+                            _mm256_sign_epi8(qx[j], qx[j])
+                        } else {
+                            qx[j]
+                        }
+                    });
+                    for t in 0..T {
+                        let a = qa.add(t * nb + g * GROUP);
+                        let dot = |j: usize| {
+                            let qy = _mm256_load_si256(a.add(j) as *const __m256i);
+                            let qy = if B::SIGNED {
+                                _mm256_sign_epi8(qy, qx[j])
+                            } else {
+                                qy
+                            };
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(ax[j], qy), ones)
+                        };
+                        // Lane j (mod 4) of the sum holds half of block j's dot product.
+                        let h = _mm256_hadd_epi32(
+                            _mm256_hadd_epi32(dot(0), dot(1)),
+                            _mm256_hadd_epi32(dot(2), dot(3)),
+                        );
+                        let gv = &*gs.add(t * ng + g);
+                        let sc = _mm256_mul_ps(wd, _mm256_load_ps(gv.d.as_ptr()));
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, acc[t]);
+                        if B::HAS_M {
+                            let s = _mm256_load_ps(gv.s.as_ptr());
+                            if T <= 2 {
+                                accm[t] = _mm256_fmadd_ps(wm, s, accm[t]);
+                            } else {
+                                acc[t] = _mm256_fmadd_ps(wm, s, acc[t]);
+                            }
+                        }
                     }
-                    b += 2;
                 }
-                if b < nb {
-                    step_32::<B, T>(row, b, nb, qa, ds, ones, &mut acc_a, &mut accm);
+                // The blocks after the last whole group, one at a time.
+                let mut acc1 = [_mm_setzero_ps(); T];
+                for b in ng * GROUP..nb {
+                    step_32::<B, T>(row, b, nb, qa, ds, ones, &mut accm, &mut acc1);
                 }
                 for t in 0..T {
-                    let mut s = hsum(_mm256_add_ps(acc_a[t], acc_b[t]));
+                    let mut s = hsum(_mm256_add_ps(acc[t], accm[t]));
                     if B::HAS_M {
-                        s += _mm_cvtss_f32(_mm_movehdup_ps(accm[t]));
+                        s += _mm_cvtss_f32(_mm_movehdup_ps(acc1[t]));
                     }
                     *out.get_unchecked_mut(r * T + t) = s;
                 }
@@ -1351,8 +1491,14 @@ mod avx2 {
                 let row = w.as_ptr().add(r * rb);
                 let mut acc = [_mm256_setzero_ps(); T];
                 for b in 0..nb {
+                    let p = row.add(b * B::BYTES);
+                    let mut off = 0;
+                    while off < B::BYTES {
+                        _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(PREFETCH + off) as *const i8);
+                        off += 64;
+                    }
                     let a: [*const Q8xK; T] = std::array::from_fn(|t| qa.add(t * nb + b));
-                    B::superblock::<T>(row.add(b * B::BYTES), a, &mut acc);
+                    B::superblock::<T>(p, a, &mut acc);
                 }
                 for t in 0..T {
                     *out.get_unchecked_mut(r * T + t) = hsum(acc[t]);
@@ -1448,6 +1594,9 @@ mod avx2 {
                 let mut acc = [[_mm256_setzero_ps(); T]; 2];
                 let mut c = 0;
                 while c < main {
+                    _mm_prefetch::<_MM_HINT_T0>(
+                        row.wrapping_add(c * B::BYTES + PREFETCH) as *const i8
+                    );
                     let w0 = B::load8(row.add(c * B::BYTES));
                     let w1 = B::load8(row.add((c + 8) * B::BYTES));
                     for t in 0..T {

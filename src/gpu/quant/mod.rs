@@ -170,7 +170,24 @@ pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
         return Err(QuantError::NonFinite { ty, index, value });
     }
     let mut out = vec![0u8; src.len() / bl * ty.block_bytes()];
-    quantize::quantize_blocks(ty, src, &mut out);
+    // Blocks are independent, so large inputs (whole tensors of a model being written) are
+    // split across cores; the K-type searches cost ~100 ns per element.
+    const PARALLEL_MIN: usize = 1 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if src.len() < PARALLEL_MIN || threads == 1 {
+        quantize::quantize_blocks(ty, src, &mut out);
+        return Ok(out);
+    }
+    let blocks = src.len() / bl;
+    let per = blocks.div_ceil(threads);
+    std::thread::scope(|scope| {
+        for (x, o) in src
+            .chunks(per * bl)
+            .zip(out.chunks_mut(per * ty.block_bytes()))
+        {
+            scope.spawn(move || quantize::quantize_blocks(ty, x, o));
+        }
+    });
     Ok(out)
 }
 

@@ -1,0 +1,648 @@
+//! The device mechanisms over the scripted fake device, whose ops complete late or never: arena,
+//! staging, upload verification, the in-flight table, the watchdog, the GEMM fallback's argument
+//! passing, and the device half of the quit protocol.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use hipscope::gpu::arena::{ArenaPlan, Region};
+use hipscope::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
+use hipscope::gpu::device::{GemmF32, GpuError, Op};
+use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::kernels::{CompileMode, KernelCache};
+use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::stream::Budget;
+use hipscope::gpu::upload::VerifyError;
+use hipscope::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog, evaluate};
+
+fn fake_gpu(script: FakeScript, cfg: GpuConfig) -> (Gpu, FakeControl) {
+    let be = FakeBackend::new(script);
+    let ctl = be.control();
+    let mut gpu = Gpu::open(Box::new(be), cfg).expect("open fake");
+    gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
+        .expect("kernels");
+    (gpu, ctl)
+}
+
+fn with_arena(script: FakeScript, cfg: GpuConfig) -> (Gpu, FakeControl) {
+    let (mut gpu, ctl) = fake_gpu(script, cfg);
+    gpu.create_arena(
+        &ArenaPlan::new()
+            .with(Region::Weights, 4 << 20)
+            .with(Region::Activations, 1 << 20),
+    )
+    .expect("arena");
+    (gpu, ctl)
+}
+
+fn small_cfg() -> GpuConfig {
+    GpuConfig {
+        staging_buffers: 2,
+        staging_bytes: 4096,
+        runtime_reserve: 0,
+        wait_timeout: Duration::from_secs(10),
+        ..GpuConfig::default()
+    }
+}
+
+fn pattern(n: usize, seed: u32) -> Vec<u8> {
+    (0..n as u32)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 13) as u8)
+        .collect()
+}
+
+#[test]
+fn uploads_are_verified_and_a_zeroed_upload_is_named() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let data = pattern(10_000, 1);
+    let buf = gpu
+        .alloc(Region::Weights, data.len() as u64)
+        .expect("alloc");
+    gpu.upload_tensor("token_embd.weight", buf, &data)
+        .expect("verified upload");
+    assert_eq!(ctl.read(buf.ptr, data.len()).expect("read"), data);
+    // The gfx1151 failure: the copy arrives as zeros.
+    ctl.corrupt_uploads(true);
+    let buf2 = gpu
+        .alloc(Region::Weights, data.len() as u64)
+        .expect("alloc");
+    match gpu.upload_tensor("blk.3.ffn_down.weight", buf2, &data) {
+        Err(GpuError::Verify(VerifyError::ZeroedOnDevice { tensor, bytes })) => {
+            assert_eq!(tensor, "blk.3.ffn_down.weight");
+            assert_eq!(bytes, 10_000);
+        }
+        other => panic!("expected ZeroedOnDevice, got {other:?}"),
+    }
+    // With verification off the same upload goes through unnoticed: that is what it guards.
+    gpu.set_verify_uploads(false);
+    gpu.upload_tensor("blk.4.ffn_down.weight", buf2, &data)
+        .expect("unverified");
+}
+
+#[test]
+fn staging_buffers_are_not_reused_before_their_copy_ran() {
+    // Manual completion: ops run only when released, and a copy reads its pinned source when it
+    // runs. Two 4 KiB staging buffers carry a 20 KiB tensor; reusing one too early would send
+    // the wrong bytes.
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    ctl.set_auto(false);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c2, s2) = (ctl.clone(), stop.clone());
+    let releaser = std::thread::spawn(move || {
+        while !s2.load(Ordering::Acquire) {
+            c2.release(1);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let data = pattern(20 * 1024 + 3, 7);
+    let buf = gpu
+        .alloc(Region::Weights, data.len() as u64)
+        .expect("alloc");
+    let l = gpu.label("upload · big");
+    gpu.upload(l, buf, &data).expect("upload");
+    gpu.wait_idle(Duration::from_secs(10)).expect("idle");
+    stop.store(true, Ordering::Release);
+    releaser.join().expect("join");
+    assert_eq!(ctl.read(buf.ptr, data.len()).expect("read"), data);
+}
+
+#[test]
+fn an_oversized_plan_is_refused_before_anything_is_allocated() {
+    let (mut gpu, ctl) = fake_gpu(
+        FakeScript {
+            total_memory: 64 << 20,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    let before = gpu.device_allocations();
+    let e = gpu
+        .create_arena(
+            &ArenaPlan::new()
+                .with(Region::Weights, 60 << 20)
+                .with(Region::KvCache, 8 << 20),
+        )
+        .expect_err("too big");
+    let msg = e.to_string();
+    assert!(matches!(e, GpuError::InsufficientMemory { .. }), "{msg}");
+    assert!(
+        msg.contains("weights 60.0 MiB") && msg.contains("kv_cache 8.0 MiB"),
+        "{msg}"
+    );
+    assert!(msg.contains("64.0 MiB free of 64.0 MiB"), "{msg}");
+    assert_eq!(gpu.device_allocations(), before);
+    assert!(!ctl.log().iter().any(|l| l.starts_with("malloc")));
+}
+
+#[test]
+fn queue_depth_and_the_oldest_op_follow_breadcrumbs_and_events() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_busy").expect("busy");
+    let out = gpu.alloc(Region::Activations, 1024).expect("alloc");
+    ctl.set_auto(false);
+    let labels: Vec<_> = (0..10)
+        .map(|i| gpu.label(&format!("layer {i} · busy")))
+        .collect();
+    let base = gpu.stream_snapshot().enqueued;
+    for l in &labels {
+        gpu.launch(
+            *l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect("launch");
+    }
+    let s = gpu.stream_snapshot();
+    assert_eq!(s.enqueued, base + 10);
+    assert_eq!(s.queue_depth, 10);
+    assert_eq!(
+        s.in_flight.as_ref().map(|x| x.0.as_str()),
+        Some("layer 0 · busy")
+    );
+    // Three finish; the fourth is now running and its breadcrumb proves the first three done.
+    ctl.release(3);
+    let s = gpu.stream_snapshot();
+    assert_eq!(s.queue_depth, 7);
+    assert_eq!(s.last_completed.as_deref(), Some("layer 2 · busy"));
+    assert_eq!(
+        s.in_flight.as_ref().map(|x| x.0.as_str()),
+        Some("layer 3 · busy")
+    );
+    // The last op's completion needs an event (no later kernel writes a breadcrumb).
+    gpu.mark_phase().expect("event");
+    ctl.release(100);
+    gpu.poll().expect("poll");
+    let s = gpu.stream_snapshot();
+    assert_eq!(s.queue_depth, 0);
+    assert_eq!(s.last_completed.as_deref(), Some("layer 9 · busy"));
+}
+
+#[test]
+fn the_watchdog_names_a_kernel_that_never_finishes_and_writes_a_report() {
+    let (mut gpu, _ctl) = with_arena(FakeScript::default(), small_cfg());
+    gpu.start_event_prober(Duration::from_millis(1));
+    let dir = std::env::temp_dir().join(format!("hipscope-wd-{}", std::process::id()));
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    let dog = Watchdog::spawn(
+        gpu.stream_shared(),
+        gpu.info(),
+        WatchConfig {
+            tick: Duration::from_millis(5),
+            report_dir: Some(dir.clone()),
+            ..WatchConfig::default()
+        },
+        Box::new(move |ev| {
+            if let Ok(t) = tx.lock() {
+                let _ = t.send(ev);
+            }
+        }),
+    )
+    .expect("watchdog");
+    let f = gpu.function("hs_spin_on_flag").expect("spin");
+    let flag = gpu.alloc_host_word().expect("flag");
+    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
+    let l = gpu.label("layer 7 · attn · spin");
+    let dev = gpu.host_word_device(flag).expect("dev");
+    let budget = Budget {
+        slow: Duration::from_millis(20),
+        hung: Duration::from_millis(60),
+    };
+    gpu.launch_budgeted(
+        l,
+        f,
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
+        Some(budget),
+    )
+    .expect("launch");
+    let mut states = Vec::new();
+    let hung = loop {
+        match rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("watchdog event")
+        {
+            WatchEvent::Snapshot(s) => states.push(s.state),
+            WatchEvent::Hung {
+                snapshot,
+                report_error,
+            } => break (snapshot, report_error),
+        }
+    };
+    let (snap, report_error) = hung;
+    assert_eq!(report_error, None);
+    assert_eq!(snap.state, WatchState::Hung);
+    assert_eq!(snap.op.as_deref(), Some("layer 7 · attn · spin"));
+    assert!(snap.op_started, "the breadcrumb shows the kernel started");
+    assert!(snap.age >= Duration::from_millis(60));
+    assert_eq!(snap.queue_depth, 1);
+    assert!(states.contains(&WatchState::Slow), "{states:?}");
+    let report =
+        std::fs::read_to_string(snap.report.as_ref().expect("report path")).expect("report");
+    assert!(report.contains("layer 7 · attn · spin"), "{report}");
+    assert!(report.contains("[last completed]") && report.contains("[in flight, oldest first]"));
+    assert!(report.contains("name: fake GPU"));
+    // Released, the op finishes and the watchdog returns to OK.
+    gpu.set_host_word(flag, 1).expect("release");
+    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    let ok = wait_until(Duration::from_secs(5), || {
+        rx.try_iter().any(
+            |e| matches!(e, WatchEvent::Snapshot(s) if s.state == WatchState::Ok && s.op.is_none()),
+        )
+    });
+    assert!(ok);
+    dog.stop();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_watchdog_works_from_breadcrumbs_when_event_queries_stop_returning() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_spin_on_flag").expect("spin");
+    let flag = gpu.alloc_host_word().expect("flag");
+    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
+    let l = gpu.label("layer 1 · ffn_up · spin");
+    let dev = gpu.host_word_device(flag).expect("dev");
+    let budget = Budget {
+        slow: Duration::from_millis(1),
+        hung: Duration::from_millis(2),
+    };
+    gpu.launch_budgeted(
+        l,
+        f,
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
+        Some(budget),
+    )
+    .expect("launch");
+    gpu.mark_phase().expect("event");
+    // The runtime wedges: event queries block inside it.
+    ctl.block_event_queries(true);
+    gpu.start_event_prober(Duration::from_millis(1));
+    assert!(wait_until(Duration::from_secs(5), || ctl
+        .queries_in_flight()
+        > 0));
+    let shared = gpu.stream_shared();
+    let now = shared.now_ns() + 5_000_000_000;
+    let (snap, _) = evaluate(&shared, now, Duration::from_millis(100));
+    assert!(snap.event_queries_stuck);
+    assert_eq!(snap.state, WatchState::Hung);
+    assert_eq!(snap.op.as_deref(), Some("layer 1 · ffn_up · spin"));
+    assert!(snap.op_started);
+    // The runtime recovers and the kernel is released: the stream drains and quits cleanly. (A
+    // worker stuck inside a blocked query during the quit is the quit timer's case, tested in
+    // a child process in tests/gpu_quit.rs.)
+    ctl.block_event_queries(false);
+    gpu.set_host_word(flag, 1).expect("release");
+    let out = gpu.teardown(Duration::from_secs(5), &mut |_| {});
+    assert!(out.clean, "{out:?}");
+}
+
+#[test]
+fn a_clean_teardown_runs_every_step_in_order_and_frees_everything() {
+    let (mut gpu, ctl) = with_arena(
+        FakeScript {
+            blas: true,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    gpu.start_event_prober(Duration::from_millis(1));
+    let f = gpu.function("hs_busy").expect("busy");
+    let out = gpu.alloc(Region::Activations, 1024).expect("alloc");
+    let l = gpu.label("busy");
+    for _ in 0..5 {
+        gpu.launch(
+            l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect("launch");
+    }
+    assert_eq!(ctl.live_blas_handles(), 1);
+    let mut seen = Vec::new();
+    let outcome = gpu.teardown(Duration::from_secs(5), &mut |s| seen.push(s));
+    assert!(outcome.clean, "{outcome:?}");
+    assert_eq!(outcome.exit_code(), 0);
+    let names: Vec<&str> = outcome.steps.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "drain stream",
+            "destroy BLAS handles",
+            "destroy events",
+            "unload modules",
+            "free arena and pinned memory",
+            "destroy stream"
+        ]
+    );
+    assert!(
+        outcome
+            .steps
+            .iter()
+            .all(|s| s.status == QuitStepStatus::Done)
+    );
+    // Each step is reported twice: running, then its result.
+    assert_eq!(seen.len(), 12);
+    assert_eq!(ctl.live_events(), 0);
+    assert_eq!(ctl.live_modules(), 0);
+    assert_eq!(ctl.live_pinned(), 0);
+    assert_eq!(ctl.device_bytes_allocated(), 0);
+    assert_eq!(ctl.live_blas_handles(), 0);
+    assert!(!ctl.stream_alive());
+    let log = ctl.log();
+    let pos = |s: &str| log.iter().position(|l| l == s).unwrap_or(usize::MAX);
+    assert!(pos("destroy_blas") < pos("destroy_event"));
+    assert!(pos("destroy_event") < pos("unload_module"));
+    assert!(pos("unload_module") < pos("free"));
+    assert!(pos("free") < pos("destroy_stream"));
+}
+
+#[test]
+fn a_stuck_kernel_makes_the_drain_time_out_and_no_further_gpu_call_is_made() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_spin_on_flag").expect("spin");
+    let flag = gpu.alloc_host_word().expect("flag");
+    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
+    let l = gpu.label("spin forever");
+    let dev = gpu.host_word_device(flag).expect("dev");
+    gpu.launch(
+        l,
+        f,
+        [1, 1, 1],
+        [32, 1, 1],
+        0,
+        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
+    )
+    .expect("launch");
+    let calls_before = ctl.log().len();
+    let outcome = gpu.teardown(Duration::from_millis(100), &mut |_| {});
+    assert!(!outcome.clean);
+    assert_eq!(outcome.exit_code(), 3);
+    match &outcome.steps[0].status {
+        QuitStepStatus::Failed(why) => {
+            assert!(
+                why.contains("timed out") && why.contains("spin forever"),
+                "{why}"
+            )
+        }
+        other => panic!("drain should fail, got {other:?}"),
+    }
+    assert!(outcome.steps.len() == 6);
+    assert!(
+        outcome.steps[1..]
+            .iter()
+            .all(|s| matches!(s.status, QuitStepStatus::Skipped(_)))
+    );
+    assert_eq!(
+        ctl.log().len(),
+        calls_before,
+        "no GPU call after the drain timed out"
+    );
+    assert!(ctl.stream_alive());
+}
+
+#[test]
+fn a_runtime_error_poisons_the_device() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_busy").expect("busy");
+    let out = gpu.alloc(Region::Activations, 1024).expect("alloc");
+    let l = gpu.label("busy");
+    ctl.fail_next("launch", 700);
+    let e = gpu
+        .launch(
+            l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect_err("injected");
+    assert!(matches!(e, GpuError::Runtime(_)));
+    assert!(gpu.is_poisoned().is_some());
+    let e = gpu
+        .launch(
+            l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect_err("poisoned");
+    assert!(matches!(e, GpuError::Poisoned { .. }), "{e}");
+    let outcome = gpu.teardown(Duration::from_secs(1), &mut |_| {});
+    assert!(!outcome.clean);
+    assert!(
+        outcome
+            .steps
+            .iter()
+            .all(|s| matches!(s.status, QuitStepStatus::Skipped(_)))
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn cpu_gemm(
+    ta: Op,
+    tb: Op,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    for j in 0..n {
+        for i in 0..m {
+            let mut acc = 0.0f32;
+            for p in 0..k {
+                let av = if ta == Op::N {
+                    a[i + p * lda]
+                } else {
+                    a[p + i * lda]
+                };
+                let bv = if tb == Op::N {
+                    b[p + j * ldb]
+                } else {
+                    b[j + p * ldb]
+                };
+                acc += av * bv;
+            }
+            c[i + j * ldc] = acc;
+        }
+    }
+}
+
+#[test]
+fn the_gemm_fallback_passes_blas_arguments_through_to_the_kernel() {
+    for blas in [false, true] {
+        let (mut gpu, _ctl) = with_arena(
+            FakeScript {
+                blas,
+                ..FakeScript::default()
+            },
+            small_cfg(),
+        );
+        match (blas, gpu.gemm_path()) {
+            (false, GemmPath::Fallback { reason }) => {
+                assert!(reason.contains("no BLAS"), "{reason}")
+            }
+            (true, GemmPath::Blas { library }) => assert_eq!(library, "fakeBLAS"),
+            (b, p) => panic!("blas={b}: unexpected path {p:?}"),
+        }
+        let (m, n, k) = (5usize, 3usize, 4usize);
+        let (lda, ldb, ldc) = (k + 1, n, m + 2);
+        let a: Vec<f32> = (0..lda * m).map(|i| i as f32 * 0.5 - 3.0).collect();
+        let b: Vec<f32> = (0..ldb * k).map(|i| 1.0 - i as f32 * 0.25).collect();
+        let mut want = vec![0.0f32; ldc * n];
+        cpu_gemm(Op::T, Op::T, m, n, k, &a, lda, &b, ldb, &mut want, ldc);
+        let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let da = gpu
+            .alloc(Region::Activations, (a.len() * 4) as u64)
+            .expect("a");
+        let db = gpu
+            .alloc(Region::Activations, (b.len() * 4) as u64)
+            .expect("b");
+        let dc = gpu
+            .alloc(Region::Activations, (want.len() * 4) as u64)
+            .expect("c");
+        let l = gpu.label("gemm");
+        gpu.upload(l, da, &bytes(&a)).expect("up");
+        gpu.upload(l, db, &bytes(&b)).expect("up");
+        let g = GemmF32 {
+            transa: Op::T,
+            transb: Op::T,
+            m: m as i32,
+            n: n as i32,
+            k: k as i32,
+            alpha: gpu.scalar(1.0).expect("1"),
+            a: da.ptr,
+            lda: lda as i32,
+            b: db.ptr,
+            ldb: ldb as i32,
+            beta: gpu.scalar(0.0).expect("0"),
+            c: dc.ptr,
+            ldc: ldc as i32,
+        };
+        gpu.gemm_f32(l, &g).expect("gemm");
+        let mut out = vec![0u8; want.len() * 4];
+        gpu.download(l, dc, &mut out).expect("down");
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        assert_eq!(got, want, "blas={blas}");
+        // BLAS argument rules are enforced before anything is enqueued.
+        let bad = GemmF32 { lda: 2, ..g };
+        assert!(matches!(
+            gpu.gemm_f32(l, &bad),
+            Err(GpuError::InvalidArgument(_))
+        ));
+    }
+}
+
+#[test]
+fn a_steady_state_loop_makes_no_device_allocation() {
+    let (mut gpu, _ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_busy").expect("busy");
+    let out = gpu.alloc(Region::Activations, 4096).expect("alloc");
+    let l = gpu.label("step");
+    let before = gpu.device_allocations();
+    let free_before = gpu.mem_info().expect("mem").free;
+    let mut host = vec![0u8; 4096];
+    for _ in 0..100 {
+        gpu.launch(
+            l,
+            f,
+            [4, 1, 1],
+            [256, 1, 1],
+            0,
+            &[out.into(), Arg::U32(1024), Arg::U32(1)],
+        )
+        .expect("launch");
+        gpu.download(l, out, &mut host).expect("download");
+    }
+    assert_eq!(gpu.device_allocations(), before);
+    assert_eq!(gpu.mem_info().expect("mem").free, free_before);
+    let snap = gpu.arena_snapshot().expect("arena");
+    assert_eq!(
+        snap.device_allocations, 3,
+        "weights, activations, workspace"
+    );
+    assert_eq!(snap.runtime_overhead, Some(0));
+}
+
+#[test]
+fn with_tracking_off_no_op_is_recorded_and_no_breadcrumb_is_passed() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    let f = gpu.function("hs_busy").expect("busy");
+    let out = gpu.alloc(Region::Activations, 1024).expect("alloc");
+    gpu.set_tracking(false);
+    let l = gpu.label("untracked");
+    ctl.set_auto(false);
+    let seq = gpu
+        .launch(
+            l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect("launch");
+    let shared = gpu.stream_shared();
+    assert_eq!(shared.op(seq), None);
+    assert_eq!(
+        shared.read_breadcrumb(),
+        0,
+        "the kernel got a null breadcrumb pointer"
+    );
+    gpu.set_tracking(true);
+    let seq2 = gpu
+        .launch(
+            l,
+            f,
+            [1, 1, 1],
+            [64, 1, 1],
+            0,
+            &[out.into(), Arg::U32(256), Arg::U32(1)],
+        )
+        .expect("launch");
+    assert_eq!(
+        shared.op(seq2).map(|o| o.label),
+        Some("untracked".to_string())
+    );
+    ctl.set_auto(true);
+    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    assert_eq!(shared.read_breadcrumb(), seq2);
+}
+
+#[test]
+fn a_failed_open_gives_back_what_it_made() {
+    let be = FakeBackend::new(FakeScript::default());
+    let ctl = be.control();
+    ctl.fail_next("alloc_pinned", 2);
+    let e = Gpu::open(Box::new(be), small_cfg())
+        .err()
+        .expect("open fails");
+    assert!(matches!(e, GpuError::Runtime(_)), "{e}");
+    assert_eq!(ctl.live_events(), 0, "the event pool was destroyed");
+    assert_eq!(ctl.live_pinned(), 0);
+    assert!(!ctl.stream_alive());
+}
