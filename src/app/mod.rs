@@ -1,11 +1,12 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
+pub use crate::gpu::dirs;
+
 pub mod chat_args;
 pub mod cli;
 pub mod clipboard;
 pub mod cmd;
 pub mod config;
-pub mod dirs;
 pub mod discover;
 pub mod fetch;
 pub mod gpu_cli;
