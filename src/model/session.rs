@@ -106,6 +106,19 @@ impl Session {
         self.sampler.reset();
     }
 
+    /// Takes these (question, answer) turns as the conversation so far (a conversation reopened
+    /// from its transcript). Turns without an answer are left out: templates expect the roles
+    /// to alternate.
+    pub fn restore(&mut self, turns: &[(String, String)]) {
+        self.messages.clear();
+        for (user, answer) in turns.iter().filter(|(_, a)| !a.trim().is_empty()) {
+            self.messages.push(Message::new("user", user.as_str()));
+            self.messages
+                .push(Message::new("assistant", answer.as_str()));
+        }
+        self.sampler.reset();
+    }
+
     /// Tokens currently in the KV cache.
     pub fn cached_tokens(&self) -> usize {
         self.cached.len()
