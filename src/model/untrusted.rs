@@ -41,9 +41,7 @@ pub fn exercise(bytes: &[u8]) -> Reach {
         let ids = tok.encode("Hello <|im_start|> wörld 123\n\n  x", true, true);
         std::hint::black_box(tok.decode(&ids, true));
         if let Ok(t) = ChatTemplate::from_gguf(&f, &tok) {
-            reach.template = t
-                .render(&[Message::new("user", "hi")], true)
-                .is_ok();
+            reach.template = t.render(&[Message::new("user", "hi")], true).is_ok();
         }
     }
     reach
