@@ -7,6 +7,7 @@ pub mod fetch;
 pub mod gpu_cli;
 pub mod quit;
 pub mod selftest;
+pub mod selftest_compute;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {
