@@ -19,10 +19,14 @@ use crate::gpu::select::BackendChoice;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Commands>,
+    #[command(flatten)]
+    pub chat: crate::app::chat_args::ChatArgs,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Commands {
+    /// Chat in the terminal (the default).
+    Chat(crate::app::chat_args::ChatArgs),
     /// Generate text from a prompt, streaming it to stdout (headless).
     Generate(cmd::generate::GenerateArgs),
     /// Print the tokens of a text, as llama-tokenize does.
@@ -117,8 +121,11 @@ pub fn run() -> i32 {
         Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
         Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
         Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),
-        None => Err(anyhow::anyhow!(
-            "the chat interface is not built yet; use `hipscope generate --chat -p TEXT`"
+        Some(Commands::Chat(a)) => Ok(crate::app::tui::run_chat(
+            crate::app::tui::ChatOptions::new(a),
+        )),
+        None => Ok(crate::app::tui::run_chat(
+            crate::app::tui::ChatOptions::new(cli.chat),
         )),
     };
     match result {

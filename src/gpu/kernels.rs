@@ -156,15 +156,10 @@ impl KernelCache {
         KernelCache { root: Some(dir) }
     }
 
-    /// `HIPSCOPE_CACHE_DIR`, else the platform cache dir (`~/.cache/hipscope/kernels`).
+    /// `kernels/` in the cache dir (`~/.cache/hipscope/kernels`, or under `HIPSCOPE_HOME`).
     pub fn default_location() -> KernelCache {
-        if let Some(d) = std::env::var_os("HIPSCOPE_CACHE_DIR")
-            && !d.is_empty()
-        {
-            return KernelCache::at(PathBuf::from(d).join("kernels"));
-        }
-        match directories::ProjectDirs::from("", "", "hipscope") {
-            Some(p) => KernelCache::at(p.cache_dir().join("kernels")),
+        match crate::gpu::dirs::cache_dir() {
+            Some(d) => KernelCache::at(d.join("kernels")),
             None => KernelCache::disabled(),
         }
     }

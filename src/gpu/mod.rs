@@ -9,6 +9,7 @@ pub mod context;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
+pub mod dirs;
 pub mod fake;
 pub mod hip;
 pub mod kernels;

@@ -41,14 +41,9 @@ impl Default for WatchConfig {
     }
 }
 
-/// `HIPSCOPE_DATA_DIR/reports`, else the platform data dir (`~/.local/share/hipscope/reports`).
+/// `reports/` in the data dir (`~/.local/share/hipscope/reports`, or under `HIPSCOPE_HOME`).
 pub fn default_report_dir() -> Option<PathBuf> {
-    if let Some(d) = std::env::var_os("HIPSCOPE_DATA_DIR")
-        && !d.is_empty()
-    {
-        return Some(PathBuf::from(d).join("reports"));
-    }
-    directories::ProjectDirs::from("", "", "hipscope").map(|p| p.data_dir().join("reports"))
+    crate::gpu::dirs::data_dir().map(|d| d.join("reports"))
 }
 
 /// What the watchdog tells its sink.

@@ -272,15 +272,9 @@ impl ModelConfig {
         self.n_kv_heads * self.head_dim
     }
 
-    /// The shape (GGML order) each weight tensor must have, for checking a file before use.
-    pub fn expected_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
-        let (d, q, kv, ff, v) = (
-            self.dim as u64,
-            self.q_dim() as u64,
-            self.kv_dim() as u64,
-            self.ffn_dim as u64,
-            self.vocab_size as u64,
-        );
+    /// The tensors (name, GGML-order shape, required) outside the layers.
+    fn global_tensors(&self) -> Vec<(String, Vec<u64>, bool)> {
+        let (d, v) = (self.dim as u64, self.vocab_size as u64);
         let mut t = vec![
             ("token_embd.weight".to_string(), vec![d, v], true),
             ("output_norm.weight".to_string(), vec![d], true),
@@ -297,30 +291,41 @@ impl ModelConfig {
                 true,
             ));
         }
-        let bias = self.arch == Arch::Qwen2;
-        for l in 0..self.n_layers {
-            let b = |s: &str| format!("blk.{l}.{s}");
-            t.extend([
-                (b("attn_norm.weight"), vec![d], true),
-                (b("attn_q.weight"), vec![d, q], true),
-                (b("attn_k.weight"), vec![d, kv], true),
-                (b("attn_v.weight"), vec![d, kv], true),
-                (b("attn_output.weight"), vec![q, d], true),
-                (b("attn_q.bias"), vec![q], bias),
-                (b("attn_k.bias"), vec![kv], bias),
-                (b("attn_v.bias"), vec![kv], bias),
-                (b("ffn_norm.weight"), vec![d], true),
-                (b("ffn_gate.weight"), vec![d, ff], true),
-                (b("ffn_up.weight"), vec![d, ff], true),
-                (b("ffn_down.weight"), vec![ff, d], true),
-            ]);
-        }
         t
+    }
+
+    /// The tensors of layer `l`.
+    fn layer_tensors(&self, l: usize) -> [(String, Vec<u64>, bool); 12] {
+        let (d, q, kv, ff) = (
+            self.dim as u64,
+            self.q_dim() as u64,
+            self.kv_dim() as u64,
+            self.ffn_dim as u64,
+        );
+        let bias = self.arch == Arch::Qwen2;
+        let b = |s: &str| format!("blk.{l}.{s}");
+        [
+            (b("attn_norm.weight"), vec![d], true),
+            (b("attn_q.weight"), vec![d, q], true),
+            (b("attn_k.weight"), vec![d, kv], true),
+            (b("attn_v.weight"), vec![d, kv], true),
+            (b("attn_output.weight"), vec![q, d], true),
+            (b("attn_q.bias"), vec![q], bias),
+            (b("attn_k.bias"), vec![kv], bias),
+            (b("attn_v.bias"), vec![kv], bias),
+            (b("ffn_norm.weight"), vec![d], true),
+            (b("ffn_gate.weight"), vec![d, ff], true),
+            (b("ffn_up.weight"), vec![d, ff], true),
+            (b("ffn_down.weight"), vec![ff, d], true),
+        ]
     }
 
     /// Checks that every tensor the architecture needs is there with the right shape.
     pub fn check_tensors(&self, f: &GgufFile) -> Result<(), ConfigError> {
-        for (name, expected, required) in self.expected_tensors() {
+        // Layer by layer, so that a hostile block count fails at the first missing tensor instead
+        // of first listing millions of names.
+        let layers = (0..self.n_layers).flat_map(|l| self.layer_tensors(l));
+        for (name, expected, required) in self.global_tensors().into_iter().chain(layers) {
             match f.tensor(&name) {
                 None if required => {
                     return Err(ConfigError::MissingTensor {

@@ -11,4 +11,5 @@ pub mod session;
 pub mod synthetic;
 pub mod template;
 pub mod tokenizer;
+pub mod untrusted;
 pub mod worker;

@@ -75,6 +75,11 @@ pub enum Command {
     Clear,
     SetSystem(String),
     SetSampler(SamplerConfig),
+    /// Take these (question, answer) turns as the conversation so far: a conversation reopened
+    /// from its transcript (`--resume`). Replaces the current conversation.
+    Restore {
+        turns: Vec<(String, String)>,
+    },
     LoadModel(ModelSource),
     /// Start the synchronized quit; the worker answers with `QuitStep`s and then `Exited`.
     Quit {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::model::forward::{Logits, Model, ModelError};
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
 use crate::model::sampler::Sampler;
-use crate::model::template::{ChatTemplate, Message};
+use crate::model::template::{ChatTemplate, Message, TemplateError};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 
 /// What the caller wants after each piece of text.
@@ -31,8 +31,8 @@ pub enum Progress<'a> {
 pub enum SessionError {
     #[error(transparent)]
     Model(#[from] ModelError),
-    #[error("chat template: {0}")]
-    Template(String),
+    #[error(transparent)]
+    Template(#[from] TemplateError),
     #[error(
         "the prompt is {tokens} tokens, the context holds {n_ctx}: shorten it or ask for a larger context (-c)"
     )]
@@ -106,6 +106,19 @@ impl Session {
         self.sampler.reset();
     }
 
+    /// Takes these (question, answer) turns as the conversation so far (a conversation reopened
+    /// from its transcript). Turns without an answer are left out: templates expect the roles
+    /// to alternate.
+    pub fn restore(&mut self, turns: &[(String, String)]) {
+        self.messages.clear();
+        for (user, answer) in turns.iter().filter(|(_, a)| !a.trim().is_empty()) {
+            self.messages.push(Message::new("user", user.as_str()));
+            self.messages
+                .push(Message::new("assistant", answer.as_str()));
+        }
+        self.sampler.reset();
+    }
+
     /// Tokens currently in the KV cache.
     pub fn cached_tokens(&self) -> usize {
         self.cached.len()
@@ -132,17 +145,11 @@ impl Session {
             });
         }
         all.extend(self.messages.iter().cloned());
-        let text = self
-            .template
-            .render(&all, true)
-            .map_err(|e| SessionError::Template(e.to_string()))?;
-        // The template writes BOS itself when it wants one (llama.cpp adds it only if absent).
-        let bos_text = self
-            .tokenizer
-            .bos()
-            .map(|b| self.tokenizer.token_text(b).to_string());
-        let add_special = !bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(&b));
-        Ok(self.tokenizer.encode(&text, add_special, true))
+        // The template's own BOS text is dropped when the model adds BOS, so that the prompt
+        // holds exactly one (as llama.cpp does).
+        self.template
+            .prompt_tokens(&self.tokenizer, &all, true)
+            .map_err(SessionError::from)
     }
 
     /// Adds a user message and generates the assistant's answer, which joins the history.

@@ -143,6 +143,13 @@ impl Worker {
                     s.set_sampler(cfg);
                 }
             }
+            Command::Restore { turns } => match &mut self.session {
+                Some(s) => s.restore(&turns),
+                None => self.error(
+                    "resume",
+                    "no model is loaded: the reopened conversation is shown, but the model starts without it",
+                ),
+            },
             Command::LoadModel(src) => self.load(Some(src)),
             Command::Quit { .. } => {}
         }

@@ -1,5 +1,8 @@
 //! The platform's directories for hipscope (XDG on Linux), overridable for tests and portable
 //! installs with `HIPSCOPE_HOME` (then `cache/`, `config/`, `data/`, `state/` under it).
+//!
+//! Here, in the lowest layer, because the GPU runtime is the first to need them (the kernel cache,
+//! hang reports); the app re-exports it as `app::dirs`.
 
 use std::path::PathBuf;
 

@@ -1,0 +1,685 @@
+//! Settings: built-in defaults, then the user's `config.toml` (in the platform config directory,
+//! or `--config FILE`), then command-line flags. `config.toml` at the repository root documents
+//! every key with its default; a test checks that it parses to exactly [`Config::default`].
+//!
+//! The file is read key by key rather than through serde so that every mistake names the key,
+//! the value found and what is allowed there.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use toml::Value;
+
+use crate::model::protocol::SamplerConfig;
+use crate::ui::app::Panels;
+use crate::ui::sampler;
+use crate::ui::theme::ThemeName;
+
+/// The documented defaults, as shipped (also written as the user's first copy).
+pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config.toml");
+
+/// Which compute backend to use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendChoice {
+    #[default]
+    Auto,
+    Hip,
+    Cuda,
+    Cpu,
+}
+
+impl BackendChoice {
+    pub const ALLOWED: &'static str = "\"auto\", \"hip\", \"cuda\" or \"cpu\"";
+
+    pub fn parse(s: &str) -> Option<BackendChoice> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Some(BackendChoice::Auto),
+            "hip" | "rocm" => Some(BackendChoice::Hip),
+            "cuda" => Some(BackendChoice::Cuda),
+            "cpu" => Some(BackendChoice::Cpu),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Hip => "hip",
+            BackendChoice::Cuda => "cuda",
+            BackendChoice::Cpu => "cpu",
+        }
+    }
+}
+
+/// Log verbosity.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    #[default]
+    Info,
+    Debug,
+    Trace,
+}
+
+impl LogLevel {
+    pub const ALLOWED: &'static str =
+        "\"off\", \"error\", \"warn\", \"info\", \"debug\" or \"trace\"";
+
+    pub fn parse(s: &str) -> Option<LogLevel> {
+        match s.to_ascii_lowercase().as_str() {
+            "off" => Some(LogLevel::Off),
+            "error" => Some(LogLevel::Error),
+            "warn" | "warning" => Some(LogLevel::Warn),
+            "info" => Some(LogLevel::Info),
+            "debug" => Some(LogLevel::Debug),
+            "trace" => Some(LogLevel::Trace),
+            _ => None,
+        }
+    }
+
+    /// `-v` raises the level one step per use, starting from the configured one.
+    pub fn raised(self, steps: u8) -> LogLevel {
+        let all = [
+            LogLevel::Off,
+            LogLevel::Error,
+            LogLevel::Warn,
+            LogLevel::Info,
+            LogLevel::Debug,
+            LogLevel::Trace,
+        ];
+        let i = all.iter().position(|l| *l == self).unwrap_or(3);
+        all[(i + usize::from(steps)).min(all.len() - 1)]
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct UiConfig {
+    pub theme: ThemeName,
+    /// `None`: shown when the terminal is wide enough.
+    pub diagnostics: Option<bool>,
+    pub diagnostics_width: u16,
+    pub panels: Panels,
+    pub mouse: bool,
+    pub fps: u32,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelsConfig {
+    pub search_paths: Vec<PathBuf>,
+    pub scan_default_locations: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TranscriptConfig {
+    pub enabled: bool,
+    /// `None`: `conversations/` in the data directory.
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogConfig {
+    pub level: LogLevel,
+    /// `None`: `hipscope.log` in the state directory.
+    pub file: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct QuitConfig {
+    /// How long the worker may spend draining the device queue.
+    pub drain_timeout: Duration,
+    /// How much longer the app waits for the worker after that before leaving without it.
+    pub grace: Duration,
+}
+
+/// Every setting.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// `None`: the default model.
+    pub model: Option<PathBuf>,
+    pub backend: BackendChoice,
+    /// 0: the model's own context length (at most 4096).
+    pub ctx_size: u32,
+    /// 0: all cores.
+    pub threads: u32,
+    pub system_prompt: String,
+    pub sampler: SamplerConfig,
+    pub ui: UiConfig,
+    pub models: ModelsConfig,
+    pub transcript: TranscriptConfig,
+    pub log: LogConfig,
+    pub quit: QuitConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            model: None,
+            backend: BackendChoice::Auto,
+            ctx_size: 0,
+            threads: 0,
+            system_prompt: String::new(),
+            sampler: SamplerConfig::default(),
+            ui: UiConfig {
+                theme: ThemeName::Dark,
+                diagnostics: None,
+                diagnostics_width: 44,
+                panels: Panels::default(),
+                mouse: true,
+                fps: 30,
+            },
+            models: ModelsConfig {
+                search_paths: Vec::new(),
+                scan_default_locations: true,
+            },
+            transcript: TranscriptConfig {
+                enabled: true,
+                dir: None,
+            },
+            log: LogConfig {
+                level: LogLevel::Info,
+                file: None,
+            },
+            quit: QuitConfig {
+                drain_timeout: Duration::from_millis(5000),
+                grace: Duration::from_millis(2000),
+            },
+        }
+    }
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    #[error("{path}: cannot read it: {message}")]
+    Read { path: PathBuf, message: String },
+    #[error("{path}: not valid TOML: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: unknown key `{key}`; the keys here are {allowed}")]
+    UnknownKey {
+        path: PathBuf,
+        key: String,
+        allowed: String,
+    },
+    #[error("{path}: `{key}` = {got} is not allowed: {allowed}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        got: String,
+        allowed: String,
+    },
+}
+
+/// Reads values out of one TOML table, naming keys by their full path in errors.
+struct Reader<'a> {
+    path: &'a Path,
+    prefix: &'a str,
+    table: &'a toml::Table,
+    known: &'static [&'static str],
+}
+
+impl<'a> Reader<'a> {
+    fn new(
+        path: &'a Path,
+        prefix: &'a str,
+        table: &'a toml::Table,
+        known: &'static [&'static str],
+    ) -> Result<Reader<'a>, ConfigError> {
+        for key in table.keys() {
+            if !known.contains(&key.as_str()) {
+                return Err(ConfigError::UnknownKey {
+                    path: path.to_path_buf(),
+                    key: format!("{prefix}{key}"),
+                    allowed: known
+                        .iter()
+                        .map(|k| format!("`{k}`"))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        }
+        Ok(Reader {
+            path,
+            prefix,
+            table,
+            known,
+        })
+    }
+
+    fn invalid(&self, key: &str, got: &Value, allowed: &str) -> ConfigError {
+        debug_assert!(self.known.contains(&key));
+        ConfigError::Invalid {
+            path: self.path.to_path_buf(),
+            key: format!("{}{key}", self.prefix),
+            got: got.to_string(),
+            allowed: allowed.to_string(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.table.get(key)
+    }
+
+    fn string(&self, key: &str, out: &mut String) -> Result<(), ConfigError> {
+        match self.get(key) {
+            None => Ok(()),
+            Some(Value::String(s)) => {
+                *out = s.clone();
+                Ok(())
+            }
+            Some(v) => Err(self.invalid(key, v, "a string")),
+        }
+    }
+
+    fn boolean(&self, key: &str, out: &mut bool) -> Result<(), ConfigError> {
+        match self.get(key) {
+            None => Ok(()),
+            Some(Value::Boolean(b)) => {
+                *out = *b;
+                Ok(())
+            }
+            Some(v) => Err(self.invalid(key, v, "true or false")),
+        }
+    }
+
+    fn integer(
+        &self,
+        key: &str,
+        min: i64,
+        max: i64,
+        allowed: &str,
+    ) -> Result<Option<i64>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Integer(i)) if (min..=max).contains(i) => Ok(Some(*i)),
+            Some(v) => Err(self.invalid(key, v, allowed)),
+        }
+    }
+
+    /// An optional path: the empty string means "not set".
+    fn path(&self, key: &str, out: &mut Option<PathBuf>) -> Result<(), ConfigError> {
+        match self.get(key) {
+            None => Ok(()),
+            Some(Value::String(s)) if s.is_empty() => {
+                *out = None;
+                Ok(())
+            }
+            Some(Value::String(s)) => {
+                *out = Some(expand_home(s));
+                Ok(())
+            }
+            Some(v) => Err(self.invalid(key, v, "a path (a string; \"\" for the default)")),
+        }
+    }
+
+    fn table(&self, key: &str) -> Result<Option<&'a toml::Table>, ConfigError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Table(t)) => Ok(Some(t)),
+            Some(v) => Err(self.invalid(key, v, "a table ([section])")),
+        }
+    }
+}
+
+/// `~/x` → `$HOME/x`.
+pub fn expand_home(p: &str) -> PathBuf {
+    if let Some(rest) = p.strip_prefix("~/")
+        && let Some(home) = std::env::var_os("HOME")
+    {
+        return PathBuf::from(home).join(rest);
+    }
+    PathBuf::from(p)
+}
+
+const TOP_KEYS: &[&str] = &[
+    "model",
+    "backend",
+    "ctx_size",
+    "threads",
+    "system_prompt",
+    "sampler",
+    "ui",
+    "models",
+    "transcript",
+    "log",
+    "quit",
+];
+const SAMPLER_KEYS: &[&str] = &[
+    "temp",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repeat_penalty",
+    "repeat_last_n",
+    "n_predict",
+    "seed",
+    "stop",
+];
+const UI_KEYS: &[&str] = &[
+    "theme",
+    "diagnostics",
+    "diagnostics_width",
+    "panels",
+    "mouse",
+    "fps",
+];
+const MODELS_KEYS: &[&str] = &["search_paths", "scan_default_locations"];
+const TRANSCRIPT_KEYS: &[&str] = &["enabled", "dir"];
+const LOG_KEYS: &[&str] = &["level", "file"];
+const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
+const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
+
+impl Config {
+    /// Parses `text` (the contents of `path`) on top of the defaults.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let table: toml::Table =
+            text.parse()
+                .map_err(|e: toml::de::Error| ConfigError::Syntax {
+                    path: path.to_path_buf(),
+                    message: e.to_string().trim_end().to_string(),
+                })?;
+        let mut c = Config::default();
+        let top = Reader::new(path, "", &table, TOP_KEYS)?;
+        top.path("model", &mut c.model)?;
+        if let Some(v) = top.get("backend") {
+            c.backend = v
+                .as_str()
+                .and_then(BackendChoice::parse)
+                .ok_or_else(|| top.invalid("backend", v, BackendChoice::ALLOWED))?;
+        }
+        if let Some(n) = top.integer(
+            "ctx_size",
+            0,
+            1 << 24,
+            "0 (the model's own) or a whole number of tokens up to 16777216",
+        )? {
+            c.ctx_size = n as u32;
+        }
+        if let Some(n) = top.integer(
+            "threads",
+            0,
+            4096,
+            "0 (all cores) or a whole number up to 4096",
+        )? {
+            c.threads = n as u32;
+        }
+        top.string("system_prompt", &mut c.system_prompt)?;
+
+        if let Some(t) = top.table("sampler")? {
+            let r = Reader::new(path, "sampler.", t, SAMPLER_KEYS)?;
+            for f in sampler::FIELDS {
+                let Some(v) = r.get(f.name) else { continue };
+                let text = match v {
+                    Value::Integer(i) => i.to_string(),
+                    Value::Float(x) => x.to_string(),
+                    _ => return Err(r.invalid(f.name, v, f.allowed)),
+                };
+                (f.set)(&mut c.sampler, &text).map_err(|_| r.invalid(f.name, v, f.allowed))?;
+            }
+            if let Some(v) = r.get("stop") {
+                let list = v.as_array().and_then(|a| {
+                    a.iter()
+                        .map(|s| s.as_str().filter(|s| !s.is_empty()).map(str::to_string))
+                        .collect::<Option<Vec<String>>>()
+                });
+                c.sampler.stop = list.ok_or_else(|| {
+                    r.invalid("stop", v, "a list of non-empty strings, e.g. [\"</s>\"]")
+                })?;
+            }
+        }
+
+        if let Some(t) = top.table("ui")? {
+            let r = Reader::new(path, "ui.", t, UI_KEYS)?;
+            if let Some(v) = r.get("theme") {
+                c.ui.theme = v
+                    .as_str()
+                    .and_then(ThemeName::parse)
+                    .ok_or_else(|| r.invalid("theme", v, "\"dark\", \"light\" or \"mono\""))?;
+            }
+            if let Some(v) = r.get("diagnostics") {
+                c.ui.diagnostics = match v.as_str() {
+                    Some("auto") => None,
+                    Some("show") => Some(true),
+                    Some("hide") => Some(false),
+                    _ => return Err(r.invalid("diagnostics", v, "\"auto\", \"show\" or \"hide\"")),
+                };
+            }
+            if let Some(n) = r.integer(
+                "diagnostics_width",
+                i64::from(crate::ui::app::SIDEBAR_MIN),
+                i64::from(crate::ui::app::SIDEBAR_MAX),
+                "a whole number of columns from 28 to 100",
+            )? {
+                c.ui.diagnostics_width = n as u16;
+            }
+            if let Some(v) = r.get("panels") {
+                let allowed = format!("a list of panel names from {PANEL_NAMES}");
+                let names = v
+                    .as_array()
+                    .ok_or_else(|| r.invalid("panels", v, &allowed))?;
+                let mut p = Panels {
+                    streams: false,
+                    arena: false,
+                    watchdog: false,
+                    gpu: false,
+                };
+                for n in names {
+                    match n.as_str() {
+                        Some("streams") => p.streams = true,
+                        Some("arena") => p.arena = true,
+                        Some("watchdog") => p.watchdog = true,
+                        Some("gpu") => p.gpu = true,
+                        _ => return Err(r.invalid("panels", n, &allowed)),
+                    }
+                }
+                c.ui.panels = p;
+            }
+            r.boolean("mouse", &mut c.ui.mouse)?;
+            if let Some(n) = r.integer("fps", 1, 120, "a whole number from 1 to 120")? {
+                c.ui.fps = n as u32;
+            }
+        }
+
+        if let Some(t) = top.table("models")? {
+            let r = Reader::new(path, "models.", t, MODELS_KEYS)?;
+            if let Some(v) = r.get("search_paths") {
+                let list = v.as_array().and_then(|a| {
+                    a.iter()
+                        .map(|s| s.as_str().filter(|s| !s.is_empty()).map(expand_home))
+                        .collect::<Option<Vec<PathBuf>>>()
+                });
+                c.models.search_paths = list.ok_or_else(|| {
+                    r.invalid(
+                        "search_paths",
+                        v,
+                        "a list of folder paths, e.g. [\"~/models\"]",
+                    )
+                })?;
+            }
+            r.boolean(
+                "scan_default_locations",
+                &mut c.models.scan_default_locations,
+            )?;
+        }
+
+        if let Some(t) = top.table("transcript")? {
+            let r = Reader::new(path, "transcript.", t, TRANSCRIPT_KEYS)?;
+            r.boolean("enabled", &mut c.transcript.enabled)?;
+            r.path("dir", &mut c.transcript.dir)?;
+        }
+
+        if let Some(t) = top.table("log")? {
+            let r = Reader::new(path, "log.", t, LOG_KEYS)?;
+            if let Some(v) = r.get("level") {
+                c.log.level = v
+                    .as_str()
+                    .and_then(LogLevel::parse)
+                    .ok_or_else(|| r.invalid("level", v, LogLevel::ALLOWED))?;
+            }
+            r.path("file", &mut c.log.file)?;
+        }
+
+        if let Some(t) = top.table("quit")? {
+            let r = Reader::new(path, "quit.", t, QUIT_KEYS)?;
+            if let Some(ms) = r.integer(
+                "drain_timeout_ms",
+                100,
+                600_000,
+                "milliseconds from 100 to 600000",
+            )? {
+                c.quit.drain_timeout = Duration::from_millis(ms as u64);
+            }
+            if let Some(ms) = r.integer("grace_ms", 0, 600_000, "milliseconds from 0 to 600000")? {
+                c.quit.grace = Duration::from_millis(ms as u64);
+            }
+        }
+        Ok(c)
+    }
+
+    /// Reads `path`; a file that does not exist gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Config::default()),
+            Err(e) => Err(ConfigError::Read {
+                path: path.to_path_buf(),
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// When the app leaves on its own during a quit: the drain deadline plus the grace.
+    pub fn quit_deadline(&self) -> Duration {
+        self.quit.drain_timeout + self.quit.grace
+    }
+}
+
+/// Writes the documented defaults as the user's config file if there is none yet, so that
+/// there is a file to edit. Failure is not an error: the defaults apply either way.
+pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
+    if path.exists() {
+        return Ok(false);
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, DEFAULT_CONFIG_TOML)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/cfg/config.toml"))
+    }
+
+    #[test]
+    fn the_documented_file_is_exactly_the_defaults() {
+        assert_eq!(parse(DEFAULT_CONFIG_TOML), Ok(Config::default()));
+    }
+
+    #[test]
+    fn the_documented_file_mentions_every_key() {
+        for key in TOP_KEYS
+            .iter()
+            .chain(SAMPLER_KEYS)
+            .chain(UI_KEYS)
+            .chain(MODELS_KEYS)
+            .chain(TRANSCRIPT_KEYS)
+            .chain(LOG_KEYS)
+            .chain(QUIT_KEYS)
+        {
+            assert!(
+                DEFAULT_CONFIG_TOML.contains(&format!("{key} ="))
+                    || DEFAULT_CONFIG_TOML.contains(&format!("[{key}]")),
+                "config.toml does not document `{key}`"
+            );
+        }
+    }
+
+    #[test]
+    fn values_override_the_defaults() {
+        let c = parse(
+            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\n\
+             [sampler]\ntemp = 0.2\ntop_k = 0\nstop = [\"<|im_end|>\"]\n\
+             [ui]\ntheme = \"mono\"\ndiagnostics = \"hide\"\npanels = [\"gpu\"]\n\
+             [quit]\ndrain_timeout_ms = 1500\n",
+        )
+        .unwrap();
+        assert_eq!(c.model, Some(PathBuf::from("/m/x.gguf")));
+        assert_eq!(c.backend, BackendChoice::Cpu);
+        assert_eq!(c.ctx_size, 2048);
+        assert_eq!(c.sampler.temp, 0.2);
+        assert_eq!(c.sampler.top_k, 0);
+        assert_eq!(c.sampler.stop, ["<|im_end|>"]);
+        assert_eq!(c.ui.theme, ThemeName::Mono);
+        assert_eq!(c.ui.diagnostics, Some(false));
+        assert!(c.ui.panels.gpu && !c.ui.panels.streams);
+        assert_eq!(c.quit.drain_timeout, Duration::from_millis(1500));
+        assert_eq!(c.quit_deadline(), Duration::from_millis(3500));
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_and_what_is_allowed() {
+        let e = parse("[sampler]\ntemp = \"hot\"\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/cfg/config.toml: `sampler.temp` = \"hot\" is not allowed: a number from 0 to 5"
+        );
+        let e = parse("[sampler]\ntop_p = 1.5\n").unwrap_err();
+        assert!(e.to_string().contains("`sampler.top_p` = 1.5"), "{e}");
+        let e = parse("backend = \"metal\"\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`backend` = \"metal\" is not allowed: \"auto\", \"hip\""),
+            "{e}"
+        );
+        let e = parse("[ui]\nfps = 0\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("`ui.fps` = 0 is not allowed: a whole number from 1 to 120"),
+            "{e}"
+        );
+        let e = parse("[ui]\npanels = [\"streams\", \"disk\"]\n").unwrap_err();
+        assert!(e.to_string().contains("`ui.panels` = \"disk\""), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named_with_the_known_ones() {
+        let e = parse("[sampler]\ntmep = 0.5\n").unwrap_err();
+        let ConfigError::UnknownKey { key, allowed, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(key, "sampler.tmep");
+        assert!(allowed.contains("`temp`"));
+    }
+
+    #[test]
+    fn broken_toml_says_where() {
+        let e = parse("[sampler\ntemp = 0.5\n").unwrap_err();
+        let ConfigError::Syntax { message, .. } = &e else {
+            panic!("{e:?}")
+        };
+        assert!(message.contains("line 1"), "{message}");
+    }
+
+    #[test]
+    fn a_missing_file_gives_the_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("nope.toml");
+        assert_eq!(Config::load(&p), Ok(Config::default()));
+        assert!(write_default_if_missing(&p).unwrap());
+        assert!(!write_default_if_missing(&p).unwrap());
+        assert_eq!(Config::load(&p), Ok(Config::default()));
+    }
+
+    #[test]
+    fn verbosity_raises_the_level() {
+        assert_eq!(LogLevel::Info.raised(0), LogLevel::Info);
+        assert_eq!(LogLevel::Info.raised(1), LogLevel::Debug);
+        assert_eq!(LogLevel::Warn.raised(5), LogLevel::Trace);
+    }
+}

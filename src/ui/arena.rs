@@ -1,0 +1,214 @@
+//! The Arena panel: capacity, used, high-water, per-region bars, largest free block, device
+//! allocations made, and the runtime's own overhead outside the arena.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::widgets::{Paragraph, Sparkline, Wrap};
+
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, TelemetrySample};
+
+use super::meter::{bar, ellipsize, panel, text};
+use super::series::Series;
+use super::theme::Theme;
+use super::units::{self, ratio};
+
+#[derive(Clone, Debug, Default)]
+pub struct ArenaPanel {
+    pub arena: Option<ArenaSnapshot>,
+    used: Series,
+}
+
+impl ArenaPanel {
+    pub fn apply(&mut self, snapshot: ArenaSnapshot) {
+        self.used.push(snapshot.used);
+        self.arena = Some(snapshot);
+    }
+
+    pub fn wanted_height(&self) -> u16 {
+        match &self.arena {
+            Some(a) => 2 + 6 + a.regions.len() as u16,
+            None => 5,
+        }
+    }
+
+    /// `model_bytes`: the model file's size, for the CPU backend's note on memory-mapped weights.
+    pub fn render(
+        &self,
+        frame: &mut Frame,
+        area: Rect,
+        theme: &Theme,
+        device: Option<&DeviceSummary>,
+        telemetry: Option<&TelemetrySample>,
+        model_bytes: Option<u64>,
+    ) {
+        let title = match &self.arena {
+            Some(a) if !a.kind.is_empty() => format!("Arena · {}", a.kind),
+            _ => "Arena".to_string(),
+        };
+        let block = panel(&title, theme);
+        let inner = block.inner(area);
+        frame.render_widget(block, area);
+        if inner.height == 0 || inner.width < 8 {
+            return;
+        }
+        let w = usize::from(inner.width);
+        let Some(a) = &self.arena else {
+            let mut lines = Vec::new();
+            match device {
+                Some(d) if d.backend == "cpu" => {
+                    let weights = model_bytes
+                        .map(|b| format!(" ({})", units::bytes(b)))
+                        .unwrap_or_default();
+                    lines.push(Line::from(text(
+                        format!(
+                            "No device arena on the CPU backend: weights are memory-mapped \
+                             from the model file{weights}."
+                        ),
+                        theme.dim,
+                    )));
+                    if let Some(t) = telemetry
+                        && let (Some(used), Some(total)) = (t.host_mem_used, t.host_mem_total)
+                    {
+                        lines.push(Line::from(vec![
+                            text("host ", theme.dim),
+                            text(
+                                format!("{} / {}", units::bytes(used), units::bytes(total)),
+                                theme.text,
+                            ),
+                        ]));
+                    }
+                }
+                Some(_) => lines.push(Line::from(text("No arena reported yet.", theme.dim))),
+                None => lines.push(Line::from(text("Waiting for the device…", theme.dim))),
+            }
+            frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
+            return;
+        };
+
+        let frac = ratio(a.used, a.capacity);
+        let pct = format!(" {:>3.0}%", frac * 100.0);
+        let mut lines = vec![
+            Line::from(vec![
+                text("used ", theme.dim),
+                text(
+                    format!("{} / {}", units::bytes(a.used), units::bytes(a.capacity)),
+                    theme.text,
+                ),
+                text(pct, theme.dim),
+            ]),
+            Line::from(text(
+                bar(frac, w),
+                if frac > 0.9 {
+                    theme.gauge_warn
+                } else {
+                    theme.gauge
+                },
+            )),
+            Line::from(vec![
+                text("peak ", theme.dim),
+                text(units::bytes(a.high_water), theme.text),
+                text(" · largest free ", theme.dim),
+                text(units::bytes(a.largest_free), theme.text),
+            ]),
+        ];
+        let name_w = a
+            .regions
+            .iter()
+            .map(|r| r.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .min(16);
+        let amount = |r: &crate::gpu::stats::RegionSnapshot| {
+            if r.used == r.capacity {
+                units::bytes(r.used)
+            } else {
+                format!("{}/{}", units::bytes(r.used), units::bytes(r.capacity))
+            }
+        };
+        let amount_w = a
+            .regions
+            .iter()
+            .map(|r| amount(r).chars().count())
+            .max()
+            .unwrap_or(0);
+        // One bar width for every region, so that the bars line up.
+        let bar_w = w.saturating_sub(name_w + amount_w + 2).min(20);
+        for r in &a.regions {
+            let amount = amount(r);
+            lines.push(Line::from(vec![
+                text(
+                    format!("{:<name_w$} ", ellipsize(&r.name, name_w)),
+                    theme.dim,
+                ),
+                text(bar(ratio(r.used, r.capacity), bar_w), theme.gauge),
+                text(format!(" {amount}"), theme.text),
+            ]));
+        }
+        let mut tail = vec![
+            text(units::count(a.device_allocations), theme.text),
+            text(
+                if a.kind == "host" {
+                    " allocations"
+                } else {
+                    " device allocs"
+                },
+                theme.dim,
+            ),
+        ];
+        if let Some(o) = a.runtime_overhead {
+            tail.push(text(" · runtime ", theme.dim));
+            tail.push(text(units::bytes(o), theme.text));
+        }
+        lines.push(Line::from(tail));
+        if a.pinned_host_bytes > 0 {
+            lines.push(Line::from(vec![
+                text("pinned host ", theme.dim),
+                text(units::bytes(a.pinned_host_bytes), theme.text),
+                text(" (staging)", theme.dim),
+            ]));
+        }
+        if let (Some(total), Some(free)) = (a.device_total, a.device_free) {
+            lines.push(Line::from(vec![
+                text(
+                    if a.kind == "host" { "host " } else { "device " },
+                    theme.dim,
+                ),
+                text(
+                    format!(
+                        "{} used of {}",
+                        units::bytes(total.saturating_sub(free)),
+                        units::bytes(total)
+                    ),
+                    theme.text,
+                ),
+            ]));
+        }
+        let text_rows = (lines.len() as u16).min(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines),
+            Rect::new(inner.x, inner.y, inner.width, text_rows),
+        );
+        // Whatever height is left shows how use changed over time.
+        let spare = inner.height - text_rows;
+        if spare >= 2 && self.used.len() > 1 {
+            frame.render_widget(
+                Paragraph::new(text("used over time", theme.dim)),
+                Rect::new(inner.x, inner.y + text_rows, inner.width, 1),
+            );
+            let data = self.used.tail(w);
+            frame.render_widget(
+                Sparkline::default()
+                    .data(&data)
+                    .max(a.capacity.max(1))
+                    .style(theme.sparkline),
+                Rect::new(
+                    inner.x,
+                    inner.y + text_rows + 1,
+                    inner.width,
+                    (spare - 1).min(2),
+                ),
+            );
+        }
+    }
+}

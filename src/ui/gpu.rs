@@ -1,0 +1,195 @@
+//! The GPU panel: backend, device, arch and memory now, and the telemetry history (utilization,
+//! temperature, power, clocks) as the sampler delivers it. On the CPU backend it shows the host.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::widgets::{Paragraph, Sparkline};
+
+use crate::gpu::stats::{DeviceSummary, TelemetrySample};
+
+use super::meter::{bar, ellipsize, panel, text};
+use super::series::Series;
+use super::theme::Theme;
+use super::units::{self, ratio};
+
+#[derive(Clone, Debug, Default)]
+pub struct GpuPanel {
+    pub device: Option<DeviceSummary>,
+    pub telemetry: Option<TelemetrySample>,
+    util: Series,
+    power: Series,
+    host_cpu: Series,
+}
+
+impl GpuPanel {
+    pub fn set_device(&mut self, device: DeviceSummary) {
+        self.device = Some(device);
+    }
+
+    pub fn apply(&mut self, sample: TelemetrySample) {
+        if let Some(u) = sample.gpu_util_pct {
+            self.util.push(u.clamp(0.0, 100.0).round() as u64);
+        }
+        if let Some(p) = sample.power_w {
+            self.power.push(p.max(0.0).round() as u64);
+        }
+        if let Some(c) = sample.host_cpu_pct {
+            self.host_cpu.push(c.clamp(0.0, 100.0).round() as u64);
+        }
+        self.telemetry = Some(sample);
+    }
+
+    fn is_cpu(&self) -> bool {
+        self.device.as_ref().is_some_and(|d| d.backend == "cpu")
+    }
+
+    pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
+        let title = if self.is_cpu() { "Host" } else { "GPU" };
+        let block = panel(title, theme);
+        let inner = block.inner(area);
+        frame.render_widget(block, area);
+        if inner.height == 0 || inner.width < 8 {
+            return;
+        }
+        let w = usize::from(inner.width);
+        let Some(d) = &self.device else {
+            frame.render_widget(
+                Paragraph::new(text("Waiting for the device…", theme.dim)),
+                inner,
+            );
+            return;
+        };
+        let label_w = 8;
+        let value_w = w.saturating_sub(label_w);
+        let mut lines = vec![
+            kv("backend", &d.backend, label_w, theme),
+            kv("device", &ellipsize(&d.name, value_w), label_w, theme),
+        ];
+        let mut arch = d.arch.clone();
+        if self.is_cpu() {
+            if let Some(n) = d.compute_units {
+                arch.push_str(&format!(" · {n} threads"));
+            }
+        } else {
+            if let Some(n) = d.compute_units {
+                arch.push_str(&format!(" · {n} CUs"));
+            }
+            if let Some(n) = d.warp_size {
+                arch.push_str(&format!(" · wave{n}"));
+            }
+        }
+        lines.push(kv("arch", &ellipsize(&arch, value_w), label_w, theme));
+        let t = self.telemetry.as_ref();
+        if self.is_cpu() {
+            if let Some((used, total)) = t.and_then(|t| Some((t.host_mem_used?, t.host_mem_total?)))
+            {
+                lines.push(kv(
+                    "memory",
+                    &format!("{} / {}", units::bytes(used), units::bytes(total)),
+                    label_w,
+                    theme,
+                ));
+                lines.push(Line::from(vec![
+                    text(format!("{:<label_w$}", ""), theme.dim),
+                    text(bar(ratio(used, total), value_w.min(24)), theme.gauge),
+                ]));
+            } else if let Some(total) = d.total_memory {
+                lines.push(kv("memory", &units::bytes(total), label_w, theme));
+            }
+            if let Some(c) = t.and_then(|t| t.host_cpu_pct) {
+                lines.push(kv("cpu", &format!("{c:.0}%"), label_w, theme));
+            }
+        } else {
+            let used_total = match (t.and_then(|t| t.vram_used), t.and_then(|t| t.vram_total)) {
+                (Some(u), Some(tot)) => Some((u, tot)),
+                _ => match (d.total_memory, d.free_memory) {
+                    (Some(tot), Some(free)) => Some((tot.saturating_sub(free), tot)),
+                    _ => None,
+                },
+            };
+            match used_total {
+                Some((used, total)) => {
+                    lines.push(kv(
+                        "memory",
+                        &format!("{} / {}", units::bytes(used), units::bytes(total)),
+                        label_w,
+                        theme,
+                    ));
+                    lines.push(Line::from(vec![
+                        text(format!("{:<label_w$}", ""), theme.dim),
+                        text(bar(ratio(used, total), value_w.min(24)), theme.gauge),
+                    ]));
+                }
+                None => {
+                    if let Some(total) = d.total_memory {
+                        lines.push(kv("memory", &units::bytes(total), label_w, theme));
+                    }
+                }
+            }
+            if let Some(t) = t {
+                let mut now = Vec::new();
+                if let Some(u) = t.gpu_util_pct {
+                    now.push(format!("{u:.0}%"));
+                }
+                if let Some(c) = t.temperature_c {
+                    now.push(format!("{c:.0} °C"));
+                }
+                if let Some(p) = t.power_w {
+                    now.push(format!("{p:.0} W"));
+                }
+                if !now.is_empty() {
+                    lines.push(kv("now", &now.join(" · "), label_w, theme));
+                }
+                let clocks: Vec<String> = [("sclk", t.sclk_mhz), ("mclk", t.mclk_mhz)]
+                    .iter()
+                    .filter_map(|(n, v)| v.map(|v| format!("{n} {v} MHz")))
+                    .collect();
+                if !clocks.is_empty() {
+                    lines.push(kv("clocks", &clocks.join(" · "), label_w, theme));
+                }
+            }
+        }
+        if !d.reason.is_empty() {
+            lines.push(Line::from(text(ellipsize(&d.reason, w), theme.dim)));
+        }
+        let text_rows = (lines.len() as u16).min(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines),
+            Rect::new(inner.x, inner.y, inner.width, text_rows),
+        );
+        // History below: utilization (or host CPU), then power, as room allows.
+        let mut y = inner.y + text_rows;
+        let history: Vec<(&str, &Series, u64)> = if self.is_cpu() {
+            vec![("cpu %", &self.host_cpu, 100)]
+        } else {
+            vec![("util %", &self.util, 100), ("power W", &self.power, 0)]
+        };
+        for (label, series, max) in history {
+            if series.len() < 2 || y + 2 > inner.bottom() {
+                continue;
+            }
+            frame.render_widget(
+                Paragraph::new(text(label, theme.dim)),
+                Rect::new(inner.x, y, inner.width, 1),
+            );
+            let rows = (inner.bottom() - y - 1).min(2);
+            let data = series.tail(w);
+            frame.render_widget(
+                Sparkline::default()
+                    .data(&data)
+                    .max(if max > 0 { max } else { series.max().max(1) })
+                    .style(theme.sparkline),
+                Rect::new(inner.x, y + 1, inner.width, rows),
+            );
+            y += rows + 1;
+        }
+    }
+}
+
+fn kv(label: &str, value: &str, label_w: usize, theme: &Theme) -> Line<'static> {
+    Line::from(vec![
+        text(format!("{label:<label_w$}"), theme.dim),
+        text(value.to_string(), theme.text),
+    ])
+}

@@ -1,0 +1,409 @@
+//! The whole screen as a pure function of [`App`]: header, progress, HUNG banner, chat and
+//! message box, the diagnostics column, the footer, and whichever window is open on top.
+
+use ratatui::Frame;
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Clear, Paragraph};
+
+use crate::gpu::stats::WatchState;
+
+use super::app::{App, GenState, Overlay};
+use super::meter::{bar, ellipsize, text};
+use super::theme::Theme;
+use super::watchdog::{state_label, state_style};
+use super::{error_dialog, help, quit_screen, units};
+
+/// A `width`×`height` rectangle centred in `area` (clipped to it).
+pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
+}
+
+/// Draws everything.
+pub fn render(app: &App, frame: &mut Frame) {
+    let area = frame.area();
+    if area.width < 20 || area.height < 6 {
+        frame.render_widget(Paragraph::new("hipscope: the terminal is too small"), area);
+        return;
+    }
+    let theme = &app.theme;
+    let progress_rows = app.progress.len().min(2) as u16;
+    let banner_rows = app.watchdog.banner_height();
+    let [header, progress, banner, body, footer] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(progress_rows),
+        Constraint::Length(banner_rows),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+
+    render_header(app, frame, header, theme);
+    render_progress(app, frame, progress, theme);
+    app.watchdog.render_banner(frame, banner, theme);
+
+    let sidebar = app.sidebar_visible(area.width) && body.width >= 60;
+    let (left, right) = if sidebar {
+        let w = app.sidebar_width.min(body.width - 32);
+        let [l, r] = Layout::horizontal([Constraint::Min(32), Constraint::Length(w)]).areas(body);
+        (l, Some(r))
+    } else {
+        (body, None)
+    };
+    let input_h = app
+        .input
+        .height(left.width)
+        .min(left.height.saturating_sub(1));
+    let [chat_area, input_area] =
+        Layout::vertical([Constraint::Min(1), Constraint::Length(input_h)]).areas(left);
+    app.chat
+        .render(frame, chat_area, theme, app.activity(), welcome(app, theme));
+    let typing_here = matches!(app.overlay, Overlay::None | Overlay::Help { .. });
+    app.input.render(
+        frame,
+        input_area,
+        theme,
+        input_title(app, theme),
+        typing_here,
+    );
+    if let Some(r) = right {
+        render_sidebar(app, frame, r, theme);
+    }
+    render_footer(app, frame, footer, theme);
+
+    match &app.overlay {
+        Overlay::None => {}
+        // The big windows take the whole middle of the screen, with nothing peeking around them.
+        Overlay::Help { scroll } => {
+            frame.render_widget(Clear, body);
+            help::render(frame, body, theme, *scroll)
+        }
+        Overlay::Picker(p) => {
+            frame.render_widget(Clear, body);
+            p.render(frame, body, theme)
+        }
+        Overlay::Sampler(f) => f.render(frame, body, theme),
+        Overlay::System(ed) => ed.render(frame, body, theme),
+    }
+    if let Some(e) = app.errors.front() {
+        error_dialog::render(frame, body, theme, e, app.errors.len() - 1);
+    }
+    if let Some(q) = &app.quit {
+        quit_screen::render(
+            frame,
+            body,
+            theme,
+            q,
+            app.now,
+            app.settings.quit_deadline,
+            app.tick,
+        );
+    }
+}
+
+fn model_line(app: &App) -> String {
+    match &app.model {
+        Some(m) => {
+            let mut s = m.name.clone();
+            if !m.quant.is_empty() {
+                s.push_str(&format!(" · {}", m.quant));
+            }
+            s
+        }
+        None => match &app.loading {
+            Some(l) => format!("loading {l}…"),
+            None => "no model".to_string(),
+        },
+    }
+}
+
+fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    let w = usize::from(area.width);
+    let mut right: Vec<Span<'static>> = Vec::new();
+    let status = match app.generation {
+        GenState::Idle if app.quit.is_some() => "quitting".to_string(),
+        GenState::Idle if !app.worker_alive => "worker stopped".to_string(),
+        GenState::Idle if app.loading.is_some() => "loading".to_string(),
+        GenState::Idle => "idle".to_string(),
+        GenState::Waiting { since } => format!(
+            "{} prompt {}",
+            quit_screen::spinner(app.tick),
+            units::duration(app.now.saturating_sub(since))
+        ),
+        GenState::Streaming { .. } => {
+            let (tokens, rate) = app.live_rate().unwrap_or((0, 0.0));
+            format!(
+                "{} {} tok · {}",
+                quit_screen::spinner(app.tick),
+                tokens,
+                units::rate(rate, "t/s")
+            )
+        }
+        GenState::Stopping => "stopping…".to_string(),
+    };
+    right.push(Span::styled(format!(" {status} "), theme.header));
+    // Without the diagnostics column, the header carries the one number that matters most.
+    if !app.sidebar_visible(area.width)
+        && let Some(s) = &app.watchdog.snapshot
+    {
+        let style = if s.state == WatchState::Ok {
+            theme.header
+        } else {
+            state_style(s.state, theme)
+        };
+        right.push(Span::styled(
+            format!(" GPU {} q{} ", state_label(s.state), s.queue_depth),
+            style,
+        ));
+    }
+    let right_w: usize = right.iter().map(|s| s.width()).sum();
+    let device = app
+        .device()
+        .map(|d| {
+            if d.backend == "cpu" {
+                "cpu".to_string()
+            } else if d.arch.is_empty() {
+                d.backend.clone()
+            } else {
+                format!("{} {}", d.backend, d.arch)
+            }
+        })
+        .unwrap_or_default();
+    let mut left = format!(" hipscope │ {}", model_line(app));
+    let room = w.saturating_sub(right_w + 1);
+    // The device goes only where it fits whole; the model name is cut before that.
+    if !device.is_empty() && left.chars().count() + device.chars().count() + 3 <= room {
+        left.push_str(&format!(" │ {device}"));
+    }
+    let left = ellipsize(&left, room);
+    let pad = w.saturating_sub(left.chars().count() + right_w);
+    let mut spans = vec![
+        Span::styled(left, theme.header),
+        Span::styled(" ".repeat(pad), theme.header),
+    ];
+    spans.extend(right);
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn render_progress(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    let label_w = app
+        .progress
+        .iter()
+        .map(|p| p.task.chars().count())
+        .max()
+        .unwrap_or(0)
+        .min(24);
+    for (i, p) in app
+        .progress
+        .iter()
+        .take(usize::from(area.height))
+        .enumerate()
+    {
+        let row = Rect::new(area.x, area.y + i as u16, area.width, 1);
+        let w = usize::from(area.width);
+        let label = format!(" {:<label_w$} ", ellipsize(&p.task, label_w));
+        let (bar_text, pct) = match p.fraction {
+            Some(f) => (bar(f64::from(f), 24), format!(" {:>3.0}% ", f * 100.0)),
+            None => {
+                // Unknown length: a block that walks along the bar.
+                let pos = (app.tick % 24) as usize;
+                let s: String = (0..24).map(|j| if j == pos { '█' } else { '░' }).collect();
+                (s, " ".to_string())
+            }
+        };
+        let used = label.chars().count() + 24 + pct.chars().count();
+        let detail = ellipsize(&p.detail, w.saturating_sub(used));
+        frame.render_widget(
+            Paragraph::new(Line::from(vec![
+                text(label, theme.key),
+                text(bar_text, theme.gauge),
+                text(pct, theme.text),
+                text(detail, theme.dim),
+            ])),
+            row,
+        );
+    }
+}
+
+fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    let p = app.panels;
+    let mut parts: Vec<(&str, Constraint)> = Vec::new();
+    if p.streams {
+        parts.push(("streams", Constraint::Length(app.streams.wanted_height())));
+    }
+    if p.arena {
+        parts.push(("arena", Constraint::Length(app.arena.wanted_height())));
+    }
+    if p.watchdog {
+        parts.push(("watchdog", Constraint::Length(app.watchdog.wanted_height())));
+    }
+    if p.gpu {
+        parts.push(("gpu", Constraint::Min(6)));
+    }
+    if parts.is_empty() {
+        frame.render_widget(
+            Paragraph::new(vec![
+                Line::from(text(" All panels hidden.", theme.dim)),
+                Line::from(text(" F5–F8 show them, F9 hides", theme.dim)),
+                Line::from(text(" this column.", theme.dim)),
+            ]),
+            area,
+        );
+        return;
+    }
+    // The last panel takes whatever height is left.
+    if let Some(last) = parts.last_mut()
+        && let Constraint::Length(n) = last.1
+    {
+        last.1 = Constraint::Min(n);
+    }
+    let rects = Layout::vertical(parts.iter().map(|(_, c)| *c)).split(area);
+    let device = app.device();
+    let model_bytes = app.model.as_ref().map(|m| m.file_bytes);
+    for ((name, _), rect) in parts.iter().zip(rects.iter()) {
+        match *name {
+            "streams" => app.streams.render(frame, *rect, theme, device),
+            "arena" => app.arena.render(
+                frame,
+                *rect,
+                theme,
+                device,
+                app.gpu.telemetry.as_ref(),
+                model_bytes,
+            ),
+            "watchdog" => app.watchdog.render(frame, *rect, theme, device),
+            _ => app.gpu.render(frame, *rect, theme),
+        }
+    }
+}
+
+fn input_title(app: &App, theme: &Theme) -> Line<'static> {
+    let mut spans = vec![Span::styled(" Message ", theme.title)];
+    match app.generation {
+        GenState::Idle => {}
+        GenState::Stopping => spans.push(text("· stopping… ", theme.dim)),
+        _ => {
+            spans.push(text("· generating, ", theme.dim));
+            spans.push(text("Esc", theme.key));
+            spans.push(text(" stops ", theme.dim));
+        }
+    }
+    Line::from(spans)
+}
+
+fn render_footer(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    let keys: Vec<(&str, &str)> = if app.quit.is_some() {
+        vec![("Ctrl-C", "leave now")]
+    } else if !app.errors.is_empty() {
+        vec![("Enter/Esc", "dismiss"), ("Ctrl-C", "quit")]
+    } else {
+        match &app.overlay {
+            Overlay::Help { .. } => vec![("Esc", "close"), ("↑↓", "scroll")],
+            Overlay::Picker(_) => vec![("Enter", "load"), ("Esc", "close"), ("type", "filter")],
+            Overlay::Sampler(_) => vec![("Enter", "apply"), ("Esc", "cancel"), ("↑↓", "field")],
+            Overlay::System(_) => vec![
+                ("Enter", "save"),
+                ("Alt-Enter", "new line"),
+                ("Esc", "cancel"),
+            ],
+            Overlay::None => {
+                let mut k = if app.generation.is_busy() {
+                    vec![("Esc", "stop"), ("PgUp/PgDn", "scroll")]
+                } else {
+                    vec![
+                        ("Enter", "send"),
+                        ("Alt-Enter", "new line"),
+                        ("↑", "history"),
+                        ("Alt-R", "regenerate"),
+                    ]
+                };
+                if !app.chat.is_following() {
+                    k.insert(0, ("Ctrl-End", "follow"));
+                }
+                k.extend([("F1", "help"), ("F2", "models")]);
+                k.push((
+                    "Ctrl-C",
+                    if app.generation.is_busy() {
+                        "stop"
+                    } else {
+                        "quit"
+                    },
+                ));
+                k
+            }
+        }
+    };
+    let mut spans = Vec::new();
+    let mut used = 0;
+    let w = usize::from(area.width);
+    for (k, what) in keys {
+        let piece = k.chars().count() + what.chars().count() + 3;
+        if used + piece > w {
+            break;
+        }
+        spans.push(Span::styled(format!(" {k}"), theme.key));
+        spans.push(Span::styled(format!(" {what} "), theme.key_text));
+        used += piece;
+    }
+    frame.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn welcome(app: &App, theme: &Theme) -> Vec<Line<'static>> {
+    let mut lines = vec![Line::from(text("hipscope", theme.title)), Line::default()];
+    match (&app.model, &app.loading) {
+        (Some(m), _) => {
+            let mut what = vec![m.architecture.clone(), m.quant.clone()];
+            if m.parameters > 0 {
+                what.push(units::params(m.parameters));
+            }
+            what.retain(|s| !s.is_empty());
+            let on = app
+                .device()
+                .map(|d| {
+                    if d.name.is_empty() {
+                        d.backend.clone()
+                    } else {
+                        d.name.clone()
+                    }
+                })
+                .unwrap_or_default();
+            lines.push(Line::from(vec![
+                text("Chat with ", theme.text),
+                text(m.name.clone(), theme.assistant_label),
+                text(format!(" ({})", what.join(" · ")), theme.dim),
+            ]));
+            if !on.is_empty() {
+                lines.push(Line::from(text(
+                    format!("on {on} · loaded in {}", units::duration(m.load_time)),
+                    theme.dim,
+                )));
+            }
+            lines.push(Line::default());
+            lines.push(Line::from(text(
+                "Type a message and press Enter.",
+                theme.text,
+            )));
+        }
+        (None, Some(l)) => lines.push(Line::from(text(format!("Loading {l}…"), theme.dim))),
+        (None, None) => lines.push(Line::from(text(
+            "No model loaded: /model picks one.",
+            theme.notice,
+        ))),
+    }
+    lines.push(Line::from(vec![
+        text("F1", theme.key),
+        text(" keys · ", theme.dim),
+        text("/help", theme.key),
+        text(" commands · ", theme.dim),
+        text("/model", theme.key),
+        text(" switch model", theme.dim),
+    ]));
+    lines
+}

@@ -1,0 +1,230 @@
+//! The Watchdog panel (state, op, age against budget) and the HUNG banner shown above the chat.
+
+use ratatui::Frame;
+use ratatui::layout::Rect;
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+
+use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
+
+use super::meter::{bar, ellipsize, ellipsize_start, panel, text};
+use super::theme::Theme;
+use super::units::{self};
+
+#[derive(Clone, Debug, Default)]
+pub struct WatchdogPanel {
+    pub snapshot: Option<WatchdogSnapshot>,
+}
+
+pub fn state_label(state: WatchState) -> &'static str {
+    match state {
+        WatchState::Ok => "OK",
+        WatchState::Slow => "SLOW",
+        WatchState::Hung => "HUNG",
+    }
+}
+
+pub fn state_style(state: WatchState, theme: &Theme) -> ratatui::style::Style {
+    match state {
+        WatchState::Ok => theme.ok,
+        WatchState::Slow => theme.slow,
+        WatchState::Hung => theme.hung,
+    }
+}
+
+impl WatchdogPanel {
+    pub fn apply(&mut self, snapshot: WatchdogSnapshot) {
+        self.snapshot = Some(snapshot);
+    }
+
+    pub fn is_hung(&self) -> bool {
+        self.snapshot
+            .as_ref()
+            .is_some_and(|s| s.state == WatchState::Hung)
+    }
+
+    pub fn wanted_height(&self) -> u16 {
+        match &self.snapshot {
+            Some(s) => {
+                2 + 5
+                    + u16::from(s.op.is_some())
+                    + u16::from(s.event_queries_stuck)
+                    + u16::from(s.report.is_some())
+            }
+            None => 5,
+        }
+    }
+
+    pub fn render(
+        &self,
+        frame: &mut Frame,
+        area: Rect,
+        theme: &Theme,
+        device: Option<&DeviceSummary>,
+    ) {
+        let block = panel("Watchdog", theme);
+        let inner = block.inner(area);
+        frame.render_widget(block, area);
+        if inner.height == 0 || inner.width < 8 {
+            return;
+        }
+        let w = usize::from(inner.width);
+        let Some(s) = &self.snapshot else {
+            let msg = match device {
+                Some(d) if d.backend == "cpu" => {
+                    "Nothing to watch: the CPU backend has no device queue that could hang."
+                }
+                _ => "No check yet.",
+            };
+            frame.render_widget(
+                Paragraph::new(text(msg, theme.dim)).wrap(Wrap { trim: true }),
+                inner,
+            );
+            return;
+        };
+        let label_w = 7;
+        let mut lines = vec![Line::from(vec![
+            text("● ", state_style(s.state, theme)),
+            text(state_label(s.state), state_style(s.state, theme)),
+            text(
+                format!(
+                    "  {} · {} queued",
+                    ellipsize(&s.stream, w.saturating_sub(20)),
+                    s.queue_depth
+                ),
+                theme.dim,
+            ),
+        ])];
+        let value_w = w.saturating_sub(label_w);
+        lines.push(Line::from(vec![
+            text(format!("{:<label_w$}", "op"), theme.dim),
+            text(
+                ellipsize(s.op.as_deref().unwrap_or("–"), value_w),
+                theme.text,
+            ),
+        ]));
+        if s.op.is_some() {
+            // The breadcrumb says whether the kernel began: running long, or never launched.
+            let (what, style) = if s.op_started {
+                ("started (breadcrumb seen)", theme.dim)
+            } else {
+                ("queued, not started yet", theme.slow)
+            };
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", ""), theme.dim),
+                text(ellipsize(what, value_w), style),
+            ]));
+        }
+        let age = format!(
+            "{} of {}",
+            units::duration(s.age),
+            units::duration(s.budget)
+        );
+        lines.push(Line::from(vec![
+            text(format!("{:<label_w$}", "age"), theme.dim),
+            text(age, state_style(s.state, theme)),
+        ]));
+        let frac = if s.budget.is_zero() {
+            0.0
+        } else {
+            s.age.as_secs_f64() / s.budget.as_secs_f64()
+        };
+        lines.push(Line::from(vec![
+            text(format!("{:<label_w$}", ""), theme.dim),
+            text(bar(frac, value_w), state_style(s.state, theme)),
+        ]));
+        lines.push(Line::from(vec![
+            text(format!("{:<label_w$}", "last"), theme.dim),
+            text(
+                ellipsize(s.last_completed.as_deref().unwrap_or("–"), value_w),
+                theme.dim,
+            ),
+        ]));
+        if s.event_queries_stuck {
+            lines.push(Line::from(text(
+                ellipsize("event queries stuck: judged by breadcrumbs", w),
+                theme.slow,
+            )));
+        }
+        if let Some(report) = &s.report {
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", "report"), theme.dim),
+                text(
+                    ellipsize_start(&report.display().to_string(), value_w),
+                    theme.text,
+                ),
+            ]));
+        }
+        frame.render_widget(Paragraph::new(lines), inner);
+    }
+
+    /// Rows the HUNG banner needs (0 when nothing is hung).
+    pub fn banner_height(&self) -> u16 {
+        if self.is_hung() { 5 } else { 0 }
+    }
+
+    /// The prominent banner: what is stuck, where the report is, what the user can do.
+    pub fn render_banner(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
+        let Some(s) = self
+            .snapshot
+            .as_ref()
+            .filter(|s| s.state == WatchState::Hung)
+        else {
+            return;
+        };
+        let op = s.op.as_deref().unwrap_or("an op");
+        let stuck = if s.op_started {
+            "has not finished after"
+        } else {
+            "was queued and has not started after"
+        };
+        let mut lines = vec![
+            Line::from(vec![
+                text(" ⚠ GPU HUNG ", theme.hung_banner),
+                text(
+                    format!(
+                        " {op} {stuck} {} (budget {}) on {}",
+                        units::duration(s.age),
+                        units::duration(s.budget),
+                        s.stream
+                    ),
+                    theme.hung,
+                ),
+            ]),
+            Line::from(text(
+                format!(
+                    "   last completed: {} · {} ops queued behind it{}",
+                    s.last_completed.as_deref().unwrap_or("none"),
+                    s.queue_depth,
+                    if s.event_queries_stuck {
+                        " · the runtime's event queries stopped answering too"
+                    } else {
+                        ""
+                    }
+                ),
+                theme.text,
+            )),
+        ];
+        lines.push(Line::from(match &s.report {
+            Some(p) => text(format!("   report written to {}", p.display()), theme.text),
+            None => text("   the watchdog is writing a report…", theme.dim),
+        }));
+        lines.push(Line::from(vec![
+            text("   You can ", theme.text),
+            text("wait", theme.key),
+            text(" (it may still finish) · ", theme.text),
+            text("/save", theme.key),
+            text(" the conversation · ", theme.text),
+            text("Ctrl-C", theme.key),
+            text(" quits (press it again to leave at once)", theme.text),
+        ]));
+        frame.render_widget(
+            Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+                Block::new()
+                    .borders(Borders::BOTTOM)
+                    .border_style(theme.hung),
+            ),
+            area,
+        );
+    }
+}

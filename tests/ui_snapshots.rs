@@ -1,0 +1,382 @@
+//! Whole-screen snapshots, driven by scripted messages through the real `App::update` path and
+//! drawn into ratatui's `TestBackend`. CI runs with `INSTA_UPDATE=no CI=true`: a new or changed
+//! snapshot fails the test instead of being written.
+
+mod ui_common;
+
+use crossterm::event::KeyCode;
+use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::model::protocol::{Event, StopReason};
+use hipscope::ui::Msg;
+use ui_common::*;
+
+#[test]
+fn empty_chat_while_loading() {
+    let mut app = hipscope::ui::App::new(settings());
+    worker(
+        &mut app,
+        Event::Progress {
+            task: "loading model".into(),
+            fraction: Some(0.62),
+            detail: "uploading blk.18.ffn_down.weight (Q4_1, 1.1 MiB)".into(),
+        },
+    );
+    worker(
+        &mut app,
+        Event::Progress {
+            task: "compiling kernels".into(),
+            fraction: None,
+            detail: "hiprtc --offload-arch=gfx1100: matvec_q4_1".into(),
+        },
+    );
+    insta::assert_snapshot!(draw(&app, 100, 24));
+}
+
+#[test]
+fn empty_chat_loaded() {
+    let app = loaded_app();
+    insta::assert_snapshot!(draw(&app, 100, 24));
+}
+
+const QUESTION: &str = "How do I reverse a list in Python?";
+
+const SHORT_ANSWER: &str = "You can reverse a list **in place** with `list.reverse()`, or make a \
+reversed copy with slicing:\n\n```python\nxs = [1, 2, 3]\nys = xs[::-1]  # [3, 2, 1]\nxs.reverse()\n```\n\n\
+Both are O(n). Use `reversed(xs)` when you only need to iterate.";
+
+const LONG_ANSWER: &str = "# Reversing sequences in Python\n\n\
+There are three common ways, and they differ in whether they **copy** the list.\n\n\
+## 1. Slicing\n\n\
+```python\nnumbers = [1, 2, 3, 4, 5]\nbackwards = numbers[::-1]\nprint(backwards)  # [5, 4, 3, 2, 1]\n```\n\n\
+Slicing with a step of `-1` builds a *new* list; the original is unchanged.\n\n\
+## 2. `list.reverse()`\n\n\
+- reverses **in place**\n- returns `None`, so `xs = xs.reverse()` is a classic bug\n- uses no extra memory\n\n\
+## 3. `reversed()`\n\n\
+> `reversed()` returns an iterator, which is the cheapest option when you only loop once.\n\n\
+```python\nfor n in reversed(numbers):\n    print(n)\n```\n\n\
+| method | copies | returns |\n|---|---|---|\n| `[::-1]` | yes | list |\n| `.reverse()` | no | None |\n| `reversed()` | no | iterator |\n\n\
+For strings, only slicing works, because strings are immutable: `\"abc\"[::-1]` gives `\"cba\"`.";
+
+fn asked(app: &mut hipscope::ui::App) {
+    tick(app, 500);
+    submit(app, QUESTION);
+    tick(app, 560);
+}
+
+#[test]
+fn streaming_mid_answer() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, &SHORT_ANSWER[..150], 3);
+    tick(&mut app, 800);
+    insta::assert_snapshot!(draw(&app, 100, 30));
+}
+
+#[test]
+fn answer_done_with_stats() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, SHORT_ANSWER, 4);
+    finish(&mut app, 71);
+    tick(&mut app, 1200);
+    insta::assert_snapshot!(draw(&app, 100, 30));
+}
+
+#[test]
+fn long_markdown_answer_scrolled() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, LONG_ANSWER, 5);
+    finish(&mut app, 212);
+    // Draw once so the view knows its size, then scroll up a page and three lines.
+    draw(&app, 100, 30);
+    app.update(key(KeyCode::PageUp));
+    app.update(wheel(true));
+    insta::assert_snapshot!(draw(&app, 100, 30));
+}
+
+#[test]
+fn narrow_80x24_streaming() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    asked(&mut app);
+    stream_answer(&mut app, &LONG_ANSWER[..420], 4);
+    tick(&mut app, 3900);
+    insta::assert_snapshot!(draw(&app, 80, 24));
+}
+
+#[test]
+fn wide_200x50_all_panels() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    asked(&mut app);
+    stream_answer(&mut app, &LONG_ANSWER[..700], 4);
+    tick(&mut app, 4100);
+    insta::assert_snapshot!(draw(&app, 200, 50));
+}
+
+/// Shows one diagnostics panel alone (the others toggled off with their F-keys).
+fn only_panel(app: &mut hipscope::ui::App, keep: u8) {
+    for f in 5..=8u8 {
+        if f != keep {
+            app.update(key(KeyCode::F(f)));
+        }
+    }
+}
+
+#[test]
+fn streams_panel() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    only_panel(&mut app, 5);
+    insta::assert_snapshot!(draw(&app, 120, 24));
+}
+
+#[test]
+fn arena_panel() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    only_panel(&mut app, 6);
+    insta::assert_snapshot!(draw(&app, 120, 24));
+}
+
+#[test]
+fn watchdog_panel_slow() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    worker(&mut app, Event::Watchdog(watchdog(WatchState::Slow, 1_430)));
+    only_panel(&mut app, 7);
+    insta::assert_snapshot!(draw(&app, 120, 24));
+}
+
+#[test]
+fn gpu_panel() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    only_panel(&mut app, 8);
+    insta::assert_snapshot!(draw(&app, 120, 30));
+}
+
+#[test]
+fn cpu_backend_panels() {
+    let mut app = loaded_cpu_app();
+    for i in 0..8u64 {
+        tick(&mut app, 1000 + i * 250);
+        let mut t = telemetry(0.0, 0.0);
+        t.gpu_util_pct = None;
+        t.power_w = None;
+        t.temperature_c = None;
+        t.sclk_mhz = None;
+        t.mclk_mhz = None;
+        t.vram_used = None;
+        t.vram_total = None;
+        t.host_cpu_pct = Some([20.0, 55.0, 98.0, 99.0, 97.0, 99.0, 60.0, 15.0][i as usize]);
+        worker(&mut app, Event::Telemetry(t));
+    }
+    insta::assert_snapshot!(draw(&app, 140, 36));
+}
+
+#[test]
+fn hung_banner() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    asked(&mut app);
+    stream_answer(&mut app, "You can reverse a list", 4);
+    worker(
+        &mut app,
+        Event::Watchdog(watchdog(WatchState::Hung, 14_250)),
+    );
+    tick(&mut app, 16_000);
+    insta::assert_snapshot!(draw(&app, 140, 36));
+}
+
+#[test]
+fn quit_in_progress() {
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    tick(&mut app, 10_000);
+    let fx = app.update(ctrl('c'));
+    assert!(!fx.is_empty(), "Ctrl-C when idle starts the quit");
+    for step in [
+        quit_step("stop intake", QuitStepStatus::Done, 40),
+        quit_step(
+            "drain hip:0 stream 0 (37 ops)",
+            QuitStepStatus::Done,
+            12_400,
+        ),
+        quit_step(
+            "destroy rocBLAS handle",
+            QuitStepStatus::Skipped("no BLAS in use".into()),
+            3,
+        ),
+        quit_step("destroy 96 events", QuitStepStatus::Done, 210),
+        quit_step("unload 7 kernel modules", QuitStepStatus::Running, 900),
+    ] {
+        worker(&mut app, Event::QuitStep(step));
+    }
+    tick(&mut app, 11_350);
+    insta::assert_snapshot!(draw(&app, 100, 30));
+}
+
+#[test]
+fn error_dialog_after_a_failed_load() {
+    let mut app = loaded_app();
+    submit(&mut app, "/model /home/ada/models/broken.gguf");
+    worker(
+        &mut app,
+        Event::Error {
+            context: "loading /home/ada/models/broken.gguf".into(),
+            message: "tensor `blk.3.attn_q.weight` ends at byte 61,440,128, past the end of the \
+                      file (41,943,040 bytes): the file is truncated. Download it again."
+                .into(),
+        },
+    );
+    insta::assert_snapshot!(draw(&app, 100, 24));
+}
+
+#[test]
+fn help_screen() {
+    let mut app = loaded_app();
+    app.update(key(KeyCode::F(1)));
+    insta::assert_snapshot!(draw(&app, 100, 40));
+}
+
+#[test]
+fn sampler_form_with_a_bad_value() {
+    let mut app = loaded_app();
+    submit(&mut app, "/set");
+    app.update(key(KeyCode::Down)); // top_k
+    app.update(key(KeyCode::Down)); // top_p
+    app.update(ctrl('u'));
+    type_text(&mut app, "1.5");
+    app.update(key(KeyCode::Enter));
+    insta::assert_snapshot!(draw(&app, 100, 24));
+}
+
+#[test]
+fn unknown_command_keeps_the_text() {
+    let mut app = loaded_app();
+    submit(&mut app, "/frobnicate the model");
+    insta::assert_snapshot!(draw(&app, 80, 24));
+}
+
+#[test]
+fn system_prompt_editor() {
+    let mut app = loaded_app();
+    submit(&mut app, "/system");
+    type_text(&mut app, "You are a terse assistant.");
+    app.update(alt(KeyCode::Enter));
+    type_text(&mut app, "Answer in one sentence.");
+    insta::assert_snapshot!(draw(&app, 100, 24));
+}
+
+#[test]
+fn stopped_answer() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, "Sure! Here is a long explanation of", 5);
+    let fx = app.update(key(KeyCode::Esc));
+    assert_eq!(
+        fx,
+        vec![hipscope::ui::Effect::Send(
+            hipscope::model::protocol::Command::Stop
+        )]
+    );
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: stats(31, 7),
+            reason: StopReason::User,
+        },
+    );
+    app.update(Msg::Tick(std::time::Duration::from_secs(2)));
+    insta::assert_snapshot!(draw(&app, 80, 24));
+}
+
+#[test]
+fn model_picker_with_an_unreadable_file() {
+    use hipscope::ui::picker::{ModelEntry, ModelHeader};
+    let mut app = loaded_app();
+    let fx = submit(&mut app, "/model");
+    assert_eq!(fx, vec![hipscope::ui::Effect::Discover]);
+    let entry = |name: &str, path: &str, source: &str, size: u64, header| ModelEntry {
+        name: name.into(),
+        path: path.into(),
+        source: source.into(),
+        size,
+        header,
+    };
+    let ok = |arch: &str, quant: &str, params: u64| {
+        Ok(ModelHeader {
+            architecture: arch.into(),
+            quant: quant.into(),
+            parameters: Some(params),
+            context_length: Some(8192),
+            name: None,
+        })
+    };
+    app.update(Msg::Models {
+        entries: vec![
+            entry(
+                "SmolLM2-135M-Instruct.Q4_1",
+                "/home/ada/.cache/hipscope/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "hipscope",
+                98_362_432,
+                ok("llama", "Q4_1", 134_515_008),
+            ),
+            entry(
+                "qwen2.5:0.5b",
+                "/home/ada/.ollama/models/blobs/sha256-c5396e06af294bd101b30dce59131a76d2b773e76950acc870eda801d3ab0515",
+                "ollama",
+                397_807_936,
+                ok("qwen2", "Q4_K", 494_032_768),
+            ),
+            entry(
+                "Llama-3.2-1B-Instruct-Q4_K_M (bartowski/Llama-3.2-1B-Instruct-GGUF)",
+                "/home/ada/.cache/huggingface/hub/models--bartowski--Llama-3.2-1B-Instruct-GGUF/snapshots/067b946/Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+                "Hugging Face",
+                807_690_656,
+                ok("llama", "Q4_K", 1_235_814_432),
+            ),
+            entry(
+                "broken-7b.Q4_K_M",
+                "/home/ada/models/broken-7b.Q4_K_M.gguf",
+                "config",
+                41_943_040,
+                Err("/home/ada/models/broken-7b.Q4_K_M.gguf: the file ends before the tensor infos (in tensor 183, at byte 41943040)".into()),
+            ),
+        ],
+        searched: vec![],
+    });
+    app.update(key(KeyCode::Down));
+    insta::assert_snapshot!(draw(&app, 110, 26));
+}
+
+#[test]
+fn theme_styles_reach_the_screen() {
+    // Snapshots show text only; this checks that the HUNG banner is drawn in its own style and
+    // that code blocks carry the code background.
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, SHORT_ANSWER, 8);
+    finish(&mut app, 20);
+    worker(&mut app, Event::Watchdog(watchdog(WatchState::Hung, 5_000)));
+    let backend = draw(&app, 100, 30);
+    let buf = backend.buffer();
+    let theme = hipscope::ui::theme::Theme::default();
+    let banner = (0..100)
+        .map(|x| &buf[(x, 1)])
+        .find(|c| c.symbol() == "⚠")
+        .expect("banner on row 1");
+    assert_eq!(banner.bg, theme.hung_banner.bg.unwrap());
+    let row = (0..30)
+        .find(|&y| {
+            (0..100)
+                .map(|x| buf[(x, y)].symbol())
+                .collect::<String>()
+                .contains("xs = [1, 2, 3]")
+        })
+        .expect("code row");
+    let code_cell = &buf[(4, row)];
+    assert_eq!(code_cell.bg, theme.code_block.bg.unwrap());
+}

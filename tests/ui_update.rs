@@ -1,0 +1,451 @@
+//! The keys and commands as a user meets them, checked through `App::update`: which commands
+//! reach the worker, what stays in the message box, when the app quits and when it leaves at
+//! once.
+
+mod ui_common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crossterm::event::KeyCode;
+use hipscope::gpu::stats::WatchState;
+use hipscope::model::protocol::{Command, Event, ModelSource, StopReason};
+use hipscope::ui::app::{GenState, Overlay};
+use hipscope::ui::{App, Effect, Msg};
+use ui_common::*;
+
+fn sent(fx: &[Effect]) -> Vec<Command> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Send(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn is_quit(c: &Command) -> bool {
+    matches!(c, Command::Quit { .. })
+}
+
+fn streaming_app() -> App {
+    let mut app = loaded_app();
+    submit(&mut app, "question");
+    stream_answer(&mut app, "partial answer", 4);
+    app
+}
+
+#[test]
+fn ctrl_c_stops_an_answer_then_quits_then_leaves() {
+    let mut app = streaming_app();
+    assert_eq!(sent(&app.update(ctrl('c'))), [Command::Stop]);
+    assert_eq!(app.generation, GenState::Stopping);
+    // The stop was asked for and not confirmed: the next Ctrl-C quits.
+    let fx = sent(&app.update(ctrl('c')));
+    assert!(fx.iter().any(is_quit), "{fx:?}");
+    assert!(app.is_quitting());
+    assert_eq!(app.update(ctrl('c')), [Effect::ForceExit]);
+}
+
+#[test]
+fn ctrl_c_when_hung_quits_at_once() {
+    let mut app = streaming_app();
+    worker(&mut app, Event::Watchdog(watchdog(WatchState::Hung, 9_000)));
+    let fx = sent(&app.update(ctrl('c')));
+    assert_eq!(fx.len(), 2, "{fx:?}");
+    assert_eq!(fx[0], Command::Stop);
+    assert!(is_quit(&fx[1]));
+}
+
+#[test]
+fn ctrl_c_idle_quits_with_the_configured_drain_deadline() {
+    let mut app = loaded_app();
+    assert_eq!(
+        sent(&app.update(ctrl('c'))),
+        [Command::Quit {
+            drain_deadline: Duration::from_secs(5)
+        }]
+    );
+    // Keys other than Ctrl-C do nothing during the quit.
+    assert!(app.update(key(KeyCode::Char('x'))).is_empty());
+    assert!(app.input.is_empty());
+    worker(&mut app, Event::Exited { code: 0 });
+    assert_eq!(app.exit_code(), Some(0));
+}
+
+#[test]
+fn ctrl_d_quits_only_an_empty_message_box() {
+    let mut app = loaded_app();
+    type_text(&mut app, "abc");
+    app.update(key(KeyCode::Left));
+    assert!(sent(&app.update(ctrl('d'))).is_empty());
+    assert_eq!(
+        app.input.text(),
+        "ab",
+        "Ctrl-D deletes the character under the cursor"
+    );
+    app.input.take();
+    assert!(sent(&app.update(ctrl('d'))).iter().any(is_quit));
+}
+
+#[test]
+fn plain_letters_always_type() {
+    // While an answer streams.
+    let mut app = streaming_app();
+    type_text(&mut app, "next q");
+    assert_eq!(app.input.text(), "next q");
+    // Over the help screen: the window closes and the letter lands in the box.
+    app.update(key(KeyCode::F(1)));
+    assert!(matches!(app.overlay, Overlay::Help { .. }));
+    type_text(&mut app, "!");
+    assert!(matches!(app.overlay, Overlay::None));
+    assert_eq!(app.input.text(), "next q!");
+    // Under an error dialog.
+    worker(
+        &mut app,
+        Event::Error {
+            context: "x".into(),
+            message: "y".into(),
+        },
+    );
+    assert_eq!(app.errors.len(), 1);
+    type_text(&mut app, "?");
+    assert_eq!(app.input.text(), "next q!?");
+    app.update(key(KeyCode::Esc));
+    assert!(app.errors.is_empty());
+}
+
+#[test]
+fn enter_during_an_answer_keeps_the_message() {
+    let mut app = streaming_app();
+    let fx = submit(&mut app, "follow-up");
+    assert!(sent(&fx).is_empty());
+    assert_eq!(app.input.text(), "follow-up");
+    finish(&mut app, 4);
+    let fx = app.update(key(KeyCode::Enter));
+    assert_eq!(
+        sent(&fx),
+        [Command::Generate {
+            user: "follow-up".into()
+        }]
+    );
+    assert!(app.input.is_empty());
+}
+
+#[test]
+fn a_message_sent_while_loading_goes_out_when_the_model_is_ready() {
+    let mut app = App::new(settings());
+    assert!(sent(&submit(&mut app, "too early")).is_empty());
+    assert!(app.input.is_empty(), "the message waits outside the box");
+    // A second one cannot queue behind it: it stays in the box.
+    assert!(sent(&submit(&mut app, "second")).is_empty());
+    assert_eq!(app.input.text(), "second");
+    let fx = worker(
+        &mut app,
+        Event::ModelLoaded {
+            model: smollm2(),
+            device: rx7900xtx(),
+        },
+    );
+    assert_eq!(
+        sent(&fx),
+        [Command::Generate {
+            user: "too early".into()
+        }]
+    );
+    assert!(matches!(app.generation, GenState::Waiting { .. }));
+}
+
+#[test]
+fn a_message_waiting_for_a_model_that_fails_comes_back_to_the_box() {
+    let mut app = App::new(settings());
+    submit(&mut app, "hello");
+    worker(
+        &mut app,
+        Event::Error {
+            context: "loading the model".into(),
+            message: "truncated file".into(),
+        },
+    );
+    assert_eq!(app.input.text(), "hello");
+    assert!(app.pending.is_none());
+}
+
+#[test]
+fn history_recalls_sent_messages() {
+    let mut app = loaded_app();
+    submit(&mut app, "first");
+    finish(&mut app, 1);
+    submit(&mut app, "second\nline two");
+    finish(&mut app, 1);
+    type_text(&mut app, "draft");
+    app.update(key(KeyCode::Up));
+    assert_eq!(app.input.text(), "second\nline two");
+    app.update(key(KeyCode::Up));
+    assert_eq!(app.input.text(), "first");
+    app.update(key(KeyCode::Down));
+    app.update(key(KeyCode::Down));
+    app.update(key(KeyCode::Down));
+    assert_eq!(app.input.text(), "draft");
+}
+
+#[test]
+fn alt_enter_and_ctrl_j_insert_new_lines() {
+    let mut app = loaded_app();
+    type_text(&mut app, "a");
+    app.update(alt(KeyCode::Enter));
+    type_text(&mut app, "b");
+    app.update(ctrl('j'));
+    type_text(&mut app, "c");
+    assert_eq!(app.input.text(), "a\nb\nc");
+    assert_eq!(
+        sent(&app.update(key(KeyCode::Enter))),
+        [Command::Generate {
+            user: "a\nb\nc".into()
+        }]
+    );
+}
+
+#[test]
+fn slash_commands_reach_the_worker() {
+    let mut app = loaded_app();
+    submit(&mut app, "q");
+    stream_answer(&mut app, "a", 1);
+    finish(&mut app, 1);
+    assert_eq!(sent(&submit(&mut app, "/regen")), [Command::Regenerate]);
+    assert!(app.chat.last_answer().is_none(), "the old answer is gone");
+    stream_answer(&mut app, "b", 1);
+    finish(&mut app, 1);
+    assert_eq!(
+        sent(&submit(&mut app, "/system Be terse.")),
+        [Command::SetSystem("Be terse.".into())]
+    );
+    let fx = sent(&submit(&mut app, "/set temp 0.25"));
+    let [Command::SetSampler(cfg)] = fx.as_slice() else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(cfg.temp, 0.25);
+    assert_eq!(app.sampler.temp, 0.25);
+    assert_eq!(
+        sent(&submit(&mut app, "/model /m/other.gguf")),
+        [Command::LoadModel(ModelSource::File(
+            "/m/other.gguf".into()
+        ))]
+    );
+    assert_eq!(
+        submit(&mut app, "/save /tmp/x.md"),
+        [Effect::Export(Some(PathBuf::from("/tmp/x.md")))]
+    );
+    assert_eq!(sent(&submit(&mut app, "/clear")), [Command::Clear]);
+    assert!(app.chat.last_answer().is_none());
+    assert!(sent(&submit(&mut app, "/quit")).iter().any(is_quit));
+}
+
+#[test]
+fn a_bad_set_changes_nothing_and_says_why() {
+    let mut app = loaded_app();
+    let before = app.sampler.clone();
+    assert!(sent(&submit(&mut app, "/set temp 9")).is_empty());
+    assert_eq!(app.sampler, before);
+    let last = format!("{:?}", app.chat.entries.last().unwrap().kind);
+    assert!(last.contains("a number from 0 to 5"), "{last}");
+}
+
+#[test]
+fn an_unknown_command_stays_in_the_box_to_be_fixed() {
+    let mut app = loaded_app();
+    assert!(submit(&mut app, "/frobnicate").is_empty());
+    assert_eq!(app.input.text(), "/frobnicate");
+    let last = format!("{:?}", app.chat.entries.last().unwrap().kind);
+    assert!(last.contains("unknown command /frobnicate"), "{last}");
+}
+
+#[test]
+fn clearing_or_loading_during_an_answer_is_refused() {
+    let mut app = streaming_app();
+    assert!(sent(&submit(&mut app, "/clear")).is_empty());
+    assert!(sent(&submit(&mut app, "/model /m/x.gguf")).is_empty());
+    assert_eq!(app.chat.last_answer(), Some("partial answer"));
+}
+
+#[test]
+fn copy_takes_the_answer_or_a_code_block() {
+    let mut app = loaded_app();
+    submit(&mut app, "q");
+    stream_answer(
+        &mut app,
+        "Two:\n```sh\nls\n```\nand\n```py\nprint(1)\n```\n",
+        7,
+    );
+    finish(&mut app, 9);
+    let copied = |fx: Vec<Effect>| match fx.as_slice() {
+        [Effect::Copy { text, .. }] => text.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(copied(app.update(alt(KeyCode::Char('c')))), "print(1)\n");
+    assert_eq!(copied(submit(&mut app, "/copy code 1")), "ls\n");
+    assert!(copied(app.update(alt(KeyCode::Char('y')))).starts_with("Two:"));
+    assert!(submit(&mut app, "/copy code 3").is_empty());
+}
+
+#[test]
+fn sigterm_quits_and_a_second_one_leaves() {
+    let mut app = streaming_app();
+    let fx = sent(&app.update(Msg::Terminate("SIGTERM")));
+    assert_eq!(fx[0], Command::Stop);
+    assert!(is_quit(&fx[1]));
+    assert_eq!(app.update(Msg::Terminate("SIGTERM")), [Effect::ForceExit]);
+}
+
+#[test]
+fn the_sampler_form_applies_valid_values() {
+    let mut app = loaded_app();
+    app.update(key(KeyCode::F(3)));
+    app.update(ctrl('u'));
+    type_text(&mut app, "0");
+    let fx = sent(&app.update(key(KeyCode::Enter)));
+    let [Command::SetSampler(cfg)] = fx.as_slice() else {
+        panic!("{fx:?}")
+    };
+    assert_eq!(cfg.temp, 0.0);
+    assert!(matches!(app.overlay, Overlay::None));
+}
+
+#[test]
+fn the_system_editor_saves_on_enter() {
+    let mut app = loaded_app();
+    app.update(key(KeyCode::F(4)));
+    type_text(&mut app, "Line one");
+    app.update(alt(KeyCode::Enter));
+    type_text(&mut app, "line two");
+    assert_eq!(
+        sent(&app.update(key(KeyCode::Enter))),
+        [Command::SetSystem("Line one\nline two".into())]
+    );
+    assert_eq!(app.system_prompt, "Line one\nline two");
+}
+
+#[test]
+fn panels_toggle_and_the_column_resizes_within_bounds() {
+    let mut app = loaded_app();
+    app.update(key(KeyCode::F(6)));
+    assert!(!app.panels.arena);
+    assert_eq!(app.sidebar, None);
+    app.update(key(KeyCode::F(6)));
+    assert!(app.panels.arena);
+    assert_eq!(app.sidebar, Some(true), "showing a panel shows its column");
+    for _ in 0..50 {
+        app.update(alt(KeyCode::Right));
+    }
+    assert_eq!(app.sidebar_width, hipscope::ui::app::SIDEBAR_MAX);
+    for _ in 0..50 {
+        app.update(alt(KeyCode::Left));
+    }
+    assert_eq!(app.sidebar_width, hipscope::ui::app::SIDEBAR_MIN);
+    app.update(Msg::Resize(200, 50));
+    app.update(key(KeyCode::F(9)));
+    assert!(!app.sidebar_visible(200));
+}
+
+#[test]
+fn a_worker_that_exits_on_its_own_is_reported_and_its_code_kept() {
+    let mut app = streaming_app();
+    worker(&mut app, Event::Exited { code: 4 });
+    assert!(!app.worker_alive);
+    assert_eq!(app.generation, GenState::Idle);
+    assert_eq!(app.errors.len(), 1);
+    assert!(app.errors[0].message.contains("exited with code 4"));
+    assert!(sent(&app.update(ctrl('c'))).is_empty(), "no worker to ask");
+    assert_eq!(app.exit_code(), Some(4));
+}
+
+#[test]
+fn progress_comes_and_goes() {
+    let mut app = App::new(settings());
+    let progress = |f: Option<f32>| Event::Progress {
+        task: "downloading SmolLM2".into(),
+        fraction: f,
+        detail: String::new(),
+    };
+    worker(&mut app, progress(Some(0.1)));
+    worker(&mut app, progress(Some(0.6)));
+    assert_eq!(app.progress.len(), 1);
+    assert_eq!(app.progress[0].fraction, Some(0.6));
+    worker(&mut app, progress(Some(1.0)));
+    assert!(app.progress.is_empty());
+}
+
+#[test]
+fn scrolled_up_the_view_stays_put_while_text_streams() {
+    let mut app = loaded_app();
+    submit(&mut app, "q");
+    let long: String = (0..80).map(|i| format!("line {i}\n\n")).collect();
+    stream_answer(&mut app, &long, 50);
+    draw(&app, 80, 24);
+    app.update(wheel(true));
+    let top = app.chat.scroll_top.expect("scrolled");
+    worker(
+        &mut app,
+        Event::Token {
+            text: "more\n\nand more".into(),
+        },
+    );
+    draw(&app, 80, 24);
+    assert_eq!(app.chat.scroll_top, Some(top));
+    app.update(ctrl_end());
+    assert!(app.chat.is_following());
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: stats(1, 1),
+            reason: StopReason::Eog,
+        },
+    );
+}
+
+fn ctrl_end() -> Msg {
+    Msg::Key(crossterm::event::KeyEvent::new(
+        KeyCode::End,
+        crossterm::event::KeyModifiers::CONTROL,
+    ))
+}
+
+#[test]
+fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
+    let mut app = loaded_app();
+    app.restore(
+        &[
+            ("first question".into(), "first answer".into()),
+            ("second question".into(), String::new()),
+        ],
+        Some("OldModel-1B"),
+        "reopened 2 exchanges",
+    );
+    assert_eq!(app.chat.last_answer(), Some("first answer"));
+    let names: Vec<String> = app
+        .chat
+        .entries
+        .iter()
+        .filter_map(|e| match &e.kind {
+            hipscope::ui::chat::EntryKind::Assistant { model, .. } => Some(model.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        ["OldModel-1B"],
+        "reopened answers keep their model's name"
+    );
+    app.update(key(KeyCode::Up));
+    assert_eq!(app.input.text(), "second question");
+    // New answers go to a new entry, not to the reopened one.
+    submit(&mut app, "");
+    app.input.take();
+    submit(&mut app, "third");
+    stream_answer(&mut app, "third answer", 5);
+    assert_eq!(app.chat.last_answer(), Some("third answer"));
+    let last = app.chat.entries.last().unwrap();
+    assert!(matches!(
+        &last.kind,
+        hipscope::ui::chat::EntryKind::Assistant { model, .. } if model == "SmolLM2-135M-Instruct"
+    ));
+}
