@@ -41,3 +41,73 @@ typedef long long hs_i64;
             *hs_crumb = hs_op;                                                                 \
         }                                                                                      \
     } while (0)
+
+// ---- Helpers of the inference kernels (kernels/infer_*.hip) --------------------------------
+
+// IEEE half (as its 16 bits) to float, exactly. No <cuda_fp16.h> / <hip/hip_fp16.h>: neither
+// header may be included under the run-time compilers (see above).
+#if defined(HS_BACKEND_CUDA)
+__device__ __forceinline__ float hs_half_to_float(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+// Round to nearest even, as the CPU backend's f32 -> f16 conversion does.
+__device__ __forceinline__ unsigned short hs_float_to_half(float f) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+// Correctly rounded division even under --use_fast_math (activation quantization must round
+// exactly as the CPU backend does).
+#define HS_DIV_RN(a, b) __fdiv_rn((a), (b))
+#else
+__device__ inline float hs_half_to_float(unsigned short h) {
+    _Float16 v;
+    __builtin_memcpy(&v, &h, 2);
+    return (float)v;
+}
+__device__ inline unsigned short hs_float_to_half(float f) {
+    _Float16 v = (_Float16)f;
+    unsigned short h;
+    __builtin_memcpy(&h, &v, 2);
+    return h;
+}
+// HIP divides correctly rounded by default (no fast-math option is passed to hiprtc).
+#define HS_DIV_RN(a, b) ((a) / (b))
+#endif
+
+__device__ __forceinline__ float hs_bf16_to_float(unsigned short h) {
+    return __int_as_float(((int)h) << 16);
+}
+
+// c + the dot product of the four signed bytes of a and b.
+#if defined(HS_BACKEND_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
+#define HS_DP4A(a, b, c) __dp4a((a), (b), (c))
+#else
+// Portable form (AMD: the v_dot4 instructions differ between gfx9/gfx10.3 and gfx11, so the
+// compiler is left to pick; the arithmetic is exact either way).
+__device__ __forceinline__ int hs_dp4a_portable(int a, int b, int c) {
+    return c + (int)(signed char)(a) * (int)(signed char)(b) +
+           (int)(signed char)(a >> 8) * (int)(signed char)(b >> 8) +
+           (int)(signed char)(a >> 16) * (int)(signed char)(b >> 16) +
+           (int)(signed char)(a >> 24) * (int)(signed char)(b >> 24);
+}
+#define HS_DP4A(a, b, c) hs_dp4a_portable((a), (b), (c))
+#endif
+
+// The sum of v over the warp (wave32 or wave64: warpSize decides); every lane gets it. Every
+// lane of the warp must call it.
+__device__ __forceinline__ float hs_warp_sum(float v) {
+    for (int o = warpSize / 2; o > 0; o >>= 1) {
+        v += HS_SHFL_XOR(v, o);
+    }
+    return v;
+}
+
+__device__ __forceinline__ float hs_warp_max(float v) {
+    for (int o = warpSize / 2; o > 0; o >>= 1) {
+        v = fmaxf(v, HS_SHFL_XOR(v, o));
+    }
+    return v;
+}

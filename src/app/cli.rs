@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::app::{cmd, gpu_cli};
+use crate::gpu::compute::KvType;
+use crate::gpu::select::BackendChoice;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -86,6 +88,23 @@ pub struct ModelArgs {
         default_value_t = 512
     )]
     pub batch_size: usize,
+    /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
+    /// GPU number as the runtime counts them (default: the largest discrete GPU).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
+    #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
+    pub kv_type: KvType,
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    s.parse()
+}
+
+fn parse_kv(s: &str) -> Result<KvType, String> {
+    s.parse()
 }
 
 pub fn run() -> i32 {

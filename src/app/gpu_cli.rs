@@ -7,6 +7,7 @@ use std::time::Instant;
 use clap::Args;
 
 use crate::app::selftest::{self, SelftestOptions};
+use crate::app::selftest_compute::{self, ComputeCheckOptions};
 use crate::gpu::device::{BackendKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::BackendChoice;
@@ -25,6 +26,22 @@ pub struct SelftestArgs {
     /// Compile kernels afresh instead of using the on-disk cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// Check the GPU forward pass against the CPU backend on synthetic models (and --model
+    /// files) instead of the mechanisms.
+    #[arg(long)]
+    pub compute: bool,
+    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m).
+    #[arg(long, value_delimiter = ',', requires = "compute")]
+    pub shapes: Vec<String>,
+    /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).
+    #[arg(long, value_delimiter = ',', requires = "compute")]
+    pub quants: Vec<String>,
+    /// With --compute: real GGUF files to check as well.
+    #[arg(short = 'm', long = "model", requires = "compute")]
+    pub models: Vec<PathBuf>,
+    /// With --compute: compare every op of every case (a per-op error table).
+    #[arg(long, requires = "compute")]
+    pub ops: bool,
     /// Internal: run one scenario as a child process (`hang`, `quit`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -66,6 +83,24 @@ pub struct CompileChildArgs {
 
 /// `hipscope selftest`.
 pub fn selftest(args: &SelftestArgs) -> i32 {
+    if args.compute {
+        let or_default = |v: &Vec<String>, d: &[&str]| -> Vec<String> {
+            if v.is_empty() {
+                d.iter().map(|s| s.to_string()).collect()
+            } else {
+                v.clone()
+            }
+        };
+        return selftest_compute::run(&ComputeCheckOptions {
+            backend: args.backend,
+            device: args.device,
+            no_cache: args.no_cache,
+            shapes: or_default(&args.shapes, selftest_compute::SHAPES),
+            quants: or_default(&args.quants, selftest_compute::QUANTS),
+            files: args.models.clone(),
+            ops: args.ops,
+        });
+    }
     selftest::run(&SelftestOptions {
         backend: args.backend,
         device: args.device,

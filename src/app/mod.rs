@@ -13,6 +13,7 @@ pub mod gpu_cli;
 pub mod logging;
 pub mod quit;
 pub mod selftest;
+pub mod selftest_compute;
 pub mod shutdown;
 pub mod transcript;
 pub mod tui;

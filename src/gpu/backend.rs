@@ -5,9 +5,10 @@
 //! them in its arena and the forward pass never sees a device pointer.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::gpu::quant::GgmlType;
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, StreamSnapshot};
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot};
 
 /// A weight tensor held by the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -108,6 +109,23 @@ pub struct MemoryPlan {
     pub activation_elems: u64,
     /// KV cache: layers × positions × kv_dim, for keys and for values each.
     pub kv_elems: u64,
+    /// Most tokens in one forward step (the width of a prompt batch).
+    pub n_batch: usize,
+    /// The widest input of any matrix product (elements per token row).
+    pub max_cols: usize,
+    /// Elements of all one-row tensors (norms, biases, RoPE factors), which a backend may keep
+    /// as f32 whatever their stored type.
+    pub vector_elems: u64,
+}
+
+/// A view of a backend's device that other threads may read while the worker is inside a
+/// forward pass (the session borrows the backend mutably for a whole answer): atomics only, no
+/// lock shared with the worker, no runtime call.
+pub trait BackendMonitor: Send + Sync {
+    /// The backend's streams as they are now.
+    fn streams(&self) -> Vec<StreamSnapshot>;
+    /// The oldest op in flight judged against its budget (OK / SLOW / HUNG), if there is a stream.
+    fn watchdog(&self) -> Option<WatchdogSnapshot>;
 }
 
 /// A backend could not do what was asked.
@@ -219,4 +237,17 @@ pub trait Backend: Send {
 
     /// Memory held by the backend, for the UI.
     fn arena(&self) -> ArenaSnapshot;
+
+    /// A handle other threads can read snapshots from during a generation (GPU backends).
+    fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
+        None
+    }
+
+    /// The device half of the quit protocol: a bounded drain, then every device resource in
+    /// order, each step reported through `on_step`. Returns the exit code: 0 when every step
+    /// succeeded, 3 ([`crate::gpu::context::HARD_EXIT_CODE`]) when the process must leave with
+    /// `_exit` because the GPU could not be shut down cleanly. Later calls do nothing and return 0.
+    fn shutdown(&mut self, _drain_deadline: Duration, _on_step: &mut dyn FnMut(QuitStep)) -> i32 {
+        0
+    }
 }

@@ -28,6 +28,15 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("checksum", include_str!("../../kernels/checksum.hip")),
     ("fill", include_str!("../../kernels/fill.hip")),
     ("gemm", include_str!("../../kernels/gemm.hip")),
+    (
+        "infer_dequant",
+        include_str!("../../kernels/infer_dequant.hip"),
+    ),
+    (
+        "infer_matvec",
+        include_str!("../../kernels/infer_matvec.hip"),
+    ),
+    ("infer_ops", include_str!("../../kernels/infer_ops.hip")),
     ("ops_f32", include_str!("../../kernels/ops_f32.hip")),
     ("spin", include_str!("../../kernels/spin.hip")),
 ];

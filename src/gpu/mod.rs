@@ -4,6 +4,7 @@
 
 pub mod arena;
 pub mod backend;
+pub mod compute;
 pub mod context;
 pub mod cpu;
 pub mod cuda;

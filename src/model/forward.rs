@@ -145,6 +145,14 @@ impl Model {
             weight_tensors: file.tensors().len(),
             activation_elems: act_elems,
             kv_elems: (config.n_layers * n_ctx * config.kv_dim()) as u64,
+            n_batch,
+            max_cols: config.dim.max(config.q_dim()).max(config.ffn_dim),
+            vector_elems: file
+                .tensors()
+                .iter()
+                .filter(|t| t.rows_cols().0 == 1)
+                .map(|t| t.rows_cols().1 as u64)
+                .sum(),
         })?;
         let storage: SharedBytes = file.clone();
         let path = file.path().display().to_string();
@@ -269,6 +277,11 @@ impl Model {
 
     pub fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
+    }
+
+    /// The backend, for its shutdown at quit.
+    pub fn backend_mut(&mut self) -> &mut dyn Backend {
+        self.backend.as_mut()
     }
 
     pub fn load_time(&self) -> Duration {

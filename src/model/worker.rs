@@ -2,13 +2,15 @@
 //! by [`Command`]s and reporting [`Event`]s. The UI never waits on it; it never waits on the UI.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use crate::gpu::backend::Backend;
+use crate::gpu::backend::{Backend, BackendMonitor};
 use crate::gpu::stats::{QuitStep, QuitStepStatus};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
@@ -233,6 +235,13 @@ impl Worker {
             },
         };
         let events = self.events.clone();
+        // The session holds the backend for the whole answer: stream and watchdog snapshots come
+        // from the backend's monitor on a thread of their own meanwhile.
+        let monitor = session
+            .model
+            .backend()
+            .monitor()
+            .map(|m| MonitorThread::start(m, self.events.clone()));
         let commands = &self.commands;
         let deferred = &mut self.deferred;
         let result = session.chat(&user, &mut |p| {
@@ -264,6 +273,9 @@ impl Worker {
             }
             control
         });
+        if let Some(m) = monitor {
+            m.stop();
+        }
         match result {
             Ok(answer) => self.send(Event::AnswerDone {
                 stats: answer.stats,
@@ -282,7 +294,7 @@ impl Worker {
     }
 
     /// Releases the model and device in order, reporting each step; returns the exit code.
-    fn quit(&mut self, _drain_deadline: Duration) -> i32 {
+    fn quit(&mut self, drain_deadline: Duration) -> i32 {
         let events = self.events.clone();
         let step = |name: &str, f: &mut dyn FnMut() -> Result<(), String>| {
             let t = Instant::now();
@@ -303,10 +315,62 @@ impl Worker {
         };
         let mut session = self.session.take();
         step("stop intake", &mut || Ok(()));
+        // The device half: bounded drain, then each GPU resource in order, each step reported.
+        let code = match &mut session {
+            Some(s) => s
+                .model_mut()
+                .backend_mut()
+                .shutdown(drain_deadline, &mut |st| {
+                    let _ = events.send(Event::QuitStep(st));
+                }),
+            None => 0,
+        };
+        if code != 0 {
+            // The GPU is wedged: touch nothing more of it; the process leaves with _exit.
+            std::mem::forget(session.take());
+            return code;
+        }
         step("release model and backend", &mut || {
             session.take();
             Ok(())
         });
-        0
+        code
+    }
+}
+
+/// Sends `Streams` and `Watchdog` snapshots from a backend monitor every [`MONITOR_EVERY`] while
+/// a generation runs (the monitor reads atomics only: it cannot block on the device).
+struct MonitorThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+const MONITOR_EVERY: Duration = Duration::from_millis(250);
+
+impl MonitorThread {
+    fn start(m: Arc<dyn BackendMonitor>, events: UnboundedSender<Event>) -> MonitorThread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("hipscope-monitor".into())
+            .spawn(move || {
+                while !s2.load(Ordering::Acquire) {
+                    let _ = events.send(Event::Streams(m.streams()));
+                    if let Some(w) = m.watchdog() {
+                        let _ = events.send(Event::Watchdog(w));
+                    }
+                    std::thread::park_timeout(MONITOR_EVERY);
+                }
+            })
+            .ok();
+        MonitorThread { stop, handle }
+    }
+
+    fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
     }
 }

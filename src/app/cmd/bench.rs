@@ -8,6 +8,7 @@ use clap::Args;
 use super::load_model;
 use crate::app::cli::ModelArgs;
 use crate::model::forward::Logits;
+use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
 use crate::model::sampler::Rng;
 
@@ -80,6 +81,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     // Room for the longest test, as llama-bench sizes its context.
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(longest + 1));
     let mut loaded = load_model(&args, SamplerConfig::default())?;
+    let r = run_loaded(&a, reps, &mut loaded);
+    super::finish(loaded.session.model_mut(), r)
+}
+
+fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let s = loaded.summary.clone();
     let device = loaded.session.model.backend().device();
     let vocab = loaded.session.model.config.vocab_size as u64;

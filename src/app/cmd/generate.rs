@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::load_model;
 use crate::app::cli::ModelArgs;
+use crate::model::loader::Loaded;
 use crate::model::protocol::{SamplerConfig, StopReason};
 use crate::model::session::{Control, Progress};
 
@@ -90,21 +91,26 @@ impl SamplingArgs {
 pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
     let sampler = a.sampling.config()?;
     let mut loaded = load_model(&a.model, sampler)?;
+    let r = run_loaded(&a, &mut loaded);
+    super::finish(loaded.session.model_mut(), r)
+}
+
+fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let s = &loaded.summary;
+    let dev = loaded.session.model.backend().device();
     eprintln!(
-        "model: {} ({}, {}, {:.1} M parameters), context {}, backend: cpu ({} threads)",
+        "model: {} ({}, {}, {:.1} M parameters), context {}, backend: {} ({})",
         s.name,
         s.architecture,
         s.quant,
         s.parameters as f64 / 1e6,
         s.context_length,
-        loaded
-            .session
-            .model
-            .backend()
-            .device()
-            .compute_units
-            .unwrap_or(1),
+        dev.backend,
+        if dev.backend == "cpu" {
+            format!("{} threads", dev.compute_units.unwrap_or(1))
+        } else {
+            format!("{} {}", dev.name, dev.arch)
+        },
     );
     eprintln!("load time: {:.1} ms", s.load_time.as_secs_f64() * 1e3);
     let session = &mut loaded.session;

@@ -11,12 +11,20 @@ pub mod tokenize;
 
 use std::io::Write;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 
 use crate::app::cli::ModelArgs;
 use crate::app::fetch::{self, FetchProgress};
+use crate::app::quit::{describe_step, hard_exit_now};
+use crate::gpu::backend::Backend;
+use crate::gpu::compute::{ComputeOptions, GpuCompute};
 use crate::gpu::cpu::CpuBackend;
+use crate::gpu::kernels::KernelCache;
+use crate::gpu::select::{BackendChoice, Selected, select};
+use crate::gpu::stats::QuitStepStatus;
+use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
 use crate::model::loader::{self, LoadOptions, Loaded};
 use crate::model::protocol::{ModelSource, SamplerConfig};
@@ -58,7 +66,7 @@ pub fn load_model_with(
     all_logits: bool,
 ) -> anyhow::Result<Loaded> {
     let file = open_model(args)?;
-    let backend = Box::new(CpuBackend::new(args.threads));
+    let backend = open_backend(args)?;
     let opts = LoadOptions {
         n_ctx: args.ctx_size,
         n_batch: args.batch_size.max(1),
@@ -73,6 +81,76 @@ pub fn load_model_with(
         eprintln!("warning: {w}");
     }
     Ok(loaded)
+}
+
+/// The GPU backend's settings from the command line, with `HIPSCOPE_GEMM_MIN_TOKENS` (the batch
+/// size from which matrix products take the GEMM path) for measuring the two paths.
+pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
+    let mut o = ComputeOptions {
+        kv: args.kv_type,
+        ..ComputeOptions::default()
+    };
+    if let Some(n) = std::env::var("HIPSCOPE_GEMM_MIN_TOKENS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        o.gemm_min_tokens = n.max(1);
+    }
+    o
+}
+
+/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why. `auto`
+/// falls back to the CPU when no GPU can be opened or prepared; an explicit GPU choice that fails
+/// is an error.
+pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
+    let cpu = |reason: &str| -> Box<dyn Backend> {
+        let b = CpuBackend::new(args.threads);
+        eprintln!("backend: cpu, {} threads ({reason})", b.n_threads());
+        Box::new(b)
+    };
+    if args.backend == BackendChoice::Fake {
+        anyhow::bail!("--backend fake is a test device that cannot run a model");
+    }
+    let sel =
+        select(args.backend, args.device).with_context(|| format!("--backend {}", args.backend))?;
+    match sel {
+        Selected::Cpu { reason } => Ok(cpu(&reason)),
+        Selected::Gpu { backend, reason } => {
+            let opts = compute_options(args);
+            match GpuCompute::open(backend, &reason, opts, &KernelCache::default_location()) {
+                Ok(g) => {
+                    eprintln!("backend: {reason}; KV cache {}", g.options().kv.name());
+                    Ok(Box::new(g))
+                }
+                Err(e) if args.backend == BackendChoice::Auto => Ok(cpu(&format!(
+                    "{reason}, but the GPU could not be prepared: {e}; using the CPU"
+                ))),
+                Err(e) => Err(anyhow::anyhow!("{reason}: {e}")),
+            }
+        }
+    }
+}
+
+/// Ends a command that ran a model: the backend's quit protocol (bounded drain, then every
+/// device resource in order), failed steps on stderr. When the GPU could not be shut down
+/// cleanly, leaves at once with `_exit(3)` so that no runtime atexit handler can hang the
+/// process; otherwise passes the command's result through.
+pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<i32> {
+    let code = model
+        .backend_mut()
+        .shutdown(Duration::from_secs(3), &mut |s| {
+            if matches!(s.status, QuitStepStatus::Failed(_)) {
+                eprintln!("shutdown: {}", describe_step(&s));
+            }
+        });
+    if code != 0 {
+        if let Err(e) = &result {
+            eprintln!("error: {e:#}");
+        }
+        eprintln!("hipscope: the GPU could not be shut down cleanly; leaving without GPU cleanup");
+        hard_exit_now(code);
+    }
+    result
 }
 
 /// A one-line progress bar on stderr (only when stderr is a terminal).

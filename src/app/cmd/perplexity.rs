@@ -12,6 +12,7 @@ use clap::Args;
 use super::load_model_with;
 use crate::app::cli::ModelArgs;
 use crate::model::forward::Logits;
+use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
 
 #[derive(Args, Debug)]
@@ -52,11 +53,16 @@ pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading {}", a.file.display()))?;
     let mut loaded = load_model_with(&a.model, SamplerConfig::default(), true)?;
+    let r = run_loaded(&a, &text, &mut loaded);
+    super::finish(loaded.session.model_mut(), r)
+}
+
+fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let session = &mut loaded.session;
     let n_ctx = session.model.n_ctx();
     let t0 = Instant::now();
     // llama-perplexity: add_special = true, parse_special = false.
-    let tokens = session.tokenizer.encode(&text, true, false);
+    let tokens = session.tokenizer.encode(text, true, false);
     eprintln!(
         "tokenized {} into {} tokens in {:.1} ms",
         a.file.display(),

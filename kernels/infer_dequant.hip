@@ -1,0 +1,233 @@
+// Dequantization of weight rows (embedding lookups, and row tiles of a weight matrix turned into
+// f32 for the GEMM of a prompt batch) and the Q8 quantization of activations. Block layouts are
+// ggml's (src/gpu/quant/blocks.rs describes them byte by byte); the element formulas are those of
+// the CPU backend's scalar reference, term for term.
+
+__device__ __forceinline__ float dq_half(const unsigned char *p) {
+    return hs_half_to_float(*(const unsigned short *)p);
+}
+
+__device__ __forceinline__ hs_u32 dq_u32_2(const unsigned char *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (hs_u32)h[0] | ((hs_u32)h[1] << 16);
+}
+
+__device__ float dq_f32(const unsigned char *b, hs_u32 j) { return ((const float *)b)[j]; }
+__device__ float dq_f16(const unsigned char *b, hs_u32 j) {
+    return hs_half_to_float(((const unsigned short *)b)[j]);
+}
+__device__ float dq_bf16(const unsigned char *b, hs_u32 j) {
+    return hs_bf16_to_float(((const unsigned short *)b)[j]);
+}
+
+// Q4_0: d, qs[16]; element j in the low nibble of qs[j], element j+16 in the high one.
+__device__ float dq_q4_0(const unsigned char *b, hs_u32 j) {
+    const hs_u32 q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
+    return (float)((int)q - 8) * dq_half(b);
+}
+
+// Q4_1: d, m, qs[16].
+__device__ float dq_q4_1(const unsigned char *b, hs_u32 j) {
+    const hs_u32 q = (b[4 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
+    return (float)q * dq_half(b) + dq_half(b + 2);
+}
+
+// Q5_0: d, qh[4] (bit j is element j's fifth bit), qs[16].
+__device__ float dq_q5_0(const unsigned char *b, hs_u32 j) {
+    const hs_u32 qh = dq_u32_2(b + 2);
+    const hs_u32 q = ((b[6 + (j & 15)] >> ((j >> 4) * 4)) & 0xF) | (((qh >> j) & 1) << 4);
+    return (float)((int)q - 16) * dq_half(b);
+}
+
+// Q5_1: d, m, qh[4], qs[16].
+__device__ float dq_q5_1(const unsigned char *b, hs_u32 j) {
+    const hs_u32 qh = dq_u32_2(b + 4);
+    const hs_u32 q = ((b[8 + (j & 15)] >> ((j >> 4) * 4)) & 0xF) | (((qh >> j) & 1) << 4);
+    return (float)q * dq_half(b) + dq_half(b + 2);
+}
+
+// Q8_0: d, qs[32] (signed).
+__device__ float dq_q8_0(const unsigned char *b, hs_u32 j) {
+    return (float)(signed char)b[2 + j] * dq_half(b);
+}
+
+// The six-bit scale and min of sub-block `s` (0..7) of a Q4_K/Q5_K super-block.
+__device__ __forceinline__ void dq_k_scale_min(const unsigned char *q, hs_u32 s, hs_u32 *sc,
+                                               hs_u32 *mn) {
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *mn = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+// Q4_K: d, dmin, scales[12], qs[128]; each 32 bytes of qs hold two 32-element sub-blocks (low
+// nibbles, then high nibbles).
+__device__ float dq_q4_k(const unsigned char *b, hs_u32 j) {
+    const hs_u32 chunk = j / 64;
+    const hs_u32 hi = (j % 64) / 32;
+    const hs_u32 l = j % 32;
+    hs_u32 sc, mn;
+    dq_k_scale_min(b + 4, 2 * chunk + hi, &sc, &mn);
+    const hs_u32 q = (b[16 + 32 * chunk + l] >> (4 * hi)) & 0xF;
+    return dq_half(b) * (float)sc * (float)q - dq_half(b + 2) * (float)mn;
+}
+
+// Q5_K: d, dmin, scales[12], qh[32], qs[128]; sub-block s takes its fifth bit from bit s of qh[l].
+__device__ float dq_q5_k(const unsigned char *b, hs_u32 j) {
+    const hs_u32 chunk = j / 64;
+    const hs_u32 hi = (j % 64) / 32;
+    const hs_u32 l = j % 32;
+    const hs_u32 sub = 2 * chunk + hi;
+    hs_u32 sc, mn;
+    dq_k_scale_min(b + 4, sub, &sc, &mn);
+    const hs_u32 q = ((b[48 + 32 * chunk + l] >> (4 * hi)) & 0xF) | (((b[16 + l] >> sub) & 1) << 4);
+    return dq_half(b) * (float)sc * (float)q - dq_half(b + 2) * (float)mn;
+}
+
+// Q6_K: ql[128], qh[64], scales[16] (signed), d. Per half of 128 elements, element
+// l + 32 * quarter takes a nibble of ql[l] (quarters 0, 2) or ql[l + 32] (1, 3) and bit pair
+// `quarter` of qh[l].
+__device__ float dq_q6_k(const unsigned char *b, hs_u32 j) {
+    const hs_u32 half = j / 128;
+    const hs_u32 w = j % 128;
+    const hs_u32 quarter = w / 32;
+    const hs_u32 l = w % 32;
+    const hs_u32 qlb = b[64 * half + l + (quarter & 1) * 32];
+    const hs_u32 nib = (quarter >= 2) ? (qlb >> 4) : (qlb & 0xF);
+    const hs_u32 hb = (b[128 + 32 * half + l] >> (2 * quarter)) & 3;
+    const int q = (int)(nib | (hb << 4)) - 32;
+    const int sc = (signed char)b[192 + 8 * half + l / 16 + 2 * quarter];
+    return dq_half(b + 208) * (float)sc * (float)q;
+}
+
+// out[r * cols + c] = element c of source row (tokens ? tokens[r] : r) of `table`, for
+// blockIdx.y = r. A source row outside the table (the host checks token ids first) reads as 0.
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+__device__ void infer_dequant_rows(const unsigned char *table, const hs_u32 *tokens, float *out,
+                                   hs_u32 cols, hs_u64 row_bytes, hs_u32 n_src_rows) {
+    const hs_u32 r = blockIdx.y;
+    const hs_u32 src = (tokens != 0) ? tokens[r] : r;
+    float *o = out + (hs_u64)r * cols;
+    const unsigned char *row = table + (hs_u64)src * row_bytes;
+    const hs_u32 stride = gridDim.x * blockDim.x;
+    for (hs_u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
+        o[c] = (src < n_src_rows) ? DQ(row + (hs_u64)(c / BL) * BB, c % BL) : 0.0f;
+    }
+}
+
+HS_KERNEL void hs_dequant_rows_f32(HS_TRACK_PARAMS, const unsigned char *table,
+                                   const hs_u32 *tokens, float *out, hs_u32 cols,
+                                   hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_f32, 1, 4>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_f16(HS_TRACK_PARAMS, const unsigned char *table,
+                                   const hs_u32 *tokens, float *out, hs_u32 cols,
+                                   hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_f16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_bf16(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_bf16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q4_0(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q4_0, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q4_1(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q4_1, 32, 20>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q5_0(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q5_0, 32, 22>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q5_1(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q5_1, 32, 24>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q8_0(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q8_0, 32, 34>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q4_k(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q4_k, 256, 144>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q5_k(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q5_k, 256, 176>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q6_k(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q6_k, 256, 210>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+// Q8 quantization of activations, one thread per block of `bs` (32 or 256) values, exactly as the
+// CPU backend quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the
+// quants and (d, d * sum q) per block where xq / xd are given, and the dequantized values
+// (q * d) where xdq is given: the GEMM of a prompt batch then multiplies the same numbers the
+// integer dot products of the matrix-vector kernels (and the CPU backend) multiply.
+HS_KERNEL void hs_quantize_act(HS_TRACK_PARAMS, const float *x, signed char *xq, float *xd,
+                               float *xdq, hs_u32 bs, hs_u64 n_blocks) {
+    HS_BREADCRUMB();
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 blk = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < n_blocks;
+         blk += stride) {
+        const float *xb = x + blk * bs;
+        float amax = 0.0f;
+        for (hs_u32 i = 0; i < bs; ++i) {
+            amax = fmaxf(amax, fabsf(xb[i]));
+        }
+        const float d = HS_DIV_RN(amax, 127.0f);
+        const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+        int sum = 0;
+        for (hs_u32 i = 0; i < bs; ++i) {
+            int q = (int)rintf(xb[i] * id);
+            q = q < -128 ? -128 : (q > 127 ? 127 : q);
+            sum += q;
+            if (xq != 0) {
+                xq[blk * bs + i] = (signed char)q;
+            }
+            if (xdq != 0) {
+                xdq[blk * bs + i] = (float)q * d;
+            }
+        }
+        if (xd != 0) {
+            xd[2 * blk] = d;
+            xd[2 * blk + 1] = d * (float)sum;
+        }
+    }
+}

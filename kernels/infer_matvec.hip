@@ -1,0 +1,350 @@
+// Matrix-vector products y[t * rows + r] = W[r, :] . x[t, :] for up to HS_MV_MAX_TOK tokens, W
+// in its stored (quantized) form, dequantized on the fly. One warp per row, lanes striding over
+// the row's blocks, so the row's bytes are read once, coalesced, for all the tokens.
+//
+// Quantized weights are multiplied with Q8-quantized activations (hs_quantize_act) in integer
+// dot products, as the CPU backend and llama.cpp compute them: per 32-element block
+// d_w * d_x * sum(q_w * q_x) (+ m * d_x * sum(q_x) for types with a minimum), per K super-block
+// d_x * (d * sum_s sc_s * dot_s - dmin * sum_s m_s * sum_s(q_x)). F32/F16/BF16 weights take the
+// f32 activations. Each lane handles 8 elements of a block per step (a "part"); the part's
+// weight bytes are read 16 bits at a time where the block layout only guarantees 2-byte
+// alignment (Q4_0, Q5_0, Q8_0, Q6_K).
+
+#define HS_MV_MAX_TOK 8
+
+__device__ __forceinline__ int mv_i32(const unsigned char *p) { return *(const int *)p; }
+
+__device__ __forceinline__ int mv_i32_2(const unsigned char *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (int)((hs_u32)h[0] | ((hs_u32)h[1] << 16));
+}
+
+__device__ __forceinline__ float mv_half(const unsigned char *p) {
+    return hs_half_to_float(*(const unsigned short *)p);
+}
+
+// Bits 0..3 of x to bit 4 of bytes 0..3 (the fifth bits of four Q5 quants).
+__device__ __forceinline__ int mv_spread4(hs_u32 x) {
+    return (int)(((x & 1) << 4) | ((x & 2) << 11) | ((x & 4) << 18) | ((x & 8) << 25));
+}
+
+#define MV_ONES 0x01010101
+
+// --- 32-element blocks: 4 parts of 8 elements. xb: the token's 32 quants of this block;
+// xd: its (d, d * sum q).
+
+// Q4_0 (18 bytes: d, qs[16]); values (q - 8) * d, computed as q * d + (-8d).
+__device__ float mv_part_q4_0(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const int v = mv_i32_2(b + 2 + 4 * s);
+    const int lo = v & 0x0F0F0F0F;
+    const int hi = (v >> 4) & 0x0F0F0F0F;
+    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    const float d = mv_half(b);
+    float r = d * xd[0] * (float)sumi;
+    if (s == 0) {
+        r += (d * -8.0f) * xd[1];
+    }
+    return r;
+}
+
+// Q4_1 (20 bytes: d, m, qs[16]).
+__device__ float mv_part_q4_1(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const int v = mv_i32(b + 4 + 4 * s);
+    const int lo = v & 0x0F0F0F0F;
+    const int hi = (v >> 4) & 0x0F0F0F0F;
+    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    float r = mv_half(b) * xd[0] * (float)sumi;
+    if (s == 0) {
+        r += mv_half(b + 2) * xd[1];
+    }
+    return r;
+}
+
+// Q5_0 (22 bytes: d, qh[4], qs[16]); values (q - 16) * d.
+__device__ float mv_part_q5_0(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 qh = (hs_u32)mv_i32_2(b + 2);
+    const int v = mv_i32_2(b + 6 + 4 * s);
+    const int lo = (v & 0x0F0F0F0F) | mv_spread4(qh >> (4 * s));
+    const int hi = ((v >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * s));
+    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    const float d = mv_half(b);
+    float r = d * xd[0] * (float)sumi;
+    if (s == 0) {
+        r += (d * -16.0f) * xd[1];
+    }
+    return r;
+}
+
+// Q5_1 (24 bytes: d, m, qh[4], qs[16]).
+__device__ float mv_part_q5_1(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 qh = (hs_u32)mv_i32(b + 4);
+    const int v = mv_i32(b + 8 + 4 * s);
+    const int lo = (v & 0x0F0F0F0F) | mv_spread4(qh >> (4 * s));
+    const int hi = ((v >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * s));
+    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    float r = mv_half(b) * xd[0] * (float)sumi;
+    if (s == 0) {
+        r += mv_half(b + 2) * xd[1];
+    }
+    return r;
+}
+
+// Q8_0 (34 bytes: d, qs[32]); part s covers elements 8s..8s+7.
+__device__ float mv_part_q8_0(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const int w0 = mv_i32_2(b + 2 + 8 * s);
+    const int w1 = mv_i32_2(b + 2 + 8 * s + 4);
+    const int sumi = HS_DP4A(w0, mv_i32((const unsigned char *)xb + 8 * s),
+                             HS_DP4A(w1, mv_i32((const unsigned char *)xb + 8 * s + 4), 0));
+    return mv_half(b) * xd[0] * (float)sumi;
+}
+
+// --- K super-blocks of 256: 32 parts of 8 elements. xb: the token's 256 quants; xd[0]: its d.
+
+__device__ __forceinline__ void mv_k_scale_min(const unsigned char *q, hs_u32 s, int *sc,
+                                               int *mn) {
+    if (s < 4) {
+        *sc = q[s] & 63;
+        *mn = q[s + 4] & 63;
+    } else {
+        *sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
+        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+}
+
+// Q4_K (144 bytes: d, dmin, scales[12], qs[128]). Part s: chunk c = s / 8 (64 elements: two
+// sub-blocks, low then high nibbles), bytes 4g..4g+3 of the chunk's 32 (g = s % 8).
+__device__ float mv_part_q4_k(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 c = s / 8;
+    const hs_u32 g = s % 8;
+    const int v = mv_i32(b + 16 + 32 * c + 4 * g);
+    const int lo = v & 0x0F0F0F0F;
+    const int hi = (v >> 4) & 0x0F0F0F0F;
+    const int xlo = mv_i32((const unsigned char *)xb + 64 * c + 4 * g);
+    const int xhi = mv_i32((const unsigned char *)xb + 64 * c + 32 + 4 * g);
+    int s0, m0, s1, m1;
+    mv_k_scale_min(b + 4, 2 * c, &s0, &m0);
+    mv_k_scale_min(b + 4, 2 * c + 1, &s1, &m1);
+    const int sumi = s0 * HS_DP4A(lo, xlo, 0) + s1 * HS_DP4A(hi, xhi, 0);
+    const int summ = m0 * HS_DP4A(MV_ONES, xlo, 0) + m1 * HS_DP4A(MV_ONES, xhi, 0);
+    return xd[0] * mv_half(b) * (float)sumi - xd[0] * mv_half(b + 2) * (float)summ;
+}
+
+// Q5_K (176 bytes: d, dmin, scales[12], qh[32], qs[128]); sub-block k takes bit k of qh[l].
+__device__ float mv_part_q5_k(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 c = s / 8;
+    const hs_u32 g = s % 8;
+    const int v = mv_i32(b + 48 + 32 * c + 4 * g);
+    const hs_u32 qh = (hs_u32)mv_i32(b + 16 + 4 * g);
+    const int lo = (v & 0x0F0F0F0F) | (int)(((qh >> (2 * c)) & MV_ONES) << 4);
+    const int hi = ((v >> 4) & 0x0F0F0F0F) | (int)(((qh >> (2 * c + 1)) & MV_ONES) << 4);
+    const int xlo = mv_i32((const unsigned char *)xb + 64 * c + 4 * g);
+    const int xhi = mv_i32((const unsigned char *)xb + 64 * c + 32 + 4 * g);
+    int s0, m0, s1, m1;
+    mv_k_scale_min(b + 4, 2 * c, &s0, &m0);
+    mv_k_scale_min(b + 4, 2 * c + 1, &s1, &m1);
+    const int sumi = s0 * HS_DP4A(lo, xlo, 0) + s1 * HS_DP4A(hi, xhi, 0);
+    const int summ = m0 * HS_DP4A(MV_ONES, xlo, 0) + m1 * HS_DP4A(MV_ONES, xhi, 0);
+    return xd[0] * mv_half(b) * (float)sumi - xd[0] * mv_half(b + 2) * (float)summ;
+}
+
+// Q6_K (210 bytes: ql[128], qh[64], scales[16], d). Part s: half h = s / 16 (128 elements),
+// quarter pair p = (s % 16) / 8 (quarters p and p + 2 share the bytes ql[64h + 32p + l]), bytes
+// l = 4g..4g+3 (g = s % 8). Values (q - 32) * sc * d.
+__device__ float mv_part_q6_k(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 h = s / 16;
+    const hs_u32 p = (s % 16) / 8;
+    const hs_u32 g = s % 8;
+    const int ql = mv_i32_2(b + 64 * h + 32 * p + 4 * g);
+    const int qh = mv_i32_2(b + 128 + 32 * h + 4 * g);
+    const int qa = (ql & 0x0F0F0F0F) | (((qh >> (2 * p)) & 0x03030303) << 4);
+    const int qb = ((ql >> 4) & 0x0F0F0F0F) | (((qh >> (2 * p + 4)) & 0x03030303) << 4);
+    const int xa = mv_i32((const unsigned char *)xb + 128 * h + 32 * p + 4 * g);
+    const int xbv = mv_i32((const unsigned char *)xb + 128 * h + 32 * (p + 2) + 4 * g);
+    const int da = HS_DP4A(qa, xa, 0) - 32 * HS_DP4A(MV_ONES, xa, 0);
+    const int db = HS_DP4A(qb, xbv, 0) - 32 * HS_DP4A(MV_ONES, xbv, 0);
+    const int sa = (signed char)b[192 + 8 * h + g / 4 + 2 * p];
+    const int sb = (signed char)b[192 + 8 * h + g / 4 + 2 * (p + 2)];
+    const int sumi = sa * da + sb * db;
+    return xd[0] * mv_half(b + 208) * (float)sumi;
+}
+
+// One warp per row (rows beyond the grid's first pass are taken in further passes, so any warp
+// size works with any grid); BL elements and BB bytes per block, PARTS parts per block.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
+__device__ void infer_mv_quant(const unsigned char *w, const signed char *xq, const float *xd,
+                               float *y, hs_u32 rows, hs_u32 cols, hs_u32 ntok) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u32 nblocks = cols / BL;
+    const hs_u64 row_bytes = (hs_u64)nblocks * BB;
+    const hs_u32 items = nblocks * PARTS;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
+         row += gridDim.x * nwarps) {
+        const unsigned char *wr = w + (hs_u64)row * row_bytes;
+        float acc[HS_MV_MAX_TOK];
+#pragma unroll
+        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+            acc[t] = 0.0f;
+        }
+        // Unrolled so that several parts' loads are in flight before the first is used: one
+        // part per lane at a time leaves a decode-sized product waiting on memory latency.
+#pragma unroll 4
+        for (hs_u32 i = lane; i < items; i += warpSize) {
+            const hs_u32 blk = i / PARTS;
+            const hs_u32 part = i % PARTS;
+            const unsigned char *b = wr + (hs_u64)blk * BB;
+#pragma unroll
+            for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+                if ((hs_u32)t < ntok) {
+                    acc[t] += PART(b, part, xq + (hs_u64)t * cols + (hs_u64)blk * BL,
+                                   xd + 2 * ((hs_u64)t * nblocks + blk));
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+            if ((hs_u32)t < ntok) {
+                const float v = hs_warp_sum(acc[t]);
+                if (lane == 0) {
+                    y[(hs_u64)t * rows + row] = v;
+                }
+            }
+        }
+    }
+}
+
+// F32 / F16 / BF16 weights against f32 activations: lanes stride over the row's elements.
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
+__device__ void infer_mv_float(const unsigned char *w, const float *x, float *y, hs_u32 rows,
+                               hs_u32 cols, hs_u32 ntok) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
+         row += gridDim.x * nwarps) {
+        const unsigned char *wr = w + (hs_u64)row * cols * ES;
+        float acc[HS_MV_MAX_TOK];
+#pragma unroll
+        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+            acc[t] = 0.0f;
+        }
+        for (hs_u32 c = lane; c < cols; c += warpSize) {
+            const float wv = DQ(wr, c);
+#pragma unroll
+            for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+                if ((hs_u32)t < ntok) {
+                    acc[t] += wv * x[(hs_u64)t * cols + c];
+                }
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+            if ((hs_u32)t < ntok) {
+                const float v = hs_warp_sum(acc[t]);
+                if (lane == 0) {
+                    y[(hs_u64)t * rows + row] = v;
+                }
+            }
+        }
+    }
+}
+
+__device__ float mv_f32(const unsigned char *w, hs_u32 c) { return ((const float *)w)[c]; }
+__device__ float mv_f16(const unsigned char *w, hs_u32 c) {
+    return hs_half_to_float(((const unsigned short *)w)[c]);
+}
+__device__ float mv_bf16(const unsigned char *w, hs_u32 c) {
+    return hs_bf16_to_float(((const unsigned short *)w)[c]);
+}
+
+// Every matrix-vector kernel takes the same arguments: weights, Q8 activation (quants and
+// per-block (d, d * sum)), f32 activation, output, rows, cols, tokens. Float kernels read xf,
+// quantized ones xq/xd.
+HS_KERNEL void hs_mv_f32(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                         const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                         hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_float<mv_f32, 4>(w, xf, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_f16(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                         const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                         hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_float<mv_f16, 2>(w, xf, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_bf16(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_float<mv_bf16, 2>(w, xf, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q4_0, 32, 18, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q4_1, 32, 20, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q5_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q5_0, 32, 22, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q5_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q5_1, 32, 24, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q8_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q8_0, 32, 34, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q4_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q4_k, 256, 144, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q5_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q5_k, 256, 176, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv_q6_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q6_k, 256, 210, 32>(w, xq, xd, y, rows, cols, ntok);
+}

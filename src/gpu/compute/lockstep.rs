@@ -1,0 +1,272 @@
+//! [`Lockstep`]: a [`Backend`] that runs every op on the CPU reference and on the GPU, compares
+//! what each op wrote, then copies the CPU's result into the GPU's buffer, so that every op is
+//! judged on identical inputs. It names the op (and kernel) whose output differs, where a
+//! comparison of final logits only says that something does. A diagnostic for
+//! `hipscope selftest --compute`, far too slow for anything else (a download per op).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::gpu::backend::{
+    AttnParams, Backend, Buf, MemoryPlan, OpLabel, Result, RopeParams, Weight, WeightData,
+};
+use crate::gpu::compute::GpuCompute;
+use crate::gpu::cpu::CpuBackend;
+use crate::gpu::quant::GgmlType;
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep};
+
+/// The worst difference seen for one kind of op.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OpError {
+    /// ‖gpu − cpu‖₂ / ‖cpu‖₂, worst call.
+    pub rel_l2: f64,
+    /// Where the worst call was (`layer 3 · ffn_down`).
+    pub worst_at: String,
+    pub calls: usize,
+}
+
+/// Per op kind (`matmul Q4_0 (mv)`, `rope`, …), the worst difference.
+pub type OpErrors = BTreeMap<String, OpError>;
+
+/// Both backends, op by op.
+pub struct Lockstep {
+    cpu: CpuBackend,
+    gpu: GpuCompute,
+    /// Type, rows, cols of each weight.
+    weight_shapes: Vec<(GgmlType, usize, usize)>,
+    errors: Arc<Mutex<OpErrors>>,
+}
+
+/// ‖a − b‖₂ / ‖b‖₂ (a non-finite value anywhere counts as infinitely wrong).
+pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let mut num = 0f64;
+    let mut den = 0f64;
+    for (&x, &y) in a.iter().zip(b) {
+        if !x.is_finite() || !y.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (x as f64 - y as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    if den == 0.0 {
+        if num == 0.0 { 0.0 } else { f64::INFINITY }
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+impl Lockstep {
+    /// The wrapper, and the table it fills (readable after the model has taken the backend).
+    pub fn new(cpu: CpuBackend, gpu: GpuCompute) -> (Lockstep, Arc<Mutex<OpErrors>>) {
+        let errors = Arc::new(Mutex::new(OpErrors::new()));
+        (
+            Lockstep {
+                cpu,
+                gpu,
+                weight_shapes: Vec::new(),
+                errors: errors.clone(),
+            },
+            errors,
+        )
+    }
+
+    /// Compares the first `n` elements of `b` on both sides and makes the GPU's equal the CPU's.
+    fn check(&mut self, b: Buf, n: usize, kind: String, at: OpLabel) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut c = vec![0f32; n];
+        let mut g = vec![0f32; n];
+        self.cpu.read(b, 0, &mut c)?;
+        self.gpu.read(b, 0, &mut g)?;
+        let e = rel_l2(&g, &c);
+        if let Ok(mut errors) = self.errors.lock() {
+            let slot = errors.entry(kind).or_default();
+            slot.calls += 1;
+            if e > slot.rel_l2 || slot.calls == 1 {
+                slot.rel_l2 = e;
+                slot.worst_at = at.to_string();
+            }
+        }
+        self.gpu.write_buffer(b, &c)
+    }
+}
+
+fn same<T: PartialEq + std::fmt::Debug>(a: T, b: T, what: &str) -> Result<T> {
+    if a == b {
+        Ok(a)
+    } else {
+        Err(crate::gpu::backend::BackendError::Invalid(format!(
+            "lockstep: the backends numbered {what} differently ({a:?} vs {b:?})"
+        )))
+    }
+}
+
+impl Backend for Lockstep {
+    fn device(&self) -> DeviceSummary {
+        self.gpu.device()
+    }
+
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
+        self.cpu.plan(plan)?;
+        self.gpu.plan(plan)
+    }
+
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
+        let a = self.cpu.load_weight(data)?;
+        let b = self.gpu.load_weight(data)?;
+        self.weight_shapes.push((data.ty, data.rows, data.cols));
+        same(a, b, "a weight")
+    }
+
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        let a = self.cpu.alloc(name, len)?;
+        let b = self.gpu.alloc(name, len)?;
+        same(a, b, "a buffer")
+    }
+
+    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
+        self.cpu.alloc_kv_cache(n_layers, n_ctx, kv_dim)?;
+        self.gpu.alloc_kv_cache(n_layers, n_ctx, kv_dim)
+    }
+
+    fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
+        self.cpu.embed(table, tokens, out)?;
+        self.gpu.embed(table, tokens, out)?;
+        let (ty, _, cols) = self.weight_shapes[table.0 as usize];
+        let n = tokens.len() * cols;
+        self.check(out, n, format!("embed {ty}"), OpLabel::global("embed"))
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        out: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.cpu
+            .rms_norm(x, weight, out, n_tokens, dim, eps, label)?;
+        self.gpu
+            .rms_norm(x, weight, out, n_tokens, dim, eps, label)?;
+        self.check(out, n_tokens * dim, "rms_norm".into(), label)
+    }
+
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.cpu.matmul(w, x, out, n_tokens, label)?;
+        self.gpu.matmul(w, x, out, n_tokens, label)?;
+        let (ty, rows, _) = self.weight_shapes[w.0 as usize];
+        let path = if n_tokens >= self.gpu.options().gemm_min_tokens {
+            "gemm"
+        } else {
+            "mv"
+        };
+        let n = n_tokens * rows;
+        self.check(out, n, format!("matmul {ty} ({path})"), label)
+    }
+
+    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
+        self.cpu.add_bias(x, bias, n_tokens, label)?;
+        self.gpu.add_bias(x, bias, n_tokens, label)?;
+        let width = self.weight_shapes[bias.0 as usize].2;
+        self.check(x, n_tokens * width, "add_bias".into(), label)
+    }
+
+    fn rope(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        n_heads: usize,
+        head_dim: usize,
+        pos0: usize,
+        params: &RopeParams,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.cpu
+            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)?;
+        self.gpu
+            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)?;
+        let kind = if params.neox { "rope (neox)" } else { "rope" };
+        self.check(x, n_tokens * n_heads * head_dim, kind.into(), label)
+    }
+
+    fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
+        self.cpu.attention(q, k, v, out, p)?;
+        self.gpu.attention(q, k, v, out, p)?;
+        let kind = if p.n_tokens > 1 {
+            "attention (prompt)"
+        } else {
+            "attention (decode)"
+        };
+        self.check(
+            out,
+            p.n_tokens * p.n_heads * p.head_dim,
+            kind.into(),
+            OpLabel::layer(p.layer as u32, "attention"),
+        )
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        self.cpu.swiglu(gate, up, len, label)?;
+        self.gpu.swiglu(gate, up, len, label)?;
+        self.check(gate, len, "swiglu".into(), label)
+    }
+
+    fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {
+        self.cpu.add(acc, x, len, label)?;
+        self.gpu.add(acc, x, len, label)?;
+        self.check(acc, len, "add".into(), label)
+    }
+
+    fn copy(
+        &mut self,
+        src: Buf,
+        src_off: usize,
+        dst: Buf,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        self.cpu.copy(src, src_off, dst, dst_off, len)?;
+        self.gpu.copy(src, src_off, dst, dst_off, len)?;
+        self.check(dst, dst_off + len, "copy".into(), OpLabel::global("copy"))
+    }
+
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        // Every op was already compared and resynchronised: the CPU's values are the answer.
+        self.cpu.read(buf, offset, out)
+    }
+
+    fn arena(&self) -> ArenaSnapshot {
+        self.gpu.arena()
+    }
+
+    fn shutdown(&mut self, drain_deadline: Duration, on_step: &mut dyn FnMut(QuitStep)) -> i32 {
+        self.gpu.shutdown(drain_deadline, on_step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_error_is_the_l2_ratio_and_flags_non_finite_values() {
+        assert_eq!(rel_l2(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        let e = rel_l2(&[1.0, 2.0, 2.0], &[0.0, 2.0, 2.0]);
+        assert!((e - 1.0 / 8f64.sqrt()).abs() < 1e-12);
+        assert_eq!(rel_l2(&[f32::NAN], &[1.0]), f64::INFINITY);
+        assert_eq!(rel_l2(&[1.0], &[0.0]), f64::INFINITY);
+        assert_eq!(rel_l2(&[0.0], &[0.0]), 0.0);
+    }
+}

@@ -1,0 +1,226 @@
+//! The GPU backend's host side on the scripted fake device (no GPU): the arena is made once from
+//! the model's plan (and a model that does not fit is refused with the numbers), every weight is
+//! uploaded and verified, a forward pass enqueues labelled launches of the right kernels and
+//! allocates nothing, and shutdown runs the quit protocol's steps. The fake runs the inference
+//! kernels as no-ops, so nothing here checks numbers: `hipscope selftest --compute` does that on a
+//! real GPU (docs/gpu-inference-h100.txt).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use hipscope::gpu::backend::{Backend, BackendError};
+use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
+use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::kernels::KernelCache;
+use hipscope::gpu::stats::QuitStepStatus;
+use hipscope::model::forward::{Logits, Model, ModelError, ModelOptions};
+use hipscope::model::loader;
+use hipscope::model::protocol::ModelSource;
+
+fn fake(total_memory: u64) -> (FakeBackend, FakeControl) {
+    let f = FakeBackend::new(FakeScript {
+        total_memory,
+        auto_complete: true,
+        blas: false,
+    });
+    let c = f.control();
+    (f, c)
+}
+
+fn tiny(quant: &str) -> Arc<hipscope::model::gguf::GgufFile> {
+    loader::open(
+        &ModelSource::Synthetic {
+            shape: "tiny-qwen2".into(),
+            quant: quant.into(),
+            seed: 3,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic model")
+}
+
+fn opts() -> ModelOptions {
+    ModelOptions {
+        n_ctx: 64,
+        n_batch: 32,
+        all_logits: false,
+    }
+}
+
+fn mallocs(c: &FakeControl) -> usize {
+    c.log().iter().filter(|l| l.starts_with("malloc")).count()
+}
+
+fn launched(c: &FakeControl, kernel: &str) -> usize {
+    let want = format!("launch {kernel}");
+    c.log().iter().filter(|l| **l == want).count()
+}
+
+#[test]
+fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
+    let (dev, ctl) = fake(1 << 30);
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions {
+            kv: KvType::F16,
+            ..ComputeOptions::default()
+        },
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let shared = gpu.gpu().expect("live").stream_shared();
+    let monitor = gpu.monitor().expect("a GPU backend has a monitor");
+    let mut m = Model::load(tiny("Q4_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    let after_load = mallocs(&ctl);
+    assert!(
+        after_load <= 4,
+        "one allocation per arena region, not per tensor: {after_load}"
+    );
+    assert!(
+        ctl.log().iter().any(|l| l.contains("hs_checksum")),
+        "uploads are verified on the device"
+    );
+
+    let mut logits = Vec::new();
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(logits.len(), 512);
+    m.forward(&[5], 20, Logits::Last, &mut logits)
+        .expect("decode");
+    m.forward(&[6, 7, 8], 21, Logits::Last, &mut logits)
+        .expect("short batch");
+    assert_eq!(
+        mallocs(&ctl),
+        after_load,
+        "no device allocation while generating"
+    );
+
+    // The prompt (20 ≥ 16 tokens) took the GEMM path: tiles dequantized, hs_sgemm (no BLAS on
+    // the fake); decode and the short batch took the matrix-vector kernel.
+    assert!(launched(&ctl, "hs_dequant_rows_q4_0") > 0);
+    assert!(launched(&ctl, "hs_sgemm") > 0);
+    assert!(launched(&ctl, "hs_mv_q4_0") > 0);
+    assert!(
+        launched(&ctl, "hs_attention_f16") == 3 * 2,
+        "one per layer per step"
+    );
+    assert!(launched(&ctl, "hs_kv_store_f16") == 3 * 2);
+    // Biases of qwen2, NeoX RoPE for q and k.
+    assert!(launched(&ctl, "hs_add_bias_rows") == 3 * 2 * 3);
+    assert!(launched(&ctl, "hs_rope") == 3 * 2 * 2);
+    // Q, K and V share one quantized input per step: per layer, the attention input, the
+    // attention output, the FFN input and the SwiGLU output are quantized, plus the output head.
+    assert_eq!(launched(&ctl, "hs_quantize_act"), 3 * (2 * 4 + 1));
+
+    let labels: Vec<String> = shared
+        .recent_completed(4000)
+        .into_iter()
+        .map(|o| o.label)
+        .collect();
+    for want in [
+        "layer 1 · attn_q · mv_q4_0",
+        "layer 0 · attention · attention_f16",
+        "layer 1 · ffn_down · gemm",
+        "layer 0 · ffn_down · dequant_q4_0",
+        "read · logits",
+    ] {
+        assert!(
+            labels.iter().any(|l| l == want),
+            "no op labelled {want:?} among {} ops",
+            labels.len()
+        );
+    }
+    let streams = monitor.streams();
+    assert_eq!(streams.len(), 1);
+    assert!(streams[0].enqueued > 100);
+    assert!(monitor.watchdog().is_some());
+
+    let mut steps = Vec::new();
+    let code = m
+        .backend_mut()
+        .shutdown(Duration::from_secs(2), &mut |s| steps.push(s));
+    assert_eq!(code, 0);
+    let done: Vec<&str> = steps
+        .iter()
+        .filter(|s| s.status == QuitStepStatus::Done)
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        done,
+        [
+            "drain stream",
+            "destroy BLAS handles",
+            "destroy events",
+            "unload modules",
+            "free arena and pinned memory",
+            "destroy stream"
+        ]
+    );
+    assert!(!ctl.stream_alive());
+    assert_eq!(ctl.live_modules(), 0);
+    assert_eq!(ctl.device_bytes_allocated(), 0);
+    // A second shutdown has nothing left to do; the backend refuses further work.
+    assert_eq!(
+        m.backend_mut()
+            .shutdown(Duration::from_secs(1), &mut |_| {}),
+        0
+    );
+    assert!(m.forward(&[1], 24, Logits::Last, &mut logits).is_err());
+}
+
+#[test]
+fn a_model_that_does_not_fit_is_refused_before_any_upload() {
+    let (dev, ctl) = fake(2 << 20);
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let err = match Model::load(tiny("F32"), Box::new(gpu), opts(), &mut |_, _| {}) {
+        Ok(_) => panic!("a 2 MiB device cannot hold the model"),
+        Err(e) => e,
+    };
+    match &err {
+        ModelError::Backend(BackendError::OutOfMemory(msg)) => {
+            assert!(msg.contains("weights"), "{msg}");
+            assert!(msg.contains("kv_cache"), "{msg}");
+            assert!(msg.contains("free of"), "{msg}");
+        }
+        other => panic!("expected out of memory, got {other}"),
+    }
+    assert_eq!(mallocs(&ctl), 0, "nothing allocated");
+    assert_eq!(launched(&ctl, "hs_checksum"), 0, "no tensor was uploaded");
+}
+
+#[test]
+fn unsupported_calls_are_errors_not_panics() {
+    let (dev, _ctl) = fake(1 << 30);
+    let mut gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    // Before the plan there is no arena: buffers are refused.
+    assert!(gpu.alloc("x", 16).is_err());
+    let mut m = Model::load(tiny("Q8_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    let mut logits = Vec::new();
+    // A token outside the vocabulary: the backend checks before uploading the ids.
+    let e = m
+        .forward(&[100_000], 0, Logits::Last, &mut logits)
+        .expect_err("token out of range");
+    assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+    // The model still runs afterwards.
+    m.forward(&[1, 2], 0, Logits::Last, &mut logits)
+        .expect("valid tokens");
+    assert_eq!(
+        m.backend_mut()
+            .shutdown(Duration::from_secs(2), &mut |_| {}),
+        0
+    );
+}
