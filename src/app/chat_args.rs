@@ -28,6 +28,9 @@ pub struct ChatArgs {
     /// CPU threads (0: all cores).
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<u32>,
+    /// GPU number as the runtime counts them (default: the largest discrete GPU).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
     /// System prompt.
     #[arg(long = "system-prompt", visible_alias = "sys", value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -99,6 +102,9 @@ impl ChatArgs {
         }
         if let Some(n) = self.threads {
             config.threads = n;
+        }
+        if let Some(d) = self.device {
+            config.device = Some(d);
         }
         if let Some(s) = &self.system_prompt {
             config.system_prompt = s.clone();

@@ -18,38 +18,7 @@ use crate::ui::theme::ThemeName;
 /// The documented defaults, as shipped (also written as the user's first copy).
 pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../config.toml");
 
-/// Which compute backend to use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum BackendChoice {
-    #[default]
-    Auto,
-    Hip,
-    Cuda,
-    Cpu,
-}
-
-impl BackendChoice {
-    pub const ALLOWED: &'static str = "\"auto\", \"hip\", \"cuda\" or \"cpu\"";
-
-    pub fn parse(s: &str) -> Option<BackendChoice> {
-        match s.to_ascii_lowercase().as_str() {
-            "auto" => Some(BackendChoice::Auto),
-            "hip" | "rocm" => Some(BackendChoice::Hip),
-            "cuda" => Some(BackendChoice::Cuda),
-            "cpu" => Some(BackendChoice::Cpu),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendChoice::Auto => "auto",
-            BackendChoice::Hip => "hip",
-            BackendChoice::Cuda => "cuda",
-            BackendChoice::Cpu => "cpu",
-        }
-    }
-}
+pub use crate::gpu::select::BackendChoice;
 
 /// Log verbosity.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
@@ -143,6 +112,8 @@ pub struct Config {
     pub ctx_size: u32,
     /// 0: all cores.
     pub threads: u32,
+    /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
+    pub device: Option<u32>,
     pub system_prompt: String,
     pub sampler: SamplerConfig,
     pub ui: UiConfig,
@@ -159,6 +130,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             ctx_size: 0,
             threads: 0,
+            device: None,
             system_prompt: String::new(),
             sampler: SamplerConfig::default(),
             ui: UiConfig {
@@ -337,6 +309,7 @@ const TOP_KEYS: &[&str] = &[
     "backend",
     "ctx_size",
     "threads",
+    "device",
     "system_prompt",
     "sampler",
     "ui",
@@ -403,6 +376,14 @@ impl Config {
             "0 (all cores) or a whole number up to 4096",
         )? {
             c.threads = n as u32;
+        }
+        if let Some(n) = top.integer(
+            "device",
+            -1,
+            1023,
+            "-1 (the largest discrete GPU) or a GPU number from 0",
+        )? {
+            c.device = u32::try_from(n).ok();
         }
         top.string("system_prompt", &mut c.system_prompt)?;
 

@@ -51,6 +51,7 @@ pub struct WorkerConfig {
     pub backend: config::BackendChoice,
     pub ctx_size: u32,
     pub threads: u32,
+    pub device: Option<u32>,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
 }
@@ -453,6 +454,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         backend: config.backend,
         ctx_size: config.ctx_size,
         threads: config.threads,
+        device: config.device,
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
     }
@@ -731,8 +733,12 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
     use crate::model::protocol::ModelSource;
     use crate::model::worker::{self, WorkerOptions};
 
-    let threads = cfg.threads as usize;
-    let choice = cfg.backend;
+    let request = crate::app::backend::BackendRequest {
+        choice: cfg.backend,
+        device: cfg.device,
+        threads: cfg.threads as usize,
+        compute: crate::gpu::compute::ComputeOptions::default(),
+    };
     let opts = WorkerOptions {
         source: cfg.model.map(ModelSource::File),
         default_model: Box::new(|progress| {
@@ -745,18 +751,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
             };
             fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
         }),
-        backend: Box::new(move || match choice {
-            config::BackendChoice::Auto | config::BackendChoice::Cpu => {
-                Ok(Box::new(crate::gpu::cpu::CpuBackend::new(threads))
-                    as Box<dyn crate::gpu::backend::Backend>)
-            }
-            // The GPU runtimes open devices, but the forward pass runs on the CPU backend
-            // until the GPU compute backends land; say so rather than pretend.
-            other => Err(format!(
-                "the {} backend cannot run models in this build yet; use --backend cpu (or auto)",
-                other.name()
-            )),
-        }),
+        // Which backend and why reaches the GPU panel through the device summary's reason.
+        backend: Box::new(move || crate::app::backend::open(&request).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

@@ -20,6 +20,26 @@ pub enum BackendChoice {
     Fake,
 }
 
+impl BackendChoice {
+    /// The choices a user may name (the fake device is for tests only).
+    pub const ALLOWED: &'static str = "\"auto\", \"hip\", \"cuda\" or \"cpu\"";
+
+    /// A user's choice (config file, chat flags): the fake device is not one.
+    pub fn parse(s: &str) -> Option<BackendChoice> {
+        s.parse().ok().filter(|&c| c != BackendChoice::Fake)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Hip => "hip",
+            BackendChoice::Cuda => "cuda",
+            BackendChoice::Cpu => "cpu",
+            BackendChoice::Fake => "fake",
+        }
+    }
+}
+
 impl FromStr for BackendChoice {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -38,13 +58,7 @@ impl FromStr for BackendChoice {
 
 impl fmt::Display for BackendChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            BackendChoice::Auto => "auto",
-            BackendChoice::Hip => "hip",
-            BackendChoice::Cuda => "cuda",
-            BackendChoice::Cpu => "cpu",
-            BackendChoice::Fake => "fake",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -15,14 +15,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+use crate::app::backend::BackendRequest;
 use crate::app::cli::ModelArgs;
 use crate::app::fetch::{self, FetchProgress};
 use crate::app::quit::{describe_step, hard_exit_now};
 use crate::gpu::backend::Backend;
-use crate::gpu::compute::{ComputeOptions, GpuCompute};
-use crate::gpu::cpu::CpuBackend;
-use crate::gpu::kernels::KernelCache;
-use crate::gpu::select::{BackendChoice, Selected, select};
+use crate::gpu::compute::ComputeOptions;
 use crate::gpu::stats::QuitStepStatus;
 use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
@@ -99,36 +97,17 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
     o
 }
 
-/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why. `auto`
-/// falls back to the CPU when no GPU can be opened or prepared; an explicit GPU choice that fails
-/// is an error.
+/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let cpu = |reason: &str| -> Box<dyn Backend> {
-        let b = CpuBackend::new(args.threads);
-        eprintln!("backend: cpu, {} threads ({reason})", b.n_threads());
-        Box::new(b)
-    };
-    if args.backend == BackendChoice::Fake {
-        anyhow::bail!("--backend fake is a test device that cannot run a model");
-    }
-    let sel =
-        select(args.backend, args.device).with_context(|| format!("--backend {}", args.backend))?;
-    match sel {
-        Selected::Cpu { reason } => Ok(cpu(&reason)),
-        Selected::Gpu { backend, reason } => {
-            let opts = compute_options(args);
-            match GpuCompute::open(backend, &reason, opts, &KernelCache::default_location()) {
-                Ok(g) => {
-                    eprintln!("backend: {reason}; KV cache {}", g.options().kv.name());
-                    Ok(Box::new(g))
-                }
-                Err(e) if args.backend == BackendChoice::Auto => Ok(cpu(&format!(
-                    "{reason}, but the GPU could not be prepared: {e}; using the CPU"
-                ))),
-                Err(e) => Err(anyhow::anyhow!("{reason}: {e}")),
-            }
-        }
-    }
+    let (backend, said) = crate::app::backend::open(&BackendRequest {
+        choice: args.backend,
+        device: args.device,
+        threads: args.threads,
+        compute: compute_options(args),
+    })
+    .map_err(anyhow::Error::msg)?;
+    eprintln!("backend: {said}");
+    Ok(backend)
 }
 
 /// Ends a command that ran a model: the backend's quit protocol (bounded drain, then every

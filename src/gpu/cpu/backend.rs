@@ -68,6 +68,7 @@ pub struct CpuBackend {
     /// One attention-score row per thread.
     scores: Vec<Mutex<Vec<f32>>>,
     allocations: u64,
+    reason: String,
 }
 
 fn invalid(msg: String) -> BackendError {
@@ -75,6 +76,15 @@ fn invalid(msg: String) -> BackendError {
 }
 
 impl CpuBackend {
+    /// A backend with `threads` threads (0: one per available core), chosen for `reason` (shown
+    /// with the device).
+    pub fn with_reason(threads: usize, reason: &str) -> CpuBackend {
+        CpuBackend {
+            reason: reason.to_string(),
+            ..CpuBackend::new(threads)
+        }
+    }
+
     /// A backend with `threads` threads (0: one per available core).
     pub fn new(threads: usize) -> CpuBackend {
         let n = if threads == 0 {
@@ -90,6 +100,7 @@ impl CpuBackend {
             scratch: MatmulScratch::default(),
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             allocations: 0,
+            reason: String::new(),
         }
     }
 
@@ -154,7 +165,7 @@ impl Backend for CpuBackend {
             free_memory: mem.map(|m| m.1),
             compute_units: Some(self.pool.n_threads() as u32),
             warp_size: None,
-            reason: String::new(),
+            reason: self.reason.clone(),
         }
     }
 

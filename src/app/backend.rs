@@ -1,0 +1,56 @@
+//! Opening the compute backend a user asked for — the CPU, or a GPU through `gpu::select` —
+//! shared by the headless commands and the chat's worker. `auto` tries HIP, then CUDA, then the
+//! CPU, and falls back to the CPU when a GPU is found but cannot be prepared (its kernels fail to
+//! compile, say); an explicit GPU choice that fails is an error naming why.
+
+use crate::gpu::backend::Backend;
+use crate::gpu::compute::{ComputeOptions, GpuCompute};
+use crate::gpu::cpu::CpuBackend;
+use crate::gpu::kernels::KernelCache;
+use crate::gpu::select::{BackendChoice, Selected, select};
+
+/// What to open.
+#[derive(Clone, Debug)]
+pub struct BackendRequest {
+    pub choice: BackendChoice,
+    /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
+    pub device: Option<u32>,
+    /// CPU threads (0: every core).
+    pub threads: usize,
+    pub compute: ComputeOptions,
+}
+
+/// Opens the backend; the sentence that comes with it says which one and why (it is also the
+/// `reason` of the backend's `DeviceSummary`).
+pub fn open(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), String> {
+    let cpu = |reason: String| -> (Box<dyn Backend>, String) {
+        let b = CpuBackend::with_reason(req.threads, &reason);
+        let said = format!("cpu, {} threads ({reason})", b.n_threads());
+        (Box::new(b), said)
+    };
+    if req.choice == BackendChoice::Fake {
+        return Err("--backend fake is a test device that cannot run a model".into());
+    }
+    let sel =
+        select(req.choice, req.device).map_err(|e| format!("--backend {}: {e}", req.choice))?;
+    match sel {
+        Selected::Cpu { reason } => Ok(cpu(reason)),
+        Selected::Gpu { backend, reason } => {
+            match GpuCompute::open(
+                backend,
+                &reason,
+                req.compute,
+                &KernelCache::default_location(),
+            ) {
+                Ok(g) => {
+                    let said = format!("{reason}; KV cache {}", g.options().kv.name());
+                    Ok((Box::new(g), said))
+                }
+                Err(e) if req.choice == BackendChoice::Auto => Ok(cpu(format!(
+                    "{reason}, but the GPU could not be prepared: {e}; using the CPU"
+                ))),
+                Err(e) => Err(format!("{reason}: {e}")),
+            }
+        }
+    }
+}
