@@ -8,7 +8,7 @@ use ratatui::widgets::{Paragraph, Sparkline};
 
 use crate::gpu::stats::{DeviceSummary, TelemetrySample};
 
-use super::meter::{bar, ellipsize, panel, text};
+use super::meter::{bar, ellipsize, panel, text, wrap_words};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -150,8 +150,10 @@ impl GpuPanel {
                 }
             }
         }
-        if !d.reason.is_empty() {
-            lines.push(Line::from(text(ellipsize(&d.reason, w), theme.dim)));
+        // Why this backend: often long (which runtime was missing, which device won), and the
+        // first thing to read when the GPU was not used; a few lines of it.
+        for l in wrap_words(&d.reason, w, 6) {
+            lines.push(Line::from(text(l, theme.dim)));
         }
         let text_rows = (lines.len() as u16).min(inner.height);
         frame.render_widget(

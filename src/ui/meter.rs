@@ -77,6 +77,37 @@ pub fn ellipsize(s: &str, width: usize) -> String {
     out
 }
 
+/// Word-wraps `s` into at most `max_lines` lines of `width` columns; if text is left over, the
+/// last line ends in `…`. Words longer than a line are cut.
+pub fn wrap_words(s: &str, width: usize, max_lines: usize) -> Vec<String> {
+    use unicode_width::UnicodeWidthStr;
+    let mut lines: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for word in s.split_whitespace() {
+        if !cur.is_empty() && cur.width() + 1 + word.width() > width {
+            lines.push(std::mem::take(&mut cur));
+        }
+        if !cur.is_empty() {
+            cur.push(' ');
+        }
+        cur.push_str(word);
+    }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    let mut out: Vec<String> = lines.iter().map(|l| ellipsize(l, width)).collect();
+    if max_lines > 0 && out.len() > max_lines {
+        out.truncate(max_lines);
+        let last = ellipsize(&out[max_lines - 1], width.saturating_sub(1));
+        out[max_lines - 1] = if last.ends_with('…') {
+            last
+        } else {
+            format!("{last}…")
+        };
+    }
+    out
+}
+
 /// Keeps the end of a path-like string (the file name matters most): `…/models/x.gguf`.
 pub fn ellipsize_start(s: &str, width: usize) -> String {
     let n = s.chars().count();
@@ -93,6 +124,17 @@ pub fn ellipsize_start(s: &str, width: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_wrap_and_the_rest_is_cut() {
+        assert_eq!(
+            wrap_words("auto: HIP unavailable (no device)", 12, 4),
+            vec!["auto: HIP", "unavailable", "(no device)"]
+        );
+        assert_eq!(wrap_words("one two three four", 9, 1), vec!["one two…"]);
+        assert_eq!(wrap_words("abcdefghijkl", 5, 3), vec!["abcd…"]);
+        assert!(wrap_words("", 5, 3).is_empty());
+    }
 
     #[test]
     fn bars_fill_in_eighths() {
