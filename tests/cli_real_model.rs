@@ -62,3 +62,38 @@ fn same_seed_same_text_when_sampling() {
     assert_eq!(a, generate("7"));
     assert_ne!(a, generate("8"));
 }
+
+#[test]
+fn tokenize_prints_what_llama_tokenize_prints() {
+    // Recorded from llama.cpp b11434:
+    //   llama-tokenize -m SmolLM2-135M-Instruct.Q4_1.gguf -p "Hello <|im_start|> wörld" --log-disable
+    let want = "\
+ 19556 -> 'Hello'
+   216 -> ' '
+     1 -> '<|im_start|>'
+   267 -> ' w'
+ 29989 -> 'ör'
+   400 -> 'ld'
+";
+    let out = run_ok(&[
+        "tokenize",
+        "-m",
+        smollm2().to_str().unwrap(),
+        "Hello <|im_start|> wörld",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    // --no-special: the control token's text is split like any other text (llama-tokenize
+    // --no-parse-special --ids: [44, 108, 306, 79, 3738, 108, 46]).
+    let out = run_ok(&[
+        "tokenize",
+        "-m",
+        smollm2().to_str().unwrap(),
+        "--no-special",
+        "--ids",
+        "<|im_start|>",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "[44, 108, 306, 79, 3738, 108, 46]"
+    );
+}
