@@ -67,14 +67,16 @@ fn same_seed_same_text_when_sampling() {
 fn tokenize_prints_what_llama_tokenize_prints() {
     // Recorded from llama.cpp b11434:
     //   llama-tokenize -m SmolLM2-135M-Instruct.Q4_1.gguf -p "Hello <|im_start|> wörld" --log-disable
-    let want = "\
- 19556 -> 'Hello'
-   216 -> ' '
-     1 -> '<|im_start|>'
-   267 -> ' w'
- 29989 -> 'ör'
-   400 -> 'ld'
-";
+    let want = [
+        " 19556 -> 'Hello'",
+        "   216 -> ' '",
+        "     1 -> '<|im_start|>'",
+        "   267 -> ' w'",
+        " 29989 -> 'ör'",
+        "   400 -> 'ld'",
+        "",
+    ]
+    .join("\n");
     let out = run_ok(&[
         "tokenize",
         "-m",
