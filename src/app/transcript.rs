@@ -177,11 +177,10 @@ impl Conversation {
 /// Why a transcript could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: not a hipscope conversation (line {line}: {message})")]
     Malformed {
@@ -209,9 +208,9 @@ impl Transcript {
 
     /// Starts a new conversation file in `dir`.
     pub fn create(dir: &Path, now: SystemTime) -> Result<Transcript, TranscriptError> {
-        let io = |source| TranscriptError::Io {
+        let io = |cause| TranscriptError::Io {
             path: dir.to_path_buf(),
-            source,
+            cause,
         };
         std::fs::create_dir_all(dir).map_err(io)?;
         let stamp = file_stamp(unix_secs(now));
@@ -227,7 +226,7 @@ impl Transcript {
                 Ok(f) => break (f, path),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
                 Err(e) => {
-                    return Err(TranscriptError::Io { path, source: e });
+                    return Err(TranscriptError::Io { path, cause: e });
                 }
             }
         };
@@ -250,9 +249,9 @@ impl Transcript {
         let file = OpenOptions::new()
             .append(true)
             .open(path)
-            .map_err(|source| TranscriptError::Io {
+            .map_err(|cause| TranscriptError::Io {
                 path: path.to_path_buf(),
-                source,
+                cause,
             })?;
         Ok(Transcript {
             conversation,
@@ -398,9 +397,9 @@ impl Transcript {
 /// Replays a conversation file. A torn last line (a crash mid-write) is skipped; a bad line
 /// before the end means the file is not a transcript.
 pub fn read(path: &Path) -> Result<Conversation, TranscriptError> {
-    let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Io {
+    let text = std::fs::read_to_string(path).map_err(|cause| TranscriptError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })?;
     let mut conversation = Conversation::default();
     let lines: Vec<&str> = text.split('\n').collect();

@@ -152,11 +152,10 @@ pub enum SynthError {
     UnknownShape(String, String),
     #[error("unknown quant type {0:?} (supported: {1})")]
     UnknownQuant(String, String),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {cause}")]
     Io {
         path: String,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("quantizing {tensor}: {message}")]
     Quant { tensor: String, message: String },
@@ -502,9 +501,9 @@ pub fn write<W: Write>(
     out: W,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<W, SynthError> {
-    let io = |source| SynthError::Io {
+    let io = |cause| SynthError::Io {
         path: s.name.into(),
-        source,
+        cause,
     };
     let ts = tensors(s, ty);
     let specs: Vec<TensorSpec> = ts.iter().map(|t| t.spec.clone()).collect();
@@ -528,7 +527,7 @@ pub fn build(
     let label = format!("<synthetic {} {}>", s.name, ty);
     GgufFile::from_bytes(Path::new(&label), bytes).map_err(|e| SynthError::Io {
         path: label,
-        source: std::io::Error::other(e.to_string()),
+        cause: std::io::Error::other(e.to_string()),
     })
 }
 
@@ -540,9 +539,9 @@ pub fn write_file(
     path: &Path,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<(), SynthError> {
-    let io = |source| SynthError::Io {
+    let io = |cause| SynthError::Io {
         path: path.display().to_string(),
-        source,
+        cause,
     };
     let f = std::fs::File::create(path).map_err(io)?;
     let w = write(s, ty, seed, std::io::BufWriter::new(f), progress)?;

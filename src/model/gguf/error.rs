@@ -4,11 +4,10 @@ use std::path::PathBuf;
 /// A GGUF file could not be read. Says which file, which field and at which byte offset.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("{path}: {problem} (in {field}, at byte {offset})")]
     Malformed {

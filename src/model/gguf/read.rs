@@ -72,9 +72,9 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Opens and memory-maps a GGUF file and parses its header. Tensor data is not copied.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
-        let io = |source| GgufError::Io {
+        let io = |cause| GgufError::Io {
             path: path.to_path_buf(),
-            source,
+            cause,
         };
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
