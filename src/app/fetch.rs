@@ -34,10 +34,7 @@ pub enum FetchError {
     )]
     Unavailable { direct: String, pip: String },
     #[error("{path}: {cause}")]
-    Io {
-        path: PathBuf,
-        cause: io::Error,
-    },
+    Io { path: PathBuf, cause: io::Error },
     #[error(
         "{what}: sha256 {got} does not match the expected {SHA256}; the download is corrupt or was tampered with"
     )]

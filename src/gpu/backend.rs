@@ -67,6 +67,26 @@ impl WeightData<'_> {
     pub fn bytes(&self) -> &[u8] {
         &(**self.storage).as_ref()[self.offset..self.offset + self.len]
     }
+
+    /// Checks that `len` bytes hold `rows × cols` elements of `ty` and that the range lies in the
+    /// storage, before any backend trusts them.
+    pub fn check(&self) -> Result<()> {
+        let expected = self
+            .cols
+            .checked_mul(self.rows)
+            .and_then(|n| self.ty.bytes_for(n as u64));
+        let in_storage = self
+            .offset
+            .checked_add(self.len)
+            .is_some_and(|end| end <= (**self.storage).as_ref().len());
+        if expected != Some(self.len as u64) || !in_storage {
+            return Err(BackendError::Invalid(format!(
+                "tensor {}: {} bytes do not hold {} × {} {}",
+                self.name, self.len, self.rows, self.cols, self.ty
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Rotary position embedding parameters.

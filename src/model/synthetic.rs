@@ -153,10 +153,7 @@ pub enum SynthError {
     #[error("unknown quant type {0:?} (supported: {1})")]
     UnknownQuant(String, String),
     #[error("writing {path}: {cause}")]
-    Io {
-        path: String,
-        cause: std::io::Error,
-    },
+    Io { path: String, cause: std::io::Error },
     #[error("quantizing {tensor}: {message}")]
     Quant { tensor: String, message: String },
 }

@@ -190,6 +190,33 @@ pub struct GpuCompute {
 }
 
 impl GpuCompute {
+    /// `dst[i] = f(dst[i], src[i])` over `len` elements: one launch of an elementwise kernel.
+    fn elementwise(
+        &mut self,
+        f: KernelFn,
+        kind: &'static str,
+        dst: Buf,
+        src: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let d = self.buf(dst, len)?;
+        let x = self.buf(src, len)?;
+        self.launch(
+            label,
+            kind,
+            f,
+            [elementwise_grid(len as u64), 1, 1],
+            [256, 1, 1],
+            &[Arg::Ptr(d.ptr), Arg::Ptr(x.ptr), Arg::U64(len as u64)],
+        )?;
+        self.wrote(dst);
+        Ok(())
+    }
+
     /// Opens `device` (chosen by `gpu::select`, for the reason given), compiles or loads the
     /// kernels and starts the event prober. Nothing is allocated on the device until `plan`.
     pub fn open(
@@ -696,20 +723,7 @@ impl Backend for GpuCompute {
                 d.name, d.ty
             )));
         }
-        let expected = d
-            .cols
-            .checked_mul(d.rows)
-            .and_then(|n| d.ty.bytes_for(n as u64));
-        let in_storage = d
-            .offset
-            .checked_add(d.len)
-            .is_some_and(|end| end <= (**d.storage).as_ref().len());
-        if expected != Some(d.len as u64) || !in_storage {
-            return Err(invalid(format!(
-                "tensor {}: {} bytes do not hold {} × {} {}",
-                d.name, d.len, d.rows, d.cols, d.ty
-            )));
-        }
+        d.check()?;
         let vector = d.rows == 1;
         let converted;
         let bytes: &[u8] = if vector && d.ty != GgmlType::F32 {
@@ -1089,41 +1103,13 @@ impl Backend for GpuCompute {
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let g = self.buf(gate, len)?;
-        let u = self.buf(up, len)?;
         let f = self.kernels.swiglu;
-        self.launch(
-            label,
-            "swiglu",
-            f,
-            [elementwise_grid(len as u64), 1, 1],
-            [256, 1, 1],
-            &[Arg::Ptr(g.ptr), Arg::Ptr(u.ptr), Arg::U64(len as u64)],
-        )?;
-        self.wrote(gate);
-        Ok(())
+        self.elementwise(f, "swiglu", gate, up, len, label)
     }
 
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let a = self.buf(acc, len)?;
-        let b = self.buf(x, len)?;
         let f = self.kernels.add;
-        self.launch(
-            label,
-            "add",
-            f,
-            [elementwise_grid(len as u64), 1, 1],
-            [256, 1, 1],
-            &[Arg::Ptr(a.ptr), Arg::Ptr(b.ptr), Arg::U64(len as u64)],
-        )?;
-        self.wrote(acc);
-        Ok(())
+        self.elementwise(f, "add", acc, x, len, label)
     }
 
     fn copy(

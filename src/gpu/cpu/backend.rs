@@ -176,20 +176,7 @@ impl Backend for CpuBackend {
                 d.name, d.ty
             )));
         }
-        let expected = d
-            .cols
-            .checked_mul(d.rows)
-            .and_then(|n| d.ty.bytes_for(n as u64));
-        let in_storage = d
-            .offset
-            .checked_add(d.len)
-            .is_some_and(|end| end <= (**d.storage).as_ref().len());
-        if expected != Some(d.len as u64) || !in_storage {
-            return Err(invalid(format!(
-                "tensor {}: {} bytes do not hold {} × {} {}",
-                d.name, d.len, d.rows, d.cols, d.ty
-            )));
-        }
+        d.check()?;
         let vector = if d.rows == 1 {
             let mut v = vec![0f32; d.cols];
             quant::dequantize(d.ty, d.bytes(), &mut v)
