@@ -353,6 +353,47 @@ fn model_picker_with_an_unreadable_file() {
 }
 
 #[test]
+fn watchdog_panel_grown_from_the_keyboard() {
+    // Alt-↓ three times focuses the Watchdog panel; Alt-+ four times gives it eight more rows,
+    // which show its age history, taken from the tallest panel (the arena).
+    let mut app = loaded_app();
+    feed_diagnostics(&mut app);
+    for ms in [300, 900, 1_430, 200, 0, 2_600] {
+        let state = if ms > 2_000 {
+            WatchState::Hung
+        } else if ms > 1_000 {
+            WatchState::Slow
+        } else {
+            WatchState::Ok
+        };
+        worker(&mut app, Event::Watchdog(watchdog(state, ms)));
+    }
+    worker(&mut app, Event::Watchdog(watchdog(WatchState::Ok, 150)));
+    for _ in 0..3 {
+        app.update(alt(KeyCode::Down));
+    }
+    for _ in 0..4 {
+        app.update(alt(KeyCode::Char('+')));
+    }
+    let backend = draw(&app, 140, 40);
+    // The focused panel's frame is drawn in the focus colour, the others in the plain one.
+    let buf = backend.buffer();
+    let theme = hipscope::ui::theme::Theme::default();
+    let corner = |title: &str| {
+        (0..40)
+            .find_map(|y| {
+                let row: String = (0..140).map(|x| buf[(x, y)].symbol()).collect();
+                row.find(&format!("╭ {title} "))
+                    .map(|i| &buf[(row[..i].chars().count() as u16, y)])
+            })
+            .unwrap_or_else(|| panic!("{title} panel drawn"))
+    };
+    assert_eq!(corner("Watchdog").fg, theme.border_focus.fg.unwrap());
+    assert_eq!(corner("Streams").fg, theme.border.fg.unwrap());
+    insta::assert_snapshot!(backend);
+}
+
+#[test]
 fn theme_styles_reach_the_screen() {
     // Snapshots show text only; this checks that the HUNG banner is drawn in its own style and
     // that code blocks carry the code background.

@@ -347,6 +347,88 @@ fn panels_toggle_and_the_column_resizes_within_bounds() {
 }
 
 #[test]
+fn panels_take_focus_and_grow_or_shrink_from_the_keyboard() {
+    use hipscope::ui::app::{PANEL_EXTRA_MAX, PANEL_EXTRA_MIN, PANEL_STEP, PanelId};
+    let mut app = loaded_app();
+    // Nothing focused until asked: Alt-↓ picks the top panel, Alt-↑ the bottom one.
+    assert_eq!(app.panel_focus, None);
+    app.update(alt(KeyCode::Down));
+    assert_eq!(app.panel_focus, Some(PanelId::Streams));
+    assert_eq!(app.sidebar, Some(true), "focusing a panel shows its column");
+    app.update(alt(KeyCode::Up));
+    assert_eq!(app.panel_focus, Some(PanelId::Gpu), "wraps around");
+    // Hidden panels are skipped.
+    app.update(key(KeyCode::F(6)));
+    app.update(alt(KeyCode::Down));
+    app.update(alt(KeyCode::Down));
+    assert_eq!(app.panel_focus, Some(PanelId::Watchdog));
+    app.update(alt(KeyCode::Char('+')));
+    app.update(alt(KeyCode::Char('=')));
+    assert_eq!(app.panel_extra[PanelId::Watchdog.index()], 2 * PANEL_STEP);
+    app.update(alt(KeyCode::Char('-')));
+    assert_eq!(app.panel_extra[PanelId::Watchdog.index()], PANEL_STEP);
+    assert_eq!(
+        app.panel_extra[PanelId::Streams.index()],
+        0,
+        "only the focused one"
+    );
+    for _ in 0..100 {
+        app.update(alt(KeyCode::Char('+')));
+    }
+    assert_eq!(app.panel_extra[PanelId::Watchdog.index()], PANEL_EXTRA_MAX);
+    for _ in 0..100 {
+        app.update(alt(KeyCode::Char('-')));
+    }
+    assert_eq!(app.panel_extra[PanelId::Watchdog.index()], PANEL_EXTRA_MIN);
+    app.update(alt(KeyCode::Char('0')));
+    assert_eq!(app.panel_extra, [0; 4]);
+    // Plain keys still type.
+    app.update(key(KeyCode::Char('+')));
+    assert_eq!(app.input.text(), "+");
+}
+
+#[test]
+fn resizing_with_nothing_focused_resizes_the_top_panel_shown() {
+    use hipscope::ui::app::{PANEL_STEP, PanelId};
+    let mut app = loaded_app();
+    app.update(key(KeyCode::F(5)));
+    app.update(alt(KeyCode::Char('+')));
+    assert_eq!(app.panel_focus, Some(PanelId::Arena));
+    assert_eq!(app.panel_extra[PanelId::Arena.index()], PANEL_STEP);
+    for f in 6..=8 {
+        app.update(key(KeyCode::F(f)));
+    }
+    let before = app.panel_extra;
+    app.update(alt(KeyCode::Char('+')));
+    app.update(alt(KeyCode::Down));
+    assert_eq!(app.panel_extra, before, "no panel shown: nothing to resize");
+}
+
+#[test]
+fn panel_heights_fill_the_column_and_squeeze_the_tallest_first() {
+    use hipscope::ui::screen::panel_heights;
+    // Room to spare: the last panel takes it.
+    assert_eq!(panel_heights(&[6, 15, 9, 6], None, 50), [6, 15, 9, 20]);
+    // Four rows too many: the tallest (the arena) gives them up.
+    assert_eq!(panel_heights(&[6, 15, 9, 6], None, 32), [6, 11, 9, 6]);
+    // The focused panel keeps its rows while others can still give.
+    assert_eq!(panel_heights(&[6, 15, 9, 6], Some(1), 32), [5, 15, 6, 6]);
+    // Not even three rows each: the bottom ones go first.
+    assert_eq!(panel_heights(&[6, 15, 9, 6], None, 7), [3, 3, 1, 0]);
+    for total in 0..60 {
+        for focus in [None, Some(0), Some(3)] {
+            let h = panel_heights(&[6, 15, 9, 6], focus, total);
+            assert_eq!(
+                h.iter().sum::<u16>(),
+                total,
+                "{total} rows, focus {focus:?}"
+            );
+        }
+    }
+    assert!(panel_heights(&[], None, 10).is_empty());
+}
+
+#[test]
 fn a_worker_that_exits_on_its_own_is_reported_and_its_code_kept() {
     let mut app = streaming_app();
     worker(&mut app, Event::Exited { code: 4 });

@@ -99,6 +99,47 @@ pub struct Panels {
     pub gpu: bool,
 }
 
+/// One of the diagnostics panels, in the order the column shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PanelId {
+    Streams,
+    Arena,
+    Watchdog,
+    Gpu,
+}
+
+impl PanelId {
+    pub const ALL: [PanelId; 4] = [
+        PanelId::Streams,
+        PanelId::Arena,
+        PanelId::Watchdog,
+        PanelId::Gpu,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl Panels {
+    pub fn shown(&self, id: PanelId) -> bool {
+        match id {
+            PanelId::Streams => self.streams,
+            PanelId::Arena => self.arena,
+            PanelId::Watchdog => self.watchdog,
+            PanelId::Gpu => self.gpu,
+        }
+    }
+
+    /// The shown panels, top to bottom.
+    pub fn visible(&self) -> Vec<PanelId> {
+        PanelId::ALL
+            .into_iter()
+            .filter(|&p| self.shown(p))
+            .collect()
+    }
+}
+
 impl Default for Panels {
     fn default() -> Self {
         Panels {
@@ -152,6 +193,11 @@ impl Default for Settings {
 }
 
 pub const AUTO_SIDEBAR_MIN_WIDTH: u16 = 120;
+/// Rows a panel grows or shrinks by per key press (Alt-+ / Alt--).
+pub const PANEL_STEP: i16 = 2;
+/// How far a panel's height may move from what its content wants.
+pub const PANEL_EXTRA_MIN: i16 = -40;
+pub const PANEL_EXTRA_MAX: i16 = 60;
 pub const SIDEBAR_MIN: u16 = 28;
 pub const SIDEBAR_MAX: u16 = 100;
 
@@ -220,6 +266,10 @@ pub struct App {
     pub sidebar: Option<bool>,
     pub sidebar_width: u16,
     pub panels: Panels,
+    /// The panel that Alt-+ / Alt-- resize, once the user has picked one (Alt-↑ / Alt-↓).
+    pub panel_focus: Option<PanelId>,
+    /// Rows added to (or taken from) each panel's own height, by [`PanelId::index`].
+    pub panel_extra: [i16; 4],
     pub overlay: Overlay,
     pub errors: VecDeque<ErrorInfo>,
     pub quit: Option<QuitState>,
@@ -274,6 +324,8 @@ impl App {
             sidebar: settings.sidebar,
             sidebar_width: settings.sidebar_width.clamp(SIDEBAR_MIN, SIDEBAR_MAX),
             panels: settings.panels,
+            panel_focus: None,
+            panel_extra: [0; 4],
             overlay: Overlay::None,
             errors: VecDeque::new(),
             quit: None,
@@ -849,6 +901,11 @@ impl App {
                 self.sidebar = Some(true);
                 self.sidebar_width = (self.sidebar_width + 4).min(SIDEBAR_MAX);
             }
+            KeyCode::Up if alt(&k) => self.focus_panel(-1),
+            KeyCode::Down if alt(&k) => self.focus_panel(1),
+            KeyCode::Char('+' | '=') if alt(&k) => self.resize_panel(PANEL_STEP),
+            KeyCode::Char('-' | '_') if alt(&k) => self.resize_panel(-PANEL_STEP),
+            KeyCode::Char('0') if alt(&k) => self.panel_extra = [0; 4],
             KeyCode::PageUp => self.chat.scroll_up(page),
             KeyCode::PageDown => self.chat.scroll_down(page),
             KeyCode::Up if ctrl(&k) => self.chat.scroll_up(1),
@@ -862,6 +919,42 @@ impl App {
             _ => return None,
         }
         Some(Vec::new())
+    }
+
+    /// Moves the resize focus `step` panels down (negative: up) among the shown ones, showing
+    /// the diagnostics column if it was hidden.
+    fn focus_panel(&mut self, step: isize) {
+        let shown = self.panels.visible();
+        if shown.is_empty() {
+            return;
+        }
+        self.sidebar = Some(true);
+        let next = match self
+            .panel_focus
+            .and_then(|f| shown.iter().position(|&p| p == f))
+        {
+            Some(i) => (i as isize + step).rem_euclid(shown.len() as isize) as usize,
+            // The first press picks the top panel (Alt-↓) or the bottom one (Alt-↑).
+            None if step > 0 => 0,
+            None => shown.len() - 1,
+        };
+        self.panel_focus = Some(shown[next]);
+    }
+
+    /// Makes the focused panel `rows` taller (negative: shorter); with no focus yet, the top
+    /// panel shown.
+    fn resize_panel(&mut self, rows: i16) {
+        let focus = match self.panel_focus.filter(|&f| self.panels.shown(f)) {
+            Some(f) => f,
+            None => match self.panels.visible().first() {
+                Some(&f) => f,
+                None => return,
+            },
+        };
+        self.panel_focus = Some(focus);
+        self.sidebar = Some(true);
+        let e = &mut self.panel_extra[focus.index()];
+        *e = (*e + rows).clamp(PANEL_EXTRA_MIN, PANEL_EXTRA_MAX);
     }
 
     fn toggle_panel(&mut self, f: impl FnOnce(&mut Panels) -> &mut bool) {

@@ -202,12 +202,7 @@ impl ArenaPanel {
                     .data(&data)
                     .max(a.capacity.max(1))
                     .style(theme.sparkline),
-                Rect::new(
-                    inner.x,
-                    inner.y + text_rows + 1,
-                    inner.width,
-                    (spare - 1).min(2),
-                ),
+                Rect::new(inner.x, inner.y + text_rows + 1, inner.width, spare - 1),
             );
         }
     }

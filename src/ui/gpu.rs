@@ -167,15 +167,21 @@ impl GpuPanel {
         } else {
             vec![("util %", &self.util, 100), ("power W", &self.power, 0)]
         };
-        for (label, series, max) in history {
-            if series.len() < 2 || y + 2 > inner.bottom() {
-                continue;
+        let history: Vec<_> = history.into_iter().filter(|h| h.1.len() >= 2).collect();
+        let count = history.len() as u16;
+        for (i, (label, series, max)) in history.into_iter().enumerate() {
+            if y + 2 > inner.bottom() {
+                break;
             }
             frame.render_widget(
                 Paragraph::new(text(label, theme.dim)),
                 Rect::new(inner.x, y, inner.width, 1),
             );
-            let rows = (inner.bottom() - y - 1).min(2);
+            // The rows left are shared among the histories still to draw, at least two each
+            // when they fit (a one-row sparkline shows little).
+            let left = count - i as u16;
+            let rows = ((inner.bottom() - y) / left).saturating_sub(1).max(2);
+            let rows = rows.min(inner.bottom() - y - 1);
             let data = series.tail(w);
             frame.render_widget(
                 Sparkline::default()

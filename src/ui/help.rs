@@ -59,6 +59,11 @@ pub const KEYS: &[(&str, &[(&str, &str)])] = &[
             ("F5 F6 F7 F8", "show/hide Streams, Arena, Watchdog, GPU"),
             ("F9", "show/hide the diagnostics column"),
             ("Alt-← / Alt-→", "narrower / wider diagnostics column"),
+            ("Alt-↑ / Alt-↓", "pick the panel above / below (to resize)"),
+            (
+                "Alt-+ / Alt--",
+                "taller / shorter picked panel (Alt-0: all as they were)",
+            ),
         ],
     ),
     (

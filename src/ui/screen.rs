@@ -8,7 +8,7 @@ use ratatui::widgets::{Clear, Paragraph};
 
 use crate::gpu::stats::WatchState;
 
-use super::app::{App, GenState, Overlay};
+use super::app::{App, GenState, Overlay, PanelId};
 use super::meter::{bar, ellipsize, text};
 use super::theme::Theme;
 use super::watchdog::{state_label, state_style};
@@ -233,21 +233,8 @@ fn render_progress(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
 }
 
 fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
-    let p = app.panels;
-    let mut parts: Vec<(&str, Constraint)> = Vec::new();
-    if p.streams {
-        parts.push(("streams", Constraint::Length(app.streams.wanted_height())));
-    }
-    if p.arena {
-        parts.push(("arena", Constraint::Length(app.arena.wanted_height())));
-    }
-    if p.watchdog {
-        parts.push(("watchdog", Constraint::Length(app.watchdog.wanted_height())));
-    }
-    if p.gpu {
-        parts.push(("gpu", Constraint::Min(6)));
-    }
-    if parts.is_empty() {
+    let shown = app.panels.visible();
+    if shown.is_empty() {
         frame.render_widget(
             Paragraph::new(vec![
                 Line::from(text(" All panels hidden.", theme.dim)),
@@ -258,30 +245,110 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         );
         return;
     }
-    // The last panel takes whatever height is left.
-    if let Some(last) = parts.last_mut()
-        && let Constraint::Length(n) = last.1
-    {
-        last.1 = Constraint::Min(n);
-    }
-    let rects = Layout::vertical(parts.iter().map(|(_, c)| *c)).split(area);
+    let wanted: Vec<u16> = shown
+        .iter()
+        .map(|&id| {
+            let own = match id {
+                PanelId::Streams => app.streams.wanted_height(),
+                PanelId::Arena => app.arena.wanted_height(),
+                PanelId::Watchdog => app.watchdog.wanted_height(),
+                PanelId::Gpu => GPU_PANEL_ROWS,
+            };
+            let h = i32::from(own) + i32::from(app.panel_extra[id.index()]);
+            h.clamp(i32::from(PANEL_MIN_ROWS), i32::from(u16::MAX)) as u16
+        })
+        .collect();
+    let focus = app
+        .panel_focus
+        .and_then(|f| shown.iter().position(|&p| p == f));
+    let heights = panel_heights(&wanted, focus, area.height);
+    let focused_theme = Theme {
+        border: theme.border_focus,
+        ..theme.clone()
+    };
     let device = app.device();
     let model_bytes = app.model.as_ref().map(|m| m.file_bytes);
-    for ((name, _), rect) in parts.iter().zip(rects.iter()) {
-        match *name {
-            "streams" => app.streams.render(frame, *rect, theme, device),
-            "arena" => app.arena.render(
+    let mut y = area.y;
+    for (i, (&id, &h)) in shown.iter().zip(&heights).enumerate() {
+        let rect = Rect::new(area.x, y, area.width, h);
+        y += h;
+        let t = if focus == Some(i) {
+            &focused_theme
+        } else {
+            theme
+        };
+        match id {
+            PanelId::Streams => app.streams.render(frame, rect, t, device),
+            PanelId::Arena => app.arena.render(
                 frame,
-                *rect,
-                theme,
+                rect,
+                t,
                 device,
                 app.gpu.telemetry.as_ref(),
                 model_bytes,
             ),
-            "watchdog" => app.watchdog.render(frame, *rect, theme, device),
-            _ => app.gpu.render(frame, *rect, theme),
+            PanelId::Watchdog => app.watchdog.render(frame, rect, t, device),
+            PanelId::Gpu => app.gpu.render(frame, rect, t),
+        }
+        if focus == Some(i) {
+            resize_hint(frame, rect, theme);
         }
     }
+}
+
+/// The fewest rows a panel is given while there is room: its frame and one line.
+const PANEL_MIN_ROWS: u16 = 3;
+/// What the GPU panel asks for before the user resizes it; as the last panel it also takes
+/// whatever is left.
+const GPU_PANEL_ROWS: u16 = 6;
+
+/// Heights of the shown panels, top to bottom, in `total` rows. Each gets what it wants
+/// (`wanted`, its content's rows plus what the user added); the last one also takes the rows
+/// left over. When they do not fit, the tallest panel gives up a row, then the tallest again,
+/// down to [`PANEL_MIN_ROWS`] each, and the focused one only when no other can, so that the
+/// panel the user is growing keeps its size; if even that is too much, the bottom panels
+/// disappear first.
+pub fn panel_heights(wanted: &[u16], focus: Option<usize>, total: u16) -> Vec<u16> {
+    let mut h = wanted.to_vec();
+    let sum: u32 = h.iter().map(|&x| u32::from(x)).sum();
+    if sum <= u32::from(total) {
+        if let Some(last) = h.last_mut() {
+            *last += total - sum as u16;
+        }
+        return h;
+    }
+    let mut over = sum - u32::from(total);
+    while over > 0 {
+        // The tallest that can still give (the upper of equals: the diagnostics that matter
+        // most when something is wrong, the watchdog's, sit lower), the focused one last.
+        let giver = (0..h.len())
+            .rev()
+            .filter(|&i| h[i] > PANEL_MIN_ROWS && Some(i) != focus)
+            .max_by_key(|&i| h[i])
+            .or(focus.filter(|&f| h[f] > PANEL_MIN_ROWS));
+        let Some(i) = giver else { break };
+        h[i] -= 1;
+        over -= 1;
+    }
+    for i in (0..h.len()).rev() {
+        let give = u32::from(h[i]).min(over);
+        h[i] -= give as u16;
+        over -= give;
+    }
+    h
+}
+
+/// Says, on the bottom edge of the focused panel, how to resize it.
+fn resize_hint(frame: &mut Frame, rect: Rect, theme: &Theme) {
+    const HINT: &str = " Alt-+/- height · Alt-0 reset ";
+    let w = HINT.chars().count() as u16;
+    if rect.height < 2 || rect.width < w + 4 {
+        return;
+    }
+    frame.render_widget(
+        Paragraph::new(text(HINT, theme.key_text)),
+        Rect::new(rect.right() - w - 2, rect.bottom() - 1, w, 1),
+    );
 }
 
 fn input_title(app: &App, theme: &Theme) -> Line<'static> {

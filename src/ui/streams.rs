@@ -98,14 +98,23 @@ impl StreamsPanel {
             );
             return;
         }
+        // Rows beyond the four each stream needs (and the blank between streams) make its
+        // depth history taller, below its name, instead of one row beside it.
+        let n = self.streams.len() as u16;
+        let tall = inner.height.saturating_sub(n * 5 - 1) / n;
         let mut y = inner.y;
         for s in &self.streams {
             if y >= inner.bottom() {
                 break;
             }
-            // Row 1: name, depth now, depth sparkline in the rest of the row.
+            // Row 1: name and depth now; the depth history beside them, or below them when
+            // there are spare rows.
+            let hist = self.depth.get(&s.name);
             let head = format!("{} ", ellipsize(&s.name, w.saturating_sub(14)));
-            let depth = format!("depth {:<3}", s.queue_depth);
+            let depth = match hist {
+                Some(h) if tall > 0 => format!("depth {} · peak {}", s.queue_depth, h.max()),
+                _ => format!("depth {:<3}", s.queue_depth),
+            };
             let depth_style = if s.queue_depth == 0 {
                 theme.dim
             } else {
@@ -119,20 +128,35 @@ impl StreamsPanel {
                 ])),
                 Rect::new(inner.x, y, inner.width, 1),
             );
-            if inner.width > head_w + 1
-                && let Some(hist) = self.depth.get(&s.name)
-            {
-                let spark_w = inner.width - head_w - 1;
-                let data = hist.tail(usize::from(spark_w));
+            let spark = match hist {
+                Some(_) if tall > 0 => Some(Rect::new(
+                    inner.x,
+                    y + 1,
+                    inner.width,
+                    tall.min(inner.bottom() - y - 1),
+                )),
+                Some(_) if inner.width > head_w + 1 => Some(Rect::new(
+                    inner.x + head_w + 1,
+                    y,
+                    inner.width - head_w - 1,
+                    1,
+                )),
+                _ => None,
+            };
+            if let (Some(rect), Some(hist)) = (spark, hist) {
+                let data = hist.tail(usize::from(rect.width));
                 frame.render_widget(
                     Sparkline::default()
                         .data(&data)
                         .max(hist.max().max(4))
                         .style(theme.sparkline),
-                    Rect::new(inner.x + head_w + 1, y, spark_w, 1),
+                    rect,
                 );
             }
-            y += 1;
+            y += 1 + tall;
+            if y >= inner.bottom() {
+                break;
+            }
             let mut lines = Vec::new();
             match &s.in_flight {
                 Some((op, age)) => {

@@ -1,19 +1,24 @@
 //! The Watchdog panel (state, op, age against budget) and the HUNG banner shown above the chat.
 
+use std::time::Duration;
+
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline, Wrap};
 
 use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
 
 use super::meter::{bar, ellipsize, ellipsize_start, panel, text};
+use super::series::Series;
 use super::theme::Theme;
 use super::units::{self};
 
 #[derive(Clone, Debug, Default)]
 pub struct WatchdogPanel {
     pub snapshot: Option<WatchdogSnapshot>,
+    /// The age of the oldest op in flight at each check, in milliseconds (0 when idle).
+    age_ms: Series,
 }
 
 pub fn state_label(state: WatchState) -> &'static str {
@@ -34,6 +39,12 @@ pub fn state_style(state: WatchState, theme: &Theme) -> ratatui::style::Style {
 
 impl WatchdogPanel {
     pub fn apply(&mut self, snapshot: WatchdogSnapshot) {
+        let age = if snapshot.op.is_some() {
+            snapshot.age.as_millis().min(u128::from(u64::MAX)) as u64
+        } else {
+            0
+        };
+        self.age_ms.push(age);
         self.snapshot = Some(snapshot);
     }
 
@@ -155,7 +166,40 @@ impl WatchdogPanel {
                 ),
             ]));
         }
-        frame.render_widget(Paragraph::new(lines), inner);
+        let text_rows = (lines.len() as u16).min(inner.height);
+        frame.render_widget(
+            Paragraph::new(lines),
+            Rect::new(inner.x, inner.y, inner.width, text_rows),
+        );
+        // Spare rows (a taller panel) show how old the oldest op has been at each check,
+        // against the budget: a queue that stalls now and then shows up as spikes.
+        let spare = inner.height - text_rows;
+        if spare >= 2 && self.age_ms.len() > 1 {
+            let budget_ms = s.budget.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+            let peak = Duration::from_millis(self.age_ms.max());
+            frame.render_widget(
+                Paragraph::new(text(
+                    ellipsize(
+                        &format!(
+                            "op age over time · peak {} / {}",
+                            units::duration(peak),
+                            units::duration(s.budget)
+                        ),
+                        w,
+                    ),
+                    theme.dim,
+                )),
+                Rect::new(inner.x, inner.y + text_rows, inner.width, 1),
+            );
+            let data = self.age_ms.tail(w);
+            frame.render_widget(
+                Sparkline::default()
+                    .data(&data)
+                    .max(budget_ms)
+                    .style(state_style(s.state, theme)),
+                Rect::new(inner.x, inner.y + text_rows + 1, inner.width, spare - 1),
+            );
+        }
     }
 
     /// Rows the HUNG banner needs (0 when nothing is hung).
