@@ -278,6 +278,29 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
         s.contents()
     );
 
+    // F9 shows the diagnostics column (the terminal is narrower than the 120 columns that show
+    // it unasked); its Host panel carries the sampled memory and CPU use.
+    s.send(b"\x1b[20~");
+    s.sees("╭ Host ", Duration::from_secs(5));
+    s.sees("│cpu ", Duration::from_secs(5));
+    let c = s.contents();
+    let row = |label: &str| -> String {
+        let line = c
+            .lines()
+            .find(|l| l.contains(&format!("│{label} ")))
+            .unwrap();
+        let after = line.split(&format!("│{label} ")).nth(1).unwrap();
+        after.trim_end_matches(['│', ' ']).trim().to_string()
+    };
+    let cpu = row("cpu");
+    let pct: f32 = cpu.trim_end_matches('%').parse().unwrap_or(-1.0);
+    assert!(
+        cpu.ends_with('%') && (0.0..=100.0).contains(&pct),
+        "{cpu:?}:\n{c}"
+    );
+    assert!(row("memory").contains(" / "), "{c}");
+    s.send(b"\x1b[20~");
+
     // A second one, stopped part-way with Esc once a few tokens are in.
     s.type_line("Write a very long story about a dragon who learns to cook.");
     sees_tokens(&s, 3);

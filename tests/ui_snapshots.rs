@@ -162,16 +162,8 @@ fn cpu_backend_panels() {
     let mut app = loaded_cpu_app();
     for i in 0..8u64 {
         tick(&mut app, 1000 + i * 250);
-        let mut t = telemetry(0.0, 0.0);
-        t.gpu_util_pct = None;
-        t.power_w = None;
-        t.temperature_c = None;
-        t.sclk_mhz = None;
-        t.mclk_mhz = None;
-        t.vram_used = None;
-        t.vram_total = None;
-        t.host_cpu_pct = Some([20.0, 55.0, 98.0, 99.0, 97.0, 99.0, 60.0, 15.0][i as usize]);
-        worker(&mut app, Event::Telemetry(t));
+        let cpu = [20.0, 55.0, 98.0, 99.0, 97.0, 99.0, 60.0, 15.0][i as usize];
+        app.update(Msg::Host(host(Some(cpu))));
     }
     insta::assert_snapshot!(draw(&app, 140, 36));
 }

@@ -33,6 +33,7 @@ use super::quit::{QuitConfig, QuitCoordinator};
 use super::shutdown::{self, Ending};
 use super::transcript::Transcript;
 use super::{clipboard, transcript};
+use crate::gpu::cpu::HostSampler;
 use crate::model::protocol::{Command, Event};
 use crate::ui::app::{App, Effect, Msg, Settings};
 use crate::ui::theme::ThemeName;
@@ -216,6 +217,9 @@ pub struct LoopIo<'a> {
     pub quit: Option<Arc<QuitCoordinator>>,
 }
 
+/// How often the host's CPU use and memory are sampled for the panels.
+const HOST_SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
 /// Runs until the worker has quit (or the app leaves without it). Draws into `terminal`.
 pub async fn event_loop<B: Backend>(
     terminal: &mut Terminal<B>,
@@ -227,6 +231,10 @@ pub async fn event_loop<B: Backend>(
     let start = Instant::now();
     let mut ticker = tokio::time::interval(io.frame);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    // The host panel's CPU and memory: two small /proc reads a second, done right here.
+    let mut host_ticker = tokio::time::interval(HOST_SAMPLE_EVERY);
+    host_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut host = HostSampler::default();
     let (found_tx, mut found_rx) = unbounded_channel();
     let mut worker_open = true;
     let mut terminal_open = true;
@@ -302,6 +310,9 @@ pub async fn event_loop<B: Backend>(
             },
             _ = ticker.tick() => {
                 msgs.push(Msg::Tick(start.elapsed()));
+            },
+            _ = host_ticker.tick() => {
+                msgs.push(Msg::Host(host.sample()));
             },
         }
 

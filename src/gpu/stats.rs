@@ -93,7 +93,7 @@ pub struct DeviceSummary {
     pub reason: String,
 }
 
-/// One telemetry sample. Every sensor is optional: what a platform lacks stays `None`.
+/// One GPU telemetry sample. Every sensor is optional: what a platform lacks stays `None`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TelemetrySample {
     pub gpu_util_pct: Option<f32>,
@@ -104,9 +104,17 @@ pub struct TelemetrySample {
     pub mclk_mhz: Option<u32>,
     pub vram_used: Option<u64>,
     pub vram_total: Option<u64>,
-    pub host_cpu_pct: Option<f32>,
-    pub host_mem_used: Option<u64>,
-    pub host_mem_total: Option<u64>,
+}
+
+/// One sample of the host: CPU use across all cores since the previous sample, and memory.
+/// Kept apart from [`TelemetrySample`] because it comes from elsewhere (the kernel's counters,
+/// read by the app) and on its own clock.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostSample {
+    /// `None` for the first sample: a rate needs two readings.
+    pub cpu_pct: Option<f32>,
+    pub mem_used: Option<u64>,
+    pub mem_total: Option<u64>,
 }
 
 /// One step of the quit protocol, as it happens.

@@ -11,7 +11,7 @@ use crossterm::event::{
     Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent, MouseEventKind,
 };
 
-use crate::gpu::stats::{DeviceSummary, WatchState};
+use crate::gpu::stats::{DeviceSummary, HostSample, WatchState};
 use crate::model::protocol::{Command, Event, GenStats, ModelSource, ModelSummary, SamplerConfig};
 
 use super::arena::ArenaPanel;
@@ -46,6 +46,8 @@ pub enum Msg {
     WorkerGone,
     /// The clock: time since the app started.
     Tick(Duration),
+    /// The host's CPU use and memory (sampled by the app once a second).
+    Host(HostSample),
     /// Model discovery finished: the files found and the folders searched.
     Models {
         entries: Vec<ModelEntry>,
@@ -421,6 +423,10 @@ impl App {
             Msg::Tick(now) => {
                 self.now = now;
                 self.tick += 1;
+                Vec::new()
+            }
+            Msg::Host(h) => {
+                self.gpu.apply_host(h);
                 Vec::new()
             }
             Msg::Models { entries, searched } => {

@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Sparkline, Wrap};
 
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, TelemetrySample};
+use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, HostSample};
 
 use super::meter::{bar, ellipsize, panel, text};
 use super::series::Series;
@@ -39,7 +39,7 @@ impl ArenaPanel {
         area: Rect,
         theme: &Theme,
         device: Option<&DeviceSummary>,
-        telemetry: Option<&TelemetrySample>,
+        host: Option<&HostSample>,
         model_bytes: Option<u64>,
     ) {
         let title = match &self.arena {
@@ -67,8 +67,8 @@ impl ArenaPanel {
                         ),
                         theme.dim,
                     )));
-                    if let Some(t) = telemetry
-                        && let (Some(used), Some(total)) = (t.host_mem_used, t.host_mem_total)
+                    if let Some(h) = host
+                        && let (Some(used), Some(total)) = (h.mem_used, h.mem_total)
                     {
                         lines.push(Line::from(vec![
                             text("host ", theme.dim),

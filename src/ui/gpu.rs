@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Sparkline};
 
-use crate::gpu::stats::{DeviceSummary, TelemetrySample};
+use crate::gpu::stats::{DeviceSummary, HostSample, TelemetrySample};
 
 use super::meter::{bar, ellipsize, panel, text, wrap_words};
 use super::series::Series;
@@ -17,6 +17,7 @@ use super::units::{self, ratio};
 pub struct GpuPanel {
     pub device: Option<DeviceSummary>,
     pub telemetry: Option<TelemetrySample>,
+    pub host: Option<HostSample>,
     util: Series,
     power: Series,
     host_cpu: Series,
@@ -34,10 +35,14 @@ impl GpuPanel {
         if let Some(p) = sample.power_w {
             self.power.push(p.max(0.0).round() as u64);
         }
-        if let Some(c) = sample.host_cpu_pct {
+        self.telemetry = Some(sample);
+    }
+
+    pub fn apply_host(&mut self, sample: HostSample) {
+        if let Some(c) = sample.cpu_pct {
             self.host_cpu.push(c.clamp(0.0, 100.0).round() as u64);
         }
-        self.telemetry = Some(sample);
+        self.host = Some(sample);
     }
 
     fn is_cpu(&self) -> bool {
@@ -82,8 +87,8 @@ impl GpuPanel {
         lines.push(kv("arch", &ellipsize(&arch, value_w), label_w, theme));
         let t = self.telemetry.as_ref();
         if self.is_cpu() {
-            if let Some((used, total)) = t.and_then(|t| Some((t.host_mem_used?, t.host_mem_total?)))
-            {
+            let host = self.host.as_ref();
+            if let Some((used, total)) = host.and_then(|h| Some((h.mem_used?, h.mem_total?))) {
                 lines.push(kv(
                     "memory",
                     &format!("{} / {}", units::bytes(used), units::bytes(total)),
@@ -97,7 +102,7 @@ impl GpuPanel {
             } else if let Some(total) = d.total_memory {
                 lines.push(kv("memory", &units::bytes(total), label_w, theme));
             }
-            if let Some(c) = t.and_then(|t| t.host_cpu_pct) {
+            if let Some(c) = host.and_then(|h| h.cpu_pct) {
                 lines.push(kv("cpu", &format!("{c:.0}%"), label_w, theme));
             }
         } else {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
 use hipscope::gpu::stats::{
-    ArenaSnapshot, DeviceSummary, QuitStep, QuitStepStatus, RegionSnapshot, StreamSnapshot,
-    TelemetrySample, WatchState, WatchdogSnapshot,
+    ArenaSnapshot, DeviceSummary, HostSample, QuitStep, QuitStepStatus, RegionSnapshot,
+    StreamSnapshot, TelemetrySample, WatchState, WatchdogSnapshot,
 };
 use hipscope::model::protocol::{Event, GenStats, ModelSummary, StopReason};
 use hipscope::ui::{App, Effect, Msg, Settings};
@@ -149,9 +149,14 @@ pub fn telemetry(util: f32, power: f32) -> TelemetrySample {
         mclk_mhz: Some(1249),
         vram_used: Some(1_148 * MIB),
         vram_total: Some(24 * GIB),
-        host_cpu_pct: Some(12.0),
-        host_mem_used: Some(9 * GIB),
-        host_mem_total: Some(64 * GIB),
+    }
+}
+
+pub fn host(cpu_pct: Option<f32>) -> HostSample {
+    HostSample {
+        cpu_pct,
+        mem_used: Some(9 * GIB),
+        mem_total: Some(64 * GIB),
     }
 }
 

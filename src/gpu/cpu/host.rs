@@ -1,5 +1,7 @@
 //! Facts about the host, for the device panel. Linux reads /proc; elsewhere they are unknown.
 
+use crate::gpu::stats::HostSample;
+
 /// The CPU's model name, e.g. `AMD EPYC 7B13`.
 pub fn cpu_name() -> String {
     #[cfg(target_os = "linux")]
@@ -16,16 +18,89 @@ pub fn cpu_name() -> String {
 pub fn host_memory() -> Option<(u64, u64)> {
     #[cfg(target_os = "linux")]
     {
-        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = info.lines().find(|l| l.starts_with(name))?;
-            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-            Some(kb * 1024)
-        };
-        Some((field("MemTotal:")?, field("MemAvailable:")?))
+        parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
     }
     #[cfg(not(target_os = "linux"))]
     None
+}
+
+/// (total, available) bytes from the text of `/proc/meminfo` (whose values are in KiB).
+pub fn parse_meminfo(info: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        kb.checked_mul(1024)
+    };
+    Some((field("MemTotal:")?, field("MemAvailable:")?))
+}
+
+/// The host's CPU time counters, summed over all cores, in clock ticks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuTimes {
+    /// Every state counted, idle included.
+    pub total: u64,
+    /// Idle and waiting for I/O.
+    pub idle: u64,
+}
+
+/// The aggregate `cpu` line of `/proc/stat`: user nice system idle iowait irq softirq steal
+/// (guest time is already inside user and nice, so it is not added again).
+pub fn parse_cpu_times(stat: &str) -> Option<CpuTimes> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    if v.len() < 4 {
+        return None;
+    }
+    let total = v.iter().try_fold(0u64, |a, &x| a.checked_add(x))?;
+    let idle = v[3] + v.get(4).copied().unwrap_or(0);
+    Some(CpuTimes { total, idle })
+}
+
+/// Percent of CPU time spent busy between two readings; `None` when no time passed or the
+/// counters went backwards (a reading from another boot, or a broken file).
+pub fn busy_percent(before: CpuTimes, after: CpuTimes) -> Option<f32> {
+    let total = after.total.checked_sub(before.total)?;
+    let idle = after.idle.checked_sub(before.idle)?;
+    if total == 0 || idle > total {
+        return None;
+    }
+    Some(((total - idle) as f64 * 100.0 / total as f64) as f32)
+}
+
+/// Reads the host's CPU use and memory each time it is asked; CPU use is over the time since
+/// the previous call. On systems without `/proc` every field stays `None`.
+#[derive(Debug, Default)]
+pub struct HostSampler {
+    prev: Option<CpuTimes>,
+}
+
+impl HostSampler {
+    pub fn sample(&mut self) -> HostSample {
+        #[cfg(target_os = "linux")]
+        let now = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| parse_cpu_times(&s));
+        #[cfg(not(target_os = "linux"))]
+        let now: Option<CpuTimes> = None;
+        let cpu_pct = match (self.prev, now) {
+            (Some(a), Some(b)) => busy_percent(a, b),
+            _ => None,
+        };
+        if now.is_some() {
+            self.prev = now;
+        }
+        let mem = host_memory();
+        HostSample {
+            cpu_pct,
+            mem_used: mem.map(|(total, avail)| total.saturating_sub(avail)),
+            mem_total: mem.map(|(total, _)| total),
+        }
+    }
 }
 
 /// SIMD features the dot products can use, e.g. `x86_64 avx2 fma f16c`.
@@ -44,4 +119,83 @@ pub fn simd_features() -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "cpu  4705 356 584 3699 23 0 27 5 11 0\n\
+                        cpu0 1393 280 260 1846 10 0 13 2 5 0\n\
+                        intr 114930548 113199788 3 0 5\n";
+
+    #[test]
+    fn cpu_line_sums_the_eight_states_and_counts_iowait_as_idle() {
+        let t = parse_cpu_times(STAT).unwrap();
+        assert_eq!(t.total, 4705 + 356 + 584 + 3699 + 23 + 27 + 5);
+        assert_eq!(t.idle, 3699 + 23);
+        // Old kernels print only four fields.
+        let old = parse_cpu_times("cpu 10 0 5 85\n").unwrap();
+        assert_eq!((old.total, old.idle), (100, 85));
+        assert_eq!(parse_cpu_times("cpu0 1 2 3 4\n"), None, "no aggregate line");
+        assert_eq!(parse_cpu_times("cpu 1 2 x 4\n"), None);
+        assert_eq!(parse_cpu_times("cpu 1 2\n"), None);
+        assert_eq!(
+            parse_cpu_times(&format!("cpu {} 1 0 0\n", u64::MAX)),
+            None,
+            "overflow"
+        );
+    }
+
+    #[test]
+    fn busy_percent_is_the_share_of_non_idle_ticks() {
+        let a = CpuTimes {
+            total: 1000,
+            idle: 800,
+        };
+        let b = CpuTimes {
+            total: 1400,
+            idle: 900,
+        };
+        assert_eq!(busy_percent(a, b), Some(75.0));
+        assert_eq!(busy_percent(a, a), None, "no time passed");
+        assert_eq!(busy_percent(b, a), None, "counters went backwards");
+    }
+
+    #[test]
+    fn meminfo_is_read_in_kib() {
+        let info = "MemTotal:       24568248 kB\nMemFree:  100 kB\nMemAvailable:   20000000 kB\n";
+        assert_eq!(
+            parse_meminfo(info),
+            Some((24_568_248 * 1024, 20_000_000 * 1024))
+        );
+        assert_eq!(parse_meminfo("MemTotal: 5 kB\n"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_sampler_agrees_with_sysinfo() {
+        // sysinfo(2) is a second way to the kernel's memory total. A container may show a
+        // smaller /proc/meminfo (lxcfs), never a larger one; a unit slip would be 1024× off.
+        let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::sysinfo(&mut info) }, 0);
+        let total = info.totalram as u64 * u64::from(info.mem_unit);
+        let mut s = HostSampler::default();
+        let first = s.sample();
+        assert_eq!(first.cpu_pct, None, "one reading is not a rate");
+        let mem_total = first.mem_total.unwrap();
+        assert!(
+            total / 64 < mem_total && mem_total <= total,
+            "{mem_total} vs {total}"
+        );
+        assert!(first.mem_used.unwrap() < mem_total);
+        // Burn some CPU so that ticks pass between the readings.
+        let t = std::time::Instant::now();
+        let mut x = 0u64;
+        while t.elapsed() < std::time::Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let pct = s.sample().cpu_pct.expect("a rate from the second reading");
+        assert!((0.0..=100.0).contains(&pct), "{pct}");
+    }
 }

@@ -6,4 +6,4 @@ pub mod matmul;
 pub mod pool;
 
 pub use backend::CpuBackend;
-pub use host::{cpu_name, host_memory, simd_features};
+pub use host::{HostSampler, cpu_name, host_memory, simd_features};
