@@ -64,9 +64,9 @@ impl StreamsPanel {
         let rows = if self.streams.is_empty() {
             3
         } else {
-            self.streams.len() as u16 * 5 - 1
+            stream_rows(self.streams.len())
         };
-        rows + 2
+        rows.saturating_add(2)
     }
 
     pub fn render(
@@ -100,8 +100,8 @@ impl StreamsPanel {
         }
         // Rows beyond the four each stream needs (and the blank between streams) make its
         // depth history taller, below its name, instead of one row beside it.
-        let n = self.streams.len() as u16;
-        let tall = inner.height.saturating_sub(n * 5 - 1) / n;
+        let n = u16::try_from(self.streams.len()).unwrap_or(u16::MAX);
+        let tall = inner.height.saturating_sub(stream_rows(self.streams.len())) / n;
         let mut y = inner.y;
         for s in &self.streams {
             if y >= inner.bottom() {
@@ -200,6 +200,11 @@ impl StreamsPanel {
             y += rows + 1;
         }
     }
+}
+
+/// Rows `n` streams need: four each and a blank between them.
+fn stream_rows(n: usize) -> u16 {
+    u16::try_from(n.saturating_mul(5).saturating_sub(1)).unwrap_or(u16::MAX)
 }
 
 #[cfg(test)]
