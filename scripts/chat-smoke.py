@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Drives `hipscope chat` in a pseudo-terminal (usage: scripts/chat-smoke.py hipscope chat MODEL
-[--backend B] [-n N]); a smoke test for a machine without a Rust toolchain (the GPU machine): waits for the model, asks, waits, quits with
-Ctrl-C; prints the exit code and the text seen (escape sequences removed)."""
+"""Drives `hipscope chat` in a pseudo-terminal, for a machine without a Rust toolchain (the GPU
+machine). Usage: scripts/chat-smoke.py hipscope chat MODEL [--backend B] [-n N].
+Waits for the model, asks, waits, grows the Watchdog panel from the keyboard, quits with Ctrl-C;
+prints the exit code and the words seen (escape sequences removed)."""
 import os, pty, re, select, sys, time
 
 argv = sys.argv[1:]
@@ -33,6 +34,13 @@ os.write(fd, b"Say hello in French.\r")
 pump(8)
 os.write(fd, b"\x1b")  # Esc: stop the answer if it still runs
 pump(1.5)
+for _ in range(3):
+    os.write(fd, b"\x1b[1;3B")  # Alt-Down: pick the next panel (the third: Watchdog)
+    pump(0.2)
+for _ in range(4):
+    os.write(fd, b"\x1b+")  # Alt-+: two rows taller each
+    pump(0.2)
+pump(1.5)
 mark = len(buf)
 os.write(fd, b"\x03")  # Ctrl-C when idle: quit
 t0 = time.time()
@@ -48,7 +56,7 @@ if code is None:
     code = "did not exit within 20 s (killed)"
 text = re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]|\x1b\][^\x07]*\x07", b" ", bytes(buf)).decode("utf-8", "replace")
 words = re.sub(r"\s+", " ", text)
-for key in ["cuda", "NVIDIA", "Streams", "queue", "Arena", "weights", "kv_cache", "Watchdog", "OK", "drain", "destroy stream", "t/s"]:
+for key in ["cuda", "NVIDIA", "Streams", "queue", "Arena", "weights", "kv_cache", "Watchdog", "OK", "drain", "destroy stream", "t/s", "Alt-+/- height", "op age over time"]:
     print(f"{key!r:18} {'seen' if key in words else 'NOT seen'}")
 m = re.search(r"(TTFT[^│]{0,80})", words)
 print("stats:", m.group(1) if m else "none")
