@@ -4,11 +4,11 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::{Paragraph, Sparkline, Wrap};
+use ratatui::widgets::{Paragraph, Wrap};
 
 use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, HostSample};
 
-use super::meter::{bar, ellipsize, panel, text};
+use super::meter::{bar, ellipsize, history, panel, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -191,18 +191,15 @@ impl ArenaPanel {
         );
         // Whatever height is left shows how use changed over time.
         let spare = inner.height - text_rows;
-        if spare >= 2 && self.used.len() > 1 {
-            frame.render_widget(
-                Paragraph::new(text("used over time", theme.dim)),
-                Rect::new(inner.x, inner.y + text_rows, inner.width, 1),
-            );
-            let data = self.used.tail(w);
-            frame.render_widget(
-                Sparkline::default()
-                    .data(&data)
-                    .max(a.capacity.max(1))
-                    .style(theme.sparkline),
-                Rect::new(inner.x, inner.y + text_rows + 1, inner.width, spare - 1),
+        if self.used.len() > 1 {
+            history(
+                frame,
+                Rect::new(inner.x, inner.y + text_rows, inner.width, spare),
+                "used over time",
+                &self.used,
+                a.capacity,
+                theme.sparkline,
+                theme,
             );
         }
     }

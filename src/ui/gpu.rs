@@ -4,11 +4,11 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::{Paragraph, Sparkline};
+use ratatui::widgets::Paragraph;
 
 use crate::gpu::stats::{DeviceSummary, HostSample, TelemetrySample};
 
-use super::meter::{bar, ellipsize, panel, text, wrap_words};
+use super::meter::{bar, ellipsize, history, panel, text, wrap_words};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -167,35 +167,32 @@ impl GpuPanel {
         );
         // History below: utilization (or host CPU), then power, as room allows.
         let mut y = inner.y + text_rows;
-        let history: Vec<(&str, &Series, u64)> = if self.is_cpu() {
+        let graphs: Vec<(&str, &Series, u64)> = if self.is_cpu() {
             vec![("cpu %", &self.host_cpu, 100)]
         } else {
             vec![("util %", &self.util, 100), ("power W", &self.power, 0)]
         };
-        let history: Vec<_> = history.into_iter().filter(|h| h.1.len() >= 2).collect();
-        let count = history.len() as u16;
-        for (i, (label, series, max)) in history.into_iter().enumerate() {
+        let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();
+        let count = graphs.len() as u16;
+        for (i, (label, series, max)) in graphs.into_iter().enumerate() {
             if y + 2 > inner.bottom() {
                 break;
             }
-            frame.render_widget(
-                Paragraph::new(text(label, theme.dim)),
-                Rect::new(inner.x, y, inner.width, 1),
-            );
-            // The rows left are shared among the histories still to draw, at least two each
-            // when they fit (a one-row sparkline shows little).
+            // The rows left are shared among the histories still to draw, at least three each
+            // (a label and two rows: a one-row sparkline shows little).
             let left = count - i as u16;
-            let rows = ((inner.bottom() - y) / left).saturating_sub(1).max(2);
-            let rows = rows.min(inner.bottom() - y - 1);
-            let data = series.tail(w);
-            frame.render_widget(
-                Sparkline::default()
-                    .data(&data)
-                    .max(if max > 0 { max } else { series.max().max(1) })
-                    .style(theme.sparkline),
-                Rect::new(inner.x, y + 1, inner.width, rows),
+            let rows = ((inner.bottom() - y) / left).max(3).min(inner.bottom() - y);
+            let max = if max > 0 { max } else { series.max() };
+            history(
+                frame,
+                Rect::new(inner.x, y, inner.width, rows),
+                label,
+                series,
+                max,
+                theme.sparkline,
+                theme,
             );
-            y += rows + 1;
+            y += rows;
         }
     }
 }

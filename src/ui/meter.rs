@@ -1,9 +1,12 @@
 //! Small drawing pieces shared by the panels: text bars, labelled rows, panel frames.
 
+use ratatui::Frame;
+use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, BorderType};
+use ratatui::widgets::{Block, BorderType, Paragraph, Sparkline};
 
+use super::series::Series;
 use super::theme::Theme;
 
 const EIGHTHS: [char; 8] = [' ', '▏', '▎', '▍', '▌', '▋', '▊', '▉'];
@@ -39,6 +42,34 @@ pub fn row(label: &str, label_w: usize, value: Vec<Span<'static>>, theme: &Theme
     let mut spans = vec![Span::styled(format!("{label:<label_w$} "), theme.dim)];
     spans.extend(value);
     Line::from(spans)
+}
+
+/// A history graph: `label` on the first row of `area`, then the newest values of `series` as a
+/// sparkline over the rows below, scaled to `max`. Draws nothing in fewer than two rows.
+pub fn history(
+    frame: &mut Frame,
+    area: Rect,
+    label: &str,
+    series: &Series,
+    max: u64,
+    style: Style,
+    theme: &Theme,
+) {
+    if area.height < 2 || area.width == 0 {
+        return;
+    }
+    frame.render_widget(
+        Paragraph::new(text(ellipsize(label, usize::from(area.width)), theme.dim)),
+        Rect::new(area.x, area.y, area.width, 1),
+    );
+    let data = series.tail(usize::from(area.width));
+    frame.render_widget(
+        Sparkline::default()
+            .data(&data)
+            .max(max.max(1))
+            .style(style),
+        Rect::new(area.x, area.y + 1, area.width, area.height - 1),
+    );
 }
 
 pub fn text(s: impl Into<String>, style: Style) -> Span<'static> {

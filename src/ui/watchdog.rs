@@ -5,11 +5,11 @@ use std::time::Duration;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::{Block, Borders, Paragraph, Sparkline, Wrap};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
 
-use super::meter::{bar, ellipsize, ellipsize_start, panel, text};
+use super::meter::{bar, ellipsize, ellipsize_start, history, panel, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self};
@@ -174,30 +174,22 @@ impl WatchdogPanel {
         // Spare rows (a taller panel) show how old the oldest op has been at each check,
         // against the budget: a queue that stalls now and then shows up as spikes.
         let spare = inner.height - text_rows;
-        if spare >= 2 && self.age_ms.len() > 1 {
-            let budget_ms = s.budget.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        if self.age_ms.len() > 1 {
+            let budget_ms = s.budget.as_millis().min(u128::from(u64::MAX)) as u64;
             let peak = Duration::from_millis(self.age_ms.max());
-            frame.render_widget(
-                Paragraph::new(text(
-                    ellipsize(
-                        &format!(
-                            "op age over time · peak {} / {}",
-                            units::duration(peak),
-                            units::duration(s.budget)
-                        ),
-                        w,
-                    ),
-                    theme.dim,
-                )),
-                Rect::new(inner.x, inner.y + text_rows, inner.width, 1),
+            let label = format!(
+                "op age over time · peak {} / {}",
+                units::duration(peak),
+                units::duration(s.budget)
             );
-            let data = self.age_ms.tail(w);
-            frame.render_widget(
-                Sparkline::default()
-                    .data(&data)
-                    .max(budget_ms)
-                    .style(state_style(s.state, theme)),
-                Rect::new(inner.x, inner.y + text_rows + 1, inner.width, spare - 1),
+            history(
+                frame,
+                Rect::new(inner.x, inner.y + text_rows, inner.width, spare),
+                &label,
+                &self.age_ms,
+                budget_ms,
+                state_style(s.state, theme),
+                theme,
             );
         }
     }
