@@ -8,7 +8,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 
 use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, HostSample};
 
-use super::meter::{bar, ellipsize, history, panel, text};
+use super::meter::{bar, ellipsize, history, lines_on_top, panel, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -184,17 +184,12 @@ impl ArenaPanel {
                 ),
             ]));
         }
-        let text_rows = (lines.len() as u16).min(inner.height);
-        frame.render_widget(
-            Paragraph::new(lines),
-            Rect::new(inner.x, inner.y, inner.width, text_rows),
-        );
         // Whatever height is left shows how use changed over time.
-        let spare = inner.height - text_rows;
+        let spare = lines_on_top(frame, inner, lines);
         if self.used.len() > 1 {
             history(
                 frame,
-                Rect::new(inner.x, inner.y + text_rows, inner.width, spare),
+                spare,
                 "used over time",
                 &self.used,
                 a.capacity,

@@ -8,7 +8,7 @@ use ratatui::widgets::Paragraph;
 
 use crate::gpu::stats::{DeviceSummary, HostSample, TelemetrySample};
 
-use super::meter::{bar, ellipsize, history, panel, text, wrap_words};
+use super::meter::{bar, ellipsize, history, lines_on_top, panel, text, wrap_words};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -160,13 +160,8 @@ impl GpuPanel {
         for l in wrap_words(&d.reason, w, 6) {
             lines.push(Line::from(text(l, theme.dim)));
         }
-        let text_rows = (lines.len() as u16).min(inner.height);
-        frame.render_widget(
-            Paragraph::new(lines),
-            Rect::new(inner.x, inner.y, inner.width, text_rows),
-        );
         // History below: utilization (or host CPU), then power, as room allows.
-        let mut y = inner.y + text_rows;
+        let mut y = lines_on_top(frame, inner, lines).y;
         let graphs: Vec<(&str, &Series, u64)> = if self.is_cpu() {
             vec![("cpu %", &self.host_cpu, 100)]
         } else {

@@ -44,6 +44,18 @@ pub fn row(label: &str, label_w: usize, value: Vec<Span<'static>>, theme: &Theme
     Line::from(spans)
 }
 
+/// Draws `lines` at the top of `area` and returns the rows below them (empty when they fill it).
+pub fn lines_on_top(frame: &mut Frame, area: Rect, lines: Vec<Line<'static>>) -> Rect {
+    let rows = u16::try_from(lines.len())
+        .unwrap_or(u16::MAX)
+        .min(area.height);
+    frame.render_widget(
+        Paragraph::new(lines),
+        Rect::new(area.x, area.y, area.width, rows),
+    );
+    Rect::new(area.x, area.y + rows, area.width, area.height - rows)
+}
+
 /// A history graph: `label` on the first row of `area`, then the newest values of `series` as a
 /// sparkline over the rows below, scaled to `max`. Draws nothing in fewer than two rows.
 pub fn history(

@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
 
-use super::meter::{bar, ellipsize, ellipsize_start, history, panel, text};
+use super::meter::{bar, ellipsize, ellipsize_start, history, lines_on_top, panel, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self};
@@ -166,14 +166,9 @@ impl WatchdogPanel {
                 ),
             ]));
         }
-        let text_rows = (lines.len() as u16).min(inner.height);
-        frame.render_widget(
-            Paragraph::new(lines),
-            Rect::new(inner.x, inner.y, inner.width, text_rows),
-        );
         // Spare rows (a taller panel) show how old the oldest op has been at each check,
         // against the budget: a queue that stalls now and then shows up as spikes.
-        let spare = inner.height - text_rows;
+        let spare = lines_on_top(frame, inner, lines);
         if self.age_ms.len() > 1 {
             let budget_ms = s.budget.as_millis().min(u128::from(u64::MAX)) as u64;
             let peak = Duration::from_millis(self.age_ms.max());
@@ -184,7 +179,7 @@ impl WatchdogPanel {
             );
             history(
                 frame,
-                Rect::new(inner.x, inner.y + text_rows, inner.width, spare),
+                spare,
                 &label,
                 &self.age_ms,
                 budget_ms,
