@@ -43,20 +43,9 @@ pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
     Some(TypeKernels { suffix, act })
 }
 
-/// Every weight type the GPU kernels handle (the CPU backend's compute types).
-pub const GPU_TYPES: &[GgmlType] = &[
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
+/// Every weight type the GPU kernels handle: all of the CPU backend's compute types, so that a
+/// model that runs on one runs on the other.
+pub const GPU_TYPES: &[GgmlType] = crate::gpu::quant::COMPUTE_TYPES;
 
 /// Element type of the KV cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

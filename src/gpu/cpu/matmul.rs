@@ -117,16 +117,8 @@ impl MatmulScratch {
         n_tokens: usize,
         cols: usize,
     ) -> Result<(), QuantError> {
-        if Some(x.len()) != n_tokens.checked_mul(cols) {
-            return Err(QuantError::BadMatrix {
-                ty,
-                rows: n_tokens,
-                cols,
-                what: format!("activation has {} values", x.len()),
-            });
-        }
         let isa = self.isa;
-        let parts = self.act.prepare(ty, n_tokens, cols)?;
+        let parts = self.act.prepare_for(ty, x, n_tokens, cols)?;
         let n_threads = pool.n_threads();
         // Below this the dispatch costs more than the quantization it would spread.
         const PARALLEL_MIN: usize = 16 * 1024;

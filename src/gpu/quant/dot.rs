@@ -278,6 +278,25 @@ impl Activation {
         })
     }
 
+    /// [`Activation::prepare`] for the input `x`, which must hold `n_tokens` rows of `cols`.
+    pub fn prepare_for(
+        &mut self,
+        ty: GgmlType,
+        x: &[f32],
+        n_tokens: usize,
+        cols: usize,
+    ) -> Result<ActivationParts<'_>, QuantError> {
+        if Some(x.len()) != n_tokens.checked_mul(cols) {
+            return Err(QuantError::BadMatrix {
+                ty,
+                rows: n_tokens,
+                cols,
+                what: format!("activation has {} values", x.len()),
+            });
+        }
+        self.prepare(ty, n_tokens, cols)
+    }
+
     /// Quantizes `x` (`n_tokens` rows of `cols`) for weights of type `ty`.
     pub fn quantize(
         &mut self,
@@ -287,15 +306,7 @@ impl Activation {
         n_tokens: usize,
         cols: usize,
     ) -> Result<(), QuantError> {
-        if Some(x.len()) != n_tokens.checked_mul(cols) {
-            return Err(QuantError::BadMatrix {
-                ty,
-                rows: n_tokens,
-                cols,
-                what: format!("activation has {} values", x.len()),
-            });
-        }
-        self.prepare(ty, n_tokens, cols)?.fill(isa, x);
+        self.prepare_for(ty, x, n_tokens, cols)?.fill(isa, x);
         Ok(())
     }
 
