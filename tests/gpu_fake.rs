@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hipscope::gpu::arena::{ArenaPlan, Region};
 use hipscope::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
-use hipscope::gpu::device::{GemmF32, GpuError, Op};
+use hipscope::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
 use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
 use hipscope::gpu::kernels::{CompileMode, KernelCache};
 use hipscope::gpu::stats::{QuitStepStatus, WatchState};
@@ -454,41 +454,6 @@ fn a_runtime_error_poisons_the_device() {
     );
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cpu_gemm(
-    ta: Op,
-    tb: Op,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    for j in 0..n {
-        for i in 0..m {
-            let mut acc = 0.0f32;
-            for p in 0..k {
-                let av = if ta == Op::N {
-                    a[i + p * lda]
-                } else {
-                    a[p + i * lda]
-                };
-                let bv = if tb == Op::N {
-                    b[p + j * ldb]
-                } else {
-                    b[j + p * ldb]
-                };
-                acc += av * bv;
-            }
-            c[i + j * ldc] = acc;
-        }
-    }
-}
-
 #[test]
 fn the_gemm_fallback_passes_blas_arguments_through_to_the_kernel() {
     for blas in [false, true] {
@@ -511,7 +476,7 @@ fn the_gemm_fallback_passes_blas_arguments_through_to_the_kernel() {
         let a: Vec<f32> = (0..lda * m).map(|i| i as f32 * 0.5 - 3.0).collect();
         let b: Vec<f32> = (0..ldb * k).map(|i| 1.0 - i as f32 * 0.25).collect();
         let mut want = vec![0.0f32; ldc * n];
-        cpu_gemm(Op::T, Op::T, m, n, k, &a, lda, &b, ldb, &mut want, ldc);
+        reference_sgemm(Op::T, Op::T, m, n, k, &a, lda, &b, ldb, 0.0, &mut want, ldc);
         let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let da = gpu
             .alloc(Region::Activations, (a.len() * 4) as u64)

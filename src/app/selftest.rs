@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, DeviceBuffer, Region};
 use crate::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, KernelFn};
-use crate::gpu::device::{GemmF32, GpuError, Op, human_bytes};
+use crate::gpu::device::{GemmF32, GpuError, Op, human_bytes, reference_sgemm};
 use crate::gpu::kernels::{BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::stats::{QuitStepStatus, WatchState};
@@ -478,43 +478,6 @@ fn bytes_f32(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// Column-major reference: C = op(A)·op(B) + beta·C.
-#[allow(clippy::too_many_arguments)]
-fn cpu_gemm(
-    ta: Op,
-    tb: Op,
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    lda: usize,
-    b: &[f32],
-    ldb: usize,
-    beta: f32,
-    c: &mut [f32],
-    ldc: usize,
-) {
-    for j in 0..n {
-        for i in 0..m {
-            let mut acc = 0.0f64;
-            for p in 0..k {
-                let av = if ta == Op::N {
-                    a[i + p * lda]
-                } else {
-                    a[p + i * lda]
-                };
-                let bv = if tb == Op::N {
-                    b[p + j * ldb]
-                } else {
-                    b[j + p * ldb]
-                };
-                acc += av as f64 * bv as f64;
-            }
-            c[i + j * ldc] = (acc + beta as f64 * c[i + j * ldc] as f64) as f32;
-        }
-    }
-}
-
 fn gemm(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
     let mut worst = 0.0f32;
     let mut runs = Vec::new();
@@ -532,7 +495,7 @@ fn gemm(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
         let b = rand_f32(ldb * if tb == Op::N { n } else { k }, 23);
         let c0 = rand_f32(ldc * n, 37);
         let mut want = c0.clone();
-        cpu_gemm(ta, tb, m, n, k, &a, lda, &b, ldb, beta, &mut want, ldc);
+        reference_sgemm(ta, tb, m, n, k, &a, lda, &b, ldb, beta, &mut want, ldc);
         let da = gpu.alloc(Region::Activations, (a.len() * 4) as u64)?;
         let db = gpu.alloc(Region::Activations, (b.len() * 4) as u64)?;
         let dc = gpu.alloc(Region::Activations, (c0.len() * 4) as u64)?;

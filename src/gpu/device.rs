@@ -114,6 +114,43 @@ pub enum Op {
     T,
 }
 
+/// Column-major `C = op(A)·op(B) + beta·C` on the host, accumulated in f64: the plain loop the
+/// device GEMMs (our kernel, BLAS, the fake device) are checked against.
+#[allow(clippy::too_many_arguments)]
+pub fn reference_sgemm(
+    ta: Op,
+    tb: Op,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    beta: f32,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    for j in 0..n {
+        for i in 0..m {
+            let mut acc = 0.0f64;
+            for p in 0..k {
+                let av = match ta {
+                    Op::N => a[i + p * lda],
+                    Op::T => a[p + i * lda],
+                };
+                let bv = match tb {
+                    Op::N => b[p + j * ldb],
+                    Op::T => b[j + p * ldb],
+                };
+                acc += f64::from(av) * f64::from(bv);
+            }
+            let ci = i + j * ldc;
+            c[ci] = (acc + f64::from(beta) * f64::from(c[ci])) as f32;
+        }
+    }
+}
+
 /// One single-precision GEMM, column-major, scalars in device memory (device pointer mode):
 /// `C = alpha * op(A) * op(B) + beta * C`, with op(A) m×k and op(B) k×n.
 #[derive(Clone, Copy, Debug, PartialEq)]
