@@ -1091,25 +1091,34 @@ mod avx2 {
         }
     }
 
-    unsafe fn rows_32<B: Blk32>(
-        w: &[u8],
-        rows: usize,
-        cols: usize,
-        act: &Activation,
-        t0: usize,
-        nt: usize,
-        out: &mut [f32],
-    ) {
-        // SAFETY: the caller (Kernel::dot_rows) checked sizes; Kernel::new checked the ISA.
-        unsafe {
-            match nt {
-                1 => rows_32_t::<B, 1>(w, rows, cols, act, t0, out),
-                2 => rows_32_t::<B, 2>(w, rows, cols, act, t0, out),
-                3 => rows_32_t::<B, 3>(w, rows, cols, act, t0, out),
-                _ => rows_32_t::<B, 4>(w, rows, cols, act, t0, out),
+    /// Defines `$name::<B>`, which runs `$tiled::<B, T>` with the token tile `T` (1..=4) as a
+    /// constant, so that each token's accumulators stay in registers.
+    macro_rules! tile_dispatch {
+        ($name:ident, $tiled:ident, $bound:ident) => {
+            unsafe fn $name<B: $bound>(
+                w: &[u8],
+                rows: usize,
+                cols: usize,
+                act: &Activation,
+                t0: usize,
+                nt: usize,
+                out: &mut [f32],
+            ) {
+                // SAFETY: the caller (Kernel::dot_rows) checked sizes; Kernel::new checked the
+                // ISA.
+                unsafe {
+                    match nt {
+                        1 => $tiled::<B, 1>(w, rows, cols, act, t0, out),
+                        2 => $tiled::<B, 2>(w, rows, cols, act, t0, out),
+                        3 => $tiled::<B, 3>(w, rows, cols, act, t0, out),
+                        _ => $tiled::<B, 4>(w, rows, cols, act, t0, out),
+                    }
+                }
             }
-        }
+        };
     }
+
+    tile_dispatch!(rows_32, rows_32_t, Blk32);
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn rows_32_t<B: Blk32, const T: usize>(
@@ -1464,25 +1473,7 @@ mod avx2 {
         }
     }
 
-    unsafe fn rows_k<B: BlkK>(
-        w: &[u8],
-        rows: usize,
-        cols: usize,
-        act: &Activation,
-        t0: usize,
-        nt: usize,
-        out: &mut [f32],
-    ) {
-        // SAFETY: as rows_32.
-        unsafe {
-            match nt {
-                1 => rows_k_t::<B, 1>(w, rows, cols, act, t0, out),
-                2 => rows_k_t::<B, 2>(w, rows, cols, act, t0, out),
-                3 => rows_k_t::<B, 3>(w, rows, cols, act, t0, out),
-                _ => rows_k_t::<B, 4>(w, rows, cols, act, t0, out),
-            }
-        }
-    }
+    tile_dispatch!(rows_k, rows_k_t, BlkK);
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn rows_k_t<B: BlkK, const T: usize>(
@@ -1566,25 +1557,7 @@ mod avx2 {
         }
     }
 
-    unsafe fn rows_f<B: FloatW>(
-        w: &[u8],
-        rows: usize,
-        cols: usize,
-        act: &Activation,
-        t0: usize,
-        nt: usize,
-        out: &mut [f32],
-    ) {
-        // SAFETY: as rows_32.
-        unsafe {
-            match nt {
-                1 => rows_f_t::<B, 1>(w, rows, cols, act, t0, out),
-                2 => rows_f_t::<B, 2>(w, rows, cols, act, t0, out),
-                3 => rows_f_t::<B, 3>(w, rows, cols, act, t0, out),
-                _ => rows_f_t::<B, 4>(w, rows, cols, act, t0, out),
-            }
-        }
-    }
+    tile_dispatch!(rows_f, rows_f_t, FloatW);
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn rows_f_t<B: FloatW, const T: usize>(
