@@ -8,7 +8,7 @@ use ratatui::widgets::{Paragraph, Wrap};
 
 use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, HostSample};
 
-use super::meter::{bar, ellipsize, history, lines_on_top, panel, text};
+use super::meter::{bar, ellipsize, history, lines_on_top, open_panel, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -46,12 +46,9 @@ impl ArenaPanel {
             Some(a) if !a.kind.is_empty() => format!("Arena · {}", a.kind),
             _ => "Arena".to_string(),
         };
-        let block = panel(&title, theme);
-        let inner = block.inner(area);
-        frame.render_widget(block, area);
-        if inner.height == 0 || inner.width < 8 {
+        let Some(inner) = open_panel(frame, area, &title, theme, 8) else {
             return;
-        }
+        };
         let w = usize::from(inner.width);
         let Some(a) = &self.arena else {
             let mut lines = Vec::new();

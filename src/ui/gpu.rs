@@ -4,11 +4,12 @@
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::Paragraph;
 
 use crate::gpu::stats::{DeviceSummary, HostSample, TelemetrySample};
 
-use super::meter::{bar, ellipsize, history, lines_on_top, panel, text, wrap_words};
+use super::meter::{
+    bar, ellipsize, history, lines_on_top, open_panel, panel_note, text, wrap_words,
+};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -51,18 +52,12 @@ impl GpuPanel {
 
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
         let title = if self.is_cpu() { "Host" } else { "GPU" };
-        let block = panel(title, theme);
-        let inner = block.inner(area);
-        frame.render_widget(block, area);
-        if inner.height == 0 || inner.width < 8 {
+        let Some(inner) = open_panel(frame, area, title, theme, 8) else {
             return;
-        }
+        };
         let w = usize::from(inner.width);
         let Some(d) = &self.device else {
-            frame.render_widget(
-                Paragraph::new(text("Waiting for the device…", theme.dim)),
-                inner,
-            );
+            panel_note(frame, inner, "Waiting for the device…", theme);
             return;
         };
         let label_w = 8;
@@ -86,9 +81,22 @@ impl GpuPanel {
         }
         lines.push(kv("arch", &ellipsize(&arch, value_w), label_w, theme));
         let t = self.telemetry.as_ref();
-        if self.is_cpu() {
-            let host = self.host.as_ref();
-            if let Some((used, total)) = host.and_then(|h| Some((h.mem_used?, h.mem_total?))) {
+        let host = self.host.as_ref();
+        // Memory in use: the host's on the CPU backend; on a GPU the sampler's VRAM figures,
+        // else the runtime's free-memory report.
+        let used_total = if self.is_cpu() {
+            host.and_then(|h| Some((h.mem_used?, h.mem_total?)))
+        } else {
+            match (t.and_then(|t| t.vram_used), t.and_then(|t| t.vram_total)) {
+                (Some(u), Some(tot)) => Some((u, tot)),
+                _ => d
+                    .total_memory
+                    .zip(d.free_memory)
+                    .map(|(tot, free)| (tot.saturating_sub(free), tot)),
+            }
+        };
+        match used_total {
+            Some((used, total)) => {
                 lines.push(kv(
                     "memory",
                     &format!("{} / {}", units::bytes(used), units::bytes(total)),
@@ -99,39 +107,18 @@ impl GpuPanel {
                     text(format!("{:<label_w$}", ""), theme.dim),
                     text(bar(ratio(used, total), value_w.min(24)), theme.gauge),
                 ]));
-            } else if let Some(total) = d.total_memory {
-                lines.push(kv("memory", &units::bytes(total), label_w, theme));
             }
+            None => {
+                if let Some(total) = d.total_memory {
+                    lines.push(kv("memory", &units::bytes(total), label_w, theme));
+                }
+            }
+        }
+        if self.is_cpu() {
             if let Some(c) = host.and_then(|h| h.cpu_pct) {
                 lines.push(kv("cpu", &format!("{c:.0}%"), label_w, theme));
             }
         } else {
-            let used_total = match (t.and_then(|t| t.vram_used), t.and_then(|t| t.vram_total)) {
-                (Some(u), Some(tot)) => Some((u, tot)),
-                _ => match (d.total_memory, d.free_memory) {
-                    (Some(tot), Some(free)) => Some((tot.saturating_sub(free), tot)),
-                    _ => None,
-                },
-            };
-            match used_total {
-                Some((used, total)) => {
-                    lines.push(kv(
-                        "memory",
-                        &format!("{} / {}", units::bytes(used), units::bytes(total)),
-                        label_w,
-                        theme,
-                    ));
-                    lines.push(Line::from(vec![
-                        text(format!("{:<label_w$}", ""), theme.dim),
-                        text(bar(ratio(used, total), value_w.min(24)), theme.gauge),
-                    ]));
-                }
-                None => {
-                    if let Some(total) = d.total_memory {
-                        lines.push(kv("memory", &units::bytes(total), label_w, theme));
-                    }
-                }
-            }
             if let Some(t) = t {
                 let mut now = Vec::new();
                 if let Some(u) = t.gpu_util_pct {

@@ -4,7 +4,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, BorderType, Paragraph, Sparkline};
+use ratatui::widgets::{Block, BorderType, Paragraph, Sparkline, Wrap};
 
 use super::series::Series;
 use super::theme::Theme;
@@ -88,12 +88,30 @@ pub fn text(s: impl Into<String>, style: Style) -> Span<'static> {
     Span::styled(s.into(), style)
 }
 
-/// The frame every side panel is drawn in.
-pub fn panel(title: &str, theme: &Theme) -> Block<'static> {
-    Block::bordered()
+/// Draws a side panel's frame titled `title` over `area` and returns the space inside it, or
+/// `None` when that is too small to show anything (no rows, or under `min_width` columns).
+pub fn open_panel(
+    frame: &mut Frame,
+    area: Rect,
+    title: &str,
+    theme: &Theme,
+    min_width: u16,
+) -> Option<Rect> {
+    let block = Block::bordered()
         .border_type(BorderType::Rounded)
         .border_style(theme.border)
-        .title(Span::styled(format!(" {title} "), theme.title))
+        .title(Span::styled(format!(" {title} "), theme.title));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    (inner.height > 0 && inner.width >= min_width).then_some(inner)
+}
+
+/// A panel's one dim, word-wrapped line about why it has nothing to show.
+pub fn panel_note(frame: &mut Frame, inner: Rect, msg: &str, theme: &Theme) {
+    frame.render_widget(
+        Paragraph::new(text(msg, theme.dim)).wrap(Wrap { trim: true }),
+        inner,
+    );
 }
 
 /// Shortens `s` to at most `width` columns, ending with `…` when cut.

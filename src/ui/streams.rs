@@ -7,11 +7,11 @@ use std::time::Duration;
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
-use ratatui::widgets::{Paragraph, Sparkline, Wrap};
+use ratatui::widgets::{Paragraph, Sparkline};
 
 use crate::gpu::stats::{DeviceSummary, StreamSnapshot};
 
-use super::meter::{ellipsize, panel, text};
+use super::meter::{ellipsize, open_panel, panel_note, text};
 use super::series::Series;
 use super::theme::Theme;
 use super::units;
@@ -76,12 +76,9 @@ impl StreamsPanel {
         theme: &Theme,
         device: Option<&DeviceSummary>,
     ) {
-        let block = panel("Streams", theme);
-        let inner = block.inner(area);
-        frame.render_widget(block, area);
-        if inner.height == 0 || inner.width < 4 {
+        let Some(inner) = open_panel(frame, area, "Streams", theme, 4) else {
             return;
-        }
+        };
         let w = usize::from(inner.width);
         if self.streams.is_empty() {
             let msg = match device {
@@ -92,10 +89,7 @@ impl StreamsPanel {
                 Some(_) => "No stream reported yet.",
                 None => "Waiting for the device…",
             };
-            frame.render_widget(
-                Paragraph::new(text(msg, theme.dim)).wrap(Wrap { trim: true }),
-                inner,
-            );
+            panel_note(frame, inner, msg, theme);
             return;
         }
         // Rows beyond the four each stream needs (and the blank between streams) make its

@@ -9,7 +9,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
 
-use super::meter::{bar, ellipsize, ellipsize_start, history, lines_on_top, panel, text};
+use super::meter::{
+    bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,
+};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self};
@@ -73,12 +75,9 @@ impl WatchdogPanel {
         theme: &Theme,
         device: Option<&DeviceSummary>,
     ) {
-        let block = panel("Watchdog", theme);
-        let inner = block.inner(area);
-        frame.render_widget(block, area);
-        if inner.height == 0 || inner.width < 8 {
+        let Some(inner) = open_panel(frame, area, "Watchdog", theme, 8) else {
             return;
-        }
+        };
         let w = usize::from(inner.width);
         let Some(s) = &self.snapshot else {
             let msg = match device {
@@ -87,10 +86,7 @@ impl WatchdogPanel {
                 }
                 _ => "No check yet.",
             };
-            frame.render_widget(
-                Paragraph::new(text(msg, theme.dim)).wrap(Wrap { trim: true }),
-                inner,
-            );
+            panel_note(frame, inner, msg, theme);
             return;
         };
         let label_w = 7;
