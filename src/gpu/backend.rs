@@ -103,6 +103,19 @@ pub struct RopeParams {
     pub freq_factors: Option<Weight>,
 }
 
+impl RopeParams {
+    /// The pairs rotated per head; an error when `n_rot` is odd or wider than the head.
+    pub fn pairs(&self, head_dim: usize) -> Result<usize> {
+        if self.n_rot > head_dim || !self.n_rot.is_multiple_of(2) {
+            return Err(BackendError::Invalid(format!(
+                "RoPE over {} of {head_dim} dimensions",
+                self.n_rot
+            )));
+        }
+        Ok(self.n_rot / 2)
+    }
+}
+
 /// One attention call over `n_tokens` new tokens at positions `pos0..pos0+n_tokens`, whose keys
 /// and values are first written into the layer's cache at those positions.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -966,11 +966,11 @@ impl Backend for GpuCompute {
         p: &RopeParams,
         label: OpLabel,
     ) -> Result<()> {
-        let half = p.n_rot / 2;
-        if p.n_rot > head_dim || !p.n_rot.is_multiple_of(2) || half > MAX_ROPE_PAIRS {
+        let half = p.pairs(head_dim)?;
+        if half > MAX_ROPE_PAIRS {
             return Err(invalid(format!(
-                "RoPE over {} of {head_dim} dimensions (at most {} pairs)",
-                p.n_rot, MAX_ROPE_PAIRS
+                "RoPE over {} pairs: the kernel rotates at most {MAX_ROPE_PAIRS}",
+                half
             )));
         }
         if n_tokens == 0 || half == 0 {

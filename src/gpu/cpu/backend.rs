@@ -345,13 +345,7 @@ impl Backend for CpuBackend {
         p: &RopeParams,
         _label: OpLabel,
     ) -> Result<()> {
-        let half = p.n_rot / 2;
-        if p.n_rot > head_dim || !p.n_rot.is_multiple_of(2) {
-            return Err(invalid(format!(
-                "RoPE over {} of {head_dim} dimensions",
-                p.n_rot
-            )));
-        }
+        let half = p.pairs(head_dim)?;
         let factors = match p.freq_factors {
             Some(f) => Some(self.vector(f, half)?.to_vec()),
             None => None,
