@@ -204,25 +204,14 @@ fn the_watchdog_names_a_kernel_that_never_finishes_and_writes_a_report() {
         }),
     )
     .expect("watchdog");
-    let f = gpu.function("hs_spin_on_flag").expect("spin");
-    let flag = gpu.alloc_host_word().expect("flag");
-    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
-    let l = gpu.label("layer 7 · attn · spin");
-    let dev = gpu.host_word_device(flag).expect("dev");
     let budget = Budget {
         slow: Duration::from_millis(20),
         hung: Duration::from_millis(60),
     };
-    gpu.launch_budgeted(
-        l,
-        f,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
-        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
-        Some(budget),
-    )
-    .expect("launch");
+    let flag = gpu
+        .launch_spin_on_flag("layer 7 · attn · spin", Some(budget), 1 << 40)
+        .expect("launch")
+        .flag;
     let mut states = Vec::new();
     let hung = loop {
         match rx
@@ -265,25 +254,14 @@ fn the_watchdog_names_a_kernel_that_never_finishes_and_writes_a_report() {
 #[test]
 fn the_watchdog_works_from_breadcrumbs_when_event_queries_stop_returning() {
     let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
-    let f = gpu.function("hs_spin_on_flag").expect("spin");
-    let flag = gpu.alloc_host_word().expect("flag");
-    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
-    let l = gpu.label("layer 1 · ffn_up · spin");
-    let dev = gpu.host_word_device(flag).expect("dev");
     let budget = Budget {
         slow: Duration::from_millis(1),
         hung: Duration::from_millis(2),
     };
-    gpu.launch_budgeted(
-        l,
-        f,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
-        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
-        Some(budget),
-    )
-    .expect("launch");
+    let flag = gpu
+        .launch_spin_on_flag("layer 1 · ffn_up · spin", Some(budget), 1 << 40)
+        .expect("launch")
+        .flag;
     gpu.mark_phase().expect("event");
     // The runtime wedges: event queries block inside it.
     ctl.block_event_queries(true);
@@ -373,20 +351,8 @@ fn a_clean_teardown_runs_every_step_in_order_and_frees_everything() {
 #[test]
 fn a_stuck_kernel_makes_the_drain_time_out_and_no_further_gpu_call_is_made() {
     let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
-    let f = gpu.function("hs_spin_on_flag").expect("spin");
-    let flag = gpu.alloc_host_word().expect("flag");
-    let res = gpu.alloc(Region::Activations, 4).expect("alloc");
-    let l = gpu.label("spin forever");
-    let dev = gpu.host_word_device(flag).expect("dev");
-    gpu.launch(
-        l,
-        f,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
-        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
-    )
-    .expect("launch");
+    gpu.launch_spin_on_flag("spin forever", None, 1 << 40)
+        .expect("launch");
     let calls_before = ctl.log().len();
     let outcome = gpu.teardown(Duration::from_millis(100), &mut |_| {});
     assert!(!outcome.clean);

@@ -48,20 +48,8 @@ fn gpu_with_stuck_kernel() -> (Gpu, FakeControl) {
         .expect("kernels");
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
         .expect("arena");
-    let f = gpu.function("hs_spin_on_flag").expect("spin");
-    let flag = gpu.alloc_host_word().expect("flag");
-    let res = gpu.alloc(Region::Activations, 4).expect("res");
-    let dev = gpu.host_word_device(flag).expect("dev");
-    let l = gpu.label("stuck kernel");
-    gpu.launch(
-        l,
-        f,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
-        &[Arg::Ptr(dev), Arg::U64(1 << 40), res.into()],
-    )
-    .expect("launch");
+    gpu.launch_spin_on_flag("stuck kernel", None, 1 << 40)
+        .expect("launch");
     (gpu, ctl)
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, DeviceBuffer, Region};
-use crate::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, HostWord, KernelFn};
+use crate::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, KernelFn, SpinOnFlag};
 use crate::gpu::device::{GemmF32, GpuError, Op, human_bytes, reference_sgemm};
 use crate::gpu::kernels::{BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
@@ -394,52 +394,19 @@ fn burst(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
     ))
 }
 
-/// A launched `hs_spin_on_flag`: the host word that releases it and where it writes its result.
-struct Spin {
-    flag: HostWord,
-    result: DeviceBuffer,
-    label: LabelId,
-}
-
-/// Launches one thread block that spins until the host sets its flag or `polls` polls pass (a
-/// guard for a shared GPU), then writes its result: the stand-in for an op that runs long, or
-/// never finishes.
-fn launch_spin(gpu: &mut Gpu, label: &str, budget: Budget, polls: u64) -> Result<Spin, GpuError> {
-    let f = gpu.function("hs_spin_on_flag")?;
-    let flag = gpu.alloc_host_word()?;
-    let result = gpu.alloc(Region::Activations, 4)?;
-    let l = gpu.label(label);
-    let dev = gpu.host_word_device(flag)?;
-    gpu.launch_budgeted(
-        l,
-        f,
-        [1, 1, 1],
-        [32, 1, 1],
-        0,
-        &[Arg::Ptr(dev), Arg::U64(polls), result.into()],
-        Some(budget),
-    )?;
-    Ok(Spin {
-        flag,
-        result,
-        label: l,
-    })
-}
-
 fn slow_then_release(gpu: &mut Gpu, rx: &Receiver<WatchEvent>) -> Result<(bool, String), GpuError> {
     let budget = Budget {
         slow: Duration::from_millis(100),
         hung: Duration::from_secs(5),
     };
     let _ = rx.try_iter().count();
-    let Spin {
+    let SpinOnFlag {
         flag,
         result,
         label: l,
-    } = launch_spin(
-        gpu,
+    } = gpu.launch_spin_on_flag(
         "selftest · spin on host flag (released)",
-        budget,
+        Some(budget),
         50_000_000,
     )?;
     let t = Instant::now();
@@ -1195,10 +1162,9 @@ fn child_hang(opts: &SelftestOptions) -> i32 {
         };
         // The poll limit (≈ tens of seconds) only guards a shared GPU if process teardown
         // failed to stop the kernel.
-        launch_spin(
-            &mut gpu,
+        gpu.launch_spin_on_flag(
             "selftest · spin on host flag (never released)",
-            budget,
+            Some(budget),
             30_000_000,
         )?;
         let launched = Instant::now();

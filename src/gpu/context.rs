@@ -140,6 +140,16 @@ impl TeardownOutcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HostWord(usize);
 
+/// A launched [`Gpu::launch_spin_on_flag`].
+#[derive(Clone, Copy, Debug)]
+pub struct SpinOnFlag {
+    /// Setting it to non-zero releases the kernel.
+    pub flag: HostWord,
+    /// Where the kernel writes its u32 result.
+    pub result: DeviceBuffer,
+    pub label: LabelId,
+}
+
 /// One opened device, owned by the worker thread.
 pub struct Gpu {
     backend: Box<dyn Device>,
@@ -567,6 +577,38 @@ impl Gpu {
         args: &[Arg],
     ) -> Result<u64, GpuError> {
         self.launch_budgeted(label, f, grid, block, shared_bytes, args, None)
+    }
+
+    /// Launches `hs_spin_on_flag` (one block, compiled with the other kernels) labelled `label`:
+    /// it spins until the host sets the returned [`SpinOnFlag::flag`] or `max_polls` polls pass
+    /// (a guard for a shared GPU), then writes 1 (released) or 2 (gave up) to
+    /// [`SpinOnFlag::result`]. The stand-in for an op that runs long or never finishes, for the
+    /// watchdog and quit checks.
+    pub fn launch_spin_on_flag(
+        &mut self,
+        label: &str,
+        budget: Option<Budget>,
+        max_polls: u64,
+    ) -> Result<SpinOnFlag, GpuError> {
+        let f = self.function("hs_spin_on_flag")?;
+        let flag = self.alloc_host_word()?;
+        let result = self.alloc(Region::Activations, 4)?;
+        let label = self.label(label);
+        let dev = self.host_word_device(flag)?;
+        self.launch_budgeted(
+            label,
+            f,
+            [1, 1, 1],
+            [32, 1, 1],
+            0,
+            &[Arg::Ptr(dev), Arg::U64(max_polls), result.into()],
+            budget,
+        )?;
+        Ok(SpinOnFlag {
+            flag,
+            result,
+            label,
+        })
     }
 
     /// As [`Gpu::launch`], with this op's own watchdog budget.
