@@ -90,14 +90,7 @@ fn llama_cpp_test_chat_template_cases() {
             false,
         );
         let got = t.and_then(|t| t.render_at(&messages(&c.messages), true, r.now_unix));
-        match got {
-            Ok(s) if s == c.expected => {}
-            Ok(s) => failures.push(format!(
-                "{}:\n  want {:?}\n  got  {:?}",
-                c.name, c.expected, s
-            )),
-            Err(e) => failures.push(format!("{}: {e}", c.name)),
-        }
+        note_difference(&mut failures, &c.name, &c.expected, got);
     }
     assert!(
         failures.is_empty(),
@@ -106,6 +99,20 @@ fn llama_cpp_test_chat_template_cases() {
         r.inline_cases.len(),
         failures.join("\n")
     );
+}
+
+/// Adds a line to `failures` when a rendering is not what the reference expects.
+fn note_difference<E: std::fmt::Display>(
+    failures: &mut Vec<String>,
+    name: &str,
+    expected: &str,
+    got: Result<String, E>,
+) {
+    match got {
+        Ok(s) if s == expected => {}
+        Ok(s) => failures.push(format!("{name}:\n  want {expected:?}\n  got  {s:?}")),
+        Err(e) => failures.push(format!("{name}: {e}")),
+    }
 }
 
 #[test]
@@ -146,14 +153,8 @@ fn real_templates_from_llama_cpp_tree() {
             "{}: system-role detection",
             c.name
         );
-        match t.render_at(&messages(&c.messages), true, r.now_unix) {
-            Ok(s) if s == c.expected => {}
-            Ok(s) => failures.push(format!(
-                "{}:\n  want {:?}\n  got  {:?}",
-                c.name, c.expected, s
-            )),
-            Err(e) => failures.push(format!("{}: {e}", c.name)),
-        }
+        let got = t.render_at(&messages(&c.messages), true, r.now_unix);
+        note_difference(&mut failures, &c.name, &c.expected, got);
     }
     assert!(
         failures.is_empty(),
