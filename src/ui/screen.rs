@@ -262,20 +262,20 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         .panel_focus
         .and_then(|f| shown.iter().position(|&p| p == f));
     let heights = panel_heights(&wanted, focus, area.height);
-    let focused_theme = Theme {
+    // The picked panel's frame in the focus colour (a theme copy only while one is picked).
+    let focused_theme = focus.map(|_| Theme {
         border: theme.border_focus,
         ..theme.clone()
-    };
+    });
     let device = app.device();
     let model_bytes = app.model.as_ref().map(|m| m.file_bytes);
     let mut y = area.y;
     for (i, (&id, &h)) in shown.iter().zip(&heights).enumerate() {
         let rect = Rect::new(area.x, y, area.width, h);
         y += h;
-        let t = if focus == Some(i) {
-            &focused_theme
-        } else {
-            theme
+        let t = match &focused_theme {
+            Some(f) if focus == Some(i) => f,
+            _ => theme,
         };
         match id {
             PanelId::Streams => app.streams.render(frame, rect, t, device),
