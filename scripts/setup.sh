@@ -34,6 +34,7 @@ done
 
 # Debian packages: the ones missing.
 packages=(libamdhip64-dev librocm-smi-dev debootstrap ca-certificates curl python3)
+command -v cc >/dev/null || packages+=(gcc libc6-dev) # rustc links through cc
 python3 -c 'import numpy' 2>/dev/null || packages+=(python3-numpy)
 python3 -c 'import yaml' 2>/dev/null || packages+=(python3-yaml)
 missing=()
@@ -52,4 +53,11 @@ if [ ${#missing[@]} -gt 0 ]; then
         "${as_root[@]}" apt-get install -y -qq --no-install-recommends "$p" >/dev/null ||
             fail "could not install $p: run 'sudo apt-get install $p' to see why (on Ubuntu, libamdhip64-dev and librocm-smi-dev are in 'universe')"
     done
+fi
+
+# The python3 on PATH may not be the system's (pyenv, a venv): give it numpy and PyYAML with pip.
+if ! python3 -c 'import numpy, yaml' 2>/dev/null; then
+    echo "scripts/setup.sh: installing numpy and PyYAML for $(command -v python3) with pip" >&2
+    python3 -m pip install -q numpy pyyaml ||
+        fail "$(command -v python3) lacks numpy or PyYAML and pip could not install them: run '$(command -v python3) -m pip install numpy pyyaml'"
 fi
