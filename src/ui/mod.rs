@@ -7,7 +7,7 @@
 //!
 //! The files form layers; each imports only the layers below it (no import circles):
 //! - types and drawing pieces: `msg`, `settings`, `theme`, `units`, `series`, `meter`,
-//!   `markdown`, `input`, `commands`, `keymap`;
+//!   `wrap`, `markdown`, `input`, `commands`, `keymap`;
 //! - panels and windows, one file each: `chat`, `streams`, `arena`, `watchdog`, `gpu`,
 //!   `picker`, `sampler`, `system_editor`, `help`, `error_dialog`, `quit_screen`;
 //! - the state and what changes it: `state` (the `App` struct), `update` (`App::update`),
@@ -40,6 +40,7 @@ pub mod theme;
 pub mod units;
 pub mod update;
 pub mod watchdog;
+pub mod wrap;
 
 pub use msg::{Effect, Msg};
 pub use screen::render;
