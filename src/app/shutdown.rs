@@ -19,8 +19,6 @@ pub enum Ending {
     Exited(i32),
     /// The app is leaving without the worker; the reason is logged and printed.
     Forced(String),
-    /// The UI thread panicked.
-    Panicked,
 }
 
 /// Waits up to `limit` for the worker thread to end after it reported `Exited`. The worker has

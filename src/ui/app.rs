@@ -12,7 +12,9 @@ use crossterm::event::{
 };
 
 use crate::gpu::stats::{DeviceSummary, HostSample, WatchState};
-use crate::model::protocol::{Command, Event, GenStats, ModelSource, ModelSummary, SamplerConfig};
+use crate::model::protocol::{
+    Command, Event, GenStats, ModelSource, ModelSummary, QuitConfig, SamplerConfig,
+};
 
 use super::arena::ArenaPanel;
 use super::chat::{Activity, Chat, NoticeLevel};
@@ -166,10 +168,8 @@ pub struct Settings {
     pub system_prompt: String,
     /// What to call the model until the worker says what it loaded.
     pub model_label: String,
-    /// How long the worker may take to drain the device on quit.
-    pub drain_deadline: Duration,
-    /// When the app leaves on its own if the worker has not finished quitting.
-    pub quit_deadline: Duration,
+    /// The quit's time limits (sent with `Command::Quit`, shown while quitting).
+    pub quit: QuitConfig,
     /// Messages sent before (for ↑).
     pub history: Vec<String>,
     /// Where the log goes, named in error messages.
@@ -186,8 +186,7 @@ impl Default for Settings {
             sampler: SamplerConfig::default(),
             system_prompt: String::new(),
             model_label: String::new(),
-            drain_deadline: Duration::from_secs(5),
-            quit_deadline: Duration::from_secs(7),
+            quit: QuitConfig::default(),
             history: Vec::new(),
             log_path: None,
         }
@@ -1246,7 +1245,7 @@ impl App {
             fx.push(Effect::Send(Command::Stop));
         }
         fx.push(Effect::Send(Command::Quit {
-            drain_deadline: self.settings.drain_deadline,
+            drain_deadline: self.settings.quit.drain_deadline,
         }));
         fx
     }
