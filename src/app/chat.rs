@@ -58,7 +58,7 @@ impl ChatOptions {
     }
 }
 
-/// hipscope's folders (`app::dirs`: the platform's, or under `HIPSCOPE_HOME`), as values so that
+/// hipscope's folders (`gpu::dirs`: the platform's, or under `HIPSCOPE_HOME`), as values so that
 /// tests can point them elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Dirs {

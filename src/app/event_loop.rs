@@ -41,7 +41,9 @@ pub struct LoopIo<'a> {
     pub places: Places,
     /// Where `/save` writes when given no path.
     pub export_dir: PathBuf,
-    /// How long after asking the worker to quit the app leaves without it.
+    /// How long after asking the worker to quit the app leaves without it: the chat passes
+    /// `QuitConfig::deadline()`, the same value the coordinator's timer runs on; tests, which
+    /// have no coordinator, pass a short one.
     pub quit_deadline: Duration,
     /// Time between redraws while something changes.
     pub frame: Duration,

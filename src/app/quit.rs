@@ -9,6 +9,13 @@
 //! (with a time limit of their own), then `libc::_exit(3)`, so that no atexit handler — the HIP
 //! runtime's fat-binary unregistration waits on every stream without a limit (pytorch#160759,
 //! ROCm/TheRock#999) — can keep the process alive.
+//!
+//! Panics: the coordinator's panic hook is the process's only one. It restores the terminal,
+//! prints the message on the normal screen and takes the hard path with code 101.
+//!
+//! The time limits are [`QuitConfig`] (defined in `model::protocol`, beside `Command::Quit`): the
+//! chat reads them from the config file once and hands the same value to the view, the event
+//! loop, this coordinator and the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! The terminal UI: view state, `update(event)`, and pure renders, one file per panel.
 //!
 //! [`app::App`] is the state; [`app::App::update`] is the only way it changes; [`screen::render`]
-//! draws it. Neither does I/O: the app layer (`app::tui`) feeds in terminal input, worker
+//! draws it. Neither does I/O: the app layer (`app::event_loop`) feeds in terminal input, worker
 //! events and ticks, and carries out the [`app::Effect`]s that come back.
 
 pub mod app;
