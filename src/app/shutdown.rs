@@ -10,8 +10,6 @@
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::app::quit::{EXIT_HARD, EXIT_PANIC};
-
 /// How the event loop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
