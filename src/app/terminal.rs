@@ -76,8 +76,6 @@ pub fn restore_terminal() {
     let _ = out.flush();
 }
 
-/// Restores the terminal before a panic message is printed on the UI thread. A panic on another
-
 /// Whether the app's screen is up (between [`TerminalGuard::enter`] and the restore).
 pub fn is_active() -> bool {
     TERMINAL_ACTIVE.load(Ordering::SeqCst)
