@@ -91,7 +91,7 @@ pub fn render(app: &App, frame: &mut Frame) {
             theme,
             q,
             app.now,
-            app.settings.quit_deadline,
+            app.settings.quit.deadline(),
             app.tick,
         );
     }
