@@ -8,7 +8,7 @@ use clap::Args;
 
 use crate::app::selftest::{self, SelftestOptions};
 use crate::app::selftest_compute::{self, ComputeCheckOptions};
-use crate::gpu::device::{BackendKind, human_bytes};
+use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::BackendChoice;
 
@@ -110,10 +110,10 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
     })
 }
 
-fn backend_kind(s: &str) -> Option<BackendKind> {
+fn backend_kind(s: &str) -> Option<RuntimeKind> {
     match s {
-        "hip" | "rocm" => Some(BackendKind::Hip),
-        "cuda" => Some(BackendKind::Cuda),
+        "hip" | "rocm" => Some(RuntimeKind::Hip),
+        "cuda" => Some(RuntimeKind::Cuda),
         _ => None,
     }
 }
@@ -146,7 +146,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         eprintln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
         return 2;
     }
-    let compiler = match kernels::compiler_for(backend) {
+    let compiler = match crate::gpu::select::compiler_for(backend) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
@@ -158,7 +158,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     } else {
         KernelCache::default_location()
     };
-    let mode = if args.in_process || backend == BackendKind::Cuda {
+    let mode = if args.in_process || backend == RuntimeKind::Cuda {
         CompileMode::InProcess
     } else {
         CompileMode::isolated()
@@ -224,5 +224,11 @@ pub fn compile_child(args: &CompileChildArgs) -> i32 {
         eprintln!("hipscope: unknown backend {}", args.backend);
         return 2;
     };
-    kernels::run_compile_child(backend, &args.arch, &args.dir)
+    match crate::gpu::select::compiler_for(backend) {
+        Ok(compiler) => kernels::run_compile_child(compiler.as_ref(), &args.arch, &args.dir),
+        Err(e) => {
+            eprintln!("hipscope: {e}");
+            2
+        }
+    }
 }

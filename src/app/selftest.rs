@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, DeviceBuffer, Region};
-use crate::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, KernelFn, SpinOnFlag};
+use crate::gpu::checksum::VerifyError;
 use crate::gpu::device::{GemmF32, GpuError, Op, human_bytes, reference_sgemm};
+use crate::gpu::handle::{Arg, GemmPath, Gpu, GpuConfig, KernelFn, SpinOnFlag};
 use crate::gpu::kernels::{BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
-use crate::gpu::stats::{QuitStepStatus, WatchState};
+use crate::gpu::snapshot::{QuitStepStatus, WatchState};
 use crate::gpu::stream::{Budget, LabelId, StreamShared};
-use crate::gpu::upload::VerifyError;
 use crate::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog};
 
 /// How often the event prober asks about events (the app's setting; breadcrumbs give finer
@@ -63,7 +63,7 @@ fn row(check: &'static str, r: Result<(bool, String), GpuError>) -> Row {
 /// Kernel compilation: hiprtc in a child process (it can abort), nvrtc in process.
 fn compile_mode(gpu: &Gpu) -> CompileMode {
     match gpu.kind() {
-        crate::gpu::device::BackendKind::Hip => CompileMode::isolated(),
+        crate::gpu::device::RuntimeKind::Hip => CompileMode::isolated(),
         _ => CompileMode::InProcess,
     }
 }

@@ -4,18 +4,18 @@
 
 pub mod arena;
 pub mod backend;
+pub mod checksum;
 pub mod compute;
-pub mod context;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dirs;
 pub mod fake;
+pub mod handle;
 pub mod hip;
 pub mod kernels;
 pub mod quant;
 pub mod select;
-pub mod stats;
+pub mod snapshot;
 pub mod stream;
-pub mod upload;
 pub mod watchdog;

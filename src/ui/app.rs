@@ -11,7 +11,7 @@ use crossterm::event::{
     Event as TermEvent, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEvent, MouseEventKind,
 };
 
-use crate::gpu::stats::{DeviceSummary, HostSample, WatchState};
+use crate::gpu::snapshot::{DeviceSummary, HostSample, WatchState};
 use crate::model::protocol::{Command, Event, GenStats, ModelSource, ModelSummary, SamplerConfig};
 
 use super::arena::ArenaPanel;

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hipscope::app::tui::WorkerLink;
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Command, Event, GenStats, StopReason};
 use tokio::sync::mpsc::UnboundedSender;
 

@@ -21,7 +21,7 @@ use crate::app::fetch::{self, FetchProgress};
 use crate::app::quit::{describe_step, hard_exit_now};
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::ComputeOptions;
-use crate::gpu::stats::QuitStepStatus;
+use crate::gpu::snapshot::QuitStepStatus;
 use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
 use crate::model::loader::{self, LoadOptions, Loaded};
