@@ -2,7 +2,6 @@
 
 pub use crate::gpu::dirs;
 
-pub mod backend;
 pub mod chat_args;
 pub mod cli;
 pub mod clipboard;

@@ -1,5 +1,5 @@
-//! The device interface: what every GPU backend (HIP, CUDA, the scripted fake) provides, in raw
-//! handles, and the errors they report.
+//! The runtime interface: what every GPU runtime (HIP, CUDA, the scripted fake) provides for one
+//! device, in raw handles, and the errors they report.
 //!
 //! A [`Device`] is one opened device with exactly one non-blocking stream, created when the
 //! device is opened. Every asynchronous method enqueues on that stream; there is no way to name

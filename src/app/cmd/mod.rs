@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::app::backend::BackendRequest;
+use crate::gpu::open::BackendRequest;
 use crate::app::cli::ModelArgs;
 use crate::app::fetch::{self, FetchProgress};
 use crate::app::quit::{describe_step, hard_exit_now};
@@ -99,7 +99,7 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let (backend, said) = crate::app::backend::open(&BackendRequest {
+    let (backend, said) = crate::gpu::open::open(&BackendRequest {
         choice: args.backend,
         device: args.device,
         threads: args.threads,

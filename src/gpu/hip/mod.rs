@@ -1,4 +1,4 @@
-//! The HIP backend: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
+//! The HIP runtime: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
 
 pub mod ffi;
 pub mod kfd;
