@@ -5,7 +5,9 @@ pub mod bench;
 pub mod fetch_cmd;
 pub mod generate;
 pub mod info;
+pub mod kernels;
 pub mod perplexity;
+pub mod selftest;
 pub mod synth;
 pub mod tokenize;
 
@@ -15,12 +17,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::gpu::open::BackendRequest;
 use crate::app::cli::ModelArgs;
 use crate::app::fetch::{self, FetchProgress};
 use crate::app::quit::{describe_step, hard_exit_now};
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::ComputeOptions;
+use crate::gpu::open::BackendRequest;
 use crate::gpu::snapshot::QuitStepStatus;
 use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;

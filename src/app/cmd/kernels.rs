@@ -1,55 +1,13 @@
-//! The GPU subcommands: `hipscope selftest`, `hipscope kernels`, and the hidden
-//! `hipscope __compile-kernels` that runs the kernel compiler in a child process.
+//! `hipscope kernels` (list or compile the kernel sources) and the hidden `hipscope
+//! __compile-kernels` that runs the kernel compiler in a child process.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 
-use crate::app::selftest::{self, SelftestOptions};
-use crate::app::selftest_compute::{self, ComputeCheckOptions};
 use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
-use crate::gpu::select::BackendChoice;
-
-#[derive(Args, Debug, Clone)]
-pub struct SelftestArgs {
-    /// auto, hip, cuda (the CPU has nothing to test).
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
-    pub backend: BackendChoice,
-    /// Device number as the runtime counts (default: the largest discrete GPU).
-    #[arg(long)]
-    pub device: Option<u32>,
-    /// Decode steps per round of the overhead measurement.
-    #[arg(long, default_value_t = 100)]
-    pub steps: usize,
-    /// Compile kernels afresh instead of using the on-disk cache.
-    #[arg(long)]
-    pub no_cache: bool,
-    /// Check the GPU forward pass against the CPU backend on synthetic models (and --model
-    /// files) instead of the mechanisms.
-    #[arg(long)]
-    pub compute: bool,
-    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m).
-    #[arg(long, value_delimiter = ',', requires = "compute")]
-    pub shapes: Vec<String>,
-    /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).
-    #[arg(long, value_delimiter = ',', requires = "compute")]
-    pub quants: Vec<String>,
-    /// With --compute: real GGUF files to check as well.
-    #[arg(short = 'm', long = "model", requires = "compute")]
-    pub models: Vec<PathBuf>,
-    /// With --compute: compare every op of every case (a per-op error table).
-    #[arg(long, requires = "compute")]
-    pub ops: bool,
-    /// Internal: run one scenario as a child process (`hang`, `quit`).
-    #[arg(long, hide = true)]
-    pub child: Option<String>,
-}
-
-fn parse_backend(s: &str) -> Result<BackendChoice, String> {
-    s.parse()
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct KernelsArgs {
@@ -79,35 +37,6 @@ pub struct CompileChildArgs {
     /// Directory holding the *.hip sources; code objects are written next to them.
     #[arg(long)]
     pub dir: PathBuf,
-}
-
-/// `hipscope selftest`.
-pub fn selftest(args: &SelftestArgs) -> i32 {
-    if args.compute {
-        let or_default = |v: &Vec<String>, d: &[&str]| -> Vec<String> {
-            if v.is_empty() {
-                d.iter().map(|s| s.to_string()).collect()
-            } else {
-                v.clone()
-            }
-        };
-        return selftest_compute::run(&ComputeCheckOptions {
-            backend: args.backend,
-            device: args.device,
-            no_cache: args.no_cache,
-            shapes: or_default(&args.shapes, selftest_compute::SHAPES),
-            quants: or_default(&args.quants, selftest_compute::QUANTS),
-            files: args.models.clone(),
-            ops: args.ops,
-        });
-    }
-    selftest::run(&SelftestOptions {
-        backend: args.backend,
-        device: args.device,
-        steps: args.steps,
-        no_cache: args.no_cache,
-        child: args.child.clone(),
-    })
 }
 
 fn backend_kind(s: &str) -> Option<RuntimeKind> {
