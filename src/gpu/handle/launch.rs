@@ -3,61 +3,13 @@
 
 use std::ffi::c_void;
 
-use super::Gpu;
-use super::memory::HostWord;
+use super::{Arg, GemmPath, Gpu, KernelFn, SpinOnFlag};
 use crate::gpu::arena::{DeviceBuffer, Region};
 use crate::gpu::device::{BlasAvailability, Device, DevicePtr, GemmF32, GpuError, Op, RawFunction};
 use crate::gpu::kernels::{self, CompileMode, KernelBuild, KernelCache, KernelSource};
 use crate::gpu::stream::{Budget, LabelId, OpKind};
 
-/// A loaded kernel.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct KernelFn(u32);
-
-/// One kernel argument (after the two tracking parameters every kernel takes first).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Arg {
-    Ptr(DevicePtr),
-    U32(u32),
-    I32(i32),
-    U64(u64),
-    F32(f32),
-}
-
-impl From<DeviceBuffer> for Arg {
-    fn from(b: DeviceBuffer) -> Arg {
-        Arg::Ptr(b.ptr)
-    }
-}
-
-impl From<DevicePtr> for Arg {
-    fn from(p: DevicePtr) -> Arg {
-        Arg::Ptr(p)
-    }
-}
-
 const MAX_ARGS: usize = 32;
-
-/// How GEMMs run.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum GemmPath {
-    /// rocBLAS / cuBLAS, bound to our stream, device pointer mode, workspace from the arena.
-    Blas { library: String },
-    /// hipscope's own `hs_sgemm` kernel, and why.
-    Fallback { reason: String },
-    /// Not set up yet (no arena).
-    NotReady,
-}
-
-/// A launched [`Gpu::launch_spin_on_flag`].
-#[derive(Clone, Copy, Debug)]
-pub struct SpinOnFlag {
-    /// Setting it to non-zero releases the kernel.
-    pub flag: HostWord,
-    /// Where the kernel writes its u32 result.
-    pub result: DeviceBuffer,
-    pub label: LabelId,
-}
 
 impl Gpu {
     /// Loads compiled modules; `sources` gives each module's kernel names.

@@ -1,13 +1,9 @@
 //! Device memory of an opened device: the arena (created once, up front, then carved) and host
 //! words (pinned host memory the device can read, flags a kernel polls).
 
-use super::{CHECKSUM_BLOCKS, Gpu};
+use super::{CHECKSUM_BLOCKS, Gpu, HostWord};
 use crate::gpu::arena::{Arena, ArenaPlan, DeviceBuffer, Region};
 use crate::gpu::device::{BlasAvailability, DevicePtr, GpuError};
-
-/// A 32-bit word of pinned host memory mapped into the device (a flag a kernel polls).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HostWord(usize);
 
 impl Gpu {
     /// Makes the arena for `plan` (plus the workspace hipscope itself needs), refusing up front

@@ -1,8 +1,10 @@
 //! [`Gpu`]: the handle of one opened device — its tracked stream, arena, staging buffers, loaded
 //! kernels and GEMM path — owned by the inference worker. Every op is labelled and tracked; no
 //! call waits without a deadline; after a runtime error the device is poisoned and no further GPU
-//! call is made. This file holds the type, opening it and the tracked enqueue every op goes
-//! through; the other files of the folder each add one concern to it:
+//! call is made. This file holds the type, the plain types it hands out (`KernelFn`, `Arg`,
+//! `GemmPath`, `HostWord`, `SpinOnFlag`, `TeardownOutcome`), opening it and the tracked enqueue
+//! every op goes through; the other files of the folder each add one concern to it (and import
+//! only from this file):
 //! `launch.rs` (kernels, GEMM, fills and copies), `memory.rs` (arena and host words),
 //! `transfer.rs` (staged uploads and downloads, verified uploads), `teardown.rs` (the device half
 //! of the quit protocol and the event prober).
@@ -14,6 +16,8 @@ mod transfer;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::gpu::arena::{Arena, DeviceBuffer};
@@ -21,13 +25,8 @@ use crate::gpu::device::{
     Device, DeviceInfo, DevicePtr, GpuError, MemInfo, PinnedRaw, RawBlas, RawFunction, RawModule,
     RuntimeKind,
 };
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, StreamSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
-
-pub use launch::{Arg, GemmPath, KernelFn, SpinOnFlag};
-pub use memory::HostWord;
-use teardown::Prober;
-pub use teardown::{HARD_EXIT_CODE, TeardownOutcome};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,6 +62,85 @@ impl Default for GpuConfig {
             blas_workspace: 32 << 20,
             wait_timeout: Duration::from_secs(30),
         }
+    }
+}
+
+/// A loaded kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelFn(u32);
+
+/// One kernel argument (after the two tracking parameters every kernel takes first).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    Ptr(DevicePtr),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+}
+
+impl From<DeviceBuffer> for Arg {
+    fn from(b: DeviceBuffer) -> Arg {
+        Arg::Ptr(b.ptr)
+    }
+}
+
+impl From<DevicePtr> for Arg {
+    fn from(p: DevicePtr) -> Arg {
+        Arg::Ptr(p)
+    }
+}
+
+/// How GEMMs run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GemmPath {
+    /// rocBLAS / cuBLAS, bound to our stream, device pointer mode, workspace from the arena.
+    Blas { library: String },
+    /// hipscope's own `hs_sgemm` kernel, and why.
+    Fallback { reason: String },
+    /// Not set up yet (no arena).
+    NotReady,
+}
+
+/// A 32-bit word of pinned host memory mapped into the device (a flag a kernel polls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostWord(usize);
+
+/// A launched [`Gpu::launch_spin_on_flag`].
+#[derive(Clone, Copy, Debug)]
+pub struct SpinOnFlag {
+    /// Setting it to non-zero releases the kernel.
+    pub flag: HostWord,
+    /// Where the kernel writes its u32 result.
+    pub result: DeviceBuffer,
+    pub label: LabelId,
+}
+
+/// The thread that queries the event pool for the watchdog, off the worker and off the watchdog
+/// itself (a query can block inside a wedged runtime).
+struct Prober {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// How the device half of the quit protocol ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TeardownOutcome {
+    /// Every step ran and succeeded: returning from `main` is safe.
+    pub clean: bool,
+    /// Why not, when not clean (the app then leaves with `_exit`).
+    pub reason: Option<String>,
+    pub steps: Vec<QuitStep>,
+}
+
+/// The exit code of a process that had to leave without GPU cleanup (`_exit`, no atexit handlers).
+pub const HARD_EXIT_CODE: i32 = 3;
+
+impl TeardownOutcome {
+    /// 0 when clean, else [`HARD_EXIT_CODE`]: what the worker reports in `Event::Exited`.
+    pub fn exit_code(&self) -> i32 {
+        if self.clean { 0 } else { HARD_EXIT_CODE }
     }
 }
 

@@ -4,40 +4,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{Gpu, State};
+use super::{Gpu, Prober, State, TeardownOutcome};
 use crate::gpu::device::{EventProbe, GpuError, RawEvent};
 use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 use crate::gpu::stream::StreamShared;
-
-/// itself (a query can block inside a wedged runtime).
-pub(super) struct Prober {
-    stop: Arc<AtomicBool>,
-    done: Arc<AtomicBool>,
-    handle: Option<JoinHandle<()>>,
-}
-
-/// How the device half of the quit protocol ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TeardownOutcome {
-    /// Every step ran and succeeded: returning from `main` is safe.
-    pub clean: bool,
-    /// Why not, when not clean (the app then leaves with `_exit`).
-    pub reason: Option<String>,
-    pub steps: Vec<QuitStep>,
-}
-
-/// The exit code of a process that had to leave without GPU cleanup (`_exit`, no atexit handlers).
-pub const HARD_EXIT_CODE: i32 = 3;
-
-impl TeardownOutcome {
-    /// 0 when clean, else [`HARD_EXIT_CODE`]: what the worker reports in `Event::Exited`.
-    pub fn exit_code(&self) -> i32 {
-        if self.clean { 0 } else { HARD_EXIT_CODE }
-    }
-}
 
 impl Gpu {
     /// Starts the event-prober thread that lets the watchdog see event completions even while

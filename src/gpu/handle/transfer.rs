@@ -2,8 +2,7 @@
 //! uploads: after a tensor is uploaded its checksum is computed on the device (`hs_checksum`) and
 //! compared with the host's (the comparison and its error are in `gpu/checksum.rs`).
 
-use super::launch::Arg;
-use super::{CHECKSUM_BLOCKS, Gpu};
+use super::{Arg, CHECKSUM_BLOCKS, Gpu};
 use crate::gpu::arena::DeviceBuffer;
 use crate::gpu::checksum::{Checksum, compare, host_checksum};
 use crate::gpu::device::GpuError;
