@@ -19,15 +19,17 @@
 //! by memory, not arithmetic. Rounding is to nearest even in both the scalar and SIMD
 //! quantizers, so the two produce identical activations.
 //!
-//! Each kernel exists as scalar code (the reference, and the fallback) and as AVX2+FMA+F16C code
-//! selected at run time. A kernel computes up to `MAX_TILE` tokens per pass over a weight row, so
+//! Each kernel exists as scalar code (the reference, and the fallback), as AVX2+FMA+F16C code and,
+//! for the 32-element types, as AVX-512 VNNI code; the instruction set is chosen once per process
+//! at run time ([`Isa::active`]). A kernel computes up to `MAX_TILE` tokens per pass over a weight row, so
 //! that prompt processing unpacks each weight block once for several tokens. The 32-element
 //! kernels take blocks four at a time: the four integer dot products are reduced into the lanes
 //! of one vector, so that one conversion and one multiply by the four blocks' scales
 //! (`Group4`, prepared with the activation) replace four of each.
 //!
 //! Files: `act.rs` (activation formats and their buffers), `scalar.rs` (the reference kernels),
-//! `avx2/` (AVX2 kernels: `mod.rs` for the 32-element types, `kquants.rs` for K-quants and floats).
+//! `avx2/` (AVX2 kernels: `mod.rs` for the 32-element types, `kquants.rs` for K-quants and floats),
+//! `avx512.rs` (AVX-512 VNNI kernels for the 32-element types).
 
 use super::blocks::{QK, QK_K};
 use super::{GgmlType, QuantError};
@@ -35,7 +37,8 @@ use super::{GgmlType, QuantError};
 mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
-
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod scalar;
 
 pub use act::*;
@@ -51,16 +54,61 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 with FMA and F16C (Haswell, Zen and later).
     Avx2,
+    /// AVX2 plus AVX-512 F, BW, VL and VNNI (Ice Lake, Zen 4 and later): the 32-element types
+    /// run 512-bit `vpdpbusd` kernels, the others the AVX2 ones.
+    Avx512,
 }
 
 impl Isa {
     /// The fastest instruction set this CPU runs.
     pub fn detect() -> Isa {
-        if Isa::Avx2.is_available() {
-            Isa::Avx2
-        } else {
-            Isa::Scalar
-        }
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.is_available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// The instruction set the CPU backend uses: [`Isa::detect`], decided once per process,
+    /// unless `HIPSCOPE_CPU_ISA` (scalar, avx2 or avx512) names a lower one (for comparing
+    /// kernels in `bench`; a name this CPU cannot run, or an unknown one, is ignored with a
+    /// warning on stderr).
+    pub fn active() -> Isa {
+        static ACTIVE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ACTIVE.get_or_init(|| {
+            let best = Isa::detect();
+            let Ok(want) = std::env::var("HIPSCOPE_CPU_ISA") else {
+                return best;
+            };
+            match Isa::from_name(want.trim()) {
+                Some(i) if i.is_available() => i,
+                _ => {
+                    eprintln!(
+                        "HIPSCOPE_CPU_ISA={want}: not one of scalar, avx2, avx512 that this CPU \
+                         runs; using {}",
+                        best.name()
+                    );
+                    best
+                }
+            }
+        })
+    }
+
+    /// The instruction set called `name` (as [`Isa::name`] writes it).
+    pub fn from_name(name: &str) -> Option<Isa> {
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512]
+            .into_iter()
+            .find(|i| i.name() == name)
+    }
+
+    /// One line for people: the kernels' instruction set and what it needs, e.g.
+    /// `avx512 (AVX-512 F/BW/VL/VNNI + AVX2/FMA/F16C)`.
+    pub fn describe(self) -> String {
+        let what = match self {
+            Isa::Scalar => "portable Rust",
+            Isa::Avx2 => "AVX2/FMA/F16C",
+            Isa::Avx512 => "AVX-512 F/BW/VL/VNNI + AVX2/FMA/F16C",
+        };
+        format!("{} ({what})", self.name())
     }
 
     /// Whether this CPU can run kernels of this instruction set.
@@ -73,8 +121,16 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.is_available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => false,
+            Isa::Avx2 | Isa::Avx512 => false,
         }
     }
 
@@ -82,6 +138,7 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
         }
     }
 }
@@ -89,7 +146,7 @@ impl Isa {
 /// Q8x32 blocks of `x` (whole blocks), on `isa` where available; identical results either way.
 pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.is_available() {
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && Isa::Avx2.is_available() {
         // SAFETY: AVX2/FMA/F16C presence checked just above.
         unsafe { avx2::quantize_q8x32(x, q32, ds32) };
         return;
@@ -103,7 +160,7 @@ pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 
 /// Q8xK blocks of `x` (whole blocks), on `isa` where available; identical results either way.
 pub fn quantize_q8xk(isa: Isa, x: &[f32], qk: &mut [Q8xK]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.is_available() {
+    if matches!(isa, Isa::Avx2 | Isa::Avx512) && Isa::Avx2.is_available() {
         // SAFETY: as above.
         unsafe { avx2::quantize_q8xk(x, qk) };
         return;
@@ -153,8 +210,10 @@ impl Kernel {
             Isa::Scalar => scalar::kernel(ty),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => avx2::kernel(ty),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => avx512::kernel(ty).unwrap_or_else(|| avx2::kernel(ty)),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => scalar::kernel(ty),
+            Isa::Avx2 | Isa::Avx512 => scalar::kernel(ty),
         };
         Ok(Kernel { ty, isa, kind, f })
     }
