@@ -230,7 +230,10 @@ fn isas() -> Vec<Isa> {
 /// test instead of leaving those kernels unchecked.
 fn simd_isas() -> Vec<Isa> {
     if std::env::var_os("HIPSCOPE_REQUIRE_AVX512").is_some() {
-        assert!(Isa::Avx512.is_available(), "HIPSCOPE_REQUIRE_AVX512 is set but AVX-512 F/BW/VL/VNNI was not detected");
+        assert!(
+            Isa::Avx512.is_available(),
+            "HIPSCOPE_REQUIRE_AVX512 is set but AVX-512 F/BW/VL/VNNI was not detected"
+        );
     }
     [Isa::Avx2, Isa::Avx512]
         .into_iter()

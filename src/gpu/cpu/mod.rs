@@ -1,6 +1,7 @@
 //! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
 
 mod backend;
+pub mod bandwidth;
 mod host;
 pub mod matmul;
 pub mod pool;
