@@ -3,6 +3,7 @@
 
 use std::sync::Mutex;
 
+use super::exp::exp_shifted_sum;
 use super::host::{cpu_name, host_memory, simd_features};
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
@@ -435,12 +436,7 @@ impl Backend for CpuBackend {
                         *s = dot(qh, kj) * p.scale;
                         max = max.max(*s);
                     }
-                    let mut sum = 0f32;
-                    for s in &mut sc[..n_keys] {
-                        *s = (*s - max).exp();
-                        sum += *s;
-                    }
-                    let inv = 1.0 / sum;
+                    let inv = 1.0 / exp_shifted_sum(&mut sc[..n_keys], max);
                     // SAFETY: job (t, h) owns out[t, h*hd..(h+1)*hd]; jobs are disjoint.
                     let oh =
                         unsafe { std::slice::from_raw_parts_mut(optr.at(t * q_dim + h * hd), hd) };

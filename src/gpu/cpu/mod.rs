@@ -2,6 +2,7 @@
 
 mod backend;
 pub mod bandwidth;
+mod exp;
 mod host;
 pub mod matmul;
 pub mod pool;
