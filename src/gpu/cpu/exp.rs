@@ -36,6 +36,7 @@ pub fn exp_nonpositive(x: f32) -> f32 {
 }
 
 /// Replaces each score s by e^(s − max) and returns their sum (`max` must be ≥ every score).
+#[inline(always)]
 pub fn exp_shifted_sum(scores: &mut [f32], max: f32) -> f32 {
     let mut acc = [0f32; 8];
     let (main, rest) = scores.as_chunks_mut::<8>();
