@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::load_model;
-use crate::app::cli::ModelArgs;
+use super::model_args::{ModelArgs, load_model};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
 use crate::gpu::quant::dot::Isa;
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
@@ -121,7 +120,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(deepest + longest + 1));
     let mut loaded = load_model(&args, SamplerConfig::default())?;
     let r = run_loaded(&a, reps, &mut loaded);
-    super::finish(loaded.session.model_mut(), r)
+    super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {

@@ -145,7 +145,14 @@ unsafe fn job_avx512(a: &Job, q: &[f32], k: &[f32], v: &[f32], sc: &mut [f32], o
 }
 
 #[inline(always)]
-unsafe fn job_body(a: &Job, q: &[f32], keys: &[f32], values: &[f32], sc: &mut [f32], out: *mut f32) {
+unsafe fn job_body(
+    a: &Job,
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    sc: &mut [f32],
+    out: *mut f32,
+) {
     let (hd, nq, stride) = (a.hd, a.nq(), a.stride);
     let (scores, inv) = sc.split_at_mut(nq * stride);
     let qi = |t: usize, h: usize| (t - a.t0) * a.heads + h;

@@ -12,7 +12,7 @@ use crate::gpu::backend::{
     WeightData,
 };
 use crate::gpu::quant::{self, GgmlType};
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
 
 struct CpuWeight {
     name: String,
@@ -534,4 +534,3 @@ impl Backend for CpuBackend {
         }
     }
 }
-
