@@ -1,6 +1,9 @@
 //! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
 
+mod attention;
 mod backend;
+pub mod bandwidth;
+mod exp;
 mod host;
 pub mod matmul;
 pub mod pool;
