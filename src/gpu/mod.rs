@@ -17,5 +17,6 @@ pub mod quant;
 pub mod select;
 pub mod stats;
 pub mod stream;
+pub mod telemetry;
 pub mod upload;
 pub mod watchdog;

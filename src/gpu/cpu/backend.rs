@@ -3,7 +3,6 @@
 
 use std::sync::Mutex;
 
-use super::host::{cpu_name, host_memory, simd_features};
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
 use crate::gpu::backend::{
@@ -12,6 +11,7 @@ use crate::gpu::backend::{
 };
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 
 struct CpuWeight {
     name: String,

@@ -1,9 +1,8 @@
 //! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
 
 mod backend;
-mod host;
 pub mod matmul;
 pub mod pool;
 
+pub use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 pub use backend::CpuBackend;
-pub use host::{HostSampler, cpu_name, host_memory, simd_features};
