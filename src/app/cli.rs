@@ -48,6 +48,8 @@ pub enum Commands {
     Selftest(gpu_cli::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
     Kernels(gpu_cli::KernelsArgs),
+    /// GPU and host telemetry, full screen like nvtop (--json, --once for scripts).
+    Top(cmd::top::TopArgs),
     #[command(name = "__compile-kernels", hide = true)]
     CompileKernels(gpu_cli::CompileChildArgs),
 }
@@ -118,6 +120,7 @@ pub fn run() -> i32 {
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
+        Some(Commands::Top(a)) => cmd::top::run(a),
         Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
         Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
         Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),

@@ -22,6 +22,7 @@ pub mod series;
 pub mod streams;
 pub mod system_editor;
 pub mod theme;
+pub mod top;
 pub mod units;
 pub mod watchdog;
 

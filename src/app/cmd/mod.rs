@@ -8,6 +8,7 @@ pub mod info;
 pub mod perplexity;
 pub mod synth;
 pub mod tokenize;
+pub mod top;
 
 use std::io::Write;
 use std::sync::Arc;
