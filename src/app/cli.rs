@@ -50,6 +50,10 @@ pub enum Commands {
     Kernels(gpu_cli::KernelsArgs),
     /// GPU and host telemetry, full screen like nvtop (--json, --once for scripts).
     Top(cmd::top::TopArgs),
+    /// Check in a minute whether GPU inference will work here (exit 0 ok, 1 a check failed).
+    Doctor(cmd::doctor::DoctorArgs),
+    #[command(name = "__doctor-check", hide = true)]
+    DoctorCheck(cmd::doctor_child::ChildArgs),
     #[command(name = "__compile-kernels", hide = true)]
     CompileKernels(gpu_cli::CompileChildArgs),
 }
@@ -121,6 +125,8 @@ pub fn run() -> i32 {
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
         Some(Commands::Top(a)) => cmd::top::run(a),
+        Some(Commands::Doctor(a)) => Ok(cmd::doctor::run(a)),
+        Some(Commands::DoctorCheck(a)) => Ok(cmd::doctor_child::run(a)),
         Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
         Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
         Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),

@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dirs;
+pub mod doctor;
 pub mod fake;
 pub mod hip;
 pub mod kernels;

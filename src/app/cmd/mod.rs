@@ -1,6 +1,8 @@
 //! The headless subcommands.
 
 pub mod bench;
+pub mod doctor;
+pub mod doctor_child;
 
 pub mod fetch_cmd;
 pub mod generate;

@@ -116,11 +116,13 @@ fn screen(mut sampler: Sampler, every: Duration) -> anyhow::Result<i32> {
     let _guard = crate::app::tui::TerminalGuard::enter(false)?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut terminal = ratatui::Terminal::new(backend)?;
-    let theme = Theme::new(if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
-        ThemeName::Mono
-    } else {
-        ThemeName::Dark
-    });
+    let theme = Theme::new(
+        if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+            ThemeName::Mono
+        } else {
+            ThemeName::Dark
+        },
+    );
     let mut view = TopView::default();
     let mut next = std::time::Instant::now();
     loop {
@@ -133,8 +135,8 @@ fn screen(mut sampler: Sampler, every: Duration) -> anyhow::Result<i32> {
         if event::poll(wait)? {
             match event::read()? {
                 TermEvent::Key(k) if k.kind == KeyEventKind::Press => {
-                    let ctrl_c = k.code == KeyCode::Char('c')
-                        && k.modifiers.contains(KeyModifiers::CONTROL);
+                    let ctrl_c =
+                        k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
                     if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
                         return Ok(0);
                     }
