@@ -47,6 +47,10 @@ pub struct DoctorArgs {
     /// Add a check whose child hangs on purpose (to see the hang reported).
     #[arg(long, hide = true)]
     pub inject_hang: bool,
+    /// Run only these functional checks (roundtrip, ordering, gemm, bandwidth, clean-exit,
+    /// stress, hang), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub only: Vec<String>,
     #[command(flatten)]
     pub roots: RootArgs,
 }
@@ -271,19 +275,22 @@ fn functional(a: &DoctorArgs, report: &mut Report) {
         return;
     }
     let mut list: Vec<(&str, &str, &str)> = FUNCTIONAL.to_vec();
-    if a.stress {
+    if a.stress || a.only.iter().any(|o| o == "stress") {
         list.push((
             "stress",
             "many small allocations",
             "RDNA3 hang: ROCm/ROCm#5590, #5724",
         ));
     }
-    if a.inject_hang {
+    if a.inject_hang || a.only.iter().any(|o| o == "hang") {
         list.push((
             "hang",
             "injected hang (a kernel that never ends)",
             "injected on purpose",
         ));
+    }
+    if !a.only.is_empty() {
+        list.retain(|(n, ..)| a.only.iter().any(|o| o == n));
     }
     for (name, what, issue) in list {
         let (o, t) = run_child(name, a, deadline);

@@ -176,12 +176,12 @@ fn roundtrip(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
 /// A kernel (fill) then a copy then a download, on one stream, many times with a new value each
 /// time: any reordering shows as an old value.
 fn ordering(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
-    let bytes = 1u64 << 20;
+    let bytes = 256u64 << 10;
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 4 << 20))?;
     let a = gpu.alloc(Region::Activations, bytes)?;
     let b = gpu.alloc(Region::Activations, bytes)?;
     let l = gpu.label("doctor · fill then copy");
-    let rounds = 64u32;
+    let rounds = 32u32;
     let mut out = vec![0u8; bytes as usize];
     for r in 0..rounds {
         let v = 0x5EED_0000 | r;
