@@ -55,7 +55,10 @@ fn doctor_on_fixtures_names_known_issues_and_fails_only_where_one_is_fatal() {
 
 #[test]
 fn doctor_usage_errors_exit_2() {
-    let out = hipscope().args(["doctor", "--no-such-flag"]).output().expect("run");
+    let out = hipscope()
+        .args(["doctor", "--no-such-flag"])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -135,7 +138,10 @@ fn top_once_json_prints_one_sample() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().count(), 1, "{text}");
     let v: serde_json::Value = serde_json::from_str(text.trim()).expect("JSON");
-    assert!(v["host"]["mem_total"].as_u64().is_some_and(|m| m > 0), "{v}");
+    assert!(
+        v["host"]["mem_total"].as_u64().is_some_and(|m| m > 0),
+        "{v}"
+    );
     assert!(v["gpus"].is_array());
 
     let out = hipscope()
