@@ -30,7 +30,11 @@ fn top_draws_every_gpu_and_q_quits_cleanly() {
     );
     let mut child = pair.slave.spawn_command(cmd).expect("spawn");
     drop(pair.slave);
-    let screen = Arc::new(Mutex::new(vt100::Parser::new(30, 110, 0)));
+    let screen = Arc::new(Mutex::new(vt100::Parser::new(
+        std::num::NonZeroU16::new(30).expect("rows"),
+        std::num::NonZeroU16::new(110).expect("cols"),
+        0,
+    )));
     let mut reader = pair.master.try_clone_reader().expect("reader");
     let sink = screen.clone();
     let t = std::thread::spawn(move || {

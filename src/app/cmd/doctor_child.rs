@@ -335,8 +335,8 @@ fn stress(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
     Ok((
         true,
         format!(
-            "{n} allocations with a kernel each in {:.1} s",
-            t.elapsed().as_secs_f64()
+            "{n} allocations with a kernel each in {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
         ),
     ))
 }
