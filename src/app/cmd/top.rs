@@ -66,7 +66,9 @@ fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
     }
     let path = match &args.config {
         Some(p) => p.clone(),
-        None => crate::app::tui::Dirs::from_env().config.join("config.toml"),
+        None => crate::app::chat::Dirs::from_env()
+            .config
+            .join("config.toml"),
     };
     let c = Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(telemetry::interval(c.telemetry.interval_ms))
@@ -113,7 +115,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
 /// The full screen: samples on this thread between key polls (a sample is a few small file
 /// reads, well under the interval).
 fn screen(mut sampler: Sampler, every: Duration) -> anyhow::Result<i32> {
-    let _guard = crate::app::tui::TerminalGuard::enter(false)?;
+    let _guard = crate::app::terminal::TerminalGuard::enter(false)?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut terminal = ratatui::Terminal::new(backend)?;
     let theme = Theme::new(
