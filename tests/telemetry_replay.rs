@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use hipscope::gpu::doctor::{self, facts, report::Status, rules};
-use hipscope::gpu::stats::DeviceSummary;
+use hipscope::gpu::snapshot::DeviceSummary;
 use hipscope::gpu::telemetry::gpu_metrics::{self, MetricsError};
 use hipscope::gpu::telemetry::{PowerScope, Roots, Sampler, TelemetrySample};
 use hipscope::ui::gpu::GpuPanel;

@@ -6,7 +6,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 
-use crate::gpu::stats::{DeviceSummary, GpuReading, HostSample, TelemetrySample};
+use crate::gpu::snapshot::{DeviceSummary, GpuReading, HostSample, TelemetrySample};
 
 use super::meter::{
     bar, ellipsize, history, lines_on_top, open_panel, panel_note, text, wrap_words,

@@ -9,7 +9,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::Paragraph;
 
-use crate::gpu::stats::{GpuReading, TelemetrySample};
+use crate::gpu::snapshot::{GpuReading, TelemetrySample};
 use crate::gpu::telemetry::PowerScope;
 
 use super::meter::{bar, ellipsize, history, open_panel, text};

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
-use hipscope::gpu::stats::{
+use hipscope::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, HostSample, QuitStep, QuitStepStatus, RegionSnapshot,
     StreamSnapshot, TelemetrySample, WatchState, WatchdogSnapshot,
 };
@@ -141,7 +141,7 @@ pub fn watchdog(state: WatchState, age_ms: u64) -> WatchdogSnapshot {
 
 pub fn telemetry(util: f32, power: f32) -> TelemetrySample {
     TelemetrySample {
-        gpus: vec![hipscope::gpu::stats::GpuReading {
+        gpus: vec![hipscope::gpu::snapshot::GpuReading {
             id: "card1".into(),
             vendor: "amd".into(),
             name: "AMD Radeon RX 7900 XTX".into(),

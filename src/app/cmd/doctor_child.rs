@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::gpu::arena::{ArenaPlan, Region};
-use crate::gpu::context::{GemmPath, Gpu, GpuConfig};
 use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
+use crate::gpu::handle::{GemmPath, Gpu, GpuConfig};
 use crate::gpu::kernels::{CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
 
@@ -44,7 +44,7 @@ fn open(a: &ChildArgs) -> Result<Result<Gpu, String>, String> {
     };
     let mut gpu = Gpu::open(backend, GpuConfig::default()).map_err(|e| e.to_string())?;
     let mode = match gpu.kind() {
-        crate::gpu::device::BackendKind::Hip => CompileMode::isolated(),
+        crate::gpu::device::RuntimeKind::Hip => CompileMode::isolated(),
         _ => CompileMode::InProcess,
     };
     gpu.prepare_kernels(&KernelCache::default_location(), &mode)

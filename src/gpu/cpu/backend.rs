@@ -10,7 +10,7 @@ use crate::gpu::backend::{
     WeightData,
 };
 use crate::gpu::quant::{self, GgmlType};
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
 use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 
 struct CpuWeight {
