@@ -350,6 +350,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
             quit: Some(quit.clone()),
+            telemetry: Some(crate::gpu::telemetry::interval(
+                config.telemetry.interval_ms,
+            )),
         };
         event_loop(
             &mut terminal,

@@ -48,6 +48,12 @@ pub enum Commands {
     Selftest(cmd::selftest::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
     Kernels(cmd::kernels::KernelsArgs),
+    /// GPU and host telemetry, full screen like nvtop (--json, --once for scripts).
+    Top(cmd::top::TopArgs),
+    /// Check in a minute whether GPU inference will work here (exit 0 ok, 1 a check failed).
+    Doctor(cmd::doctor::DoctorArgs),
+    #[command(name = "__doctor-check", hide = true)]
+    DoctorCheck(cmd::doctor_child::ChildArgs),
     #[command(name = "__compile-kernels", hide = true)]
     CompileKernels(cmd::kernels::CompileChildArgs),
 }
@@ -63,6 +69,9 @@ pub fn run() -> i32 {
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
+        Some(Commands::Top(a)) => cmd::top::run(a),
+        Some(Commands::Doctor(a)) => Ok(cmd::doctor::run(a)),
+        Some(Commands::DoctorCheck(a)) => Ok(cmd::doctor_child::run(a)),
         Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),
         Some(Commands::Kernels(a)) => Ok(cmd::kernels::kernels(&a)),
         Some(Commands::CompileKernels(a)) => Ok(cmd::kernels::compile_child(&a)),

@@ -94,6 +94,12 @@ pub struct LogConfig {
     pub file: Option<PathBuf>,
 }
 
+#[derive(Clone, Debug, PartialEq)]
+pub struct TelemetryConfig {
+    /// Time between telemetry samples (GPU panel, `hipscope top`), ms.
+    pub interval_ms: u64,
+}
+
 /// Every setting.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -113,6 +119,7 @@ pub struct Config {
     pub transcript: TranscriptConfig,
     pub log: LogConfig,
     pub quit: QuitConfig,
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -146,6 +153,7 @@ impl Default for Config {
                 file: None,
             },
             quit: QuitConfig::default(),
+            telemetry: TelemetryConfig { interval_ms: 500 },
         }
     }
 }
@@ -306,6 +314,7 @@ const TOP_KEYS: &[&str] = &[
     "transcript",
     "log",
     "quit",
+    "telemetry",
 ];
 const SAMPLER_KEYS: &[&str] = &[
     "temp",
@@ -330,6 +339,7 @@ const MODELS_KEYS: &[&str] = &["search_paths", "scan_default_locations"];
 const TRANSCRIPT_KEYS: &[&str] = &["enabled", "dir"];
 const LOG_KEYS: &[&str] = &["level", "file"];
 const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
+const TELEMETRY_KEYS: &[&str] = &["interval_ms"];
 const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
 
 impl Config {
@@ -502,6 +512,14 @@ impl Config {
             }
             if let Some(ms) = r.integer("grace_ms", 0, 600_000, "milliseconds from 0 to 600000")? {
                 c.quit.grace = Duration::from_millis(ms as u64);
+            }
+        }
+        if let Some(t) = top.table("telemetry")? {
+            let r = Reader::new(path, "telemetry.", t, TELEMETRY_KEYS)?;
+            if let Some(ms) =
+                r.integer("interval_ms", 50, 60_000, "milliseconds from 50 to 60000")?
+            {
+                c.telemetry.interval_ms = ms as u64;
             }
         }
         Ok(c)

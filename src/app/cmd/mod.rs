@@ -3,6 +3,8 @@
 //! dispatches to them.
 
 pub mod bench;
+pub mod doctor;
+pub mod doctor_child;
 pub mod fetch_cmd;
 pub mod generate;
 pub mod info;
@@ -13,3 +15,4 @@ pub mod progress;
 pub mod selftest;
 pub mod synth;
 pub mod tokenize;
+pub mod top;

@@ -4,7 +4,6 @@
 use std::sync::Mutex;
 
 use super::attention;
-use super::host::{cpu_name, host_memory, simd_features};
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
 use crate::gpu::backend::{
@@ -13,6 +12,7 @@ use crate::gpu::backend::{
 };
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 
 struct CpuWeight {
     name: String,

@@ -4,9 +4,8 @@ mod attention;
 mod backend;
 pub mod bandwidth;
 mod exp;
-mod host;
 pub mod matmul;
 pub mod pool;
 
+pub use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 pub use backend::CpuBackend;
-pub use host::{HostSampler, cpu_name, host_memory, simd_features};
