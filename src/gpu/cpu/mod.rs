@@ -2,6 +2,7 @@
 
 mod backend;
 mod host;
+pub mod kv_shift;
 pub mod matmul;
 pub mod pool;
 
