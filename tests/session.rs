@@ -40,8 +40,8 @@ fn say(s: &mut Session, text: &str) -> (Answer, usize) {
     let mut trimmed = 0;
     let a = s
         .chat(text, &mut |p| {
-            if let Progress::Trimmed(n) = p {
-                trimmed += n;
+            if let Progress::Trimmed(t) = p {
+                trimmed += t.messages;
             }
             Control::Continue
         })

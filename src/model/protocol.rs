@@ -172,10 +172,8 @@ pub enum Event {
         stats: GenStats,
         reason: StopReason,
     },
-    /// Oldest turns were dropped to fit the context.
-    ContextTrimmed {
-        dropped_messages: usize,
-    },
+    /// Oldest turns were dropped to fit the context (and the cache shifted, or not).
+    ContextTrimmed(crate::model::session::Trim),
     Streams(Vec<StreamSnapshot>),
     Arena(ArenaSnapshot),
     Watchdog(WatchdogSnapshot),
