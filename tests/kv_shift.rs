@@ -46,6 +46,7 @@ fn session(file: &Arc<GgufFile>, n_ctx: usize) -> Session {
             n_predict: 10,
             ..SamplerConfig::default()
         },
+        ..LoadOptions::default()
     };
     let mut s = loader::load(
         Arc::clone(file),

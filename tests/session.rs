@@ -25,6 +25,7 @@ fn session(n_ctx: usize, n_predict: i32) -> Session {
             n_predict,
             ..SamplerConfig::default()
         },
+        ..LoadOptions::default()
     };
     loader::load(
         Arc::clone(&file),

@@ -55,6 +55,7 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
+    pub ctx_discard: u8,
 }
 
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
@@ -468,6 +469,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         device: config.device,
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
+        ctx_discard: config.ctx_discard,
     }
 }
 
@@ -767,6 +769,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,
+            discard: f32::from(cfg.ctx_discard) / 100.0,
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
