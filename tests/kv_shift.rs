@@ -101,7 +101,10 @@ fn shift_then_compare(shape: &str, layers: usize) -> (usize, usize) {
     }
     let (i, answer, trim) = shifted.expect("a 400-token context never filled in 40 turns");
     assert_eq!(trim.recompute, None, "{shape}: the shift fell back: {trim}");
-    assert!(trim.messages >= 2 && trim.messages.is_multiple_of(2), "{trim:?}");
+    assert!(
+        trim.messages >= 2 && trim.messages.is_multiple_of(2),
+        "{trim:?}"
+    );
     // The system prompt and the kept turns stayed; only the new message was processed.
     let fresh_prompt = {
         let mut r = session(&file, 400);
@@ -225,7 +228,10 @@ fn a_one_layer_shift_gives_the_recomputed_logits() {
         let mut b = Vec::new();
         fresh.forward(&kept, 0, Logits::Last, &mut b).unwrap();
         let err = rel_l2(&a, &b);
-        assert!(err < 1e-5, "{shape}: logits after the shift differ by {err:e}");
+        assert!(
+            err < 1e-5,
+            "{shape}: logits after the shift differ by {err:e}"
+        );
     }
 }
 
@@ -295,8 +301,56 @@ fn the_gpu_shift_launches_its_kernel_in_chunks_and_allocates_nothing() {
         // A shift past the cache is refused before anything is launched.
         let e = m.shift_kv(8, 60, 16).unwrap_err();
         assert!(e.to_string().contains("exceed the context"), "{e}");
-        let _ = m.backend_mut().shutdown(std::time::Duration::from_secs(2), &mut |_| {});
+        let _ = m
+            .backend_mut()
+            .shutdown(std::time::Duration::from_secs(2), &mut |_| {});
         let _: &dyn Backend = m.backend();
     }
 }
 
+/// `hipscope soak` end to end on a synthetic model: the context fills, the cache is shifted (never
+/// recomputed), and nothing is allocated after the start.
+#[test]
+fn soak_reports_shifts_and_flat_allocations_as_json() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hipscope"))
+        .args([
+            "soak",
+            "--synthetic",
+            "tiny",
+            "--backend",
+            "cpu",
+            "-t",
+            "2",
+            "-c",
+            "256",
+            "-n",
+            "8",
+            "--turns",
+            "24",
+            "--json",
+        ])
+        .output()
+        .expect("run hipscope soak");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let s = &v["summary"];
+    assert_eq!(s["turns"], 24);
+    assert_eq!(s["n_ctx"], 256);
+    assert!(s["shifts"].as_u64().unwrap() >= 1, "{s}");
+    assert_eq!(s["recomputes"], 0, "{s}");
+    assert_eq!(s["device_allocation_changes"], 0, "{s}");
+    let turns = v["turns"].as_array().expect("turns");
+    assert_eq!(turns.len(), 24);
+    for t in turns {
+        let context = t["context_tokens"].as_u64().unwrap();
+        assert!(context <= 256, "{t}");
+        if t["shifted"] == true {
+            // Only the new message and the last answer's tail are processed, not the context.
+            assert!(t["cached_tokens"].as_u64().unwrap() > 0, "{t}");
+        }
+    }
+}

@@ -306,9 +306,10 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
     let mut logits = Vec::new();
     let mut r = Ok(());
     for (what, pos, toks, want) in steps(m.config.vocab_size) {
-        if let Err(e) = shift_before(&mut m, what, pos)
-            .and_then(|()| m.forward(&toks, pos, want, &mut logits).map_err(|e| e.to_string()))
-        {
+        if let Err(e) = shift_before(&mut m, what, pos).and_then(|()| {
+            m.forward(&toks, pos, want, &mut logits)
+                .map_err(|e| e.to_string())
+        }) {
             r = Err(format!("{what}: {e}"));
             break;
         }

@@ -153,7 +153,9 @@ impl KvShift {
     /// Checks the move against a cache of `n_ctx` positions of `kv_dim`, before anything moves.
     pub fn check(&self, n_ctx: usize, kv_dim: usize) -> Result<()> {
         self.rope.pairs(self.head_dim)?;
-        if self.dst >= self.src || self.src + self.n > n_ctx || self.n_kv_heads * self.head_dim != kv_dim
+        if self.dst >= self.src
+            || self.src + self.n > n_ctx
+            || self.n_kv_heads * self.head_dim != kv_dim
         {
             return Err(BackendError::Invalid(format!(
                 "KV shift of positions {}..{} to {} does not fit the KV cache ({n_ctx} positions of {kv_dim})",

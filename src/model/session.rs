@@ -279,7 +279,10 @@ impl Session {
             let r = self.render();
             self.messages = saved;
             let head = r?;
-            head.iter().zip(prompt.iter()).take_while(|(a, b)| a == b).count()
+            head.iter()
+                .zip(prompt.iter())
+                .take_while(|(a, b)| a == b)
+                .count()
         };
         let needed = (before + room).saturating_sub(n_ctx);
         let share = (before.saturating_sub(fixed) as f32 * self.discard) as usize;
@@ -298,9 +301,7 @@ impl Session {
         let dropped_tokens = before.saturating_sub(prompt.len());
         let (kept_tokens, recompute) = self.shift_cache(prompt, dropped_tokens);
         if let Some(why) = &recompute {
-            tracing::info!(
-                "context shift not possible, the kept turns are processed again: {why}"
-            );
+            tracing::info!("context shift not possible, the kept turns are processed again: {why}");
         }
         Ok(Trim {
             messages,
@@ -331,9 +332,12 @@ impl Session {
             return (p, None);
         }
         let run = |d: usize| {
-            self.cached
-                .get(p + d..)
-                .map_or(0, |c| c.iter().zip(&prompt[p..]).take_while(|(a, b)| a == b).count())
+            self.cached.get(p + d..).map_or(0, |c| {
+                c.iter()
+                    .zip(&prompt[p..])
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
         };
         let (d, m) = (dropped.saturating_sub(8)..=dropped + 8)
             .filter(|&d| d > 0)

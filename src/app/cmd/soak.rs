@@ -25,14 +25,23 @@ pub struct SoakArgs {
     #[arg(long, value_name = "K", default_value_t = 25)]
     pub every: usize,
     /// Most tokens per answer.
-    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 24)]
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        value_name = "N",
+        default_value_t = 24
+    )]
     pub n_predict: i32,
     /// Percent of the turns after the system prompt dropped at once when the context fills
     /// (default 50, as the chat's `ctx_discard` setting).
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(1..=95))]
     pub discard: Option<u8>,
     /// The system prompt (kept through every shift).
-    #[arg(long, value_name = "TEXT", default_value = "You are a concise assistant.")]
+    #[arg(
+        long,
+        value_name = "TEXT",
+        default_value = "You are a concise assistant."
+    )]
     pub system: String,
     /// Print every turn and the summary as JSON instead of the table.
     #[arg(long)]
@@ -148,7 +157,10 @@ pub fn soak(
 }
 
 pub fn summarize(turns: &[Turn], n_ctx: usize) -> Summary {
-    let first_full = turns.iter().find(|t| t.dropped_messages > 0).map(|t| t.turn);
+    let first_full = turns
+        .iter()
+        .find(|t| t.dropped_messages > 0)
+        .map(|t| t.turn);
     let (before, after): (Vec<&Turn>, Vec<&Turn>) = turns
         .iter()
         .partition(|t| first_full.is_none_or(|f| t.turn < f));
@@ -159,7 +171,8 @@ pub fn summarize(turns: &[Turn], n_ctx: usize) -> Summary {
         (Some(&lo), Some(&hi)) if lo > 0 => Some((hi - lo) as f64 / lo as f64),
         _ => None,
     };
-    let changes = |f: &dyn Fn(&Turn) -> u64| turns.windows(2).filter(|w| f(&w[0]) != f(&w[1])).count();
+    let changes =
+        |f: &dyn Fn(&Turn) -> u64| turns.windows(2).filter(|w| f(&w[0]) != f(&w[1])).count();
     Summary {
         turns: turns.len(),
         n_ctx,
@@ -214,7 +227,15 @@ fn run_loaded(a: &SoakArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         );
         println!(
             "{:>9} {:>10} {:>10} {:>9} {:>8} {:>7} {:>9} {:>10} {:>7}",
-            "turns", "ms/turn", "processed", "context", "dropped", "shifts", "RSS MiB", "arena MiB", "allocs"
+            "turns",
+            "ms/turn",
+            "processed",
+            "context",
+            "dropped",
+            "shifts",
+            "RSS MiB",
+            "arena MiB",
+            "allocs"
         );
     }
     let mut window: Vec<Turn> = Vec::new();

@@ -69,13 +69,18 @@ mod tests {
     fn rope_at(head: &mut [f32], pos: f32, p: &RopeParams, factors: Option<&[f32]>) {
         let half = p.n_rot / 2;
         for i in 0..half {
-            let mut th =
-                pos as f64 * p.freq_scale as f64 * (p.base as f64).powf(-2.0 * i as f64 / p.n_rot as f64);
+            let mut th = pos as f64
+                * p.freq_scale as f64
+                * (p.base as f64).powf(-2.0 * i as f64 / p.n_rot as f64);
             if let Some(f) = factors {
                 th /= f[i] as f64;
             }
             let (c, s) = (th.cos() as f32, th.sin() as f32);
-            let (a, b) = if p.neox { (i, i + half) } else { (2 * i, 2 * i + 1) };
+            let (a, b) = if p.neox {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
             let (x0, x1) = (head[a], head[b]);
             head[a] = x0 * c - x1 * s;
             head[b] = x0 * s + x1 * c;
@@ -121,7 +126,10 @@ mod tests {
                 }
                 assert_eq!(&v[to..to + kv_dim], &raw[from..from + kv_dim]);
                 for (got, want) in k[to..to + kv_dim].iter().zip(&want) {
-                    assert!((got - want).abs() < 2e-5, "layer {l} row {j}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() < 2e-5,
+                        "layer {l} row {j}: {got} vs {want}"
+                    );
                 }
             }
         }
