@@ -8,8 +8,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::load_model;
-use crate::app::cli::ModelArgs;
+use super::model_args::{ModelArgs, load_model};
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
 use crate::model::session::{Control, Progress, Session};
@@ -203,7 +202,7 @@ pub fn run(a: SoakArgs) -> anyhow::Result<i32> {
     };
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
-    super::finish(loaded.session.model_mut(), r)
+    super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 fn run_loaded(a: &SoakArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
