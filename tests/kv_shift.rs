@@ -15,7 +15,7 @@ use std::sync::Arc;
 use hipscope::gpu::backend::Backend;
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
 use hipscope::gpu::cpu::CpuBackend;
-use hipscope::gpu::fake::{FakeBackend, FakeScript};
+use hipscope::gpu::fake::{FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
 use hipscope::gpu::quant::GgmlType;
 use hipscope::model::forward::{Logits, Model, ModelOptions};
@@ -250,7 +250,7 @@ fn the_gpu_shift_launches_its_kernel_in_chunks_and_allocates_nothing() {
         (KvType::F16, "hs_kv_shift_f16"),
         (KvType::F32, "hs_kv_shift_f32"),
     ] {
-        let dev = FakeBackend::new(FakeScript {
+        let dev = FakeDevice::new(FakeScript {
             total_memory: 1 << 30,
             auto_complete: true,
             blas: false,

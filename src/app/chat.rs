@@ -398,7 +398,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     use crate::model::protocol::ModelSource;
     use crate::model::worker::{self, WorkerOptions};
 
-    let request = crate::app::backend::BackendRequest {
+    let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
         threads: cfg.threads as usize,
@@ -417,7 +417,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move || crate::app::backend::open(&request).map(|(b, _)| b)),
+        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

@@ -1,7 +1,7 @@
 //! The quit coordinator: the one path by which the UI, Ctrl-C, SIGTERM and panics leave.
 //!
 //! Normal path: stop intake → the worker's bounded drain and device teardown (each step reported
-//! as a `QuitStep`, see `gpu::context::Gpu::teardown`) → exit hooks (restore the terminal, flush
+//! as a `QuitStep`, see `gpu::handle::Gpu::teardown`) → exit hooks (restore the terminal, flush
 //! logs and transcripts) → return the exit code from `main`.
 //!
 //! Hard path, when the drain times out, a GPU call fails with a sticky error, the whole quit
@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::terminal;
-use crate::gpu::context::{HARD_EXIT_CODE, TeardownOutcome};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::handle::{HARD_EXIT_CODE, TeardownOutcome};
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 /// Clean exit.
 pub const EXIT_OK: i32 = 0;

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::gpu::stats::{
+use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, StreamSnapshot, TelemetrySample, WatchdogSnapshot,
 };
-pub use crate::gpu::stats::{QuitStep, QuitStepStatus};
+pub use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 /// Sampling settings, named as llama.cpp names them.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::gpu::backend::{Backend, BackendMonitor};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::session::{Control, Progress, Session};

@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Command, Event, GenStats, StopReason};
 use hipscope::model::worker::WorkerHandle;
 use tokio::sync::mpsc::UnboundedSender;

@@ -9,13 +9,13 @@ use anyhow::Context;
 use clap::Args;
 
 use super::progress::{ProgressLine, stderr_progress};
-use crate::app::backend::BackendRequest;
 use crate::app::fetch;
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, KvType};
+use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
-use crate::gpu::stats::QuitStepStatus;
+use crate::gpu::snapshot::QuitStepStatus;
 use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
 use crate::model::loader::{self, LoadOptions, Loaded};
@@ -149,7 +149,7 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let (backend, said) = crate::app::backend::open(&BackendRequest {
+    let (backend, said) = crate::gpu::open::open(&BackendRequest {
         choice: args.backend,
         device: args.device,
         threads: args.threads,

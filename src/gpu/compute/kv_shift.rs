@@ -7,7 +7,7 @@
 use super::plan::{MAX_GRID_Y, MAX_ROPE_PAIRS, rope_theta_scale};
 use super::{GpuCompute, KvType, gpu_err, invalid};
 use crate::gpu::backend::{KvShift, OpLabel, Result};
-use crate::gpu::context::Arg;
+use crate::gpu::handle::Arg;
 
 /// Threads per block: one row of `kv_dim` elements per block.
 const THREADS: u32 = 128;
