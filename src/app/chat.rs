@@ -22,6 +22,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal};
 use super::transcript::{self, Transcript};
+use crate::app::exit_code;
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
@@ -207,7 +208,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let log_file = config
@@ -289,7 +290,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(r) => r,
         Err(e) => {
             eprintln!("hipscope: cannot start the event loop: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     quit.install_panic_hook();
@@ -297,7 +298,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope: cannot set up the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
@@ -305,7 +306,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Err(e) => {
             drop(guard);
             eprintln!("hipscope: cannot draw on the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
 
