@@ -39,6 +39,7 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
+    pub ctx_discard: u8,
     /// The configured drain deadline, for a quit the UI could not ask for.
     pub drain_deadline: Duration,
 }
@@ -143,6 +144,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         device: config.device,
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
+        ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
     }
 }
@@ -423,6 +425,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,
+            discard: f32::from(cfg.ctx_discard) / 100.0,
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

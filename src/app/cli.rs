@@ -35,6 +35,8 @@ pub enum Commands {
     Perplexity(cmd::perplexity::PerplexityArgs),
     /// Prompt and generation speed, as llama-bench reports them.
     Bench(cmd::bench::BenchArgs),
+    /// A long scripted conversation, headless: time, tokens, memory and allocations per turn.
+    Soak(cmd::soak::SoakArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache.
     Fetch(cmd::fetch_cmd::FetchArgs),
     /// Write a synthetic model (random weights, real shapes) as GGUF.
@@ -65,6 +67,7 @@ pub fn run() -> i32 {
         Some(Commands::Tokenize(a)) => cmd::tokenize::run(a),
         Some(Commands::Perplexity(a)) => cmd::perplexity::run(a),
         Some(Commands::Bench(a)) => cmd::bench::run(a),
+        Some(Commands::Soak(a)) => cmd::soak::run(a),
         Some(Commands::Fetch(a)) => cmd::fetch_cmd::run(a),
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),

@@ -108,6 +108,8 @@ pub struct Config {
     pub backend: BackendChoice,
     /// 0: the model's own context length (at most 4096).
     pub ctx_size: u32,
+    /// Percent of the conversation after the system prompt dropped when the context fills.
+    pub ctx_discard: u8,
     /// 0: all cores.
     pub threads: u32,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
@@ -128,6 +130,7 @@ impl Default for Config {
             model: None,
             backend: BackendChoice::Auto,
             ctx_size: 0,
+            ctx_discard: 50,
             threads: 0,
             device: None,
             system_prompt: String::new(),
@@ -305,6 +308,7 @@ const TOP_KEYS: &[&str] = &[
     "model",
     "backend",
     "ctx_size",
+    "ctx_discard",
     "threads",
     "device",
     "system_prompt",
@@ -367,6 +371,9 @@ impl Config {
             "0 (the model's own) or a whole number of tokens up to 16777216",
         )? {
             c.ctx_size = n as u32;
+        }
+        if let Some(n) = top.integer("ctx_discard", 1, 95, "a percent from 1 to 95")? {
+            c.ctx_discard = n as u8;
         }
         if let Some(n) = top.integer(
             "threads",
@@ -586,7 +593,7 @@ mod tests {
     #[test]
     fn values_override_the_defaults() {
         let c = parse(
-            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\n\
+            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\nctx_discard = 30\n\
              [sampler]\ntemp = 0.2\ntop_k = 0\nstop = [\"<|im_end|>\"]\n\
              [ui]\ntheme = \"mono\"\ndiagnostics = \"hide\"\npanels = [\"gpu\"]\n\
              [quit]\ndrain_timeout_ms = 1500\n",
@@ -595,6 +602,7 @@ mod tests {
         assert_eq!(c.model, Some(PathBuf::from("/m/x.gguf")));
         assert_eq!(c.backend, BackendChoice::Cpu);
         assert_eq!(c.ctx_size, 2048);
+        assert_eq!(c.ctx_discard, 30);
         assert_eq!(c.sampler.temp, 0.2);
         assert_eq!(c.sampler.top_k, 0);
         assert_eq!(c.sampler.stop, ["<|im_end|>"]);

@@ -131,6 +131,45 @@ pub struct AttnParams {
     pub scale: f32,
 }
 
+/// A context shift: in every layer's cache, positions `src..src + n` move down to
+/// `dst..dst + n` (`dst < src`) and their keys are rotated by `dst − src` positions. RoPE is a
+/// rotation by an angle linear in the position, so rotating a key stored at `p` by `δ` gives the
+/// key a recompute at `p + δ` would store, to the rounding of the cache's element type
+/// (llama.cpp's K-shift). Values carry no position and only move.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvShift {
+    pub dst: usize,
+    pub src: usize,
+    pub n: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rope: RopeParams,
+}
+
+impl KvShift {
+    /// The rotation applied to the keys, in positions (negative: they move down).
+    pub fn delta(&self) -> f32 {
+        -((self.src - self.dst) as f32)
+    }
+
+    /// Checks the move against a cache of `n_ctx` positions of `kv_dim`, before anything moves.
+    pub fn check(&self, n_ctx: usize, kv_dim: usize) -> Result<()> {
+        self.rope.pairs(self.head_dim)?;
+        if self.dst >= self.src
+            || self.src + self.n > n_ctx
+            || self.n_kv_heads * self.head_dim != kv_dim
+        {
+            return Err(BackendError::Invalid(format!(
+                "KV shift of positions {}..{} to {} does not fit the KV cache ({n_ctx} positions of {kv_dim})",
+                self.src,
+                self.src + self.n,
+                self.dst
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
 /// backend can make its few large allocations up front (and refuse at once, with the numbers, a
 /// model that does not fit).
@@ -245,6 +284,10 @@ pub trait Backend: Send {
     /// Stores k and v in the cache, then causal attention of q over positions `0..=pos` for each
     /// token; writes `n_tokens` rows of `n_heads * head_dim` to `out`.
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
+
+    /// Moves cached keys and values down in every layer and re-rotates the keys for their new
+    /// positions (see [`KvShift`]).
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()>;
 
     /// gate = silu(gate) * up, elementwise over `len`.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;

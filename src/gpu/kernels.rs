@@ -33,6 +33,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../kernels/infer_dequant.hip"),
     ),
     (
+        "infer_kv_shift",
+        include_str!("../../kernels/infer_kv_shift.hip"),
+    ),
+    (
         "infer_matvec",
         include_str!("../../kernels/infer_matvec.hip"),
     ),

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, MemoryPlan, OpLabel, RopeParams, SharedBytes, Weight,
-    WeightData,
+    AttnParams, Backend, BackendError, Buf, KvShift, MemoryPlan, OpLabel, RopeParams, SharedBytes,
+    Weight, WeightData,
 };
 use crate::gpu::quant;
 use crate::model::config::{ConfigError, ModelConfig, RopeScaling};
@@ -290,6 +290,34 @@ impl Model {
 
     pub fn n_ctx(&self) -> usize {
         self.options.n_ctx
+    }
+
+    /// Moves cache positions `src..src + n` down to `dst..dst + n` in every layer and re-rotates
+    /// their keys, so that they stand where a recompute of the shortened sequence would put them
+    /// (the context shift). An error where the architecture makes that inexact
+    /// ([`crate::model::config::Arch::kv_shift_inexact`]): the caller recomputes instead.
+    pub fn shift_kv(&mut self, dst: usize, src: usize, n: usize) -> Result<(), ModelError> {
+        if let Some(why) = self.config.arch.kv_shift_inexact() {
+            return Err(ModelError::Backend(BackendError::Unsupported(format!(
+                "a KV shift is not exact here: {why}"
+            ))));
+        }
+        if src + n > self.options.n_ctx {
+            return Err(ModelError::ContextFull {
+                start: src,
+                end: src + n,
+                n_ctx: self.options.n_ctx,
+            });
+        }
+        self.backend.kv_shift(&KvShift {
+            dst,
+            src,
+            n,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+            rope: self.rope,
+        })?;
+        Ok(())
     }
 
     /// Runs `tokens` at positions `pos0..` (their keys and values enter the cache there) and

@@ -13,6 +13,7 @@ pub mod model_args;
 pub mod perplexity;
 pub mod progress;
 pub mod selftest;
+pub mod soak;
 pub mod synth;
 pub mod tokenize;
 pub mod top;

@@ -12,6 +12,7 @@
 //! the same Q8-rounded activations with dequantized weight tiles through `gemm_f32` (rocBLAS,
 //! cuBLAS, or hipscope's own GEMM kernel where no BLAS serves the device).
 
+mod kv_shift;
 pub mod lockstep;
 pub mod plan;
 
@@ -1102,6 +1103,10 @@ impl Backend for GpuCompute {
         )?;
         self.wrote(out);
         Ok(())
+    }
+
+    fn kv_shift(&mut self, s: &crate::gpu::backend::KvShift) -> Result<()> {
+        self.shift_kv(s)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

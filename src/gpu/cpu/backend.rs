@@ -7,8 +7,8 @@ use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, OpLabel, Result, RopeParams, SharedBytes, Weight,
-    WeightData,
+    AttnParams, Backend, BackendError, Buf, KvShift, OpLabel, Result, RopeParams, SharedBytes,
+    Weight, WeightData,
 };
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
@@ -448,6 +448,25 @@ impl Backend for CpuBackend {
         self.kv = Some(kv);
         self.put(out, o);
         res
+    }
+
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        let factors = match s.rope.freq_factors {
+            Some(f) => Some(self.vector(f, s.rope.pairs(s.head_dim)?)?.to_vec()),
+            None => None,
+        };
+        let kv = self
+            .kv
+            .as_mut()
+            .ok_or_else(|| invalid("KV shift before the KV cache was allocated".into()))?;
+        super::kv_shift::shift(
+            &mut kv.k,
+            &mut kv.v,
+            kv.n_ctx,
+            kv.kv_dim,
+            s,
+            factors.as_deref(),
+        )
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, _label: OpLabel) -> Result<()> {

@@ -4,6 +4,7 @@ mod attention;
 mod backend;
 pub mod bandwidth;
 mod exp;
+pub mod kv_shift;
 pub mod matmul;
 pub mod pool;
 
