@@ -42,6 +42,31 @@ HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w,
     }
 }
 
+// As hs_rms_norm_rows, then the row's Q8 quantization for `bs`-element blocks (the input of the
+// products that follow: hs_quantize_act's numbers, without its launch). dim is a multiple of bs.
+HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, float *y,
+                              signed char *xq, float *xd, hs_u32 dim, float eps, hs_u32 bs) {
+    HS_BREADCRUMB();
+    __shared__ float s[64];
+    const float *xr = x + (hs_u64)blockIdx.x * dim;
+    float *yr = y + (hs_u64)blockIdx.x * dim;
+    float acc = 0.0f;
+    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        acc += xr[i] * xr[i];
+    }
+    const float total = infer_block_sum(acc, s);
+    const float scale = 1.0f / sqrtf(total / (float)dim + eps);
+    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        yr[i] = xr[i] * scale * w[i];
+    }
+    __syncthreads();
+    const hs_u32 nb = dim / bs;
+    const hs_u64 b0 = (hs_u64)blockIdx.x * nb;
+    for (hs_u32 b = threadIdx.x; b < nb; b += blockDim.x) {
+        hs_q8_block(yr + (hs_u64)b * bs, bs, xq + (b0 + b) * bs, xd + 2 * (b0 + b), 0);
+    }
+}
+
 // x[i] += b[i % width] over n elements.
 HS_KERNEL void hs_add_bias_rows(HS_TRACK_PARAMS, float *x, const float *b, hs_u32 width,
                                 hs_u64 n) {

@@ -111,3 +111,33 @@ __device__ __forceinline__ float hs_warp_max(float v) {
     }
     return v;
 }
+
+// Q8 quantization of one block of `bs` activations, exactly as the CPU backend quantizes them:
+// d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the quants and (d, d * sum q)
+// where q / dd are given, the dequantized values (q * d) where dq is given. Shared by
+// hs_quantize_act and the RMS norm that quantizes its own output.
+__device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed char *q,
+                                            float *dd, float *dq) {
+    float amax = 0.0f;
+    for (hs_u32 i = 0; i < bs; ++i) {
+        amax = fmaxf(amax, fabsf(xb[i]));
+    }
+    const float d = HS_DIV_RN(amax, 127.0f);
+    const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+    int sum = 0;
+    for (hs_u32 i = 0; i < bs; ++i) {
+        int v = (int)rintf(xb[i] * id);
+        v = v < -128 ? -128 : (v > 127 ? 127 : v);
+        sum += v;
+        if (q != 0) {
+            q[i] = (signed char)v;
+        }
+        if (dq != 0) {
+            dq[i] = (float)v * d;
+        }
+    }
+    if (dd != 0) {
+        dd[0] = d;
+        dd[1] = d * (float)sum;
+    }
+}

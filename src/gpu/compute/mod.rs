@@ -112,15 +112,23 @@ struct Kernels {
     attention_f32: KernelFn,
     attention_f16: KernelFn,
     quantize: KernelFn,
+    /// RMS norm that also quantizes its output for the products that follow.
+    rms_norm_q8: KernelFn,
     /// Per weight type: (matrix-vector, row dequantization).
     by_type: HashMap<GgmlType, (KernelFn, KernelFn)>,
+    /// Per quantized weight type: the fused one-token kernels.
+    fused: HashMap<GgmlType, matvec::Fused>,
 }
 
 impl Kernels {
     fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
         let mut by_type = HashMap::new();
+        let mut fused = HashMap::new();
         for &ty in plan::GPU_TYPES {
             if let Some(k) = type_kernels(ty) {
+                if let Some(f) = matvec::Fused::resolve(gpu, k)? {
+                    fused.insert(ty, f);
+                }
                 by_type.insert(
                     ty,
                     (
@@ -141,7 +149,9 @@ impl Kernels {
             attention_f32: gpu.function("hs_attention_f32")?,
             attention_f16: gpu.function("hs_attention_f16")?,
             quantize: gpu.function("hs_quantize_act")?,
+            rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,
+            fused,
         })
     }
 }
@@ -189,6 +199,9 @@ pub struct GpuCompute {
     plan: Option<MemoryPlan>,
     labels: HashMap<(Option<u32>, &'static str, &'static str), LabelId>,
     quant: Option<QuantKey>,
+    /// Block size of the last Q8 quantization for the matrix-vector path: the RMS norm quantizes
+    /// its output for it (a product that needs another size quantizes again).
+    norm_bs: Option<u32>,
     next_version: u64,
     host_bytes: Vec<u8>,
     monitor: Arc<GpuMonitor>,
@@ -241,6 +254,7 @@ impl GpuCompute {
             plan: None,
             labels: HashMap::new(),
             quant: None,
+            norm_bs: None,
             next_version: 1,
             host_bytes: Vec::new(),
             monitor,
@@ -546,6 +560,46 @@ impl Backend for GpuCompute {
 
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
         self.launch_add_bias(x, bias, n_tokens, label)
+    }
+
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_qkv(w, bias, x, out, n_tokens, layer)
+    }
+
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.launch_matmul_add(w, x, acc, tmp, n_tokens, dim, label, add_label)
     }
 
     fn rope(

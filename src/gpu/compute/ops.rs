@@ -48,6 +48,49 @@ impl GpuCompute {
         let w = self.vector(weight, dim)?;
         let xb = self.buf(x, n_tokens * dim)?;
         let ob = self.buf(out, n_tokens * dim)?;
+        // Quantized for the matrix-vector products that follow, in the same launch, where the
+        // last such product's block size divides the rows and the batch takes that path.
+        let fuse_bs = self.norm_bs.filter(|&bs| {
+            dim.is_multiple_of(bs as usize)
+                && n_tokens < self.opts.gemm_min_tokens.max(1)
+                && self
+                    .ws
+                    .as_ref()
+                    .is_some_and(|ws| (n_tokens * dim) as u64 <= ws.xq.bytes)
+        });
+        if let Some(bs) = fuse_bs {
+            let (xq, xd) = {
+                let ws = self.workspace()?;
+                (ws.xq, ws.xd)
+            };
+            let f = self.kernels.rms_norm_q8;
+            self.launch(
+                label,
+                "rms_norm + quantize_q8",
+                f,
+                [n_tokens as u32, 1, 1],
+                [256, 1, 1],
+                &[
+                    Arg::Ptr(xb.ptr),
+                    Arg::Ptr(w.ptr),
+                    Arg::Ptr(ob.ptr),
+                    Arg::Ptr(xq.ptr),
+                    Arg::Ptr(xd.ptr),
+                    Arg::U32(dim as u32),
+                    Arg::F32(eps),
+                    Arg::U32(bs),
+                ],
+            )?;
+            self.wrote(out);
+            self.quant = Some(QuantKey {
+                buf: out,
+                version: self.bufs[out.0 as usize].version,
+                bs,
+                n_tokens,
+                dequantized: false,
+            });
+            return Ok(());
+        }
         let f = self.kernels.rms_norm;
         self.launch(
             label,
