@@ -32,6 +32,58 @@ HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
     }
 }
 
+__device__ __forceinline__ void infer_kv_put(float *p, hs_u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ void infer_kv_put(unsigned short *p, hs_u64 i, float v) {
+    p[i] = hs_float_to_half(v);
+}
+
+// RoPE fused with the KV-cache write: block (t, 0) rotates token t's query heads in q; block
+// (t, 1) rotates its key heads in k, then stores its keys and values at cache position
+// pos0 + t (kc / vc: the layer's cache, kv_dim elements a position). The numbers of hs_rope
+// and hs_kv_store_*, in one launch.
+template <typename KV>
+__device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, KV *vc,
+                                    hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
+                                    hs_u32 n_rot, hs_u32 pos0, float freq_scale,
+                                    float theta_scale, const float *factors, hs_u32 neox) {
+    __shared__ float cs[HS_ROPE_MAX_PAIRS];
+    __shared__ float sn[HS_ROPE_MAX_PAIRS];
+    const hs_u32 t = blockIdx.x;
+    if (blockIdx.y == 0) {
+        hs_rope_row(q + (hs_u64)t * n_heads * head_dim, n_heads, head_dim, n_rot, pos0 + t,
+                    freq_scale, theta_scale, factors, neox, cs, sn);
+        return;
+    }
+    const hs_u32 kv_dim = n_kv_heads * head_dim;
+    float *kr = k + (hs_u64)t * kv_dim;
+    hs_rope_row(kr, n_kv_heads, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors,
+                neox, cs, sn);
+    const hs_u64 dst = (hs_u64)(pos0 + t) * kv_dim;
+    for (hs_u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+        infer_kv_put(kc, dst + i, kr[i]);
+        infer_kv_put(vc, dst + i, v[(hs_u64)t * kv_dim + i]);
+    }
+}
+
+HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const float *v,
+                                    float *kc, float *vc, hs_u32 n_heads, hs_u32 n_kv_heads,
+                                    hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
+                                    float theta_scale, const float *factors, hs_u32 neox) {
+    HS_BREADCRUMB();
+    infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
+                               freq_scale, theta_scale, factors, neox);
+}
+
+HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const float *v,
+                                    unsigned short *kc, unsigned short *vc, hs_u32 n_heads,
+                                    hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 n_rot,
+                                    hs_u32 pos0, float freq_scale, float theta_scale,
+                                    const float *factors, hs_u32 neox) {
+    HS_BREADCRUMB();
+    infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
+                                        pos0, freq_scale, theta_scale, factors, neox);
+}
+
 __device__ __forceinline__ float infer_kv_load(const float *p, hs_u64 i) { return p[i]; }
 __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i) {
     return hs_half_to_float(p[i]);

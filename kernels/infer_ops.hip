@@ -3,7 +3,6 @@
 // computes, in the same order where rounding depends on it (RoPE angles), so that the two agree to
 // f32 rounding.
 
-#define HS_ROPE_MAX_PAIRS 256
 
 // The sum of v over the block, every thread gets it. blockDim.x is a multiple of warpSize;
 // `scratch` holds at least blockDim.x / warpSize floats and is reused after the call returns.
@@ -96,41 +95,13 @@ HS_KERNEL void hs_swiglu_inplace(HS_TRACK_PARAMS, float *gate, const float *up, 
     }
 }
 
-// One block per token row of n_heads heads of head_dim. The angle of pair i at position p is
-// p * freq_scale * theta_scale^i (/ factors[i]), the power built by repeated multiplication in
-// f32 exactly as the CPU backend (and ggml) builds it; sin and cos are taken in double, because
-// the fast single-precision ones lose accuracy for angles of thousands of radians.
+// One block per token row of n_heads heads of head_dim (hs_rope_row, in the prelude).
 HS_KERNEL void hs_rope(HS_TRACK_PARAMS, float *x, hs_u32 n_heads, hs_u32 head_dim, hs_u32 n_rot,
                        hs_u32 pos0, float freq_scale, float theta_scale, const float *factors,
                        hs_u32 neox) {
     HS_BREADCRUMB();
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
-    const hs_u32 half = n_rot / 2;
-    const hs_u32 t = blockIdx.x;
-    for (hs_u32 i = threadIdx.x; i < half && i < HS_ROPE_MAX_PAIRS; i += blockDim.x) {
-        float theta = (float)(pos0 + t) * freq_scale;
-        for (hs_u32 k = 0; k < i; ++k) {
-            theta *= theta_scale;
-        }
-        if (factors != 0) {
-            theta = HS_DIV_RN(theta, factors[i]);
-        }
-        cs[i] = (float)cos((double)theta);
-        sn[i] = (float)sin((double)theta);
-    }
-    __syncthreads();
-    float *row = x + (hs_u64)t * n_heads * head_dim;
-    const hs_u32 pairs = n_heads * half;
-    for (hs_u32 idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-        const hs_u32 h = idx / half;
-        const hs_u32 i = idx % half;
-        float *head = row + (hs_u64)h * head_dim;
-        const hs_u32 a = neox ? i : 2 * i;
-        const hs_u32 b = neox ? i + half : 2 * i + 1;
-        const float x0 = head[a];
-        const float x1 = head[b];
-        head[a] = x0 * cs[i] - x1 * sn[i];
-        head[b] = x0 * sn[i] + x1 * cs[i];
-    }
+    hs_rope_row(x + (hs_u64)blockIdx.x * n_heads * head_dim, n_heads, head_dim, n_rot,
+                pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, cs, sn);
 }

@@ -141,3 +141,42 @@ __device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed c
         dd[1] = d * (float)sum;
     }
 }
+
+#define HS_ROPE_MAX_PAIRS 256
+
+// RoPE of one token row of n_heads heads of head_dim at position `pos`, by the block (cs / sn:
+// shared arrays of HS_ROPE_MAX_PAIRS). The angle of pair i is pos * freq_scale * theta_scale^i
+// (/ factors[i]), the power built by repeated multiplication in f32 exactly as the CPU backend
+// (and ggml) builds it; sin and cos are taken in double, because the fast single-precision ones
+// lose accuracy for angles of thousands of radians. Ends with the block synchronised.
+__device__ __forceinline__ void hs_rope_row(float *row, hs_u32 n_heads, hs_u32 head_dim,
+                                            hs_u32 n_rot, hs_u32 pos, float freq_scale,
+                                            float theta_scale, const float *factors, hs_u32 neox,
+                                            float *cs, float *sn) {
+    const hs_u32 half = n_rot / 2;
+    for (hs_u32 i = threadIdx.x; i < half && i < HS_ROPE_MAX_PAIRS; i += blockDim.x) {
+        float theta = (float)pos * freq_scale;
+        for (hs_u32 k = 0; k < i; ++k) {
+            theta *= theta_scale;
+        }
+        if (factors != 0) {
+            theta = HS_DIV_RN(theta, factors[i]);
+        }
+        cs[i] = (float)cos((double)theta);
+        sn[i] = (float)sin((double)theta);
+    }
+    __syncthreads();
+    const hs_u32 pairs = n_heads * half;
+    for (hs_u32 idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+        const hs_u32 h = idx / half;
+        const hs_u32 i = idx % half;
+        float *head = row + (hs_u64)h * head_dim;
+        const hs_u32 a = neox ? i : 2 * i;
+        const hs_u32 b = neox ? i + half : 2 * i + 1;
+        const float x0 = head[a];
+        const float x1 = head[b];
+        head[a] = x0 * cs[i] - x1 * sn[i];
+        head[b] = x0 * sn[i] + x1 * cs[i];
+    }
+    __syncthreads();
+}

@@ -273,6 +273,12 @@ pub trait Backend: Send {
         self.add(acc, tmp, n_tokens * dim, add_label)
     }
 
+    /// Device memory bandwidth in bytes/s, read plus write, measured by a copy (`None` where the
+    /// backend has no device memory to measure).
+    fn copy_bandwidth(&mut self) -> Option<f64> {
+        None
+    }
+
     /// x[t] += bias.
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()>;
 
@@ -293,6 +299,21 @@ pub trait Backend: Send {
     /// Stores k and v in the cache, then causal attention of q over positions `0..=pos` for each
     /// token; writes `n_tokens` rows of `n_heads * head_dim` to `out`.
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
+
+    /// RoPE of q (`n_heads` heads) and k (`n_kv_heads` heads) at positions `pos0 + t`, then
+    /// [`Backend::attention`]: what a backend may run with the rotation fused into the KV-cache
+    /// write. By default the separate ops.
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        rope_attention_separately(self, q, k, v, out, rope, p)
+    }
 
     /// gate = silu(gate) * up, elementwise over `len`.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
@@ -382,4 +403,36 @@ pub fn swiglu_separately<B: Backend + ?Sized>(
         n_tokens * ffn_dim,
         OpLabel::layer(layer, "ffn_swiglu"),
     )
+}
+
+/// [`Backend::rope_attention`] as separate ops: RoPE of q, of k, then attention.
+pub fn rope_attention_separately<B: Backend + ?Sized>(
+    be: &mut B,
+    q: Buf,
+    k: Buf,
+    v: Buf,
+    out: Buf,
+    rope: &RopeParams,
+    p: &AttnParams,
+) -> Result<()> {
+    let l = p.layer as u32;
+    be.rope(
+        q,
+        p.n_tokens,
+        p.n_heads,
+        p.head_dim,
+        p.pos0,
+        rope,
+        OpLabel::layer(l, "rope_q"),
+    )?;
+    be.rope(
+        k,
+        p.n_tokens,
+        p.n_kv_heads,
+        p.head_dim,
+        p.pos0,
+        rope,
+        OpLabel::layer(l, "rope_k"),
+    )?;
+    be.attention(q, k, v, out, p)
 }

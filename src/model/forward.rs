@@ -417,25 +417,14 @@ impl Model {
                 n,
                 li,
             )?;
-            be.rope(
+            be.rope_attention(
                 a.q,
-                n,
-                c.n_heads,
-                c.head_dim,
-                pos0,
-                &self.rope,
-                lab("rope_q"),
-            )?;
-            be.rope(
                 a.k,
-                n,
-                c.n_kv_heads,
-                c.head_dim,
-                pos0,
+                a.v,
+                a.att,
                 &self.rope,
-                lab("rope_k"),
+                &AttnParams { layer: l, ..attn },
             )?;
-            be.attention(a.q, a.k, a.v, a.att, &AttnParams { layer: l, ..attn })?;
             be.matmul_add(
                 w.wo,
                 a.att,

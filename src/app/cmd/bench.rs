@@ -55,6 +55,60 @@ pub struct BenchResult {
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
+    /// Bytes of weights one generated token reads (every matrix once; of the token embedding
+    /// only where it is also the output matrix). KV-cache reads are not counted.
+    pub bytes_per_token: u64,
+    /// The device's memory bandwidth (read plus write of a copy), GB/s; `None` on the CPU.
+    pub bandwidth_gbs: Option<f64>,
+    /// Generation tests: the speed at which reading `bytes_per_token` at the measured copy
+    /// bandwidth takes the whole time (t/s), and how much of it was reached (%).
+    pub bound_ts: Option<f64>,
+    pub bound_pct: Option<f64>,
+}
+
+/// Bytes of weights one generated token reads: every tensor but the token embedding, of which
+/// one row is read, unless the embedding is also the output matrix (no `output.weight`).
+pub fn bytes_per_token(file: &crate::model::gguf::GgufFile) -> u64 {
+    let tensors = file.tensors();
+    let tied = !tensors.iter().any(|t| t.name == "output.weight");
+    tensors
+        .iter()
+        .filter(|t| tied || t.name != "token_embd.weight")
+        .map(|t| t.size)
+        .sum()
+}
+
+/// The decode bound in t/s: bytes per token read at the copy bandwidth. A copy moves every byte
+/// twice (read and write) and decode mostly reads, so the read rate taken is the copy's total.
+pub fn decode_bound(bytes_per_token: u64, bandwidth_bytes_s: f64) -> Option<f64> {
+    (bytes_per_token > 0 && bandwidth_bytes_s > 0.0)
+        .then(|| bandwidth_bytes_s / bytes_per_token as f64)
+}
+
+/// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
+/// measured before on a device of this name, else measured now and written there.
+fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
+    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
+    let mut table: std::collections::BTreeMap<String, f64> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if let Some(&b) = table.get(device_key) {
+        return Some(b);
+    }
+    let b = model.backend_mut().copy_bandwidth()?;
+    table.insert(device_key.to_string(), b);
+    if let Some(p) = &path {
+        let written = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(p, serde_json::to_vec_pretty(&table).unwrap_or_default()));
+        if let Err(e) = written {
+            tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
+        }
+    }
+    Some(b)
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -90,6 +144,12 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let device = loaded.session.model.backend().device();
     let vocab = loaded.session.model.config.vocab_size as u64;
     let model = loaded.session.model_mut();
+    let bpt = bytes_per_token(model.file());
+    let bandwidth = if a.n_gen.iter().any(|&n| n > 0) {
+        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+    } else {
+        None
+    };
     let mut rng = Rng::new(1234);
     let mut logits = Vec::new();
     let mut results = Vec::new();
@@ -120,6 +180,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
             }
         }
         let (avg, sd) = mean_sd(&samples);
+        let bound = bandwidth.and_then(|b| decode_bound(bpt, b));
         results.push(BenchResult {
             model: s.name.clone(),
             model_type: format!(
@@ -143,6 +204,10 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
             samples_ts: samples,
             avg_ts: avg,
             stddev_ts: sd,
+            bytes_per_token: bpt,
+            bandwidth_gbs: bandwidth.map(|b| b / 1e9),
+            bound_ts: bound.filter(|_| ng > 0),
+            bound_pct: bound.filter(|_| ng > 0).map(|b| 100.0 * avg / b),
         });
         if !a.json && results.len() == 1 {
             print_header();
@@ -161,18 +226,18 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
 
 fn print_header() {
     println!(
-        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>8} | {:>20} |",
-        "model", "size", "params", "backend", "threads", "test", "t/s"
+        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>8} | {:>20} | {:>18} |",
+        "model", "size", "params", "backend", "threads", "test", "t/s", "bound"
     );
     println!(
-        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->7}: | {:->19}: |",
-        "", "", "", "", "", "", ""
+        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->7}: | {:->19}: | {:->17}: |",
+        "", "", "", "", "", "", "", ""
     );
 }
 
 fn print_row(r: &BenchResult) {
     println!(
-        "| {:<30} | {:>7.2} MiB | {:>8.2} M | {:<10} | {:>7} | {:>8} | {:>11.2} ± {:>6.2} |",
+        "| {:<30} | {:>7.2} MiB | {:>8.2} M | {:<10} | {:>7} | {:>8} | {:>11.2} ± {:>6.2} | {:>18} |",
         r.model_type,
         r.model_size as f64 / (1u64 << 20) as f64,
         r.model_n_params as f64 / 1e6,
@@ -180,6 +245,29 @@ fn print_row(r: &BenchResult) {
         r.n_threads,
         r.test,
         r.avg_ts,
-        r.stddev_ts
+        r.stddev_ts,
+        bound_cell(r)
     );
+}
+
+/// `41% of 807` (percentage of the decode bound reached, and the bound in t/s), or `-`.
+fn bound_cell(r: &BenchResult) -> String {
+    match (r.bound_pct, r.bound_ts) {
+        (Some(p), Some(b)) => format!("{p:.0}% of {b:.0}"),
+        _ => "-".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_decode_bound_is_the_bandwidth_over_the_bytes_per_token() {
+        // Llama-2-7B Q4_0: 3.72 GB a token at 3.0 TB/s.
+        let b = decode_bound(3_720_000_000, 3.0e12).unwrap();
+        assert!((b - 806.45).abs() < 0.01, "{b}");
+        assert_eq!(decode_bound(0, 3.0e12), None);
+        assert_eq!(decode_bound(1, 0.0), None);
+    }
 }

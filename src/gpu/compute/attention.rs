@@ -10,6 +10,7 @@ impl GpuCompute {
         v: Buf,
         out: Buf,
         p: &AttnParams,
+        rope: Option<&RopeParams>,
     ) -> Result<()> {
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q_dim = p.n_heads * p.head_dim;
@@ -71,21 +72,66 @@ impl GpuCompute {
                 "attention_f16",
             ),
         };
-        self.launch(
-            OpLabel::layer(li, "kv_store"),
-            store_name,
-            store,
-            [elementwise_grid(n), 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(kb.ptr),
-                Arg::Ptr(vb.ptr),
-                Arg::Ptr(k_cache.ptr),
-                Arg::Ptr(v_cache.ptr),
-                Arg::U64(layer_off + (p.pos0 * kv_dim) as u64),
-                Arg::U64(n),
-            ],
-        )?;
+        match rope {
+            Some(r) => {
+                let half = r.pairs(p.head_dim)?;
+                if half > MAX_ROPE_PAIRS {
+                    return Err(invalid(format!(
+                        "RoPE over {half} pairs: the kernel rotates at most {MAX_ROPE_PAIRS}"
+                    )));
+                }
+                let factors = match r.freq_factors {
+                    Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
+                    None => Arg::U64(0),
+                };
+                let (f, name) = match self.opts.kv {
+                    KvType::F32 => (self.kernels.rope_kv_store_f32, "rope + kv_store_f32"),
+                    KvType::F16 => (self.kernels.rope_kv_store_f16, "rope + kv_store_f16"),
+                };
+                self.launch(
+                    OpLabel::layer(li, "rope_qk + kv_store"),
+                    name,
+                    f,
+                    [p.n_tokens as u32, 2, 1],
+                    [128, 1, 1],
+                    &[
+                        Arg::Ptr(qb.ptr),
+                        Arg::Ptr(kb.ptr),
+                        Arg::Ptr(vb.ptr),
+                        Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                        Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                        Arg::U32(p.n_heads as u32),
+                        Arg::U32(p.n_kv_heads as u32),
+                        Arg::U32(p.head_dim as u32),
+                        Arg::U32(r.n_rot as u32),
+                        Arg::U32(p.pos0 as u32),
+                        Arg::F32(r.freq_scale),
+                        Arg::F32(rope_theta_scale(r.base, r.n_rot)),
+                        factors,
+                        Arg::U32(r.neox as u32),
+                    ],
+                )?;
+                self.wrote(q);
+                self.wrote(k);
+            }
+            None => {
+                self.launch(
+                    OpLabel::layer(li, "kv_store"),
+                    store_name,
+                    store,
+                    [elementwise_grid(n), 1, 1],
+                    [256, 1, 1],
+                    &[
+                        Arg::Ptr(kb.ptr),
+                        Arg::Ptr(vb.ptr),
+                        Arg::Ptr(k_cache.ptr),
+                        Arg::Ptr(v_cache.ptr),
+                        Arg::U64(layer_off + (p.pos0 * kv_dim) as u64),
+                        Arg::U64(n),
+                    ],
+                )?;
+            }
+        }
         self.launch(
             OpLabel::layer(li, "attention"),
             attn_name,

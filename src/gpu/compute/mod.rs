@@ -109,6 +109,8 @@ struct Kernels {
     rope: KernelFn,
     kv_store_f32: KernelFn,
     kv_store_f16: KernelFn,
+    rope_kv_store_f32: KernelFn,
+    rope_kv_store_f16: KernelFn,
     attention_f32: KernelFn,
     attention_f16: KernelFn,
     quantize: KernelFn,
@@ -146,6 +148,8 @@ impl Kernels {
             rope: gpu.function("hs_rope")?,
             kv_store_f32: gpu.function("hs_kv_store_f32")?,
             kv_store_f16: gpu.function("hs_kv_store_f16")?,
+            rope_kv_store_f32: gpu.function("hs_rope_kv_store_f32")?,
+            rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
             attention_f32: gpu.function("hs_attention_f32")?,
             attention_f16: gpu.function("hs_attention_f16")?,
             quantize: gpu.function("hs_quantize_act")?,
@@ -562,6 +566,17 @@ impl Backend for GpuCompute {
         self.launch_add_bias(x, bias, n_tokens, label)
     }
 
+    fn copy_bandwidth(&mut self) -> Option<f64> {
+        let g = self.gpu.as_mut()?;
+        match g.measure_copy_bandwidth() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!("bandwidth measurement failed: {e}");
+                None
+            }
+        }
+    }
+
     fn matmul_qkv(
         &mut self,
         w: [Weight; 3],
@@ -616,7 +631,22 @@ impl Backend for GpuCompute {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        self.launch_attention(q, k, v, out, p)
+        self.launch_attention(q, k, v, out, p, None)
+    }
+
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        if q == k || k == v || q == v {
+            return crate::gpu::backend::rope_attention_separately(self, q, k, v, out, rope, p);
+        }
+        self.launch_attention(q, k, v, out, p, Some(rope))
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
