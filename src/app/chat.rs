@@ -22,11 +22,12 @@ use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal};
 use super::transcript::{self, Transcript};
+use crate::app::exit_code;
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
-use crate::ui::{App, Msg, Settings};
 use crate::ui::theme::ThemeName;
+use crate::ui::{App, Msg, Settings};
 
 /// What the worker is started with (the coordinator's `WorkerOptions` is built from this).
 #[derive(Clone, Debug, PartialEq)]
@@ -205,7 +206,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let log_file = config
@@ -287,7 +288,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(r) => r,
         Err(e) => {
             eprintln!("hipscope: cannot start the event loop: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     quit.install_panic_hook();
@@ -295,7 +296,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope: cannot set up the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
@@ -303,7 +304,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Err(e) => {
             drop(guard);
             eprintln!("hipscope: cannot draw on the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
 
@@ -396,7 +397,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     use crate::model::protocol::ModelSource;
     use crate::model::worker::{self, WorkerOptions};
 
-    let request = crate::app::backend::BackendRequest {
+    let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
         threads: cfg.threads as usize,
@@ -415,7 +416,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move || crate::app::backend::open(&request).map(|(b, _)| b)),
+        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,
