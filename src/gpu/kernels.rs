@@ -29,6 +29,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("fill", include_str!("../../kernels/fill.hip")),
     ("gemm", include_str!("../../kernels/gemm.hip")),
     (
+        "infer_attention",
+        include_str!("../../kernels/infer_attention.hip"),
+    ),
+    (
         "infer_dequant",
         include_str!("../../kernels/infer_dequant.hip"),
     ),

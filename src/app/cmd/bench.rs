@@ -80,6 +80,32 @@ pub struct BenchResult {
     pub bound_ts: Option<f64>,
 }
 
+/// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
+/// measured before on a device of this name, else measured now and written there.
+fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
+    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
+    let mut table: std::collections::BTreeMap<String, f64> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if let Some(&b) = table.get(device_key) {
+        return Some(b);
+    }
+    let b = model.backend_mut().copy_bandwidth()?;
+    table.insert(device_key.to_string(), b);
+    if let Some(p) = &path {
+        let written = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(p, serde_json::to_vec_pretty(&table).unwrap_or_default()));
+        if let Err(e) = written {
+            tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
+        }
+    }
+    Some(b)
+}
+
 /// The test's name as llama-bench writes it: `pp512`, `tg128`, `tg64 @ d1536`.
 fn test_name(np: usize, ng: usize, depth: usize) -> String {
     let base = if np > 0 {
@@ -134,7 +160,18 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let is_cpu = device.backend == "cpu";
     let n_threads = device.compute_units.unwrap_or(1);
     let cpu_kernels = is_cpu.then(|| Isa::active().describe());
-    let bandwidth = is_cpu.then(|| host_read_bandwidth(n_threads as usize));
+    let decodes = a.n_gen.iter().any(|&n| n > 0);
+    // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
+    // then kept in the cache directory.
+    let bandwidth = if is_cpu {
+        Some(host_read_bandwidth(n_threads as usize))
+    } else if decodes {
+        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+    } else {
+        None
+    };
+    // The CPU cache holds f32 keys and values; a GPU's, the `--kv-type` asked for.
+    let kv_bytes = if is_cpu { 4 } else { a.model.kv_type.bytes() as usize };
     if !a.json
         && let (Some(k), Some(bw)) = (&cpu_kernels, bandwidth)
     {
@@ -187,9 +224,8 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 }
             }
             let (avg, sd) = mean_sd(&samples);
-            // The CPU cache holds f32 keys and values.
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
-                bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, 4),
+                bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
                 bandwidth: bw,
             });
             results.push(BenchResult {
