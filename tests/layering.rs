@@ -280,7 +280,11 @@ fn references(code: &str, module: &[String]) -> Vec<Reference> {
                 let mut paths = Vec::new();
                 use_tree(&t, &mut i, &[], &mut paths);
                 for path in paths {
-                    out.push(Reference { line, path, module: current(&stack) });
+                    out.push(Reference {
+                        line,
+                        path,
+                        module: current(&stack),
+                    });
                 }
             }
             Tok::Ident(s)
@@ -300,7 +304,11 @@ fn references(code: &str, module: &[String]) -> Vec<Reference> {
                         _ => break,
                     }
                 }
-                out.push(Reference { line, path, module: current(&stack) });
+                out.push(Reference {
+                    line,
+                    path,
+                    module: current(&stack),
+                });
             }
             _ => i += 1,
         }
@@ -339,7 +347,10 @@ fn resolve(path: &[String], module: &[String]) -> Option<Vec<String>> {
 /// → `[gpu, hip]`.
 fn module_path(root: &Path, file: &Path) -> Vec<String> {
     let rel = file.strip_prefix(root).unwrap().with_extension("");
-    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     if parts.last().is_some_and(|p| p == "mod") {
         parts.pop();
     }
@@ -355,7 +366,9 @@ fn no_import_circle_inside_a_folder() {
     let mut modules: BTreeMap<Vec<String>, (PathBuf, Vec<Reference>)> = BTreeMap::new();
     let mut reexports: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
     for f in &files {
-        if f.file_name().is_some_and(|n| n == "lib.rs" || n == "main.rs") {
+        if f.file_name()
+            .is_some_and(|n| n == "lib.rs" || n == "main.rs")
+        {
             continue;
         }
         let m = module_path(&root, f);
@@ -395,7 +408,9 @@ fn no_import_circle_inside_a_folder() {
     let mut edges: BTreeMap<Vec<String>, BTreeMap<Edge, String>> = BTreeMap::new();
     for (m, (file, refs)) in &modules {
         for r in refs {
-            let Some(mut target) = resolve(&r.path, &r.module) else { continue };
+            let Some(mut target) = resolve(&r.path, &r.module) else {
+                continue;
+            };
             // A name re-exported by a folder stands for the child that defines it.
             for k in (1..=target.len()).rev() {
                 if let Some(child) = reexports.get(&target[..k]) {
@@ -419,13 +434,17 @@ fn no_import_circle_inside_a_folder() {
             if !modules.contains_key(&from_module) {
                 continue;
             }
-            edges.entry(folder).or_default().entry((from, to)).or_insert_with(|| {
-                format!(
-                    "{}:{}",
-                    file.strip_prefix(root.parent().unwrap()).unwrap().display(),
-                    r.line
-                )
-            });
+            edges
+                .entry(folder)
+                .or_default()
+                .entry((from, to))
+                .or_insert_with(|| {
+                    format!(
+                        "{}:{}",
+                        file.strip_prefix(root.parent().unwrap()).unwrap().display(),
+                        r.line
+                    )
+                });
         }
     }
     let mut circles = Vec::new();
@@ -520,13 +539,22 @@ fn strongly_connected(
 fn the_circle_check_sees_a_circle() {
     // The checker itself, on a made-up pair of files: a → b by `use`, b → a by an inline path
     // inside a braced group and through `super`.
-    let a = references(&code_only("use crate::gpu::{b::B, c};\n"), &["gpu".into(), "a".into()]);
+    let a = references(
+        &code_only("use crate::gpu::{b::B, c};\n"),
+        &["gpu".into(), "a".into()],
+    );
     let b = references(
         &code_only("// use crate::gpu::c;\nfn f() { let s = \"crate::gpu::c\"; super::a::f(); }\n"),
         &["gpu".into(), "b".into()],
     );
-    let ra: Vec<_> = a.iter().filter_map(|r| resolve(&r.path, &r.module)).collect();
-    let rb: Vec<_> = b.iter().filter_map(|r| resolve(&r.path, &r.module)).collect();
+    let ra: Vec<_> = a
+        .iter()
+        .filter_map(|r| resolve(&r.path, &r.module))
+        .collect();
+    let rb: Vec<_> = b
+        .iter()
+        .filter_map(|r| resolve(&r.path, &r.module))
+        .collect();
     assert_eq!(ra, vec![vec!["gpu", "b", "B"], vec!["gpu", "c"]]);
     // Comments and strings are not imports; `super::a::f` is.
     assert_eq!(rb, vec![vec!["gpu", "a", "f"]]);
@@ -537,6 +565,9 @@ fn the_circle_check_sees_a_circle() {
     let (na, nb, nc) = ("a".to_string(), "b".to_string(), "c".to_string());
     let nodes: BTreeSet<&String> = [&na, &nb, &nc].into_iter().collect();
     let sccs = strongly_connected(&nodes, &es);
-    assert!(sccs.iter().any(|s| s.len() == 2 && s.contains("a") && s.contains("b")));
+    assert!(
+        sccs.iter()
+            .any(|s| s.len() == 2 && s.contains("a") && s.contains("b"))
+    );
     assert!(sccs.iter().all(|s| !s.contains("c") || s.len() == 1));
 }

@@ -187,8 +187,12 @@ fn quit_in_progress() {
     let mut app = loaded_app();
     feed_diagnostics(&mut app);
     tick(&mut app, 10_000);
+    assert!(
+        app.update(ctrl('c')).is_empty(),
+        "the first Ctrl-C at rest asks"
+    );
     let fx = app.update(ctrl('c'));
-    assert!(!fx.is_empty(), "Ctrl-C when idle starts the quit");
+    assert!(!fx.is_empty(), "the second Ctrl-C at rest starts the quit");
     for step in [
         quit_step("stop intake", QuitStepStatus::Done, 40),
         quit_step(

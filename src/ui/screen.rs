@@ -351,6 +351,44 @@ fn input_title(app: &App, theme: &Theme) -> Line<'static> {
 }
 
 fn render_footer(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    if app.quit.is_none() && app.clear_armed {
+        let line = Line::from(vec![
+            Span::styled(" press ", theme.key_text),
+            Span::styled("Alt-L", theme.key),
+            Span::styled(
+                " again to clear the conversation (any other key keeps it) ",
+                theme.key_text,
+            ),
+        ]);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
+    if app.quit.is_none()
+        && let Some(h) = &app.hint
+    {
+        let w = usize::from(area.width).saturating_sub(2);
+        frame.render_widget(
+            Paragraph::new(Span::styled(
+                format!(" {}", ellipsize(h, w)),
+                theme.key_text,
+            )),
+            area,
+        );
+        return;
+    }
+    if app.quit.is_none() && app.quit_confirm_pending() {
+        let line = Line::from(vec![
+            Span::styled(" press ", theme.key_text),
+            Span::styled("Ctrl-C", theme.key),
+            Span::styled(" again (or ", theme.key_text),
+            Span::styled("Ctrl-D", theme.key),
+            Span::styled(", ", theme.key_text),
+            Span::styled("/quit", theme.key),
+            Span::styled(") to quit ", theme.key_text),
+        ]);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
     let keys: Vec<(&str, &str)> = if app.quit.is_some() {
         vec![("Ctrl-C", "leave now")]
     } else if !app.errors.is_empty() {

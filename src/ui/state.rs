@@ -105,7 +105,16 @@ pub struct App {
     /// Models found by the last discovery (kept for the next time the picker opens).
     pub models: Option<(Vec<ModelEntry>, Vec<String>)>,
     pub size: (u16, u16),
+    /// When Ctrl-C was pressed at rest: a second press within [`QUIT_CONFIRM`] quits.
+    pub quit_armed: Option<Duration>,
+    /// Alt-L was pressed once: a second Alt-L clears the conversation, any other key keeps it.
+    pub clear_armed: bool,
+    /// A one-line note on the footer until the next key (Tab's list of matches).
+    pub hint: Option<String>,
 }
+
+/// How long after a first Ctrl-C at rest a second one quits.
+pub const QUIT_CONFIRM: Duration = Duration::from_secs(2);
 
 impl App {
     pub fn new(settings: Settings) -> App {
@@ -146,6 +155,9 @@ impl App {
             pending: None,
             models: None,
             size: (0, 0),
+            quit_armed: None,
+            clear_armed: false,
+            hint: None,
             now: Duration::ZERO,
             tick: 0,
             theme,
@@ -175,6 +187,12 @@ impl App {
     /// The exit code once the worker has finished quitting.
     pub fn exit_code(&self) -> Option<i32> {
         self.quit.as_ref().and_then(|q| q.exited)
+    }
+
+    /// Whether a first Ctrl-C at rest is waiting for its second press.
+    pub fn quit_confirm_pending(&self) -> bool {
+        self.quit_armed
+            .is_some_and(|t| self.now.saturating_sub(t) <= QUIT_CONFIRM)
     }
 
     pub fn is_quitting(&self) -> bool {

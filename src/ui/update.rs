@@ -51,6 +51,10 @@ impl App {
                 self.models = Some((entries, searched));
                 Vec::new()
             }
+            Msg::Paths { typed, names } => {
+                self.on_paths(&typed, &names);
+                Vec::new()
+            }
             Msg::Saved(r) => {
                 match r {
                     Ok(p) => self.chat.notice(
