@@ -185,6 +185,7 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
     // One entry per file, whichever root found it first (LM Studio and others symlink).
     let mut seen = HashSet::new();
     let mut entries = Vec::new();
+    let mut from_header = Vec::new();
     for (path, name, source) in found {
         let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         if !seen.insert(key) {
@@ -192,6 +193,15 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
         }
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let header = inspect(&path);
+        // A file known only by its stem goes by the name the chat will give it once loaded
+        // (unless two files share that name: see below).
+        let name = match &header {
+            Ok(h) if name == stem(&path) => {
+                from_header.push(entries.len());
+                crate::model::loader::display_name(h.name.as_deref(), &name, &h.quant)
+            }
+            _ => name,
+        };
         entries.push(ModelEntry {
             name,
             header,
@@ -199,6 +209,17 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
             source: source.to_string(),
             size,
         });
+    }
+    // Files whose headers give the same name are told apart by their stems.
+    let mut count = std::collections::HashMap::new();
+    for e in &entries {
+        *count.entry(e.name.clone()).or_insert(0) += 1;
+    }
+    for i in from_header {
+        let e = &mut entries[i];
+        if count[&e.name] > 1 {
+            e.name = stem(&e.path);
+        }
     }
     (entries, searched)
 }
