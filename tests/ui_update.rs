@@ -646,3 +646,47 @@ fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
         hipscope::ui::chat::EntryKind::Assistant { model, .. } if model == "SmolLM2-135M-Instruct"
     ));
 }
+
+#[test]
+fn prompt_progress_and_context_fill_are_shown() {
+    let mut app = loaded_app();
+    tick(&mut app, 1_000);
+    submit(&mut app, "a long question");
+    tick(&mut app, 3_000);
+    worker(
+        &mut app,
+        Event::PromptProgress {
+            done: 1_024,
+            total: 4_096,
+        },
+    );
+    let s = screen(&app);
+    // 1,024 tokens in 2 s: 512 t/s, 3,072 left: 6 s.
+    assert!(
+        s.contains("reading the prompt: 1,024 / 4,096 tokens · 512 t/s · 6 s left"),
+        "{s}"
+    );
+    assert!(s.contains("prompt 25%"), "{s}");
+    assert!(s.contains("ctx ░░░░░ 0/8,192"), "{s}");
+    // stream_answer starts the answer with a prompt of 31 tokens.
+    stream_answer(&mut app, "an answer", 3);
+    assert!(app.prompt_rate().is_none());
+    let streamed = match app.generation {
+        GenState::Streaming { tokens, .. } => tokens,
+        ref g => panic!("{g:?}"),
+    };
+    assert_eq!(app.context_fill(), Some((Some(31 + streamed), 8_192)));
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: stats(4_096, 100),
+            reason: StopReason::Eog,
+        },
+    );
+    assert_eq!(app.context_fill(), Some((Some(4_196), 8_192)));
+    assert!(screen(&app).contains("ctx ██▌░░ 4,196/8,192"), "{}", screen(&app));
+    // Clearing empties it.
+    app.update(alt(KeyCode::Char('l')));
+    app.update(alt(KeyCode::Char('l')));
+    assert_eq!(app.context_fill(), Some((Some(0), 8_192)));
+}

@@ -133,7 +133,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 let _ = out.flush();
             }
             Progress::Trimmed(n) => eprintln!("\n[context full: dropped {n} oldest messages]"),
-            Progress::PromptDone(_) => {}
+            Progress::PromptDone(_) | Progress::Prompt { .. } => {}
         }
         if stop.load(Ordering::Relaxed) {
             Control::Stop
