@@ -1,13 +1,13 @@
 //! Command-line interface: `hipscope` (chat), and the headless tools named as llama.cpp names
-//! theirs.
+//! theirs. This file only parses and dispatches: each subcommand's arguments and its `run` live
+//! in `app/cmd/<name>.rs`; what several commands share (`ModelArgs`, loading a model, the
+//! progress line) in `app/cmd/model_args.rs` and `app/cmd/progress.rs`, which never import this.
 
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 
-use clap::{Args, Parser, Subcommand};
-
-use crate::app::{cmd, gpu_cli};
-use crate::gpu::compute::KvType;
-use crate::gpu::select::BackendChoice;
+use crate::app::chat::{ChatOptions, run_chat};
+use crate::app::chat_args::ChatArgs;
+use crate::app::cmd;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -20,13 +20,13 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Commands>,
     #[command(flatten)]
-    pub chat: crate::app::chat_args::ChatArgs,
+    pub chat: ChatArgs,
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Commands {
     /// Chat in the terminal (the default).
-    Chat(crate::app::chat_args::ChatArgs),
+    Chat(ChatArgs),
     /// Generate text from a prompt, streaming it to stdout (headless).
     Generate(cmd::generate::GenerateArgs),
     /// Print the tokens of a text, as llama-tokenize does.
@@ -45,66 +45,11 @@ pub enum Commands {
     Info(cmd::info::InfoArgs),
     /// Check the GPU mechanisms (stream tracking, watchdog, quit, upload verification) on this
     /// machine's GPU with real kernels.
-    Selftest(gpu_cli::SelftestArgs),
+    Selftest(cmd::selftest::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
-    Kernels(gpu_cli::KernelsArgs),
+    Kernels(cmd::kernels::KernelsArgs),
     #[command(name = "__compile-kernels", hide = true)]
-    CompileKernels(gpu_cli::CompileChildArgs),
-}
-
-/// Where the model comes from and how it is set up; shared by every command that runs one.
-#[derive(Args, Debug, Clone)]
-pub struct ModelArgs {
-    /// GGUF model file (default: the configured model, else SmolLM2-135M-Instruct, fetched on
-    /// first use).
-    #[arg(short = 'm', long, value_name = "PATH")]
-    pub model: Option<PathBuf>,
-    /// Use a synthetic model of this shape instead (tiny, smollm2-135m, qwen2.5-0.5b,
-    /// llama-3.2-1b, llama-2-7b).
-    #[arg(long, value_name = "NAME", conflicts_with = "model")]
-    pub synthetic: Option<String>,
-    /// Weight type of the synthetic model.
-    #[arg(
-        long,
-        value_name = "TYPE",
-        default_value = "Q8_0",
-        requires = "synthetic"
-    )]
-    pub quant: String,
-    /// Seed of the synthetic model's weights.
-    #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
-    pub synthetic_seed: u64,
-    /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
-    pub ctx_size: Option<usize>,
-    /// CPU threads (default: all cores).
-    #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
-    pub threads: usize,
-    /// Most tokens per forward step when processing a prompt.
-    #[arg(
-        short = 'b',
-        long = "batch-size",
-        value_name = "N",
-        default_value_t = 512
-    )]
-    pub batch_size: usize,
-    /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
-    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_backend)]
-    pub backend: BackendChoice,
-    /// GPU number as the runtime counts them (default: the largest discrete GPU).
-    #[arg(long, value_name = "N")]
-    pub device: Option<u32>,
-    /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
-    #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
-    pub kv_type: KvType,
-}
-
-fn parse_backend(s: &str) -> Result<BackendChoice, String> {
-    s.parse()
-}
-
-fn parse_kv(s: &str) -> Result<KvType, String> {
-    s.parse()
+    CompileKernels(cmd::kernels::CompileChildArgs),
 }
 
 pub fn run() -> i32 {
@@ -118,15 +63,11 @@ pub fn run() -> i32 {
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
-        Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
-        Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
-        Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),
-        Some(Commands::Chat(a)) => Ok(crate::app::tui::run_chat(
-            crate::app::tui::ChatOptions::new(a),
-        )),
-        None => Ok(crate::app::tui::run_chat(
-            crate::app::tui::ChatOptions::new(cli.chat),
-        )),
+        Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),
+        Some(Commands::Kernels(a)) => Ok(cmd::kernels::kernels(&a)),
+        Some(Commands::CompileKernels(a)) => Ok(cmd::kernels::compile_child(&a)),
+        Some(Commands::Chat(a)) => Ok(run_chat(ChatOptions::new(a))),
+        None => Ok(run_chat(ChatOptions::new(cli.chat))),
     };
     match result {
         Ok(code) => code,

@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use super::stderr_progress;
+use super::progress::stderr_progress;
 use crate::app::fetch;
 
 #[derive(Args, Debug)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::ProgressLine;
+use super::progress::ProgressLine;
 use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{GgufFile, GgufWriter, TensorSpec, Value};
 use crate::model::synthetic;
