@@ -684,7 +684,11 @@ fn prompt_progress_and_context_fill_are_shown() {
         },
     );
     assert_eq!(app.context_fill(), Some((Some(4_196), 8_192)));
-    assert!(screen(&app).contains("ctx ██▌░░ 4,196/8,192"), "{}", screen(&app));
+    assert!(
+        screen(&app).contains("ctx ██▌░░ 4,196/8,192"),
+        "{}",
+        screen(&app)
+    );
     // Clearing empties it.
     app.update(alt(KeyCode::Char('l')));
     app.update(alt(KeyCode::Char('l')));

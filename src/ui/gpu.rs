@@ -22,6 +22,7 @@ pub struct GpuPanel {
     util: Series,
     power: Series,
     host_cpu: Series,
+    own_cpu: Series,
 }
 
 impl GpuPanel {
@@ -43,11 +44,30 @@ impl GpuPanel {
         if let Some(c) = sample.cpu_pct {
             self.host_cpu.push(c.clamp(0.0, 100.0).round() as u64);
         }
+        if let Some(c) = sample.own_cpu_pct {
+            self.own_cpu.push(c.clamp(0.0, 100.0).round() as u64);
+        }
         self.host = Some(sample);
     }
 
+    /// The host is what this panel shows: on the CPU backend, and before any device is open.
     fn is_cpu(&self) -> bool {
-        self.device.as_ref().is_some_and(|d| d.backend == "cpu")
+        self.device.as_ref().is_none_or(|d| d.backend == "cpu")
+    }
+
+    /// The machine's CPU use and hipscope's own share of it, one line each.
+    fn cpu_lines(&self, label_w: usize, theme: &Theme) -> Vec<Line<'static>> {
+        let Some(h) = &self.host else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        if let Some(c) = h.cpu_pct {
+            lines.push(kv("cpu", &format!("{c:>3.0}% machine"), label_w, theme));
+        }
+        if let Some(c) = h.own_cpu_pct {
+            lines.push(kv("", &format!("{c:>3.0}% hipscope"), label_w, theme));
+        }
+        lines
     }
 
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
@@ -56,12 +76,33 @@ impl GpuPanel {
             return;
         };
         let w = usize::from(inner.width);
-        let Some(d) = &self.device else {
-            panel_note(frame, inner, "Waiting for the device…", theme);
-            return;
-        };
         let label_w = 8;
         let value_w = w.saturating_sub(label_w);
+        let Some(d) = &self.device else {
+            // No model yet: the host, which is what there is to see.
+            let Some(h) = &self.host else {
+                panel_note(
+                    frame,
+                    inner,
+                    "No device open yet: it opens with the model.",
+                    theme,
+                );
+                return;
+            };
+            let mut lines = vec![Line::from(text("no model loaded yet", theme.dim))];
+            if let (Some(used), Some(total)) = (h.mem_used, h.mem_total) {
+                lines.push(kv(
+                    "memory",
+                    &format!("{} / {}", units::bytes(used), units::bytes(total)),
+                    label_w,
+                    theme,
+                ));
+            }
+            lines.extend(self.cpu_lines(label_w, theme));
+            let y = lines_on_top(frame, inner, lines).y;
+            self.graphs(frame, inner, y, theme);
+            return;
+        };
         let mut lines = vec![
             kv("backend", &d.backend, label_w, theme),
             kv("device", &ellipsize(&d.name, value_w), label_w, theme),
@@ -115,9 +156,7 @@ impl GpuPanel {
             }
         }
         if self.is_cpu() {
-            if let Some(c) = host.and_then(|h| h.cpu_pct) {
-                lines.push(kv("cpu", &format!("{c:.0}%"), label_w, theme));
-            }
+            lines.extend(self.cpu_lines(label_w, theme));
         } else {
             if let Some(t) = t {
                 let mut now = Vec::new();
@@ -147,12 +186,20 @@ impl GpuPanel {
         for l in wrap_words(&d.reason, w, 6) {
             lines.push(Line::from(text(l, theme.dim)));
         }
-        // History below: utilization (or host CPU), then power, as room allows.
-        let mut y = lines_on_top(frame, inner, lines).y;
+        let y = lines_on_top(frame, inner, lines).y;
+        self.graphs(frame, inner, y, theme);
+    }
+
+    /// History below `y`: utilization (or the host's CPU and hipscope's), then power, as room
+    /// allows; each label says its scale.
+    fn graphs(&self, frame: &mut Frame, inner: Rect, mut y: u16, theme: &Theme) {
         let graphs: Vec<(&str, &Series, u64)> = if self.is_cpu() {
-            vec![("cpu %", &self.host_cpu, 100)]
+            vec![
+                ("machine cpu", &self.host_cpu, 100),
+                ("hipscope cpu", &self.own_cpu, 100),
+            ]
         } else {
-            vec![("util %", &self.util, 100), ("power W", &self.power, 0)]
+            vec![("util", &self.util, 100), ("power", &self.power, 0)]
         };
         let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();
         let count = graphs.len() as u16;
@@ -164,11 +211,16 @@ impl GpuPanel {
             // (a label and two rows: a one-row sparkline shows little).
             let left = count - i as u16;
             let rows = ((inner.bottom() - y) / left).max(3).min(inner.bottom() - y);
-            let max = if max > 0 { max } else { series.max() };
+            let (max, label) = if max > 0 {
+                (max, format!("{label} · 0–{max}%"))
+            } else {
+                let m = series.max();
+                (m, format!("{label} · 0–{m} W"))
+            };
             history(
                 frame,
                 Rect::new(inner.x, y, inner.width, rows),
-                label,
+                &label,
                 series,
                 max,
                 theme.sparkline,

@@ -304,10 +304,15 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         };
         match id {
             PanelId::Streams => app.streams.render(frame, rect, t, device),
-            PanelId::Arena => {
-                app.arena
-                    .render(frame, rect, t, device, app.gpu.host.as_ref(), model_bytes)
-            }
+            PanelId::Arena => app.arena.render(
+                frame,
+                rect,
+                t,
+                device,
+                app.gpu.host.as_ref(),
+                model_bytes,
+                app.context_fill(),
+            ),
             PanelId::Watchdog => app.watchdog.render(frame, rect, t, device),
             PanelId::Gpu => app.gpu.render(frame, rect, t),
         }
