@@ -292,12 +292,22 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
         let after = line.split(&format!("│{label} ")).nth(1).unwrap();
         after.trim_end_matches(['│', ' ']).trim().to_string()
     };
-    let cpu = row("cpu");
-    let pct: f32 = cpu.trim_end_matches('%').parse().unwrap_or(-1.0);
-    assert!(
-        cpu.ends_with('%') && (0.0..=100.0).contains(&pct),
-        "{cpu:?}:\n{c}"
-    );
+    // The machine's CPU use, and on the next line hipscope's own share of it, no larger.
+    let pct = |s: &str, what: &str| -> f32 {
+        let n = s
+            .strip_suffix(what)
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches('%');
+        n.parse().unwrap_or(-1.0)
+    };
+    let machine = pct(&row("cpu"), "machine");
+    assert!((0.0..=100.0).contains(&machine), "{:?}:\n{c}", row("cpu"));
+    s.sees("% hipscope", Duration::from_secs(5));
+    let own_line = c.lines().find(|l| l.contains("% hipscope")).unwrap_or("");
+    let own_text = own_line.split('│').rev().nth(1).unwrap_or("").trim();
+    let own = pct(own_text, "hipscope");
+    assert!((0.0..=machine + 5.0).contains(&own), "{own_text:?}:\n{c}");
     assert!(row("memory").contains(" / "), "{c}");
     s.send(b"\x1b[20~");
 
