@@ -22,6 +22,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal};
 use super::transcript::{self, Transcript};
+use crate::app::exit_code;
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
@@ -205,7 +206,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let log_file = config
@@ -287,7 +288,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(r) => r,
         Err(e) => {
             eprintln!("hipscope: cannot start the event loop: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     quit.install_panic_hook();
@@ -295,7 +296,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope: cannot set up the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
@@ -303,7 +304,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Err(e) => {
             drop(guard);
             eprintln!("hipscope: cannot draw on the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
 

@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
-use crate::app::cmd;
+use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,7 +73,7 @@ pub fn run() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            1
+            exit_code::FAILED
         }
     }
 }
