@@ -292,12 +292,22 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
         let after = line.split(&format!("│{label} ")).nth(1).unwrap();
         after.trim_end_matches(['│', ' ']).trim().to_string()
     };
-    let cpu = row("cpu");
-    let pct: f32 = cpu.trim_end_matches('%').parse().unwrap_or(-1.0);
-    assert!(
-        cpu.ends_with('%') && (0.0..=100.0).contains(&pct),
-        "{cpu:?}:\n{c}"
-    );
+    // The machine's CPU use, and on the next line hipscope's own share of it, no larger.
+    let pct = |s: &str, what: &str| -> f32 {
+        let n = s
+            .strip_suffix(what)
+            .unwrap_or("")
+            .trim()
+            .trim_end_matches('%');
+        n.parse().unwrap_or(-1.0)
+    };
+    let machine = pct(&row("cpu"), "machine");
+    assert!((0.0..=100.0).contains(&machine), "{:?}:\n{c}", row("cpu"));
+    s.sees("% hipscope", Duration::from_secs(5));
+    let own_line = c.lines().find(|l| l.contains("% hipscope")).unwrap_or("");
+    let own_text = own_line.split('│').rev().nth(1).unwrap_or("").trim();
+    let own = pct(own_text, "hipscope");
+    assert!((0.0..=machine + 5.0).contains(&own), "{own_text:?}:\n{c}");
     assert!(row("memory").contains(" / "), "{c}");
     s.send(b"\x1b[20~");
 
@@ -307,7 +317,19 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
     s.send(b"\x1b");
     s.sees("· stopped", Duration::from_secs(30));
 
-    // Quit: the process ends with 0, and the terminal is as it was.
+    // Tab lists the commands that start with /s; Ctrl-U empties the line (it was undo).
+    s.send(b"/s\t");
+    s.sees("/system  /set  /save", Duration::from_secs(5));
+    s.send(b"\x15");
+    s.sees("Ask anything", Duration::from_secs(5));
+
+    // Quit: the first Ctrl-C at rest asks, the second quits; the process ends with 0, and the
+    // terminal is as it was.
+    s.send(b"\x03");
+    s.sees(
+        "press Ctrl-C again (or Ctrl-D, /quit) to quit",
+        Duration::from_secs(5),
+    );
     s.send(b"\x03");
     let code = s.wait(Duration::from_secs(30));
     assert_eq!(code, 0, "exit code; the screen:\n{}", s.contents());
@@ -367,7 +389,8 @@ fn resume_reopens_the_last_conversation_and_goes_on() {
     s.sees("Type a message and press Enter", LOAD);
     s.type_line("Name a colour.");
     s.sees("TTFT", ANSWER);
-    s.send(b"\x03");
+    // Ctrl-D in an empty box quits at once.
+    s.send(b"\x04");
     assert_eq!(s.wait(Duration::from_secs(30)), 0);
     let first = transcript(home.path());
     assert_eq!(first.turns.len(), 1);
@@ -389,7 +412,7 @@ fn resume_reopens_the_last_conversation_and_goes_on() {
         assert!(start.elapsed() < ANSWER, "{}", s.contents());
         std::thread::sleep(Duration::from_millis(50));
     }
-    s.send(b"\x03");
+    s.send(b"\x03\x03");
     assert_eq!(s.wait(Duration::from_secs(30)), 0);
     s.assert_restored();
     // One file, appended to: the first exchange and the new one.

@@ -183,6 +183,8 @@ async fn ask_see_the_answer_stream_stop_it_and_quit() {
                 fake_worker::commands(&script_log).contains(&Command::Stop)
             })
             .await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -300,6 +302,8 @@ async fn a_second_ctrl_c_leaves_without_waiting() {
         Duration::from_secs(60),
         |u| async move {
             u.sees("Type a message").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
             u.sees("drain hip:0 stream 0").await;
             until("quit sent", || {
@@ -373,6 +377,8 @@ async fn save_exports_markdown_and_alt_y_copies_the_answer() {
             u.type_text(&format!("/save {}", out2.display()));
             u.key(KeyCode::Enter);
             u.sees("saved the conversation").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -426,6 +432,8 @@ async fn picking_a_corrupt_gguf_says_why_and_keeps_the_model() {
             u.key(KeyCode::Enter);
             u.sees("the app keeps running").await;
             u.key(KeyCode::Esc);
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -476,6 +484,8 @@ async fn a_100_kb_paste_is_sent_whole() {
             u.sees("1,900 lines").await;
             u.key(KeyCode::Enter);
             u.sees("end of text").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )

@@ -202,6 +202,10 @@ pub async fn event_loop<B: Backend>(
                             let _ = tx.send(discover::scan(&roots));
                         });
                     }
+                    Effect::ListPaths(typed) => {
+                        let names = discover::complete_path(&typed);
+                        app.update(Msg::Paths { typed, names });
+                    }
                     Effect::ForceExit => {
                         draw(terminal, app);
                         return Ending::Forced("a second Ctrl-C during the quit".into());

@@ -62,6 +62,10 @@ pub struct Turn {
     pub answer: String,
     /// The stats line, once the answer finished.
     pub summary: Option<String>,
+    /// The system prompt in force when the question was asked.
+    pub system: String,
+    /// The model that answered (its name when the question was asked).
+    pub model: Option<String>,
 }
 
 /// A conversation, as replayed from its records.
@@ -83,6 +87,8 @@ impl Conversation {
             Record::System { text } => self.system = text.clone(),
             Record::User { text } => self.turns.push(Turn {
                 user: text.clone(),
+                system: self.system.clone(),
+                model: self.model.clone(),
                 ..Turn::default()
             }),
             Record::Token { text } => {
@@ -148,18 +154,32 @@ impl Conversation {
                 format!("; {when}")
             }
         ));
-        if !self.system.is_empty() {
-            md.push_str("**System prompt:**\n\n");
-            for line in self.system.lines() {
+        // The system prompt at the top is the one the first question was asked under; where it
+        // changed between questions, the new one is shown there (as the model's name is).
+        let quote = |md: &mut String, title: &str, text: &str| {
+            md.push_str(&format!("**{title}:**\n\n"));
+            for line in text.lines() {
                 md.push_str(&format!("> {line}\n"));
             }
             md.push('\n');
+        };
+        let first = self.turns.first().map_or(&self.system, |t| &t.system);
+        if !first.is_empty() {
+            quote(&mut md, "System prompt", first);
         }
-        for t in &self.turns {
+        for (i, t) in self.turns.iter().enumerate() {
+            if i > 0 && t.system != self.turns[i - 1].system {
+                if t.system.is_empty() {
+                    md.push_str("_The system prompt was removed here._\n\n");
+                } else {
+                    quote(&mut md, "System prompt from here on", &t.system);
+                }
+            }
             md.push_str("## You\n\n");
             md.push_str(t.user.trim_end());
             md.push_str("\n\n");
-            md.push_str(&format!("## {model}\n\n"));
+            let speaker = t.model.as_deref().unwrap_or(model);
+            md.push_str(&format!("## {speaker}\n\n"));
             if t.answer.trim().is_empty() {
                 md.push_str("_(no answer)_\n\n");
             } else {
@@ -596,6 +616,32 @@ mod tests {
         assert!(md.contains("· end of text_"), "{md}");
         assert!(path.starts_with(dir.path().join("exports")));
         assert!(!path.with_extension("md.partial").exists());
+    }
+
+    #[test]
+    fn markdown_export_shows_the_system_prompt_where_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::in_memory();
+        t.command(&Command::SetSystem("Be brief.".into()));
+        exchange(&mut t, "one", &["1"]);
+        exchange(&mut t, "two", &["2"]);
+        t.command(&Command::SetSystem("Answer in French.".into()));
+        exchange(&mut t, "three", &["trois"]);
+        t.command(&Command::SetSystem(String::new()));
+        exchange(&mut t, "four", &["4"]);
+        let path = t
+            .export_markdown(None, &dir.path().join("exports"), at(1_700_000_000))
+            .unwrap();
+        let md = std::fs::read_to_string(&path).unwrap();
+        let at_ = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s:?} missing:\n{md}"));
+        // The first prompt at the top, before the first question, once.
+        assert!(at_("**System prompt:**\n\n> Be brief.\n") < at_("## You\n\none"));
+        assert_eq!(md.matches("Be brief.").count(), 1, "{md}");
+        // The change between the second and third questions, and the removal before the fourth.
+        let changed = at_("**System prompt from here on:**\n\n> Answer in French.\n");
+        assert!(at_("## You\n\ntwo") < changed && changed < at_("## You\n\nthree"));
+        let removed = at_("_The system prompt was removed here._");
+        assert!(at_("## You\n\nthree") < removed && removed < at_("## You\n\nfour"));
     }
 
     #[test]

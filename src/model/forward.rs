@@ -320,6 +320,11 @@ impl Model {
         Ok(())
     }
 
+    /// Most tokens one `forward` call runs through the layers at once.
+    pub fn n_batch(&self) -> usize {
+        self.options.n_batch
+    }
+
     /// Runs `tokens` at positions `pos0..` (their keys and values enter the cache there) and
     /// returns the requested logits in `out` (replaced): `vocab` floats for `Logits::Last`,
     /// `tokens.len() * vocab` for `Logits::All`.

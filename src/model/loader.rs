@@ -121,17 +121,15 @@ pub fn load(
 
 fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {
     let path = file.path();
+    let quant = file
+        .dominant_type()
+        .map_or_else(|| "?".into(), |t| t.name().to_string());
     let on_disk = path.is_file();
     ModelSummary {
-        name: file
-            .get_str("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| file_stem(path)),
+        name: display_name(file.get_str("general.name"), &file_stem(path), &quant),
         path: on_disk.then(|| path.to_path_buf()),
         architecture: model.config.arch_name.clone(),
-        quant: file
-            .dominant_type()
-            .map_or_else(|| "?".into(), |t| t.name().to_string()),
+        quant,
         parameters: file.parameter_count(),
         file_bytes: file.bytes().len() as u64,
         context_length: model.n_ctx(),
@@ -140,7 +138,69 @@ fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {
     }
 }
 
+/// The one name a model goes by everywhere (header, speaker labels, exports, picker): the
+/// file's `general.name` where it is short and reads as a name (at most 24 characters and 4
+/// words), the file's stem otherwise; without the weight type at its end, which is shown beside
+/// it (`synthetic tiny · Q4_0`, not `synthetic tiny Q4_0 · Q4_0`).
+pub fn display_name(general_name: Option<&str>, stem: &str, quant: &str) -> String {
+    let general = general_name
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.chars().count() <= 24 && n.split_whitespace().count() <= 4);
+    let name = general.unwrap_or(stem);
+    without_quant(name, quant).to_string()
+}
+
+/// `name` without a trailing `quant` (`SmolLM2-135M-Instruct.Q4_1` → `SmolLM2-135M-Instruct`),
+/// matched without regard to case after a separator; a name that is nothing else stays.
+fn without_quant<'a>(name: &'a str, quant: &str) -> &'a str {
+    if quant.is_empty() || name.len() <= quant.len() {
+        return name;
+    }
+    let cut = name.len() - quant.len();
+    let (head, tail) = (name.get(..cut), name.get(cut..));
+    match (head, tail) {
+        (Some(head), Some(tail)) if tail.eq_ignore_ascii_case(quant) => {
+            let trimmed = head.trim_end_matches(['.', '-', '_', ' ']);
+            if trimmed.len() < head.len() && !trimmed.is_empty() {
+                trimmed
+            } else {
+                name
+            }
+        }
+        _ => name,
+    }
+}
+
 fn file_stem(p: &Path) -> String {
     p.file_stem()
         .map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_name;
+
+    #[test]
+    fn one_readable_name_without_the_weight_type_twice() {
+        // A long, machine-made general.name gives way to the file stem.
+        assert_eq!(
+            display_name(
+                Some("Smollm2 135M 8k Lc100K Mix1 Ep2"),
+                "SmolLM2-135M-Instruct.Q4_1",
+                "Q4_1"
+            ),
+            "SmolLM2-135M-Instruct"
+        );
+        assert_eq!(
+            display_name(Some("synthetic tiny Q4_0"), "x", "Q4_0"),
+            "synthetic tiny"
+        );
+        assert_eq!(
+            display_name(Some("Llama 3.2 3B Instruct"), "llama", "Q4_K"),
+            "Llama 3.2 3B Instruct"
+        );
+        assert_eq!(display_name(None, "model-q8_0", "Q8_0"), "model");
+        assert_eq!(display_name(Some("  "), "Q8_0", "Q8_0"), "Q8_0");
+        assert_eq!(display_name(None, "tinyq4_0", "Q4_0"), "tinyq4_0");
+    }
 }

@@ -31,6 +31,9 @@ pub enum Control {
 
 /// Things a generation reports as it goes.
 pub enum Progress<'a> {
+    /// `done` of the prompt's `total` new tokens are processed (between batches; the caller's
+    /// answer is not looked at).
+    Prompt { done: usize, total: usize },
     /// The prompt is processed; the first token follows.
     PromptDone(&'a GenStats),
     /// Text of the answer (valid UTF-8, stop strings withheld).
@@ -366,12 +369,29 @@ impl Session {
             self.sampler.accept(t);
         }
         let tp = Instant::now();
-        let run = self
-            .model
-            .forward(&prompt[reuse..], reuse, Logits::Last, &mut self.logits);
-        if let Err(e) = run {
-            // The cache may hold part of the prompt; forget everything after the reused prefix.
-            return Err(e.into());
+        // A batch at a time, saying how far it got between batches.
+        let todo = &prompt[reuse..];
+        let batch = self.model.n_batch().max(1);
+        let mut done = 0;
+        while done < todo.len() {
+            let n = (todo.len() - done).min(batch);
+            let run = self.model.forward(
+                &todo[done..done + n],
+                reuse + done,
+                Logits::Last,
+                &mut self.logits,
+            );
+            if let Err(e) = run {
+                // The cache may hold part of the prompt; forget everything after the reused prefix.
+                return Err(e.into());
+            }
+            done += n;
+            if done < todo.len() {
+                on(Progress::Prompt {
+                    done,
+                    total: todo.len(),
+                });
+            }
         }
         self.cached.extend_from_slice(&prompt[reuse..]);
         let mut stats = GenStats {

@@ -251,7 +251,13 @@ impl Worker {
         let commands = &self.commands;
         let deferred = &mut self.deferred;
         let result = session.chat(&user, &mut |p| {
+            if let Progress::Prompt { done, total } = p {
+                // Between batches of the prompt: the answer is not looked at, so commands wait.
+                let _ = events.send(Event::PromptProgress { done, total });
+                return Control::Continue;
+            }
             match p {
+                Progress::Prompt { .. } => {}
                 Progress::PromptDone(stats) => {
                     let _ = events.send(Event::AnswerStarted {
                         stats: stats.clone(),

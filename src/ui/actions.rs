@@ -107,6 +107,7 @@ impl App {
     }
 
     pub(super) fn send_message(&mut self, m: String) -> Vec<Effect> {
+        self.prompt_progress = None;
         self.chat.push_user(&m);
         self.chat.follow();
         self.generation = GenState::Waiting { since: self.now };
@@ -182,6 +183,7 @@ impl App {
             return Vec::new();
         }
         self.chat.clear();
+        self.context_used = Some(0);
         self.info("conversation cleared (the system prompt stays)");
         vec![Effect::Send(Command::Clear)]
     }
@@ -196,6 +198,7 @@ impl App {
             return Vec::new();
         }
         self.chat.drop_last_answer();
+        self.prompt_progress = None;
         self.chat.follow();
         self.generation = GenState::Waiting { since: self.now };
         vec![Effect::Send(Command::Regenerate)]

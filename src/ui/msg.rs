@@ -34,6 +34,11 @@ pub enum Msg {
         entries: Vec<ModelEntry>,
         searched: Vec<String>,
     },
+    /// The paths that start with `typed` (folders end with `/`), for Tab completion.
+    Paths {
+        typed: String,
+        names: Vec<String>,
+    },
     /// A `/save` export finished.
     Saved(Result<PathBuf, String>),
     /// SIGTERM or SIGHUP: quit as if the user asked; a second one leaves at once.
@@ -69,6 +74,9 @@ pub enum Effect {
     Export(Option<PathBuf>),
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
+    /// List the paths that start with this text (Tab after `/model` or `/save`), answered
+    /// with [`Msg::Paths`].
+    ListPaths(String),
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
     ForceExit,
 }

@@ -132,7 +132,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 let _ = out.flush();
             }
             Progress::Trimmed(t) => eprintln!("\n[{t}]"),
-            Progress::PromptDone(_) => {}
+            Progress::PromptDone(_) | Progress::Prompt { .. } => {}
         }
         if stop.load(Ordering::Relaxed) {
             Control::Stop
