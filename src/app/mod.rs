@@ -2,6 +2,7 @@
 
 pub use crate::gpu::dirs;
 
+pub mod atomic_file;
 pub mod backend;
 pub mod chat_args;
 pub mod cli;
