@@ -233,7 +233,10 @@ fn slash_commands_reach_the_worker() {
     );
     assert_eq!(
         submit(&mut app, "/save /tmp/x.md"),
-        [Effect::Export(Some(PathBuf::from("/tmp/x.md")))]
+        [Effect::Export {
+            path: Some(PathBuf::from("/tmp/x.md")),
+            overwrite: false
+        }]
     );
     assert_eq!(sent(&submit(&mut app, "/clear")), [Command::Clear]);
     assert!(app.chat.last_answer().is_none());
@@ -530,4 +533,20 @@ fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
         &last.kind,
         hipscope::ui::chat::EntryKind::Assistant { model, .. } if model == "SmolLM2-135M-Instruct"
     ));
+}
+
+/// Issue 12, item 18: the notice after a long paste counts one line as "1 line".
+#[test]
+fn item18_a_long_one_line_paste_says_1_line() {
+    let mut app = loaded_app();
+    app.update(Msg::Paste("x".repeat(20_000)));
+    let b = draw(&app, 160, 30);
+    let text: String = b
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect::<String>();
+    assert!(text.contains("(1 line)"), "{text}");
+    assert!(!text.contains("(1 lines)"), "{text}");
 }

@@ -6,7 +6,7 @@
 //! disk is the [`Transcript`], the model and device belong to the worker thread. Nothing in the
 //! loop waits on the worker, so typing, scrolling and quitting work while it computes or hangs.
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -347,10 +347,13 @@ pub async fn event_loop<B: Backend>(
                             });
                         }
                     }
-                    Effect::Export(path) => {
-                        let r =
-                            io.transcript
-                                .export_markdown(path, &io.export_dir, SystemTime::now());
+                    Effect::Export { path, overwrite } => {
+                        let r = io.transcript.export_markdown(
+                            path,
+                            overwrite,
+                            &io.export_dir,
+                            SystemTime::now(),
+                        );
                         app.update(Msg::Saved(r));
                     }
                     Effect::Discover => {
@@ -471,55 +474,14 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
     }
 }
 
-/// Opens the transcript: the last conversation with `--resume`, a new file otherwise, memory
-/// only when disabled or when the folder cannot be written (the reason is returned for the UI).
+/// Opens the transcript (see [`Transcript::for_chat`]); the note, if any, is for the UI.
 pub fn open_transcript(config: &Config, dirs: &Dirs, resume: bool) -> (Transcript, Option<String>) {
     let dir = config
         .transcript
         .dir
         .clone()
         .unwrap_or_else(|| dirs.data.join("conversations"));
-    if resume {
-        match Transcript::latest(&dir) {
-            Some(p) => match Transcript::open(&p) {
-                Ok(t) => return (t, None),
-                Err(e) => {
-                    return (
-                        fresh(config, &dir),
-                        Some(format!("could not reopen the last conversation: {e}")),
-                    );
-                }
-            },
-            None => {
-                return (
-                    fresh(config, &dir),
-                    Some(format!(
-                        "no saved conversation to resume in {}; starting a new one",
-                        dir.display()
-                    )),
-                );
-            }
-        }
-    }
-    if !config.transcript.enabled {
-        return (Transcript::in_memory(), None);
-    }
-    match Transcript::create(&dir, SystemTime::now()) {
-        Ok(t) => (t, None),
-        Err(e) => (
-            Transcript::in_memory(),
-            Some(format!(
-                "conversations will not be saved: {e} (/save still exports this one)"
-            )),
-        ),
-    }
-}
-
-fn fresh(config: &Config, dir: &std::path::Path) -> Transcript {
-    if !config.transcript.enabled {
-        return Transcript::in_memory();
-    }
-    Transcript::create(dir, SystemTime::now()).unwrap_or_else(|_| Transcript::in_memory())
+    Transcript::for_chat(&dir, config.transcript.enabled, resume)
 }
 
 /// Starts the UI with a worker made by `spawn`, runs it, and returns the exit code. A forced
@@ -734,6 +696,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
 
 /// Starts the chat with the real inference worker.
 pub fn run_chat(opts: ChatOptions) -> i32 {
+    // The chat draws with escape sequences: into a file or a pipe they are noise, and the
+    // terminal modes it sets cannot be set there. Refused before anything is started.
+    if !io::stdout().is_terminal() {
+        eprintln!(
+            "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
+             `hipscope generate -m MODEL -p TEXT`"
+        );
+        return 2;
+    }
     run_chat_with(opts, spawn_worker)
 }
 

@@ -85,7 +85,11 @@ pub enum Effect {
     /// Put text on the clipboard (OSC 52); `what` says what it is, for the log.
     Copy { text: String, what: String },
     /// Export the conversation as Markdown (to this path, or a fresh one in the data folder).
-    Export(Option<PathBuf>),
+    Export {
+        path: Option<PathBuf>,
+        /// `/save!`: an existing regular file may be replaced.
+        overwrite: bool,
+    },
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
@@ -724,9 +728,10 @@ impl App {
                 if s.len() >= 16 * 1024 {
                     let lines = s.lines().count();
                     self.info(format!(
-                        "pasted {} ({} lines) into the message box; Enter sends it as one message",
+                        "pasted {} ({} line{}) into the message box; Enter sends it as one message",
                         units::bytes(s.len() as u64),
-                        units::count(lines as u64)
+                        units::count(lines as u64),
+                        if lines == 1 { "" } else { "s" }
                     ));
                 }
             }
@@ -1070,7 +1075,7 @@ impl App {
             }
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
-            SlashCommand::Save(path) => vec![Effect::Export(path)],
+            SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
             SlashCommand::Copy(t) => self.copy(t),
             SlashCommand::Help => {
                 self.overlay = Overlay::Help { scroll: 0 };
