@@ -74,18 +74,23 @@ pub struct ModelArgs {
     /// Seed of the synthetic model's weights.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
     pub synthetic_seed: u64,
-    /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    /// Context size in tokens (default: the model's, at most 4096; 0: the model's trained
+    /// context, as far as memory allows).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_CTX))]
     pub ctx_size: Option<usize>,
     /// CPU threads (default: all cores).
-    #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
+    #[arg(short = 't', long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_THREADS))]
     pub threads: usize,
     /// Most tokens per forward step when processing a prompt.
     #[arg(
         short = 'b',
         long = "batch-size",
         value_name = "N",
-        default_value_t = 512
+        default_value_t = 512,
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(1, MAX_CTX)
     )]
     pub batch_size: usize,
     /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
@@ -97,6 +102,40 @@ pub struct ModelArgs {
     /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
     pub kv_type: KvType,
+}
+
+/// The largest context (`-c`) and thread count (`-t`) accepted, as in config.toml.
+pub const MAX_CTX: i128 = 1 << 24;
+pub const MAX_THREADS: i128 = 4096;
+
+/// A clap value parser for a whole number from `lo` to `hi`: out of range or not a number, the
+/// message says which numbers are allowed (clap reports it as a usage error, exit code 2).
+pub fn whole<T: TryFrom<i128> + Clone + Send + Sync + 'static>(
+    lo: i128,
+    hi: i128,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {
+    move |v: &str| {
+        let allowed = || format!("`{v}` is not allowed: a whole number from {lo} to {hi}");
+        let n: i128 = v.trim().parse().map_err(|_| allowed())?;
+        if !(lo..=hi).contains(&n) {
+            return Err(allowed());
+        }
+        T::try_from(n).map_err(|_| allowed())
+    }
+}
+
+/// A mistake in how the command was called (exit code 2, as clap's own), not a failure while
+/// running it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Whether `e` is stdout closing under us (`| head`): the command ends quietly, as Unix tools do.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -130,6 +169,11 @@ pub fn run() -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) if e.downcast_ref::<UsageError>().is_some() => {
+            eprintln!("error: {e:#}");
+            2
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             1

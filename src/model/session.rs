@@ -269,6 +269,10 @@ impl Session {
         let mut tokens = Vec::new();
         let n_ctx = self.model.n_ctx();
         let reason = loop {
+            // Checked before sampling, so that `-n 0` generates nothing.
+            if cfg.n_predict >= 0 && tokens.len() >= cfg.n_predict as usize {
+                break StopReason::Limit;
+            }
             let tok = self.sampler.sample(&self.logits);
             if tokens.is_empty() {
                 stats.time_to_first_token = t0.elapsed();

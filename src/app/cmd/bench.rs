@@ -1,12 +1,13 @@
 //! `hipscope bench`: prompt processing (ppN) and generation (tgN) speed, reported as llama-bench
 //! reports them — mean ± standard deviation of tokens/s over repetitions, after a warm-up run.
 
+use std::io::Write;
 use std::time::Instant;
 
 use clap::Args;
 
 use super::load_model;
-use crate::app::cli::ModelArgs;
+use crate::app::cli::{MAX_CTX, ModelArgs, whole};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -21,7 +22,9 @@ pub struct BenchArgs {
         short = 'p',
         long = "n-prompt",
         value_delimiter = ',',
-        default_value = "512"
+        default_value = "512",
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(0, MAX_CTX)
     )]
     pub n_prompt: Vec<usize>,
     /// Generation lengths to test (comma-separated; 0 skips).
@@ -29,11 +32,14 @@ pub struct BenchArgs {
         short = 'n',
         long = "n-gen",
         value_delimiter = ',',
-        default_value = "128"
+        default_value = "128",
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(0, MAX_CTX)
     )]
     pub n_gen: Vec<usize>,
     /// Repetitions of each test.
-    #[arg(short = 'r', long, default_value_t = 5)]
+    #[arg(short = 'r', long, default_value_t = 5, allow_negative_numbers = true,
+          value_parser = whole::<usize>(1, 100_000))]
     pub repetitions: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -144,34 +150,41 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
             avg_ts: avg,
             stddev_ts: sd,
         });
+        let mut out = std::io::stdout().lock();
         if !a.json && results.len() == 1 {
-            print_header();
+            print_header(&mut out)?;
         }
         if !a.json
             && let Some(r) = results.last()
         {
-            print_row(r);
+            print_row(&mut out, r)?;
         }
+        out.flush()?;
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+        out.flush()?;
     }
     Ok(0)
 }
 
-fn print_header() {
-    println!(
+fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
         "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>8} | {:>20} |",
         "model", "size", "params", "backend", "threads", "test", "t/s"
-    );
-    println!(
+    )?;
+    writeln!(
+        out,
         "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->7}: | {:->19}: |",
         "", "", "", "", "", "", ""
-    );
+    )
 }
 
-fn print_row(r: &BenchResult) {
-    println!(
+fn print_row(out: &mut dyn Write, r: &BenchResult) -> std::io::Result<()> {
+    writeln!(
+        out,
         "| {:<30} | {:>7.2} MiB | {:>8.2} M | {:<10} | {:>7} | {:>8} | {:>11.2} ± {:>6.2} |",
         r.model_type,
         r.model_size as f64 / (1u64 << 20) as f64,
@@ -181,5 +194,5 @@ fn print_row(r: &BenchResult) {
         r.test,
         r.avg_ts,
         r.stddev_ts
-    );
+    )
 }

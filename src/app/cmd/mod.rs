@@ -30,6 +30,10 @@ use crate::model::protocol::{ModelSource, SamplerConfig};
 /// The model a command runs: the one given, a synthetic one, or the default (fetched if needed).
 pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
     if let Some(shape) = &args.synthetic {
+        use crate::model::synthetic;
+        let usage = |e: synthetic::SynthError| crate::app::cli::UsageError(e.to_string());
+        synthetic::shape(shape).map_err(usage)?;
+        synthetic::quant_type(&args.quant).map_err(usage)?;
         return Ok(ModelSource::Synthetic {
             shape: shape.clone(),
             quant: args.quant.clone(),

@@ -69,6 +69,28 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// What a non-regular file is, in words.
+fn describe_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
 impl GgufFile {
     /// Opens and memory-maps a GGUF file and parses its header. Tensor data is not copied.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
@@ -76,6 +98,18 @@ impl GgufFile {
             path: path.to_path_buf(),
             cause,
         };
+        // Opening a FIFO blocks until someone writes to it, and a device has no size to map:
+        // only a regular file (after links) is opened at all.
+        let kind = std::fs::metadata(path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "not a regular file ({}); a model is a .gguf file",
+                    describe_kind(&kind)
+                ),
+            )));
+        }
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len == 0 {
