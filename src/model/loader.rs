@@ -63,6 +63,15 @@ pub fn open(
     }))
 }
 
+/// What can be checked of a model without a device: the architecture and its tensors, the
+/// tokenizer, the weight types. A file that passes loads unless the device runs out of memory.
+pub fn check(file: &GgufFile) -> Result<(), LoadError> {
+    Tokenizer::from_gguf(file)?;
+    let config = crate::model::config::ModelConfig::from_gguf(file).map_err(ModelError::from)?;
+    config.check_tensors(file).map_err(ModelError::from)?;
+    Ok(())
+}
+
 /// A session ready to chat, and anything the user should know about how it was set up (a
 /// template that failed and was replaced by ChatML, say).
 pub struct Loaded {

@@ -62,6 +62,8 @@ struct Worker {
     commands: Receiver<Command>,
     events: UnboundedSender<Event>,
     session: Option<Session>,
+    /// Where the loaded model came from, to load it again if a switch fails half-way.
+    current: Option<ModelSource>,
     /// Commands that arrived during a generation, handled after it.
     deferred: Vec<Command>,
 }
@@ -77,6 +79,7 @@ impl Worker {
             commands,
             events,
             session: None,
+            current: None,
             deferred: Vec::new(),
         }
     }
@@ -177,21 +180,39 @@ impl Worker {
                 }
             }
         };
-        // The old model goes first: two models may not fit at once.
-        self.session = None;
-        let file = match loader::open(&src, &mut |f, what| progress("build", Some(f), what)) {
+        let keeps = if self.session.is_some() {
+            "; the current model stays loaded"
+        } else {
+            ""
+        };
+        // Everything that can be checked without the device is checked while the old model
+        // still answers: a file that cannot run here never unloads the working one.
+        let file = match loader::open(&src, &mut |f, what| progress("build", Some(f), what))
+            .and_then(|f| loader::check(&f).map(|()| f))
+        {
             Ok(f) => f,
-            Err(e) => return self.error("loading the model", e),
+            Err(e) => return self.error("loading the model", format!("{e}{keeps}")),
+        };
+        // The old model goes now: two models may not fit at once. If the new one still fails
+        // on the device, the old one is loaded again.
+        let previous = self.session.take().and(self.current.take());
+        let failed = |w: &mut Self, context: &str, e: String| match previous.clone() {
+            Some(prev) => {
+                w.error(context, format!("{e}; loading the previous model again"));
+                w.load(Some(prev));
+            }
+            None => w.error(context, e),
         };
         let backend = match (self.opts.backend)() {
             Ok(b) => b,
-            Err(e) => return self.error("opening the device", e),
+            Err(e) => return failed(self, "opening the device", e),
         };
         let device = backend.device();
         match loader::load(file, backend, &self.opts.load, &mut |f, what| {
             progress("load", Some(f), what)
         }) {
             Ok(loaded) => {
+                self.current = Some(src);
                 for w in &loaded.warnings {
                     self.error("model", w);
                 }
@@ -206,7 +227,7 @@ impl Worker {
                 });
                 self.snapshots();
             }
-            Err(e) => self.error("loading the model", e),
+            Err(e) => failed(self, "loading the model", e.to_string()),
         }
     }
 
