@@ -495,6 +495,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return 2;
         }
     };
+    // The chat draws with escape sequences: into a file or a pipe they are noise, and the
+    // terminal modes it sets cannot be set there. Refused before anything is started.
+    if !io::stdout().is_terminal() {
+        eprintln!(
+            "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
+             `hipscope generate -m MODEL -p TEXT`"
+        );
+        return 2;
+    }
     let log_file = config
         .log
         .file
@@ -696,15 +705,6 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
 
 /// Starts the chat with the real inference worker.
 pub fn run_chat(opts: ChatOptions) -> i32 {
-    // The chat draws with escape sequences: into a file or a pipe they are noise, and the
-    // terminal modes it sets cannot be set there. Refused before anything is started.
-    if !io::stdout().is_terminal() {
-        eprintln!(
-            "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
-             `hipscope generate -m MODEL -p TEXT`"
-        );
-        return 2;
-    }
     run_chat_with(opts, spawn_worker)
 }
 

@@ -252,6 +252,21 @@ impl Session {
             .forward(&prompt[reuse..], reuse, Logits::Last, &mut self.logits);
         if let Err(e) = run {
             // The cache may hold part of the prompt; forget everything after the reused prefix.
+            if matches!(e, ModelError::Interrupted) {
+                // A stop during the prompt: an empty answer, stopped by the user.
+                return Ok(Answer {
+                    text: String::new(),
+                    tokens: Vec::new(),
+                    stats: GenStats {
+                        prompt_tokens: prompt.len(),
+                        cached_tokens: reuse,
+                        prompt_time: tp.elapsed(),
+                        time_to_first_token: t0.elapsed(),
+                        ..GenStats::default()
+                    },
+                    reason: StopReason::User,
+                });
+            }
             return Err(e.into());
         }
         self.cached.extend_from_slice(&prompt[reuse..]);
@@ -303,8 +318,14 @@ impl Session {
                 break StopReason::ContextFull;
             }
             let pos = self.cached.len();
-            self.model
-                .forward(&[tok], pos, Logits::Last, &mut self.logits)?;
+            match self
+                .model
+                .forward(&[tok], pos, Logits::Last, &mut self.logits)
+            {
+                Ok(()) => {}
+                Err(ModelError::Interrupted) => break StopReason::User,
+                Err(e) => return Err(e.into()),
+            }
             self.cached.push(tok);
         };
         // Text held back (a possible stop-string prefix, or an incomplete character) is part of

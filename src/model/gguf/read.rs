@@ -40,7 +40,9 @@ impl TensorInfo {
 }
 
 enum Storage {
-    Mapped(Mmap),
+    /// The map, the file it maps (kept open to notice it changing under the map), and the
+    /// file's size and modification time when it was mapped.
+    Mapped(Mmap, File, (u64, Option<std::time::SystemTime>)),
     Owned(Vec<u8>),
 }
 
@@ -67,6 +69,11 @@ impl std::fmt::Debug for GgufFile {
             .field("tensors", &self.tensors.len())
             .finish()
     }
+}
+
+fn file_stamp(f: &File) -> std::io::Result<(u64, Option<std::time::SystemTime>)> {
+    let m = f.metadata()?;
+    Ok((m.len(), m.modified().ok()))
 }
 
 /// What a non-regular file is, in words.
@@ -121,7 +128,38 @@ impl GgufFile {
         // (llama.cpp takes the same one).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = parse(path, &map)?;
-        Ok(Self::assemble(path, Storage::Mapped(map), header))
+        let stamp = file_stamp(&file).map_err(io)?;
+        Ok(Self::assemble(
+            path,
+            Storage::Mapped(map, file, stamp),
+            header,
+        ))
+    }
+
+    /// Whether the mapped file is still the one that was mapped: a file truncated or
+    /// overwritten in place (a download or a copy onto it) faults when a page past its new end is
+    /// read (SIGBUS). Checked before every forward step, so that a change is refused with this
+    /// message instead. (A file replaced by a rename leaves the map valid and passes.)
+    pub fn check_unchanged(&self) -> Result<(), GgufError> {
+        let Storage::Mapped(_, file, was) = &self.storage else {
+            return Ok(());
+        };
+        let now = file_stamp(file).map_err(|cause| GgufError::Io {
+            path: self.path.clone(),
+            cause,
+        })?;
+        if now == *was {
+            return Ok(());
+        }
+        Err(GgufError::Io {
+            path: self.path.clone(),
+            cause: std::io::Error::other(format!(
+                "the model file changed on disk while in use ({} bytes, now {}); hipscope stops \
+                 using it rather than read a page that is no longer there. Load it again \
+                 (/model) once it is complete",
+                was.0, now.0
+            )),
+        })
     }
 
     /// Parses a GGUF file held in memory (`path` is only used to label errors).
@@ -176,7 +214,7 @@ impl GgufFile {
     /// The whole file's bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
-            Storage::Mapped(m) => m,
+            Storage::Mapped(m, _, _) => m,
             Storage::Owned(v) => v,
         }
     }
