@@ -282,7 +282,6 @@ fn item7_a_failed_model_switch_keeps_the_working_model() {
         assert!(start.elapsed() < LOAD, "{}", s.contents());
         std::thread::sleep(Duration::from_millis(20));
     }
-    s.send(b"\x1b");
     s.type_line("Name a colour.");
     finished_turns(home.path(), 1, &s);
     let c = transcript::read(&Transcript::latest(&conversations(home.path())).unwrap()).unwrap();
@@ -291,4 +290,52 @@ fn item7_a_failed_model_switch_keeps_the_working_model() {
         "the old model answered"
     );
     quit(&mut s);
+}
+
+#[test]
+fn item11_a_model_truncated_while_answering_never_leaves_the_terminal_raw() {
+    let home = tempfile::tempdir().unwrap();
+    let copy = home.path().join("model-copy.gguf");
+    std::fs::copy(model(), &copy).unwrap();
+    let mut s = Session::start_model(home.path(), &copy, &["-n", "-1"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Count from 1 to 500, separated by commas.");
+    sees_tokens(&s, 4);
+    // As a download or a copy onto it would: cut to half while it is mapped and in use.
+    let len = std::fs::metadata(&copy).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&copy)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let start = Instant::now();
+    let code = loop {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            break Some(status);
+        }
+        if flat(&s.contents()).contains("the model file changed on disk") {
+            break None;
+        }
+        assert!(start.elapsed() < ANSWER, "{}", s.contents());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    match code {
+        // Noticed before a page was touched: the app stays up and quits cleanly.
+        None => {
+            s.send(b"\x1b");
+            quit(&mut s);
+        }
+        // The fault came mid-step: the terminal is put back and the file named.
+        Some(_) => {
+            s.wait(Duration::from_secs(5));
+            s.assert_restored();
+            let text = flat(&s.contents());
+            assert!(text.contains("SIGBUS"), "{text}");
+            assert!(text.contains("model-copy.gguf"), "{text}");
+        }
+    }
+    let c = transcript::read(&Transcript::latest(&conversations(home.path())).unwrap()).unwrap();
+    assert_eq!(c.turns.len(), 1);
+    assert!(!c.turns[0].answer.is_empty());
 }

@@ -114,8 +114,16 @@ pub struct TerminalGuard {
     mouse: bool,
 }
 
+/// What [`restore_terminal`] sends, as raw bytes for the fatal-signal handler (which may not
+/// format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen off,
+/// the cursor shown.
+const FATAL_RESTORE: &[u8] =
+    b"\x1b[<1u\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h";
+
 impl TerminalGuard {
     pub fn enter(mouse: bool) -> io::Result<TerminalGuard> {
+        // A SIGBUS (a model file truncated under its map) or SIGSEGV puts these modes back too.
+        crate::gpu::fatal_signal::arm_terminal(0, 1, FATAL_RESTORE);
         enable_raw_mode()?;
         TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
         let mut out = io::stdout();
@@ -156,6 +164,7 @@ pub fn restore_terminal() {
     if !TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }
+    crate::gpu::fatal_signal::disarm_terminal();
     let mut out = io::stdout();
     let _ = crossterm::execute!(
         out,

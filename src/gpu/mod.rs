@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod device;
 pub mod dirs;
 pub mod fake;
+pub mod fatal_signal;
 pub mod hip;
 pub mod kernels;
 pub mod quant;

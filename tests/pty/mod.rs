@@ -30,7 +30,7 @@ pub fn model() -> PathBuf {
 pub struct Session {
     pub screen: Arc<Mutex<vt100::Parser>>,
     writer: Box<dyn Write + Send>,
-    child: Box<dyn portable_pty::Child + Send + Sync>,
+    pub child: Box<dyn portable_pty::Child + Send + Sync>,
     master: Box<dyn portable_pty::MasterPty + Send>,
     reader: Option<std::thread::JoinHandle<()>>,
 }
@@ -44,11 +44,26 @@ impl Session {
         Session::start_wrapped(home, &[], extra, env)
     }
 
+    /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
+    pub fn start_model(home: &Path, model: &Path, extra: &[&str]) -> Session {
+        Session::launch(home, &[], Some(model), extra, &[])
+    }
+
     /// As [`Session::start_with_env`], run through `wrapper` (e.g. `prlimit --fsize=N --`)
     /// when it is not empty.
     pub fn start_wrapped(
         home: &Path,
         wrapper: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch(home, wrapper, None, extra, env)
+    }
+
+    fn launch(
+        home: &Path,
+        wrapper: &[&str],
+        model_path: Option<&Path>,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Session {
@@ -71,7 +86,7 @@ impl Session {
             None => CommandBuilder::new(env!("CARGO_BIN_EXE_hipscope")),
         };
         cmd.arg("chat");
-        cmd.arg(model());
+        cmd.arg(model_path.map_or_else(model, Path::to_path_buf));
         cmd.args(["--backend", "cpu", "--temp", "0", "--threads", "2"]);
         cmd.args(extra);
         cmd.env("HIPSCOPE_HOME", home);
