@@ -339,3 +339,82 @@ fn item11_a_model_truncated_while_answering_never_leaves_the_terminal_raw() {
     assert_eq!(c.turns.len(), 1);
     assert!(!c.turns[0].answer.is_empty());
 }
+
+/// A prompt of several thousand tokens: many seconds of prompt processing on a CPU.
+fn long_prompt() -> String {
+    format!(
+        "Summarise this: {}",
+        "the quick brown fox jumps over the lazy dog, ".repeat(450)
+    )
+}
+
+fn paste_and_send(s: &mut Session, text: &str) {
+    s.send(b"\x1b[200~");
+    s.send(text.as_bytes());
+    s.send(b"\x1b[201~");
+    std::thread::sleep(Duration::from_millis(200));
+    s.send(b"\r");
+}
+
+#[test]
+fn item9_stop_and_quit_during_a_long_prompt_take_effect_at_once() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "8", "-c", "8192"]);
+    s.sees("Type a message and press Enter", LOAD);
+    paste_and_send(&mut s, &long_prompt());
+    s.sees("Summarise this", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    s.send(b"\x1b");
+    s.sees("stopped", Duration::from_secs(30));
+    assert!(
+        t.elapsed() < Duration::from_secs(3),
+        "the stop took {:?}",
+        t.elapsed()
+    );
+    // SIGTERM during the next long prompt: a clean quit, exit code 0.
+    paste_and_send(&mut s, &long_prompt());
+    std::thread::sleep(Duration::from_secs(2));
+    let t = Instant::now();
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(s.pid(), libc::SIGTERM) }, 0);
+    let code = s.wait(Duration::from_secs(30));
+    assert_eq!(code, 0, "{}", s.contents());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    s.assert_restored();
+}
+
+#[test]
+fn item10_the_terminal_going_away_without_sighup_is_a_quit() {
+    let home = tempfile::tempdir().unwrap();
+    // In a session of its own (`setsid`), the pseudo-terminal is not its controlling terminal:
+    // closing it sends no SIGHUP, reads just end.
+    let mut s = Session::start_wrapped(home.path(), &["setsid", "-w"], &["-n", "-1"], &[]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Count from 1 to 500, separated by commas.");
+    sees_tokens(&s, 4);
+    s.hang_up();
+    let start = Instant::now();
+    let code = loop {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            break status.exit_code();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "still running 30 s after its terminal went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, 0);
+    let c = transcript::read(&Transcript::latest(&conversations(home.path())).unwrap()).unwrap();
+    assert_eq!(c.turns.len(), 1);
+    assert!(!c.turns[0].answer.is_empty());
+    assert!(
+        c.turns[0]
+            .summary
+            .as_deref()
+            .is_some_and(|s| s.ends_with("stopped")),
+        "{:?}",
+        c.turns[0].summary
+    );
+}

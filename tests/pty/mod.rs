@@ -29,10 +29,11 @@ pub fn model() -> PathBuf {
 /// The app running in a pseudo-terminal.
 pub struct Session {
     pub screen: Arc<Mutex<vt100::Parser>>,
-    writer: Box<dyn Write + Send>,
+    writer: Option<Box<dyn Write + Send>>,
     pub child: Box<dyn portable_pty::Child + Send + Sync>,
-    master: Box<dyn portable_pty::MasterPty + Send>,
+    master: Option<Box<dyn portable_pty::MasterPty + Send>>,
     reader: Option<std::thread::JoinHandle<()>>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Session {
@@ -103,11 +104,30 @@ impl Session {
         drop(pair.slave);
         let size = |n: u16| std::num::NonZeroU16::new(n).expect("non-zero size");
         let screen = Arc::new(Mutex::new(vt100::Parser::new(size(ROWS), size(COLS), 0)));
-        let mut reader = pair.master.try_clone_reader().expect("reader");
+        // Read through a descriptor of our own, polled, so that `hang_up` can close every
+        // descriptor of the master side (a blocked read would keep it open).
+        let master_fd = pair.master.as_raw_fd().expect("pty fd");
+        // SAFETY: dup of a descriptor the master owns; the File owns the copy.
+        let mut reader = unsafe {
+            use std::os::fd::FromRawFd;
+            std::fs::File::from_raw_fd(libc::dup(master_fd))
+        };
         let sink = screen.clone();
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = closing.clone();
         let reader = std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
             let mut buf = [0u8; 8192];
-            loop {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = libc::pollfd {
+                    fd: reader.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
+                    continue;
+                }
                 match reader.read(&mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(n) => sink.lock().expect("screen").process(&buf[..n]),
@@ -117,10 +137,11 @@ impl Session {
         let writer = pair.master.take_writer().expect("writer");
         Session {
             screen,
-            writer,
+            writer: Some(writer),
             child,
-            master: pair.master,
+            master: Some(pair.master),
             reader: Some(reader),
+            closing,
         }
     }
 
@@ -142,8 +163,9 @@ impl Session {
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
-        self.writer.write_all(bytes).expect("write to pty");
-        self.writer.flush().expect("flush pty");
+        let w = self.writer.as_mut().expect("the terminal is open");
+        w.write_all(bytes).expect("write to pty");
+        w.flush().expect("flush pty");
     }
 
     pub fn type_line(&mut self, s: &str) {
@@ -157,7 +179,12 @@ impl Session {
 
     /// Local modes of the terminal right now (ICANON and ECHO are off in raw mode).
     pub fn local_modes(&self) -> libc::tcflag_t {
-        let fd = self.master.as_raw_fd().expect("pty fd");
+        let fd = self
+            .master
+            .as_ref()
+            .expect("the terminal is open")
+            .as_raw_fd()
+            .expect("pty fd");
         // SAFETY: `termios` is plain data; `tcgetattr` fills it for a valid terminal fd.
         let mut t: libc::termios = unsafe { std::mem::zeroed() };
         let rc = unsafe { libc::tcgetattr(fd, &mut t) };
@@ -167,6 +194,17 @@ impl Session {
 
     pub fn pid(&self) -> i32 {
         self.child.process_id().expect("pid") as i32
+    }
+
+    /// Closes the terminal's master side, as a terminal emulator that goes away does.
+    pub fn hang_up(&mut self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.writer.take();
+        self.master.take();
     }
 
     /// Waits for the process to end; returns its exit code.

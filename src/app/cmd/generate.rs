@@ -146,6 +146,8 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         stop.clone(),
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    // Also between prompt batches and layers: a long prompt stops within one layer.
+    session.model.set_interrupt(stop.clone());
     let mut out = std::io::stdout().lock();
     // A failed write (stdout closed: `| head -1`) stops the generation; the command then ends
     // quietly with exit code 0 (see `cli::run`) after the device is shut down.
