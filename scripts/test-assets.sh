@@ -32,9 +32,16 @@ if [ ! -f "$src/.complete" ]; then
   touch "$src/.complete"
 fi
 
-if [ -x scripts/rocm-chroot.sh ]; then
-  scripts/rocm-chroot.sh "$PWD/$cache/trixie" >&2
+# debootstrap and chroot need root: through sudo when not root.
+as_root=()
+if [ "$(id -u)" != 0 ]; then
+  command -v sudo >/dev/null || {
+    echo "scripts/test-assets.sh: building the ROCm chroot needs root; run as root or install sudo" >&2
+    exit 1
+  }
+  as_root=(sudo)
 fi
+"${as_root[@]}" scripts/rocm-chroot.sh "$PWD/$cache/trixie" >&2
 
 echo "export HIPSCOPE_TEST_MODEL='$model'"
 echo "export HIPSCOPE_LLAMA_CPP_SRC='$src'"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crossterm::event::KeyCode;
 use hipscope::gpu::stats::WatchState;
 use hipscope::model::protocol::{Command, Event, ModelSource, StopReason};
-use hipscope::ui::app::{GenState, Overlay};
+use hipscope::ui::state::{GenState, Overlay};
 use hipscope::ui::{App, Effect, Msg};
 use ui_common::*;
 
@@ -339,11 +339,11 @@ fn panels_toggle_and_the_column_resizes_within_bounds() {
     for _ in 0..50 {
         app.update(alt(KeyCode::Right));
     }
-    assert_eq!(app.sidebar_width, hipscope::ui::app::SIDEBAR_MAX);
+    assert_eq!(app.sidebar_width, hipscope::ui::settings::SIDEBAR_MAX);
     for _ in 0..50 {
         app.update(alt(KeyCode::Left));
     }
-    assert_eq!(app.sidebar_width, hipscope::ui::app::SIDEBAR_MIN);
+    assert_eq!(app.sidebar_width, hipscope::ui::settings::SIDEBAR_MIN);
     app.update(Msg::Resize(200, 50));
     app.update(key(KeyCode::F(9)));
     assert!(!app.sidebar_visible(200));
@@ -351,7 +351,7 @@ fn panels_toggle_and_the_column_resizes_within_bounds() {
 
 #[test]
 fn panels_take_focus_and_grow_or_shrink_from_the_keyboard() {
-    use hipscope::ui::app::{PANEL_EXTRA_MAX, PANEL_EXTRA_MIN, PANEL_STEP, PanelId};
+    use hipscope::ui::settings::{PANEL_EXTRA_MAX, PANEL_EXTRA_MIN, PANEL_STEP, PanelId};
     let mut app = loaded_app();
     // Nothing focused until asked: Alt-↓ picks the top panel, Alt-↑ the bottom one.
     assert_eq!(app.panel_focus, None);
@@ -392,7 +392,7 @@ fn panels_take_focus_and_grow_or_shrink_from_the_keyboard() {
 
 #[test]
 fn resizing_with_nothing_focused_resizes_the_top_panel_shown() {
-    use hipscope::ui::app::{PANEL_STEP, PanelId};
+    use hipscope::ui::settings::{PANEL_STEP, PanelId};
     let mut app = loaded_app();
     app.update(key(KeyCode::F(5)));
     app.update(alt(KeyCode::Char('+')));

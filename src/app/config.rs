@@ -11,8 +11,8 @@ use std::time::Duration;
 use toml::Value;
 
 use crate::model::protocol::SamplerConfig;
-use crate::ui::app::Panels;
 use crate::ui::sampler;
+use crate::ui::settings::Panels;
 use crate::ui::theme::ThemeName;
 
 /// The documented defaults, as shipped (also written as the user's first copy).
@@ -428,8 +428,8 @@ impl Config {
             }
             if let Some(n) = r.integer(
                 "diagnostics_width",
-                i64::from(crate::ui::app::SIDEBAR_MIN),
-                i64::from(crate::ui::app::SIDEBAR_MAX),
+                i64::from(crate::ui::settings::SIDEBAR_MIN),
+                i64::from(crate::ui::settings::SIDEBAR_MAX),
                 "a whole number of columns from 28 to 100",
             )? {
                 c.ui.diagnostics_width = n as u16;

@@ -35,8 +35,8 @@ use super::transcript::Transcript;
 use super::{clipboard, transcript};
 use crate::gpu::cpu::HostSampler;
 use crate::model::protocol::{Command, Event};
-use crate::ui::app::{App, Effect, Msg, Settings};
 use crate::ui::theme::ThemeName;
+use crate::ui::{App, Effect, Msg, Settings};
 
 /// The two ends of the worker's channels, and its thread.
 pub struct WorkerLink {

@@ -393,7 +393,7 @@ impl Chat {
                 segs.push(Segment::Line(Line::default()));
             }
             segs.push(Segment::Line(Line::from(text(
-                format!("{} reading the prompt…", super::quit_screen::spinner(frame)),
+                format!("{} reading the prompt…", super::meter::spinner(frame)),
                 theme.dim,
             ))));
         }

@@ -26,7 +26,7 @@ pub fn render(frame: &mut Frame, area: Rect, theme: &Theme, error: &ErrorInfo, m
     };
     // Context, a blank line, the message, and the frame.
     let height = (body_rows(&error.context) + body_rows(&error.message) + 3).min(area.height);
-    let rect = super::screen::centered(area, width, height);
+    let rect = super::meter::centered(area, width, height);
     frame.render_widget(Clear, rect);
     let title = if more > 0 {
         format!(" Error (+{more} more) ")

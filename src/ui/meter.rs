@@ -1,4 +1,5 @@
-//! Small drawing pieces shared by the panels: text bars, labelled rows, panel frames.
+//! Small drawing pieces shared by the panels and windows: text bars, labelled rows, panel frames,
+//! centred window areas, the spinner.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -180,6 +181,25 @@ pub fn ellipsize_start(s: &str, width: usize) -> String {
     }
     let tail: String = s.chars().skip(n - (width - 1)).collect();
     format!("…{tail}")
+}
+
+/// A `width`×`height` rectangle centred in `area` (clipped to it).
+pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
+    let w = width.min(area.width);
+    let h = height.min(area.height);
+    Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    )
+}
+
+const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/// The activity spinner's frame `frame` (one per tick).
+pub fn spinner(frame: u64) -> &'static str {
+    SPINNER[(frame % SPINNER.len() as u64) as usize]
 }
 
 #[cfg(test)]

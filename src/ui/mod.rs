@@ -1,10 +1,20 @@
-//! The terminal UI: view state, `update(event)`, and pure renders, one file per panel.
+//! The terminal UI: view state, `update(msg)`, and pure renders, one file per panel.
 //!
-//! [`app::App`] is the state; [`app::App::update`] is the only way it changes; [`screen::render`]
-//! draws it. Neither does I/O: the app layer (`app::tui`) feeds in terminal input, worker
-//! events and ticks, and carries out the [`app::Effect`]s that come back.
+//! [`state::App`] is the state; [`state::App::update`] is the only way it changes;
+//! [`screen::render`] draws it. Neither does I/O: the app layer (`app::tui`) feeds in
+//! terminal input, worker events and ticks as [`msg::Msg`]s, and carries out the
+//! [`msg::Effect`]s that come back.
+//!
+//! The files form layers; each imports only the layers below it (no import circles):
+//! - types and drawing pieces: `msg`, `settings`, `theme`, `units`, `series`, `meter`,
+//!   `wrap`, `markdown`, `input`, `commands`, `keymap`;
+//! - panels and windows, one file each: `chat`, `streams`, `arena`, `watchdog`, `gpu`,
+//!   `picker`, `sampler`, `system_editor`, `help`, `error_dialog`, `quit_screen`;
+//! - the state and what changes it: `state` (the `App` struct), `update` (`App::update`),
+//!   `keys` (key dispatch), `actions` (what keys and commands do); and `screen`, which lays
+//!   the panels out.
 
-pub mod app;
+pub mod actions;
 pub mod arena;
 pub mod chat;
 pub mod commands;
@@ -12,18 +22,27 @@ pub mod error_dialog;
 pub mod gpu;
 pub mod help;
 pub mod input;
+pub mod keymap;
+pub mod keys;
 pub mod markdown;
 pub mod meter;
+pub mod msg;
 pub mod picker;
 pub mod quit_screen;
 pub mod sampler;
 pub mod screen;
 pub mod series;
+pub mod settings;
+pub mod state;
 pub mod streams;
 pub mod system_editor;
 pub mod theme;
 pub mod units;
+pub mod update;
 pub mod watchdog;
+pub mod wrap;
 
-pub use app::{App, Effect, Msg, Settings};
+pub use msg::{Effect, Msg};
 pub use screen::render;
+pub use settings::Settings;
+pub use state::App;

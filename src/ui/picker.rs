@@ -127,7 +127,7 @@ impl Picker {
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
         let width = area.width.saturating_sub(4).clamp(20, 120);
         let height = area.height.saturating_sub(2).max(6);
-        let rect = super::screen::centered(area, width, height);
+        let rect = super::meter::centered(area, width, height);
         frame.render_widget(Clear, rect);
         let block = Block::bordered()
             .border_type(BorderType::Rounded)

@@ -9,7 +9,7 @@ use ratatui::widgets::{Block, BorderType, Clear, Paragraph};
 
 use crate::gpu::stats::{QuitStep, QuitStepStatus};
 
-use super::meter::{ellipsize, text};
+use super::meter::{centered, ellipsize, spinner, text};
 use super::theme::Theme;
 use super::units;
 
@@ -35,12 +35,6 @@ impl QuitState {
     }
 }
 
-const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
-
-pub fn spinner(frame: u64) -> &'static str {
-    SPINNER[(frame % SPINNER.len() as u64) as usize]
-}
-
 /// `deadline`: how long after the quit began the app leaves on its own.
 pub fn render(
     frame: &mut Frame,
@@ -53,7 +47,7 @@ pub fn render(
 ) {
     let width = area.width.saturating_sub(4).min(64);
     let height = (quit.steps.len().max(1) as u16 + 5).min(area.height);
-    let rect = super::screen::centered(area, width, height);
+    let rect = centered(area, width, height);
     frame.render_widget(Clear, rect);
     let inner_w = usize::from(width.saturating_sub(4));
     let time_w = 10;

@@ -259,7 +259,7 @@ impl SamplerForm {
         ]));
         let height = (lines.len() as u16 + 2).min(area.height);
         let width = area.width.min(84);
-        let rect = super::screen::centered(area, width, height);
+        let rect = super::meter::centered(area, width, height);
         frame.render_widget(Clear, rect);
         frame.render_widget(
             Paragraph::new(lines).block(

@@ -8,23 +8,12 @@ use ratatui::widgets::{Clear, Paragraph};
 
 use crate::gpu::stats::WatchState;
 
-use super::app::{App, GenState, Overlay, PanelId};
-use super::meter::{bar, ellipsize, text};
+use super::meter::{bar, ellipsize, spinner, text};
+use super::settings::PanelId;
+use super::state::{App, GenState, Overlay};
 use super::theme::Theme;
 use super::watchdog::{state_label, state_style};
 use super::{error_dialog, help, quit_screen, units};
-
-/// A `width`×`height` rectangle centred in `area` (clipped to it).
-pub fn centered(area: Rect, width: u16, height: u16) -> Rect {
-    let w = width.min(area.width);
-    let h = height.min(area.height);
-    Rect::new(
-        area.x + (area.width - w) / 2,
-        area.y + (area.height - h) / 2,
-        w,
-        h,
-    )
-}
 
 /// Draws everything.
 pub fn render(app: &App, frame: &mut Frame) {
@@ -134,14 +123,14 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         GenState::Idle => "idle".to_string(),
         GenState::Waiting { since } => format!(
             "{} prompt {}",
-            quit_screen::spinner(app.tick),
+            spinner(app.tick),
             units::duration(app.now.saturating_sub(since))
         ),
         GenState::Streaming { .. } => {
             let (tokens, rate) = app.live_rate().unwrap_or((0, 0.0));
             format!(
                 "{} {} tok · {}",
-                quit_screen::spinner(app.tick),
+                spinner(app.tick),
                 tokens,
                 units::rate(rate, "t/s")
             )

@@ -27,7 +27,7 @@ impl SystemEditor {
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
         let width = area.width.saturating_sub(4).min(100);
         let height = (self.input.height(width) + 4).min(area.height).max(5);
-        let rect = super::screen::centered(area, width, height);
+        let rect = super::meter::centered(area, width, height);
         frame.render_widget(Clear, rect);
         let title = Line::from(vec![
             Span::styled(" System prompt ", theme.title),

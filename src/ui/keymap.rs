@@ -1,0 +1,481 @@
+//! Every key binding of the chat, written once: which keys, in which context, doing what, and
+//! the line the F1 help screen shows for them. Dispatch (`keys.rs`) looks keys up here, the
+//! help screen (`help.rs`) is drawn from here, and a test holds the README's key table to it
+//! row for row (as gitui's `KeysList`).
+//!
+//! The keys of an open window (picker, sampler form, system prompt editor, help) are that
+//! window's own and are shown in its frame; they are dispatched in `keys.rs`.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+use super::settings::PanelId;
+
+/// Where a binding is listed on the help screen (and in the README), in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Context {
+    Chat,
+    Scrolling,
+    Windows,
+    /// The message box's own editing keys (it passes them to the text area).
+    Editing,
+}
+
+impl Context {
+    /// The order the help screen shows the groups in.
+    pub const ALL: [Context; 4] = [
+        Context::Chat,
+        Context::Scrolling,
+        Context::Windows,
+        Context::Editing,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Context::Chat => "Chat",
+            Context::Scrolling => "Scrolling",
+            Context::Windows => "Windows",
+            Context::Editing => "Editing",
+        }
+    }
+}
+
+/// What a key does (carried out by `App::on_key`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send the message or run the /command.
+    Send,
+    NewLine,
+    /// The sent message before (from the first line of the box; otherwise the cursor moves).
+    HistoryPrev,
+    HistoryNext,
+    /// Stop the answer; when idle, follow the conversation's end.
+    Stop,
+    /// Ctrl-C: stop the answer, or quit, or (while quitting) leave at once.
+    Interrupt,
+    /// Quit when the message box is empty (otherwise the box gets the key).
+    QuitIfEmpty,
+    Regenerate,
+    Clear,
+    CopyAnswer,
+    CopyCode,
+    ScrollPageUp,
+    ScrollPageDown,
+    ScrollLineUp,
+    ScrollLineDown,
+    ScrollTop,
+    /// Scroll to the end and follow new text.
+    ScrollBottom,
+    Help,
+    Picker,
+    SamplerForm,
+    SystemEditor,
+    TogglePanel(PanelId),
+    ToggleSidebar,
+    SidebarNarrower,
+    SidebarWider,
+    FocusPanelAbove,
+    FocusPanelBelow,
+    GrowPanel,
+    ShrinkPanel,
+    ResetPanels,
+    /// Handed to the message box, which edits with it.
+    Edit,
+}
+
+/// Which modifiers a chord needs; the others are not looked at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mods {
+    Any,
+    /// No modifier at all.
+    None,
+    /// Ctrl held (with or without others).
+    Ctrl,
+    /// Alt held (with or without others).
+    Alt,
+    /// Alt or Shift held.
+    AltOrShift,
+    /// Neither Alt nor Shift held.
+    NoAltShift,
+}
+
+impl Mods {
+    fn matches(self, m: KeyModifiers) -> bool {
+        let alt_shift = KeyModifiers::ALT | KeyModifiers::SHIFT;
+        match self {
+            Mods::Any => true,
+            Mods::None => m.is_empty(),
+            Mods::Ctrl => m.contains(KeyModifiers::CONTROL),
+            Mods::Alt => m.contains(KeyModifiers::ALT),
+            Mods::AltOrShift => m.intersects(alt_shift),
+            Mods::NoAltShift => !m.intersects(alt_shift),
+        }
+    }
+}
+
+/// One key press and what it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chord {
+    pub code: KeyCode,
+    pub mods: Mods,
+    pub action: Action,
+}
+
+impl Chord {
+    pub fn matches(&self, k: &KeyEvent) -> bool {
+        self.code == k.code && self.mods.matches(k.modifiers)
+    }
+}
+
+const fn on(code: KeyCode, mods: Mods, action: Action) -> Chord {
+    Chord { code, mods, action }
+}
+
+const fn ch(c: char, mods: Mods, action: Action) -> Chord {
+    on(KeyCode::Char(c), mods, action)
+}
+
+/// One line of the help screen: the keys as written for people, and the chords they stand for.
+#[derive(Clone, Copy, Debug)]
+pub struct Binding {
+    pub keys: &'static str,
+    pub context: Context,
+    pub help: &'static str,
+    pub chords: &'static [Chord],
+}
+
+const fn bind(
+    context: Context,
+    keys: &'static str,
+    help: &'static str,
+    chords: &'static [Chord],
+) -> Binding {
+    Binding {
+        keys,
+        context,
+        help,
+        chords,
+    }
+}
+
+use Action as A;
+use Context::{Chat, Editing, Scrolling, Windows};
+use KeyCode as K;
+
+/// Every binding. A key press takes the first chord that matches, so the order here is the
+/// dispatch order (Windows before Scrolling: Ctrl-Alt-↑ picks a panel); the help screen and
+/// the README list them by [`Context::ALL`], in this order within a context.
+pub const KEYMAP: &[Binding] = &[
+    bind(
+        Chat,
+        "Enter",
+        "send the message (or run the /command)",
+        &[on(K::Enter, Mods::NoAltShift, A::Send)],
+    ),
+    bind(
+        Chat,
+        "Alt-Enter, Ctrl-J",
+        "new line in the message (Shift-Enter too, if the terminal tells)",
+        &[
+            on(K::Enter, Mods::AltOrShift, A::NewLine),
+            ch('j', Mods::Ctrl, A::NewLine),
+        ],
+    ),
+    bind(
+        Chat,
+        "↑ / ↓",
+        "earlier / later sent messages (from the first / last line)",
+        &[
+            on(K::Up, Mods::None, A::HistoryPrev),
+            on(K::Down, Mods::None, A::HistoryNext),
+        ],
+    ),
+    bind(
+        Chat,
+        "Esc",
+        "stop the answer being generated; close a window",
+        &[on(K::Esc, Mods::Any, A::Stop)],
+    ),
+    bind(
+        Chat,
+        "Ctrl-C",
+        "stop the answer; if idle, quit; while quitting, leave at once",
+        &[
+            ch('c', Mods::Ctrl, A::Interrupt),
+            ch('C', Mods::Ctrl, A::Interrupt),
+        ],
+    ),
+    bind(
+        Chat,
+        "Ctrl-D",
+        "quit (when the message is empty)",
+        &[ch('d', Mods::Ctrl, A::QuitIfEmpty)],
+    ),
+    bind(
+        Chat,
+        "Alt-R",
+        "regenerate the last answer",
+        &[
+            ch('r', Mods::Alt, A::Regenerate),
+            ch('R', Mods::Alt, A::Regenerate),
+        ],
+    ),
+    bind(
+        Chat,
+        "Alt-L",
+        "clear the conversation",
+        &[ch('l', Mods::Alt, A::Clear), ch('L', Mods::Alt, A::Clear)],
+    ),
+    bind(
+        Chat,
+        "Alt-Y",
+        "copy the last answer to the clipboard (OSC 52)",
+        &[
+            ch('y', Mods::Alt, A::CopyAnswer),
+            ch('Y', Mods::Alt, A::CopyAnswer),
+        ],
+    ),
+    bind(
+        Chat,
+        "Alt-C",
+        "copy the last code block of the last answer",
+        &[
+            ch('c', Mods::Alt, A::CopyCode),
+            ch('C', Mods::Alt, A::CopyCode),
+        ],
+    ),
+    bind(
+        Windows,
+        "F1",
+        "this help",
+        &[on(K::F(1), Mods::Any, A::Help)],
+    ),
+    bind(
+        Windows,
+        "F2",
+        "model picker",
+        &[on(K::F(2), Mods::Any, A::Picker)],
+    ),
+    bind(
+        Windows,
+        "F3",
+        "sampler settings",
+        &[on(K::F(3), Mods::Any, A::SamplerForm)],
+    ),
+    bind(
+        Windows,
+        "F4",
+        "system prompt editor",
+        &[on(K::F(4), Mods::Any, A::SystemEditor)],
+    ),
+    bind(
+        Windows,
+        "F5 F6 F7 F8",
+        "show/hide Streams, Arena, Watchdog, GPU",
+        &[
+            on(K::F(5), Mods::Any, A::TogglePanel(PanelId::Streams)),
+            on(K::F(6), Mods::Any, A::TogglePanel(PanelId::Arena)),
+            on(K::F(7), Mods::Any, A::TogglePanel(PanelId::Watchdog)),
+            on(K::F(8), Mods::Any, A::TogglePanel(PanelId::Gpu)),
+        ],
+    ),
+    bind(
+        Windows,
+        "F9",
+        "show/hide the diagnostics column",
+        &[on(K::F(9), Mods::Any, A::ToggleSidebar)],
+    ),
+    bind(
+        Windows,
+        "Alt-← / Alt-→",
+        "narrower / wider diagnostics column",
+        &[
+            on(K::Left, Mods::Alt, A::SidebarNarrower),
+            on(K::Right, Mods::Alt, A::SidebarWider),
+        ],
+    ),
+    bind(
+        Windows,
+        "Alt-↑ / Alt-↓",
+        "pick the panel above / below (to resize)",
+        &[
+            on(K::Up, Mods::Alt, A::FocusPanelAbove),
+            on(K::Down, Mods::Alt, A::FocusPanelBelow),
+        ],
+    ),
+    bind(
+        Windows,
+        "Alt-+ / Alt--",
+        "taller / shorter picked panel (Alt-0: all as they were)",
+        &[
+            ch('+', Mods::Alt, A::GrowPanel),
+            ch('=', Mods::Alt, A::GrowPanel),
+            ch('-', Mods::Alt, A::ShrinkPanel),
+            ch('_', Mods::Alt, A::ShrinkPanel),
+            ch('0', Mods::Alt, A::ResetPanels),
+        ],
+    ),
+    bind(
+        Scrolling,
+        "PgUp / PgDn",
+        "scroll the conversation a page",
+        &[
+            on(K::PageUp, Mods::Any, A::ScrollPageUp),
+            on(K::PageDown, Mods::Any, A::ScrollPageDown),
+        ],
+    ),
+    bind(
+        Scrolling,
+        "Ctrl-↑ / Ctrl-↓",
+        "scroll a line (the mouse wheel scrolls three)",
+        &[
+            on(K::Up, Mods::Ctrl, A::ScrollLineUp),
+            on(K::Down, Mods::Ctrl, A::ScrollLineDown),
+        ],
+    ),
+    bind(
+        Scrolling,
+        "Ctrl-Home / Ctrl-End",
+        "top / bottom (the bottom follows new text)",
+        &[
+            on(K::Home, Mods::Ctrl, A::ScrollTop),
+            on(K::End, Mods::Ctrl, A::ScrollBottom),
+        ],
+    ),
+    // The message box's text area (tui-textarea) binds these itself; they are listed so that
+    // the help screen and the README name them.
+    bind(
+        Editing,
+        "Ctrl-A / Ctrl-E",
+        "start / end of line",
+        &[ch('a', Mods::Ctrl, A::Edit), ch('e', Mods::Ctrl, A::Edit)],
+    ),
+    bind(
+        Editing,
+        "Ctrl-W, Alt-Backspace",
+        "delete the word before the cursor",
+        &[
+            ch('w', Mods::Ctrl, A::Edit),
+            on(K::Backspace, Mods::Alt, A::Edit),
+        ],
+    ),
+    bind(
+        Editing,
+        "Ctrl-K / Ctrl-U",
+        "delete to end of line / undo",
+        &[ch('k', Mods::Ctrl, A::Edit), ch('u', Mods::Ctrl, A::Edit)],
+    ),
+    bind(Editing, "Ctrl-R", "redo", &[ch('r', Mods::Ctrl, A::Edit)]),
+];
+
+/// What `k` does outside a window; `None`: the message box gets it.
+pub fn action(k: &KeyEvent) -> Option<Action> {
+    KEYMAP
+        .iter()
+        .flat_map(|b| b.chords.iter())
+        .find(|c| c.matches(k))
+        .map(|c| c.action)
+}
+
+/// The bindings listed under `context`, in order.
+pub fn listed(context: Context) -> impl Iterator<Item = &'static Binding> {
+    KEYMAP.iter().filter(move |b| b.context == context)
+}
+
+/// The README's key table rows (`| keys | help |`), in help-screen order.
+pub fn readme_rows() -> Vec<String> {
+    Context::ALL
+        .into_iter()
+        .flat_map(listed)
+        .map(|b| format!("| {} | {} |", b.keys, b.help))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn press(code: KeyCode, modifiers: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, modifiers)
+    }
+
+    /// The README (section "## Chat", the `| key | does |` table) lists exactly the bindings
+    /// of this table, row for row.
+    #[test]
+    fn readme_key_table_matches_the_keymap() {
+        let readme = include_str!("../../README.md");
+        let chat = readme
+            .split("\n## ")
+            .find(|s| s.starts_with("Chat\n"))
+            .expect("README.md has a \"## Chat\" section");
+        let mut lines = chat.lines().skip_while(|l| l.trim() != "| key | does |");
+        assert_eq!(
+            lines.next().map(str::trim),
+            Some("| key | does |"),
+            "README.md's Chat section has no `| key | does |` table"
+        );
+        assert_eq!(lines.next().map(str::trim), Some("|---|---|"));
+        let rows: Vec<String> = lines
+            .take_while(|l| l.starts_with('|'))
+            .map(|l| l.trim().to_string())
+            .collect();
+        let want = readme_rows();
+        for (i, (got, want)) in rows.iter().zip(&want).enumerate() {
+            assert_eq!(got, want, "README key table row {} differs", i + 1);
+        }
+        assert_eq!(
+            rows.len(),
+            want.len(),
+            "README key table has {} rows, the keymap {}",
+            rows.len(),
+            want.len()
+        );
+    }
+
+    /// No chord is hidden behind an earlier one: each press reaches its own action.
+    #[test]
+    fn every_chord_reaches_its_action() {
+        for b in KEYMAP {
+            for c in b.chords {
+                let mods = match c.mods {
+                    Mods::Any | Mods::None | Mods::NoAltShift => KeyModifiers::NONE,
+                    Mods::Ctrl => KeyModifiers::CONTROL,
+                    Mods::Alt | Mods::AltOrShift => KeyModifiers::ALT,
+                };
+                assert_eq!(
+                    action(&press(c.code, mods)),
+                    Some(c.action),
+                    "{} ({:?})",
+                    b.keys,
+                    c.code
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn modifier_combinations_resolve_as_dispatch_expects() {
+        let ca = KeyModifiers::CONTROL | KeyModifiers::ALT;
+        // Ctrl-C wins over Alt-C, Alt-↑ over Ctrl-↑, Alt-R over the editor's Ctrl-R.
+        assert_eq!(action(&press(K::Char('c'), ca)), Some(A::Interrupt));
+        assert_eq!(action(&press(K::Up, ca)), Some(A::FocusPanelAbove));
+        assert_eq!(action(&press(K::Char('r'), ca)), Some(A::Regenerate));
+        // Shift-Enter is a new line, Ctrl-Enter sends; a shifted ↑ goes to the box.
+        assert_eq!(
+            action(&press(K::Enter, KeyModifiers::SHIFT)),
+            Some(A::NewLine)
+        );
+        assert_eq!(
+            action(&press(K::Enter, KeyModifiers::CONTROL)),
+            Some(A::Send)
+        );
+        assert_eq!(action(&press(K::Up, KeyModifiers::SHIFT)), None);
+        assert_eq!(action(&press(K::Char('x'), KeyModifiers::NONE)), None);
+    }
+
+    #[test]
+    fn every_context_has_bindings() {
+        for c in Context::ALL {
+            assert!(listed(c).next().is_some(), "{c:?}");
+        }
+    }
+}
