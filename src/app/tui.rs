@@ -8,7 +8,7 @@
 
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -41,6 +41,8 @@ use crate::ui::{App, Effect, Msg, Settings};
 /// The two ends of the worker's channels, and its thread.
 pub struct WorkerLink {
     pub commands: std::sync::mpsc::Sender<Command>,
+    /// See [`crate::model::worker::WorkerHandle::interrupt`].
+    pub interrupt: Arc<AtomicBool>,
     pub events: UnboundedReceiver<Event>,
     pub thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -114,6 +116,39 @@ pub struct TerminalGuard {
     mouse: bool,
 }
 
+/// Which of stdin (bit 0) and stdout (bit 1) were the app's terminal when it started.
+static TERMINAL_FDS: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the app's terminal has gone away: its other side closed (the terminal emulator or
+/// tmux gone), which poll reports as a hang-up. When the terminal is not the process's
+/// controlling one no SIGHUP comes, and reads just return nothing, forever.
+pub fn terminal_gone() -> bool {
+    #[cfg(unix)]
+    {
+        let mask = TERMINAL_FDS.load(Ordering::SeqCst);
+        let mut fds: Vec<libc::pollfd> = [0, 1]
+            .into_iter()
+            .filter(|fd| mask & (1 << fd) != 0)
+            .map(|fd| libc::pollfd {
+                fd,
+                events: 0,
+                revents: 0,
+            })
+            .collect();
+        if fds.is_empty() {
+            return false;
+        }
+        // SAFETY: poll over a valid array of pollfd, without waiting.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        n > 0
+            && fds
+                .iter()
+                .any(|f| f.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+    }
+    #[cfg(not(unix))]
+    false
+}
+
 /// What [`restore_terminal`] sends, as raw bytes for the fatal-signal handler (which may not
 /// format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen off,
 /// the cursor shown.
@@ -124,6 +159,10 @@ impl TerminalGuard {
     pub fn enter(mouse: bool) -> io::Result<TerminalGuard> {
         // A SIGBUS (a model file truncated under its map) or SIGSEGV puts these modes back too.
         crate::gpu::fatal_signal::arm_terminal(0, 1, FATAL_RESTORE);
+        TERMINAL_FDS.store(
+            u8::from(io::stdin().is_terminal()) | u8::from(io::stdout().is_terminal()) << 1,
+            Ordering::SeqCst,
+        );
         enable_raw_mode()?;
         TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
         let mut out = io::stdout();
@@ -322,6 +361,11 @@ pub async fn event_loop<B: Backend>(
             },
             _ = host_ticker.tick() => {
                 msgs.push(Msg::Host(host.sample()));
+                if terminal_open && terminal_gone() {
+                    tracing::info!("the terminal went away");
+                    terminal_open = false;
+                    msgs.push(Msg::Terminate("terminal closed"));
+                }
             },
         }
 
@@ -342,6 +386,17 @@ pub async fn event_loop<B: Backend>(
                             if let Some(q) = &io.quit {
                                 q.begin();
                             }
+                        }
+                        // A stop or a quit also stops a prompt between batches and layers; a
+                        // new request lowers the flag first (same thread, so in order).
+                        match cmd {
+                            Command::Stop | Command::Quit { .. } => {
+                                worker.interrupt.store(true, Ordering::SeqCst)
+                            }
+                            Command::Generate { .. } | Command::Regenerate => {
+                                worker.interrupt.store(false, Ordering::SeqCst)
+                            }
+                            _ => {}
                         }
                         tracing::debug!("→ worker: {}", command_name(&cmd));
                         if worker.commands.send(cmd).is_err() {
@@ -669,6 +724,13 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     }))
     .unwrap_or(Ending::Panicked);
     drop(guard);
+    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
+    // with `eprintln!`, which panics on a closed terminal: not dropped then.
+    if terminal_gone() {
+        std::mem::forget(terminal);
+    } else {
+        drop(terminal);
+    }
     transcript.sync();
     let saved = transcript
         .path()
@@ -754,6 +816,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerLink {
     let h = worker::spawn(opts);
     WorkerLink {
         commands: h.commands,
+        interrupt: h.interrupt,
         events: h.events,
         thread: Some(h.thread),
     }

@@ -34,6 +34,9 @@ pub struct WorkerOptions {
 
 pub struct WorkerHandle {
     pub commands: Sender<Command>,
+    /// Raised with a stop or a quit so that the model stops between prompt batches and layers
+    /// (a long prompt would otherwise run to its end first); lowered with the next request.
+    pub interrupt: Arc<AtomicBool>,
     pub events: UnboundedReceiver<Event>,
     pub thread: JoinHandle<()>,
 }
@@ -42,9 +45,11 @@ pub struct WorkerHandle {
 pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
     let (ctx, crx) = mpsc::channel();
     let (etx, erx) = unbounded_channel();
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
     let thread = std::thread::Builder::new()
         .name("hipscope-worker".into())
-        .spawn(move || Worker::new(opts, crx, etx).run())
+        .spawn(move || Worker::new(opts, crx, etx, flag).run())
         .unwrap_or_else(|e| {
             // Without a thread there is no worker; the UI sees the channel close at once.
             eprintln!("could not start the inference worker: {e}");
@@ -52,6 +57,7 @@ pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
         });
     WorkerHandle {
         commands: ctx,
+        interrupt,
         events: erx,
         thread,
     }
@@ -64,6 +70,8 @@ struct Worker {
     session: Option<Session>,
     /// Where the loaded model came from, to load it again if a switch fails half-way.
     current: Option<ModelSource>,
+    /// Shared with every model loaded: see [`WorkerHandle::interrupt`].
+    interrupt: Arc<AtomicBool>,
     /// Commands that arrived during a generation, handled after it.
     deferred: Vec<Command>,
 }
@@ -73,8 +81,10 @@ impl Worker {
         opts: WorkerOptions,
         commands: Receiver<Command>,
         events: UnboundedSender<Event>,
+        interrupt: Arc<AtomicBool>,
     ) -> Self {
         Worker {
+            interrupt,
             opts,
             commands,
             events,
@@ -217,6 +227,7 @@ impl Worker {
                     self.error("model", w);
                 }
                 let mut session = loaded.session;
+                session.model.set_interrupt(self.interrupt.clone());
                 if let Some(sys) = &self.opts.system {
                     session.set_system(sys);
                 }

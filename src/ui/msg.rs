@@ -66,7 +66,11 @@ pub enum Effect {
     /// Put text on the clipboard (OSC 52); `what` says what it is, for the log.
     Copy { text: String, what: String },
     /// Export the conversation as Markdown (to this path, or a fresh one in the data folder).
-    Export(Option<PathBuf>),
+    Export {
+        path: Option<PathBuf>,
+        /// `/save!`: an existing regular file may be replaced.
+        overwrite: bool,
+    },
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
