@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use hipscope::gpu::backend::{Backend, BackendError};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
-use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
-use hipscope::gpu::stats::QuitStepStatus;
+use hipscope::gpu::snapshot::QuitStepStatus;
 use hipscope::model::forward::{Logits, Model, ModelError, ModelOptions};
 use hipscope::model::loader;
 use hipscope::model::protocol::ModelSource;
 
-fn fake(total_memory: u64) -> (FakeBackend, FakeControl) {
-    let f = FakeBackend::new(FakeScript {
+fn fake(total_memory: u64) -> (FakeDevice, FakeControl) {
+    let f = FakeDevice::new(FakeScript {
         total_memory,
         auto_complete: true,
         blas: false,

@@ -8,17 +8,17 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use hipscope::gpu::arena::{ArenaPlan, Region};
-use hipscope::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
+use hipscope::gpu::checksum::VerifyError;
 use hipscope::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
-use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
+use hipscope::gpu::handle::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
 use hipscope::gpu::kernels::{CompileMode, KernelCache};
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
 use hipscope::gpu::stream::Budget;
-use hipscope::gpu::upload::VerifyError;
 use hipscope::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog, evaluate};
 
 fn fake_gpu(script: FakeScript, cfg: GpuConfig) -> (Gpu, FakeControl) {
-    let be = FakeBackend::new(script);
+    let be = FakeDevice::new(script);
     let ctl = be.control();
     let mut gpu = Gpu::open(Box::new(be), cfg).expect("open fake");
     gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
@@ -566,7 +566,7 @@ fn with_tracking_off_no_op_is_recorded_and_no_breadcrumb_is_passed() {
 
 #[test]
 fn a_failed_open_gives_back_what_it_made() {
-    let be = FakeBackend::new(FakeScript::default());
+    let be = FakeDevice::new(FakeScript::default());
     let ctl = be.control();
     ctl.fail_next("alloc_pinned", 2);
     let e = Gpu::open(Box::new(be), small_cfg())

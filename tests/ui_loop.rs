@@ -1,4 +1,4 @@
-//! The real event loop (`app::tui::event_loop`) driven like a user drives it: key presses and
+//! The real event loop (`app::event_loop::event_loop`) driven like a user drives it: key presses and
 //! signals go in through its input channels, a scripted fake worker answers on a thread of its
 //! own, and the test watches the screen it draws. Covers streaming, stopping, every way out
 //! (clean quit, SIGTERM mid-answer, a worker that hangs, a second Ctrl-C, a worker that dies),
@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyModifiers};
 use hipscope::app::discover::Places;
+use hipscope::app::event_loop::{Inputs, LoopIo, event_loop};
 use hipscope::app::shutdown::Ending;
 use hipscope::app::transcript::{self, Transcript};
-use hipscope::app::tui::{Inputs, LoopIo, WorkerLink, event_loop};
 use hipscope::model::protocol::{Command, ModelSource};
+use hipscope::model::worker::WorkerHandle;
 use hipscope::ui::App;
 use ratatui::Terminal;
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
@@ -93,12 +94,12 @@ struct Run {
     clipboard: Vec<u8>,
     transcript: Transcript,
     screen: SharedBackend,
-    worker: WorkerLink,
+    worker: WorkerHandle,
 }
 
 /// Runs the loop with `script` playing the user; returns once the loop has ended.
 async fn run<F, Fut>(
-    mut worker: WorkerLink,
+    mut worker: WorkerHandle,
     dir: &Path,
     places: Places,
     quit_deadline: Duration,

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crossterm::event::KeyCode;
-use hipscope::gpu::stats::WatchState;
+use hipscope::gpu::snapshot::WatchState;
 use hipscope::model::protocol::{Command, Event, ModelSource, StopReason};
 use hipscope::ui::state::{GenState, Overlay};
 use hipscope::ui::{App, Effect, Msg};

@@ -24,11 +24,11 @@ pub struct ChatArgs {
     pub backend: Option<String>,
     /// Context size in tokens (0: the model's own, at most 4096).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
-          value_parser = super::cli::whole::<u32>(0, super::cli::MAX_CTX))]
+          value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_CTX))]
     pub ctx_size: Option<u32>,
     /// CPU threads (0: all cores).
     #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true,
-          value_parser = super::cli::whole::<u32>(0, super::cli::MAX_THREADS))]
+          value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_THREADS))]
     pub threads: Option<u32>,
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]

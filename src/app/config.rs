@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use toml::Value;
 
-use crate::model::protocol::SamplerConfig;
+use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::ui::sampler;
 use crate::ui::settings::Panels;
 use crate::ui::theme::ThemeName;
@@ -94,14 +94,6 @@ pub struct LogConfig {
     pub file: Option<PathBuf>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct QuitConfig {
-    /// How long the worker may spend draining the device queue.
-    pub drain_timeout: Duration,
-    /// How much longer the app waits for the worker after that before leaving without it.
-    pub grace: Duration,
-}
-
 /// Every setting.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -153,10 +145,7 @@ impl Default for Config {
                 level: LogLevel::Info,
                 file: None,
             },
-            quit: QuitConfig {
-                drain_timeout: Duration::from_millis(5000),
-                grace: Duration::from_millis(2000),
-            },
+            quit: QuitConfig::default(),
         }
     }
 }
@@ -509,7 +498,7 @@ impl Config {
                 600_000,
                 "milliseconds from 100 to 600000",
             )? {
-                c.quit.drain_timeout = Duration::from_millis(ms as u64);
+                c.quit.drain_deadline = Duration::from_millis(ms as u64);
             }
             if let Some(ms) = r.integer("grace_ms", 0, 600_000, "milliseconds from 0 to 600000")? {
                 c.quit.grace = Duration::from_millis(ms as u64);
@@ -528,11 +517,6 @@ impl Config {
                 message: e.to_string(),
             }),
         }
-    }
-
-    /// When the app leaves on its own during a quit: the drain deadline plus the grace.
-    pub fn quit_deadline(&self) -> Duration {
-        self.quit.drain_timeout + self.quit.grace
     }
 }
 
@@ -608,8 +592,8 @@ mod tests {
         assert_eq!(c.ui.theme, ThemeName::Mono);
         assert_eq!(c.ui.diagnostics, Some(false));
         assert!(c.ui.panels.gpu && !c.ui.panels.streams);
-        assert_eq!(c.quit.drain_timeout, Duration::from_millis(1500));
-        assert_eq!(c.quit_deadline(), Duration::from_millis(3500));
+        assert_eq!(c.quit.drain_deadline, Duration::from_millis(1500));
+        assert_eq!(c.quit.deadline(), Duration::from_millis(3500));
     }
 
     #[test]

@@ -80,7 +80,7 @@ impl Default for FetchOptions {
 
 /// Where the default model lives once fetched.
 pub fn default_model_path() -> Result<PathBuf, FetchError> {
-    Ok(crate::app::dirs::cache_dir()
+    Ok(crate::gpu::dirs::cache_dir()
         .ok_or(FetchError::NoCacheDir)?
         .join("models")
         .join(FILE_NAME))

@@ -1,7 +1,7 @@
 //! The quit coordinator: the one path by which the UI, Ctrl-C, SIGTERM and panics leave.
 //!
 //! Normal path: stop intake → the worker's bounded drain and device teardown (each step reported
-//! as a `QuitStep`, see `gpu::context::Gpu::teardown`) → exit hooks (restore the terminal, flush
+//! as a `QuitStep`, see `gpu::handle::Gpu::teardown`) → exit hooks (restore the terminal, flush
 //! logs and transcripts) → return the exit code from `main`.
 //!
 //! Hard path, when the drain times out, a GPU call fails with a sticky error, the whole quit
@@ -9,13 +9,21 @@
 //! (with a time limit of their own), then `libc::_exit(3)`, so that no atexit handler — the HIP
 //! runtime's fat-binary unregistration waits on every stream without a limit (pytorch#160759,
 //! ROCm/TheRock#999) — can keep the process alive.
+//!
+//! Panics: the coordinator's panic hook is the process's only one. It restores the terminal,
+//! prints the message on the normal screen and takes the hard path with code 101.
+//!
+//! The time limits are [`QuitConfig`] (defined in `model::protocol`, beside `Command::Quit`): the
+//! chat reads them from the config file once and hands the same value to the view, the event
+//! loop, this coordinator and the worker.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::gpu::context::{HARD_EXIT_CODE, TeardownOutcome};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use super::terminal;
+use crate::gpu::handle::{HARD_EXIT_CODE, TeardownOutcome};
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 /// Clean exit.
 pub const EXIT_OK: i32 = 0;
@@ -24,26 +32,9 @@ pub const EXIT_HARD: i32 = HARD_EXIT_CODE;
 /// Left with `_exit` after a panic.
 pub const EXIT_PANIC: i32 = 101;
 
-/// Quit settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QuitConfig {
-    /// How long the worker may wait for the stream to drain.
-    pub drain_deadline: Duration,
-    /// Extra time for the teardown steps after the drain before the hard path is forced.
-    pub grace: Duration,
-    /// How long exit hooks may run on the hard path.
-    pub hook_timeout: Duration,
-}
-
-impl Default for QuitConfig {
-    fn default() -> Self {
-        QuitConfig {
-            drain_deadline: Duration::from_secs(3),
-            grace: Duration::from_secs(2),
-            hook_timeout: Duration::from_secs(2),
-        }
-    }
-}
+/// The quit's time limits; defined beside `Command::Quit` so that the view and the worker get the
+/// same value the coordinator runs on.
+pub use crate::model::protocol::QuitConfig;
 
 /// What an interrupt did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,6 +51,10 @@ pub struct QuitCoordinator {
     cfg: QuitConfig,
     hooks: Mutex<Vec<(String, Hook)>>,
     on_interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    /// Printed last on the hard path (the chat: where the conversation is saved).
+    hard_exit_note: Mutex<Option<String>>,
+    /// Set while exit hooks run: a panic in one is caught there and must not start a second exit.
+    in_hooks: AtomicBool,
     interrupts: AtomicU32,
     quitting: AtomicBool,
     finished: Arc<AtomicBool>,
@@ -72,6 +67,8 @@ impl QuitCoordinator {
             cfg,
             hooks: Mutex::new(Vec::new()),
             on_interrupt: Mutex::new(None),
+            hard_exit_note: Mutex::new(None),
+            in_hooks: AtomicBool::new(false),
             interrupts: AtomicU32::new(0),
             quitting: AtomicBool::new(false),
             finished: Arc::new(AtomicBool::new(false)),
@@ -131,15 +128,51 @@ impl QuitCoordinator {
         Ok(())
     }
 
-    /// After a panic, runs the exit hooks (the terminal comes back) and leaves with `_exit`:
-    /// unwinding out of `main` would run the runtime's atexit handlers with work in flight.
+    /// A line printed last when the process takes the hard path (after the reason).
+    pub fn set_hard_exit_note(&self, note: impl Into<String>) {
+        *self
+            .hard_exit_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(note.into());
+    }
+
+    /// The process's one panic hook; installed once (later calls do nothing), on the thread that
+    /// owns the screen. A panic restores the terminal, prints its message on the normal screen,
+    /// then takes the quit protocol's hard path: the exit hooks, `_exit(101)` — unwinding out of
+    /// `main` would run the runtime's atexit handlers with work in flight.
+    ///
+    /// Two panics are only reported: one on another thread while the screen is up (printed, it
+    /// would land mid-screen; it goes to the log, and the UI sees the worker's channel close and
+    /// quits through the protocol), and one inside an exit hook (the hook runner catches it).
     pub fn install_panic_hook(self: &Arc<Self>) {
+        static INSTALLED: AtomicBool = AtomicBool::new(false);
+        if INSTALLED.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let me = self.clone();
+        let owner = std::thread::current().id();
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            me.run_hooks();
+            let on_owner = std::thread::current().id() == owner;
+            if !on_owner && terminal::is_active() {
+                let name = std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_string();
+                tracing::error!("thread `{name}` panicked: {info}");
+                return;
+            }
+            terminal::restore_terminal();
+            tracing::error!("panic: {info}");
             prev(info);
-            me.leave(EXIT_PANIC, "panic");
+            if me.in_hooks.load(Ordering::Acquire) {
+                return;
+            }
+            let who = if on_owner { "the UI" } else { "a thread" };
+            me.leave(
+                EXIT_PANIC,
+                &format!("{who} failed (the message is above); left without waiting for the GPU"),
+            );
         }));
     }
 
@@ -204,11 +237,13 @@ impl QuitCoordinator {
             let mut g = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
             std::mem::take(&mut *g)
         };
+        self.in_hooks.store(true, Ordering::Release);
         for (name, h) in hooks {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)).is_err() {
                 eprintln!("hipscope: exit hook {name:?} panicked");
             }
         }
+        self.in_hooks.store(false, Ordering::Release);
     }
 
     /// The hard path: exit hooks (bounded), a one-line reason on stderr, `_exit(3)`.
@@ -224,6 +259,7 @@ impl QuitCoordinator {
             }
         }
         // Hooks run on a helper thread so a hook stuck on I/O cannot hold the exit.
+        self.in_hooks.store(true, Ordering::Release);
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let hooks: Vec<(String, Hook)> = {
             let mut g = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
@@ -239,6 +275,14 @@ impl QuitCoordinator {
             });
         let _ = rx.recv_timeout(self.cfg.hook_timeout);
         eprintln!("hipscope: {reason}; exiting with code {code} without GPU cleanup");
+        if let Some(note) = self
+            .hard_exit_note
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+        {
+            eprintln!("{note}");
+        }
         hard_exit_now(code)
     }
 }

@@ -10,8 +10,6 @@
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub use crate::app::quit::{EXIT_HARD, EXIT_PANIC};
-
 /// How the event loop ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
@@ -19,8 +17,6 @@ pub enum Ending {
     Exited(i32),
     /// The app is leaving without the worker; the reason is logged and printed.
     Forced(String),
-    /// The UI thread panicked.
-    Panicked,
 }
 
 /// Waits up to `limit` for the worker thread to end after it reported `Exited`. The worker has

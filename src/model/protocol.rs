@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::gpu::stats::{
+use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, StreamSnapshot, TelemetrySample, WatchdogSnapshot,
 };
-pub use crate::gpu::stats::{QuitStep, QuitStepStatus};
+pub use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 /// Sampling settings, named as llama.cpp names them.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +85,38 @@ pub enum Command {
     Quit {
         drain_deadline: Duration,
     },
+}
+
+/// The quit's time limits: the one home of these settings. The app reads them from the config
+/// file's `[quit]` table (the defaults here are the ones `config.toml` documents) and passes the
+/// same value to the view (which sends `Command::Quit` and shows the countdown), the event loop,
+/// the quit coordinator and the worker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuitConfig {
+    /// How long the worker may wait for the device queue to drain.
+    pub drain_deadline: Duration,
+    /// Extra time for the teardown steps after the drain before the app leaves without the
+    /// worker.
+    pub grace: Duration,
+    /// How long the exit hooks (restore the terminal, flush the log) may run on the hard path.
+    pub hook_timeout: Duration,
+}
+
+impl Default for QuitConfig {
+    fn default() -> Self {
+        QuitConfig {
+            drain_deadline: Duration::from_millis(5000),
+            grace: Duration::from_millis(2000),
+            hook_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl QuitConfig {
+    /// When the app leaves on its own during a quit: the drain deadline plus the grace.
+    pub fn deadline(&self) -> Duration {
+        self.drain_deadline + self.grace
+    }
 }
 
 /// Why an answer ended.

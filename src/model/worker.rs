@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::gpu::backend::{Backend, BackendMonitor};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::session::{Control, Progress, Session};
@@ -30,15 +30,21 @@ pub struct WorkerOptions {
     pub backend: BackendFactory,
     pub load: LoadOptions,
     pub system: Option<String>,
+    /// The configured drain deadline (`QuitConfig::drain_deadline`), for a quit the UI did not
+    /// ask for: its end of the command channel dropped.
+    pub drain_deadline: Duration,
 }
 
+/// The app's end of a worker: its command and event channels and its thread. The real worker
+/// ([`spawn`]) and the tests' scripted stand-in both hand out this one type.
 pub struct WorkerHandle {
     pub commands: Sender<Command>,
     /// Raised with a stop or a quit so that the model stops between prompt batches and layers
     /// (a long prompt would otherwise run to its end first); lowered with the next request.
     pub interrupt: Arc<AtomicBool>,
     pub events: UnboundedReceiver<Event>,
-    pub thread: JoinHandle<()>,
+    /// Taken when the app joins the thread after the worker reported `Exited`.
+    pub thread: Option<JoinHandle<()>>,
 }
 
 /// Starts the worker thread.
@@ -59,7 +65,7 @@ pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
         commands: ctx,
         interrupt,
         events: erx,
-        thread,
+        thread: Some(thread),
     }
 }
 
@@ -119,7 +125,7 @@ impl Worker {
                     }
                     // The UI dropped its sender without quitting: wind down all the same.
                     Err(RecvTimeoutError::Disconnected) => Command::Quit {
-                        drain_deadline: Duration::from_secs(2),
+                        drain_deadline: self.opts.drain_deadline,
                     },
                 }
             } else {

@@ -334,7 +334,7 @@ impl App {
             fx.push(Effect::Send(Command::Stop));
         }
         fx.push(Effect::Send(Command::Quit {
-            drain_deadline: self.settings.drain_deadline,
+            drain_deadline: self.settings.quit.drain_deadline,
         }));
         fx
     }

@@ -1,7 +1,7 @@
 //! The terminal UI: view state, `update(msg)`, and pure renders, one file per panel.
 //!
 //! [`state::App`] is the state; [`state::App::update`] is the only way it changes;
-//! [`screen::render`] draws it. Neither does I/O: the app layer (`app::tui`) feeds in
+//! [`screen::render`] draws it. Neither does I/O: the app layer (`app::event_loop`) feeds in
 //! terminal input, worker events and ticks as [`msg::Msg`]s, and carries out the
 //! [`msg::Effect`]s that come back.
 //!

@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Paragraph};
 
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 use super::meter::{centered, ellipsize, spinner, text};
 use super::theme::Theme;

@@ -2,9 +2,8 @@
 //! layout limits of the diagnostics column.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use crate::model::protocol::SamplerConfig;
+use crate::model::protocol::{QuitConfig, SamplerConfig};
 
 use super::theme::ThemeName;
 
@@ -82,10 +81,8 @@ pub struct Settings {
     pub system_prompt: String,
     /// What to call the model until the worker says what it loaded.
     pub model_label: String,
-    /// How long the worker may take to drain the device on quit.
-    pub drain_deadline: Duration,
-    /// When the app leaves on its own if the worker has not finished quitting.
-    pub quit_deadline: Duration,
+    /// The quit's time limits (sent with `Command::Quit`, shown while quitting).
+    pub quit: QuitConfig,
     /// Messages sent before (for ↑).
     pub history: Vec<String>,
     /// Where the log goes, named in error messages.
@@ -102,8 +99,7 @@ impl Default for Settings {
             sampler: SamplerConfig::default(),
             system_prompt: String::new(),
             model_label: String::new(),
-            drain_deadline: Duration::from_secs(5),
-            quit_deadline: Duration::from_secs(7),
+            quit: QuitConfig::default(),
             history: Vec::new(),
             log_path: None,
         }

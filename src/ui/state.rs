@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::gpu::stats::DeviceSummary;
+use crate::gpu::snapshot::DeviceSummary;
 use crate::model::protocol::{GenStats, ModelSummary, SamplerConfig};
 
 use super::arena::ArenaPanel;

@@ -3,7 +3,7 @@
 
 use crossterm::event::{MouseEvent, MouseEventKind};
 
-use crate::gpu::stats::WatchState;
+use crate::gpu::snapshot::WatchState;
 use crate::model::protocol::Event;
 
 use super::chat::NoticeLevel;

@@ -6,9 +6,9 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hipscope::app::tui::WorkerLink;
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Command, Event, GenStats, StopReason};
+use hipscope::model::worker::WorkerHandle;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{cpu_device, quit_step, smollm2, watchdog};
@@ -31,7 +31,7 @@ pub fn commands(log: &Log) -> Vec<Command> {
 }
 
 /// Starts the fake; it answers every question with `answer`, one word every `delay`.
-pub fn spawn(answer: &'static str, delay: Duration, mode: Mode) -> (WorkerLink, Log) {
+pub fn spawn(answer: &'static str, delay: Duration, mode: Mode) -> (WorkerHandle, Log) {
     let (ctx, crx) = std::sync::mpsc::channel();
     let (etx, erx) = tokio::sync::mpsc::unbounded_channel();
     let log: Log = Arc::default();
@@ -41,7 +41,7 @@ pub fn spawn(answer: &'static str, delay: Duration, mode: Mode) -> (WorkerLink, 
         .spawn(move || run(crx, etx, thread_log, answer, delay, mode))
         .expect("thread");
     (
-        WorkerLink {
+        WorkerHandle {
             commands: ctx,
             interrupt: Arc::default(),
             events: erx,

@@ -6,8 +6,8 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::load_model;
-use crate::app::cli::{MAX_CTX, ModelArgs, whole};
+use super::model_args::{ModelArgs, load_model};
+use super::usage::{MAX_CTX, whole};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -88,7 +88,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(longest + 1));
     let mut loaded = load_model(&args, SamplerConfig::default())?;
     let r = run_loaded(&a, reps, &mut loaded);
-    super::finish(loaded.session.model_mut(), r)
+    super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {

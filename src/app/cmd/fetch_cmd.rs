@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::stderr_progress;
-use crate::app::cli::whole;
+use super::progress::stderr_progress;
+use super::usage::whole;
 use crate::app::fetch::{self, FetchOptions};
 
 #[derive(Args, Debug)]

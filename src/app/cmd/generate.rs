@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Args;
 
-use super::load_model;
-use crate::app::cli::{ModelArgs, UsageError};
+use super::model_args::{ModelArgs, load_model};
+use super::usage::UsageError;
 use crate::model::loader::Loaded;
 use crate::model::protocol::{SamplerConfig, StopReason};
 use crate::model::session::{Control, Progress};
@@ -113,7 +113,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
     let sampler = a.sampling.config();
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
-    super::finish(loaded.session.model_mut(), r)
+    super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {

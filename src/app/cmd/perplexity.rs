@@ -10,8 +10,8 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::Args;
 
-use super::load_model_with;
-use crate::app::cli::{ModelArgs, whole};
+use super::model_args::{ModelArgs, load_model_with};
+use super::usage::whole;
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -56,7 +56,7 @@ pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
         .with_context(|| format!("reading {}", a.file.display()))?;
     let mut loaded = load_model_with(&a.model, SamplerConfig::default(), true)?;
     let r = run_loaded(&a, &text, &mut loaded);
-    super::finish(loaded.session.model_mut(), r)
+    super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Result<i32> {

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 
-use super::ProgressLine;
+use super::progress::ProgressLine;
+use super::usage::UsageError;
 use crate::app::atomic_file::{self, Replace};
-use crate::app::cli::UsageError;
 use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{GgufFile, GgufWriter, TensorSpec, Value};
 use crate::model::synthetic;

@@ -14,7 +14,7 @@ use crate::gpu::backend::{
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
 use crate::gpu::quant::GgmlType;
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, QuitStep};
 
 /// The worst difference seen for one kind of op.
 #[derive(Clone, Debug, Default, PartialEq)]

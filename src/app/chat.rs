@@ -1,0 +1,441 @@
+//! The chat, wired: settings from the config file and the flags, the log, the transcript, the
+//! quit coordinator (with its exit hooks and the one panic hook), the terminal, the worker thread
+//! and the event loop; then the way out the loop's ending asks for.
+
+use std::io::{self, IsTerminal};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossterm::event::EventStream;
+use futures_util::StreamExt;
+use ratatui::Terminal;
+use ratatui::backend::CrosstermBackend;
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+
+use super::chat_args::ChatArgs;
+use super::config::{self, Config};
+use super::discover::Places;
+use super::event_loop::{Inputs, LoopIo, draw, event_loop};
+use super::logging::{self, LogGuard};
+use super::quit::QuitCoordinator;
+use super::shutdown::{self, Ending};
+use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
+use super::transcript::{self, Transcript};
+use crate::gpu::dirs;
+use crate::model::protocol::Command;
+use crate::model::worker::WorkerHandle;
+use crate::ui::theme::ThemeName;
+use crate::ui::{App, Msg, Settings};
+
+/// What the worker is started with (the coordinator's `WorkerOptions` is built from this).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerConfig {
+    pub model: Option<PathBuf>,
+    pub backend: config::BackendChoice,
+    pub ctx_size: u32,
+    pub threads: u32,
+    pub device: Option<u32>,
+    pub sampler: crate::model::protocol::SamplerConfig,
+    pub system_prompt: String,
+    /// The configured drain deadline, for a quit the UI could not ask for.
+    pub drain_deadline: Duration,
+}
+
+/// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
+#[derive(Clone, Debug)]
+pub struct ChatOptions {
+    pub args: ChatArgs,
+    pub dirs: Dirs,
+}
+
+impl ChatOptions {
+    pub fn new(args: ChatArgs) -> ChatOptions {
+        ChatOptions {
+            args,
+            dirs: Dirs::from_env(),
+        }
+    }
+}
+
+/// hipscope's folders (`gpu::dirs`: the platform's, or under `HIPSCOPE_HOME`), as values so that
+/// tests can point them elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dirs {
+    pub config: PathBuf,
+    pub data: PathBuf,
+    pub cache: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Dirs {
+    pub fn from_env() -> Dirs {
+        // No home directory at all: keep everything beside the working directory.
+        let fallback = Dirs::under(&PathBuf::from(".hipscope"));
+        Dirs {
+            config: dirs::config_dir().unwrap_or(fallback.config),
+            data: dirs::data_dir().unwrap_or(fallback.data),
+            cache: dirs::cache_dir().unwrap_or(fallback.cache),
+            state: dirs::state_dir().unwrap_or(fallback.state),
+        }
+    }
+
+    pub fn under(root: &std::path::Path) -> Dirs {
+        Dirs {
+            config: root.join("config"),
+            data: root.join("data"),
+            cache: root.join("cache"),
+            state: root.join("state"),
+        }
+    }
+}
+
+/// The settings, from the config file and the flags; an error is for the user as is.
+pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
+    let path = match &opts.args.config {
+        Some(p) => p.clone(),
+        None => {
+            let p = opts.dirs.config.join("config.toml");
+            if let Err(e) = config::write_default_if_missing(&p) {
+                // Not fatal: the defaults apply.
+                eprintln!("hipscope: could not write {}: {e}", p.display());
+            }
+            p
+        }
+    };
+    let mut config = Config::load(&path).map_err(|e| e.to_string())?;
+    opts.args.apply(&mut config)?;
+    if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+        config.ui.theme = ThemeName::Mono;
+    }
+    Ok((config, path))
+}
+
+/// The view's starting settings.
+pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
+    let model_label = config
+        .model
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "SmolLM2-135M-Instruct".into());
+    Settings {
+        theme: config.ui.theme,
+        sidebar: config.ui.diagnostics,
+        sidebar_width: config.ui.diagnostics_width,
+        panels: config.ui.panels,
+        sampler: config.sampler.clone(),
+        system_prompt: config.system_prompt.clone(),
+        model_label,
+        quit: config.quit,
+        history: Vec::new(),
+        log_path: log,
+    }
+}
+
+pub fn worker_config(config: &Config) -> WorkerConfig {
+    WorkerConfig {
+        model: config.model.clone(),
+        backend: config.backend,
+        ctx_size: config.ctx_size,
+        threads: config.threads,
+        device: config.device,
+        sampler: config.sampler.clone(),
+        system_prompt: config.system_prompt.clone(),
+        drain_deadline: config.quit.drain_deadline,
+    }
+}
+
+/// Opens the transcript (see [`Transcript::for_chat`]); the note, if any, is for the UI.
+pub fn open_transcript(config: &Config, dirs: &Dirs, resume: bool) -> (Transcript, Option<String>) {
+    let dir = config
+        .transcript
+        .dir
+        .clone()
+        .unwrap_or_else(|| dirs.data.join("conversations"));
+    Transcript::for_chat(&dir, config.transcript.enabled, resume)
+}
+
+/// Starts the UI with a worker made by `spawn`, runs it, and returns the exit code. A forced
+/// exit does not return: the terminal is restored, the transcript and log flushed, and the
+/// process leaves with `_exit`.
+pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> WorkerHandle) -> i32 {
+    let (config, config_path) = match load_config(&opts) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("hipscope: {e}");
+            return 2;
+        }
+    };
+    // The chat draws with escape sequences: into a file or a pipe they are noise, and the
+    // terminal modes it sets cannot be set there. Refused before anything is started.
+    if !io::stdout().is_terminal() {
+        eprintln!(
+            "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
+             `hipscope generate -m MODEL -p TEXT`"
+        );
+        return 2;
+    }
+    let log_file = config
+        .log
+        .file
+        .clone()
+        .unwrap_or_else(|| opts.dirs.state.join("hipscope.log"));
+    let mut notices: Vec<(String, bool)> = Vec::new();
+    let log = match logging::init(&log_file, config.log.level) {
+        Ok(g) => g,
+        Err(e) => {
+            notices.push((format!("no log file: {e}"), true));
+            LogGuard::none()
+        }
+    };
+    tracing::info!("config: {}", config_path.display());
+    let quit = QuitCoordinator::new(config.quit);
+    // On every way out: the terminal first (so messages land on the normal screen), then the
+    // log. Conversation records are written unbuffered as they happen; there is nothing to flush.
+    quit.add_exit_hook("restore terminal", restore_terminal);
+    let log_slot = Arc::new(Mutex::new(Some(log)));
+    let slot = log_slot.clone();
+    quit.add_exit_hook("flush log", move || {
+        drop(slot.lock().map(|mut g| g.take()));
+    });
+    let log_path = log_slot
+        .lock()
+        .ok()
+        .and_then(|g| g.as_ref().and_then(|l| l.path.clone()));
+
+    let (mut transcript, transcript_note) = open_transcript(&config, &opts.dirs, opts.args.resume);
+    if let Some(n) = transcript_note {
+        notices.push((n, true));
+    }
+    if let Some(p) = transcript.path() {
+        quit.set_hard_exit_note(format!(
+            "hipscope: the conversation is saved in {}",
+            p.display()
+        ));
+    }
+    let mut app = App::new(settings(&config, log_path));
+    let mut restore: Option<Command> = None;
+    if opts.args.resume {
+        let c = transcript.conversation().clone();
+        if !c.turns.is_empty() {
+            let when = c
+                .started
+                .map(|t| format!(" from {}", transcript::format_utc(t)))
+                .unwrap_or_default();
+            app.restore(
+                &c.pairs(),
+                c.model.as_deref(),
+                &format!(
+                    "reopened {} exchange{}{when} ({})",
+                    c.turns.len(),
+                    if c.turns.len() == 1 { "" } else { "s" },
+                    transcript
+                        .path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default()
+                ),
+            );
+            restore = Some(Command::Restore { turns: c.pairs() });
+        }
+        if !c.system.is_empty() && config.system_prompt.is_empty() {
+            app.system_prompt = c.system.clone();
+        }
+    }
+    for (text, error) in notices {
+        app.update(Msg::Notice { text, error });
+    }
+
+    // The terminal and the runtime come first: if either cannot be had, no worker (and no
+    // device) has been started that would need a quit.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("hipscope: cannot start the event loop: {e}");
+            return 1;
+        }
+    };
+    quit.install_panic_hook();
+    let guard = match TerminalGuard::enter(config.ui.mouse) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("hipscope: cannot set up the terminal: {e}");
+            return 1;
+        }
+    };
+    let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
+        Ok(t) => t,
+        Err(e) => {
+            drop(guard);
+            eprintln!("hipscope: cannot draw on the terminal: {e}");
+            return 1;
+        }
+    };
+
+    let mut worker = spawn(worker_config(&config));
+    if app.system_prompt != config.system_prompt {
+        let _ = worker
+            .commands
+            .send(Command::SetSystem(app.system_prompt.clone()));
+    }
+    if let Some(r) = restore {
+        let _ = worker.commands.send(r);
+    }
+
+    // A panic in the loop does not come back here: the panic hook restores the terminal, prints
+    // the message and leaves with `_exit`, so that the worker's device is never waited on.
+    let ending = runtime.block_on(async {
+        let (term_tx, term_rx) = unbounded_channel();
+        tokio::spawn(async move {
+            let mut stream = EventStream::new();
+            while let Some(ev) = stream.next().await {
+                if term_tx.send(ev).is_err() {
+                    break;
+                }
+            }
+        });
+        let (sig_tx, sig_rx) = unbounded_channel();
+        forward_signals(sig_tx, &quit);
+        let mut stdout = io::stdout();
+        draw(&mut terminal, &app);
+        if std::env::var_os("HIPSCOPE_FAULT").is_some_and(|f| f == "panic") {
+            // Fault injection for the end-to-end tests: a panic with the screen up.
+            panic!("HIPSCOPE_FAULT=panic: a panic on the UI thread, as asked");
+        }
+        let io = LoopIo {
+            transcript: &mut transcript,
+            clipboard: &mut stdout,
+            places: Places::from_env(
+                Some(opts.dirs.cache.clone()),
+                config.models.search_paths.clone(),
+                config.models.scan_default_locations,
+            ),
+            export_dir: opts.dirs.data.join("exports"),
+            quit_deadline: config.quit.deadline(),
+            frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
+            quit: Some(quit.clone()),
+        };
+        event_loop(
+            &mut terminal,
+            Inputs {
+                terminal: term_rx,
+                signals: sig_rx,
+            },
+            &mut app,
+            &mut worker,
+            io,
+        )
+        .await
+    });
+    drop(guard);
+    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
+    // with `eprintln!`, which panics on a closed terminal: not dropped then.
+    if terminal_gone() {
+        std::mem::forget(terminal);
+    } else {
+        drop(terminal);
+    }
+    transcript.sync();
+    match ending {
+        Ending::Exited(code) => {
+            tracing::info!("worker exited with code {code}");
+            if let Some(t) = worker.thread.take() {
+                shutdown::join_worker(t, Duration::from_secs(2));
+            }
+            // The runtime's blocking pool (model discovery) is not waited for.
+            runtime.shutdown_timeout(Duration::from_millis(100));
+            // Code 0: hooks run, the code comes back for `main`. Anything else means the device
+            // may not be released cleanly: the hard path, which does not return.
+            let reason = format!("the worker ended its quit with code {code}");
+            quit.finish(code, Some(&reason))
+        }
+        Ending::Forced(why) => {
+            tracing::error!("leaving without the worker: {why}");
+            quit.hard_exit(&format!("{why}; left without waiting for the GPU"))
+        }
+    }
+}
+
+/// Starts the chat with the real inference worker.
+pub fn run_chat(opts: ChatOptions) -> i32 {
+    run_chat_with(opts, spawn_worker)
+}
+
+/// Starts the inference worker thread for `cfg`.
+pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
+    use crate::app::fetch::{self, FetchProgress};
+    use crate::model::loader::LoadOptions;
+    use crate::model::protocol::ModelSource;
+    use crate::model::worker::{self, WorkerOptions};
+
+    let request = crate::gpu::open::BackendRequest {
+        choice: cfg.backend,
+        device: cfg.device,
+        threads: cfg.threads as usize,
+        compute: crate::gpu::compute::ComputeOptions::default(),
+    };
+    let opts = WorkerOptions {
+        source: cfg.model.map(ModelSource::File),
+        default_model: Box::new(|progress| {
+            let mut report = |p: FetchProgress| match p {
+                FetchProgress::Step(s) => progress(&s, None),
+                FetchProgress::Bytes { done, total } => progress(
+                    "downloading SmolLM2-135M-Instruct",
+                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
+                ),
+            };
+            fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
+        }),
+        // Which backend and why reaches the GPU panel through the device summary's reason.
+        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
+        load: LoadOptions {
+            n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            sampler: cfg.sampler,
+            ..LoadOptions::default()
+        },
+        system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
+        drain_deadline: cfg.drain_deadline,
+    };
+    worker::spawn(opts)
+}
+
+/// SIGTERM and SIGINT go through the quit coordinator's signal thread, which leaves the process
+/// on the second one even if this thread is stuck; the first is passed on to the loop (a quit,
+/// as if the user asked) and starts the coordinator's backstop timer. SIGHUP (the terminal
+/// closed) is read here. The terminal is in raw mode, so Ctrl-C arrives as a key, not SIGINT.
+fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator>) {
+    #[cfg(unix)]
+    {
+        let handler_tx = tx.clone();
+        let q = Arc::downgrade(quit);
+        quit.set_interrupt_handler(move || {
+            let _ = handler_tx.send("SIGTERM/SIGINT");
+            if let Some(q) = q.upgrade() {
+                q.begin();
+            }
+        });
+        if let Err(e) = quit.install_signal_handlers() {
+            tracing::warn!("cannot listen for SIGTERM/SIGINT: {e}");
+        }
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::hangup()) {
+            Ok(mut s) => {
+                tokio::spawn(async move {
+                    while s.recv().await.is_some() {
+                        if tx.send("SIGHUP").is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            Err(e) => tracing::warn!("cannot listen for SIGHUP: {e}"),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (tx, quit);
+    }
+}

@@ -1,0 +1,192 @@
+//! What every command that runs a model shares: its arguments ([`ModelArgs`]: which model, which
+//! backend, context and batch sizes) and the steps from them to a loaded model and back to a
+//! clean device (`finish`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::progress::{ProgressLine, stderr_progress};
+use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
+use crate::app::fetch;
+use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
+use crate::gpu::backend::Backend;
+use crate::gpu::compute::{ComputeOptions, KvType};
+use crate::gpu::open::BackendRequest;
+use crate::gpu::select::BackendChoice;
+use crate::gpu::snapshot::QuitStepStatus;
+use crate::model::forward::Model;
+use crate::model::gguf::GgufFile;
+use crate::model::loader::{self, LoadOptions, Loaded};
+use crate::model::protocol::{ModelSource, SamplerConfig};
+
+/// Where the model comes from and how it is set up; shared by every command that runs one.
+#[derive(Args, Debug, Clone)]
+pub struct ModelArgs {
+    /// GGUF model file (default: the configured model, else SmolLM2-135M-Instruct, fetched on
+    /// first use).
+    #[arg(short = 'm', long, value_name = "PATH")]
+    pub model: Option<PathBuf>,
+    /// Use a synthetic model of this shape instead (tiny, smollm2-135m, qwen2.5-0.5b,
+    /// llama-3.2-1b, llama-2-7b).
+    #[arg(long, value_name = "NAME", conflicts_with = "model")]
+    pub synthetic: Option<String>,
+    /// Weight type of the synthetic model.
+    #[arg(
+        long,
+        value_name = "TYPE",
+        default_value = "Q8_0",
+        requires = "synthetic"
+    )]
+    pub quant: String,
+    /// Seed of the synthetic model's weights.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
+    pub synthetic_seed: u64,
+    /// Context size in tokens (default: the model's, at most 4096; 0: the model's trained
+    /// context, as far as memory allows).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_CTX))]
+    pub ctx_size: Option<usize>,
+    /// CPU threads (default: all cores).
+    #[arg(short = 't', long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_THREADS))]
+    pub threads: usize,
+    /// Most tokens per forward step when processing a prompt.
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        value_name = "N",
+        default_value_t = 512,
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(1, MAX_CTX)
+    )]
+    pub batch_size: usize,
+    /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
+    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
+    /// GPU number as the runtime counts them (default: the largest discrete GPU).
+    #[arg(long, value_name = "N")]
+    pub device: Option<u32>,
+    /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
+    #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
+    pub kv_type: KvType,
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    s.parse()
+}
+
+fn parse_kv(s: &str) -> Result<KvType, String> {
+    s.parse()
+}
+
+/// The model a command runs: the one given, a synthetic one, or the default (fetched if needed).
+pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
+    if let Some(shape) = &args.synthetic {
+        use crate::model::synthetic;
+        let usage = |e: synthetic::SynthError| UsageError(e.to_string());
+        synthetic::shape(shape).map_err(usage)?;
+        synthetic::quant_type(&args.quant).map_err(usage)?;
+        return Ok(ModelSource::Synthetic {
+            shape: shape.clone(),
+            quant: args.quant.clone(),
+            seed: args.synthetic_seed,
+        });
+    }
+    if let Some(p) = &args.model {
+        return Ok(ModelSource::File(p.clone()));
+    }
+    let path = fetch::ensure_default_model(&mut stderr_progress())?;
+    Ok(ModelSource::File(path))
+}
+
+/// Opens the model file (or builds the synthetic one), reporting progress on stderr.
+pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
+    let src = model_source(args)?;
+    let mut bar = ProgressLine::new("building");
+    let file = loader::open(&src, &mut |f, what| bar.update(f, what))?;
+    bar.finish();
+    Ok(file)
+}
+
+/// Loads a model ready to run on the CPU backend.
+pub fn load_model(args: &ModelArgs, sampler: SamplerConfig) -> anyhow::Result<Loaded> {
+    load_model_with(args, sampler, false)
+}
+
+/// As [`load_model`], keeping room for every token's logits when `all_logits`.
+pub fn load_model_with(
+    args: &ModelArgs,
+    sampler: SamplerConfig,
+    all_logits: bool,
+) -> anyhow::Result<Loaded> {
+    let file = open_model(args)?;
+    let backend = open_backend(args)?;
+    let opts = LoadOptions {
+        n_ctx: args.ctx_size,
+        n_batch: args.batch_size.max(1),
+        all_logits,
+        sampler,
+    };
+    let mut bar = ProgressLine::new("loading");
+    let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
+        .context("loading the model")?;
+    bar.finish();
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(loaded)
+}
+
+/// The GPU backend's settings from the command line, with `HIPSCOPE_GEMM_MIN_TOKENS` (the batch
+/// size from which matrix products take the GEMM path) for measuring the two paths.
+pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
+    let mut o = ComputeOptions {
+        kv: args.kv_type,
+        ..ComputeOptions::default()
+    };
+    if let Some(n) = std::env::var("HIPSCOPE_GEMM_MIN_TOKENS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        o.gemm_min_tokens = n.max(1);
+    }
+    o
+}
+
+/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
+pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
+    let (backend, said) = crate::gpu::open::open(&BackendRequest {
+        choice: args.backend,
+        device: args.device,
+        threads: args.threads,
+        compute: compute_options(args),
+    })
+    .map_err(anyhow::Error::msg)?;
+    eprintln!("backend: {said}");
+    Ok(backend)
+}
+
+/// Ends a command that ran a model: the backend's quit protocol (bounded drain, then every
+/// device resource in order), failed steps on stderr. When the GPU could not be shut down
+/// cleanly, leaves at once with `_exit(3)` so that no runtime atexit handler can hang the
+/// process; otherwise passes the command's result through.
+pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<i32> {
+    let code = model
+        .backend_mut()
+        .shutdown(QuitConfig::default().drain_deadline, &mut |s| {
+            if matches!(s.status, QuitStepStatus::Failed(_)) {
+                eprintln!("shutdown: {}", describe_step(&s));
+            }
+        });
+    if code != 0 {
+        if let Err(e) = &result {
+            eprintln!("error: {e:#}");
+        }
+        eprintln!("hipscope: the GPU could not be shut down cleanly; leaving without GPU cleanup");
+        hard_exit_now(code);
+    }
+    result
+}
