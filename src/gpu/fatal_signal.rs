@@ -1,7 +1,7 @@
 //! A last word on SIGBUS and SIGSEGV. A memory-mapped model file truncated or overwritten while
 //! in use (a download or a copy onto it) faults on the next read of a page past its new end, and
 //! the default action kills the process with the terminal raw and in the alternate screen. The
-//! per-step check ([`crate::model::gguf::GgufFile::check_unchanged`]) catches most changes first;
+//! model's per-step check of the file (`GgufFile::check_unchanged`) catches most changes first;
 //! a change in the middle of a step ends here.
 //!
 //! The handler does only async-signal-safe things (`write`, `tcsetattr`, `sigaction`): it puts the
