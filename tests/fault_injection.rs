@@ -282,6 +282,9 @@ fn item7_a_failed_model_switch_keeps_the_working_model() {
         assert!(start.elapsed() < LOAD, "{}", s.contents());
         std::thread::sleep(Duration::from_millis(20));
     }
+    // Close the error window (Esc alone, not as Alt with the next key).
+    s.send(b"\x1b");
+    std::thread::sleep(Duration::from_millis(300));
     s.type_line("Name a colour.");
     finished_turns(home.path(), 1, &s);
     let c = transcript::read(&Transcript::latest(&conversations(home.path())).unwrap()).unwrap();
@@ -389,7 +392,10 @@ fn item10_the_terminal_going_away_without_sighup_is_a_quit() {
     let home = tempfile::tempdir().unwrap();
     // In a session of its own (`setsid`), the pseudo-terminal is not its controlling terminal:
     // closing it sends no SIGHUP, reads just end.
-    let mut s = Session::start_wrapped(home.path(), &["setsid", "-w"], &["-n", "-1"], &[]);
+    // `setsid -w` stays behind as the terminal's session leader, waiting for hipscope and
+    // passing its exit code on; it must not die of the SIGHUP that hipscope is spared.
+    let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
+    let mut s = Session::start_wrapped(home.path(), &wrapper, &["-n", "-1"], &[]);
     s.sees("Type a message and press Enter", LOAD);
     s.type_line("Count from 1 to 500, separated by commas.");
     sees_tokens(&s, 4);
