@@ -13,7 +13,7 @@ use hipscope::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::handle::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
 use hipscope::gpu::kernels::{CompileMode, KernelCache};
-use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{DeviceRelease, QuitStepStatus, WatchState};
 use hipscope::gpu::stream::Budget;
 use hipscope::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog, evaluate};
 
@@ -313,7 +313,7 @@ fn a_clean_teardown_runs_every_step_in_order_and_frees_everything() {
     let mut seen = Vec::new();
     let outcome = gpu.teardown(Duration::from_secs(5), &mut |s| seen.push(s));
     assert!(outcome.clean, "{outcome:?}");
-    assert_eq!(outcome.exit_code(), 0);
+    assert_eq!(outcome.release(), DeviceRelease::Clean);
     let names: Vec<&str> = outcome.steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
         names,
@@ -356,7 +356,7 @@ fn a_stuck_kernel_makes_the_drain_time_out_and_no_further_gpu_call_is_made() {
     let calls_before = ctl.log().len();
     let outcome = gpu.teardown(Duration::from_millis(100), &mut |_| {});
     assert!(!outcome.clean);
-    assert_eq!(outcome.exit_code(), 3);
+    assert_eq!(outcome.release(), DeviceRelease::Abandoned);
     match &outcome.steps[0].status {
         QuitStepStatus::Failed(why) => {
             assert!(

@@ -5,7 +5,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use hipscope::app::quit::{EXIT_HARD, EXIT_OK, EXIT_PANIC, QuitConfig, QuitCoordinator};
+use hipscope::app::exit_code::{HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
+use hipscope::app::quit::{QuitConfig, QuitCoordinator};
 use hipscope::gpu::arena::{ArenaPlan, Region};
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::handle::{Arg, Gpu, GpuConfig};

@@ -22,6 +22,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
 use super::transcript::{self, Transcript};
+use crate::app::exit_code;
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
@@ -164,7 +165,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     // The chat draws with escape sequences: into a file or a pipe they are noise, and the
@@ -174,7 +175,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
              `hipscope generate -m MODEL -p TEXT`"
         );
-        return 2;
+        return exit_code::USAGE;
     }
     let log_file = config
         .log
@@ -255,7 +256,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(r) => r,
         Err(e) => {
             eprintln!("hipscope: cannot start the event loop: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     quit.install_panic_hook();
@@ -263,7 +264,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope: cannot set up the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
@@ -271,7 +272,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Err(e) => {
             drop(guard);
             eprintln!("hipscope: cannot draw on the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
 

@@ -7,8 +7,8 @@ use clap::{Parser, Subcommand};
 
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
-use crate::app::cmd;
 use crate::app::cmd::usage;
+use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,14 +72,14 @@ pub fn run() -> i32 {
     };
     match result {
         Ok(code) => code,
-        Err(e) if usage::is_broken_pipe(&e) => 0,
+        Err(e) if usage::is_broken_pipe(&e) => exit_code::OK,
         Err(e) if e.downcast_ref::<usage::UsageError>().is_some() => {
             eprintln!("error: {e:#}");
-            2
+            exit_code::USAGE
         }
         Err(e) => {
             eprintln!("error: {e:#}");
-            1
+            exit_code::FAILED
         }
     }
 }

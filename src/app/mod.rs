@@ -9,6 +9,7 @@ pub mod cmd;
 pub mod config;
 pub mod discover;
 pub mod event_loop;
+pub mod exit_code;
 pub mod fetch;
 pub mod logging;
 pub mod quit;

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 
+use crate::app::exit_code;
 use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
 
@@ -54,7 +55,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     if !args.compile {
@@ -69,17 +70,17 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     }
     let Some(backend) = backend_kind(&args.backend) else {
         eprintln!("hipscope kernels: --backend must be hip or cuda");
-        return 2;
+        return exit_code::USAGE;
     };
     if args.arch.is_empty() {
         eprintln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
-        return 2;
+        return exit_code::USAGE;
     }
     let compiler = match crate::gpu::select::compiler_for(backend) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let cache = if args.no_cache {
@@ -151,7 +152,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
 pub fn compile_child(args: &CompileChildArgs) -> i32 {
     let Some(backend) = backend_kind(&args.backend) else {
         eprintln!("hipscope: unknown backend {}", args.backend);
-        return 2;
+        return exit_code::USAGE;
     };
     match crate::gpu::select::compiler_for(backend) {
         Ok(compiler) => kernels::run_compile_child(compiler.as_ref(), &args.arch, &args.dir),

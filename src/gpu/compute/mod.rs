@@ -29,7 +29,7 @@ use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
 use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{
-    ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
+    ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
 };
 use crate::gpu::stream::{LabelId, StreamShared};
 use crate::gpu::watchdog;
@@ -1180,10 +1180,14 @@ impl Backend for GpuCompute {
         self.gpu.as_ref().map(|_| m)
     }
 
-    fn shutdown(&mut self, drain_deadline: Duration, on_step: &mut dyn FnMut(QuitStep)) -> i32 {
+    fn shutdown(
+        &mut self,
+        drain_deadline: Duration,
+        on_step: &mut dyn FnMut(QuitStep),
+    ) -> DeviceRelease {
         match self.gpu.take() {
-            Some(g) => g.teardown(drain_deadline, on_step).exit_code(),
-            None => 0,
+            Some(g) => g.teardown(drain_deadline, on_step).release(),
+            None => DeviceRelease::Clean,
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::gpu::device::{
     Device, DeviceInfo, DevicePtr, GpuError, MemInfo, PinnedRaw, RawBlas, RawFunction, RawModule,
     RuntimeKind,
 };
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
 
 /// Settings of an opened device.
@@ -134,13 +134,14 @@ pub struct TeardownOutcome {
     pub steps: Vec<QuitStep>,
 }
 
-/// The exit code of a process that had to leave without GPU cleanup (`_exit`, no atexit handlers).
-pub const HARD_EXIT_CODE: i32 = 3;
-
 impl TeardownOutcome {
-    /// 0 when clean, else [`HARD_EXIT_CODE`]: what the worker reports in `Event::Exited`.
-    pub fn exit_code(&self) -> i32 {
-        if self.clean { 0 } else { HARD_EXIT_CODE }
+    /// What the worker reports in `Event::Exited`.
+    pub fn release(&self) -> DeviceRelease {
+        if self.clean {
+            DeviceRelease::Clean
+        } else {
+            DeviceRelease::Abandoned
+        }
     }
 }
 

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use crate::app::exit_code;
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::GpuError;
@@ -95,7 +96,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
                 .and_then(|s| s.parse::<f64>().ok())
                 .unwrap_or(f64::NAN);
             let limit = deadline + QuitConfig::default().grace.as_secs_f64() * 1e3;
-            let pass = code == Some(crate::app::quit::EXIT_HARD)
+            let pass = code == Some(crate::app::exit_code::HARD)
                 && label == "selftest · spin on host flag (never released)"
                 && detect >= budget
                 && detect <= budget + 250.0
@@ -109,7 +110,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
                     quit_ms.unwrap_or(f64::NAN),
                     code.map(|c| c.to_string())
                         .unwrap_or_else(|| "none (signal)".into()),
-                    crate::app::quit::EXIT_HARD,
+                    crate::app::exit_code::HARD,
                     total.as_secs_f64()
                 ),
             ))
@@ -148,7 +149,7 @@ pub(super) fn child_hang(opts: &SelftestOptions) -> i32 {
         Ok(g) => g,
         Err(e) => {
             eprintln!("{e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let r = (|| -> Result<i32, GpuError> {
@@ -266,7 +267,7 @@ pub(super) fn child_quit(opts: &SelftestOptions) -> i32 {
         Ok(g) => g,
         Err(e) => {
             eprintln!("{e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let r = (|| -> Result<i32, GpuError> {

@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+use crate::app::exit_code;
 use crate::gpu::arena::Region;
 use crate::gpu::device::human_bytes;
 use crate::gpu::handle::GemmPath;
@@ -110,7 +111,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         Some("quit") => return child_quit(opts),
         Some(other) => {
             eprintln!("hipscope selftest: unknown child scenario {other:?}");
-            return 2;
+            return exit_code::USAGE;
         }
         None => {}
     }
@@ -119,7 +120,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope selftest: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let sim_plan = DecodeSim::plan();
@@ -128,7 +129,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         .with(Region::Activations, 8 << 20);
     if let Err(e) = gpu.create_arena(&plan) {
         eprintln!("hipscope selftest: {e}");
-        return 2;
+        return exit_code::USAGE;
     }
     match gpu.gemm_path() {
         GemmPath::Blas { library } => {
@@ -158,7 +159,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         Ok(d) => d,
         Err(e) => {
             eprintln!("hipscope selftest: cannot start the watchdog: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let mut rows = Vec::new();
