@@ -110,7 +110,7 @@ fn a_prompt_longer_than_the_context_is_refused_and_forgotten() {
     let mut s = session(64, 4);
     let long = "word ".repeat(200);
     let e = s.chat(&long, &mut |_| Control::Continue).unwrap_err();
-    assert!(e.to_string().contains("context holds 64"), "{e}");
+    assert!(e.to_string().contains("in the context of 64"), "{e}");
     assert!(s.messages().is_empty());
     // The session still works afterwards.
     let (a, _) = say(&mut s, "hi");

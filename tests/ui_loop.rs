@@ -119,7 +119,7 @@ where
     };
     let mut app = App::new(settings());
     let mut transcript =
-        Transcript::create(&dir.join("conversations"), std::time::SystemTime::now()).unwrap();
+        Transcript::create(&dir.join("conversations"), std::time::SystemTime::now());
     let mut clipboard = Vec::new();
     let mut terminal = Terminal::new(screen.clone()).unwrap();
     let script = tokio::spawn(script(user));

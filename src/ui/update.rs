@@ -330,9 +330,10 @@ impl App {
                 if s.len() >= 16 * 1024 {
                     let lines = s.lines().count();
                     self.info(format!(
-                        "pasted {} ({} lines) into the message box; Enter sends it as one message",
+                        "pasted {} ({} line{}) into the message box; Enter sends it as one message",
                         units::bytes(s.len() as u64),
-                        units::count(lines as u64)
+                        units::count(lines as u64),
+                        if lines == 1 { "" } else { "s" }
                     ));
                 }
             }

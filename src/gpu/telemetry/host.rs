@@ -17,14 +17,40 @@ pub fn cpu_name() -> String {
     std::env::consts::ARCH.to_string()
 }
 
-/// (total, available) host memory in bytes.
+/// (total, available) host memory in bytes. What is available is also bounded by this
+/// process's address-space limit (`ulimit -v`), less what it has mapped already: past that an
+/// allocation fails, and Rust aborts on a failed allocation.
 pub fn host_memory() -> Option<(u64, u64)> {
     #[cfg(target_os = "linux")]
     {
-        parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+        let (total, avail) = parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)?;
+        Some((total, avail.min(address_space_left().unwrap_or(u64::MAX))))
     }
     #[cfg(not(target_os = "linux"))]
     None
+}
+
+/// Bytes this process may still map under `RLIMIT_AS`; `None` when there is no limit.
+#[cfg(target_os = "linux")]
+fn address_space_left() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let used = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())?
+        * 1024;
+    Some(lim.rlim_cur.saturating_sub(used))
 }
 
 /// (total, available) bytes from the text of `/proc/meminfo` (whose values are in KiB).
