@@ -45,7 +45,6 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../kernels/infer_matvec.hip"),
     ),
     ("infer_ops", include_str!("../../kernels/infer_ops.hip")),
-    ("ops_f32", include_str!("../../kernels/ops_f32.hip")),
     ("spin", include_str!("../../kernels/spin.hip")),
 ];
 
@@ -700,18 +699,13 @@ mod tests {
 
     #[test]
     fn kernel_names_are_read_from_the_sources() {
-        let ops = embedded_sources()
+        let shift = embedded_sources()
             .into_iter()
-            .find(|s| s.name == "ops_f32")
-            .expect("ops_f32");
+            .find(|s| s.name == "infer_kv_shift")
+            .expect("infer_kv_shift");
         assert_eq!(
-            kernel_names(&ops.text),
-            [
-                "hs_rmsnorm_f32",
-                "hs_matvec_f32",
-                "hs_add_f32",
-                "hs_silu_mul_f32"
-            ]
+            kernel_names(&shift.text),
+            ["hs_kv_shift_f32", "hs_kv_shift_f16"]
         );
         assert_eq!(
             kernel_names("HS_KERNEL void  spaced_out (int x)"),

@@ -285,6 +285,12 @@ impl GpuCompute {
         self.gpu.as_ref()
     }
 
+    /// The runtime underneath, mutably (the selftest switches tracking and breadcrumbs on it and
+    /// reads its allocation counters); `None` after `shutdown`.
+    pub fn runtime_mut(&mut self) -> Option<&mut Gpu> {
+        self.gpu.as_mut()
+    }
+
     fn gpu_mut(&mut self) -> Result<&mut Gpu> {
         self.gpu
             .as_mut()
@@ -725,6 +731,10 @@ impl Backend for GpuCompute {
 
     fn arena(&self) -> ArenaSnapshot {
         self.arena_cache.clone()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 
     fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
