@@ -1,3 +1,6 @@
+//! (One file over 700 lines on purpose: one `Device` implementation whose every method works on
+//! the same scripted state, used only by tests.)
+//!
 //! A scripted fake device for unit tests: host memory stands in for device memory, ops queue in
 //! order on one stream and complete when the script says (at once, when the test releases them,
 //! or — for `hs_spin_on_flag` — only once its host flag is set). Kernels that the mechanisms use

@@ -1,3 +1,6 @@
+//! (Over 700 lines on purpose: the `Backend` implementation is one `impl` block; the kernel
+//! launchers it calls live in one file per kernel family beside it.)
+//!
 //! [`GpuCompute`]: the forward pass's [`Backend`] on a GPU (HIP or CUDA, one kernel source), over
 //! the tracked runtime [`Gpu`].
 //!
