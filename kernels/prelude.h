@@ -112,23 +112,27 @@ __device__ __forceinline__ float hs_warp_max(float v) {
     return v;
 }
 
-// Q8 quantization of one block of `bs` activations, exactly as the CPU backend quantizes them:
-// d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the quants and (d, d * sum q)
-// where q / dd are given, the dequantized values (q * d) where dq is given. Shared by
-// hs_quantize_act and the RMS norm that quantizes its own output.
-__device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed char *q,
-                                            float *dd, float *dq) {
+// Q8 quantization of one block of `bs` activations by the warp, exactly as the CPU backend
+// quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Lane l takes elements
+// l, l + warpSize, ...; max and the integer sum are exact in any order (|sum q| <= 256 * 128 is
+// exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
+// values (q * d) where dq is given. Shared by hs_quantize_act and the RMS norm that quantizes its
+// own output. Every lane of the warp must call it; lane 0 writes dd.
+__device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
+                                                 float *dd, float *dq) {
+    const hs_u32 lane = threadIdx.x % warpSize;
     float amax = 0.0f;
-    for (hs_u32 i = 0; i < bs; ++i) {
+    for (hs_u32 i = lane; i < bs; i += warpSize) {
         amax = fmaxf(amax, fabsf(xb[i]));
     }
+    amax = hs_warp_max(amax);
     const float d = HS_DIV_RN(amax, 127.0f);
     const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
-    int sum = 0;
-    for (hs_u32 i = 0; i < bs; ++i) {
+    float sum = 0.0f;
+    for (hs_u32 i = lane; i < bs; i += warpSize) {
         int v = (int)rintf(xb[i] * id);
         v = v < -128 ? -128 : (v > 127 ? 127 : v);
-        sum += v;
+        sum += (float)v;
         if (q != 0) {
             q[i] = (signed char)v;
         }
@@ -136,9 +140,10 @@ __device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed c
             dq[i] = (float)v * d;
         }
     }
-    if (dd != 0) {
+    sum = hs_warp_sum(sum);
+    if (dd != 0 && lane == 0) {
         dd[0] = d;
-        dd[1] = d * (float)sum;
+        dd[1] = d * sum;
     }
 }
 
