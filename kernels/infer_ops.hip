@@ -31,6 +31,8 @@ HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w,
     const float *xr = x + (hs_u64)blockIdx.x * dim;
     float *yr = y + (hs_u64)blockIdx.x * dim;
     float acc = 0.0f;
+    // Unrolled so that the loads are in flight together; the additions keep their order.
+#pragma unroll 8
     for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
         acc += xr[i] * xr[i];
     }
@@ -55,6 +57,8 @@ HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, f
     const float *xr = x + (hs_u64)blockIdx.x * dim;
     float *yr = y + (hs_u64)blockIdx.x * dim;
     float acc = 0.0f;
+    // Unrolled so that the loads are in flight together; the additions keep their order.
+#pragma unroll 8
     for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
         acc += xr[i] * xr[i];
     }

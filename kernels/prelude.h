@@ -117,20 +117,33 @@ __device__ __forceinline__ float hs_warp_max(float v) {
 // l, l + warpSize, ...; max and the integer sum are exact in any order (|sum q| <= 256 * 128 is
 // exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
 // values (q * d) where dq is given. Shared by hs_quantize_act and the RMS norm that quantizes its
-// own output. Every lane of the warp must call it; lane 0 writes dd.
+// own output. bs is at most HS_Q8_MAX_BLOCK (K-quant super-blocks). Every lane of the warp must
+// call it; lane 0 writes dd.
+#define HS_Q8_MAX_BLOCK 256
 __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
                                                  float *dd, float *dq) {
     const hs_u32 lane = threadIdx.x % warpSize;
+    // The lane's elements (at most HS_Q8_MAX_BLOCK / 32), loaded together before any use: the
+    // stores below may alias them (char), which would otherwise order each load after them.
+    float x[HS_Q8_MAX_BLOCK / 32];
     float amax = 0.0f;
-    for (hs_u32 i = lane; i < bs; i += warpSize) {
-        amax = fmaxf(amax, fabsf(xb[i]));
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        x[k] = (i < bs) ? xb[i] : 0.0f;
+        amax = fmaxf(amax, fabsf(x[k]));
     }
     amax = hs_warp_max(amax);
     const float d = HS_DIV_RN(amax, 127.0f);
     const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
     float sum = 0.0f;
-    for (hs_u32 i = lane; i < bs; i += warpSize) {
-        int v = (int)rintf(xb[i] * id);
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        if (i >= bs) {
+            break;
+        }
+        int v = (int)rintf(x[k] * id);
         v = v < -128 ? -128 : (v > 127 ? 127 : v);
         sum += (float)v;
         if (q != 0) {
