@@ -428,9 +428,7 @@ impl GpuCompute {
             f,
             // A warp per block of `bs` (the kernel loops over the blocks beyond the grid).
             [
-                (n_blocks * self.warp as u64)
-                    .div_ceil(128)
-                    .clamp(1, 65_535) as u32,
+                (n_blocks * self.warp as u64).div_ceil(128).clamp(1, 65_535) as u32,
                 1,
                 1,
             ],
