@@ -16,7 +16,8 @@ use crate::model::synthetic;
 pub struct SynthArgs {
     /// Shape: tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-2-7b.
     pub name: String,
-    /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+    /// IQ4_NL, IQ4_XS).
     #[arg(long, default_value = "Q8_0")]
     pub quant: String,
     /// Seed of the random weights.
