@@ -25,8 +25,8 @@ use super::transcript::{self, Transcript};
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
-use crate::ui::{App, Msg, Settings};
 use crate::ui::theme::ThemeName;
+use crate::ui::{App, Msg, Settings};
 
 /// What the worker is started with (the coordinator's `WorkerOptions` is built from this).
 #[derive(Clone, Debug, PartialEq)]

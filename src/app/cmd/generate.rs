@@ -1,10 +1,13 @@
 //! `hipscope generate`: text to stdout as it is produced, timings to stderr.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::Context;
 use clap::Args;
+use clap::error::ErrorKind;
 
 use super::model_args::{ModelArgs, load_model};
 use crate::model::loader::Loaded;
@@ -15,9 +18,13 @@ use crate::model::session::{Control, Progress};
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The prompt.
-    #[arg(short = 'p', long)]
-    pub prompt: String,
+    /// The prompt ("-": read it from stdin, as it is read when stdin is a pipe and no prompt is
+    /// given).
+    #[arg(short = 'p', long, allow_hyphen_values = true)]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file.
+    #[arg(short = 'f', long, value_name = "FILE", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
     /// Apply the model's chat template (the prompt is the user's message).
     #[arg(long)]
     pub chat: bool,
@@ -87,8 +94,33 @@ impl SamplingArgs {
     }
 }
 
-pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
+/// The prompt, as llama-cli takes it: `-p TEXT`, `-f FILE`, `-p -` or a pipe on stdin. No prompt
+/// at all (stdin a terminal) is a usage error, said before any model is loaded.
+fn read_prompt(a: &GenerateArgs) -> anyhow::Result<String> {
+    let stdin = || -> anyhow::Result<String> {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the prompt from stdin")?;
+        Ok(s)
+    };
+    match (&a.prompt, &a.file) {
+        (Some(p), _) if p == "-" => stdin(),
+        (Some(p), _) => Ok(p.clone()),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt from {}", f.display())),
+        (None, None) if !std::io::stdin().is_terminal() => stdin(),
+        (None, None) => clap::Error::raw(
+            ErrorKind::MissingRequiredArgument,
+            "no prompt: give one with -p TEXT, -f FILE, or on stdin (-p - or a pipe)\n",
+        )
+        .exit(),
+    }
+}
+
+pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
     let sampler = a.sampling.config()?;
+    a.prompt = Some(read_prompt(&a)?);
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
@@ -140,11 +172,12 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
             Control::Continue
         }
     };
+    let prompt = a.prompt.as_deref().unwrap_or_default();
     let answer = if a.chat {
-        session.chat(&a.prompt, &mut on)?
+        session.chat(prompt, &mut on)?
     } else {
-        let _ = out_write(&a.prompt);
-        session.complete(&a.prompt, &mut on)?
+        let _ = out_write(prompt);
+        session.complete(prompt, &mut on)?
     };
     println!();
     let st = &answer.stats;
