@@ -200,3 +200,31 @@ fn generate_with_an_unreadable_prompt_file_says_which() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn an_explicit_gpu_backend_that_cannot_start_is_refused_before_the_terminal() {
+    // This machine has no GPU (the tests run on CPU-only machines): HIP and CUDA cannot start.
+    for (backend, reason) in [("cuda", "CUDA"), ("hip", "HIP")] {
+        let home = tempfile::tempdir().unwrap();
+        let out = fresh(home.path())
+            .args(["--backend", backend])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{backend}: {err}");
+        assert!(
+            err.contains(&format!("the {backend} backend cannot start")) && err.contains(reason),
+            "{err}"
+        );
+        assert!(!err.contains("terminal"), "{err}");
+    }
+    // `auto` falls back to the CPU and goes on to the terminal (which a test has not got).
+    let home = tempfile::tempdir().unwrap();
+    let out = fresh(home.path())
+        .args(["--backend", "auto"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cannot set up the terminal"), "{err}");
+}

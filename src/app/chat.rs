@@ -208,6 +208,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return 2;
         }
     };
+    // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
+    // here, before the terminal is taken (`auto` falls back to the CPU instead).
+    if let Err(e) = crate::gpu::select::preflight(config.backend, config.device) {
+        eprintln!(
+            "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
+            config.backend
+        );
+        return 2;
+    }
     let log_file = config
         .log
         .file
