@@ -228,3 +228,65 @@ fn an_explicit_gpu_backend_that_cannot_start_is_refused_before_the_terminal() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("cannot set up the terminal"), "{err}");
 }
+
+#[test]
+fn convert_refuses_to_requantize_without_allow_requantize() {
+    let home = tempfile::tempdir().unwrap();
+    let q4 = home.path().join("tiny-q4.gguf");
+    let f16 = home.path().join("tiny-f16.gguf");
+    for (path, quant) in [(&q4, "Q4_0"), (&f16, "F16")] {
+        let out = fresh(home.path())
+            .args(["synth", "tiny", "--quant", quant, "-o"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let out_path = home.path().join("tiny-q8.gguf");
+    let convert = |input: &Path, extra: &[&str]| {
+        fresh(home.path())
+            .arg("convert")
+            .arg(input)
+            .args(["--type", "Q8_0", "-o"])
+            .arg(&out_path)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = convert(&q4, &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("already quantized (Q4_0)")
+            && err.contains("loses quality")
+            && err.contains("--allow-requantize"),
+        "{err}"
+    );
+    assert!(!out_path.exists(), "nothing is written when refused");
+    let out = convert(&q4, &["--allow-requantize"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(out_path.exists());
+    std::fs::remove_file(&out_path).unwrap();
+    // From a float original: no flag needed.
+    let out = convert(&f16, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+#[test]
+fn the_kernel_list_is_aligned() {
+    let home = tempfile::tempdir().unwrap();
+    let out = fresh(home.path()).arg("kernels").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listing = text(&out.stdout);
+    let lines: Vec<&str> = listing.lines().collect();
+    assert!(lines.len() > 2, "{listing}");
+    // Every list starts in the same column: after the name and at least two spaces.
+    let starts: Vec<usize> = lines
+        .iter()
+        .map(|l| {
+            let name = l.split(' ').next().unwrap().len();
+            name + l[name..].len() - l[name..].trim_start().len()
+        })
+        .collect();
+    assert!(starts.iter().all(|&s| s == starts[0]), "{listing}");
+}
