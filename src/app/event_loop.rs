@@ -183,9 +183,11 @@ pub async fn event_loop<B: Backend>(
                         }
                     }
                     Effect::Export(path) => {
-                        let r =
-                            io.transcript
-                                .export_markdown(path, &io.export_dir, SystemTime::now());
+                        let r = io
+                            .transcript
+                            .export_markdown(path, &io.export_dir, SystemTime::now())
+                            // The full path, so that `/save notes.md` says where it went.
+                            .map(|p| std::path::absolute(&p).unwrap_or(p));
                         app.update(Msg::Saved(r));
                     }
                     Effect::Discover => {
