@@ -10,15 +10,15 @@ use std::time::Duration;
 
 use hipscope::gpu::backend::{Backend, BackendError};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
-use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
-use hipscope::gpu::stats::QuitStepStatus;
+use hipscope::gpu::snapshot::{DeviceRelease, QuitStepStatus};
 use hipscope::model::forward::{Logits, Model, ModelError, ModelOptions};
 use hipscope::model::loader;
 use hipscope::model::protocol::ModelSource;
 
-fn fake(total_memory: u64) -> (FakeBackend, FakeControl) {
-    let f = FakeBackend::new(FakeScript {
+fn fake(total_memory: u64) -> (FakeDevice, FakeControl) {
+    let f = FakeDevice::new(FakeScript {
         total_memory,
         auto_complete: true,
         blas: false,
@@ -141,7 +141,7 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     let code = m
         .backend_mut()
         .shutdown(Duration::from_secs(2), &mut |s| steps.push(s));
-    assert_eq!(code, 0);
+    assert_eq!(code, DeviceRelease::Clean);
     let done: Vec<&str> = steps
         .iter()
         .filter(|s| s.status == QuitStepStatus::Done)
@@ -165,7 +165,7 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     assert_eq!(
         m.backend_mut()
             .shutdown(Duration::from_secs(1), &mut |_| {}),
-        0
+        DeviceRelease::Clean
     );
     assert!(m.forward(&[1], 24, Logits::Last, &mut logits).is_err());
 }
@@ -221,6 +221,6 @@ fn unsupported_calls_are_errors_not_panics() {
     assert_eq!(
         m.backend_mut()
             .shutdown(Duration::from_secs(2), &mut |_| {}),
-        0
+        DeviceRelease::Clean
     );
 }

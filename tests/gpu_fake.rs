@@ -8,17 +8,17 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use hipscope::gpu::arena::{ArenaPlan, Region};
-use hipscope::gpu::context::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
+use hipscope::gpu::checksum::VerifyError;
 use hipscope::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
-use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
+use hipscope::gpu::handle::{Arg, GemmPath, Gpu, GpuConfig, wait_until};
 use hipscope::gpu::kernels::{CompileMode, KernelCache};
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{DeviceRelease, QuitStepStatus, WatchState};
 use hipscope::gpu::stream::Budget;
-use hipscope::gpu::upload::VerifyError;
 use hipscope::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog, evaluate};
 
 fn fake_gpu(script: FakeScript, cfg: GpuConfig) -> (Gpu, FakeControl) {
-    let be = FakeBackend::new(script);
+    let be = FakeDevice::new(script);
     let ctl = be.control();
     let mut gpu = Gpu::open(Box::new(be), cfg).expect("open fake");
     gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
@@ -313,7 +313,7 @@ fn a_clean_teardown_runs_every_step_in_order_and_frees_everything() {
     let mut seen = Vec::new();
     let outcome = gpu.teardown(Duration::from_secs(5), &mut |s| seen.push(s));
     assert!(outcome.clean, "{outcome:?}");
-    assert_eq!(outcome.exit_code(), 0);
+    assert_eq!(outcome.release(), DeviceRelease::Clean);
     let names: Vec<&str> = outcome.steps.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
         names,
@@ -356,7 +356,7 @@ fn a_stuck_kernel_makes_the_drain_time_out_and_no_further_gpu_call_is_made() {
     let calls_before = ctl.log().len();
     let outcome = gpu.teardown(Duration::from_millis(100), &mut |_| {});
     assert!(!outcome.clean);
-    assert_eq!(outcome.exit_code(), 3);
+    assert_eq!(outcome.release(), DeviceRelease::Abandoned);
     match &outcome.steps[0].status {
         QuitStepStatus::Failed(why) => {
             assert!(
@@ -566,7 +566,7 @@ fn with_tracking_off_no_op_is_recorded_and_no_breadcrumb_is_passed() {
 
 #[test]
 fn a_failed_open_gives_back_what_it_made() {
-    let be = FakeBackend::new(FakeScript::default());
+    let be = FakeDevice::new(FakeScript::default());
     let ctl = be.control();
     ctl.fail_next("alloc_pinned", 2);
     let e = Gpu::open(Box::new(be), small_cfg())

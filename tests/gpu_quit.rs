@@ -5,10 +5,11 @@
 use std::process::Command;
 use std::time::Duration;
 
-use hipscope::app::quit::{EXIT_HARD, EXIT_OK, EXIT_PANIC, QuitConfig, QuitCoordinator};
+use hipscope::app::exit_code::{HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
+use hipscope::app::quit::{QuitConfig, QuitCoordinator};
 use hipscope::gpu::arena::{ArenaPlan, Region};
-use hipscope::gpu::context::{Arg, Gpu, GpuConfig};
-use hipscope::gpu::fake::{FakeBackend, FakeControl, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
+use hipscope::gpu::handle::{Arg, Gpu, GpuConfig};
 use hipscope::gpu::kernels::{CompileMode, KernelCache};
 
 const CHILD: &str = "HIPSCOPE_QUIT_CHILD";
@@ -34,7 +35,7 @@ fn scenario() -> Option<String> {
 }
 
 fn gpu_with_stuck_kernel() -> (Gpu, FakeControl) {
-    let be = FakeBackend::new(FakeScript::default());
+    let be = FakeDevice::new(FakeScript::default());
     let ctl = be.control();
     let mut gpu = Gpu::open(
         Box::new(be),
@@ -97,7 +98,7 @@ fn drain_timeout_takes_the_hard_exit_after_running_the_hooks() {
 #[test]
 fn a_clean_quit_returns_zero_after_every_step() {
     if scenario().as_deref() == Some("clean") {
-        let be = FakeBackend::new(FakeScript::default());
+        let be = FakeDevice::new(FakeScript::default());
         let mut gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open");
         gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
             .expect("kernels");

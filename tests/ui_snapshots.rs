@@ -5,7 +5,7 @@
 mod ui_common;
 
 use crossterm::event::KeyCode;
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Event, StopReason};
 use hipscope::ui::Msg;
 use ui_common::*;

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crossterm::event::KeyCode;
-use hipscope::gpu::stats::WatchState;
+use hipscope::gpu::snapshot::{DeviceRelease, WatchState};
 use hipscope::model::protocol::{Command, Event, ModelSource, StopReason};
+use hipscope::ui::quit_screen::WorkerEnd;
 use hipscope::ui::state::{GenState, Overlay};
 use hipscope::ui::{App, Effect, Msg};
 use ui_common::*;
@@ -68,8 +69,16 @@ fn ctrl_c_idle_quits_with_the_configured_drain_deadline() {
     // Keys other than Ctrl-C do nothing during the quit.
     assert!(app.update(key(KeyCode::Char('x'))).is_empty());
     assert!(app.input.is_empty());
-    worker(&mut app, Event::Exited { code: 0 });
-    assert_eq!(app.exit_code(), Some(0));
+    worker(
+        &mut app,
+        Event::Exited {
+            release: DeviceRelease::Clean,
+        },
+    );
+    assert_eq!(
+        app.worker_ended(),
+        Some(WorkerEnd::Released(DeviceRelease::Clean))
+    );
 }
 
 #[test]
@@ -429,15 +438,23 @@ fn panel_heights_fill_the_column_and_squeeze_the_tallest_first() {
 }
 
 #[test]
-fn a_worker_that_exits_on_its_own_is_reported_and_its_code_kept() {
+fn a_worker_that_exits_on_its_own_is_reported_and_its_end_kept() {
     let mut app = streaming_app();
-    worker(&mut app, Event::Exited { code: 4 });
+    worker(
+        &mut app,
+        Event::Exited {
+            release: DeviceRelease::Abandoned,
+        },
+    );
     assert!(!app.worker_alive);
     assert_eq!(app.generation, GenState::Idle);
     assert_eq!(app.errors.len(), 1);
-    assert!(app.errors[0].message.contains("exited with code 4"));
+    assert!(app.errors[0].message.contains("device abandoned"));
     assert!(sent(&app.update(ctrl('c'))).is_empty(), "no worker to ask");
-    assert_eq!(app.exit_code(), Some(4));
+    assert_eq!(
+        app.worker_ended(),
+        Some(WorkerEnd::Released(DeviceRelease::Abandoned))
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal};
 use super::transcript::{self, Transcript};
+use crate::app::exit_code;
 use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
@@ -205,7 +206,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
@@ -296,7 +297,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(r) => r,
         Err(e) => {
             eprintln!("hipscope: cannot start the event loop: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     quit.install_panic_hook();
@@ -304,7 +305,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(g) => g,
         Err(e) => {
             eprintln!("hipscope: cannot set up the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
     let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
@@ -312,7 +313,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Err(e) => {
             drop(guard);
             eprintln!("hipscope: cannot draw on the terminal: {e}");
-            return 1;
+            return exit_code::FAILED;
         }
     };
 
@@ -405,7 +406,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     use crate::model::protocol::ModelSource;
     use crate::model::worker::{self, WorkerOptions};
 
-    let request = crate::app::backend::BackendRequest {
+    let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
         threads: cfg.threads as usize,
@@ -424,7 +425,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move || crate::app::backend::open(&request).map(|(b, _)| b)),
+        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

@@ -8,7 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
-use crate::app::{cmd, gpu_cli};
+use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -46,11 +46,11 @@ pub enum Commands {
     Info(cmd::info::InfoArgs),
     /// Check the GPU mechanisms (stream tracking, watchdog, quit, upload verification) on this
     /// machine's GPU with real kernels.
-    Selftest(gpu_cli::SelftestArgs),
+    Selftest(cmd::selftest::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
-    Kernels(gpu_cli::KernelsArgs),
+    Kernels(cmd::kernels::KernelsArgs),
     #[command(name = "__compile-kernels", hide = true)]
-    CompileKernels(gpu_cli::CompileChildArgs),
+    CompileKernels(cmd::kernels::CompileChildArgs),
 }
 
 pub fn run() -> i32 {
@@ -73,9 +73,9 @@ pub fn run() -> i32 {
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
-        Some(Commands::Selftest(a)) => Ok(gpu_cli::selftest(&a)),
-        Some(Commands::Kernels(a)) => Ok(gpu_cli::kernels(&a)),
-        Some(Commands::CompileKernels(a)) => Ok(gpu_cli::compile_child(&a)),
+        Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),
+        Some(Commands::Kernels(a)) => Ok(cmd::kernels::kernels(&a)),
+        Some(Commands::CompileKernels(a)) => Ok(cmd::kernels::compile_child(&a)),
         Some(Commands::Chat(a)) => Ok(run_chat(ChatOptions::new(a))),
         None => Ok(run_chat(ChatOptions::new(cli.chat))),
     };
@@ -83,7 +83,7 @@ pub fn run() -> i32 {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            1
+            exit_code::FAILED
         }
     }
 }

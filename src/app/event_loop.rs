@@ -17,6 +17,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::clipboard;
 use super::discover::{self, Places};
+use super::exit_code;
 use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
@@ -79,9 +80,9 @@ pub async fn event_loop<B: Backend>(
     let mut reported_failure = false;
 
     loop {
-        if let Some(code) = app.exit_code() {
+        if let Some(end) = app.worker_ended() {
             draw(terminal, app);
-            return Ending::Exited(code);
+            return Ending::Exited(exit_code::after_worker(end));
         }
         let mut msgs: Vec<Msg> = Vec::new();
         let mut draw_now = false;

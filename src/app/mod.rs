@@ -1,6 +1,5 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
-pub mod backend;
 pub mod chat;
 pub mod chat_args;
 pub mod cli;
@@ -9,12 +8,10 @@ pub mod cmd;
 pub mod config;
 pub mod discover;
 pub mod event_loop;
+pub mod exit_code;
 pub mod fetch;
-pub mod gpu_cli;
 pub mod logging;
 pub mod quit;
-pub mod selftest;
-pub mod selftest_compute;
 pub mod shutdown;
 pub mod terminal;
 pub mod transcript;

@@ -1,7 +1,7 @@
 //! The quit coordinator: the one path by which the UI, Ctrl-C, SIGTERM and panics leave.
 //!
 //! Normal path: stop intake → the worker's bounded drain and device teardown (each step reported
-//! as a `QuitStep`, see `gpu::context::Gpu::teardown`) → exit hooks (restore the terminal, flush
+//! as a `QuitStep`, see `gpu::handle::Gpu::teardown`) → exit hooks (restore the terminal, flush
 //! logs and transcripts) → return the exit code from `main`.
 //!
 //! Hard path, when the drain times out, a GPU call fails with a sticky error, the whole quit
@@ -22,15 +22,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::terminal;
-use crate::gpu::context::{HARD_EXIT_CODE, TeardownOutcome};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
-
-/// Clean exit.
-pub const EXIT_OK: i32 = 0;
-/// Left with `_exit` because the GPU could not be shut down cleanly.
-pub const EXIT_HARD: i32 = HARD_EXIT_CODE;
-/// Left with `_exit` after a panic.
-pub const EXIT_PANIC: i32 = 101;
+use crate::app::exit_code::{self, HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
+use crate::gpu::handle::TeardownOutcome;
+use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
 /// The quit's time limits; defined beside `Command::Quit` so that the view and the worker get the
 /// same value the coordinator runs on.
@@ -228,7 +222,10 @@ impl QuitCoordinator {
 
     /// As [`QuitCoordinator::finish`], from a teardown outcome.
     pub fn finish_teardown(&self, outcome: &TeardownOutcome) -> i32 {
-        self.finish(outcome.exit_code(), outcome.reason.as_deref())
+        self.finish(
+            exit_code::after(outcome.release()),
+            outcome.reason.as_deref(),
+        )
     }
 
     /// Runs the exit hooks once (later calls do nothing).

@@ -4,7 +4,7 @@
 //! (ROCm/ROCm#5590, #5724), and `hipMallocAsync` pools have open deadlock reports.
 
 use crate::gpu::device::{Device, DevicePtr, GpuError, MemInfo, human_bytes};
-use crate::gpu::stats::{ArenaSnapshot, RegionSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, RegionSnapshot};
 
 /// Sub-allocation alignment: enough for every vector load and for rocBLAS/cuBLAS workspaces.
 pub const ALIGN: u64 = 256;

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::gpu::quant::GgmlType;
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot};
+use crate::gpu::snapshot::{
+    ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
+};
 
 /// A weight tensor held by the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -277,10 +279,14 @@ pub trait Backend: Send {
     }
 
     /// The device half of the quit protocol: a bounded drain, then every device resource in
-    /// order, each step reported through `on_step`. Returns the exit code: 0 when every step
-    /// succeeded, 3 ([`crate::gpu::context::HARD_EXIT_CODE`]) when the process must leave with
-    /// `_exit` because the GPU could not be shut down cleanly. Later calls do nothing and return 0.
-    fn shutdown(&mut self, _drain_deadline: Duration, _on_step: &mut dyn FnMut(QuitStep)) -> i32 {
-        0
+    /// order, each step reported through `on_step`. `Abandoned` when the process must leave with
+    /// `_exit` because the GPU could not be shut down cleanly. Later calls do nothing and return
+    /// `Clean`.
+    fn shutdown(
+        &mut self,
+        _drain_deadline: Duration,
+        _on_step: &mut dyn FnMut(QuitStep),
+    ) -> DeviceRelease {
+        DeviceRelease::Clean
     }
 }

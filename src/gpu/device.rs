@@ -1,12 +1,12 @@
-//! The device interface: what every GPU backend (HIP, CUDA, the scripted fake) provides, in raw
-//! handles, and the errors they report.
+//! The runtime interface: what every GPU runtime (HIP, CUDA, the scripted fake) provides for one
+//! device, in raw handles, and the errors they report.
 //!
 //! A [`Device`] is one opened device with exactly one non-blocking stream, created when the
 //! device is opened. Every asynchronous method enqueues on that stream; there is no way to name
 //! another stream, so the null (legacy, blocking) stream is unreachable through this interface.
 //! There is no synchronous copy, memset or device/stream synchronize either: completion is
 //! observed through events only (`record_event` + `query_event`). The safe, tracked layer above
-//! it is [`crate::gpu::context::Gpu`].
+//! it is [`crate::gpu::handle::Gpu`].
 
 use std::ffi::c_void;
 use std::fmt;
@@ -16,24 +16,24 @@ use std::time::Duration;
 
 /// Which runtime drives a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum BackendKind {
+pub enum RuntimeKind {
     Hip,
     Cuda,
     /// The scripted fake device of unit tests.
     Fake,
 }
 
-impl BackendKind {
+impl RuntimeKind {
     pub fn name(self) -> &'static str {
         match self {
-            BackendKind::Hip => "hip",
-            BackendKind::Cuda => "cuda",
-            BackendKind::Fake => "fake",
+            RuntimeKind::Hip => "hip",
+            RuntimeKind::Cuda => "cuda",
+            RuntimeKind::Fake => "fake",
         }
     }
 }
 
-impl fmt::Display for BackendKind {
+impl fmt::Display for RuntimeKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -80,7 +80,7 @@ unsafe impl Send for PinnedRaw {}
 /// What a device is, read once at open.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct DeviceInfo {
-    pub backend: Option<BackendKind>,
+    pub backend: Option<RuntimeKind>,
     /// Index as the runtime numbers devices (after `HIP_VISIBLE_DEVICES`/`CUDA_VISIBLE_DEVICES`).
     pub ordinal: u32,
     pub name: String,
@@ -222,7 +222,7 @@ pub trait EventProbe: Send + Sync {
 /// completes), and that handles came from this backend and were not destroyed.
 pub trait Device: Send {
     fn info(&self) -> &DeviceInfo;
-    fn kind(&self) -> BackendKind;
+    fn kind(&self) -> RuntimeKind;
     fn mem_info(&mut self) -> Result<MemInfo, GpuError>;
     /// Device allocations this backend has made since it was opened, counted where the runtime
     /// call is made (independent of the arena's own bookkeeping).
@@ -324,7 +324,7 @@ pub trait Device: Send {
 /// A runtime error code with the call that returned it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeError {
-    pub backend: BackendKind,
+    pub backend: RuntimeKind,
     pub call: &'static str,
     pub code: i64,
     /// Our own text for the code (HIP 5.2's `hipGetErrorString` returns the enum name only).
@@ -354,7 +354,7 @@ pub enum GpuError {
     },
     #[error("no {backend} device: {detail}")]
     NoDevice {
-        backend: BackendKind,
+        backend: RuntimeKind,
         detail: String,
     },
     #[error("{0}")]
@@ -413,7 +413,7 @@ pub enum GpuError {
     #[error("the device was already shut down")]
     TornDown,
     #[error("upload verification: {0}")]
-    Verify(#[from] crate::gpu::upload::VerifyError),
+    Verify(#[from] crate::gpu::checksum::VerifyError),
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     #[error("{path}: {source}")]

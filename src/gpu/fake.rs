@@ -9,12 +9,12 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::gpu::checksum::host_checksum;
 use crate::gpu::device::{
-    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
-    MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError,
+    BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
+    PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError, RuntimeKind,
 };
 use crate::gpu::kernels::{KernelCompiler, kernel_names};
-use crate::gpu::upload::host_checksum;
 
 /// How the fake behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -172,15 +172,15 @@ impl FakeControl {
 }
 
 /// The fake device.
-pub struct FakeBackend {
+pub struct FakeDevice {
     info: DeviceInfo,
     ctl: FakeControl,
 }
 
-impl FakeBackend {
-    pub fn new(script: FakeScript) -> FakeBackend {
+impl FakeDevice {
+    pub fn new(script: FakeScript) -> FakeDevice {
         let info = DeviceInfo {
-            backend: Some(BackendKind::Fake),
+            backend: Some(RuntimeKind::Fake),
             ordinal: 0,
             name: "fake GPU".into(),
             arch: "fake".into(),
@@ -202,7 +202,7 @@ impl FakeBackend {
             next_event: 1,
             ..Default::default()
         };
-        FakeBackend {
+        FakeDevice {
             info,
             ctl: FakeControl {
                 state: Arc::new((Mutex::new(state), Condvar::new())),
@@ -225,7 +225,7 @@ fn fail(s: &mut FakeState, call: &'static str) -> Result<(), GpuError> {
     {
         s.fail_next = None;
         return Err(GpuError::Runtime(RuntimeError {
-            backend: BackendKind::Fake,
+            backend: RuntimeKind::Fake,
             call,
             code,
             message: "injected failure".into(),
@@ -520,7 +520,7 @@ impl EventProbe for FakeProbe {
             Some(Some(at)) => Ok(s.executed >= *at),
             Some(None) => Ok(true),
             None => Err(GpuError::Runtime(RuntimeError {
-                backend: BackendKind::Fake,
+                backend: RuntimeKind::Fake,
                 call: "eventQuery",
                 code: 400,
                 message: "invalid event".into(),
@@ -529,13 +529,13 @@ impl EventProbe for FakeProbe {
     }
 }
 
-impl Device for FakeBackend {
+impl Device for FakeDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Fake
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Fake
     }
 
     fn mem_info(&mut self) -> Result<MemInfo, GpuError> {
@@ -557,7 +557,7 @@ impl Device for FakeBackend {
         let used: u64 = s.device.values().map(|v| v.len() as u64).sum();
         if used + bytes > s.script.total_memory {
             return Err(GpuError::Runtime(RuntimeError {
-                backend: BackendKind::Fake,
+                backend: RuntimeKind::Fake,
                 call: "malloc",
                 code: 2,
                 message: "out of device memory".into(),
@@ -576,7 +576,7 @@ impl Device for FakeBackend {
         s.log.push("free".into());
         s.device.remove(&ptr.0).map(|_| ()).ok_or_else(|| {
             GpuError::Runtime(RuntimeError {
-                backend: BackendKind::Fake,
+                backend: RuntimeKind::Fake,
                 call: "free",
                 code: 17,
                 message: "invalid device pointer".into(),
@@ -754,7 +754,7 @@ impl Device for FakeBackend {
             .is_some_and(|n| n.iter().any(|k| k == name));
         if !known {
             return Err(GpuError::Runtime(RuntimeError {
-                backend: BackendKind::Fake,
+                backend: RuntimeKind::Fake,
                 call: "get_function",
                 code: 500,
                 message: format!("no kernel {name}"),
@@ -786,7 +786,7 @@ impl Device for FakeBackend {
         fail(&mut s, "launch")?;
         let name = s.functions.get(&f.0).cloned().ok_or_else(|| {
             GpuError::Runtime(RuntimeError {
-                backend: BackendKind::Fake,
+                backend: RuntimeKind::Fake,
                 call: "launch",
                 code: 98,
                 message: "invalid device function".into(),
@@ -908,8 +908,8 @@ impl Device for FakeBackend {
 pub struct FakeCompiler;
 
 impl KernelCompiler for FakeCompiler {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Fake
+    fn backend(&self) -> RuntimeKind {
+        RuntimeKind::Fake
     }
 
     fn id(&self) -> String {

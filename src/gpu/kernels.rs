@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
-use crate::gpu::device::{BackendKind, GpuError};
+use crate::gpu::device::{GpuError, RuntimeKind};
 
 /// Prepended to every kernel source.
 pub const PRELUDE: &str = include_str!("../../kernels/prelude.h");
@@ -122,7 +122,7 @@ pub fn kernel_names(text: &str) -> Vec<String> {
 
 /// A run-time kernel compiler (hiprtc, nvrtc).
 pub trait KernelCompiler {
-    fn backend(&self) -> BackendKind;
+    fn backend(&self) -> RuntimeKind;
     /// Compiler and version, part of the cache key (`hiprtc 5.2.21153 (libamdhip64.so.5)`).
     fn id(&self) -> String;
     fn options(&self, arch: &str) -> Vec<String>;
@@ -130,15 +130,6 @@ pub trait KernelCompiler {
     fn check_target(&self, arch: &str) -> Result<(), GpuError>;
     /// Compiles one full source (prelude included) into a loadable code object.
     fn compile(&self, name: &str, source: &str, arch: &str) -> Result<Vec<u8>, GpuError>;
-}
-
-/// The compiler for a backend, loaded from its runtime libraries.
-pub fn compiler_for(backend: BackendKind) -> Result<Box<dyn KernelCompiler>, GpuError> {
-    match backend {
-        BackendKind::Hip => Ok(Box::new(crate::gpu::hip::rtc::Hiprtc::load()?)),
-        BackendKind::Cuda => Ok(Box::new(crate::gpu::cuda::Nvrtc::load()?)),
-        BackendKind::Fake => Ok(Box::new(crate::gpu::fake::FakeCompiler)),
-    }
 }
 
 /// The on-disk cache of compiled kernels. `None` root: caching off.
@@ -181,7 +172,7 @@ impl KernelCache {
             .collect()
     }
 
-    fn path(&self, backend: BackendKind, arch: &str, name: &str, key: &str) -> Option<PathBuf> {
+    fn path(&self, backend: RuntimeKind, arch: &str, name: &str, key: &str) -> Option<PathBuf> {
         let root = self.root.as_ref()?;
         Some(
             root.join(format!("{backend}-{arch}"))
@@ -189,7 +180,7 @@ impl KernelCache {
         )
     }
 
-    pub fn load(&self, backend: BackendKind, arch: &str, name: &str, key: &str) -> Option<Vec<u8>> {
+    pub fn load(&self, backend: RuntimeKind, arch: &str, name: &str, key: &str) -> Option<Vec<u8>> {
         let p = self.path(backend, arch, name, key)?;
         std::fs::read(p).ok().filter(|b| !b.is_empty())
     }
@@ -197,7 +188,7 @@ impl KernelCache {
     /// Writes atomically (temp file + rename), so a crash never leaves a truncated object.
     pub fn store(
         &self,
-        backend: BackendKind,
+        backend: RuntimeKind,
         arch: &str,
         name: &str,
         key: &str,
@@ -435,7 +426,7 @@ pub const CHILD_SUBCOMMAND: &str = "__compile-kernels";
 /// Runs `exe __compile-kernels` for the given sources and reads its per-kernel report.
 fn compile_in_child(
     exe: &Path,
-    backend: BackendKind,
+    backend: RuntimeKind,
     arch: &str,
     todo: &[&KernelSource],
     timeout: Duration,
@@ -626,14 +617,7 @@ fn parse_child_line(line: &str, arch: &str, dir: &Path) -> Option<KernelBuild> {
 /// The child side: compiles every `*.hip` in `dir` for `arch` in this process, writes
 /// `<name>.co` next to each and one JSON line per kernel on stdout (flushed, so the parent knows
 /// how far it got if the compiler aborts). Returns the exit code.
-pub fn run_compile_child(backend: BackendKind, arch: &str, dir: &Path) -> i32 {
-    let compiler = match compiler_for(backend) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("hipscope: {e}");
-            return 2;
-        }
-    };
+pub fn run_compile_child(compiler: &dyn KernelCompiler, arch: &str, dir: &Path) -> i32 {
     let sources = match sources_from_dir(dir) {
         Ok(s) => s,
         Err(e) => {
@@ -643,7 +627,7 @@ pub fn run_compile_child(backend: BackendKind, arch: &str, dir: &Path) -> i32 {
     };
     let stdout = std::io::stdout();
     for s in &sources {
-        let b = compile_one(compiler.as_ref(), s, arch);
+        let b = compile_one(compiler, s, arch);
         let line = match (&b.image, &b.status) {
             (Some(img), BuildStatus::Compiled { millis }) => {
                 if let Err(e) = std::fs::write(dir.join(format!("{}.co", s.name)), img) {
@@ -748,18 +732,18 @@ mod tests {
     fn cache_round_trips_and_misses_on_other_keys() {
         let dir = std::env::temp_dir().join(format!("hipscope-cache-test-{}", std::process::id()));
         let c = KernelCache::at(dir.clone());
-        assert_eq!(c.load(BackendKind::Hip, "gfx1030", "busy", "k1"), None);
-        c.store(BackendKind::Hip, "gfx1030", "busy", "k1", b"object")
+        assert_eq!(c.load(RuntimeKind::Hip, "gfx1030", "busy", "k1"), None);
+        c.store(RuntimeKind::Hip, "gfx1030", "busy", "k1", b"object")
             .expect("store");
         assert_eq!(
-            c.load(BackendKind::Hip, "gfx1030", "busy", "k1").as_deref(),
+            c.load(RuntimeKind::Hip, "gfx1030", "busy", "k1").as_deref(),
             Some(&b"object"[..])
         );
-        assert_eq!(c.load(BackendKind::Hip, "gfx1030", "busy", "k2"), None);
-        assert_eq!(c.load(BackendKind::Cuda, "gfx1030", "busy", "k1"), None);
+        assert_eq!(c.load(RuntimeKind::Hip, "gfx1030", "busy", "k2"), None);
+        assert_eq!(c.load(RuntimeKind::Cuda, "gfx1030", "busy", "k1"), None);
         let _ = std::fs::remove_dir_all(dir);
         assert_eq!(
-            KernelCache::disabled().load(BackendKind::Hip, "a", "b", "c"),
+            KernelCache::disabled().load(RuntimeKind::Hip, "a", "b", "c"),
             None
         );
     }

@@ -1,21 +1,34 @@
-//! The device layer: quant block formats, the CPU reference backend, and (at run time) the HIP and
-//! CUDA backends with their stream, arena and watchdog. Imports nothing from `model/`, `ui/` or
-//! `app/`.
+//! The device layer, bottom to top:
+//! - plain types: `snapshot` (what the UI is shown), `device` (the runtime interface, its ids and
+//!   errors), `checksum`, `dirs`, `quant` (block formats and their CPU reference);
+//! - runtimes, one folder or file each: `hip/`, `cuda/`, `fake` (the scripted test device), with
+//!   `kernels` (the `.hip` sources, run-time compilation and its cache);
+//! - mechanisms on one opened device: `stream`, `arena`, `watchdog`, and `handle/` ([`Gpu`], the
+//!   handle that owns them);
+//! - backends, what the forward pass runs on (`backend::Backend`): `cpu/` and `compute/` (the
+//!   GPU one, over [`Gpu`]);
+//! - choosing and opening: `select` (which runtime and device), `open` (the backend a user asked
+//!   for).
+//!
+//! Imports nothing from `model/`, `ui/` or `app/`; no file here imports one above it.
 
 pub mod arena;
 pub mod backend;
+pub mod checksum;
 pub mod compute;
-pub mod context;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dirs;
 pub mod fake;
+pub mod handle;
 pub mod hip;
 pub mod kernels;
+pub mod open;
 pub mod quant;
 pub mod select;
-pub mod stats;
+pub mod snapshot;
 pub mod stream;
-pub mod upload;
 pub mod watchdog;
+
+pub use handle::{Gpu, GpuConfig};

@@ -7,7 +7,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::gpu::device::{BackendKind, Device, DeviceInfo, GpuError, human_bytes};
+use crate::gpu::device::{Device, DeviceInfo, GpuError, RuntimeKind, human_bytes};
+use crate::gpu::kernels::KernelCompiler;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BackendChoice {
@@ -93,7 +94,7 @@ pub fn pick_default(devices: &[DeviceInfo]) -> Option<&DeviceInfo> {
 
 /// Picks `requested` or the default among `devices`, explaining the choice.
 pub fn pick(
-    backend: BackendKind,
+    backend: RuntimeKind,
     devices: &[DeviceInfo],
     requested: Option<u32>,
 ) -> Result<(u32, String), GpuError> {
@@ -114,9 +115,9 @@ pub fn pick(
             .join("; ")
     };
     let visible = match backend {
-        BackendKind::Hip => ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"].as_slice(),
-        BackendKind::Cuda => ["CUDA_VISIBLE_DEVICES"].as_slice(),
-        BackendKind::Fake => [].as_slice(),
+        RuntimeKind::Hip => ["HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"].as_slice(),
+        RuntimeKind::Cuda => ["CUDA_VISIBLE_DEVICES"].as_slice(),
+        RuntimeKind::Fake => [].as_slice(),
     };
     let env_note: String = visible
         .iter()
@@ -163,15 +164,15 @@ pub fn pick(
 fn open_hip(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let rt = crate::gpu::hip::HipRuntime::load()?;
     let devices = rt.devices()?;
-    let (n, why) = pick(BackendKind::Hip, &devices, device)?;
+    let (n, why) = pick(RuntimeKind::Hip, &devices, device)?;
     let be = rt.open(n)?;
     Ok((Box::new(be), why))
 }
 
 fn open_cuda(device: Option<u32>) -> Result<(Box<dyn Device>, String), GpuError> {
     let devices = crate::gpu::cuda::probe()?;
-    let (n, why) = pick(BackendKind::Cuda, &devices, device)?;
-    let be = crate::gpu::cuda::CudaBackend::open(n)?;
+    let (n, why) = pick(RuntimeKind::Cuda, &devices, device)?;
+    let be = crate::gpu::cuda::CudaDevice::open(n)?;
     Ok((Box::new(be), why))
 }
 
@@ -193,7 +194,7 @@ pub fn select(choice: BackendChoice, device: Option<u32>) -> Result<Selected, Gp
             })
         }
         BackendChoice::Fake => Ok(Selected::Gpu {
-            backend: Box::new(crate::gpu::fake::FakeBackend::new(
+            backend: Box::new(crate::gpu::fake::FakeDevice::new(
                 crate::gpu::fake::FakeScript::default(),
             )),
             reason: "fake: the scripted test device, as requested".into(),
@@ -236,8 +237,8 @@ pub fn select(choice: BackendChoice, device: Option<u32>) -> Result<Selected, Gp
 /// to it (the chat, before it takes the terminal); `auto`, `cpu` and `fake` always pass.
 pub fn preflight(choice: BackendChoice, device: Option<u32>) -> Result<(), GpuError> {
     let (kind, devices) = match choice {
-        BackendChoice::Hip => (BackendKind::Hip, crate::gpu::hip::probe()?),
-        BackendChoice::Cuda => (BackendKind::Cuda, crate::gpu::cuda::probe()?),
+        BackendChoice::Hip => (RuntimeKind::Hip, crate::gpu::hip::probe()?),
+        BackendChoice::Cuda => (RuntimeKind::Cuda, crate::gpu::cuda::probe()?),
         BackendChoice::Auto | BackendChoice::Cpu | BackendChoice::Fake => return Ok(()),
     };
     pick(kind, &devices, device).map(|_| ())
@@ -248,6 +249,15 @@ fn short(e: &GpuError) -> String {
         GpuError::LibraryMissing { what, .. } => format!("no {what}"),
         GpuError::NoDevice { detail, .. } => format!("no device: {detail}"),
         other => other.to_string(),
+    }
+}
+
+/// The run-time kernel compiler of a runtime, loaded from its libraries (hiprtc, nvrtc).
+pub fn compiler_for(runtime: RuntimeKind) -> Result<Box<dyn KernelCompiler>, GpuError> {
+    match runtime {
+        RuntimeKind::Hip => Ok(Box::new(crate::gpu::hip::rtc::Hiprtc::load()?)),
+        RuntimeKind::Cuda => Ok(Box::new(crate::gpu::cuda::Nvrtc::load()?)),
+        RuntimeKind::Fake => Ok(Box::new(crate::gpu::fake::FakeCompiler)),
     }
 }
 
@@ -271,7 +281,7 @@ mod tests {
         // A Ryzen desktop: the iGPU (sharing 32 GiB of RAM) comes first and reports more memory.
         let devs = [dev(0, 32, true), dev(1, 24, false), dev(2, 16, false)];
         assert_eq!(pick_default(&devs).map(|d| d.ordinal), Some(1));
-        let (n, why) = pick(BackendKind::Hip, &devs, None).expect("pick");
+        let (n, why) = pick(RuntimeKind::Hip, &devs, None).expect("pick");
         assert_eq!(n, 1);
         assert!(why.contains("largest discrete"), "{why}");
         // A Strix Halo alone: the APU is the device.
@@ -285,8 +295,8 @@ mod tests {
     #[test]
     fn an_explicit_device_must_exist() {
         let devs = [dev(0, 24, false)];
-        assert_eq!(pick(BackendKind::Hip, &devs, Some(0)).expect("ok").0, 0);
-        let e = pick(BackendKind::Hip, &devs, Some(3))
+        assert_eq!(pick(RuntimeKind::Hip, &devs, Some(0)).expect("ok").0, 0);
+        let e = pick(RuntimeKind::Hip, &devs, Some(3))
             .unwrap_err()
             .to_string();
         assert!(e.contains("--device 3") && e.contains("gpu0"), "{e}");

@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::gpu::device::{Device, DevicePtr, GpuError, RawEvent};
-use crate::gpu::stats::StreamSnapshot;
+use crate::gpu::snapshot::StreamSnapshot;
 
 /// Slots in the in-flight table; the worker never lets more ops than this be in flight.
 pub const RING: usize = 4096;

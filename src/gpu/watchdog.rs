@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::gpu::device::DeviceInfo;
-use crate::gpu::stats::{WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
 use crate::gpu::stream::{OpRecord, StreamShared};
 
 /// Watchdog settings.
@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn states_follow_the_heads_budget() {
-        let mut fake = crate::gpu::fake::FakeBackend::new(crate::gpu::fake::FakeScript::default());
+        let mut fake = crate::gpu::fake::FakeDevice::new(crate::gpu::fake::FakeScript::default());
         let mut ts = crate::gpu::stream::TrackedStream::new("x", &mut fake).expect("stream");
         let l = ts.label("layer 0 · matvec");
         let b = Budget {

@@ -4,10 +4,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::gpu::stats::{
+use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, StreamSnapshot, TelemetrySample, WatchdogSnapshot,
 };
-pub use crate::gpu::stats::{QuitStep, QuitStepStatus};
+pub use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
 
 /// Sampling settings, named as llama.cpp names them.
 #[derive(Clone, Debug, PartialEq)]
@@ -218,8 +218,8 @@ pub enum Event {
         message: String,
     },
     QuitStep(QuitStep),
-    /// The worker has finished; `code` is the exit code the process should leave with.
+    /// The worker has finished; how the device was released decides how the process leaves.
     Exited {
-        code: i32,
+        release: DeviceRelease,
     },
 }

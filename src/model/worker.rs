@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::gpu::backend::{Backend, BackendMonitor};
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::session::{Control, Progress, Session};
@@ -119,8 +119,8 @@ impl Worker {
                 self.deferred.remove(0)
             };
             if let Command::Quit { drain_deadline } = cmd {
-                let code = self.quit(drain_deadline);
-                self.send(Event::Exited { code });
+                let release = self.quit(drain_deadline);
+                self.send(Event::Exited { release });
                 return;
             }
             self.handle(cmd);
@@ -299,8 +299,9 @@ impl Worker {
         self.snapshots();
     }
 
-    /// Releases the model and device in order, reporting each step; returns the exit code.
-    fn quit(&mut self, drain_deadline: Duration) -> i32 {
+    /// Releases the model and device in order, reporting each step; returns how the device
+    /// was released.
+    fn quit(&mut self, drain_deadline: Duration) -> DeviceRelease {
         let events = self.events.clone();
         let step = |name: &str, f: &mut dyn FnMut() -> Result<(), String>| {
             let t = Instant::now();
@@ -322,25 +323,25 @@ impl Worker {
         let mut session = self.session.take();
         step("stop intake", &mut || Ok(()));
         // The device half: bounded drain, then each GPU resource in order, each step reported.
-        let code = match &mut session {
+        let release = match &mut session {
             Some(s) => s
                 .model_mut()
                 .backend_mut()
                 .shutdown(drain_deadline, &mut |st| {
                     let _ = events.send(Event::QuitStep(st));
                 }),
-            None => 0,
+            None => DeviceRelease::Clean,
         };
-        if code != 0 {
+        if release == DeviceRelease::Abandoned {
             // The GPU is wedged: touch nothing more of it; the process leaves with _exit.
             std::mem::forget(session.take());
-            return code;
+            return release;
         }
         step("release model and backend", &mut || {
             session.take();
             Ok(())
         });
-        code
+        release
     }
 }
 

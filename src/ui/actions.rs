@@ -9,7 +9,7 @@ use super::commands::{self, CopyTarget, Parsed, SlashCommand};
 use super::markdown;
 use super::msg::Effect;
 use super::picker::{ModelEntry, Picker};
-use super::quit_screen::QuitState;
+use super::quit_screen::{QuitState, WorkerEnd};
 use super::sampler::{self, SamplerForm};
 use super::settings::{PANEL_EXTRA_MAX, PANEL_EXTRA_MIN, Panels};
 use super::state::{App, GenState, Overlay};
@@ -324,7 +324,7 @@ impl App {
             ..QuitState::default()
         };
         if !self.worker_alive {
-            q.exited = Some(self.worker_code.unwrap_or(1));
+            q.exited = Some(self.worker_end.unwrap_or(WorkerEnd::Vanished));
             self.quit = Some(q);
             return Vec::new();
         }

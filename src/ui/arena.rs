@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, HostSample};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample};
 
 use super::meter::{bar, ellipsize, history, lines_on_top, open_panel, text};
 use super::series::Series;
@@ -116,7 +116,7 @@ impl ArenaPanel {
             .max()
             .unwrap_or(0)
             .min(16);
-        let amount = |r: &crate::gpu::stats::RegionSnapshot| {
+        let amount = |r: &crate::gpu::snapshot::RegionSnapshot| {
             if r.used == r.capacity {
                 units::bytes(r.used)
             } else {

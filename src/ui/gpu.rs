@@ -5,7 +5,7 @@ use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 
-use crate::gpu::stats::{DeviceSummary, HostSample, TelemetrySample};
+use crate::gpu::snapshot::{DeviceSummary, HostSample, TelemetrySample};
 
 use super::meter::{
     bar, ellipsize, history, lines_on_top, open_panel, panel_note, text, wrap_words,

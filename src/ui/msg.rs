@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crossterm::event::{Event as TermEvent, KeyEvent, MouseEvent};
 
-use crate::gpu::stats::HostSample;
+use crate::gpu::snapshot::HostSample;
 use crate::model::protocol::{Command, Event};
 
 use super::picker::ModelEntry;

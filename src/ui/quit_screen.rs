@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Paragraph};
 
-use crate::gpu::stats::{QuitStep, QuitStepStatus};
+use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
 
 use super::meter::{centered, ellipsize, spinner, text};
 use super::theme::Theme;
@@ -22,8 +22,29 @@ pub struct QuitState {
     pub steps: Vec<QuitStep>,
     /// What asked for the quit (`Ctrl-C`, `/quit`, `SIGTERM`).
     pub reason: String,
-    /// The worker's exit code, once it has finished.
-    pub exited: Option<i32>,
+    /// How the worker ended, once it has.
+    pub exited: Option<WorkerEnd>,
+}
+
+/// How the inference worker ended; the app layer turns it into the process's exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerEnd {
+    /// It finished its quit (or stopped on its own) and released the device so.
+    Released(DeviceRelease),
+    /// Its channel closed without a word (the thread died).
+    Vanished,
+}
+
+impl WorkerEnd {
+    pub fn describe(self) -> &'static str {
+        match self {
+            WorkerEnd::Released(DeviceRelease::Clean) => "device released cleanly",
+            WorkerEnd::Released(DeviceRelease::Abandoned) => {
+                "the GPU did not answer: device abandoned"
+            }
+            WorkerEnd::Vanished => "the worker thread ended without a word",
+        }
+    }
 }
 
 impl QuitState {
@@ -82,8 +103,11 @@ pub fn render(
     lines.push(Line::default());
     let waited = now.saturating_sub(quit.started);
     match quit.exited {
-        Some(code) => lines.push(Line::from(text(
-            format!("worker finished (exit code {code}); restoring the terminal"),
+        Some(end) => lines.push(Line::from(text(
+            format!(
+                "worker finished ({}); restoring the terminal",
+                end.describe()
+            ),
             theme.ok,
         ))),
         None => lines.push(Line::from(text(

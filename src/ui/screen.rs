@@ -6,7 +6,7 @@ use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 
-use crate::gpu::stats::WatchState;
+use crate::gpu::snapshot::WatchState;
 
 use super::meter::{bar, ellipsize, spinner, text};
 use super::settings::PanelId;

@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use crate::gpu::stats::DeviceSummary;
+use crate::gpu::snapshot::DeviceSummary;
 use crate::model::protocol::{GenStats, ModelSummary, SamplerConfig};
 
 use super::arena::ArenaPanel;
@@ -15,7 +15,7 @@ use super::error_dialog::ErrorInfo;
 use super::gpu::GpuPanel;
 use super::input::InputBox;
 use super::picker::{ModelEntry, Picker};
-use super::quit_screen::QuitState;
+use super::quit_screen::{QuitState, WorkerEnd};
 use super::sampler::SamplerForm;
 use super::settings::{
     AUTO_SIDEBAR_MIN_WIDTH, PanelId, Panels, SIDEBAR_MAX, SIDEBAR_MIN, Settings,
@@ -98,8 +98,8 @@ pub struct App {
     pub errors: VecDeque<ErrorInfo>,
     pub quit: Option<QuitState>,
     pub worker_alive: bool,
-    /// The code the worker exited with on its own (not asked to quit).
-    pub worker_code: Option<i32>,
+    /// How the worker ended on its own (not asked to quit).
+    pub worker_end: Option<WorkerEnd>,
     /// A message sent while the model was still loading: it goes out once the model is ready.
     pub pending: Option<String>,
     /// Models found by the last discovery (kept for the next time the picker opens).
@@ -142,7 +142,7 @@ impl App {
             errors: VecDeque::new(),
             quit: None,
             worker_alive: true,
-            worker_code: None,
+            worker_end: None,
             pending: None,
             models: None,
             size: (0, 0),
@@ -173,7 +173,7 @@ impl App {
     }
 
     /// The exit code once the worker has finished quitting.
-    pub fn exit_code(&self) -> Option<i32> {
+    pub fn worker_ended(&self) -> Option<WorkerEnd> {
         self.quit.as_ref().and_then(|q| q.exited)
     }
 

@@ -9,7 +9,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Sparkline};
 
-use crate::gpu::stats::{DeviceSummary, StreamSnapshot};
+use crate::gpu::snapshot::{DeviceSummary, StreamSnapshot};
 
 use super::meter::{ellipsize, open_panel, panel_note, text};
 use super::series::Series;

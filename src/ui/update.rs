@@ -3,12 +3,12 @@
 
 use crossterm::event::{MouseEvent, MouseEventKind};
 
-use crate::gpu::stats::WatchState;
+use crate::gpu::snapshot::WatchState;
 use crate::model::protocol::Event;
 
 use super::chat::NoticeLevel;
 use super::msg::{Effect, Msg};
-use super::quit_screen::QuitState;
+use super::quit_screen::{QuitState, WorkerEnd};
 use super::state::{App, GenState, Overlay, Progress};
 use super::units;
 
@@ -214,17 +214,19 @@ impl App {
                 });
                 q.step(step);
             }
-            Event::Exited { code } => {
+            Event::Exited { release } => {
                 self.worker_alive = false;
+                let end = WorkerEnd::Released(release);
                 match &mut self.quit {
-                    Some(q) => q.exited = Some(code),
+                    Some(q) => q.exited = Some(end),
                     None => {
                         self.generation = GenState::Idle;
-                        self.worker_code = Some(code);
+                        self.worker_end = Some(end);
                         self.error(
                             "the inference worker stopped",
                             &format!(
-                                "It exited with code {code}. The conversation so far is saved; /save exports it. Ctrl-C quits.{}",
+                                "It stopped ({}). The conversation so far is saved; /save exports it. Ctrl-C quits.{}",
+                                end.describe(),
                                 self.log_hint()
                             ),
                         );
@@ -243,7 +245,7 @@ impl App {
         match &mut self.quit {
             Some(q) => {
                 if q.exited.is_none() {
-                    q.exited = Some(1);
+                    q.exited = Some(WorkerEnd::Vanished);
                 }
             }
             None => {

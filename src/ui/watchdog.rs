@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
-use crate::gpu::stats::{DeviceSummary, WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{DeviceSummary, WatchState, WatchdogSnapshot};
 
 use super::meter::{
     bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,

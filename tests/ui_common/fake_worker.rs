@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hipscope::gpu::stats::{QuitStepStatus, WatchState};
+use hipscope::gpu::snapshot::{DeviceRelease, QuitStepStatus, WatchState};
 use hipscope::model::protocol::{Command, Event, GenStats, StopReason};
 use hipscope::model::worker::WorkerHandle;
 use tokio::sync::mpsc::UnboundedSender;
@@ -172,5 +172,7 @@ fn quit(send: &dyn Fn(Event), mode: Mode, commands: &Receiver<Command>) {
         QuitStepStatus::Done,
         120,
     )));
-    send(Event::Exited { code: 0 });
+    send(Event::Exited {
+        release: DeviceRelease::Clean,
+    });
 }

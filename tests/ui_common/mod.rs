@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseEvent, MouseEventKind};
-use hipscope::gpu::stats::{
+use hipscope::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, HostSample, QuitStep, QuitStepStatus, RegionSnapshot,
     StreamSnapshot, TelemetrySample, WatchState, WatchdogSnapshot,
 };

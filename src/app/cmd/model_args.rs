@@ -9,13 +9,13 @@ use anyhow::Context;
 use clap::Args;
 
 use super::progress::{ProgressLine, stderr_progress};
-use crate::app::backend::BackendRequest;
-use crate::app::fetch;
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
+use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, KvType};
+use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
-use crate::gpu::stats::QuitStepStatus;
+use crate::gpu::snapshot::{DeviceRelease, QuitStepStatus};
 use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
 use crate::model::loader::{self, LoadOptions, Loaded};
@@ -163,7 +163,7 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let (backend, said) = crate::app::backend::open(&BackendRequest {
+    let (backend, said) = crate::gpu::open::open(&BackendRequest {
         choice: args.backend,
         device: args.device,
         threads: args.threads,
@@ -179,19 +179,19 @@ pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
 /// cleanly, leaves at once with `_exit(3)` so that no runtime atexit handler can hang the
 /// process; otherwise passes the command's result through.
 pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<i32> {
-    let code = model
+    let release = model
         .backend_mut()
         .shutdown(QuitConfig::default().drain_deadline, &mut |s| {
             if matches!(s.status, QuitStepStatus::Failed(_)) {
                 eprintln!("shutdown: {}", describe_step(&s));
             }
         });
-    if code != 0 {
+    if release == DeviceRelease::Abandoned {
         if let Err(e) = &result {
             eprintln!("error: {e:#}");
         }
         eprintln!("hipscope: the GPU could not be shut down cleanly; leaving without GPU cleanup");
-        hard_exit_now(code);
+        hard_exit_now(exit_code::after(release));
     }
     result
 }

@@ -14,7 +14,7 @@ use crate::gpu::backend::{
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
 use crate::gpu::quant::GgmlType;
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep};
 
 /// The worst difference seen for one kind of op.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -251,7 +251,11 @@ impl Backend for Lockstep {
         self.gpu.arena()
     }
 
-    fn shutdown(&mut self, drain_deadline: Duration, on_step: &mut dyn FnMut(QuitStep)) -> i32 {
+    fn shutdown(
+        &mut self,
+        drain_deadline: Duration,
+        on_step: &mut dyn FnMut(QuitStep),
+    ) -> DeviceRelease {
         self.gpu.shutdown(drain_deadline, on_step)
     }
 }

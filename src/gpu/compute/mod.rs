@@ -24,11 +24,13 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, BackendMonitor, Buf, MemoryPlan, OpLabel, Result,
     RopeParams, Weight, WeightData,
 };
-use crate::gpu::context::{Arg, Gpu, GpuConfig, KernelFn};
-use crate::gpu::device::{BackendKind, Device, GemmF32, GpuError, Op};
+use crate::gpu::device::{Device, GemmF32, GpuError, Op, RuntimeKind};
+use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
 use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot};
+use crate::gpu::snapshot::{
+    ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
+};
 use crate::gpu::stream::{LabelId, StreamShared};
 use crate::gpu::watchdog;
 
@@ -227,7 +229,7 @@ impl GpuCompute {
     ) -> std::result::Result<GpuCompute, GpuError> {
         let mode = match device.kind() {
             // hiprtc can abort the process on targets it does not know: compile in a child.
-            BackendKind::Hip => CompileMode::isolated(),
+            RuntimeKind::Hip => CompileMode::isolated(),
             _ => CompileMode::InProcess,
         };
         let mut gpu = Gpu::open(device, GpuConfig::default())?;
@@ -1178,10 +1180,14 @@ impl Backend for GpuCompute {
         self.gpu.as_ref().map(|_| m)
     }
 
-    fn shutdown(&mut self, drain_deadline: Duration, on_step: &mut dyn FnMut(QuitStep)) -> i32 {
+    fn shutdown(
+        &mut self,
+        drain_deadline: Duration,
+        on_step: &mut dyn FnMut(QuitStep),
+    ) -> DeviceRelease {
         match self.gpu.take() {
-            Some(g) => g.teardown(drain_deadline, on_step).exit_code(),
-            None => 0,
+            Some(g) => g.teardown(drain_deadline, on_step).release(),
+            None => DeviceRelease::Clean,
         }
     }
 }

@@ -11,7 +11,7 @@ use crate::gpu::backend::{
     WeightData,
 };
 use crate::gpu::quant::{self, GgmlType};
-use crate::gpu::stats::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
 
 struct CpuWeight {
     name: String,

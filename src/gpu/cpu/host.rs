@@ -1,6 +1,6 @@
 //! Facts about the host, for the device panel. Linux reads /proc; elsewhere they are unknown.
 
-use crate::gpu::stats::HostSample;
+use crate::gpu::snapshot::HostSample;
 
 /// The CPU's model name, e.g. `AMD EPYC 7B13`.
 pub fn cpu_name() -> String {

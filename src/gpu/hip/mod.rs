@@ -1,4 +1,4 @@
-//! The HIP backend: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
+//! The HIP runtime: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
 
 pub mod ffi;
 pub mod kfd;
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::thread::ThreadId;
 
 use crate::gpu::device::{
-    BackendKind, BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError,
-    MemInfo, Op, PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError,
+    BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
+    PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError, RuntimeKind,
 };
 use ffi::{HIP_SUCCESS, HipApi, HipError, HipStream, hip_error_text};
 use rocblas::{RocblasApi, RocblasHandle, rocblas_status_text};
@@ -21,7 +21,7 @@ const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
 
 fn err(call: &'static str, code: HipError) -> GpuError {
     GpuError::Runtime(RuntimeError {
-        backend: BackendKind::Hip,
+        backend: RuntimeKind::Hip,
         call,
         code: code as i64,
         message: hip_error_text(code).to_string(),
@@ -103,7 +103,7 @@ impl HipRuntime {
             );
         }
         Err(GpuError::NoDevice {
-            backend: BackendKind::Hip,
+            backend: RuntimeKind::Hip,
             detail,
         })
     }
@@ -190,7 +190,7 @@ impl HipRuntime {
             }
         }
         Ok(DeviceInfo {
-            backend: Some(BackendKind::Hip),
+            backend: Some(RuntimeKind::Hip),
             ordinal,
             name,
             arch,
@@ -213,7 +213,7 @@ impl HipRuntime {
     }
 
     /// Opens a device: makes it current and creates its one non-blocking stream.
-    pub fn open(&self, ordinal: u32) -> Result<HipBackend, GpuError> {
+    pub fn open(&self, ordinal: u32) -> Result<HipDevice, GpuError> {
         let info = self.describe(ordinal)?;
         // SAFETY: plain call.
         check("hipSetDevice", unsafe {
@@ -231,7 +231,7 @@ impl HipRuntime {
             },
             Err(why) => (None, Some(why)),
         };
-        Ok(HipBackend {
+        Ok(HipDevice {
             api: self.api.clone(),
             info,
             ordinal: ordinal as c_int,
@@ -250,7 +250,7 @@ pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
 }
 
 /// One opened HIP device.
-pub struct HipBackend {
+pub struct HipDevice {
     api: Arc<HipApi>,
     info: DeviceInfo,
     ordinal: c_int,
@@ -264,9 +264,9 @@ pub struct HipBackend {
 
 // SAFETY: the HIP runtime is thread-safe; the stream handle is used by one owner at a time
 // (`&mut self`), and `ensure_current` makes the device current on whichever thread that is.
-unsafe impl Send for HipBackend {}
+unsafe impl Send for HipDevice {}
 
-impl HipBackend {
+impl HipDevice {
     fn ensure_current(&mut self) -> Result<(), GpuError> {
         let me = std::thread::current().id();
         if self.current_on != Some(me) {
@@ -302,7 +302,7 @@ fn rocblas_check(call: &'static str, s: rocblas::RocblasStatus) -> Result<(), Gp
         Ok(())
     } else {
         Err(GpuError::Runtime(RuntimeError {
-            backend: BackendKind::Hip,
+            backend: RuntimeKind::Hip,
             call,
             code: s as i64,
             message: rocblas_status_text(s).to_string(),
@@ -325,13 +325,13 @@ impl EventProbe for HipProbe {
     }
 }
 
-impl Device for HipBackend {
+impl Device for HipDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
     }
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Hip
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Hip
     }
 
     fn mem_info(&mut self) -> Result<MemInfo, GpuError> {

@@ -5,7 +5,7 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use crate::gpu::device::{BackendKind, GpuError};
+use crate::gpu::device::{GpuError, RuntimeKind};
 use crate::gpu::hip::ffi::{
     self, HIP_SUCCESS, HiprtcApi, HiprtcProgram, decode_hip_version, hip_version_pair,
     hiprtc_error_text,
@@ -90,8 +90,8 @@ pub fn known_bad_pairing(hip: (u32, u32), arch: &str) -> Result<(), String> {
 }
 
 impl KernelCompiler for Hiprtc {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Hip
+    fn backend(&self) -> RuntimeKind {
+        RuntimeKind::Hip
     }
 
     fn id(&self) -> String {

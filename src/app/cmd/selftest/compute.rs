@@ -32,6 +32,7 @@ use crate::gpu::cpu::CpuBackend;
 use crate::gpu::kernels::KernelCache;
 use crate::gpu::quant::GgmlType;
 use crate::gpu::select::{BackendChoice, Selected, select};
+use crate::gpu::snapshot::DeviceRelease;
 use crate::model::forward::{Logits, Model, ModelOptions};
 use crate::model::gguf::GgufFile;
 use crate::model::loader;
@@ -263,11 +264,11 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         }
         Ok(out)
     })();
-    let code = g
+    let release = g
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
-    if code != 0 {
-        return Err(format!("GPU shutdown was not clean (exit code {code})"));
+    if release != DeviceRelease::Clean {
+        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
     }
     result
 }
@@ -285,12 +286,12 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
             break;
         }
     }
-    let code = m
+    let release = m
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
     r?;
-    if code != 0 {
-        return Err(format!("GPU shutdown was not clean (exit code {code})"));
+    if release != DeviceRelease::Clean {
+        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
     }
     Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
 }

@@ -132,3 +132,15 @@ pub enum QuitStepStatus {
     Skipped(String),
     Failed(String),
 }
+
+/// How the device half of the quit ended. The app turns it into the process's exit code
+/// (`app/exit_code.rs`); nothing below the app layer defines exit codes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeviceRelease {
+    /// Every step ran and succeeded (or there was no device): returning from `main` is safe.
+    #[default]
+    Clean,
+    /// The GPU did not answer or failed: the process must leave with `_exit`, so that no atexit
+    /// handler can wait on it.
+    Abandoned,
+}

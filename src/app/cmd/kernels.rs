@@ -1,55 +1,14 @@
-//! The GPU subcommands: `hipscope selftest`, `hipscope kernels`, and the hidden
-//! `hipscope __compile-kernels` that runs the kernel compiler in a child process.
+//! `hipscope kernels` (list or compile the kernel sources) and the hidden `hipscope
+//! __compile-kernels` that runs the kernel compiler in a child process.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 
-use crate::app::selftest::{self, SelftestOptions};
-use crate::app::selftest_compute::{self, ComputeCheckOptions};
-use crate::gpu::device::{BackendKind, human_bytes};
+use crate::app::exit_code;
+use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
-use crate::gpu::select::BackendChoice;
-
-#[derive(Args, Debug, Clone)]
-pub struct SelftestArgs {
-    /// auto, hip, cuda (the CPU has nothing to test).
-    #[arg(long, default_value = "auto", value_parser = parse_backend)]
-    pub backend: BackendChoice,
-    /// Device number as the runtime counts (default: the largest discrete GPU).
-    #[arg(long)]
-    pub device: Option<u32>,
-    /// Decode steps per round of the overhead measurement.
-    #[arg(long, default_value_t = 100)]
-    pub steps: usize,
-    /// Compile kernels afresh instead of using the on-disk cache.
-    #[arg(long)]
-    pub no_cache: bool,
-    /// Check the GPU forward pass against the CPU backend on synthetic models (and --model
-    /// files) instead of the mechanisms.
-    #[arg(long)]
-    pub compute: bool,
-    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m).
-    #[arg(long, value_delimiter = ',', requires = "compute")]
-    pub shapes: Vec<String>,
-    /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).
-    #[arg(long, value_delimiter = ',', requires = "compute")]
-    pub quants: Vec<String>,
-    /// With --compute: real GGUF files to check as well.
-    #[arg(short = 'm', long = "model", requires = "compute")]
-    pub models: Vec<PathBuf>,
-    /// With --compute: compare every op of every case (a per-op error table).
-    #[arg(long, requires = "compute")]
-    pub ops: bool,
-    /// Internal: run one scenario as a child process (`hang`, `quit`).
-    #[arg(long, hide = true)]
-    pub child: Option<String>,
-}
-
-fn parse_backend(s: &str) -> Result<BackendChoice, String> {
-    s.parse()
-}
 
 #[derive(Args, Debug, Clone)]
 pub struct KernelsArgs {
@@ -81,39 +40,10 @@ pub struct CompileChildArgs {
     pub dir: PathBuf,
 }
 
-/// `hipscope selftest`.
-pub fn selftest(args: &SelftestArgs) -> i32 {
-    if args.compute {
-        let or_default = |v: &Vec<String>, d: &[&str]| -> Vec<String> {
-            if v.is_empty() {
-                d.iter().map(|s| s.to_string()).collect()
-            } else {
-                v.clone()
-            }
-        };
-        return selftest_compute::run(&ComputeCheckOptions {
-            backend: args.backend,
-            device: args.device,
-            no_cache: args.no_cache,
-            shapes: or_default(&args.shapes, selftest_compute::SHAPES),
-            quants: or_default(&args.quants, selftest_compute::QUANTS),
-            files: args.models.clone(),
-            ops: args.ops,
-        });
-    }
-    selftest::run(&SelftestOptions {
-        backend: args.backend,
-        device: args.device,
-        steps: args.steps,
-        no_cache: args.no_cache,
-        child: args.child.clone(),
-    })
-}
-
-fn backend_kind(s: &str) -> Option<BackendKind> {
+fn backend_kind(s: &str) -> Option<RuntimeKind> {
     match s {
-        "hip" | "rocm" => Some(BackendKind::Hip),
-        "cuda" => Some(BackendKind::Cuda),
+        "hip" | "rocm" => Some(RuntimeKind::Hip),
+        "cuda" => Some(RuntimeKind::Cuda),
         _ => None,
     }
 }
@@ -125,7 +55,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     if !args.compile {
@@ -142,17 +72,17 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     }
     let Some(backend) = backend_kind(&args.backend) else {
         eprintln!("hipscope kernels: --backend must be hip or cuda");
-        return 2;
+        return exit_code::USAGE;
     };
     if args.arch.is_empty() {
         eprintln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
-        return 2;
+        return exit_code::USAGE;
     }
-    let compiler = match kernels::compiler_for(backend) {
+    let compiler = match crate::gpu::select::compiler_for(backend) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
-            return 2;
+            return exit_code::USAGE;
         }
     };
     let cache = if args.no_cache {
@@ -160,7 +90,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     } else {
         KernelCache::default_location()
     };
-    let mode = if args.in_process || backend == BackendKind::Cuda {
+    let mode = if args.in_process || backend == RuntimeKind::Cuda {
         CompileMode::InProcess
     } else {
         CompileMode::isolated()
@@ -224,7 +154,13 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
 pub fn compile_child(args: &CompileChildArgs) -> i32 {
     let Some(backend) = backend_kind(&args.backend) else {
         eprintln!("hipscope: unknown backend {}", args.backend);
-        return 2;
+        return exit_code::USAGE;
     };
-    kernels::run_compile_child(backend, &args.arch, &args.dir)
+    match crate::gpu::select::compiler_for(backend) {
+        Ok(compiler) => kernels::run_compile_child(compiler.as_ref(), &args.arch, &args.dir),
+        Err(e) => {
+            eprintln!("hipscope: {e}");
+            2
+        }
+    }
 }

@@ -1,6 +1,6 @@
-//! Opening the compute backend a user asked for — the CPU, or a GPU through `gpu::select` —
-//! shared by the headless commands and the chat's worker. `auto` tries HIP, then CUDA, then the
-//! CPU, and falls back to the CPU when a GPU is found but cannot be prepared (its kernels fail to
+//! Opening the backend a user asked for — the CPU, or a GPU (chosen by `select.rs`) with the
+//! compute backend on it — shared by the headless commands and the chat's worker. `auto` tries
+//! HIP, then CUDA, then the CPU, and falls back to the CPU when a GPU is found but cannot be prepared (its kernels fail to
 //! compile, say); an explicit GPU choice that fails is an error naming why.
 
 use crate::gpu::backend::Backend;

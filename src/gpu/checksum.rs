@@ -1,12 +1,9 @@
-//! Verified uploads. After a tensor is uploaded, a checksum computed on the device (kernel
+//! The checksum of verified uploads and the error a failed check reports (the `Gpu` side,
+//! which runs `hs_checksum` on the device, is in `handle/transfer.rs`). After a tensor is uploaded, a checksum computed on the device (kernel
 //! `hs_checksum`) is compared with the host's; a mismatch or a tensor that arrived as zeros names
 //! the tensor and stops the load. This catches the gfx1151 "weights become zeros" failures
 //! (llama.cpp #28211, #25863, #26543), where uploads from mmap-backed or pinned host memory
 //! arrive empty without any error from the runtime.
-
-use crate::gpu::arena::DeviceBuffer;
-use crate::gpu::context::{Arg, CHECKSUM_BLOCKS, Gpu};
-use crate::gpu::device::GpuError;
 
 /// The checksum both sides compute: over little-endian 32-bit words `w_i` (the last one
 /// zero-padded), `sum = Σ w_i·(2i+1) mod 2⁶⁴` and the number of non-zero words. The position
@@ -104,80 +101,6 @@ pub fn compare(
         });
     }
     Ok(())
-}
-
-impl Gpu {
-    /// Computes the checksum of the first `len` bytes of `buf` on the device.
-    pub fn device_checksum(
-        &mut self,
-        tensor: &str,
-        buf: DeviceBuffer,
-        len: u64,
-    ) -> Result<Checksum, GpuError> {
-        if len > buf.bytes {
-            return Err(GpuError::InvalidArgument(format!(
-                "checksum of {len} bytes over a buffer of {}",
-                buf.bytes
-            )));
-        }
-        if !buf.ptr.0.is_multiple_of(4) {
-            return Err(GpuError::InvalidArgument(format!(
-                "checksum needs a 4-byte aligned buffer ({tensor} is at {:#x})",
-                buf.ptr.0
-            )));
-        }
-        let scratch = self
-            .verify_scratch()
-            .ok_or_else(|| GpuError::InvalidArgument("no arena yet: nowhere to checksum".into()))?;
-        let f = self.function("hs_checksum")?;
-        let label = self.label(&format!("verify · {tensor}"));
-        self.launch(
-            label,
-            f,
-            [CHECKSUM_BLOCKS, 1, 1],
-            [256, 1, 1],
-            0,
-            &[buf.into(), Arg::U64(len), scratch.into()],
-        )?;
-        let mut partials = vec![0u8; CHECKSUM_BLOCKS as usize * 16];
-        self.download(label, scratch, &mut partials)?;
-        let mut c = Checksum::default();
-        for p in partials.chunks_exact(16) {
-            let mut s = [0u8; 8];
-            s.copy_from_slice(&p[..8]);
-            c.sum = c.sum.wrapping_add(u64::from_le_bytes(s));
-            s.copy_from_slice(&p[8..]);
-            c.nonzero_words += u64::from_le_bytes(s);
-        }
-        Ok(c)
-    }
-
-    /// Checks that `buf` holds `data`, naming `tensor` if not.
-    pub fn verify_tensor(
-        &mut self,
-        tensor: &str,
-        buf: DeviceBuffer,
-        data: &[u8],
-    ) -> Result<(), GpuError> {
-        let device = self.device_checksum(tensor, buf, data.len() as u64)?;
-        let host = host_checksum(data);
-        compare(tensor, data.len() as u64, host, device).map_err(GpuError::from)
-    }
-
-    /// Uploads one named tensor and, unless verification is off, checks it on the device.
-    pub fn upload_tensor(
-        &mut self,
-        tensor: &str,
-        dst: DeviceBuffer,
-        data: &[u8],
-    ) -> Result<(), GpuError> {
-        let label = self.label(&format!("upload · {tensor}"));
-        self.upload(label, dst, data)?;
-        if self.config().verify_uploads {
-            self.verify_tensor(tensor, dst, data)?;
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

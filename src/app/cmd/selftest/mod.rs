@@ -1,0 +1,262 @@
+//! `hipscope selftest`: runs the GPU mechanisms with real kernels on whatever GPU is there and
+//! prints what it saw — queue depth under a burst, the watchdog on a kernel that waits for the
+//! host, HUNG and the hard-exit quit (in a child process), a normal quit (in a child process),
+//! upload verification catching a zeroed tensor, no device allocation in a steady-state decode
+//! loop, and what tracking costs on a launch-bound decode step.
+//!
+//! `setup.rs`: options, the result row, opening the device; `mechanisms.rs`: burst, watchdog,
+//! GEMM, upload checks; `decode_sim.rs`: steady state and tracking overhead; `child.rs`: the
+//! child-process scenarios (hang, quit); `compute.rs`: `selftest --compute`.
+
+mod child;
+pub mod compute;
+mod decode_sim;
+mod mechanisms;
+mod setup;
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use std::sync::Mutex;
+use std::sync::mpsc::channel;
+use std::time::Duration;
+
+use crate::app::exit_code;
+use crate::gpu::arena::Region;
+use crate::gpu::device::human_bytes;
+use crate::gpu::handle::GemmPath;
+use crate::gpu::select::BackendChoice;
+use crate::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog};
+
+use child::*;
+use compute::ComputeCheckOptions;
+use decode_sim::*;
+use mechanisms::*;
+pub use setup::SelftestOptions;
+use setup::*;
+
+#[derive(Args, Debug, Clone)]
+pub struct SelftestArgs {
+    /// auto, hip, cuda (the CPU has nothing to test).
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
+    /// Device number as the runtime counts (default: the largest discrete GPU).
+    #[arg(long)]
+    pub device: Option<u32>,
+    /// Decode steps per round of the overhead measurement.
+    #[arg(long, default_value_t = 100)]
+    pub steps: usize,
+    /// Compile kernels afresh instead of using the on-disk cache.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// Check the GPU forward pass against the CPU backend on synthetic models (and --model
+    /// files) instead of the mechanisms.
+    #[arg(long)]
+    pub compute: bool,
+    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m).
+    #[arg(long, value_delimiter = ',', requires = "compute")]
+    pub shapes: Vec<String>,
+    /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).
+    #[arg(long, value_delimiter = ',', requires = "compute")]
+    pub quants: Vec<String>,
+    /// With --compute: real GGUF files to check as well.
+    #[arg(short = 'm', long = "model", requires = "compute")]
+    pub models: Vec<PathBuf>,
+    /// With --compute: compare every op of every case (a per-op error table).
+    #[arg(long, requires = "compute")]
+    pub ops: bool,
+    /// Internal: run one scenario as a child process (`hang`, `quit`).
+    #[arg(long, hide = true)]
+    pub child: Option<String>,
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    s.parse()
+}
+
+/// `hipscope selftest`.
+pub fn selftest(args: &SelftestArgs) -> i32 {
+    if args.compute {
+        let or_default = |v: &Vec<String>, d: &[&str]| -> Vec<String> {
+            if v.is_empty() {
+                d.iter().map(|s| s.to_string()).collect()
+            } else {
+                v.clone()
+            }
+        };
+        return compute::run(&ComputeCheckOptions {
+            backend: args.backend,
+            device: args.device,
+            no_cache: args.no_cache,
+            shapes: or_default(&args.shapes, compute::SHAPES),
+            quants: or_default(&args.quants, compute::QUANTS),
+            files: args.models.clone(),
+            ops: args.ops,
+        });
+    }
+    run(&SelftestOptions {
+        backend: args.backend,
+        device: args.device,
+        steps: args.steps,
+        no_cache: args.no_cache,
+        child: args.child.clone(),
+    })
+}
+
+/// The entry point: parent run, or one of the child scenarios.
+pub fn run(opts: &SelftestOptions) -> i32 {
+    match opts.child.as_deref() {
+        Some("hang") => return child_hang(opts),
+        Some("quit") => return child_quit(opts),
+        Some(other) => {
+            eprintln!("hipscope selftest: unknown child scenario {other:?}");
+            return exit_code::USAGE;
+        }
+        None => {}
+    }
+    println!("hipscope selftest");
+    let (mut gpu, _) = match open(opts, false) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("hipscope selftest: {e}");
+            return exit_code::USAGE;
+        }
+    };
+    let sim_plan = DecodeSim::plan();
+    let plan = sim_plan
+        .with(Region::Weights, 4 << 20)
+        .with(Region::Activations, 8 << 20);
+    if let Err(e) = gpu.create_arena(&plan) {
+        eprintln!("hipscope selftest: {e}");
+        return exit_code::USAGE;
+    }
+    match gpu.gemm_path() {
+        GemmPath::Blas { library } => {
+            println!("gemm      {library} (bound to our stream, device pointer mode)")
+        }
+        GemmPath::Fallback { reason } => println!("gemm      hipscope hs_sgemm ({reason})"),
+        GemmPath::NotReady => println!("gemm      not ready"),
+    }
+    gpu.start_event_prober(PROBE_INTERVAL);
+    let (tx, rx) = channel::<WatchEvent>();
+    let tx = Mutex::new(tx);
+    let cfg = WatchConfig {
+        tick: Duration::from_millis(10),
+        ..WatchConfig::default()
+    };
+    let dog = Watchdog::spawn(
+        gpu.stream_shared(),
+        gpu.info(),
+        cfg,
+        Box::new(move |ev| {
+            if let Ok(t) = tx.lock() {
+                let _ = t.send(ev);
+            }
+        }),
+    );
+    let dog = match dog {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("hipscope selftest: cannot start the watchdog: {e}");
+            return exit_code::USAGE;
+        }
+    };
+    let mut rows = Vec::new();
+    println!();
+    rows.push(row("queue depth under a burst", burst(&mut gpu)));
+    rows.push(row(
+        "watchdog SLOW, then OK on release",
+        slow_then_release(&mut gpu, &rx),
+    ));
+    rows.push(row("gemm: hs_sgemm and BLAS vs CPU", gemm(&mut gpu)));
+    rows.push(row("upload verification", verify(&mut gpu)));
+    match DecodeSim::new(&mut gpu) {
+        Ok(sim) => {
+            if let Some(a) = gpu.arena_snapshot() {
+                println!(
+                    "arena     {} capacity, {} used, high-water {}, largest free {}, {} device \
+                     allocations, runtime overhead {}, device {} free of {}, pinned host {}",
+                    human_bytes(a.capacity),
+                    human_bytes(a.used),
+                    human_bytes(a.high_water),
+                    human_bytes(a.largest_free),
+                    a.device_allocations,
+                    a.runtime_overhead
+                        .map(human_bytes)
+                        .unwrap_or_else(|| "?".into()),
+                    a.device_free.map(human_bytes).unwrap_or_else(|| "?".into()),
+                    a.device_total
+                        .map(human_bytes)
+                        .unwrap_or_else(|| "?".into()),
+                    human_bytes(a.pinned_host_bytes),
+                );
+                let regions: Vec<String> = a
+                    .regions
+                    .iter()
+                    .map(|r| {
+                        format!(
+                            "{} {}/{}",
+                            r.name,
+                            human_bytes(r.used),
+                            human_bytes(r.capacity)
+                        )
+                    })
+                    .collect();
+                println!("          regions: {}", regions.join(", "));
+            }
+            rows.push(row(
+                "no device allocation in steady state",
+                steady(&mut gpu, &sim, opts.steps),
+            ));
+            rows.push(row(
+                "tracking overhead (decode step)",
+                overhead(&mut gpu, &sim, opts.steps),
+            ));
+        }
+        Err(e) => rows.push(row("decode-step simulation", Err(e))),
+    }
+    let hung_seen = rx
+        .try_iter()
+        .filter(|e| matches!(e, WatchEvent::Hung { .. }))
+        .count();
+    rows.push(Row {
+        check: "watchdog quiet under normal load",
+        pass: hung_seen == 0,
+        detail: format!("{hung_seen} HUNG event(s) during the checks above"),
+    });
+    dog.stop();
+    let outcome = gpu.teardown(Duration::from_secs(5), &mut |_| {});
+    rows.push(Row {
+        check: "teardown of this process's device",
+        pass: outcome.clean,
+        detail: format!(
+            "{} steps, {}",
+            outcome.steps.len(),
+            outcome.reason.as_deref().unwrap_or("all done")
+        ),
+    });
+    println!();
+    rows.push(child_row("hang → HUNG → hard exit (child)", "hang", opts));
+    rows.push(child_row("normal quit (child)", "quit", opts));
+    println!();
+    println!("{:<40} {:<6} detail", "check", "result");
+    println!("{}", "-".repeat(100));
+    for r in &rows {
+        println!(
+            "{:<40} {:<6} {}",
+            r.check,
+            if r.pass { "PASS" } else { "FAIL" },
+            r.detail
+        );
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    println!();
+    if failed == 0 {
+        println!("all {} checks passed", rows.len());
+        0
+    } else {
+        println!("{failed} of {} checks failed", rows.len());
+        1
+    }
+}

@@ -1,0 +1,433 @@
+//! [`Gpu`]: the handle of one opened device — its tracked stream, arena, staging buffers, loaded
+//! kernels and GEMM path — owned by the inference worker. Every op is labelled and tracked; no
+//! call waits without a deadline; after a runtime error the device is poisoned and no further GPU
+//! call is made. This file holds the type, the plain types it hands out (`KernelFn`, `Arg`,
+//! `GemmPath`, `HostWord`, `SpinOnFlag`, `TeardownOutcome`), opening it and the tracked enqueue
+//! every op goes through; the other files of the folder each add one concern to it (and import
+//! only from this file):
+//! `launch.rs` (kernels, GEMM, fills and copies), `memory.rs` (arena and host words),
+//! `transfer.rs` (staged uploads and downloads, verified uploads), `teardown.rs` (the device half
+//! of the quit protocol and the event prober).
+
+mod launch;
+mod memory;
+mod teardown;
+mod transfer;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::gpu::arena::{Arena, DeviceBuffer};
+use crate::gpu::device::{
+    Device, DeviceInfo, DevicePtr, GpuError, MemInfo, PinnedRaw, RawBlas, RawFunction, RawModule,
+    RuntimeKind,
+};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
+use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
+
+/// Settings of an opened device.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuConfig {
+    /// Labels, in-flight table, breadcrumbs and periodic events (on by default; off only to
+    /// measure what they cost).
+    pub tracking: bool,
+    /// Kernels write breadcrumbs (with tracking on). Off only to measure what they cost.
+    pub breadcrumbs: bool,
+    /// Checksum every uploaded tensor on the device against the host (on by default).
+    pub verify_uploads: bool,
+    pub staging_buffers: usize,
+    pub staging_bytes: usize,
+    pub default_budget: Budget,
+    /// Device memory left free beyond the arena for the runtime itself.
+    pub runtime_reserve: u64,
+    /// BLAS workspace carved from the arena's workspace region.
+    pub blas_workspace: u64,
+    /// Longest wait for a staging buffer, a download or a free event.
+    pub wait_timeout: Duration,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig {
+            tracking: true,
+            breadcrumbs: true,
+            verify_uploads: true,
+            staging_buffers: 4,
+            staging_bytes: 8 << 20,
+            default_budget: Budget::DEFAULT,
+            runtime_reserve: 256 << 20,
+            blas_workspace: 32 << 20,
+            wait_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A loaded kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelFn(u32);
+
+/// One kernel argument (after the two tracking parameters every kernel takes first).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Arg {
+    Ptr(DevicePtr),
+    U32(u32),
+    I32(i32),
+    U64(u64),
+    F32(f32),
+}
+
+impl From<DeviceBuffer> for Arg {
+    fn from(b: DeviceBuffer) -> Arg {
+        Arg::Ptr(b.ptr)
+    }
+}
+
+impl From<DevicePtr> for Arg {
+    fn from(p: DevicePtr) -> Arg {
+        Arg::Ptr(p)
+    }
+}
+
+/// How GEMMs run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GemmPath {
+    /// rocBLAS / cuBLAS, bound to our stream, device pointer mode, workspace from the arena.
+    Blas { library: String },
+    /// hipscope's own `hs_sgemm` kernel, and why.
+    Fallback { reason: String },
+    /// Not set up yet (no arena).
+    NotReady,
+}
+
+/// A 32-bit word of pinned host memory mapped into the device (a flag a kernel polls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostWord(usize);
+
+/// A launched [`Gpu::launch_spin_on_flag`].
+#[derive(Clone, Copy, Debug)]
+pub struct SpinOnFlag {
+    /// Setting it to non-zero releases the kernel.
+    pub flag: HostWord,
+    /// Where the kernel writes its u32 result.
+    pub result: DeviceBuffer,
+    pub label: LabelId,
+}
+
+/// The thread that queries the event pool for the watchdog, off the worker and off the watchdog
+/// itself (a query can block inside a wedged runtime).
+struct Prober {
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+/// How the device half of the quit protocol ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TeardownOutcome {
+    /// Every step ran and succeeded: returning from `main` is safe.
+    pub clean: bool,
+    /// Why not, when not clean (the app then leaves with `_exit`).
+    pub reason: Option<String>,
+    pub steps: Vec<QuitStep>,
+}
+
+impl TeardownOutcome {
+    /// What the worker reports in `Event::Exited`.
+    pub fn release(&self) -> DeviceRelease {
+        if self.clean {
+            DeviceRelease::Clean
+        } else {
+            DeviceRelease::Abandoned
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    Alive,
+    Poisoned(String),
+    TornDown,
+}
+
+struct StagingBuf {
+    mem: PinnedRaw,
+    /// Last op that reads or writes this buffer.
+    last_seq: u64,
+}
+
+/// One opened device, owned by the worker thread.
+pub struct Gpu {
+    backend: Box<dyn Device>,
+    stream: TrackedStream,
+    cfg: GpuConfig,
+    arena: Option<Arena>,
+    modules: Vec<(String, RawModule)>,
+    functions: Vec<(String, RawFunction)>,
+    by_name: HashMap<String, KernelFn>,
+    blas: Option<RawBlas>,
+    gemm_path: GemmPath,
+    staging: Vec<StagingBuf>,
+    staging_next: usize,
+    crumb: Option<PinnedRaw>,
+    /// Host words mapped into the device (flags the host sets for a kernel to see).
+    host_words: Vec<PinnedRaw>,
+    /// Device constants 0.0 and 1.0 (scalars for device pointer mode).
+    scalars: Option<DeviceBuffer>,
+    verify_scratch: Option<DeviceBuffer>,
+    prober: Option<Prober>,
+    state: State,
+    mem_at_open: Option<MemInfo>,
+}
+
+/// Partials the checksum kernel writes: one (sum, nonzero) pair per block.
+pub(crate) const CHECKSUM_BLOCKS: u32 = 256;
+
+impl Gpu {
+    /// Sets up the tracked stream (event pool, breadcrumb word) and the staging buffers.
+    pub fn open(mut backend: Box<dyn Device>, cfg: GpuConfig) -> Result<Gpu, GpuError> {
+        let mem_at_open = backend.mem_info().ok();
+        let name = format!("{}:{} stream 0", backend.kind(), backend.info().ordinal);
+        let mut stream = TrackedStream::new(&name, backend.as_mut())?;
+        stream.default_budget = cfg.default_budget;
+        stream.set_tracking(cfg.tracking);
+        stream.set_breadcrumbs(cfg.breadcrumbs);
+        let mut gpu = Gpu {
+            backend,
+            stream,
+            cfg,
+            arena: None,
+            modules: Vec::new(),
+            functions: Vec::new(),
+            by_name: HashMap::new(),
+            blas: None,
+            gemm_path: GemmPath::NotReady,
+            staging: Vec::new(),
+            staging_next: 0,
+            crumb: None,
+            host_words: Vec::new(),
+            scalars: None,
+            verify_scratch: None,
+            prober: None,
+            state: State::Alive,
+            mem_at_open,
+        };
+        match gpu.alloc_host_side() {
+            Ok(()) => Ok(gpu),
+            Err(e) => {
+                // Give back what was made (nothing is in flight yet).
+                let _ = gpu.teardown(Duration::from_secs(1), &mut |_| {});
+                Err(e)
+            }
+        }
+    }
+
+    /// The breadcrumb word and the staging buffers.
+    fn alloc_host_side(&mut self) -> Result<(), GpuError> {
+        let crumb = self.backend.alloc_pinned(64, true)?;
+        let Some(dev) = crumb.device else {
+            self.host_words.push(crumb);
+            return Err(GpuError::InvalidArgument(
+                "mapped pinned memory without a device address".into(),
+            ));
+        };
+        // SAFETY: 64 fresh bytes of pinned memory, 8-byte aligned (page-aligned by the runtime).
+        unsafe {
+            std::ptr::write_bytes(crumb.host, 0, 64);
+            self.stream
+                .shared()
+                .attach_breadcrumb(crumb.host as *mut u64);
+        }
+        self.stream.set_breadcrumb(dev);
+        self.crumb = Some(crumb);
+        for _ in 0..self.cfg.staging_buffers.max(1) {
+            let mem = self
+                .backend
+                .alloc_pinned(self.cfg.staging_bytes.max(4096), false)?;
+            self.staging.push(StagingBuf { mem, last_seq: 0 });
+        }
+        Ok(())
+    }
+
+    pub fn info(&self) -> &DeviceInfo {
+        self.backend.info()
+    }
+
+    pub fn kind(&self) -> RuntimeKind {
+        self.backend.kind()
+    }
+
+    pub fn config(&self) -> &GpuConfig {
+        &self.cfg
+    }
+
+    /// The shared, lock-free view of the stream, for the watchdog and the UI.
+    pub fn stream_shared(&self) -> Arc<StreamShared> {
+        self.stream.shared().clone()
+    }
+
+    pub fn set_tracking(&mut self, on: bool) {
+        self.cfg.tracking = on;
+        self.stream.set_tracking(on);
+    }
+
+    pub fn set_breadcrumbs(&mut self, on: bool) {
+        self.cfg.breadcrumbs = on;
+        self.stream.set_breadcrumbs(on);
+    }
+
+    pub fn set_verify_uploads(&mut self, on: bool) {
+        self.cfg.verify_uploads = on;
+    }
+
+    pub fn label(&mut self, text: &str) -> LabelId {
+        self.stream.label(text)
+    }
+
+    pub fn is_poisoned(&self) -> Option<&str> {
+        match &self.state {
+            State::Poisoned(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Device allocations made through the backend since open (independent of the arena).
+    pub fn device_allocations(&self) -> u64 {
+        self.backend.device_allocations()
+    }
+
+    pub fn mem_info(&mut self) -> Result<MemInfo, GpuError> {
+        self.check_alive()?;
+        let r = self.backend.mem_info();
+        self.guard(r)
+    }
+
+    fn check_alive(&self) -> Result<(), GpuError> {
+        match &self.state {
+            State::Alive => Ok(()),
+            State::Poisoned(r) => Err(GpuError::Poisoned { reason: r.clone() }),
+            State::TornDown => Err(GpuError::TornDown),
+        }
+    }
+
+    /// Passes a result through, poisoning the device on a runtime error.
+    fn guard<T>(&mut self, r: Result<T, GpuError>) -> Result<T, GpuError> {
+        if let Err(GpuError::Runtime(e)) = &r {
+            let reason = e.to_string();
+            self.stream.shared().poison(reason.clone());
+            self.state = State::Poisoned(reason);
+        }
+        r
+    }
+
+    fn deadline(&self) -> Instant {
+        Instant::now() + self.cfg.wait_timeout
+    }
+
+    /// Enqueues one op through `f`, tracking it. `f` gets the backend, the op's seq and the
+    /// breadcrumb address to pass to a kernel.
+    fn enqueue(
+        &mut self,
+        kind: OpKind,
+        label: LabelId,
+        budget: Option<Budget>,
+        f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
+    ) -> Result<u64, GpuError> {
+        self.check_alive()?;
+        if !self.stream.has_room() {
+            let target = self.stream.last_seq().saturating_sub(RING as u64 / 2);
+            let d = self.deadline();
+            let r = self.stream.wait_for(self.backend.as_mut(), target, d);
+            self.guard(r)?;
+        }
+        let seq = self.stream.begin(kind, label, budget);
+        let crumb = self.stream.crumb_arg();
+        let r = f(self.backend.as_mut(), seq, crumb);
+        self.guard(r)?;
+        self.stream.commit(seq);
+        if self.stream.wants_event() {
+            let d = self.deadline();
+            let r = self.stream.record_event(self.backend.as_mut(), d);
+            self.guard(r)?;
+        }
+        Ok(seq)
+    }
+
+    /// Records an event after the last op (end of a layer or phase), so that "K finished" is
+    /// observable even when no kernel follows.
+    pub fn mark_phase(&mut self) -> Result<(), GpuError> {
+        self.check_alive()?;
+        let d = self.deadline();
+        let r = self.stream.record_event(self.backend.as_mut(), d);
+        self.guard(r)
+    }
+
+    /// Waits, polling events with backoff, until everything enqueued has finished.
+    pub fn wait_idle(&mut self, timeout: Duration) -> Result<(), GpuError> {
+        self.check_alive()?;
+        let last = self.stream.last_seq();
+        let r = self
+            .stream
+            .wait_for(self.backend.as_mut(), last, Instant::now() + timeout);
+        self.guard(r)
+    }
+
+    /// Polls events without waiting; returns the number of ops known complete.
+    pub fn poll(&mut self) -> Result<u64, GpuError> {
+        self.check_alive()?;
+        let r = self.stream.poll(self.backend.as_mut());
+        self.guard(r)
+    }
+
+    pub fn stream_snapshot(&self) -> StreamSnapshot {
+        self.stream.shared().snapshot()
+    }
+
+    pub fn arena_snapshot(&mut self) -> Option<ArenaSnapshot> {
+        let mem = if self.state == State::Alive {
+            self.backend.mem_info().ok()
+        } else {
+            None
+        };
+        self.arena.as_ref().map(|a| a.snapshot(mem))
+    }
+
+    pub fn summary(&mut self, reason: &str) -> DeviceSummary {
+        let free = if self.state == State::Alive {
+            self.backend.mem_info().ok().map(|m| m.free)
+        } else {
+            None
+        };
+        let i = self.info();
+        DeviceSummary {
+            backend: self.kind().name().into(),
+            name: i.name.clone(),
+            arch: i.arch.clone(),
+            total_memory: Some(i.total_memory),
+            free_memory: free,
+            compute_units: Some(i.compute_units),
+            warp_size: Some(i.warp_size),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Free device memory when the device was opened.
+    pub fn mem_at_open(&self) -> Option<MemInfo> {
+        self.mem_at_open
+    }
+}
+
+/// Waits with backoff until `cond` holds or `timeout` passes (host-side helper for tests and the
+/// selftest; no GPU call).
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let mut b = Backoff::new();
+    while b.waited() < timeout {
+        if cond() {
+            return true;
+        }
+        b.wait();
+    }
+    cond()
+}

@@ -1,0 +1,170 @@
+//! Host↔device copies of an opened device through its pinned staging buffers, and verified
+//! uploads: after a tensor is uploaded its checksum is computed on the device (`hs_checksum`) and
+//! compared with the host's (the comparison and its error are in `gpu/checksum.rs`).
+
+use super::{Arg, CHECKSUM_BLOCKS, Gpu};
+use crate::gpu::arena::DeviceBuffer;
+use crate::gpu::checksum::{Checksum, compare, host_checksum};
+use crate::gpu::device::GpuError;
+use crate::gpu::stream::{LabelId, OpKind};
+
+impl Gpu {
+    /// Takes the next staging buffer once its last op has finished.
+    pub(super) fn staging_buffer(&mut self) -> Result<usize, GpuError> {
+        let i = self.staging_next;
+        self.staging_next = (i + 1) % self.staging.len();
+        let last = self.staging[i].last_seq;
+        let d = self.deadline();
+        let r = self.stream.wait_for(self.backend.as_mut(), last, d);
+        self.guard(r)?;
+        Ok(i)
+    }
+
+    /// Copies host bytes into `dst` through pinned staging buffers, asynchronously; returns the
+    /// seq of the last copy. The host slice may be dropped as soon as this returns.
+    pub fn upload(
+        &mut self,
+        label: LabelId,
+        dst: DeviceBuffer,
+        data: &[u8],
+    ) -> Result<u64, GpuError> {
+        self.check_alive()?;
+        if data.len() as u64 > dst.bytes {
+            return Err(GpuError::InvalidArgument(format!(
+                "upload of {} bytes into a buffer of {}",
+                data.len(),
+                dst.bytes
+            )));
+        }
+        let chunk = self.cfg.staging_bytes.max(4096);
+        let mut last = self.stream.last_seq();
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let b = self.staging_buffer()?;
+            let host = self.staging[b].mem.host;
+            // SAFETY: the staging buffer holds `chunk` bytes and no op uses it (waited above).
+            unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), host, piece.len()) };
+            let off = (i * chunk) as u64;
+            let len = piece.len();
+            let seq = self.enqueue(OpKind::CopyH2D, label, None, |be, _, _| {
+                // SAFETY: pinned source kept until this op's event completes; dst range checked.
+                unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
+            })?;
+            self.staging[b].last_seq = seq;
+            let d = self.deadline();
+            let r = self.stream.record_event(self.backend.as_mut(), d);
+            self.guard(r)?;
+            last = seq;
+        }
+        Ok(last)
+    }
+
+    /// Copies `out.len()` bytes from `src` to the host, waiting (with the configured deadline)
+    /// for the copy: the one synchronisation point of a decode step.
+    pub fn download(
+        &mut self,
+        label: LabelId,
+        src: DeviceBuffer,
+        out: &mut [u8],
+    ) -> Result<(), GpuError> {
+        self.check_alive()?;
+        if out.len() as u64 > src.bytes {
+            return Err(GpuError::InvalidArgument(format!(
+                "download of {} bytes from a buffer of {}",
+                out.len(),
+                src.bytes
+            )));
+        }
+        let chunk = self.cfg.staging_bytes.max(4096);
+        for (i, piece) in out.chunks_mut(chunk).enumerate() {
+            let b = self.staging_buffer()?;
+            let host = self.staging[b].mem.host;
+            let len = piece.len();
+            let off = (i * chunk) as u64;
+            let seq = self.enqueue(OpKind::CopyD2H, label, None, |be, _, _| {
+                // SAFETY: pinned destination, idle (waited above); src range checked.
+                unsafe { be.copy_d2h(host, src.ptr.offset(off), len) }
+            })?;
+            self.staging[b].last_seq = seq;
+            let d = self.deadline();
+            let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
+            self.guard(r)?;
+            // SAFETY: the copy into the staging buffer has completed.
+            unsafe { std::ptr::copy_nonoverlapping(host, piece.as_mut_ptr(), len) };
+        }
+        Ok(())
+    }
+}
+
+impl Gpu {
+    /// Computes the checksum of the first `len` bytes of `buf` on the device.
+    pub fn device_checksum(
+        &mut self,
+        tensor: &str,
+        buf: DeviceBuffer,
+        len: u64,
+    ) -> Result<Checksum, GpuError> {
+        if len > buf.bytes {
+            return Err(GpuError::InvalidArgument(format!(
+                "checksum of {len} bytes over a buffer of {}",
+                buf.bytes
+            )));
+        }
+        if !buf.ptr.0.is_multiple_of(4) {
+            return Err(GpuError::InvalidArgument(format!(
+                "checksum needs a 4-byte aligned buffer ({tensor} is at {:#x})",
+                buf.ptr.0
+            )));
+        }
+        let scratch = self
+            .verify_scratch()
+            .ok_or_else(|| GpuError::InvalidArgument("no arena yet: nowhere to checksum".into()))?;
+        let f = self.function("hs_checksum")?;
+        let label = self.label(&format!("verify · {tensor}"));
+        self.launch(
+            label,
+            f,
+            [CHECKSUM_BLOCKS, 1, 1],
+            [256, 1, 1],
+            0,
+            &[buf.into(), Arg::U64(len), scratch.into()],
+        )?;
+        let mut partials = vec![0u8; CHECKSUM_BLOCKS as usize * 16];
+        self.download(label, scratch, &mut partials)?;
+        let mut c = Checksum::default();
+        for p in partials.chunks_exact(16) {
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&p[..8]);
+            c.sum = c.sum.wrapping_add(u64::from_le_bytes(s));
+            s.copy_from_slice(&p[8..]);
+            c.nonzero_words += u64::from_le_bytes(s);
+        }
+        Ok(c)
+    }
+
+    /// Checks that `buf` holds `data`, naming `tensor` if not.
+    pub fn verify_tensor(
+        &mut self,
+        tensor: &str,
+        buf: DeviceBuffer,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        let device = self.device_checksum(tensor, buf, data.len() as u64)?;
+        let host = host_checksum(data);
+        compare(tensor, data.len() as u64, host, device).map_err(GpuError::from)
+    }
+
+    /// Uploads one named tensor and, unless verification is off, checks it on the device.
+    pub fn upload_tensor(
+        &mut self,
+        tensor: &str,
+        dst: DeviceBuffer,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        let label = self.label(&format!("upload · {tensor}"));
+        self.upload(label, dst, data)?;
+        if self.config().verify_uploads {
+            self.verify_tensor(tensor, dst, data)?;
+        }
+        Ok(())
+    }
+}
