@@ -45,6 +45,10 @@ impl Session {
     }
 
     fn start_with_env(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
+        Session::start_model(home, &model(), extra, env)
+    }
+
+    fn start_model(home: &Path, model: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
         let pty = native_pty_system();
         let pair = pty
             .openpty(PtySize {
@@ -56,7 +60,7 @@ impl Session {
             .expect("openpty");
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_hipscope"));
         cmd.arg("chat");
-        cmd.arg(model());
+        cmd.arg(model);
         cmd.args(["--backend", "cpu", "--temp", "0", "--threads", "2"]);
         cmd.args(extra);
         cmd.env("HIPSCOPE_HOME", home);
@@ -425,6 +429,31 @@ fn a_broken_config_stops_with_the_key_and_leaves_the_terminal_alone() {
         std::fs::read_to_string(&config).unwrap(),
         "[sampler]\ntemp = \"hot\"\n"
     );
+}
+
+#[test]
+fn a_model_that_fails_to_load_is_in_the_log_at_the_default_level() {
+    let home = tempfile::tempdir().unwrap();
+    let broken = home.path().join("broken.gguf");
+    // A GGUF header that claims more tensors than the file holds.
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&1_000_000u64.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    std::fs::write(&broken, b).unwrap();
+    let mut s = Session::start_model(home.path(), &broken, &[], &[]);
+    s.sees("Enter/Esc dismiss", LOAD);
+    s.sees("broken.gguf", Duration::from_secs(5));
+    s.send(b"\x1b");
+    std::thread::sleep(Duration::from_millis(300));
+    s.type_line("/quit");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+    let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("loading the model"))
+        .unwrap_or_else(|| panic!("no load failure in the log:\n{log}"));
+    assert!(line.contains("broken.gguf"), "{line}");
 }
 
 #[test]

@@ -216,7 +216,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
             config.backend
         );
-        return 2;
+        return exit_code::USAGE;
     }
     let log_file = config
         .log
@@ -415,14 +415,24 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let opts = WorkerOptions {
         source: cfg.model.map(ModelSource::File),
         default_model: Box::new(|progress| {
+            // Steps are logged (the UI shows the bars); each phase is a bar of its own.
             let mut report = |p: FetchProgress| match p {
-                FetchProgress::Step(s) => progress(&s, None),
-                FetchProgress::Bytes { done, total } => progress(
-                    "downloading SmolLM2-135M-Instruct",
-                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
+                FetchProgress::Step(s) => tracing::info!("default model: {s}"),
+                FetchProgress::Bytes {
+                    phase,
+                    done,
+                    total,
+                    elapsed,
+                } => progress(
+                    phase.name(),
+                    &FetchProgress::bytes_text(done, total, elapsed),
+                    FetchProgress::fraction(done, total),
                 ),
             };
-            fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
+            fetch::ensure_default_model(&mut report).map_err(|e| {
+                tracing::error!("fetching the default model: {e}");
+                e.to_string()
+            })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
         backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),

@@ -22,7 +22,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
 use crate::gpu::cpu::HostSampler;
-use crate::model::protocol::Command;
+use crate::model::protocol::{Command, Event};
 use crate::model::worker::WorkerHandle;
 use crate::ui::{App, Effect, Msg};
 
@@ -106,12 +106,14 @@ pub async fn event_loop<B: Backend>(
             },
             ev = worker.events.recv(), if worker_open => match ev {
                 Some(e) => {
+                    log_event(&e);
                     io.transcript.event(&e);
                     msgs.push(Msg::Worker(e));
                     // Take what else is queued now, so a burst of tokens costs one redraw.
                     while msgs.len() < 256 {
                         match worker.events.try_recv() {
                             Ok(e) => {
+                                log_event(&e);
                                 io.transcript.event(&e);
                                 msgs.push(Msg::Worker(e));
                             }
@@ -249,5 +251,25 @@ fn command_name(c: &Command) -> &'static str {
         Command::Restore { .. } => "restore",
         Command::LoadModel(_) => "load model",
         Command::Quit { .. } => "quit",
+    }
+}
+
+/// What the log keeps of the worker's events at the default level: models loaded and every
+/// error (a model that failed to load, a device that failed), so that a failure seen on the
+/// screen can be read again after the screen is gone.
+fn log_event(e: &Event) {
+    match e {
+        Event::ModelLoaded { model, device } => tracing::info!(
+            "model loaded: {} ({}, {}) on {}",
+            model.name,
+            model.quant,
+            model
+                .path
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+            device.backend
+        ),
+        Event::Error { context, message } => tracing::error!("{context}: {message}"),
+        _ => {}
     }
 }

