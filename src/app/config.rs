@@ -383,6 +383,8 @@ impl Config {
                 let text = match v {
                     Value::Integer(i) => i.to_string(),
                     Value::Float(x) => x.to_string(),
+                    // Words a field takes as a value (`seed = "random"`).
+                    Value::String(w) => w.clone(),
                     _ => return Err(r.invalid(f.name, v, f.allowed)),
                 };
                 (f.set)(&mut c.sampler, &text).map_err(|_| r.invalid(f.name, v, f.allowed))?;

@@ -59,12 +59,19 @@ pub struct SamplingArgs {
     /// How many recent tokens the repeat penalty considers.
     #[arg(long = "repeat-last-n", default_value_t = 64)]
     pub repeat_last_n: u32,
-    /// RNG seed (4294967295 = random).
-    #[arg(short = 's', long, default_value_t = 0xFFFF_FFFF)]
+    /// RNG seed ("random" or -1: a new one each run).
+    #[arg(short = 's', long, default_value = "random", value_parser = parse_seed, allow_negative_numbers = true)]
     pub seed: u64,
     /// Stop when this string is generated (repeatable).
     #[arg(long = "stop", value_name = "TEXT")]
     pub stop: Vec<String>,
+}
+
+/// A seed as the sampler settings take it (one rule: `ui::sampler`'s seed field).
+fn parse_seed(v: &str) -> Result<u64, String> {
+    let mut c = SamplerConfig::default();
+    crate::ui::sampler::set(&mut c, "seed", v)?;
+    Ok(c.seed)
 }
 
 impl SamplingArgs {
