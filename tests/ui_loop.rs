@@ -136,6 +136,7 @@ where
             clipboard: &mut clipboard,
             places,
             export_dir: dir.join("exports"),
+            config_file: dir.join("config.toml"),
             quit_deadline,
             frame: Duration::from_millis(15),
             quit: None,
@@ -433,6 +434,31 @@ async fn save_to_a_relative_name_says_the_full_path_it_wrote() {
         said,
         format!("saved the conversation to {}", full.display())
     );
+}
+
+#[tokio::test]
+async fn set_save_keeps_the_sampler_settings_in_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (worker, _log) = fake_worker::spawn("Hi.", Duration::from_millis(5), Mode::Normal);
+    let r = run(
+        worker,
+        dir.path(),
+        no_places(),
+        Duration::from_secs(10),
+        |u| async move {
+            u.sees("Type a message").await;
+            u.type_text("/set temp 0.3");
+            u.key(KeyCode::Enter);
+            u.type_text("/set save");
+            u.key(KeyCode::Enter);
+            u.sees("kept the sampler settings").await;
+            u.ctrl('c');
+        },
+    )
+    .await;
+    assert_eq!(r.ending, Ending::Exited(0));
+    let kept = hipscope::app::config::Config::load(&dir.path().join("config.toml")).unwrap();
+    assert_eq!(kept.sampler.temp, 0.3);
 }
 
 /// A GGUF that claims more tensors than the file holds.

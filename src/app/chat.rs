@@ -356,6 +356,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 config.models.scan_default_locations,
             ),
             export_dir: opts.dirs.data.join("exports"),
+            config_file: config_path.clone(),
             quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
             quit: Some(quit.clone()),

@@ -42,6 +42,8 @@ pub struct LoopIo<'a> {
     pub places: Places,
     /// Where `/save` writes when given no path.
     pub export_dir: PathBuf,
+    /// The config file `/set save` writes the sampler settings into.
+    pub config_file: PathBuf,
     /// How long after asking the worker to quit the app leaves without it: the chat passes
     /// `QuitConfig::deadline()`, the same value the coordinator's timer runs on; tests, which
     /// have no coordinator, pass a short one.
@@ -192,6 +194,20 @@ pub async fn event_loop<B: Backend>(
                             // The full path, so that `/save notes.md` says where it went.
                             .map(|p| std::path::absolute(&p).unwrap_or(p));
                         app.update(Msg::Saved(r));
+                    }
+                    Effect::KeepSettings(s) => {
+                        let (text, error) =
+                            match super::config::keep_sampler_defaults(&io.config_file, &s) {
+                                Ok(()) => (
+                                    format!(
+                                        "kept the sampler settings as defaults in {}",
+                                        io.config_file.display()
+                                    ),
+                                    false,
+                                ),
+                                Err(e) => (format!("could not keep the settings: {e}"), true),
+                            };
+                        app.update(Msg::Notice { text, error });
                     }
                     Effect::Discover => {
                         io.places.current = app.model.as_ref().and_then(|m| m.path.clone());

@@ -156,6 +156,7 @@ impl App {
                     }
                 }
             }
+            SlashCommand::KeepSettings => vec![Effect::KeepSettings(self.sampler.clone())],
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
             SlashCommand::Save(path) => vec![Effect::Export(path)],

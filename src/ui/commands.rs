@@ -11,6 +11,8 @@ pub enum SlashCommand {
     System(Option<String>),
     /// `/set` alone opens the sampler form; `/set KEY VALUE` changes one setting.
     Set(Option<(String, String)>),
+    /// `/set save`: keep the sampler settings as the defaults (in the config file).
+    KeepSettings,
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
     /// `/save [PATH]`: export the conversation as Markdown.
@@ -51,7 +53,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/set [KEY VALUE]",
-        "change a sampler setting, e.g. /set temp 0.7 (no args: the form)",
+        "change a sampler setting, e.g. /set temp 0.7 (no args: the form; /set save keeps them)",
     ),
     ("/model [PATH]", "pick a model (no path: the picker)"),
     ("/save [PATH]", "export the conversation as Markdown"),
@@ -112,6 +114,9 @@ fn no_args(name: &str, args: &str, cmd: SlashCommand) -> Result<SlashCommand, St
 fn parse_set(args: &str) -> Result<SlashCommand, String> {
     if args.is_empty() {
         return Ok(SlashCommand::Set(None));
+    }
+    if args == "save" {
+        return Ok(SlashCommand::KeepSettings);
     }
     let mut parts = args.splitn(2, char::is_whitespace);
     let key = parts.next().unwrap_or_default().trim();
@@ -189,6 +194,7 @@ mod tests {
             Parsed::Command(System(Some("You are terse.".into())))
         );
         assert_eq!(parse("/set"), Parsed::Command(Set(None)));
+        assert_eq!(parse("/set save"), Parsed::Command(KeepSettings));
         assert_eq!(
             parse("/set temp 0.7"),
             Parsed::Command(Set(Some(("temp".into(), "0.7".into()))))

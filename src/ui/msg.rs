@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossterm::event::{Event as TermEvent, KeyEvent, MouseEvent};
 
 use crate::gpu::snapshot::HostSample;
-use crate::model::protocol::{Command, Event};
+use crate::model::protocol::{Command, Event, SamplerConfig};
 
 use super::picker::ModelEntry;
 
@@ -67,6 +67,8 @@ pub enum Effect {
     Copy { text: String, what: String },
     /// Export the conversation as Markdown (to this path, or a fresh one in the data folder).
     Export(Option<PathBuf>),
+    /// Write these sampler settings into the config file as the defaults (`/set save`).
+    KeepSettings(SamplerConfig),
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
