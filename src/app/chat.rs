@@ -256,6 +256,20 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             p.display()
         ));
     }
+    let mut config = config;
+    if opts.args.resume
+        && let Some(values) = &transcript.conversation().sampler
+    {
+        // The conversation's own settings, under any given on the command line.
+        for (k, v) in values {
+            if let Some(f) = crate::ui::sampler::field(k) {
+                let _ = (f.set)(&mut config.sampler, v);
+            }
+        }
+        if let Err(e) = opts.args.apply(&mut config) {
+            tracing::warn!("reapplying the flags: {e}");
+        }
+    }
     let mut app = App::new(settings(&config, log_path));
     let mut restore: Option<Command> = None;
     if opts.args.resume {
@@ -265,8 +279,13 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 .started
                 .map(|t| format!(" from {}", transcript::format_utc(t)))
                 .unwrap_or_default();
-            app.restore(
-                &c.pairs(),
+            let turns: Vec<_> = c
+                .turns
+                .iter()
+                .map(|t| (t.user.clone(), t.answer.clone(), t.summary.clone()))
+                .collect();
+            app.restore_with_stats(
+                &turns,
                 c.model.as_deref(),
                 &format!(
                     "reopened {} exchange{}{when} ({})",

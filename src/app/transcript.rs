@@ -52,6 +52,11 @@ pub enum Record {
     },
     /// The last answer was dropped to be generated again.
     Regen,
+    /// The sampler settings from here on, by their `/set` names (added later: older files have
+    /// none, and a resumed conversation then keeps the configured settings).
+    Sampler {
+        values: std::collections::BTreeMap<String, String>,
+    },
     Clear,
 }
 
@@ -71,6 +76,8 @@ pub struct Conversation {
     pub model: Option<String>,
     pub system: String,
     pub turns: Vec<Turn>,
+    /// The last sampler settings recorded, by `/set` name.
+    pub sampler: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Conversation {
@@ -119,6 +126,7 @@ impl Conversation {
                 }
             }
             Record::Clear => self.turns.clear(),
+            Record::Sampler { values } => self.sampler = Some(values.clone()),
         }
     }
 
@@ -325,6 +333,12 @@ impl Transcript {
             Command::Regenerate => self.record(Record::Regen),
             Command::Clear => self.record(Record::Clear),
             Command::SetSystem(s) => self.record(Record::System { text: s.clone() }),
+            Command::SetSampler(s) => self.record(Record::Sampler {
+                values: crate::ui::sampler::FIELDS
+                    .iter()
+                    .map(|f| (f.name.to_string(), (f.get)(s)))
+                    .collect(),
+            }),
             _ => {}
         }
     }
@@ -611,5 +625,35 @@ mod tests {
             t.conversation().pairs(),
             [("q".to_string(), "a".to_string())]
         );
+    }
+
+    #[test]
+    fn sampler_settings_are_kept_and_old_files_have_none() {
+        let mut cfg = crate::model::protocol::SamplerConfig::default();
+        cfg.temp = 0.25;
+        let mut t = Transcript::in_memory();
+        t.command(&Command::SetSampler(cfg));
+        let line = serde_json::to_string(&Record::Sampler {
+            values: [("temp".to_string(), "0.25".to_string())].into(),
+        })
+        .unwrap();
+        let back: Record = serde_json::from_str(&line).unwrap();
+        let mut c = Conversation::default();
+        c.apply(&back);
+        assert_eq!(c.sampler.unwrap()["temp"], "0.25");
+        assert_eq!(
+            t.conversation().sampler.as_ref().map(|m| m["temp"].clone()),
+            Some("0.25".to_string())
+        );
+        // A file written before the record existed: no settings, the configured ones apply.
+        let mut old = Conversation::default();
+        for line in [
+            r#"{"t":"start","version":1,"time":1,"app":"hipscope"}"#,
+            r#"{"t":"user","text":"hi"}"#,
+        ] {
+            old.apply(&serde_json::from_str(line).unwrap());
+        }
+        assert_eq!(old.sampler, None);
+        assert_eq!(old.turns.len(), 1);
     }
 }
