@@ -206,28 +206,7 @@ HS_KERNEL void hs_quantize_act(HS_TRACK_PARAMS, const float *x, signed char *xq,
     const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
     for (hs_u64 blk = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; blk < n_blocks;
          blk += stride) {
-        const float *xb = x + blk * bs;
-        float amax = 0.0f;
-        for (hs_u32 i = 0; i < bs; ++i) {
-            amax = fmaxf(amax, fabsf(xb[i]));
-        }
-        const float d = HS_DIV_RN(amax, 127.0f);
-        const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
-        int sum = 0;
-        for (hs_u32 i = 0; i < bs; ++i) {
-            int q = (int)rintf(xb[i] * id);
-            q = q < -128 ? -128 : (q > 127 ? 127 : q);
-            sum += q;
-            if (xq != 0) {
-                xq[blk * bs + i] = (signed char)q;
-            }
-            if (xdq != 0) {
-                xdq[blk * bs + i] = (float)q * d;
-            }
-        }
-        if (xd != 0) {
-            xd[2 * blk] = d;
-            xd[2 * blk + 1] = d * (float)sum;
-        }
+        hs_q8_block(x + blk * bs, bs, (xq != 0) ? xq + blk * bs : 0, (xd != 0) ? xd + 2 * blk : 0,
+                    (xdq != 0) ? xdq + blk * bs : 0);
     }
 }

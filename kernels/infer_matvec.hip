@@ -180,6 +180,47 @@ __device__ float mv_part_q6_k(const unsigned char *b, hs_u32 s, const signed cha
     return xd[0] * mv_half(b + 208) * (float)sumi;
 }
 
+// The dot products of one weight row `wr` with NT tokens' Q8 activations, summed over the warp
+// (every lane gets the sums). Lanes stride over the row's parts (lane i takes parts i, i + warp,
+// ...), U parts per lane issued together so that their loads are in flight at once: one part per
+// lane at a time leaves a decode-sized product waiting on memory latency. NT and U are template
+// constants, so a one-token product keeps one accumulator and no per-token branches.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT, int U>
+__device__ __forceinline__ void mv_row_dots(const unsigned char *wr, const signed char *xq,
+                                            const float *xd, hs_u32 cols, hs_u32 ntok,
+                                            float *acc) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nblocks = cols / BL;
+    const hs_u32 items = nblocks * PARTS;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        acc[t] = 0.0f;
+    }
+    for (hs_u32 i0 = lane; i0 < items; i0 += U * warpSize) {
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const hs_u32 i = i0 + u * warpSize;
+            if (i < items) {
+                const hs_u32 blk = i / PARTS;
+                const hs_u32 part = i % PARTS;
+                const unsigned char *b = wr + (hs_u64)blk * BB;
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (NT == 1 || (hs_u32)t < ntok) {
+                        acc[t] += PART(b, part, xq + (hs_u64)t * cols + (hs_u64)blk * BL,
+                                       xd + 2 * ((hs_u64)t * nblocks + blk));
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        acc[t] = hs_warp_sum(acc[t]);
+    }
+}
+
 // One warp per row (rows beyond the grid's first pass are taken in further passes, so any warp
 // size works with any grid); BL elements and BB bytes per block, PARTS parts per block.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
@@ -188,40 +229,105 @@ __device__ void infer_mv_quant(const unsigned char *w, const signed char *xq, co
                                float *y, hs_u32 rows, hs_u32 cols, hs_u32 ntok) {
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
-    const hs_u32 nblocks = cols / BL;
-    const hs_u64 row_bytes = (hs_u64)nblocks * BB;
-    const hs_u32 items = nblocks * PARTS;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {
-        const unsigned char *wr = w + (hs_u64)row * row_bytes;
         float acc[HS_MV_MAX_TOK];
+        mv_row_dots<PART, BL, BB, PARTS, HS_MV_MAX_TOK, 4>(w + (hs_u64)row * row_bytes, xq, xd,
+                                                           cols, ntok, acc);
 #pragma unroll
         for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-            acc[t] = 0.0f;
-        }
-        // Unrolled so that several parts' loads are in flight before the first is used: one
-        // part per lane at a time leaves a decode-sized product waiting on memory latency.
-#pragma unroll 4
-        for (hs_u32 i = lane; i < items; i += warpSize) {
-            const hs_u32 blk = i / PARTS;
-            const hs_u32 part = i % PARTS;
-            const unsigned char *b = wr + (hs_u64)blk * BB;
-#pragma unroll
-            for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-                if ((hs_u32)t < ntok) {
-                    acc[t] += PART(b, part, xq + (hs_u64)t * cols + (hs_u64)blk * BL,
-                                   xd + 2 * ((hs_u64)t * nblocks + blk));
-                }
+            if ((hs_u32)t < ntok && lane == 0) {
+                y[(hs_u64)t * rows + row] = acc[t];
             }
         }
-#pragma unroll
-        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-            if ((hs_u32)t < ntok) {
-                const float v = hs_warp_sum(acc[t]);
-                if (lane == 0) {
-                    y[(hs_u64)t * rows + row] = v;
-                }
+    }
+}
+
+// One token (decode): y[row] = dot (+ bias[row] where bias is given; added to y[row] where
+// `accumulate`: the residual add in the product's epilogue). The sums are those of the separate
+// add kernels, term for term.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
+__device__ void infer_mv1_quant(const unsigned char *w, const signed char *xq, const float *xd,
+                                float *y, const float *bias, hs_u32 rows, hs_u32 cols,
+                                hs_u32 accumulate) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
+         row += gridDim.x * nwarps) {
+        float acc[1];
+        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(w + (hs_u64)row * row_bytes, xq, xd, cols, 1, acc);
+        if (lane == 0) {
+            float v = acc[0];
+            if (bias != 0) {
+                v += bias[row];
             }
+            if (accumulate != 0) {
+                v = y[row] + v;
+            }
+            y[row] = v;
+        }
+    }
+}
+
+// One token through Q, K and V in one launch: rows 0..r0 of the grid are W0's, the next r1 W1's,
+// the next r2 W2's, each written (with its bias, where given) to its own output.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
+__device__ void infer_mv_qkv(const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    const hs_u32 rows = r0 + r1 + r2;
+    for (hs_u32 g = blockIdx.x * nwarps + threadIdx.x / warpSize; g < rows;
+         g += gridDim.x * nwarps) {
+        const unsigned char *w = w0;
+        float *y = y0;
+        const float *b = b0;
+        hs_u32 row = g;
+        if (g >= r0 + r1) {
+            w = w2;
+            y = y2;
+            b = b2;
+            row = g - r0 - r1;
+        } else if (g >= r0) {
+            w = w1;
+            y = y1;
+            b = b1;
+            row = g - r0;
+        }
+        float acc[1];
+        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(w + (hs_u64)row * row_bytes, xq, xd, cols, 1, acc);
+        if (lane == 0) {
+            y[row] = (b != 0) ? acc[0] + b[row] : acc[0];
+        }
+    }
+}
+
+// One token through gate and up in one launch, SwiGLU in the epilogue: y[row] = silu(gate) * up,
+// computed as hs_swiglu_inplace computes it.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
+__device__ void infer_mv_swiglu(const unsigned char *wg, const unsigned char *wu,
+                                const signed char *xq, const float *xd, float *y, hs_u32 rows,
+                                hs_u32 cols) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
+         row += gridDim.x * nwarps) {
+        float g[1];
+        float u[1];
+        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(wg + (hs_u64)row * row_bytes, xq, xd, cols, 1, g);
+        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(wu + (hs_u64)row * row_bytes, xq, xd, cols, 1, u);
+        if (lane == 0) {
+            y[row] = g[0] / (1.0f + expf(-g[0])) * u[0];
         }
     }
 }
@@ -347,4 +453,191 @@ HS_KERNEL void hs_mv_q6_k(HS_TRACK_PARAMS, const unsigned char *w, const signed 
                           hs_u32 ntok) {
     HS_BREADCRUMB();
     infer_mv_quant<mv_part_q6_k, 256, 210, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+// The fused one-token kernels (decode) of every quantized type: hs_mv1_* (bias and residual add
+// in the epilogue), hs_mv_qkv_* (three matrices in one launch), hs_mv_swiglu_* (gate and up).
+
+HS_KERNEL void hs_mv1_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q4_0, 32, 18, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q4_0, 32, 18, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q4_0, 32, 18, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q4_1, 32, 20, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q4_1, 32, 20, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q4_1, 32, 20, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q5_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q5_0, 32, 22, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q5_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q5_0, 32, 22, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q5_0, 32, 22, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q5_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q5_1, 32, 24, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q5_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q5_1, 32, 24, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q5_1, 32, 24, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q8_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q8_0, 32, 34, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q8_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q8_0, 32, 34, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q8_0, 32, 34, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q4_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q4_k, 256, 144, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q4_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q4_k, 256, 144, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q4_k, 256, 144, 32>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q5_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q5_k, 256, 176, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q5_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q5_k, 256, 176, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q5_k, 256, 176, 32>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv1_q6_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q6_k, 256, 210, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q6_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q6_k, 256, 210, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q6_k, 256, 210, 32>(wg, wu, xq, xd, y, rows, cols);
 }

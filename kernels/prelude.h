@@ -111,3 +111,72 @@ __device__ __forceinline__ float hs_warp_max(float v) {
     }
     return v;
 }
+
+// Q8 quantization of one block of `bs` activations, exactly as the CPU backend quantizes them:
+// d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the quants and (d, d * sum q)
+// where q / dd are given, the dequantized values (q * d) where dq is given. Shared by
+// hs_quantize_act and the RMS norm that quantizes its own output.
+__device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed char *q,
+                                            float *dd, float *dq) {
+    float amax = 0.0f;
+    for (hs_u32 i = 0; i < bs; ++i) {
+        amax = fmaxf(amax, fabsf(xb[i]));
+    }
+    const float d = HS_DIV_RN(amax, 127.0f);
+    const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+    int sum = 0;
+    for (hs_u32 i = 0; i < bs; ++i) {
+        int v = (int)rintf(xb[i] * id);
+        v = v < -128 ? -128 : (v > 127 ? 127 : v);
+        sum += v;
+        if (q != 0) {
+            q[i] = (signed char)v;
+        }
+        if (dq != 0) {
+            dq[i] = (float)v * d;
+        }
+    }
+    if (dd != 0) {
+        dd[0] = d;
+        dd[1] = d * (float)sum;
+    }
+}
+
+#define HS_ROPE_MAX_PAIRS 256
+
+// RoPE of one token row of n_heads heads of head_dim at position `pos`, by the block (cs / sn:
+// shared arrays of HS_ROPE_MAX_PAIRS). The angle of pair i is pos * freq_scale * theta_scale^i
+// (/ factors[i]), the power built by repeated multiplication in f32 exactly as the CPU backend
+// (and ggml) builds it; sin and cos are taken in double, because the fast single-precision ones
+// lose accuracy for angles of thousands of radians. Ends with the block synchronised.
+__device__ __forceinline__ void hs_rope_row(float *row, hs_u32 n_heads, hs_u32 head_dim,
+                                            hs_u32 n_rot, hs_u32 pos, float freq_scale,
+                                            float theta_scale, const float *factors, hs_u32 neox,
+                                            float *cs, float *sn) {
+    const hs_u32 half = n_rot / 2;
+    for (hs_u32 i = threadIdx.x; i < half && i < HS_ROPE_MAX_PAIRS; i += blockDim.x) {
+        float theta = (float)pos * freq_scale;
+        for (hs_u32 k = 0; k < i; ++k) {
+            theta *= theta_scale;
+        }
+        if (factors != 0) {
+            theta = HS_DIV_RN(theta, factors[i]);
+        }
+        cs[i] = (float)cos((double)theta);
+        sn[i] = (float)sin((double)theta);
+    }
+    __syncthreads();
+    const hs_u32 pairs = n_heads * half;
+    for (hs_u32 idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
+        const hs_u32 h = idx / half;
+        const hs_u32 i = idx % half;
+        float *head = row + (hs_u64)h * head_dim;
+        const hs_u32 a = neox ? i : 2 * i;
+        const hs_u32 b = neox ? i + half : 2 * i + 1;
+        const float x0 = head[a];
+        const float x1 = head[b];
+        head[a] = x0 * cs[i] - x1 * sn[i];
+        head[b] = x0 * sn[i] + x1 * cs[i];
+    }
+    __syncthreads();
+}

@@ -98,7 +98,7 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     );
 
     // The prompt (20 ≥ 16 tokens) took the GEMM path: tiles dequantized, hs_sgemm (no BLAS on
-    // the fake); decode and the short batch took the matrix-vector kernel.
+    // the fake); the short batch took the matrix-vector kernel, decode the fused one-token ones.
     assert!(launched(&ctl, "hs_dequant_rows_q4_0") > 0);
     assert!(launched(&ctl, "hs_sgemm") > 0);
     assert!(launched(&ctl, "hs_mv_q4_0") > 0);
@@ -106,13 +106,25 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
         launched(&ctl, "hs_attention_f16") == 3 * 2,
         "one per layer per step"
     );
-    assert!(launched(&ctl, "hs_kv_store_f16") == 3 * 2);
-    // Biases of qwen2, NeoX RoPE for q and k.
-    assert!(launched(&ctl, "hs_add_bias_rows") == 3 * 2 * 3);
-    assert!(launched(&ctl, "hs_rope") == 3 * 2 * 2);
-    // Q, K and V share one quantized input per step: per layer, the attention input, the
-    // attention output, the FFN input and the SwiGLU output are quantized, plus the output head.
-    assert_eq!(launched(&ctl, "hs_quantize_act"), 3 * (2 * 4 + 1));
+    // RoPE of q and k and the KV-cache write: one launch per layer per step.
+    assert_eq!(launched(&ctl, "hs_rope_kv_store_f16"), 3 * 2);
+    assert_eq!(launched(&ctl, "hs_kv_store_f16"), 0);
+    assert_eq!(launched(&ctl, "hs_rope"), 0);
+    // Decode (one token): Q, K and V with qwen2's biases in one launch, gate and up with SwiGLU
+    // in one, the output projection and down with the residual add in their epilogue; the
+    // output head (the last token's logits only, every step) through the same one-token kernel.
+    assert_eq!(launched(&ctl, "hs_mv_qkv_q4_0"), 2);
+    assert_eq!(launched(&ctl, "hs_mv_swiglu_q4_0"), 2);
+    assert_eq!(launched(&ctl, "hs_mv1_q4_0"), 2 * 2 + 3);
+    // The batches add the biases separately: 2 steps × 2 layers × q, k, v.
+    assert_eq!(launched(&ctl, "hs_add_bias_rows"), 2 * 2 * 3);
+    // Quantized activations: the prompt (GEMM path) quantizes the attention input, the
+    // attention output, the FFN input and the SwiGLU output of each layer and the output head's
+    // input (2 × 4 + 1). From that first matrix-vector quantization on (the output head's), the
+    // RMS norms quantize their own output (5 a step), leaving the attention and SwiGLU outputs
+    // (2 × 2 a step) for decode and the short batch.
+    assert_eq!(launched(&ctl, "hs_quantize_act"), (2 * 4 + 1) + 4 + 4);
+    assert_eq!(launched(&ctl, "hs_rms_norm_q8"), 5 + 5);
 
     let labels: Vec<String> = shared
         .recent_completed(4000)

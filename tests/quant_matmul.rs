@@ -94,8 +94,10 @@ fn run_case(
 fn matmul_equals_naive_for_all_types_threads_and_token_counts() {
     let pools = [ThreadPool::new(1), ThreadPool::new(2), ThreadPool::new(3)];
     let mut isas = vec![Isa::Scalar];
-    if Isa::Avx2.is_available() {
-        isas.push(Isa::Avx2);
+    for isa in [Isa::Avx2, Isa::Avx512] {
+        if isa.is_available() {
+            isas.push(isa);
+        }
     }
     for &ty in COMPUTE_TYPES {
         // 37 rows: several chunks with a ragged last one; 512 columns: two K super-blocks.

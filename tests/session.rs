@@ -25,6 +25,7 @@ fn session(n_ctx: usize, n_predict: i32) -> Session {
             n_predict,
             ..SamplerConfig::default()
         },
+        ..LoadOptions::default()
     };
     loader::load(
         Arc::clone(&file),
@@ -40,8 +41,8 @@ fn say(s: &mut Session, text: &str) -> (Answer, usize) {
     let mut trimmed = 0;
     let a = s
         .chat(text, &mut |p| {
-            if let Progress::Trimmed(n) = p {
-                trimmed += n;
+            if let Progress::Trimmed(t) = p {
+                trimmed += t.messages;
             }
             Control::Continue
         })

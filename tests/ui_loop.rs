@@ -140,6 +140,7 @@ where
             quit_deadline,
             frame: Duration::from_millis(15),
             quit: None,
+            telemetry: None,
         },
     )
     .await;

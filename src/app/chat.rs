@@ -39,6 +39,7 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
+    pub ctx_discard: u8,
     /// The configured drain deadline, for a quit the UI could not ask for.
     pub drain_deadline: Duration,
 }
@@ -143,6 +144,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         device: config.device,
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
+        ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
     }
 }
@@ -379,6 +381,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
             quit: Some(quit.clone()),
+            telemetry: Some(crate::gpu::telemetry::interval(
+                config.telemetry.interval_ms,
+            )),
         };
         event_loop(
             &mut terminal,
@@ -459,6 +464,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,
+            discard: f32::from(cfg.ctx_discard) / 100.0,
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

@@ -36,6 +36,8 @@ pub enum Commands {
     Perplexity(cmd::perplexity::PerplexityArgs),
     /// Prompt and generation speed, as llama-bench reports them.
     Bench(cmd::bench::BenchArgs),
+    /// A long scripted conversation, headless: time, tokens, memory and allocations per turn.
+    Soak(cmd::soak::SoakArgs),
     /// Download the default model (SmolLM2-135M-Instruct Q4_1) into the cache.
     Fetch(cmd::fetch_cmd::FetchArgs),
     /// Write a synthetic model (random weights, real shapes) as GGUF.
@@ -49,6 +51,12 @@ pub enum Commands {
     Selftest(cmd::selftest::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
     Kernels(cmd::kernels::KernelsArgs),
+    /// GPU and host telemetry, full screen like nvtop (--json, --once for scripts).
+    Top(cmd::top::TopArgs),
+    /// Check in a minute whether GPU inference will work here (exit 0 ok, 1 a check failed).
+    Doctor(cmd::doctor::DoctorArgs),
+    #[command(name = "__doctor-check", hide = true)]
+    DoctorCheck(cmd::doctor_child::ChildArgs),
     #[command(name = "__compile-kernels", hide = true)]
     CompileKernels(cmd::kernels::CompileChildArgs),
 }
@@ -69,10 +77,14 @@ pub fn run() -> i32 {
         Some(Commands::Tokenize(a)) => cmd::tokenize::run(a),
         Some(Commands::Perplexity(a)) => cmd::perplexity::run(a),
         Some(Commands::Bench(a)) => cmd::bench::run(a),
+        Some(Commands::Soak(a)) => cmd::soak::run(a),
         Some(Commands::Fetch(a)) => cmd::fetch_cmd::run(a),
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
+        Some(Commands::Top(a)) => cmd::top::run(a),
+        Some(Commands::Doctor(a)) => Ok(cmd::doctor::run(a)),
+        Some(Commands::DoctorCheck(a)) => Ok(cmd::doctor_child::run(a)),
         Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),
         Some(Commands::Kernels(a)) => Ok(cmd::kernels::kernels(&a)),
         Some(Commands::CompileKernels(a)) => Ok(cmd::kernels::compile_child(&a)),

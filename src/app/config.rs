@@ -94,6 +94,12 @@ pub struct LogConfig {
     pub file: Option<PathBuf>,
 }
 
+#[derive(Clone, Debug, PartialEq)]
+pub struct TelemetryConfig {
+    /// Time between telemetry samples (GPU panel, `hipscope top`), ms.
+    pub interval_ms: u64,
+}
+
 /// Every setting.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -102,6 +108,8 @@ pub struct Config {
     pub backend: BackendChoice,
     /// 0: the model's own context length (at most 4096).
     pub ctx_size: u32,
+    /// Percent of the conversation after the system prompt dropped when the context fills.
+    pub ctx_discard: u8,
     /// 0: all cores.
     pub threads: u32,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
@@ -113,6 +121,7 @@ pub struct Config {
     pub transcript: TranscriptConfig,
     pub log: LogConfig,
     pub quit: QuitConfig,
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for Config {
@@ -121,6 +130,7 @@ impl Default for Config {
             model: None,
             backend: BackendChoice::Auto,
             ctx_size: 0,
+            ctx_discard: 50,
             threads: 0,
             device: None,
             system_prompt: String::new(),
@@ -146,6 +156,7 @@ impl Default for Config {
                 file: None,
             },
             quit: QuitConfig::default(),
+            telemetry: TelemetryConfig { interval_ms: 500 },
         }
     }
 }
@@ -297,6 +308,7 @@ const TOP_KEYS: &[&str] = &[
     "model",
     "backend",
     "ctx_size",
+    "ctx_discard",
     "threads",
     "device",
     "system_prompt",
@@ -306,6 +318,7 @@ const TOP_KEYS: &[&str] = &[
     "transcript",
     "log",
     "quit",
+    "telemetry",
 ];
 const SAMPLER_KEYS: &[&str] = &[
     "temp",
@@ -330,6 +343,7 @@ const MODELS_KEYS: &[&str] = &["search_paths", "scan_default_locations"];
 const TRANSCRIPT_KEYS: &[&str] = &["enabled", "dir"];
 const LOG_KEYS: &[&str] = &["level", "file"];
 const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
+const TELEMETRY_KEYS: &[&str] = &["interval_ms"];
 const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
 
 impl Config {
@@ -357,6 +371,9 @@ impl Config {
             "0 (the model's own) or a whole number of tokens up to 16777216",
         )? {
             c.ctx_size = n as u32;
+        }
+        if let Some(n) = top.integer("ctx_discard", 1, 95, "a percent from 1 to 95")? {
+            c.ctx_discard = n as u8;
         }
         if let Some(n) = top.integer(
             "threads",
@@ -506,6 +523,14 @@ impl Config {
                 c.quit.grace = Duration::from_millis(ms as u64);
             }
         }
+        if let Some(t) = top.table("telemetry")? {
+            let r = Reader::new(path, "telemetry.", t, TELEMETRY_KEYS)?;
+            if let Some(ms) =
+                r.integer("interval_ms", 50, 60_000, "milliseconds from 50 to 60000")?
+            {
+                c.telemetry.interval_ms = ms as u64;
+            }
+        }
         Ok(c)
     }
 
@@ -633,7 +658,7 @@ mod tests {
     #[test]
     fn values_override_the_defaults() {
         let c = parse(
-            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\n\
+            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\nctx_discard = 30\n\
              [sampler]\ntemp = 0.2\ntop_k = 0\nstop = [\"<|im_end|>\"]\n\
              [ui]\ntheme = \"mono\"\ndiagnostics = \"hide\"\npanels = [\"gpu\"]\n\
              [quit]\ndrain_timeout_ms = 1500\n",
@@ -642,6 +667,7 @@ mod tests {
         assert_eq!(c.model, Some(PathBuf::from("/m/x.gguf")));
         assert_eq!(c.backend, BackendChoice::Cpu);
         assert_eq!(c.ctx_size, 2048);
+        assert_eq!(c.ctx_discard, 30);
         assert_eq!(c.sampler.temp, 0.2);
         assert_eq!(c.sampler.top_k, 0);
         assert_eq!(c.sampler.stop, ["<|im_end|>"]);

@@ -21,7 +21,6 @@ use super::exit_code;
 use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
-use crate::gpu::cpu::HostSampler;
 use crate::model::protocol::{Command, Event};
 use crate::model::worker::WorkerHandle;
 use crate::ui::{App, Effect, Msg};
@@ -53,10 +52,9 @@ pub struct LoopIo<'a> {
     /// Started when the worker is asked to quit: its timer thread leaves the process if the
     /// quit overruns even when this loop cannot (tests run without one).
     pub quit: Option<Arc<QuitCoordinator>>,
+    /// The telemetry sampler's interval (`[telemetry] interval_ms`); `None`: no sampler.
+    pub telemetry: Option<Duration>,
 }
-
-/// How often the host's CPU use and memory are sampled for the panels.
-const HOST_SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs until the worker has quit (or the app leaves without it). Draws into `terminal`.
 pub async fn event_loop<B: Backend>(
@@ -69,10 +67,16 @@ pub async fn event_loop<B: Backend>(
     let start = Instant::now();
     let mut ticker = tokio::time::interval(io.frame);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    // The host panel's CPU and memory: two small /proc reads a second, done right here.
-    let mut host_ticker = tokio::time::interval(HOST_SAMPLE_EVERY);
-    host_ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let mut host = HostSampler::default();
+    // GPU and host telemetry from the sampler's own thread; it stops when `_stop` drops.
+    let (tele_tx, mut tele_rx) = unbounded_channel();
+    let (_stop, stop_rx) = std::sync::mpsc::channel::<()>();
+    if let Some(every) = io.telemetry {
+        let roots = crate::gpu::telemetry::Roots::from_env();
+        let deliver = move |t| tele_tx.send(t).is_ok();
+        if let Err(e) = crate::gpu::telemetry::spawn(roots, every, stop_rx, deliver) {
+            tracing::warn!("telemetry sampler not started: {e}");
+        }
+    }
     let (found_tx, mut found_rx) = unbounded_channel();
     let mut worker_open = true;
     let mut terminal_open = true;
@@ -151,8 +155,8 @@ pub async fn event_loop<B: Backend>(
             _ = ticker.tick() => {
                 msgs.push(Msg::Tick(start.elapsed()));
             },
-            _ = host_ticker.tick() => {
-                msgs.push(Msg::Host(host.sample()));
+            Some(t) = tele_rx.recv() => {
+                msgs.push(Msg::Worker(Event::Telemetry(t)));
             },
         }
 

@@ -131,6 +131,45 @@ pub struct AttnParams {
     pub scale: f32,
 }
 
+/// A context shift: in every layer's cache, positions `src..src + n` move down to
+/// `dst..dst + n` (`dst < src`) and their keys are rotated by `dst − src` positions. RoPE is a
+/// rotation by an angle linear in the position, so rotating a key stored at `p` by `δ` gives the
+/// key a recompute at `p + δ` would store, to the rounding of the cache's element type
+/// (llama.cpp's K-shift). Values carry no position and only move.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvShift {
+    pub dst: usize,
+    pub src: usize,
+    pub n: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rope: RopeParams,
+}
+
+impl KvShift {
+    /// The rotation applied to the keys, in positions (negative: they move down).
+    pub fn delta(&self) -> f32 {
+        -((self.src - self.dst) as f32)
+    }
+
+    /// Checks the move against a cache of `n_ctx` positions of `kv_dim`, before anything moves.
+    pub fn check(&self, n_ctx: usize, kv_dim: usize) -> Result<()> {
+        self.rope.pairs(self.head_dim)?;
+        if self.dst >= self.src
+            || self.src + self.n > n_ctx
+            || self.n_kv_heads * self.head_dim != kv_dim
+        {
+            return Err(BackendError::Invalid(format!(
+                "KV shift of positions {}..{} to {} does not fit the KV cache ({n_ctx} positions of {kv_dim})",
+                self.src,
+                self.src + self.n,
+                self.dst
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
 /// backend can make its few large allocations up front (and refuse at once, with the numbers, a
 /// model that does not fit).
@@ -225,6 +264,62 @@ pub trait Backend: Send {
         label: OpLabel,
     ) -> Result<()>;
 
+    /// q, k, v = Wq · x, Wk · x, Wv · x, each plus its bias where given: an attention block's
+    /// three products, which a backend may run as one launch. By default the separate ops.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        qkv_separately(self, w, bias, x, out, n_tokens, layer)
+    }
+
+    /// gate = silu(Wgate · x) * (Wup · x) over `n_tokens` rows of `ffn_dim` (`up` is scratch: a
+    /// backend that fuses the two products may leave it untouched). By default the separate ops.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        swiglu_separately(self, [w_gate, w_up], x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    /// acc[t] += W · x[t] (rows of `dim`): a product with the residual add in its epilogue
+    /// (`tmp` is scratch for a backend that adds separately, as the default does).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.matmul(w, x, tmp, n_tokens, label)?;
+        self.add(acc, tmp, n_tokens * dim, add_label)
+    }
+
+    /// Device memory bandwidth in bytes/s, read plus write, measured by a copy (`None` where the
+    /// backend has no device memory to measure).
+    fn copy_bandwidth(&mut self) -> Option<f64> {
+        None
+    }
+
     /// x[t] += bias.
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()>;
 
@@ -245,6 +340,25 @@ pub trait Backend: Send {
     /// Stores k and v in the cache, then causal attention of q over positions `0..=pos` for each
     /// token; writes `n_tokens` rows of `n_heads * head_dim` to `out`.
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
+
+    /// Moves cached keys and values down in every layer and re-rotates the keys for their new
+    /// positions (see [`KvShift`]).
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()>;
+
+    /// RoPE of q (`n_heads` heads) and k (`n_kv_heads` heads) at positions `pos0 + t`, then
+    /// [`Backend::attention`]: what a backend may run with the rotation fused into the KV-cache
+    /// write. By default the separate ops.
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        rope_attention_separately(self, q, k, v, out, rope, p)
+    }
 
     /// gate = silu(gate) * up, elementwise over `len`.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
@@ -289,4 +403,85 @@ pub trait Backend: Send {
     ) -> DeviceRelease {
         DeviceRelease::Clean
     }
+}
+
+/// [`Backend::matmul_qkv`] as separate ops: the three products, then the biases.
+#[allow(clippy::too_many_arguments)]
+pub fn qkv_separately<B: Backend + ?Sized>(
+    be: &mut B,
+    w: [Weight; 3],
+    bias: [Option<Weight>; 3],
+    x: Buf,
+    out: [Buf; 3],
+    n_tokens: usize,
+    layer: u32,
+) -> Result<()> {
+    const NAMES: [(&str, &str); 3] = [
+        ("attn_q", "attn_q.bias"),
+        ("attn_k", "attn_k.bias"),
+        ("attn_v", "attn_v.bias"),
+    ];
+    for i in 0..3 {
+        be.matmul(w[i], x, out[i], n_tokens, OpLabel::layer(layer, NAMES[i].0))?;
+    }
+    for i in 0..3 {
+        if let Some(b) = bias[i] {
+            be.add_bias(out[i], b, n_tokens, OpLabel::layer(layer, NAMES[i].1))?;
+        }
+    }
+    Ok(())
+}
+
+/// [`Backend::matmul_swiglu`] as separate ops: gate, up, then SwiGLU.
+#[allow(clippy::too_many_arguments)]
+pub fn swiglu_separately<B: Backend + ?Sized>(
+    be: &mut B,
+    w: [Weight; 2],
+    x: Buf,
+    gate: Buf,
+    up: Buf,
+    n_tokens: usize,
+    ffn_dim: usize,
+    layer: u32,
+) -> Result<()> {
+    be.matmul(w[0], x, gate, n_tokens, OpLabel::layer(layer, "ffn_gate"))?;
+    be.matmul(w[1], x, up, n_tokens, OpLabel::layer(layer, "ffn_up"))?;
+    be.swiglu(
+        gate,
+        up,
+        n_tokens * ffn_dim,
+        OpLabel::layer(layer, "ffn_swiglu"),
+    )
+}
+
+/// [`Backend::rope_attention`] as separate ops: RoPE of q, of k, then attention.
+pub fn rope_attention_separately<B: Backend + ?Sized>(
+    be: &mut B,
+    q: Buf,
+    k: Buf,
+    v: Buf,
+    out: Buf,
+    rope: &RopeParams,
+    p: &AttnParams,
+) -> Result<()> {
+    let l = p.layer as u32;
+    be.rope(
+        q,
+        p.n_tokens,
+        p.n_heads,
+        p.head_dim,
+        p.pos0,
+        rope,
+        OpLabel::layer(l, "rope_q"),
+    )?;
+    be.rope(
+        k,
+        p.n_tokens,
+        p.n_kv_heads,
+        p.head_dim,
+        p.pos0,
+        rope,
+        OpLabel::layer(l, "rope_k"),
+    )?;
+    be.attention(q, k, v, out, p)
 }

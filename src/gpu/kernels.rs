@@ -29,8 +29,16 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("fill", include_str!("../../kernels/fill.hip")),
     ("gemm", include_str!("../../kernels/gemm.hip")),
     (
+        "infer_attention",
+        include_str!("../../kernels/infer_attention.hip"),
+    ),
+    (
         "infer_dequant",
         include_str!("../../kernels/infer_dequant.hip"),
+    ),
+    (
+        "infer_kv_shift",
+        include_str!("../../kernels/infer_kv_shift.hip"),
     ),
     (
         "infer_matvec",

@@ -8,7 +8,9 @@
 //! - backends, what the forward pass runs on (`backend::Backend`): `cpu/` and `compute/` (the
 //!   GPU one, over [`Gpu`]);
 //! - choosing and opening: `select` (which runtime and device), `open` (the backend a user asked
-//!   for).
+//!   for);
+//! - readings of the machine: `telemetry/` (sysfs, hwmon, `gpu_metrics`, KFD, fdinfo, `/proc`,
+//!   NVML: one file per source, a sampler thread), `doctor/` (facts, known-issue rules, report).
 //!
 //! Imports nothing from `model/`, `ui/` or `app/`; no file here imports one above it.
 
@@ -20,6 +22,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod dirs;
+pub mod doctor;
 pub mod fake;
 pub mod handle;
 pub mod hip;
@@ -29,6 +32,7 @@ pub mod quant;
 pub mod select;
 pub mod snapshot;
 pub mod stream;
+pub mod telemetry;
 pub mod watchdog;
 
 pub use handle::{Gpu, GpuConfig};

@@ -93,29 +93,8 @@ pub struct DeviceSummary {
     pub reason: String,
 }
 
-/// One GPU telemetry sample. Every sensor is optional: what a platform lacks stays `None`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TelemetrySample {
-    pub gpu_util_pct: Option<f32>,
-    pub mem_util_pct: Option<f32>,
-    pub temperature_c: Option<f32>,
-    pub power_w: Option<f32>,
-    pub sclk_mhz: Option<u32>,
-    pub mclk_mhz: Option<u32>,
-    pub vram_used: Option<u64>,
-    pub vram_total: Option<u64>,
-}
-
-/// One sample of the host: CPU use across all cores since the previous sample, and memory.
-/// Kept apart from [`TelemetrySample`] because it comes from elsewhere (the kernel's counters,
-/// read by the app) and on its own clock.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct HostSample {
-    /// `None` for the first sample: a rate needs two readings.
-    pub cpu_pct: Option<f32>,
-    pub mem_used: Option<u64>,
-    pub mem_total: Option<u64>,
-}
+/// Telemetry samples live with their sampler; re-exported here beside the other snapshots.
+pub use crate::gpu::telemetry::{GpuReading, HostSample, TelemetrySample};
 
 /// One step of the quit protocol, as it happens.
 #[derive(Clone, Debug, PartialEq)]

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
 use crate::gpu::stream::{OpRecord, StreamShared};
+use crate::gpu::telemetry::{Roots, sysfs};
 
 /// Watchdog settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -131,60 +132,14 @@ pub struct SystemFacts {
 
 impl SystemFacts {
     pub fn gather(device: &DeviceInfo) -> SystemFacts {
-        Self::gather_from(device, Path::new("/sys"))
+        Self::gather_from(device, &Roots::from_env().sys)
     }
 
     pub fn gather_from(device: &DeviceInfo, sys: &Path) -> SystemFacts {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p)
-                .ok()
-                .map(|s| s.trim().to_string())
+        let roots = Roots {
+            sys: sys.to_path_buf(),
+            ..Roots::from_env()
         };
-        let mut module_params = Vec::new();
-        // CWSR hang on gfx1151 (ROCm/ROCm#5590); MES firmware hangs (ROCm/ROCm#5724).
-        for p in [
-            "cwsr_enable",
-            "mes",
-            "mes_kiq",
-            "lockup_timeout",
-            "gpu_recovery",
-            "noretry",
-        ] {
-            if let Some(v) = read(&sys.join("module/amdgpu/parameters").join(p)) {
-                module_params.push((p.to_string(), v));
-            }
-        }
-        let mut firmware = Vec::new();
-        if let Ok(rd) = std::fs::read_dir(sys.join("class/drm")) {
-            let mut cards: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| {
-                    p.file_name()
-                        .and_then(|n| n.to_str())
-                        .is_some_and(|n| n.starts_with("card") && !n.contains('-'))
-                })
-                .collect();
-            cards.sort();
-            for c in cards {
-                let card = c
-                    .file_name()
-                    .and_then(|n| n.to_str())
-                    .unwrap_or("card")
-                    .to_string();
-                if let Ok(fw) = std::fs::read_dir(c.join("device/fw_version")) {
-                    let mut files: Vec<PathBuf> = fw.flatten().map(|e| e.path()).collect();
-                    files.sort();
-                    for f in files {
-                        if let (Some(n), Some(v)) =
-                            (f.file_name().and_then(|n| n.to_str()), read(&f))
-                        {
-                            firmware.push((format!("{card}/{n}"), v));
-                        }
-                    }
-                }
-            }
-        }
         let env = [
             "HSA_OVERRIDE_GFX_VERSION",
             "HIP_VISIBLE_DEVICES",
@@ -197,11 +152,10 @@ impl SystemFacts {
         .collect();
         SystemFacts {
             device: device.clone(),
-            kernel: read(&sys.join("../proc/sys/kernel/osrelease"))
-                .or_else(|| read(Path::new("/proc/sys/kernel/osrelease")))
-                .unwrap_or_default(),
-            module_params,
-            firmware,
+            kernel: sysfs::kernel_release(&roots).unwrap_or_default(),
+            // CWSR hang on gfx1151 (ROCm/ROCm#5590); MES firmware hangs (ROCm/ROCm#5724).
+            module_params: sysfs::module_params(&roots),
+            firmware: sysfs::firmware(&roots),
             env,
         }
     }
@@ -542,6 +496,7 @@ mod tests {
         let fw = root.join("class/drm/card1/device/fw_version");
         std::fs::create_dir_all(&fw).expect("mkdir");
         std::fs::write(fw.join("mes_fw_version"), "0x00000083\n").expect("write");
+        std::fs::write(root.join("class/drm/card1/device/vendor"), "0x1002\n").expect("write");
         std::fs::create_dir_all(root.join("class/drm/card1-DP-1")).expect("mkdir");
         let f = SystemFacts::gather_from(&DeviceInfo::default(), &root);
         assert_eq!(f.module_params, vec![("cwsr_enable".into(), "0".into())]);

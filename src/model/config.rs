@@ -27,6 +27,16 @@ impl Arch {
     pub fn neox_rope(self) -> bool {
         matches!(self, Arch::Qwen2)
     }
+
+    /// Why shifting the KV cache (moving keys and re-rotating them) would not give what a
+    /// recompute gives for this architecture, if it would not: sliding-window layers (their
+    /// window moves with the positions) or position-dependent attention beyond RoPE. Every
+    /// architecture answers explicitly, so a new one must decide.
+    pub fn kv_shift_inexact(self) -> Option<&'static str> {
+        match self {
+            Arch::Llama | Arch::Qwen2 => None,
+        }
+    }
 }
 
 /// How RoPE positions are scaled for long contexts.

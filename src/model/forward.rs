@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, MemoryPlan, OpLabel, RopeParams, SharedBytes, Weight,
-    WeightData,
+    AttnParams, Backend, BackendError, Buf, KvShift, MemoryPlan, OpLabel, RopeParams, SharedBytes,
+    Weight, WeightData,
 };
 use crate::gpu::quant;
 use crate::model::config::{ConfigError, ModelConfig, RopeScaling};
@@ -292,6 +292,34 @@ impl Model {
         self.options.n_ctx
     }
 
+    /// Moves cache positions `src..src + n` down to `dst..dst + n` in every layer and re-rotates
+    /// their keys, so that they stand where a recompute of the shortened sequence would put them
+    /// (the context shift). An error where the architecture makes that inexact
+    /// ([`crate::model::config::Arch::kv_shift_inexact`]): the caller recomputes instead.
+    pub fn shift_kv(&mut self, dst: usize, src: usize, n: usize) -> Result<(), ModelError> {
+        if let Some(why) = self.config.arch.kv_shift_inexact() {
+            return Err(ModelError::Backend(BackendError::Unsupported(format!(
+                "a KV shift is not exact here: {why}"
+            ))));
+        }
+        if src + n > self.options.n_ctx {
+            return Err(ModelError::ContextFull {
+                start: src,
+                end: src + n,
+                n_ctx: self.options.n_ctx,
+            });
+        }
+        self.backend.kv_shift(&KvShift {
+            dst,
+            src,
+            n,
+            n_kv_heads: self.config.n_kv_heads,
+            head_dim: self.config.head_dim,
+            rope: self.rope,
+        })?;
+        Ok(())
+    }
+
     /// Runs `tokens` at positions `pos0..` (their keys and values enter the cache there) and
     /// returns the requested logits in `out` (replaced): `vocab` floats for `Logits::Last`,
     /// `tokens.len() * vocab` for `Logits::All`.
@@ -409,45 +437,44 @@ impl Model {
                 c.rms_eps,
                 lab("attn_norm"),
             )?;
-            be.matmul(w.wq, a.xn, a.q, n, lab("attn_q"))?;
-            be.matmul(w.wk, a.xn, a.k, n, lab("attn_k"))?;
-            be.matmul(w.wv, a.xn, a.v, n, lab("attn_v"))?;
-            if let Some(b) = w.bq {
-                be.add_bias(a.q, b, n, lab("attn_q.bias"))?;
-            }
-            if let Some(b) = w.bk {
-                be.add_bias(a.k, b, n, lab("attn_k.bias"))?;
-            }
-            if let Some(b) = w.bv {
-                be.add_bias(a.v, b, n, lab("attn_v.bias"))?;
-            }
-            be.rope(
+            be.matmul_qkv(
+                [w.wq, w.wk, w.wv],
+                [w.bq, w.bk, w.bv],
+                a.xn,
+                [a.q, a.k, a.v],
+                n,
+                li,
+            )?;
+            be.rope_attention(
                 a.q,
-                n,
-                c.n_heads,
-                c.head_dim,
-                pos0,
-                &self.rope,
-                lab("rope_q"),
-            )?;
-            be.rope(
                 a.k,
-                n,
-                c.n_kv_heads,
-                c.head_dim,
-                pos0,
+                a.v,
+                a.att,
                 &self.rope,
-                lab("rope_k"),
+                &AttnParams { layer: l, ..attn },
             )?;
-            be.attention(a.q, a.k, a.v, a.att, &AttnParams { layer: l, ..attn })?;
-            be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
-            be.add(a.x, a.proj, n * c.dim, lab("attn_residual"))?;
+            be.matmul_add(
+                w.wo,
+                a.att,
+                a.x,
+                a.proj,
+                n,
+                c.dim,
+                lab("attn_output"),
+                lab("attn_residual"),
+            )?;
             be.rms_norm(a.x, w.ffn_norm, a.xn, n, c.dim, c.rms_eps, lab("ffn_norm"))?;
-            be.matmul(w.gate, a.xn, a.gate, n, lab("ffn_gate"))?;
-            be.matmul(w.up, a.xn, a.up, n, lab("ffn_up"))?;
-            be.swiglu(a.gate, a.up, n * c.ffn_dim, lab("ffn_swiglu"))?;
-            be.matmul(w.down, a.gate, a.proj, n, lab("ffn_down"))?;
-            be.add(a.x, a.proj, n * c.dim, lab("ffn_residual"))?;
+            be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?;
+            be.matmul_add(
+                w.down,
+                a.gate,
+                a.x,
+                a.proj,
+                n,
+                c.dim,
+                lab("ffn_down"),
+                lab("ffn_residual"),
+            )?;
         }
         Ok(())
     }

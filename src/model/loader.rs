@@ -34,6 +34,8 @@ pub struct LoadOptions {
     /// Keep every token's logits (perplexity), not only the last.
     pub all_logits: bool,
     pub sampler: SamplerConfig,
+    /// Share of the conversation after the system prompt a full context drops at once.
+    pub discard: f32,
 }
 
 impl Default for LoadOptions {
@@ -43,6 +45,7 @@ impl Default for LoadOptions {
             n_batch: 512,
             all_logits: false,
             sampler: SamplerConfig::default(),
+            discard: crate::model::session::DEFAULT_DISCARD,
         }
     }
 }
@@ -107,8 +110,10 @@ pub fn load(
         progress,
     )?;
     let summary = summarize(&file, &model);
+    let mut session = Session::new(model, tokenizer, template, opts.sampler.clone());
+    session.set_discard(opts.discard);
     Ok(Loaded {
-        session: Session::new(model, tokenizer, template, opts.sampler.clone()),
+        session,
         summary,
         warnings,
     })

@@ -1,6 +1,7 @@
 //! The engine as a service: GGUF files, tokenizer, chat template, forward pass, sampler, session,
 //! synthetic models, and the worker thread with its command/event protocol.
 
+pub mod bound;
 pub mod config;
 pub mod forward;
 pub mod gguf;

@@ -204,10 +204,8 @@ pub enum Event {
         stats: GenStats,
         reason: StopReason,
     },
-    /// Oldest turns were dropped to fit the context.
-    ContextTrimmed {
-        dropped_messages: usize,
-    },
+    /// Oldest turns were dropped to fit the context (and the cache shifted, or not).
+    ContextTrimmed(Trim),
     Streams(Vec<StreamSnapshot>),
     Arena(ArenaSnapshot),
     Watchdog(WatchdogSnapshot),
@@ -222,4 +220,41 @@ pub enum Event {
     Exited {
         release: DeviceRelease,
     },
+}
+
+/// What a context shift did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trim {
+    /// Messages dropped from what the model sees (the history keeps them for the transcript's
+    /// owner; the session forgets them).
+    pub messages: usize,
+    /// Tokens of the rendered prompt those messages took.
+    pub dropped_tokens: usize,
+    /// Tokens whose cached keys and values were kept (the system prompt and the kept turns).
+    pub kept_tokens: usize,
+    /// `None`: the kept turns were moved in the cache; `Some(why)`: they are processed again.
+    pub recompute: Option<String>,
+}
+
+impl std::fmt::Display for Trim {
+    /// The line the chat shows: what was dropped, and what the shift kept.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "context full: the {} oldest messages ({} tokens) were dropped from what the model sees (the transcript keeps them); ",
+            self.messages, self.dropped_tokens
+        )?;
+        match &self.recompute {
+            None => write!(
+                f,
+                "the cache shift kept {} tokens, only the new message is processed",
+                self.kept_tokens
+            ),
+            Some(why) => write!(
+                f,
+                "{} cached tokens kept, the rest is processed again ({why})",
+                self.kept_tokens
+            ),
+        }
+    }
 }

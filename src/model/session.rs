@@ -1,10 +1,22 @@
 //! A conversation on a loaded model: chat history, the tokens whose keys and values sit in the KV
 //! cache (reused across turns for the prefix that did not change), generation with streaming
-//! text, stop strings, and trimming the oldest turns when the context fills.
+//! text, stop strings, and the context shift when the context fills: a block of the oldest whole
+//! turns is dropped (a fraction of what follows the system prompt, so that shifts are rare), the
+//! kept turns' keys and values move down in the cache and are re-rotated for their new positions
+//! ([`Model::shift_kv`]), and the next turn processes only its own new tokens. Where the shift is
+//! not possible (an architecture where it is not exact, kept tokens that no longer line up with
+//! the new rendering) the kept turns are processed again, and the log says why.
+//!
+//! A shifted cache is llama.cpp's `--context-shift`: each kept token's keys are exactly those of
+//! its new position at the first layer; at deeper layers they still carry what the token saw of
+//! the dropped turns when it was computed (a recompute would not), so answers after a shift are
+//! the recompute's answers only for one-layer models (tests/kv_shift.rs checks exactly that) and
+//! close to them otherwise.
 
 use std::time::{Duration, Instant};
 
 use crate::model::forward::{Logits, Model, ModelError};
+pub use crate::model::protocol::Trim;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
 use crate::model::sampler::Sampler;
 use crate::model::template::{ChatTemplate, Message, TemplateError};
@@ -23,9 +35,12 @@ pub enum Progress<'a> {
     PromptDone(&'a GenStats),
     /// Text of the answer (valid UTF-8, stop strings withheld).
     Text(&'a str),
-    /// This many of the oldest messages were dropped to fit the context.
-    Trimmed(usize),
+    /// The oldest messages were dropped to fit the context.
+    Trimmed(&'a Trim),
 }
+
+/// The default share of the turns after the system prompt dropped at once when the context fills.
+pub const DEFAULT_DISCARD: f32 = 0.5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -58,6 +73,8 @@ pub struct Session {
     cached: Vec<u32>,
     sampler: Sampler,
     logits: Vec<f32>,
+    /// Share of the turns after the system prompt dropped when the context fills.
+    discard: f32,
 }
 
 impl Session {
@@ -76,7 +93,18 @@ impl Session {
             cached: Vec::new(),
             sampler: Sampler::new(sampler),
             logits: Vec::new(),
+            discard: DEFAULT_DISCARD,
         }
+    }
+
+    /// How much of the conversation after the system prompt a full context drops at once (a
+    /// share in 0..1; at least what the next turn needs is always dropped).
+    pub fn set_discard(&mut self, share: f32) {
+        self.discard = share.clamp(0.0, 0.95);
+    }
+
+    pub fn discard(&self) -> f32 {
+        self.discard
     }
 
     pub fn messages(&self) -> &[Message] {
@@ -122,6 +150,11 @@ impl Session {
     /// Tokens currently in the KV cache.
     pub fn cached_tokens(&self) -> usize {
         self.cached.len()
+    }
+
+    /// The tokens whose keys and values the cache holds, at positions `0..`.
+    pub fn cached_ids(&self) -> &[u32] {
+        &self.cached
     }
 
     /// Removes the last answer so it can be generated again; returns the user message it
@@ -172,19 +205,9 @@ impl Session {
             (n_ctx / 8).max(16)
         };
         let mut prompt = self.render()?;
-        let mut dropped = 0;
-        while prompt.len() + room > n_ctx && self.messages.len() > 1 {
-            // Drop the oldest exchange (the system prompt stays in `self.system`).
-            self.messages.remove(0);
-            dropped += 1;
-            if self.messages.first().is_some_and(|m| m.role == "assistant") {
-                self.messages.remove(0);
-                dropped += 1;
-            }
-            prompt = self.render()?;
-        }
-        if dropped > 0 {
-            on(Progress::Trimmed(dropped));
+        if prompt.len() + room > n_ctx && self.messages.len() > 1 {
+            let trim = self.trim(&mut prompt, room)?;
+            on(Progress::Trimmed(&trim));
         }
         if prompt.len() >= n_ctx {
             self.messages.pop();
@@ -205,6 +228,102 @@ impl Session {
             Err(e) => {
                 self.messages.pop();
                 Err(e)
+            }
+        }
+    }
+
+    /// Drops the oldest whole exchanges, at least enough for `room` tokens after the prompt and
+    /// at least the configured share of the conversation after the system prompt, then shifts
+    /// the cache so that the kept turns need no recompute. `prompt` becomes the new rendering.
+    fn trim(&mut self, prompt: &mut Vec<u32>, room: usize) -> Result<Trim, SessionError> {
+        let n_ctx = self.model.n_ctx();
+        let before = prompt.len();
+        let fixed = {
+            let saved = std::mem::take(&mut self.messages);
+            let r = self.render();
+            self.messages = saved;
+            let head = r?;
+            head.iter()
+                .zip(prompt.iter())
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        let needed = (before + room).saturating_sub(n_ctx);
+        let share = (before.saturating_sub(fixed) as f32 * self.discard) as usize;
+        let want = needed.max(share);
+        let mut messages = 0;
+        while self.messages.len() > 1 && before.saturating_sub(prompt.len()) < want {
+            // The system prompt stays in `self.system`; exchanges go whole.
+            self.messages.remove(0);
+            messages += 1;
+            if self.messages.len() > 1 && self.messages[0].role == "assistant" {
+                self.messages.remove(0);
+                messages += 1;
+            }
+            *prompt = self.render()?;
+        }
+        let dropped_tokens = before.saturating_sub(prompt.len());
+        let (kept_tokens, recompute) = self.shift_cache(prompt, dropped_tokens);
+        if let Some(why) = &recompute {
+            tracing::info!("context shift not possible, the kept turns are processed again: {why}");
+        }
+        Ok(Trim {
+            messages,
+            dropped_tokens,
+            kept_tokens,
+            recompute,
+        })
+    }
+
+    /// Moves the cached tokens that follow the dropped ones down to where `prompt` (the new
+    /// rendering) has them, re-rotating their keys. The dropped turns took about `dropped`
+    /// tokens of the rendering; the exact offset is the one at which the cache and the new
+    /// prompt agree longest (tokenizers may merge differently across a message boundary).
+    /// Returns the tokens now valid in the cache and, if the shift was not possible, why.
+    fn shift_cache(&mut self, prompt: &[u32], dropped: usize) -> (usize, Option<String>) {
+        let p = self
+            .cached
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if p == self.cached.len() || p == prompt.len() || dropped == 0 {
+            return (p, None);
+        }
+        if p + dropped >= self.cached.len() {
+            // Every cached turn after the common prefix was dropped: nothing to move.
+            self.cached.truncate(p);
+            return (p, None);
+        }
+        let run = |d: usize| {
+            self.cached.get(p + d..).map_or(0, |c| {
+                c.iter()
+                    .zip(&prompt[p..])
+                    .take_while(|(a, b)| a == b)
+                    .count()
+            })
+        };
+        let (d, m) = (dropped.saturating_sub(8)..=dropped + 8)
+            .filter(|&d| d > 0)
+            .map(|d| (d, run(d)))
+            .max_by_key(|&(d, m)| (m, std::cmp::Reverse(d.abs_diff(dropped))))
+            .unwrap_or((dropped, 0));
+        if m == 0 {
+            self.cached.truncate(p);
+            return (
+                p,
+                Some("the kept turns do not line up with the cache after the dropped ones".into()),
+            );
+        }
+        match self.model.shift_kv(p, p + d, m) {
+            Ok(()) => {
+                self.cached.drain(p..p + d);
+                self.cached.truncate(p + m);
+                (p + m, None)
+            }
+            Err(e) => {
+                self.cached.truncate(p);
+                (p, Some(e.to_string()))
             }
         }
     }

@@ -340,7 +340,7 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
             items: v.into_iter().map(Value::String).collect(),
         })
     };
-    let mut m = vec![
+    let m = vec![
         ("general.architecture".to_string(), Value::from(a)),
         (
             "general.name".into(),
@@ -388,16 +388,8 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
         ("tokenizer.chat_template".into(), Value::from(CHATML)),
     ];
-    if let Some((factor, low, high, old)) = s.llama3_rope {
-        m.push((k("rope.scaling.type"), Value::from("llama3")));
-        m.push((k("rope.scaling.factor"), Value::F32(factor)));
-        m.push((k("rope.scaling.low_freq_factor"), Value::F32(low)));
-        m.push((k("rope.scaling.high_freq_factor"), Value::F32(high)));
-        m.push((
-            k("rope.scaling.original_context_length"),
-            Value::U32(old as u32),
-        ));
-    }
+    // llama 3 RoPE scaling travels as the `rope_freqs.weight` tensor alone, as llama.cpp's
+    // converter writes it: no `rope.scaling.*` keys (llama.cpp refuses a `llama3` scaling type).
     m
 }
 
@@ -546,4 +538,29 @@ pub fn write_file(
         .map_err(|e| io(e.into_error()))?
         .sync_all()
         .map_err(io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::{ModelConfig, RopeScaling};
+
+    /// llama.cpp's converter writes llama 3 RoPE scaling as the `rope_freqs.weight` tensor and no
+    /// scaling type (llama.cpp aborts on `rope.scaling.type = "llama3"`): so does `synth`, and
+    /// the file reads back with the frequency factors.
+    #[test]
+    fn llama3_shapes_carry_rope_freqs_and_no_scaling_keys() {
+        let s = shape("tiny-llama3").unwrap();
+        let f = build(s, GgmlType::F32, 1, &mut |_, _| {}).unwrap();
+        assert!(f.tensor("rope_freqs.weight").is_some());
+        for key in ["type", "factor", "low_freq_factor", "high_freq_factor"] {
+            let k = format!("llama.rope.scaling.{key}");
+            assert!(
+                f.get_str(&k).is_none() && f.get(&k).is_none(),
+                "{k} written"
+            );
+        }
+        let c = ModelConfig::from_gguf(&f).unwrap();
+        assert_eq!(c.rope_scaling, RopeScaling::FreqFactors);
+    }
 }

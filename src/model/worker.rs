@@ -262,10 +262,8 @@ impl Worker {
                 Progress::Text(t) => {
                     let _ = events.send(Event::Token { text: t.into() });
                 }
-                Progress::Trimmed(n) => {
-                    let _ = events.send(Event::ContextTrimmed {
-                        dropped_messages: n,
-                    });
+                Progress::Trimmed(t) => {
+                    let _ = events.send(Event::ContextTrimmed(t.clone()));
                 }
             }
             let mut control = Control::Continue;

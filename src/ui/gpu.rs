@@ -1,11 +1,12 @@
 //! The GPU panel: backend, device, arch and memory now, and the telemetry history (utilization,
-//! temperature, power, clocks) as the sampler delivers it. On the CPU backend it shows the host.
+//! memory, temperature, power, clocks) as the sampler delivers it. Readings the source lacks are
+//! left out, not drawn as zero. On the CPU backend it shows the host.
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::text::Line;
 
-use crate::gpu::snapshot::{DeviceSummary, HostSample, TelemetrySample};
+use crate::gpu::snapshot::{DeviceSummary, GpuReading, HostSample, TelemetrySample};
 
 use super::meter::{
     bar, ellipsize, history, lines_on_top, open_panel, panel_note, text, wrap_words,
@@ -13,6 +14,7 @@ use super::meter::{
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
+use crate::gpu::telemetry::PowerScope;
 
 #[derive(Clone, Debug, Default)]
 pub struct GpuPanel {
@@ -21,6 +23,9 @@ pub struct GpuPanel {
     pub host: Option<HostSample>,
     util: Series,
     power: Series,
+    temp: Series,
+    mem: Series,
+    sclk: Series,
     host_cpu: Series,
 }
 
@@ -30,13 +35,43 @@ impl GpuPanel {
     }
 
     pub fn apply(&mut self, sample: TelemetrySample) {
-        if let Some(u) = sample.gpu_util_pct {
-            self.util.push(u.clamp(0.0, 100.0).round() as u64);
+        if let Some(g) = self.pick(&sample) {
+            if let Some(u) = g.gpu_util_pct {
+                self.util.push(u.clamp(0.0, 100.0).round() as u64);
+            }
+            if let Some(p) = g.power_w {
+                self.power.push(p.max(0.0).round() as u64);
+            }
+            if let Some(t) = g.temp_junction_c.or(g.temp_edge_c) {
+                self.temp.push(t.max(0.0).round() as u64);
+            }
+            if let Some((_, used, total)) = g.headline_memory() {
+                self.mem.push((ratio(used, total) * 100.0).round() as u64);
+            }
+            if let Some(c) = g.sclk_mhz {
+                self.sclk.push(u64::from(c));
+            }
         }
-        if let Some(p) = sample.power_w {
-            self.power.push(p.max(0.0).round() as u64);
+        if sample.host.mem_total.is_some() {
+            self.apply_host(sample.host.clone());
         }
         self.telemetry = Some(sample);
+    }
+
+    /// The GPU this panel is about: the one hipscope has open, else the first of the backend's
+    /// vendor, else the first.
+    fn pick<'a>(&self, sample: &'a TelemetrySample) -> Option<&'a GpuReading> {
+        let vendor = match self.device.as_ref().map(|d| d.backend.as_str()) {
+            Some("hip") => "amd",
+            Some("cuda") => "nvidia",
+            _ => "",
+        };
+        sample
+            .gpus
+            .iter()
+            .find(|g| g.ours)
+            .or_else(|| sample.gpus.iter().find(|g| g.vendor == vendor))
+            .or(sample.gpus.first())
     }
 
     pub fn apply_host(&mut self, sample: HostSample) {
@@ -80,25 +115,29 @@ impl GpuPanel {
             }
         }
         lines.push(kv("arch", &ellipsize(&arch, value_w), label_w, theme));
-        let t = self.telemetry.as_ref();
+        let t = self.telemetry.as_ref().and_then(|s| self.pick(s));
         let host = self.host.as_ref();
         // Memory in use: the host's on the CPU backend; on a GPU the sampler's VRAM figures,
         // else the runtime's free-memory report.
         let used_total = if self.is_cpu() {
             host.and_then(|h| Some((h.mem_used?, h.mem_total?)))
         } else {
-            match (t.and_then(|t| t.vram_used), t.and_then(|t| t.vram_total)) {
-                (Some(u), Some(tot)) => Some((u, tot)),
-                _ => d
+            match t.and_then(|t| t.headline_memory()) {
+                Some((_, u, tot)) => Some((u, tot)),
+                None => d
                     .total_memory
                     .zip(d.free_memory)
                     .map(|(tot, free)| (tot.saturating_sub(free), tot)),
             }
         };
+        let mem_label = match t.and_then(|t| t.headline_memory()) {
+            Some(("GTT", ..)) => "gtt",
+            _ => "memory",
+        };
         match used_total {
             Some((used, total)) => {
                 lines.push(kv(
-                    "memory",
+                    mem_label,
                     &format!("{} / {}", units::bytes(used), units::bytes(total)),
                     label_w,
                     theme,
@@ -124,14 +163,33 @@ impl GpuPanel {
                 if let Some(u) = t.gpu_util_pct {
                     now.push(format!("{u:.0}%"));
                 }
-                if let Some(c) = t.temperature_c {
+                if let Some(c) = t.temp_edge_c {
                     now.push(format!("{c:.0} °C"));
                 }
+                if let Some(c) = t.temp_junction_c {
+                    now.push(format!("hot {c:.0} °C"));
+                }
                 if let Some(p) = t.power_w {
-                    now.push(format!("{p:.0} W"));
+                    now.push(match t.power_scope {
+                        PowerScope::Package => format!("{p:.0} W package"),
+                        PowerScope::Gpu => format!("{p:.0} W"),
+                    });
                 }
                 if !now.is_empty() {
                     lines.push(kv("now", &now.join(" · "), label_w, theme));
+                }
+                if let Some(p) = t.gpu_power_w {
+                    lines.push(kv("gpu pwr", &format!("{p:.0} W"), label_w, theme));
+                }
+                // The other pool: the carve-out on an APU, GTT beside a discrete card's VRAM.
+                let other = if t.apu {
+                    t.vram_used.zip(t.vram_total).map(|m| ("vram", m))
+                } else {
+                    t.gtt_used.zip(t.gtt_total).map(|m| ("gtt", m))
+                };
+                if let Some((name, (u, tot))) = other {
+                    let v = format!("{} / {}", units::bytes(u), units::bytes(tot));
+                    lines.push(kv(name, &v, label_w, theme));
                 }
                 let clocks: Vec<String> = [("sclk", t.sclk_mhz), ("mclk", t.mclk_mhz)]
                     .iter()
@@ -139,6 +197,19 @@ impl GpuPanel {
                     .collect();
                 if !clocks.is_empty() {
                     lines.push(kv("clocks", &clocks.join(" · "), label_w, theme));
+                }
+                let mut fan_pcie = Vec::new();
+                match (t.fan_rpm, t.fan_pct) {
+                    (Some(r), _) => fan_pcie.push(format!("fan {r} rpm")),
+                    (None, Some(p)) => fan_pcie.push(format!("fan {p:.0}%")),
+                    _ => {}
+                }
+                if let (Some(s), Some(w)) = (&t.pcie_speed, t.pcie_width) {
+                    fan_pcie.push(format!("x{w} {s}"));
+                }
+                if !fan_pcie.is_empty() {
+                    let v = ellipsize(&fan_pcie.join(" · "), value_w);
+                    lines.push(kv("", &v, label_w, theme));
                 }
             }
         }
@@ -152,7 +223,13 @@ impl GpuPanel {
         let graphs: Vec<(&str, &Series, u64)> = if self.is_cpu() {
             vec![("cpu %", &self.host_cpu, 100)]
         } else {
-            vec![("util %", &self.util, 100), ("power W", &self.power, 0)]
+            vec![
+                ("util %", &self.util, 100),
+                ("power W", &self.power, 0),
+                ("temp °C", &self.temp, 0),
+                ("memory %", &self.mem, 100),
+                ("sclk MHz", &self.sclk, 0),
+            ]
         };
         let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();
         let count = graphs.len() as u16;

@@ -37,6 +37,7 @@ pub mod state;
 pub mod streams;
 pub mod system_editor;
 pub mod theme;
+pub mod top;
 pub mod units;
 pub mod update;
 pub mod watchdog;

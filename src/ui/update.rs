@@ -165,9 +165,7 @@ impl App {
                 self.chat.finish_answer(stats, reason);
                 self.generation = GenState::Idle;
             }
-            Event::ContextTrimmed { dropped_messages } => self.warn(format!(
-                "the context was full: the {dropped_messages} oldest messages were dropped from what the model sees"
-            )),
+            Event::ContextTrimmed(trim) => self.warn(trim.to_string()),
             Event::Streams(s) => self.streams.apply(s, self.now),
             Event::Arena(a) => self.arena.apply(a),
             Event::Watchdog(w) => {

@@ -141,14 +141,21 @@ pub fn watchdog(state: WatchState, age_ms: u64) -> WatchdogSnapshot {
 
 pub fn telemetry(util: f32, power: f32) -> TelemetrySample {
     TelemetrySample {
-        gpu_util_pct: Some(util),
-        mem_util_pct: Some(41.0),
-        temperature_c: Some(61.0),
-        power_w: Some(power),
-        sclk_mhz: Some(2482),
-        mclk_mhz: Some(1249),
-        vram_used: Some(1_148 * MIB),
-        vram_total: Some(24 * GIB),
+        gpus: vec![hipscope::gpu::snapshot::GpuReading {
+            id: "card1".into(),
+            vendor: "amd".into(),
+            name: "AMD Radeon RX 7900 XTX".into(),
+            gpu_util_pct: Some(util),
+            mem_util_pct: Some(41.0),
+            temp_edge_c: Some(61.0),
+            power_w: Some(power),
+            sclk_mhz: Some(2482),
+            mclk_mhz: Some(1249),
+            vram_used: Some(1_148 * MIB),
+            vram_total: Some(24 * GIB),
+            ..Default::default()
+        }],
+        ..Default::default()
     }
 }
 

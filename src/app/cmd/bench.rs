@@ -1,11 +1,17 @@
 //! `hipscope bench`: prompt processing (ppN) and generation (tgN) speed, reported as llama-bench
-//! reports them — mean ± standard deviation of tokens/s over repetitions, after a warm-up run.
+//! reports them — mean ± standard deviation of tokens/s over repetitions, after a warm-up run —
+//! at one or more depths (`-d`: tokens already in the KV cache when the test starts). For the
+//! CPU backend a decode test also shows its memory-bandwidth bound (`model::bound`), from the
+//! host read bandwidth measured once per process (`gpu::cpu::bandwidth`).
 
 use std::time::Instant;
 
 use clap::Args;
 
 use super::model_args::{ModelArgs, load_model};
+use crate::gpu::cpu::bandwidth::host_read_bandwidth;
+use crate::gpu::quant::dot::Isa;
+use crate::model::bound::{DecodeBound, decode_bytes_per_token};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -31,6 +37,14 @@ pub struct BenchArgs {
         default_value = "128"
     )]
     pub n_gen: Vec<usize>,
+    /// Depths to test at: tokens already in the KV cache when each test starts (comma-separated).
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub repetitions: usize,
@@ -51,9 +65,59 @@ pub struct BenchResult {
     pub test: String,
     pub n_prompt: usize,
     pub n_gen: usize,
+    pub n_depth: usize,
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
+    /// The CPU backend's kernel instruction set (`Isa::describe`); absent on GPU backends.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_kernels: Option<String>,
+    /// Decode tests on the CPU backend: bytes read per token (at the middle of the test's
+    /// depth range), the measured read bandwidth and the tokens/s they allow.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound: Option<DecodeBound>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bound_ts: Option<f64>,
+}
+
+/// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
+/// measured before on a device of this name, else measured now and written there.
+fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
+    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
+    let mut table: std::collections::BTreeMap<String, f64> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if let Some(&b) = table.get(device_key) {
+        return Some(b);
+    }
+    let b = model.backend_mut().copy_bandwidth()?;
+    table.insert(device_key.to_string(), b);
+    if let Some(p) = &path {
+        let written = p
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(p, serde_json::to_vec_pretty(&table).unwrap_or_default()));
+        if let Err(e) = written {
+            tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
+        }
+    }
+    Some(b)
+}
+
+/// The test's name as llama-bench writes it: `pp512`, `tg128`, `tg64 @ d1536`.
+fn test_name(np: usize, ng: usize, depth: usize) -> String {
+    let base = if np > 0 {
+        format!("pp{np}")
+    } else {
+        format!("tg{ng}")
+    };
+    if depth > 0 {
+        format!("{base} @ d{depth}")
+    } else {
+        base
+    }
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -77,8 +141,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
         .copied()
         .max()
         .unwrap_or(0);
-    // Room for the longest test, as llama-bench sizes its context.
-    args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(longest + 1));
+    let deepest = a.n_depth.iter().copied().max().unwrap_or(0);
+    // Room for the deepest, longest test, as llama-bench sizes its context.
+    args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(deepest + longest + 1));
     let mut loaded = load_model(&args, SamplerConfig::default())?;
     let r = run_loaded(&a, reps, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
@@ -92,64 +157,113 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let mut rng = Rng::new(1234);
     let mut logits = Vec::new();
     let mut results = Vec::new();
-    let tests = a
-        .n_prompt
-        .iter()
-        .filter(|&&n| n > 0)
-        .map(|&n| (n, 0))
-        .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
-    for (np, ng) in tests {
-        let mut samples = Vec::with_capacity(reps);
-        // Warm-up run first (page in the weights, spin up threads), as llama-bench does.
-        for rep in 0..=reps {
-            let tokens: Vec<u32> = (0..np.max(ng))
+    let is_cpu = device.backend == "cpu";
+    let n_threads = device.compute_units.unwrap_or(1);
+    let cpu_kernels = is_cpu.then(|| Isa::active().describe());
+    let decodes = a.n_gen.iter().any(|&n| n > 0);
+    // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
+    // then kept in the cache directory.
+    let bandwidth = if is_cpu {
+        Some(host_read_bandwidth(n_threads as usize))
+    } else if decodes {
+        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+    } else {
+        None
+    };
+    // The CPU cache holds f32 keys and values; a GPU's, the `--kv-type` asked for.
+    let kv_bytes = if is_cpu {
+        4
+    } else {
+        a.model.kv_type.bytes() as usize
+    };
+    if !a.json
+        && let (Some(k), Some(bw)) = (&cpu_kernels, bandwidth)
+    {
+        println!(
+            "cpu kernels: {k}; measured read bandwidth {:.1} GB/s ({n_threads} threads)",
+            bw / 1e9
+        );
+    }
+    let file = model.file().clone();
+    let config = model.config.clone();
+    let mut depths: Vec<usize> = a.n_depth.clone();
+    depths.dedup();
+    if depths.is_empty() {
+        depths.push(0);
+    }
+    for &depth in &depths {
+        if depth > 0 {
+            // The cache holds `depth` tokens before every test at this depth: a test writes only
+            // positions from `depth` on and reads none it has not written, so one fill serves
+            // every repetition and test.
+            let fill: Vec<u32> = (0..depth)
                 .map(|_| (rng.next_u64() % vocab) as u32)
                 .collect();
-            let t = Instant::now();
-            if np > 0 {
-                model.forward(&tokens[..np], 0, Logits::Last, &mut logits)?;
-            } else {
-                for (pos, &tok) in tokens[..ng].iter().enumerate() {
-                    model.forward(&[tok], pos, Logits::Last, &mut logits)?;
+            model.forward(&fill, 0, Logits::Last, &mut logits)?;
+        }
+        let tests = a
+            .n_prompt
+            .iter()
+            .filter(|&&n| n > 0)
+            .map(|&n| (n, 0))
+            .chain(a.n_gen.iter().filter(|&&n| n > 0).map(|&n| (0, n)));
+        for (np, ng) in tests {
+            let mut samples = Vec::with_capacity(reps);
+            // Warm-up run first (page in the weights, spin up threads), as llama-bench does.
+            for rep in 0..=reps {
+                let tokens: Vec<u32> = (0..np.max(ng))
+                    .map(|_| (rng.next_u64() % vocab) as u32)
+                    .collect();
+                let t = Instant::now();
+                if np > 0 {
+                    model.forward(&tokens[..np], depth, Logits::Last, &mut logits)?;
+                } else {
+                    for (i, &tok) in tokens[..ng].iter().enumerate() {
+                        model.forward(&[tok], depth + i, Logits::Last, &mut logits)?;
+                    }
+                }
+                let secs = t.elapsed().as_secs_f64();
+                if rep > 0 {
+                    samples.push((np + ng) as f64 / secs);
                 }
             }
-            let secs = t.elapsed().as_secs_f64();
-            if rep > 0 {
-                samples.push((np + ng) as f64 / secs);
+            let (avg, sd) = mean_sd(&samples);
+            let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
+                bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
+                bandwidth: bw,
+            });
+            results.push(BenchResult {
+                model: s.name.clone(),
+                model_type: format!(
+                    "{} {:.0}M {}",
+                    s.architecture,
+                    s.parameters as f64 / 1e6,
+                    s.quant
+                ),
+                model_size: s.file_bytes,
+                model_n_params: s.parameters,
+                backend: device.backend.clone(),
+                device: device.name.clone(),
+                n_threads,
+                test: test_name(np, ng, depth),
+                n_prompt: np,
+                n_gen: ng,
+                n_depth: depth,
+                samples_ts: samples,
+                avg_ts: avg,
+                stddev_ts: sd,
+                cpu_kernels: cpu_kernels.clone(),
+                bound_ts: bound.map(|b| b.tokens_per_s()),
+                bound,
+            });
+            if !a.json && results.len() == 1 {
+                print_header();
             }
-        }
-        let (avg, sd) = mean_sd(&samples);
-        results.push(BenchResult {
-            model: s.name.clone(),
-            model_type: format!(
-                "{} {:.0}M {}",
-                s.architecture,
-                s.parameters as f64 / 1e6,
-                s.quant
-            ),
-            model_size: s.file_bytes,
-            model_n_params: s.parameters,
-            backend: device.backend.clone(),
-            device: device.name.clone(),
-            n_threads: device.compute_units.unwrap_or(1),
-            test: if np > 0 {
-                format!("pp{np}")
-            } else {
-                format!("tg{ng}")
-            },
-            n_prompt: np,
-            n_gen: ng,
-            samples_ts: samples,
-            avg_ts: avg,
-            stddev_ts: sd,
-        });
-        if !a.json && results.len() == 1 {
-            print_header();
-        }
-        if !a.json
-            && let Some(r) = results.last()
-        {
-            print_row(r);
+            if !a.json
+                && let Some(r) = results.last()
+            {
+                print_row(r);
+            }
         }
     }
     if a.json {
@@ -169,13 +283,20 @@ fn print_row(r: &BenchResult) {
 }
 
 /// The table's column widths, shared by the header and every row so that they line up.
-const WIDTHS: [usize; 7] = [30, 10, 10, 10, 7, 8, 20];
+const WIDTHS: [usize; 8] = [30, 10, 10, 10, 7, 14, 20, 16];
 
 fn header_lines() -> [String; 2] {
     let names = [
-        "model", "size", "params", "backend", "threads", "test", "t/s",
+        "model",
+        "size",
+        "params",
+        "backend",
+        "threads",
+        "test",
+        "t/s",
+        "bound t/s",
     ];
-    let left = [true, false, false, true, false, false, false];
+    let left = [true, false, false, true, false, false, false, false];
     let head = names
         .iter()
         .zip(WIDTHS)
@@ -233,8 +354,21 @@ fn row(r: &BenchResult) -> String {
             format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
             w = WIDTHS[6]
         ),
+        format!("{:>w$}", bound_cell(r), w = WIDTHS[7]),
     ];
     format!("| {} |", cells.join(" | "))
+}
+
+/// `412.3 (71%)`: the bound and the share of it reached; blank where there is none.
+fn bound_cell(r: &BenchResult) -> String {
+    match r.bound {
+        Some(b) => format!(
+            "{:.1} ({:.0}%)",
+            b.tokens_per_s(),
+            100.0 * b.fraction(r.avg_ts)
+        ),
+        None => String::new(),
+    }
 }
 
 #[cfg(test)]
@@ -263,9 +397,13 @@ mod tests {
             test: "pp512".into(),
             n_prompt: 512,
             n_gen: 0,
+            n_depth: 0,
             samples_ts: vec![1234.5],
             avg_ts: 1234.56,
             stddev_ts: 12.3,
+            cpu_kernels: None,
+            bound: None,
+            bound_ts: None,
         };
         let [head, rule] = header_lines();
         let line = row(&r);
@@ -282,5 +420,30 @@ mod tests {
         });
         assert_eq!(bars(&head), bars(&big), "{head}\n{big}");
         assert!(big.contains("19.53 GiB"), "{big}");
+    }
+
+    #[test]
+    fn test_names_follow_llama_bench() {
+        assert_eq!(test_name(512, 0, 0), "pp512");
+        assert_eq!(test_name(0, 128, 0), "tg128");
+        assert_eq!(test_name(0, 64, 1536), "tg64 @ d1536");
+        assert_eq!(test_name(2048, 0, 4096), "pp2048 @ d4096");
+    }
+
+    #[test]
+    fn depth_list_parses_like_llama_bench() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        let c = Cli::try_parse_from(["x", "-m", "m.gguf", "-d", "0,512,1536"]).expect("parse");
+        assert_eq!(c.bench.n_depth, vec![0, 512, 1536]);
+        let c = Cli::try_parse_from(["x", "-m", "m.gguf", "--n-depth", "64"]).expect("parse");
+        assert_eq!(c.bench.n_depth, vec![64]);
+        let c = Cli::try_parse_from(["x", "-m", "m.gguf"]).expect("parse");
+        assert_eq!(c.bench.n_depth, vec![0]);
+        assert!(Cli::try_parse_from(["x", "-m", "m.gguf", "-d", "deep"]).is_err());
     }
 }

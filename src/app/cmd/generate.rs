@@ -170,7 +170,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 let _ = out.write_all(t.as_bytes());
                 let _ = out.flush();
             }
-            Progress::Trimmed(n) => eprintln!("\n[context full: dropped {n} oldest messages]"),
+            Progress::Trimmed(t) => eprintln!("\n[{t}]"),
             Progress::PromptDone(_) => {}
         }
         if stop.load(Ordering::Relaxed) {

@@ -3,6 +3,8 @@
 //! dispatches to them.
 
 pub mod bench;
+pub mod doctor;
+pub mod doctor_child;
 pub mod fetch_cmd;
 pub mod generate;
 pub mod info;
@@ -11,5 +13,7 @@ pub mod model_args;
 pub mod perplexity;
 pub mod progress;
 pub mod selftest;
+pub mod soak;
 pub mod synth;
 pub mod tokenize;
+pub mod top;

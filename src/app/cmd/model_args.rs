@@ -134,6 +134,7 @@ pub fn load_model_with(
         n_batch: args.batch_size.max(1),
         all_logits,
         sampler,
+        ..LoadOptions::default()
     };
     let mut bar = ProgressLine::new("loading");
     let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))

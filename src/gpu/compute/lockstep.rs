@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::gpu::backend::{
-    AttnParams, Backend, Buf, MemoryPlan, OpLabel, Result, RopeParams, Weight, WeightData,
+    AttnParams, Backend, Buf, KvShift, MemoryPlan, OpLabel, Result, RopeParams, Weight, WeightData,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
@@ -215,6 +215,12 @@ impl Backend for Lockstep {
             kind.into(),
             OpLabel::layer(p.layer as u32, "attention"),
         )
+    }
+
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        // The caches are not compared directly: the attention that reads them next is.
+        self.cpu.kv_shift(s)?;
+        self.gpu.kv_shift(s)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

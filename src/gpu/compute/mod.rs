@@ -11,8 +11,17 @@
 //! activations in integer dot products (decode and small batches), and prompt batches multiply
 //! the same Q8-rounded activations with dequantized weight tiles through `gemm_f32` (rocBLAS,
 //! cuBLAS, or hipscope's own GEMM kernel where no BLAS serves the device).
+//!
+//! One file per kernel family, each named after its source in `kernels/`: `matvec`
+//! (`infer_matvec.hip`), `dequant` (`infer_dequant.hip`: embedding rows and the prefill GEMM),
+//! `ops` (`infer_ops.hip`: norms and element-wise ops), `attention` (`infer_attention.hip`).
 
+mod attention;
+mod dequant;
+mod kv_shift;
 pub mod lockstep;
+mod matvec;
+mod ops;
 pub mod plan;
 
 use std::collections::HashMap;
@@ -103,18 +112,28 @@ struct Kernels {
     rope: KernelFn,
     kv_store_f32: KernelFn,
     kv_store_f16: KernelFn,
+    rope_kv_store_f32: KernelFn,
+    rope_kv_store_f16: KernelFn,
     attention_f32: KernelFn,
     attention_f16: KernelFn,
     quantize: KernelFn,
+    /// RMS norm that also quantizes its output for the products that follow.
+    rms_norm_q8: KernelFn,
     /// Per weight type: (matrix-vector, row dequantization).
     by_type: HashMap<GgmlType, (KernelFn, KernelFn)>,
+    /// Per quantized weight type: the fused one-token kernels.
+    fused: HashMap<GgmlType, matvec::Fused>,
 }
 
 impl Kernels {
     fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
         let mut by_type = HashMap::new();
+        let mut fused = HashMap::new();
         for &ty in plan::GPU_TYPES {
             if let Some(k) = type_kernels(ty) {
+                if let Some(f) = matvec::Fused::resolve(gpu, k)? {
+                    fused.insert(ty, f);
+                }
                 by_type.insert(
                     ty,
                     (
@@ -132,10 +151,14 @@ impl Kernels {
             rope: gpu.function("hs_rope")?,
             kv_store_f32: gpu.function("hs_kv_store_f32")?,
             kv_store_f16: gpu.function("hs_kv_store_f16")?,
+            rope_kv_store_f32: gpu.function("hs_rope_kv_store_f32")?,
+            rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
             attention_f32: gpu.function("hs_attention_f32")?,
             attention_f16: gpu.function("hs_attention_f16")?,
             quantize: gpu.function("hs_quantize_act")?,
+            rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,
+            fused,
         })
     }
 }
@@ -183,6 +206,9 @@ pub struct GpuCompute {
     plan: Option<MemoryPlan>,
     labels: HashMap<(Option<u32>, &'static str, &'static str), LabelId>,
     quant: Option<QuantKey>,
+    /// Block size of the last Q8 quantization for the matrix-vector path: the RMS norm quantizes
+    /// its output for it (a product that needs another size quantizes again).
+    norm_bs: Option<u32>,
     next_version: u64,
     host_bytes: Vec<u8>,
     monitor: Arc<GpuMonitor>,
@@ -192,33 +218,6 @@ pub struct GpuCompute {
 }
 
 impl GpuCompute {
-    /// `dst[i] = f(dst[i], src[i])` over `len` elements: one launch of an elementwise kernel.
-    fn elementwise(
-        &mut self,
-        f: KernelFn,
-        kind: &'static str,
-        dst: Buf,
-        src: Buf,
-        len: usize,
-        label: OpLabel,
-    ) -> Result<()> {
-        if len == 0 {
-            return Ok(());
-        }
-        let d = self.buf(dst, len)?;
-        let x = self.buf(src, len)?;
-        self.launch(
-            label,
-            kind,
-            f,
-            [elementwise_grid(len as u64), 1, 1],
-            [256, 1, 1],
-            &[Arg::Ptr(d.ptr), Arg::Ptr(x.ptr), Arg::U64(len as u64)],
-        )?;
-        self.wrote(dst);
-        Ok(())
-    }
-
     /// Opens `device` (chosen by `gpu::select`, for the reason given), compiles or loads the
     /// kernels and starts the event prober. Nothing is allocated on the device until `plan`.
     pub fn open(
@@ -262,6 +261,7 @@ impl GpuCompute {
             plan: None,
             labels: HashMap::new(),
             quant: None,
+            norm_bs: None,
             next_version: 1,
             host_bytes: Vec::new(),
             monitor,
@@ -374,200 +374,6 @@ impl GpuCompute {
         Ok(())
     }
 
-    /// Quantizes `n_tokens` rows of `cols` of buffer `x` for `bs`-element blocks into the
-    /// workspace (quants + scales, or their dequantized copy for the GEMM path), unless the
-    /// workspace already holds exactly that.
-    fn quantize_input(
-        &mut self,
-        x: Buf,
-        n_tokens: usize,
-        cols: usize,
-        bs: u32,
-        dequantized: bool,
-        label: OpLabel,
-    ) -> Result<()> {
-        let src = self.buf(x, n_tokens * cols)?;
-        let version = self.bufs[x.0 as usize].version;
-        let key = QuantKey {
-            buf: x,
-            version,
-            bs,
-            n_tokens,
-            dequantized,
-        };
-        if self.quant == Some(key) {
-            return Ok(());
-        }
-        if !cols.is_multiple_of(bs as usize) {
-            return Err(invalid(format!(
-                "rows of {cols} are not whole blocks of {bs}"
-            )));
-        }
-        let ws = self.workspace()?;
-        let elems = (n_tokens * cols) as u64;
-        if elems > ws.xq.bytes {
-            return Err(invalid(format!(
-                "{n_tokens} tokens × {cols} exceed the planned batch"
-            )));
-        }
-        let (xq, xd, xdq) = if dequantized {
-            let xdq = ws.xdq.ok_or_else(|| {
-                invalid("the GEMM path was not planned for this batch size".into())
-            })?;
-            (Arg::U64(0), Arg::U64(0), Arg::Ptr(xdq.ptr))
-        } else {
-            (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr), Arg::U64(0))
-        };
-        let n_blocks = elems / bs as u64;
-        let f = self.kernels.quantize;
-        self.launch(
-            label,
-            "quantize_q8",
-            f,
-            [n_blocks.div_ceil(128).clamp(1, 65_535) as u32, 1, 1],
-            [128, 1, 1],
-            &[
-                Arg::Ptr(src.ptr),
-                xq,
-                xd,
-                xdq,
-                Arg::U32(bs),
-                Arg::U64(n_blocks),
-            ],
-        )?;
-        self.quant = Some(key);
-        Ok(())
-    }
-
-    /// The matrix-vector path: up to 8 tokens per launch.
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_mv(
-        &mut self,
-        gw_idx: usize,
-        tk: TypeKernels,
-        x: Buf,
-        xbuf: DeviceBuffer,
-        out: DeviceBuffer,
-        n_tokens: usize,
-        label: OpLabel,
-    ) -> Result<()> {
-        let (ty, rows, cols, wbuf) = {
-            let w = &self.weights[gw_idx];
-            (w.ty, w.rows, w.cols, w.buf)
-        };
-        if let ActFormat::Q8 { bs } = tk.act {
-            self.quantize_input(x, n_tokens, cols, bs, false, label)?;
-        }
-        let (mv, _) = self.kernels.by_type[&ty];
-        let (xq, xd) = {
-            let ws = self.workspace()?;
-            (ws.xq, ws.xd)
-        };
-        let kname = mv_name(tk.suffix);
-        let nblocks = match tk.act {
-            ActFormat::Q8 { bs } => cols / bs as usize,
-            ActFormat::F32 => 0,
-        };
-        for (t0, nt) in mv_chunks(n_tokens) {
-            self.launch(
-                label,
-                kname,
-                mv,
-                [mv_grid(rows, self.warp), 1, 1],
-                [MV_THREADS, 1, 1],
-                &[
-                    Arg::Ptr(wbuf.ptr),
-                    Arg::Ptr(xq.ptr.offset((t0 * cols) as u64)),
-                    Arg::Ptr(xd.ptr.offset((t0 * nblocks * 8) as u64)),
-                    Arg::Ptr(xbuf.ptr.offset((t0 * cols * 4) as u64)),
-                    Arg::Ptr(out.ptr.offset((t0 * rows * 4) as u64)),
-                    Arg::U32(rows as u32),
-                    Arg::U32(cols as u32),
-                    Arg::U32(nt as u32),
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
-    /// The GEMM path: the input rounded through Q8 as the integer path rounds it, weight tiles
-    /// dequantized to f32, `out[t, r0..r0+R] = tile · x[t]` by `gemm_f32` (column-major:
-    /// C(rows × n) = Tileᵀ(R × cols) · X(cols × n)).
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_gemm(
-        &mut self,
-        gw_idx: usize,
-        tk: TypeKernels,
-        x: Buf,
-        xbuf: DeviceBuffer,
-        out: DeviceBuffer,
-        n_tokens: usize,
-        label: OpLabel,
-    ) -> Result<()> {
-        let (ty, rows, cols, wbuf) = {
-            let w = &self.weights[gw_idx];
-            (w.ty, w.rows, w.cols, w.buf)
-        };
-        let b = match tk.act {
-            ActFormat::Q8 { bs } => {
-                self.quantize_input(x, n_tokens, cols, bs, true, label)?;
-                self.workspace()?
-                    .xdq
-                    .ok_or_else(|| invalid("no GEMM input buffer".into()))?
-            }
-            ActFormat::F32 => xbuf,
-        };
-        let (one, zero) = {
-            let g = self.gpu_mut()?;
-            (
-                g.scalar(1.0).map_err(gpu_err)?,
-                g.scalar(0.0).map_err(gpu_err)?,
-            )
-        };
-        let gemm_label = self.label(label, "gemm")?;
-        if ty == GgmlType::F32 {
-            // Row-major rows × cols is column-major cols × rows: used as it is.
-            let g = gemm_args(wbuf, b, out, rows, 0, rows, n_tokens, cols, one, zero);
-            self.gpu_mut()?.gemm_f32(gemm_label, &g).map_err(gpu_err)?;
-            return Ok(());
-        }
-        let tile = self
-            .workspace()?
-            .tile
-            .ok_or_else(|| invalid("no weight tile buffer (GEMM path not planned)".into()))?;
-        let per = tile_rows(rows, cols, tile.bytes);
-        let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
-        let (_, dq) = self.kernels.by_type[&ty];
-        let dq_name = dequant_name(tk.suffix);
-        let mut r0 = 0;
-        while r0 < rows {
-            let r = per.min(rows - r0);
-            self.launch(
-                label,
-                dq_name,
-                dq,
-                [
-                    (cols as u64).div_ceil(256).clamp(1, 1024) as u32,
-                    r as u32,
-                    1,
-                ],
-                [256, 1, 1],
-                &[
-                    Arg::Ptr(wbuf.ptr.offset(r0 as u64 * row_bytes)),
-                    Arg::U64(0),
-                    Arg::Ptr(tile.ptr),
-                    Arg::U32(cols as u32),
-                    Arg::U64(row_bytes),
-                    Arg::U32(r as u32),
-                ],
-            )?;
-            let g = gemm_args(tile, b, out, r, r0, rows, n_tokens, cols, one, zero);
-            self.gpu_mut()?.gemm_f32(gemm_label, &g).map_err(gpu_err)?;
-            r0 += r;
-        }
-        Ok(())
-    }
-
     /// Overwrites the first `data.len()` elements of buffer `b` (through pinned staging, on the
     /// stream). For checks that feed both backends the same inputs op by op.
     pub fn write_buffer(&mut self, b: Buf, data: &[f32]) -> Result<()> {
@@ -593,70 +399,6 @@ impl GpuCompute {
             self.arena_cache = a;
             self.arena_at = Some(Instant::now());
         }
-    }
-}
-
-fn mv_name(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "mv_f32",
-        "f16" => "mv_f16",
-        "bf16" => "mv_bf16",
-        "q4_0" => "mv_q4_0",
-        "q4_1" => "mv_q4_1",
-        "q5_0" => "mv_q5_0",
-        "q5_1" => "mv_q5_1",
-        "q8_0" => "mv_q8_0",
-        "q4_k" => "mv_q4_k",
-        "q5_k" => "mv_q5_k",
-        _ => "mv_q6_k",
-    }
-}
-
-fn dequant_name(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "dequant_f32",
-        "f16" => "dequant_f16",
-        "bf16" => "dequant_bf16",
-        "q4_0" => "dequant_q4_0",
-        "q4_1" => "dequant_q4_1",
-        "q5_0" => "dequant_q5_0",
-        "q5_1" => "dequant_q5_1",
-        "q8_0" => "dequant_q8_0",
-        "q4_k" => "dequant_q4_k",
-        "q5_k" => "dequant_q5_k",
-        _ => "dequant_q6_k",
-    }
-}
-
-/// `out[t, r0 .. r0 + r] = A · x[t]` for `n` tokens, A an `r × cols` row-major block at `a`,
-/// as a column-major GEMM (m = r, n = tokens, k = cols; C offset by r0 rows, ldc = all rows).
-#[allow(clippy::too_many_arguments)]
-fn gemm_args(
-    a: DeviceBuffer,
-    x: DeviceBuffer,
-    out: DeviceBuffer,
-    r: usize,
-    r0: usize,
-    rows: usize,
-    n: usize,
-    cols: usize,
-    one: crate::gpu::device::DevicePtr,
-    zero: crate::gpu::device::DevicePtr,
-) -> GemmF32 {
-    GemmF32 {
-        transa: Op::T,
-        transb: Op::N,
-        m: r as i32,
-        n: n as i32,
-        k: cols as i32,
-        alpha: one,
-        a: a.ptr,
-        lda: cols as i32,
-        b: x.ptr,
-        ldb: cols as i32,
-        beta: zero,
-        c: out.ptr.offset(r0 as u64 * 4),
-        ldc: rows as i32,
     }
 }
 
@@ -796,59 +538,7 @@ impl Backend for GpuCompute {
     }
 
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
-        let (ty, rows, cols, wbuf) = {
-            let w = self.weight(table)?;
-            (w.ty, w.rows, w.cols, w.buf)
-        };
-        let n = tokens.len();
-        if n == 0 {
-            return Ok(());
-        }
-        if n > self.n_batch() {
-            return Err(invalid(format!(
-                "{n} tokens in one step; the plan allows {}",
-                self.n_batch()
-            )));
-        }
-        if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= rows) {
-            return Err(invalid(format!(
-                "token id {bad} is outside the vocabulary of {rows} tokens"
-            )));
-        }
-        let o = self.buf(out, n * cols)?;
-        let tok_buf = self.workspace()?.tokens;
-        self.host_bytes.clear();
-        self.host_bytes
-            .extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
-        let l = self.label(OpLabel::global("embed"), "tokens")?;
-        let bytes = std::mem::take(&mut self.host_bytes);
-        let r = self.gpu_mut()?.upload(l, tok_buf, &bytes).map_err(gpu_err);
-        self.host_bytes = bytes;
-        r?;
-        let tk = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no kernels")))?;
-        let (_, dq) = self.kernels.by_type[&ty];
-        let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
-        self.launch(
-            OpLabel::global("embed"),
-            dequant_name(tk.suffix),
-            dq,
-            [
-                (cols as u64).div_ceil(256).clamp(1, 1024) as u32,
-                n as u32,
-                1,
-            ],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(wbuf.ptr),
-                Arg::Ptr(tok_buf.ptr),
-                Arg::Ptr(o.ptr),
-                Arg::U32(cols as u32),
-                Arg::U64(row_bytes),
-                Arg::U32(rows as u32),
-            ],
-        )?;
-        self.wrote(out);
-        Ok(())
+        self.launch_embed(table, tokens, out)
     }
 
     fn rms_norm(
@@ -861,29 +551,7 @@ impl Backend for GpuCompute {
         eps: f32,
         label: OpLabel,
     ) -> Result<()> {
-        if n_tokens == 0 {
-            return Ok(());
-        }
-        let w = self.vector(weight, dim)?;
-        let xb = self.buf(x, n_tokens * dim)?;
-        let ob = self.buf(out, n_tokens * dim)?;
-        let f = self.kernels.rms_norm;
-        self.launch(
-            label,
-            "rms_norm",
-            f,
-            [n_tokens as u32, 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(xb.ptr),
-                Arg::Ptr(w.ptr),
-                Arg::Ptr(ob.ptr),
-                Arg::U32(dim as u32),
-                Arg::F32(eps),
-            ],
-        )?;
-        self.wrote(out);
-        Ok(())
+        self.launch_rms_norm(x, weight, out, n_tokens, dim, eps, label)
     }
 
     fn matmul(
@@ -894,68 +562,62 @@ impl Backend for GpuCompute {
         n_tokens: usize,
         label: OpLabel,
     ) -> Result<()> {
-        let idx = w.0 as usize;
-        let (ty, rows, cols, vector) = {
-            let gw = self.weight(w)?;
-            (gw.ty, gw.rows, gw.cols, gw.vector)
-        };
-        if vector {
-            return Err(invalid(format!(
-                "{} is a vector, not a matrix",
-                self.weights[idx].name
-            )));
-        }
-        if n_tokens == 0 {
-            return Ok(());
-        }
-        let tk = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no kernels")))?;
-        let xbuf = self.buf(x, n_tokens * cols)?;
-        let obuf = self.buf(out, n_tokens * rows)?;
-        if x == out {
-            return Err(invalid(
-                "a matrix product cannot write its own input".into(),
-            ));
-        }
-        if n_tokens > self.n_batch() {
-            return Err(invalid(format!(
-                "{n_tokens} tokens in one product; the plan allows {}",
-                self.n_batch()
-            )));
-        }
-        let gemm = n_tokens >= self.opts.gemm_min_tokens.max(1) && self.workspace()?.xdq.is_some();
-        if gemm {
-            self.matmul_gemm(idx, tk, x, xbuf, obuf, n_tokens, label)?;
-        } else {
-            self.matmul_mv(idx, tk, x, xbuf, obuf, n_tokens, label)?;
-        }
-        self.wrote(out);
-        Ok(())
+        self.launch_matmul(w, x, out, n_tokens, label)
     }
 
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
-        let width = self.weight(bias)?.cols;
-        let b = self.vector(bias, width)?;
-        let n = (n_tokens * width) as u64;
-        if n == 0 {
-            return Ok(());
+        self.launch_add_bias(x, bias, n_tokens, label)
+    }
+
+    fn copy_bandwidth(&mut self) -> Option<f64> {
+        let g = self.gpu.as_mut()?;
+        match g.measure_copy_bandwidth() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!("bandwidth measurement failed: {e}");
+                None
+            }
         }
-        let xb = self.buf(x, n as usize)?;
-        let f = self.kernels.add_bias;
-        self.launch(
-            label,
-            "add_bias",
-            f,
-            [elementwise_grid(n), 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(xb.ptr),
-                Arg::Ptr(b.ptr),
-                Arg::U32(width as u32),
-                Arg::U64(n),
-            ],
-        )?;
-        self.wrote(x);
-        Ok(())
+    }
+
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_qkv(w, bias, x, out, n_tokens, layer)
+    }
+
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.launch_matmul_add(w, x, acc, tmp, n_tokens, dim, label, add_label)
     }
 
     fn rope(
@@ -968,140 +630,30 @@ impl Backend for GpuCompute {
         p: &RopeParams,
         label: OpLabel,
     ) -> Result<()> {
-        let half = p.pairs(head_dim)?;
-        if half > MAX_ROPE_PAIRS {
-            return Err(invalid(format!(
-                "RoPE over {} pairs: the kernel rotates at most {MAX_ROPE_PAIRS}",
-                half
-            )));
-        }
-        if n_tokens == 0 || half == 0 {
-            return Ok(());
-        }
-        let factors = match p.freq_factors {
-            Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
-            None => Arg::U64(0),
-        };
-        let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
-        let f = self.kernels.rope;
-        self.launch(
-            label,
-            if p.neox { "rope_neox" } else { "rope" },
-            f,
-            [n_tokens as u32, 1, 1],
-            [128, 1, 1],
-            &[
-                Arg::Ptr(xb.ptr),
-                Arg::U32(n_heads as u32),
-                Arg::U32(head_dim as u32),
-                Arg::U32(p.n_rot as u32),
-                Arg::U32(pos0 as u32),
-                Arg::F32(p.freq_scale),
-                Arg::F32(rope_theta_scale(p.base, p.n_rot)),
-                factors,
-                Arg::U32(p.neox as u32),
-            ],
-        )?;
-        self.wrote(x);
-        Ok(())
+        self.launch_rope(x, n_tokens, n_heads, head_dim, pos0, p, label)
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        let kv_dim = p.n_kv_heads * p.head_dim;
-        let q_dim = p.n_heads * p.head_dim;
-        let (k_cache, v_cache, n_ctx) = {
-            let kv = self
-                .kv
-                .as_ref()
-                .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
-            if kv.kv_dim != kv_dim
-                || p.pos0 + p.n_tokens > kv.n_ctx
-                || p.layer >= kv.n_layers
-                || p.n_kv_heads == 0
-            {
-                return Err(invalid(format!(
-                    "attention at layer {} positions {}..{} does not fit the KV cache ({} layers \
-                     of {} positions of {})",
-                    p.layer,
-                    p.pos0,
-                    p.pos0 + p.n_tokens,
-                    kv.n_layers,
-                    kv.n_ctx,
-                    kv.kv_dim
-                )));
-            }
-            (kv.k, kv.v, kv.n_ctx)
-        };
-        if !p.n_heads.is_multiple_of(p.n_kv_heads) || p.head_dim > MAX_HEAD_DIM {
-            return Err(invalid(format!(
-                "{} heads over {} KV heads of {} dimensions (heads must be a multiple of KV \
-                 heads; at most {MAX_HEAD_DIM} dimensions)",
-                p.n_heads, p.n_kv_heads, p.head_dim
-            )));
+        self.launch_attention(q, k, v, out, p, None)
+    }
+
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        if q == k || k == v || q == v {
+            return crate::gpu::backend::rope_attention_separately(self, q, k, v, out, rope, p);
         }
-        if p.n_tokens == 0 {
-            return Ok(());
-        }
-        if p.n_tokens > MAX_GRID_Y {
-            return Err(invalid(format!("{} query rows in one call", p.n_tokens)));
-        }
-        let qb = self.buf(q, p.n_tokens * q_dim)?;
-        let kb = self.buf(k, p.n_tokens * kv_dim)?;
-        let vb = self.buf(v, p.n_tokens * kv_dim)?;
-        let ob = self.buf(out, p.n_tokens * q_dim)?;
-        let eb = self.opts.kv.bytes();
-        let layer_off = (p.layer * n_ctx * kv_dim) as u64;
-        let n = (p.n_tokens * kv_dim) as u64;
-        let li = p.layer as u32;
-        let (store, store_name, attn, attn_name) = match self.opts.kv {
-            KvType::F32 => (
-                self.kernels.kv_store_f32,
-                "kv_store_f32",
-                self.kernels.attention_f32,
-                "attention_f32",
-            ),
-            KvType::F16 => (
-                self.kernels.kv_store_f16,
-                "kv_store_f16",
-                self.kernels.attention_f16,
-                "attention_f16",
-            ),
-        };
-        self.launch(
-            OpLabel::layer(li, "kv_store"),
-            store_name,
-            store,
-            [elementwise_grid(n), 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(kb.ptr),
-                Arg::Ptr(vb.ptr),
-                Arg::Ptr(k_cache.ptr),
-                Arg::Ptr(v_cache.ptr),
-                Arg::U64(layer_off + (p.pos0 * kv_dim) as u64),
-                Arg::U64(n),
-            ],
-        )?;
-        self.launch(
-            OpLabel::layer(li, "attention"),
-            attn_name,
-            attn,
-            [p.n_heads as u32, p.n_tokens as u32, 1],
-            [128, 1, 1],
-            &[
-                Arg::Ptr(qb.ptr),
-                Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
-                Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
-                Arg::Ptr(ob.ptr),
-                Arg::U32(p.n_heads as u32),
-                Arg::U32(p.n_kv_heads as u32),
-                Arg::U32(p.head_dim as u32),
-                Arg::U32(p.pos0 as u32),
-                Arg::F32(p.scale),
-            ],
-        )?;
-        self.wrote(out);
-        Ok(())
+        self.launch_attention(q, k, v, out, p, Some(rope))
+    }
+
+    fn kv_shift(&mut self, s: &crate::gpu::backend::KvShift) -> Result<()> {
+        self.shift_kv(s)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

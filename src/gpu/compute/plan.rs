@@ -285,10 +285,11 @@ mod tests {
 
     #[test]
     fn the_kernel_constants_match_the_sources() {
-        let text: String = crate::gpu::kernels::embedded_sources()
+        let mut text: String = crate::gpu::kernels::embedded_sources()
             .iter()
             .map(|s| s.text.to_string())
             .collect();
+        text.push_str(crate::gpu::kernels::PRELUDE);
         for (name, v) in [
             ("HS_MV_MAX_TOK", MV_MAX_TOKENS),
             ("HS_ATTN_MAX_HEAD_DIM", MAX_HEAD_DIM),

@@ -3,15 +3,16 @@
 
 use std::sync::Mutex;
 
-use super::host::{cpu_name, host_memory, simd_features};
+use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, OpLabel, Result, RopeParams, SharedBytes, Weight,
-    WeightData,
+    AttnParams, Backend, BackendError, Buf, KvShift, OpLabel, Result, RopeParams, SharedBytes,
+    Weight, WeightData,
 };
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 
 struct CpuWeight {
     name: String,
@@ -415,43 +416,31 @@ impl Backend for CpuBackend {
             let qv = self.buf(q, p.n_tokens * q_dim)?;
             let keys = &kv.k[layer_base..layer_base + kv.n_ctx * kv_dim];
             let vals = &kv.v[layer_base..layer_base + kv.n_ctx * kv_dim];
-            let group = p.n_heads / p.n_kv_heads;
-            let hd = p.head_dim;
             let optr = SharedMut(o.as_mut_ptr());
             let scores = &self.scores;
-            let jobs = p.n_tokens * p.n_heads;
+            let split = attention::Split::new(p, self.pool.n_threads());
+            let isa = self.scratch.isa();
             self.pool.run(&|ith, nth| {
                 let Ok(mut sc) = scores[ith].lock() else {
                     return;
                 };
-                for job in (ith..jobs).step_by(nth) {
-                    let (t, h) = (job / p.n_heads, job % p.n_heads);
-                    let n_keys = p.pos0 + t + 1;
-                    let kvh = h / group;
-                    let qh = &qv[t * q_dim + h * hd..t * q_dim + (h + 1) * hd];
-                    let mut max = f32::NEG_INFINITY;
-                    for (j, s) in sc[..n_keys].iter_mut().enumerate() {
-                        let kj = &keys[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                        *s = dot(qh, kj) * p.scale;
-                        max = max.max(*s);
-                    }
-                    let mut sum = 0f32;
-                    for s in &mut sc[..n_keys] {
-                        *s = (*s - max).exp();
-                        sum += *s;
-                    }
-                    let inv = 1.0 / sum;
-                    // SAFETY: job (t, h) owns out[t, h*hd..(h+1)*hd]; jobs are disjoint.
-                    let oh =
-                        unsafe { std::slice::from_raw_parts_mut(optr.at(t * q_dim + h * hd), hd) };
-                    oh.fill(0.0);
-                    for (j, &s) in sc[..n_keys].iter().enumerate() {
-                        let vj = &vals[j * kv_dim + kvh * hd..j * kv_dim + (kvh + 1) * hd];
-                        let w = s * inv;
-                        for (o, &vv) in oh.iter_mut().zip(vj) {
-                            *o += w * vv;
-                        }
-                    }
+                for job in (ith..split.jobs).step_by(nth) {
+                    // SAFETY: `o` holds n_tokens·q_dim floats; jobs own disjoint (token, head)
+                    // rows.
+                    unsafe {
+                        attention::run_job(
+                            isa,
+                            p,
+                            split,
+                            job,
+                            qv,
+                            keys,
+                            vals,
+                            kv_dim,
+                            &mut sc,
+                            optr.at(0),
+                        )
+                    };
                 }
             });
             Ok(())
@@ -459,6 +448,25 @@ impl Backend for CpuBackend {
         self.kv = Some(kv);
         self.put(out, o);
         res
+    }
+
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        let factors = match s.rope.freq_factors {
+            Some(f) => Some(self.vector(f, s.rope.pairs(s.head_dim)?)?.to_vec()),
+            None => None,
+        };
+        let kv = self
+            .kv
+            .as_mut()
+            .ok_or_else(|| invalid("KV shift before the KV cache was allocated".into()))?;
+        super::kv_shift::shift(
+            &mut kv.k,
+            &mut kv.v,
+            kv.n_ctx,
+            kv.kv_dim,
+            s,
+            factors.as_deref(),
+        )
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, _label: OpLabel) -> Result<()> {
@@ -544,21 +552,4 @@ impl Backend for CpuBackend {
             device_free: mem.map(|m| m.1),
         }
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    // Eight partial sums let the compiler vectorise without reassociation flags.
-    let mut acc = [0f32; 8];
-    let (ac, ar) = a.split_at(a.len() / 8 * 8);
-    let (bc, br) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ar.iter().zip(br) {
-        s += x * y;
-    }
-    s
 }

@@ -89,9 +89,9 @@ impl Default for MatmulScratch {
 }
 
 impl MatmulScratch {
-    /// Scratch using the fastest kernels this CPU runs.
+    /// Scratch using the kernels of [`Isa::active`] (the fastest this CPU runs, chosen once).
     pub fn new() -> MatmulScratch {
-        MatmulScratch::with_isa(Isa::detect())
+        MatmulScratch::with_isa(Isa::active())
     }
 
     /// Scratch using the kernels of `isa` (scalar ones where it is not available here).

@@ -1,9 +1,12 @@
 //! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
 
+mod attention;
 mod backend;
-mod host;
+pub mod bandwidth;
+mod exp;
+pub mod kv_shift;
 pub mod matmul;
 pub mod pool;
 
+pub use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 pub use backend::CpuBackend;
-pub use host::{HostSampler, cpu_name, host_memory, simd_features};

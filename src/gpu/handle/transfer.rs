@@ -7,6 +7,7 @@ use crate::gpu::arena::DeviceBuffer;
 use crate::gpu::checksum::{Checksum, compare, host_checksum};
 use crate::gpu::device::GpuError;
 use crate::gpu::stream::{LabelId, OpKind};
+use std::time::{Duration, Instant};
 
 impl Gpu {
     /// Takes the next staging buffer once its last op has finished.
@@ -166,5 +167,57 @@ impl Gpu {
             self.verify_tensor(tensor, dst, data)?;
         }
         Ok(())
+    }
+}
+
+impl Gpu {
+    /// Device memory bandwidth in bytes/s (read plus write) of a device-to-device copy: two
+    /// buffers of up to 256 MiB (a quarter of the free memory at most) outside the arena, timed
+    /// over 10 and then 40 tracked copies so that the fixed cost of the waits cancels out; the
+    /// buffers are freed before it returns.
+    pub fn measure_copy_bandwidth(&mut self) -> Result<f64, GpuError> {
+        self.check_alive()?;
+        let free = self.mem_info()?.free;
+        let bytes = (256u64 << 20).min(free / 4) & !0xFFFF;
+        if bytes < (16 << 20) {
+            return Err(GpuError::InvalidArgument(format!(
+                "{free} bytes free: too little to measure bandwidth"
+            )));
+        }
+        let r = self.backend.malloc(bytes);
+        let src = self.guard(r)?;
+        let dst = match self.backend.malloc(bytes) {
+            Ok(p) => p,
+            Err(e) => {
+                // SAFETY: just allocated, no op uses it.
+                let _ = unsafe { self.backend.free(src) };
+                return Err(e);
+            }
+        };
+        let label = self.label("bandwidth · copy");
+        let timed = |g: &mut Gpu, n: u32| -> Result<f64, GpuError> {
+            let t = Instant::now();
+            for _ in 0..n {
+                g.enqueue(OpKind::CopyD2D, label, None, |be, _, _| {
+                    // SAFETY: both buffers were allocated above with `bytes` bytes.
+                    unsafe { be.copy_d2d(dst, src, bytes as usize) }
+                })?;
+            }
+            g.wait_idle(Duration::from_secs(30))?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let r = timed(self, 2)
+            .and_then(|_| timed(self, 10))
+            .and_then(|short| timed(self, 40).map(|long| (short, long)));
+        if self.wait_idle(Duration::from_secs(30)).is_ok() {
+            // SAFETY: every op that used them has finished.
+            unsafe {
+                let _ = self.backend.free(dst);
+                let _ = self.backend.free(src);
+            }
+        }
+        let (short, long) = r?;
+        let secs = (long - short).max(1e-9);
+        Ok(30.0 * 2.0 * bytes as f64 / secs)
     }
 }

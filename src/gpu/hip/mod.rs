@@ -1,7 +1,7 @@
 //! The HIP runtime: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
 
 pub mod ffi;
-pub mod kfd;
+pub use crate::gpu::telemetry::kfd;
 pub mod rocblas;
 pub mod rtc;
 
@@ -16,8 +16,6 @@ use crate::gpu::device::{
 };
 use ffi::{HIP_SUCCESS, HipApi, HipError, HipStream, hip_error_text};
 use rocblas::{RocblasApi, RocblasHandle, rocblas_status_text};
-
-const KFD_NODES: &str = "/sys/class/kfd/kfd/topology/nodes";
 
 fn err(call: &'static str, code: HipError) -> GpuError {
     GpuError::Runtime(RuntimeError {
@@ -152,7 +150,7 @@ impl HipRuntime {
             None
         };
         let mut notes = Vec::new();
-        let nodes = kfd::read_nodes(Path::new(KFD_NODES));
+        let nodes = kfd::read_nodes(&crate::gpu::telemetry::Roots::from_env().kfd_nodes());
         let node = pci
             .as_deref()
             .and_then(kfd::PciAddress::parse)
@@ -162,7 +160,7 @@ impl HipRuntime {
             None => (
                 String::new(),
                 format!(
-                    "unknown: no KFD node at PCI {} in {KFD_NODES}",
+                    "unknown: no KFD node at PCI {} in /sys/class/kfd/kfd/topology/nodes",
                     pci.as_deref().unwrap_or("?")
                 ),
             ),

@@ -3,6 +3,9 @@
 //! and, if given, a real GGUF. Each case runs a prompt batch (the GEMM path), a short batch (the
 //! multi-token matrix-vector path) and several decode steps, and compares every logit.
 //!
+//! Then a context shift (cache positions 16.. move down to 4.., keys re-rotated: the
+//! `hs_kv_shift_*` kernel against the CPU's) and two decode steps on the shifted cache (`shift`).
+//!
 //! Two criteria, on ‖gpu − cpu‖₂ / ‖cpu‖₂:
 //!
 //! - **Per op** (the strict one): every case also runs op by op ([`Lockstep`]), each op fed the
@@ -49,6 +52,20 @@ pub const EXTRA_TINY: &[&str] = &["BF16", "Q5_0", "Q5_1", "Q5_K"];
 const PROMPT: usize = 24;
 const SHORT: usize = 5;
 const DECODE: usize = 4;
+/// The context shift after the decode steps: positions SHIFT_SRC.. move down to SHIFT_DST.. (12
+/// positions down: the GPU moves the 17 rows in two chunks).
+const SHIFT_DST: usize = 4;
+const SHIFT_SRC: usize = 16;
+const SHIFT_N: usize = PROMPT + SHORT + DECODE - SHIFT_SRC;
+
+/// Shifts `m`'s cache before the first `shift` step.
+fn shift_before(m: &mut Model, what: &str, pos: usize) -> Result<(), String> {
+    if what == "shift" && pos == SHIFT_DST + SHIFT_N {
+        m.shift_kv(SHIFT_DST, SHIFT_SRC, SHIFT_N)
+            .map_err(|e| format!("kv shift: {e}"))?;
+    }
+    Ok(())
+}
 
 pub struct ComputeCheckOptions {
     pub backend: BackendChoice,
@@ -200,6 +217,9 @@ fn steps(vocab: usize) -> Vec<(&'static str, usize, Vec<u32>, Logits)> {
     for i in 0..DECODE {
         v.push(("decode", PROMPT + SHORT + i, toks(1), Logits::Last));
     }
+    for i in 0..2 {
+        v.push(("shift", SHIFT_DST + SHIFT_N + i, toks(1), Logits::Last));
+    }
     v
 }
 
@@ -209,6 +229,8 @@ struct Outcome {
     prompt: f64,
     batch: f64,
     decode: f64,
+    /// Decode steps after the context shift.
+    shift: f64,
     max_abs: f64,
     /// The same between the CPU and the CPU with norm weights nudged by one ulp.
     floor: f64,
@@ -217,7 +239,7 @@ struct Outcome {
 impl Outcome {
     fn worst(&self) -> f64 {
         // NaN compares false with everything: treat it as infinitely bad.
-        [self.prompt, self.batch, self.decode]
+        [self.prompt, self.batch, self.decode, self.shift]
             .into_iter()
             .map(|e| if e.is_nan() { f64::INFINITY } else { e })
             .fold(0.0, f64::max)
@@ -238,11 +260,14 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         let mut out = Outcome::default();
         let (mut lc, mut lg, mut ln) = (Vec::new(), Vec::new(), Vec::new());
         for (what, pos, toks, want) in steps(c.config.vocab_size) {
+            shift_before(&mut c, what, pos)?;
+            shift_before(&mut g, what, pos)?;
             c.forward(&toks, pos, want, &mut lc)
                 .map_err(|e| format!("cpu {what}: {e}"))?;
             g.forward(&toks, pos, want, &mut lg)
                 .map_err(|e| format!("gpu {what}: {e}"))?;
             for n in &mut nudged_models {
+                shift_before(n, what, pos)?;
                 n.forward(&toks, pos, want, &mut ln)
                     .map_err(|e| format!("cpu (nudged) {what}: {e}"))?;
                 out.floor = out.floor.max(rel_l2(&ln, &lc));
@@ -251,6 +276,7 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
             let slot = match what {
                 "prompt" => &mut out.prompt,
                 "batch" => &mut out.batch,
+                "shift" => &mut out.shift,
                 _ => &mut out.decode,
             };
             *slot = if e.is_nan() {
@@ -281,7 +307,10 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
     let mut logits = Vec::new();
     let mut r = Ok(());
     for (what, pos, toks, want) in steps(m.config.vocab_size) {
-        if let Err(e) = m.forward(&toks, pos, want, &mut logits) {
+        if let Err(e) = shift_before(&mut m, what, pos).and_then(|()| {
+            m.forward(&toks, pos, want, &mut logits)
+                .map_err(|e| e.to_string())
+        }) {
             r = Err(format!("{what}: {e}"));
             break;
         }
@@ -313,7 +342,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
     println!("hipscope selftest --compute: GPU forward pass against the CPU backend");
     println!(
         "steps per case: a {PROMPT}-token prompt (GEMM path), a {SHORT}-token batch \
-         (matrix-vector path), {DECODE} decode steps; every logit compared"
+         (matrix-vector path), {DECODE} decode steps, a context shift and 2 decode steps after \
+         it; every logit compared"
     );
     println!(
         "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5 (attention over an f16 KV cache 1e-3); \
@@ -353,13 +383,14 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
             println!("device: {} [{}] — {}", d.name, d.arch, d.reason);
             println!();
             println!(
-                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
+                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
                 "model",
                 "weights",
                 "kv",
                 "prompt",
                 "batch",
                 "decode",
+                "shift",
                 "floor",
                 "max|Δ|",
                 "worst op",
@@ -382,13 +413,14 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let pass = ops_pass && matches!(&r, Ok(out) if out.worst() <= bound);
         match &r {
             Ok(out) => println!(
-                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1}  {}",
+                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1}  {}",
                 c.name,
                 c.quant,
                 c.kv.name(),
                 out.prompt,
                 out.batch,
                 out.decode,
+                out.shift,
                 out.floor,
                 out.max_abs,
                 worst_op,

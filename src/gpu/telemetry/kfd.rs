@@ -14,6 +14,8 @@ pub struct KfdNode {
     /// `(bus << 8) | (device << 3) | function`.
     pub location_id: u32,
     pub simd_count: u32,
+    /// CPU cores on the same node: an APU (Strix Halo's node has both).
+    pub cpu_cores: u32,
 }
 
 impl KfdNode {
@@ -37,6 +39,7 @@ pub fn parse_properties(node: u32, text: &str) -> Option<KfdNode> {
     let mut domain = 0;
     let mut location = 0;
     let mut simd = 0;
+    let mut cpu_cores = 0;
     for line in text.lines() {
         let mut it = line.split_whitespace();
         let (Some(k), Some(v)) = (it.next(), it.next()) else {
@@ -48,6 +51,7 @@ pub fn parse_properties(node: u32, text: &str) -> Option<KfdNode> {
             "domain" => domain = v as u32,
             "location_id" => location = v as u32,
             "simd_count" => simd = v as u32,
+            "cpu_cores_count" => cpu_cores = v as u32,
             _ => {}
         }
     }
@@ -61,6 +65,7 @@ pub fn parse_properties(node: u32, text: &str) -> Option<KfdNode> {
         domain,
         location_id: location,
         simd_count: simd,
+        cpu_cores,
     })
 }
 
@@ -166,6 +171,7 @@ mod tests {
                 domain: 0,
                 location_id: 0xc100,
                 simd_count: 80,
+                cpu_cores: 16,
             },
             KfdNode {
                 node: 2,
@@ -173,6 +179,7 @@ mod tests {
                 domain: 0,
                 location_id: 0x300,
                 simd_count: 192,
+                cpu_cores: 0,
             },
         ];
         assert_eq!(node_for(&nodes, &p).map(|n| n.node), Some(2));

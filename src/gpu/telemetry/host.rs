@@ -1,6 +1,9 @@
-//! Facts about the host, for the device panel. Linux reads /proc; elsewhere they are unknown.
+//! The host from `/proc`: CPU name, memory, CPU use. Linux reads /proc; elsewhere they are
+//! unknown.
 
-use crate::gpu::snapshot::HostSample;
+use std::path::PathBuf;
+
+use super::{HostSample, Roots, Source, TelemetrySample};
 
 /// The CPU's model name, e.g. `AMD EPYC 7B13`.
 pub fn cpu_name() -> String {
@@ -74,19 +77,30 @@ pub fn busy_percent(before: CpuTimes, after: CpuTimes) -> Option<f32> {
 
 /// Reads the host's CPU use and memory each time it is asked; CPU use is over the time since
 /// the previous call. On systems without `/proc` every field stays `None`.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct HostSampler {
+    proc: PathBuf,
     prev: Option<CpuTimes>,
 }
 
+impl Default for HostSampler {
+    fn default() -> Self {
+        HostSampler::new(&Roots::default())
+    }
+}
+
 impl HostSampler {
+    pub fn new(roots: &Roots) -> HostSampler {
+        HostSampler {
+            proc: roots.proc.clone(),
+            prev: None,
+        }
+    }
+
     pub fn sample(&mut self) -> HostSample {
-        #[cfg(target_os = "linux")]
-        let now = std::fs::read_to_string("/proc/stat")
+        let now = std::fs::read_to_string(self.proc.join("stat"))
             .ok()
             .and_then(|s| parse_cpu_times(&s));
-        #[cfg(not(target_os = "linux"))]
-        let now: Option<CpuTimes> = None;
         let cpu_pct = match (self.prev, now) {
             (Some(a), Some(b)) => busy_percent(a, b),
             _ => None,
@@ -94,12 +108,33 @@ impl HostSampler {
         if now.is_some() {
             self.prev = now;
         }
-        let mem = host_memory();
+        let mem = std::fs::read_to_string(self.proc.join("meminfo"))
+            .ok()
+            .and_then(|s| parse_meminfo(&s));
         HostSample {
             cpu_pct,
             mem_used: mem.map(|(total, avail)| total.saturating_sub(avail)),
             mem_total: mem.map(|(total, _)| total),
         }
+    }
+}
+
+/// The host's CPU use and memory, as a telemetry source.
+pub struct HostSource(HostSampler);
+
+impl HostSource {
+    pub fn new(roots: &Roots) -> HostSource {
+        HostSource(HostSampler::new(roots))
+    }
+}
+
+impl Source for HostSource {
+    fn name(&self) -> &'static str {
+        "/proc host"
+    }
+
+    fn sample(&mut self, out: &mut TelemetrySample) {
+        out.host = self.0.sample();
     }
 }
 

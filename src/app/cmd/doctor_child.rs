@@ -1,0 +1,354 @@
+//! The bodies of `hipscope doctor`'s functional checks, each run as `hipscope __doctor-check
+//! NAME` in a child process that the doctor kills at its deadline: a hang or a crash there is
+//! reported, not suffered. A child prints `RESULT <PASS|FAIL|SKIP> <detail>` as its last line.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use crate::gpu::arena::{ArenaPlan, Region};
+use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
+use crate::gpu::handle::{GemmPath, Gpu, GpuConfig};
+use crate::gpu::kernels::{CompileMode, KernelCache};
+use crate::gpu::select::{BackendChoice, Selected, select};
+
+#[derive(Args, Debug, Clone)]
+pub struct ChildArgs {
+    /// probe, roundtrip, ordering, gemm, bandwidth, clean-exit, stress, hang.
+    pub check: String,
+    #[arg(long, default_value = "auto", value_parser = parse_backend)]
+    pub backend: BackendChoice,
+    #[arg(long)]
+    pub device: Option<u32>,
+}
+
+fn parse_backend(s: &str) -> Result<BackendChoice, String> {
+    s.parse()
+}
+
+/// Exit code of a child whose check says the GPU is absent (not a failure).
+pub const CHILD_SKIP: i32 = 4;
+
+fn result(status: &str, detail: &str) {
+    use std::io::Write;
+    println!("RESULT {status} {detail}");
+    let _ = std::io::stdout().flush();
+}
+
+/// Opens the device and prepares the kernels (hiprtc in a grandchild: it can abort).
+fn open(a: &ChildArgs) -> Result<Result<Gpu, String>, String> {
+    let sel = select(a.backend, a.device).map_err(|e| e.to_string())?;
+    let backend = match sel {
+        Selected::Gpu { backend, .. } => backend,
+        Selected::Cpu { reason } => return Ok(Err(reason)),
+    };
+    let mut gpu = Gpu::open(backend, GpuConfig::default()).map_err(|e| e.to_string())?;
+    let mode = match gpu.kind() {
+        crate::gpu::device::RuntimeKind::Hip => CompileMode::isolated(),
+        _ => CompileMode::InProcess,
+    };
+    gpu.prepare_kernels(&KernelCache::default_location(), &mode)
+        .map_err(|e| e.to_string())?;
+    Ok(Ok(gpu))
+}
+
+pub fn run(a: ChildArgs) -> i32 {
+    let t = Instant::now();
+    let mut gpu = match open(&a) {
+        Ok(Ok(g)) => g,
+        Ok(Err(no_gpu)) => {
+            result("SKIP", &format!("no GPU: {no_gpu}"));
+            return CHILD_SKIP;
+        }
+        Err(e) => {
+            result("FAIL", &format!("device did not open: {e}"));
+            return 1;
+        }
+    };
+    let opened_ms = t.elapsed().as_millis();
+    let r: Result<(bool, String), GpuError> = match a.check.as_str() {
+        "probe" => {
+            let i = gpu.info().clone();
+            Ok((
+                true,
+                format!(
+                    "{} [{}], kernels ready in {opened_ms} ms, driver {}, runtime {}",
+                    i.name, i.arch, i.driver_version, i.runtime_version
+                ),
+            ))
+        }
+        "roundtrip" => roundtrip(&mut gpu),
+        "ordering" => ordering(&mut gpu),
+        "gemm" => gemm(&mut gpu),
+        "bandwidth" => bandwidth(&mut gpu),
+        "stress" => stress(&mut gpu),
+        "clean-exit" => {
+            // GPU work left queued, then a plain exit: the runtime's atexit handlers run with
+            // work in flight (the exit hang: pytorch#160759, ROCm/TheRock#999).
+            if let Err(e) = clean_exit_work(&mut gpu) {
+                result("FAIL", &format!("{e}"));
+                return 1;
+            }
+            result("PASS", "work enqueued, exiting without synchronizing");
+            std::process::exit(0);
+        }
+        "hang" => {
+            // A kernel that never finishes, waited for with no deadline: the doctor must kill
+            // this child and name it.
+            let r = gpu
+                .create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
+                .and_then(|_| gpu.launch_spin_on_flag("doctor · never released", None, 30_000_000))
+                .and_then(|_| gpu.wait_idle(Duration::from_secs(86_400)));
+            Err(r
+                .err()
+                .unwrap_or(GpuError::InvalidArgument("the spin kernel finished".into())))
+        }
+        other => {
+            result("FAIL", &format!("unknown check {other:?}"));
+            return 2;
+        }
+    };
+    let (status, detail, code) = match r {
+        Ok((true, d)) => ("PASS", d, 0),
+        Ok((false, d)) => ("FAIL", d, 1),
+        Err(e) => ("FAIL", format!("error: {e}"), 1),
+    };
+    let outcome = gpu.teardown(Duration::from_secs(5), &mut |_| {});
+    result(status, &detail);
+    if !outcome.clean {
+        // Leave without the runtime's atexit handlers: they could wait on a wedged GPU.
+        crate::app::quit::hard_exit_now(code);
+    }
+    code
+}
+
+/// A word pattern that differs per word, per size and per seed, and is never zero.
+fn pattern(words: usize, seed: u32) -> Vec<u8> {
+    (0..words as u32)
+        .flat_map(|i| (i.wrapping_mul(2_654_435_761) ^ seed ^ 0x8000_0001).to_le_bytes())
+        .collect()
+}
+
+/// Host → device → host of patterned buffers of several sizes, through the pinned staging
+/// buffers (hipscope's only copy path: pageable sources are staged first). Catches silent zeros.
+fn roundtrip(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    let sizes: [usize; 5] = [4, 4096, 65_536 + 12, 4 << 20, 48 << 20];
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 64 << 20))?;
+    let mut bad = Vec::new();
+    for (n, &bytes) in sizes.iter().enumerate() {
+        let data = pattern(bytes / 4, n as u32 * 7919);
+        let buf = gpu.alloc(Region::Activations, bytes as u64)?;
+        let l = gpu.label("doctor · round trip");
+        gpu.upload(l, buf, &data)?;
+        let mut back = vec![0u8; bytes];
+        gpu.download(l, buf, &mut back)?;
+        if back != data {
+            let words = bytes / 4;
+            let zeros = back.chunks(4).filter(|w| w == &[0, 0, 0, 0]).count();
+            let wrong = back
+                .chunks(4)
+                .zip(data.chunks(4))
+                .filter(|(a, b)| a != b)
+                .count();
+            bad.push(format!(
+                "{bytes} B: {wrong} of {words} words wrong ({zeros} zero)"
+            ));
+        }
+        gpu.free(buf);
+    }
+    let sizes_s: Vec<String> = sizes
+        .iter()
+        .map(|s| crate::gpu::device::human_bytes(*s as u64))
+        .collect();
+    Ok(if bad.is_empty() {
+        (
+            true,
+            format!("{} read back intact (pinned staging)", sizes_s.join(", ")),
+        )
+    } else {
+        (
+            false,
+            format!("data changed on the way: {}", bad.join("; ")),
+        )
+    })
+}
+
+/// A kernel (fill) then a copy then a download, on one stream, many times with a new value each
+/// time: any reordering shows as an old value.
+fn ordering(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    let bytes = 256u64 << 10;
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 4 << 20))?;
+    let a = gpu.alloc(Region::Activations, bytes)?;
+    let b = gpu.alloc(Region::Activations, bytes)?;
+    let l = gpu.label("doctor · fill then copy");
+    let rounds = 32u32;
+    let mut out = vec![0u8; bytes as usize];
+    for r in 0..rounds {
+        let v = 0x5EED_0000 | r;
+        gpu.upload(l, a, &pattern(bytes as usize / 4, r))?;
+        gpu.fill_u32(l, a, v)?;
+        gpu.copy_d2d(l, b, a, bytes)?;
+        gpu.download(l, b, &mut out)?;
+        if let Some(i) = out.chunks(4).position(|w| w != v.to_le_bytes()) {
+            let got =
+                u32::from_le_bytes([out[i * 4], out[i * 4 + 1], out[i * 4 + 2], out[i * 4 + 3]]);
+            return Ok((
+                false,
+                format!(
+                    "round {r}: word {i} is {got:#x}, expected {v:#x} (kernel and copy out of order)"
+                ),
+            ));
+        }
+    }
+    Ok((
+        true,
+        format!("{rounds} rounds of upload → fill kernel → copy → download in order"),
+    ))
+}
+
+fn rand_f32(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// GEMM through the BLAS (where present) and hipscope's own kernel, each against the CPU.
+fn gemm(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    let (m, n, k) = (96usize, 80usize, 160usize);
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 4 << 20))?;
+    let a = rand_f32(m * k, 1);
+    let b = rand_f32(k * n, 2);
+    let mut want = vec![0f32; m * n];
+    reference_sgemm(Op::N, Op::N, m, n, k, &a, m, &b, k, 0.0, &mut want, m);
+    let da = gpu.alloc(Region::Activations, (a.len() * 4) as u64)?;
+    let db = gpu.alloc(Region::Activations, (b.len() * 4) as u64)?;
+    let dc = gpu.alloc(Region::Activations, (want.len() * 4) as u64)?;
+    let l = gpu.label("doctor · gemm");
+    gpu.upload(l, da, &f32_bytes(&a))?;
+    gpu.upload(l, db, &f32_bytes(&b))?;
+    let g = GemmF32 {
+        transa: Op::N,
+        transb: Op::N,
+        m: m as i32,
+        n: n as i32,
+        k: k as i32,
+        alpha: gpu.scalar(1.0)?,
+        a: da.ptr,
+        lda: m as i32,
+        b: db.ptr,
+        ldb: k as i32,
+        beta: gpu.scalar(0.0)?,
+        c: dc.ptr,
+        ldc: m as i32,
+    };
+    let mut paths = vec![("hipscope kernel", true)];
+    if let GemmPath::Blas { .. } = gpu.gemm_path() {
+        paths.push(("BLAS", false));
+    }
+    let mut parts = Vec::new();
+    let mut ok = true;
+    for (name, own) in paths {
+        gpu.fill_u32(l, dc, 0x7FC0_0000)?; // NaN: a GEMM that writes nothing fails.
+        if own {
+            gpu.gemm_f32_fallback(l, &g)?;
+        } else {
+            gpu.gemm_f32(l, &g)?;
+        }
+        let mut out = vec![0u8; want.len() * 4];
+        gpu.download(l, dc, &mut out)?;
+        let err = out
+            .chunks(4)
+            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .zip(&want)
+            .map(|(x, y)| {
+                if x.is_finite() {
+                    (x - y).abs() / y.abs().max(1.0)
+                } else {
+                    f32::INFINITY
+                }
+            })
+            .fold(0f32, f32::max);
+        ok &= err < 1e-4;
+        parts.push(format!("{name} max rel. error {err:.1e}"));
+    }
+    Ok((ok, format!("{m}×{n}×{k} vs CPU: {}", parts.join(", "))))
+}
+
+/// Device-to-device copy and host-to-device upload rates.
+fn bandwidth(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    let bytes = 256u64 << 20;
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 2 * bytes + (1 << 20)))?;
+    let a = gpu.alloc(Region::Activations, bytes)?;
+    let b = gpu.alloc(Region::Activations, bytes)?;
+    let l = gpu.label("doctor · bandwidth");
+    gpu.fill_u32(l, a, 1)?;
+    gpu.copy_d2d(l, b, a, bytes)?;
+    gpu.wait_idle(Duration::from_secs(30))?;
+    let reps = 20;
+    let t = Instant::now();
+    for _ in 0..reps {
+        gpu.copy_d2d(l, b, a, bytes)?;
+    }
+    gpu.wait_idle(Duration::from_secs(60))?;
+    let d2d = (2 * bytes * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
+    let host = vec![0x5Au8; bytes as usize];
+    let t = Instant::now();
+    gpu.upload(l, a, &host)?;
+    gpu.wait_idle(Duration::from_secs(60))?;
+    let h2d = bytes as f64 / t.elapsed().as_secs_f64() / 1e9;
+    Ok((
+        d2d > 1.0,
+        format!("device copy {d2d:.0} GB/s (read + write), upload {h2d:.1} GB/s (256 MiB)"),
+    ))
+}
+
+/// Many small allocations from one arena with a kernel on each (the RDNA3 hang under MES
+/// firmware 0x83 and CWSR: ROCm/ROCm#5590, #5724).
+fn stress(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 64 << 20))?;
+    let l = gpu.label("doctor · small allocations");
+    let t = Instant::now();
+    let mut n = 0u64;
+    for round in 0..50u32 {
+        let mut bufs = Vec::new();
+        for i in 0..200u64 {
+            let b = gpu.alloc(Region::Activations, 4096 + (i % 16) * 4096)?;
+            gpu.fill_u32(l, b, round)?;
+            bufs.push(b);
+            n += 1;
+        }
+        gpu.wait_idle(Duration::from_secs(30))?;
+        for b in bufs {
+            gpu.free(b);
+        }
+    }
+    Ok((
+        true,
+        format!(
+            "{n} allocations with a kernel each in {:.0} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        ),
+    ))
+}
+
+fn clean_exit_work(gpu: &mut Gpu) -> Result<(), GpuError> {
+    gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 64 << 20))?;
+    let a = gpu.alloc(Region::Activations, 32 << 20)?;
+    let b = gpu.alloc(Region::Activations, 32 << 20)?;
+    let l = gpu.label("doctor · left queued at exit");
+    for i in 0..200u32 {
+        gpu.fill_u32(l, a, i)?;
+        gpu.copy_d2d(l, b, a, 32 << 20)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,205 @@
+//! `hipscope top`: GPU and host telemetry without loading a model. Full screen (every GPU, the
+//! processes using them, `q` quits), or `--json` (one object per sample per line), or `--once`
+//! (one sample, then exit).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
+
+use crate::app::config::Config;
+use crate::gpu::telemetry::{self, Roots, Sampler, TelemetrySample};
+use crate::ui::theme::{Theme, ThemeName};
+use crate::ui::top::TopView;
+
+#[derive(Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Write one JSON object per sample per line instead of drawing the screen.
+    #[arg(long)]
+    pub json: bool,
+    /// Take one sample, print it and exit (as JSON with --json, else as text).
+    #[arg(long)]
+    pub once: bool,
+    /// Time between samples in ms (default: `[telemetry] interval_ms` of config.toml).
+    #[arg(long, value_name = "MS")]
+    pub interval_ms: Option<u64>,
+    /// Stop after this many samples (with --json).
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Settings file (default: config.toml in the platform config directory).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub roots: RootArgs,
+}
+
+/// Where the kernel's files are read from: a tree captured by `hipscope doctor --capture`
+/// replays through the same code.
+#[derive(Args, Debug, Clone, Default)]
+pub struct RootArgs {
+    /// Read sysfs from here instead of /sys.
+    #[arg(long, value_name = "DIR", env = "HIPSCOPE_SYSFS_ROOT")]
+    pub sysfs_root: Option<PathBuf>,
+    /// Read procfs from here instead of /proc.
+    #[arg(long, value_name = "DIR", env = "HIPSCOPE_PROCFS_ROOT")]
+    pub procfs_root: Option<PathBuf>,
+}
+
+impl RootArgs {
+    pub fn roots(&self) -> Roots {
+        let mut r = Roots::from_env();
+        if let Some(s) = &self.sysfs_root {
+            r.sys = s.clone();
+        }
+        if let Some(p) = &self.procfs_root {
+            r.proc = p.clone();
+        }
+        r
+    }
+}
+
+fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
+    if let Some(ms) = args.interval_ms {
+        return Ok(telemetry::interval(ms));
+    }
+    let path = match &args.config {
+        Some(p) => p.clone(),
+        None => crate::app::chat::Dirs::from_env()
+            .config
+            .join("config.toml"),
+    };
+    let c = Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(telemetry::interval(c.telemetry.interval_ms))
+}
+
+pub fn run(args: TopArgs) -> anyhow::Result<i32> {
+    let roots = args.roots.roots();
+    let every = interval(&args)?;
+    let mut sampler = Sampler::new(&roots);
+    if args.once {
+        // CPU use is a rate: two readings, one interval apart (at most a second).
+        let _ = sampler.sample();
+        std::thread::sleep(every.min(Duration::from_secs(1)));
+        let s = sampler.sample();
+        if args.json {
+            println!("{}", serde_json::to_string(&s)?);
+        } else {
+            print!("{}", text_report(&s));
+        }
+        return Ok(0);
+    }
+    if args.json {
+        let mut out = std::io::stdout().lock();
+        let mut n = 0u64;
+        loop {
+            let s = sampler.sample();
+            if writeln!(out, "{}", serde_json::to_string(&s)?)
+                .and_then(|_| out.flush())
+                .is_err()
+            {
+                // The reader went away (`| head`): not an error.
+                return Ok(0);
+            }
+            n += 1;
+            if args.count.is_some_and(|c| n >= c) {
+                return Ok(0);
+            }
+            std::thread::sleep(every);
+        }
+    }
+    screen(sampler, every)
+}
+
+/// The full screen: samples on this thread between key polls (a sample is a few small file
+/// reads, well under the interval).
+fn screen(mut sampler: Sampler, every: Duration) -> anyhow::Result<i32> {
+    let _guard = crate::app::terminal::TerminalGuard::enter(false)?;
+    let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+    let mut terminal = ratatui::Terminal::new(backend)?;
+    let theme = Theme::new(
+        if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
+            ThemeName::Mono
+        } else {
+            ThemeName::Dark
+        },
+    );
+    let mut view = TopView::default();
+    let mut next = std::time::Instant::now();
+    loop {
+        if std::time::Instant::now() >= next {
+            view.apply(sampler.sample());
+            next = std::time::Instant::now() + every;
+            terminal.draw(|f| view.render(f, f.area(), &theme))?;
+        }
+        let wait = next.saturating_duration_since(std::time::Instant::now());
+        if event::poll(wait)? {
+            match event::read()? {
+                TermEvent::Key(k) if k.kind == KeyEventKind::Press => {
+                    let ctrl_c =
+                        k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
+                    if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) || ctrl_c {
+                        return Ok(0);
+                    }
+                }
+                TermEvent::Resize(..) => {
+                    terminal.draw(|f| view.render(f, f.area(), &theme))?;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// `--once` without `--json`: the same readings as plain lines.
+pub fn text_report(s: &TelemetrySample) -> String {
+    use crate::ui::units::bytes;
+    let mut o = String::new();
+    let h = &s.host;
+    o.push_str("host");
+    if let Some(c) = h.cpu_pct {
+        o.push_str(&format!("  cpu {c:.0}%"));
+    }
+    if let (Some(u), Some(t)) = (h.mem_used, h.mem_total) {
+        o.push_str(&format!("  memory {} / {}", bytes(u), bytes(t)));
+    }
+    o.push('\n');
+    if s.gpus.is_empty() {
+        o.push_str("no GPU found (no amdgpu card in sysfs, no NVML)\n");
+    }
+    for g in &s.gpus {
+        let mut parts = vec![format!("{} {}", g.id, g.name)];
+        if let Some(a) = &g.arch {
+            parts.push(a.clone());
+        }
+        if let Some(u) = g.gpu_util_pct {
+            parts.push(format!("util {u:.0}%"));
+        }
+        if let Some((n, u, t)) = g.headline_memory() {
+            parts.push(format!("{n} {} / {}", bytes(u), bytes(t)));
+        }
+        if let Some(t) = g.temp_edge_c {
+            parts.push(format!("{t:.0} °C"));
+        }
+        if let Some(p) = g.power_w {
+            parts.push(format!("{p:.0} W"));
+        }
+        o.push_str(&parts.join("  "));
+        o.push('\n');
+    }
+    for p in &s.processes {
+        o.push_str(&format!(
+            "  pid {} {} on {} vram {} gtt {}\n",
+            p.pid,
+            p.name,
+            p.gpu,
+            p.vram.map(bytes).unwrap_or_else(|| "-".into()),
+            p.gtt.map(bytes).unwrap_or_else(|| "-".into())
+        ));
+    }
+    for n in &s.notes {
+        o.push_str(&format!("note: {n}\n"));
+    }
+    o
+}

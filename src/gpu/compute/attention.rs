@@ -1,0 +1,156 @@
+//! The KV-cache store and causal attention (`kernels/infer_attention.hip`).
+
+use super::*;
+
+impl GpuCompute {
+    pub(super) fn launch_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        p: &AttnParams,
+        rope: Option<&RopeParams>,
+    ) -> Result<()> {
+        let kv_dim = p.n_kv_heads * p.head_dim;
+        let q_dim = p.n_heads * p.head_dim;
+        let (k_cache, v_cache, n_ctx) = {
+            let kv = self
+                .kv
+                .as_ref()
+                .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
+            if kv.kv_dim != kv_dim
+                || p.pos0 + p.n_tokens > kv.n_ctx
+                || p.layer >= kv.n_layers
+                || p.n_kv_heads == 0
+            {
+                return Err(invalid(format!(
+                    "attention at layer {} positions {}..{} does not fit the KV cache ({} layers \
+                     of {} positions of {})",
+                    p.layer,
+                    p.pos0,
+                    p.pos0 + p.n_tokens,
+                    kv.n_layers,
+                    kv.n_ctx,
+                    kv.kv_dim
+                )));
+            }
+            (kv.k, kv.v, kv.n_ctx)
+        };
+        if !p.n_heads.is_multiple_of(p.n_kv_heads) || p.head_dim > MAX_HEAD_DIM {
+            return Err(invalid(format!(
+                "{} heads over {} KV heads of {} dimensions (heads must be a multiple of KV \
+                 heads; at most {MAX_HEAD_DIM} dimensions)",
+                p.n_heads, p.n_kv_heads, p.head_dim
+            )));
+        }
+        if p.n_tokens == 0 {
+            return Ok(());
+        }
+        if p.n_tokens > MAX_GRID_Y {
+            return Err(invalid(format!("{} query rows in one call", p.n_tokens)));
+        }
+        let qb = self.buf(q, p.n_tokens * q_dim)?;
+        let kb = self.buf(k, p.n_tokens * kv_dim)?;
+        let vb = self.buf(v, p.n_tokens * kv_dim)?;
+        let ob = self.buf(out, p.n_tokens * q_dim)?;
+        let eb = self.opts.kv.bytes();
+        let layer_off = (p.layer * n_ctx * kv_dim) as u64;
+        let n = (p.n_tokens * kv_dim) as u64;
+        let li = p.layer as u32;
+        let (store, store_name, attn, attn_name) = match self.opts.kv {
+            KvType::F32 => (
+                self.kernels.kv_store_f32,
+                "kv_store_f32",
+                self.kernels.attention_f32,
+                "attention_f32",
+            ),
+            KvType::F16 => (
+                self.kernels.kv_store_f16,
+                "kv_store_f16",
+                self.kernels.attention_f16,
+                "attention_f16",
+            ),
+        };
+        match rope {
+            Some(r) => {
+                let half = r.pairs(p.head_dim)?;
+                if half > MAX_ROPE_PAIRS {
+                    return Err(invalid(format!(
+                        "RoPE over {half} pairs: the kernel rotates at most {MAX_ROPE_PAIRS}"
+                    )));
+                }
+                let factors = match r.freq_factors {
+                    Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
+                    None => Arg::U64(0),
+                };
+                let (f, name) = match self.opts.kv {
+                    KvType::F32 => (self.kernels.rope_kv_store_f32, "rope + kv_store_f32"),
+                    KvType::F16 => (self.kernels.rope_kv_store_f16, "rope + kv_store_f16"),
+                };
+                self.launch(
+                    OpLabel::layer(li, "rope_qk + kv_store"),
+                    name,
+                    f,
+                    [p.n_tokens as u32, 2, 1],
+                    [128, 1, 1],
+                    &[
+                        Arg::Ptr(qb.ptr),
+                        Arg::Ptr(kb.ptr),
+                        Arg::Ptr(vb.ptr),
+                        Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                        Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                        Arg::U32(p.n_heads as u32),
+                        Arg::U32(p.n_kv_heads as u32),
+                        Arg::U32(p.head_dim as u32),
+                        Arg::U32(r.n_rot as u32),
+                        Arg::U32(p.pos0 as u32),
+                        Arg::F32(r.freq_scale),
+                        Arg::F32(rope_theta_scale(r.base, r.n_rot)),
+                        factors,
+                        Arg::U32(r.neox as u32),
+                    ],
+                )?;
+                self.wrote(q);
+                self.wrote(k);
+            }
+            None => {
+                self.launch(
+                    OpLabel::layer(li, "kv_store"),
+                    store_name,
+                    store,
+                    [elementwise_grid(n), 1, 1],
+                    [256, 1, 1],
+                    &[
+                        Arg::Ptr(kb.ptr),
+                        Arg::Ptr(vb.ptr),
+                        Arg::Ptr(k_cache.ptr),
+                        Arg::Ptr(v_cache.ptr),
+                        Arg::U64(layer_off + (p.pos0 * kv_dim) as u64),
+                        Arg::U64(n),
+                    ],
+                )?;
+            }
+        }
+        self.launch(
+            OpLabel::layer(li, "attention"),
+            attn_name,
+            attn,
+            [p.n_heads as u32, p.n_tokens as u32, 1],
+            [128, 1, 1],
+            &[
+                Arg::Ptr(qb.ptr),
+                Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                Arg::Ptr(ob.ptr),
+                Arg::U32(p.n_heads as u32),
+                Arg::U32(p.n_kv_heads as u32),
+                Arg::U32(p.head_dim as u32),
+                Arg::U32(p.pos0 as u32),
+                Arg::F32(p.scale),
+            ],
+        )?;
+        self.wrote(out);
+        Ok(())
+    }
+}

@@ -1,0 +1,534 @@
+//! Matrix products of decode-sized batches (`kernels/infer_matvec.hip`): quantized weights
+//! times Q8 activations (quantized once per input version), up to 8 tokens per launch; larger
+//! batches go to the prefill GEMM (`dequant`).
+
+use super::*;
+
+/// The fused one-token kernels of one quantized weight type (`hs_mv1_*`, `hs_mv_qkv_*`,
+/// `hs_mv_swiglu_*`) and the names their launches are labelled with.
+#[derive(Clone, Copy)]
+pub(super) struct Fused {
+    mv1: KernelFn,
+    qkv: KernelFn,
+    swiglu: KernelFn,
+    /// mv1, mv1 with the residual add, qkv, swiglu.
+    names: [&'static str; 4],
+}
+
+/// Launch labels of the fused kernels, per type suffix.
+const FUSED_NAMES: &[(&str, [&str; 4])] = &[
+    (
+        "q4_0",
+        [
+            "mv1_q4_0",
+            "mv1_q4_0 + residual",
+            "mv_qkv_q4_0",
+            "mv_swiglu_q4_0",
+        ],
+    ),
+    (
+        "q4_1",
+        [
+            "mv1_q4_1",
+            "mv1_q4_1 + residual",
+            "mv_qkv_q4_1",
+            "mv_swiglu_q4_1",
+        ],
+    ),
+    (
+        "q5_0",
+        [
+            "mv1_q5_0",
+            "mv1_q5_0 + residual",
+            "mv_qkv_q5_0",
+            "mv_swiglu_q5_0",
+        ],
+    ),
+    (
+        "q5_1",
+        [
+            "mv1_q5_1",
+            "mv1_q5_1 + residual",
+            "mv_qkv_q5_1",
+            "mv_swiglu_q5_1",
+        ],
+    ),
+    (
+        "q8_0",
+        [
+            "mv1_q8_0",
+            "mv1_q8_0 + residual",
+            "mv_qkv_q8_0",
+            "mv_swiglu_q8_0",
+        ],
+    ),
+    (
+        "q4_k",
+        [
+            "mv1_q4_k",
+            "mv1_q4_k + residual",
+            "mv_qkv_q4_k",
+            "mv_swiglu_q4_k",
+        ],
+    ),
+    (
+        "q5_k",
+        [
+            "mv1_q5_k",
+            "mv1_q5_k + residual",
+            "mv_qkv_q5_k",
+            "mv_swiglu_q5_k",
+        ],
+    ),
+    (
+        "q6_k",
+        [
+            "mv1_q6_k",
+            "mv1_q6_k + residual",
+            "mv_qkv_q6_k",
+            "mv_swiglu_q6_k",
+        ],
+    ),
+];
+
+impl Fused {
+    /// The fused kernels of a type with Q8 activations; `None` for float weights.
+    pub(super) fn resolve(
+        gpu: &Gpu,
+        k: TypeKernels,
+    ) -> std::result::Result<Option<Fused>, GpuError> {
+        if k.act == ActFormat::F32 {
+            return Ok(None);
+        }
+        let Some(&(_, names)) = FUSED_NAMES.iter().find(|(s, _)| *s == k.suffix) else {
+            return Ok(None);
+        };
+        Ok(Some(Fused {
+            mv1: gpu.function(&format!("hs_mv1_{}", k.suffix))?,
+            qkv: gpu.function(&format!("hs_mv_qkv_{}", k.suffix))?,
+            swiglu: gpu.function(&format!("hs_mv_swiglu_{}", k.suffix))?,
+            names,
+        }))
+    }
+}
+
+/// What a fused one-token launch over some weights needs: their common type, shape and kernels.
+struct FusedShape {
+    bs: u32,
+    cols: usize,
+    rows: Vec<usize>,
+    bufs: Vec<DeviceBuffer>,
+    kernels: Fused,
+}
+
+impl GpuCompute {
+    /// The fused one-token path for products of `ws` with one input, where it applies: one token,
+    /// every weight a matrix of the same quantized type and width, the input planned for.
+    fn fused_shape(&self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedShape>> {
+        if n_tokens != 1 || self.n_batch() == 0 || self.ws.is_none() {
+            return Ok(None);
+        }
+        let first = self.weight(ws[0])?;
+        let (ty, cols) = (first.ty, first.cols);
+        let (Some(tk), Some(&kernels)) = (type_kernels(ty), self.kernels.fused.get(&ty)) else {
+            return Ok(None);
+        };
+        let ActFormat::Q8 { bs } = tk.act else {
+            return Ok(None);
+        };
+        let mut rows = Vec::with_capacity(ws.len());
+        let mut bufs = Vec::with_capacity(ws.len());
+        for &w in ws {
+            let gw = self.weight(w)?;
+            if gw.vector || gw.ty != ty || gw.cols != cols {
+                return Ok(None);
+            }
+            rows.push(gw.rows);
+            bufs.push(gw.buf);
+        }
+        Ok(Some(FusedShape {
+            bs,
+            cols,
+            rows,
+            bufs,
+            kernels,
+        }))
+    }
+
+    /// acc += W · x for one token in one launch (the residual add in the product's epilogue);
+    /// otherwise the product into `tmp` and a separate add.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        let shape = match self.fused_shape(&[w], n_tokens)? {
+            Some(s) if s.rows[0] == dim && x != acc => s,
+            _ => {
+                self.launch_matmul(w, x, tmp, n_tokens, label)?;
+                return self.elementwise(
+                    self.kernels.add,
+                    "add",
+                    acc,
+                    tmp,
+                    n_tokens * dim,
+                    add_label,
+                );
+            }
+        };
+        self.buf(x, shape.cols)?;
+        let abuf = self.buf(acc, dim)?;
+        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
+        let (xq, xd) = {
+            let ws = self.workspace()?;
+            (ws.xq, ws.xd)
+        };
+        self.launch(
+            label,
+            shape.kernels.names[1],
+            shape.kernels.mv1,
+            [mv_grid(dim, self.warp), 1, 1],
+            [MV_THREADS, 1, 1],
+            &[
+                Arg::Ptr(shape.bufs[0].ptr),
+                Arg::Ptr(xq.ptr),
+                Arg::Ptr(xd.ptr),
+                Arg::Ptr(abuf.ptr),
+                Arg::U64(0),
+                Arg::U32(dim as u32),
+                Arg::U32(shape.cols as u32),
+                Arg::U32(1),
+            ],
+        )?;
+        self.wrote(acc);
+        Ok(())
+    }
+
+    /// Q, K and V (and their biases) for one token in one launch; otherwise separate ops.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        let shape = match self.fused_shape(&w, n_tokens)? {
+            Some(s) if !out.contains(&x) => s,
+            _ => {
+                return crate::gpu::backend::qkv_separately(self, w, bias, x, out, n_tokens, layer);
+            }
+        };
+        self.buf(x, shape.cols)?;
+        let mut outs = [Arg::U64(0); 3];
+        let mut biases = [Arg::U64(0); 3];
+        for i in 0..3 {
+            outs[i] = Arg::Ptr(self.buf(out[i], shape.rows[i])?.ptr);
+            if let Some(b) = bias[i] {
+                biases[i] = Arg::Ptr(self.vector(b, shape.rows[i])?.ptr);
+            }
+        }
+        let label = OpLabel::layer(layer, "attn_qkv");
+        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
+        let (xq, xd) = {
+            let ws = self.workspace()?;
+            (ws.xq, ws.xd)
+        };
+        let total: usize = shape.rows.iter().sum();
+        self.launch(
+            label,
+            shape.kernels.names[2],
+            shape.kernels.qkv,
+            [mv_grid(total, self.warp), 1, 1],
+            [MV_THREADS, 1, 1],
+            &[
+                Arg::Ptr(shape.bufs[0].ptr),
+                Arg::Ptr(shape.bufs[1].ptr),
+                Arg::Ptr(shape.bufs[2].ptr),
+                outs[0],
+                outs[1],
+                outs[2],
+                biases[0],
+                biases[1],
+                biases[2],
+                Arg::Ptr(xq.ptr),
+                Arg::Ptr(xd.ptr),
+                Arg::U32(shape.rows[0] as u32),
+                Arg::U32(shape.rows[1] as u32),
+                Arg::U32(shape.rows[2] as u32),
+                Arg::U32(shape.cols as u32),
+            ],
+        )?;
+        for o in out {
+            self.wrote(o);
+        }
+        Ok(())
+    }
+
+    /// gate = silu(Wgate · x) * (Wup · x) for one token in one launch; otherwise separate ops.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        let shape = match self.fused_shape(&[w_gate, w_up], n_tokens)? {
+            Some(s) if s.rows == [ffn_dim, ffn_dim] && x != gate => s,
+            _ => {
+                return crate::gpu::backend::swiglu_separately(
+                    self,
+                    [w_gate, w_up],
+                    x,
+                    gate,
+                    up,
+                    n_tokens,
+                    ffn_dim,
+                    layer,
+                );
+            }
+        };
+        self.buf(x, shape.cols)?;
+        let g = self.buf(gate, ffn_dim)?;
+        let label = OpLabel::layer(layer, "ffn_gate_up");
+        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
+        let (xq, xd) = {
+            let ws = self.workspace()?;
+            (ws.xq, ws.xd)
+        };
+        self.launch(
+            label,
+            shape.kernels.names[3],
+            shape.kernels.swiglu,
+            [mv_grid(ffn_dim, self.warp), 1, 1],
+            [MV_THREADS, 1, 1],
+            &[
+                Arg::Ptr(shape.bufs[0].ptr),
+                Arg::Ptr(shape.bufs[1].ptr),
+                Arg::Ptr(xq.ptr),
+                Arg::Ptr(xd.ptr),
+                Arg::Ptr(g.ptr),
+                Arg::U32(ffn_dim as u32),
+                Arg::U32(shape.cols as u32),
+            ],
+        )?;
+        self.wrote(gate);
+        Ok(())
+    }
+
+    pub(super) fn launch_matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        let idx = w.0 as usize;
+        let (ty, rows, cols, vector) = {
+            let gw = self.weight(w)?;
+            (gw.ty, gw.rows, gw.cols, gw.vector)
+        };
+        if vector {
+            return Err(invalid(format!(
+                "{} is a vector, not a matrix",
+                self.weights[idx].name
+            )));
+        }
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let tk = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no kernels")))?;
+        let xbuf = self.buf(x, n_tokens * cols)?;
+        let obuf = self.buf(out, n_tokens * rows)?;
+        if x == out {
+            return Err(invalid(
+                "a matrix product cannot write its own input".into(),
+            ));
+        }
+        if n_tokens > self.n_batch() {
+            return Err(invalid(format!(
+                "{n_tokens} tokens in one product; the plan allows {}",
+                self.n_batch()
+            )));
+        }
+        let gemm = n_tokens >= self.opts.gemm_min_tokens.max(1) && self.workspace()?.xdq.is_some();
+        if gemm {
+            self.matmul_gemm(idx, tk, x, xbuf, obuf, n_tokens, label)?;
+        } else {
+            self.matmul_mv(idx, tk, x, xbuf, obuf, n_tokens, label)?;
+        }
+        self.wrote(out);
+        Ok(())
+    }
+
+    /// Quantizes `n_tokens` rows of `cols` of buffer `x` for `bs`-element blocks into the
+    /// workspace (quants + scales, or their dequantized copy for the GEMM path), unless the
+    /// workspace already holds exactly that.
+    pub(super) fn quantize_input(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        cols: usize,
+        bs: u32,
+        dequantized: bool,
+        label: OpLabel,
+    ) -> Result<()> {
+        let src = self.buf(x, n_tokens * cols)?;
+        let version = self.bufs[x.0 as usize].version;
+        let key = QuantKey {
+            buf: x,
+            version,
+            bs,
+            n_tokens,
+            dequantized,
+        };
+        if self.quant == Some(key) {
+            return Ok(());
+        }
+        if !cols.is_multiple_of(bs as usize) {
+            return Err(invalid(format!(
+                "rows of {cols} are not whole blocks of {bs}"
+            )));
+        }
+        let ws = self.workspace()?;
+        let elems = (n_tokens * cols) as u64;
+        if elems > ws.xq.bytes {
+            return Err(invalid(format!(
+                "{n_tokens} tokens × {cols} exceed the planned batch"
+            )));
+        }
+        let (xq, xd, xdq) = if dequantized {
+            let xdq = ws.xdq.ok_or_else(|| {
+                invalid("the GEMM path was not planned for this batch size".into())
+            })?;
+            (Arg::U64(0), Arg::U64(0), Arg::Ptr(xdq.ptr))
+        } else {
+            (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr), Arg::U64(0))
+        };
+        let n_blocks = elems / bs as u64;
+        let f = self.kernels.quantize;
+        self.launch(
+            label,
+            "quantize_q8",
+            f,
+            [n_blocks.div_ceil(128).clamp(1, 65_535) as u32, 1, 1],
+            [128, 1, 1],
+            &[
+                Arg::Ptr(src.ptr),
+                xq,
+                xd,
+                xdq,
+                Arg::U32(bs),
+                Arg::U64(n_blocks),
+            ],
+        )?;
+        self.quant = Some(key);
+        if !dequantized {
+            self.norm_bs = Some(bs);
+        }
+        Ok(())
+    }
+
+    /// The matrix-vector path: up to 8 tokens per launch.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn matmul_mv(
+        &mut self,
+        gw_idx: usize,
+        tk: TypeKernels,
+        x: Buf,
+        xbuf: DeviceBuffer,
+        out: DeviceBuffer,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        let (ty, rows, cols, wbuf) = {
+            let w = &self.weights[gw_idx];
+            (w.ty, w.rows, w.cols, w.buf)
+        };
+        if let ActFormat::Q8 { bs } = tk.act {
+            self.quantize_input(x, n_tokens, cols, bs, false, label)?;
+        }
+        let (mv, _) = self.kernels.by_type[&ty];
+        let (xq, xd) = {
+            let ws = self.workspace()?;
+            (ws.xq, ws.xd)
+        };
+        if let (1, ActFormat::Q8 { .. }, Some(f)) = (n_tokens, tk.act, self.kernels.fused.get(&ty))
+        {
+            let f = *f;
+            return self.launch(
+                label,
+                f.names[0],
+                f.mv1,
+                [mv_grid(rows, self.warp), 1, 1],
+                [MV_THREADS, 1, 1],
+                &[
+                    Arg::Ptr(wbuf.ptr),
+                    Arg::Ptr(xq.ptr),
+                    Arg::Ptr(xd.ptr),
+                    Arg::Ptr(out.ptr),
+                    Arg::U64(0),
+                    Arg::U32(rows as u32),
+                    Arg::U32(cols as u32),
+                    Arg::U32(0),
+                ],
+            );
+        }
+        let kname = mv_name(tk.suffix);
+        let nblocks = match tk.act {
+            ActFormat::Q8 { bs } => cols / bs as usize,
+            ActFormat::F32 => 0,
+        };
+        for (t0, nt) in mv_chunks(n_tokens) {
+            self.launch(
+                label,
+                kname,
+                mv,
+                [mv_grid(rows, self.warp), 1, 1],
+                [MV_THREADS, 1, 1],
+                &[
+                    Arg::Ptr(wbuf.ptr),
+                    Arg::Ptr(xq.ptr.offset((t0 * cols) as u64)),
+                    Arg::Ptr(xd.ptr.offset((t0 * nblocks * 8) as u64)),
+                    Arg::Ptr(xbuf.ptr.offset((t0 * cols * 4) as u64)),
+                    Arg::Ptr(out.ptr.offset((t0 * rows * 4) as u64)),
+                    Arg::U32(rows as u32),
+                    Arg::U32(cols as u32),
+                    Arg::U32(nt as u32),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn mv_name(suffix: &str) -> &'static str {
+    match suffix {
+        "f32" => "mv_f32",
+        "f16" => "mv_f16",
+        "bf16" => "mv_bf16",
+        "q4_0" => "mv_q4_0",
+        "q4_1" => "mv_q4_1",
+        "q5_0" => "mv_q5_0",
+        "q5_1" => "mv_q5_1",
+        "q8_0" => "mv_q8_0",
+        "q4_k" => "mv_q4_k",
+        "q5_k" => "mv_q5_k",
+        _ => "mv_q6_k",
+    }
+}

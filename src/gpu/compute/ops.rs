@@ -1,0 +1,193 @@
+//! Norms and element-wise ops (`kernels/infer_ops.hip`): RMS norm, bias and residual adds,
+//! SwiGLU, RoPE.
+
+use super::*;
+
+impl GpuCompute {
+    /// `dst[i] = f(dst[i], src[i])` over `len` elements: one launch of an elementwise kernel.
+    pub(super) fn elementwise(
+        &mut self,
+        f: KernelFn,
+        kind: &'static str,
+        dst: Buf,
+        src: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let d = self.buf(dst, len)?;
+        let x = self.buf(src, len)?;
+        self.launch(
+            label,
+            kind,
+            f,
+            [elementwise_grid(len as u64), 1, 1],
+            [256, 1, 1],
+            &[Arg::Ptr(d.ptr), Arg::Ptr(x.ptr), Arg::U64(len as u64)],
+        )?;
+        self.wrote(dst);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_rms_norm(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        out: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let w = self.vector(weight, dim)?;
+        let xb = self.buf(x, n_tokens * dim)?;
+        let ob = self.buf(out, n_tokens * dim)?;
+        // Quantized for the matrix-vector products that follow, in the same launch, where the
+        // last such product's block size divides the rows and the batch takes that path.
+        let fuse_bs = self.norm_bs.filter(|&bs| {
+            dim.is_multiple_of(bs as usize)
+                && n_tokens < self.opts.gemm_min_tokens.max(1)
+                && self
+                    .ws
+                    .as_ref()
+                    .is_some_and(|ws| (n_tokens * dim) as u64 <= ws.xq.bytes)
+        });
+        if let Some(bs) = fuse_bs {
+            let (xq, xd) = {
+                let ws = self.workspace()?;
+                (ws.xq, ws.xd)
+            };
+            let f = self.kernels.rms_norm_q8;
+            self.launch(
+                label,
+                "rms_norm + quantize_q8",
+                f,
+                [n_tokens as u32, 1, 1],
+                [256, 1, 1],
+                &[
+                    Arg::Ptr(xb.ptr),
+                    Arg::Ptr(w.ptr),
+                    Arg::Ptr(ob.ptr),
+                    Arg::Ptr(xq.ptr),
+                    Arg::Ptr(xd.ptr),
+                    Arg::U32(dim as u32),
+                    Arg::F32(eps),
+                    Arg::U32(bs),
+                ],
+            )?;
+            self.wrote(out);
+            self.quant = Some(QuantKey {
+                buf: out,
+                version: self.bufs[out.0 as usize].version,
+                bs,
+                n_tokens,
+                dequantized: false,
+            });
+            return Ok(());
+        }
+        let f = self.kernels.rms_norm;
+        self.launch(
+            label,
+            "rms_norm",
+            f,
+            [n_tokens as u32, 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::Ptr(xb.ptr),
+                Arg::Ptr(w.ptr),
+                Arg::Ptr(ob.ptr),
+                Arg::U32(dim as u32),
+                Arg::F32(eps),
+            ],
+        )?;
+        self.wrote(out);
+        Ok(())
+    }
+
+    pub(super) fn launch_add_bias(
+        &mut self,
+        x: Buf,
+        bias: Weight,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        let width = self.weight(bias)?.cols;
+        let b = self.vector(bias, width)?;
+        let n = (n_tokens * width) as u64;
+        if n == 0 {
+            return Ok(());
+        }
+        let xb = self.buf(x, n as usize)?;
+        let f = self.kernels.add_bias;
+        self.launch(
+            label,
+            "add_bias",
+            f,
+            [elementwise_grid(n), 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::Ptr(xb.ptr),
+                Arg::Ptr(b.ptr),
+                Arg::U32(width as u32),
+                Arg::U64(n),
+            ],
+        )?;
+        self.wrote(x);
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_rope(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        n_heads: usize,
+        head_dim: usize,
+        pos0: usize,
+        p: &RopeParams,
+        label: OpLabel,
+    ) -> Result<()> {
+        let half = p.pairs(head_dim)?;
+        if half > MAX_ROPE_PAIRS {
+            return Err(invalid(format!(
+                "RoPE over {} pairs: the kernel rotates at most {MAX_ROPE_PAIRS}",
+                half
+            )));
+        }
+        if n_tokens == 0 || half == 0 {
+            return Ok(());
+        }
+        let factors = match p.freq_factors {
+            Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
+            None => Arg::U64(0),
+        };
+        let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
+        let f = self.kernels.rope;
+        self.launch(
+            label,
+            if p.neox { "rope_neox" } else { "rope" },
+            f,
+            [n_tokens as u32, 1, 1],
+            [128, 1, 1],
+            &[
+                Arg::Ptr(xb.ptr),
+                Arg::U32(n_heads as u32),
+                Arg::U32(head_dim as u32),
+                Arg::U32(p.n_rot as u32),
+                Arg::U32(pos0 as u32),
+                Arg::F32(p.freq_scale),
+                Arg::F32(rope_theta_scale(p.base, p.n_rot)),
+                factors,
+                Arg::U32(p.neox as u32),
+            ],
+        )?;
+        self.wrote(x);
+        Ok(())
+    }
+}

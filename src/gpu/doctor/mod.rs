@@ -1,0 +1,210 @@
+//! `hipscope doctor`'s findings that need no GPU work: the environment, the devices telemetry
+//! sees, the driver's parameters and firmware, and the known-issue rules — all pure functions of
+//! [`Facts`], so fixture trees test them. The functional checks (child processes) live with the
+//! command in `app/cmd/doctor.rs`.
+
+pub mod facts;
+pub mod report;
+pub mod rules;
+
+use facts::{Access, Facts};
+use report::{Check, Status};
+
+use crate::gpu::device::human_bytes;
+
+fn access_check(name: String, a: &Access, needed: bool) -> Check {
+    let sec = "environment";
+    match a {
+        Access::Ok => Check::new(sec, name, Status::Pass, "opens for read and write"),
+        Access::Missing if needed => Check::new(sec, name, Status::Fail, "missing")
+            .advise("load the amdgpu driver (modprobe amdgpu) or check the container's --device flags"),
+        Access::Missing => Check::new(sec, name, Status::Skip, "missing (no AMD GPU found)"),
+        Access::Denied => Check::new(sec, name, if needed { Status::Fail } else { Status::Warn }, "permission denied")
+            .advise("add yourself to the render and video groups (usermod -aG render,video $USER), then log in again"),
+        Access::Error(e) => Check::new(sec, name, Status::Warn, e.clone()),
+    }
+}
+
+/// Environment: OS, kernel, ROCm, libraries, variables, groups, device nodes.
+pub fn environment(f: &Facts) -> Vec<Check> {
+    let sec = "environment";
+    let mut out = vec![Check::new(
+        sec,
+        "os",
+        Status::Pass,
+        format!(
+            "{} · kernel {}",
+            f.os.as_deref().unwrap_or(&f.os_family),
+            f.kernel.as_deref().unwrap_or("unknown")
+        ),
+    )];
+    out.push(match &f.rocm_version {
+        Some(v) => Check::new(
+            sec,
+            "rocm",
+            Status::Pass,
+            format!("/opt/rocm/.info/version: {v}"),
+        ),
+        None => Check::new(
+            sec,
+            "rocm",
+            Status::Skip,
+            "no /opt/rocm/.info/version (distribution packages, or none)",
+        ),
+    });
+    for l in &f.libraries {
+        out.push(match &l.found {
+            Some((so, file)) => Check::new(
+                sec,
+                l.name,
+                Status::Pass,
+                match file {
+                    Some(file) if file != so => format!("{so} ({file})"),
+                    _ => so.clone(),
+                },
+            ),
+            None => Check::new(sec, l.name, Status::Skip, "not found"),
+        });
+    }
+    for (k, v) in &f.env {
+        out.push(Check::new(
+            sec,
+            k.clone(),
+            Status::Pass,
+            format!("set to {v:?}"),
+        ));
+    }
+    let amd = f.has_amd();
+    if let Some(groups) = &f.groups {
+        let missing: Vec<&str> = ["render", "video"]
+            .into_iter()
+            .filter(|g| !groups.iter().any(|x| x == g))
+            .collect();
+        let root = unsafe { libc::geteuid() } == 0;
+        out.push(if missing.is_empty() || root {
+            Check::new(
+                sec,
+                "groups",
+                Status::Pass,
+                if root {
+                    "running as root".to_string()
+                } else {
+                    "in render and video".to_string()
+                },
+            )
+        } else {
+            Check::new(
+                sec,
+                "groups",
+                if amd { Status::Warn } else { Status::Skip },
+                format!("not in {}", missing.join(", ")),
+            )
+            .advise("usermod -aG render,video $USER, then log in again")
+        });
+    }
+    if let Some(a) = &f.dev_kfd {
+        out.push(access_check("/dev/kfd".into(), a, amd));
+    }
+    for (n, a) in &f.render_nodes {
+        out.push(access_check(format!("/dev/dri/{n}"), a, amd));
+    }
+    if amd && f.render_nodes.is_empty() && f.dev_kfd.is_some() {
+        out.push(
+            Check::new(sec, "/dev/dri/renderD*", Status::Fail, "no render node")
+                .advise("check the amdgpu driver and the container's --device flags"),
+        );
+    }
+    out
+}
+
+/// Devices: every GPU telemetry sees, with what kind it is.
+pub fn devices(f: &Facts) -> Vec<Check> {
+    let sec = "devices";
+    let mut out = Vec::new();
+    if f.gpus.is_empty() {
+        out.push(Check::new(
+            sec,
+            "gpus",
+            Status::Skip,
+            "no GPU in sysfs (amdgpu) or NVML",
+        ));
+    }
+    for g in &f.gpus {
+        let mut d = vec![g.name.clone()];
+        if let Some(a) = &g.arch {
+            d.push(a.clone());
+        }
+        if let Some(p) = &g.pci {
+            d.push(p.clone());
+        }
+        d.push(if g.apu {
+            "APU".into()
+        } else {
+            "discrete".into()
+        });
+        if let Some(t) = g.vram_total {
+            d.push(format!("VRAM {}", human_bytes(t)));
+        }
+        if let Some(t) = g.gtt_total {
+            d.push(format!("GTT {}", human_bytes(t)));
+        }
+        if g.suspended {
+            d.push("runtime-suspended (not woken)".into());
+        }
+        let missing_arch = g.vendor == "amd" && g.arch.is_none() && !g.suspended;
+        let mut c = Check::new(
+            sec,
+            g.id.clone(),
+            if missing_arch {
+                Status::Warn
+            } else {
+                Status::Pass
+            },
+            d.join(" · "),
+        );
+        if missing_arch {
+            c = c.advise("no KFD topology node for it: the amdgpu KFD is off or the GPU is not supported by ROCm");
+        }
+        out.push(c);
+    }
+    for n in &f.notes {
+        out.push(Check::new(sec, "sysfs", Status::Warn, n.clone()));
+    }
+    out
+}
+
+/// Driver: amdgpu module parameters and firmware versions, then the known-issue rules.
+pub fn driver(f: &Facts) -> Vec<Check> {
+    let sec = "driver";
+    let mut out = Vec::new();
+    if !f.module_params.is_empty() {
+        let p: Vec<String> = f
+            .module_params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        out.push(Check::new(sec, "amdgpu params", Status::Pass, p.join(" ")));
+    } else if f.has_amd() {
+        out.push(Check::new(
+            sec,
+            "amdgpu params",
+            Status::Warn,
+            "/sys/module/amdgpu/parameters not readable",
+        ));
+    }
+    let mes: Vec<String> = f
+        .firmware
+        .iter()
+        .filter(|(k, _)| {
+            k.ends_with("/mes_fw_version")
+                || k.ends_with("/mec_fw_version")
+                || k.ends_with("/smc_fw_version")
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !mes.is_empty() {
+        out.push(Check::new(sec, "firmware", Status::Pass, mes.join(" ")));
+    }
+    out.extend(rules::evaluate(f));
+    out
+}

@@ -1,0 +1,102 @@
+//! The memory-bandwidth bound on decode: one token reads every weight matrix once and the whole
+//! KV cache so far, so tokens/s can be at most (read bandwidth) ÷ (bytes read per token). `bench`
+//! shows it beside the measured speed for any backend that can state its read bandwidth (the
+//! CPU backend measures the host's, `gpu::cpu::bandwidth`).
+
+use super::config::ModelConfig;
+use super::gguf::GgufFile;
+
+/// Bytes a decode step reads at `depth` tokens already in the cache: every tensor of the file
+/// except the token embedding (of which one row is read; but all of it where the output head
+/// is tied to it), plus keys and values of `depth` positions in every layer, each element
+/// `kv_elem_bytes` wide.
+pub fn decode_bytes_per_token(
+    file: &GgufFile,
+    config: &ModelConfig,
+    depth: usize,
+    kv_elem_bytes: usize,
+) -> u64 {
+    let has_output = file.tensor("output.weight").is_some();
+    let weights: u64 = file
+        .tensors()
+        .iter()
+        .map(|t| {
+            if t.name == "token_embd.weight" && has_output {
+                // One row.
+                let rows = t.dims.iter().skip(1).product::<u64>().max(1);
+                t.size / rows
+            } else {
+                t.size
+            }
+        })
+        .sum();
+    let kv = 2 * config.n_layers as u64 * config.kv_dim() as u64 * kv_elem_bytes as u64;
+    weights + kv * depth as u64
+}
+
+/// A decode speed's ceiling set by memory.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct DecodeBound {
+    pub bytes_per_token: u64,
+    /// Read bandwidth, bytes/s.
+    pub bandwidth: f64,
+}
+
+impl DecodeBound {
+    /// Tokens/s if every byte were read once at full bandwidth.
+    pub fn tokens_per_s(&self) -> f64 {
+        self.bandwidth / self.bytes_per_token.max(1) as f64
+    }
+
+    /// The fraction of the bound that `measured` tokens/s reaches.
+    pub fn fraction(&self, measured: f64) -> f64 {
+        measured / self.tokens_per_s()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_per_token_counts_weights_once_and_the_cache_per_position() {
+        let shape = crate::model::synthetic::shape("tiny").expect("tiny shape");
+        let file = crate::model::synthetic::build(
+            shape,
+            crate::gpu::quant::GgmlType::Q8_0,
+            1,
+            &mut |_, _| {},
+        )
+        .expect("synthetic model");
+        let config = ModelConfig::from_gguf(&file).expect("config");
+        let all: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let b0 = decode_bytes_per_token(&file, &config, 0, 4);
+        match file.tensor("output.weight") {
+            // Untied: the embedding contributes one row, not all of it.
+            Some(_) => {
+                let e = file.tensor("token_embd.weight").expect("embedding");
+                assert_eq!(b0, all - e.size + e.size / e.dims[1]);
+            }
+            None => assert_eq!(b0, all),
+        }
+        let per_pos = 2 * config.n_layers as u64 * config.kv_dim() as u64;
+        assert_eq!(
+            decode_bytes_per_token(&file, &config, 100, 4),
+            b0 + 100 * per_pos * 4
+        );
+        assert_eq!(
+            decode_bytes_per_token(&file, &config, 100, 2),
+            b0 + 100 * per_pos * 2
+        );
+    }
+
+    #[test]
+    fn bound_is_bandwidth_over_bytes() {
+        let b = DecodeBound {
+            bytes_per_token: 250_000_000,
+            bandwidth: 50e9,
+        };
+        assert_eq!(b.tokens_per_s(), 200.0);
+        assert_eq!(b.fraction(150.0), 0.75);
+    }
+}
