@@ -745,11 +745,13 @@ mod tests {
         let path = dir.path().join("config.toml");
         let mine = DEFAULT_CONFIG_TOML.replace("[sampler]", "# my own note, kept\n[sampler]");
         std::fs::write(&path, &mine).unwrap();
-        let mut s = SamplerConfig::default();
-        s.temp = 0.3;
-        s.top_k = 12;
-        s.seed = 42;
-        s.stop = vec!["</s>".into()];
+        let mut s = SamplerConfig {
+            temp: 0.3,
+            top_k: 12,
+            seed: 42,
+            stop: vec!["</s>".into()],
+            ..SamplerConfig::default()
+        };
         keep_sampler_defaults(&path, &s).unwrap();
         let after = std::fs::read_to_string(&path).unwrap();
         for line in mine.lines().filter(|l| l.trim_start().starts_with('#')) {

@@ -629,8 +629,10 @@ mod tests {
 
     #[test]
     fn sampler_settings_are_kept_and_old_files_have_none() {
-        let mut cfg = crate::model::protocol::SamplerConfig::default();
-        cfg.temp = 0.25;
+        let cfg = crate::model::protocol::SamplerConfig {
+            temp: 0.25,
+            ..Default::default()
+        };
         let mut t = Transcript::in_memory();
         t.command(&Command::SetSampler(cfg));
         let line = serde_json::to_string(&Record::Sampler {
