@@ -10,6 +10,10 @@ use hipscope::model::protocol::{ModelSource, SamplerConfig, StopReason};
 use hipscope::model::session::{Answer, Control, Progress, Session};
 
 fn session(n_ctx: usize, n_predict: i32) -> Session {
+    session_batched(n_ctx, n_predict, 32)
+}
+
+fn session_batched(n_ctx: usize, n_predict: i32, n_batch: usize) -> Session {
     let src = ModelSource::Synthetic {
         shape: "tiny".into(),
         quant: "Q8_0".into(),
@@ -18,7 +22,7 @@ fn session(n_ctx: usize, n_predict: i32) -> Session {
     let file = loader::open(&src, &mut |_, _| {}).unwrap();
     let opts = LoadOptions {
         n_ctx: Some(n_ctx),
-        n_batch: 32,
+        n_batch,
         all_logits: false,
         sampler: SamplerConfig {
             temp: 0.0,
@@ -106,7 +110,7 @@ fn a_prompt_longer_than_the_context_is_refused_and_forgotten() {
     let mut s = session(64, 4);
     let long = "word ".repeat(200);
     let e = s.chat(&long, &mut |_| Control::Continue).unwrap_err();
-    assert!(e.to_string().contains("context holds 64"), "{e}");
+    assert!(e.to_string().contains("in the context of 64"), "{e}");
     assert!(s.messages().is_empty());
     // The session still works afterwards.
     let (a, _) = say(&mut s, "hi");
@@ -145,4 +149,32 @@ fn stopping_from_the_callback_ends_the_answer() {
         .unwrap();
     assert_eq!(a.reason, StopReason::User);
     assert!(a.tokens.len() < 50);
+}
+
+/// A long prompt reports its progress between batches, and reading it a batch at a time gives
+/// the answer that one batch for the whole prompt gives.
+#[test]
+fn a_long_prompt_reports_progress_between_batches() {
+    let question = "tell me about the sea and the ships on it ".repeat(8);
+    let mut s = session_batched(512, 6, 32);
+    let mut seen = Vec::new();
+    let a = s
+        .chat(&question, &mut |p| {
+            if let Progress::Prompt { done, total } = p {
+                seen.push((done, total));
+            }
+            Control::Continue
+        })
+        .unwrap();
+    let total = a.stats.prompt_tokens;
+    assert!(total > 64, "the prompt is {total} tokens");
+    let want: Vec<(usize, usize)> = (1..)
+        .map(|i| i * 32)
+        .take_while(|&d| d < total)
+        .map(|d| (d, total))
+        .collect();
+    assert_eq!(seen, want);
+    let mut one = session_batched(512, 6, 512);
+    let (b, _) = say(&mut one, &question);
+    assert_eq!(a.tokens, b.tokens);
 }

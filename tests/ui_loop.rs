@@ -119,7 +119,7 @@ where
     };
     let mut app = App::new(settings());
     let mut transcript =
-        Transcript::create(&dir.join("conversations"), std::time::SystemTime::now()).unwrap();
+        Transcript::create(&dir.join("conversations"), std::time::SystemTime::now());
     let mut clipboard = Vec::new();
     let mut terminal = Terminal::new(screen.clone()).unwrap();
     let script = tokio::spawn(script(user));
@@ -184,6 +184,8 @@ async fn ask_see_the_answer_stream_stop_it_and_quit() {
                 fake_worker::commands(&script_log).contains(&Command::Stop)
             })
             .await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -301,6 +303,8 @@ async fn a_second_ctrl_c_leaves_without_waiting() {
         Duration::from_secs(60),
         |u| async move {
             u.sees("Type a message").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
             u.sees("drain hip:0 stream 0").await;
             until("quit sent", || {
@@ -374,6 +378,8 @@ async fn save_exports_markdown_and_alt_y_copies_the_answer() {
             u.type_text(&format!("/save {}", out2.display()));
             u.key(KeyCode::Enter);
             u.sees("saved the conversation").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -499,6 +505,8 @@ async fn picking_a_corrupt_gguf_says_why_and_keeps_the_model() {
             u.key(KeyCode::Enter);
             u.sees("the app keeps running").await;
             u.key(KeyCode::Esc);
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )
@@ -549,6 +557,8 @@ async fn a_100_kb_paste_is_sent_whole() {
             u.sees("1,900 lines").await;
             u.key(KeyCode::Enter);
             u.sees("end of text").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
             u.ctrl('c');
         },
     )

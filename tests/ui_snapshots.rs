@@ -168,6 +168,51 @@ fn cpu_backend_panels() {
     insta::assert_snapshot!(draw(&app, 140, 36));
 }
 
+/// On the CPU with a conversation going: the Arena panel tells the fixed weights from the live
+/// KV cache (1,231 of 8,192 tokens) and scratch, never "100% used"; the Host panel shows the
+/// machine's CPU use and hipscope's own, each graph with its scale.
+#[test]
+fn cpu_backend_panels_during_a_conversation() {
+    let mut app = loaded_cpu_app();
+    worker(&mut app, Event::Arena(cpu_arena()));
+    asked(&mut app);
+    stream_answer(&mut app, "You can reverse a list", 4);
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: stats(1_200, 31),
+            reason: StopReason::Eog,
+        },
+    );
+    for i in 0..8u64 {
+        tick(&mut app, 1000 + i * 250);
+        let cpu = [20.0, 55.0, 98.0, 99.0, 97.0, 99.0, 60.0, 15.0][i as usize];
+        app.update(Msg::Host(host(Some(cpu))));
+    }
+    let screen = draw(&app, 140, 40);
+    let text = format!("{screen:?}");
+    assert!(
+        !text.contains("largest free"),
+        "nothing reads as full:\n{text}"
+    );
+    assert!(text.contains("1,231 / 8,192 tok"), "{text}");
+    insta::assert_snapshot!(screen);
+}
+
+/// Before any model is loaded the side column shows the host, not "Waiting for the device…".
+#[test]
+fn panels_before_a_model_is_loaded() {
+    let mut app = hipscope::ui::App::new(settings());
+    for i in 0..4u64 {
+        tick(&mut app, 1000 + i * 250);
+        app.update(Msg::Host(host(Some([30.0, 80.0, 60.0, 40.0][i as usize]))));
+    }
+    let screen = draw(&app, 140, 36);
+    let text = format!("{screen:?}");
+    assert!(!text.contains("Waiting for the device"), "{text}");
+    insta::assert_snapshot!(screen);
+}
+
 #[test]
 fn hung_banner() {
     let mut app = loaded_app();
@@ -187,8 +232,12 @@ fn quit_in_progress() {
     let mut app = loaded_app();
     feed_diagnostics(&mut app);
     tick(&mut app, 10_000);
+    assert!(
+        app.update(ctrl('c')).is_empty(),
+        "the first Ctrl-C at rest asks"
+    );
     let fx = app.update(ctrl('c'));
-    assert!(!fx.is_empty(), "Ctrl-C when idle starts the quit");
+    assert!(!fx.is_empty(), "the second Ctrl-C at rest starts the quit");
     for step in [
         quit_step("stop intake", QuitStepStatus::Done, 40),
         quit_step(

@@ -57,9 +57,124 @@ fn ctrl_c_when_hung_quits_at_once() {
     assert!(is_quit(&fx[1]));
 }
 
+fn screen(app: &App) -> String {
+    let b = draw(app, 100, 30);
+    let mut s = String::new();
+    for y in 0..30 {
+        for x in 0..100 {
+            s.push_str(b.buffer()[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
+}
+
 #[test]
-fn ctrl_c_idle_quits_with_the_configured_drain_deadline() {
+fn ctrl_c_at_rest_asks_for_a_second_press_within_two_seconds() {
     let mut app = loaded_app();
+    tick(&mut app, 1_000);
+    assert!(
+        app.update(ctrl('c')).is_empty(),
+        "the first press only asks"
+    );
+    assert!(!app.is_quitting());
+    assert!(
+        screen(&app).contains("press Ctrl-C again (or Ctrl-D, /quit) to quit"),
+        "{}",
+        screen(&app)
+    );
+    // Too late: the question has gone and the next press asks again.
+    tick(&mut app, 3_100);
+    assert!(!screen(&app).contains("press Ctrl-C again"));
+    assert!(app.update(ctrl('c')).is_empty());
+    tick(&mut app, 4_500);
+    let fx = sent(&app.update(ctrl('c')));
+    assert!(fx.iter().any(is_quit), "{fx:?}");
+}
+
+#[test]
+fn ctrl_c_that_stops_an_answer_does_not_count_towards_quitting() {
+    let mut app = streaming_app();
+    assert_eq!(sent(&app.update(ctrl('c'))), [Command::Stop]);
+    finish(&mut app, 4);
+    // Meant for the answer that just ended: asks first.
+    assert!(app.update(ctrl('c')).is_empty());
+    assert!(!app.is_quitting());
+}
+
+#[test]
+fn alt_l_asks_before_clearing_and_any_other_key_keeps_the_conversation() {
+    let mut app = loaded_app();
+    submit(&mut app, "question");
+    stream_answer(&mut app, "answer", 3);
+    finish(&mut app, 3);
+    let alt_l = || alt(KeyCode::Char('l'));
+    assert!(sent(&app.update(alt_l())).is_empty());
+    assert!(screen(&app).contains("press Alt-L again to clear"));
+    app.update(key(KeyCode::Right));
+    assert!(sent(&app.update(alt_l())).is_empty(), "asked again");
+    assert_eq!(sent(&app.update(alt_l())), [Command::Clear]);
+    assert!(!app.chat.has_user_message());
+}
+
+#[test]
+fn tab_completes_commands_and_lists_the_matches() {
+    let mut app = loaded_app();
+    type_text(&mut app, "/cl");
+    assert!(app.update(key(KeyCode::Tab)).is_empty());
+    assert_eq!(app.input.text(), "/clear ");
+    app.input.take();
+    type_text(&mut app, "/s");
+    app.update(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "/s", "three commands start with /s");
+    let s = screen(&app);
+    assert!(s.contains("/system  /set  /save"), "{s}");
+    // The list goes with the next key.
+    type_text(&mut app, "a");
+    assert!(!screen(&app).contains("/system  /set"));
+    app.update(key(KeyCode::Tab));
+    assert_eq!(app.input.text(), "/save ");
+    // After /save, Tab asks the app layer for the folder's files.
+    type_text(&mut app, "out/co");
+    assert_eq!(
+        app.update(key(KeyCode::Tab)),
+        [Effect::ListPaths("out/co".into())]
+    );
+    app.update(Msg::Paths {
+        typed: "out/co".into(),
+        names: vec!["out/conv-1.md".into(), "out/conv-2.md".into()],
+    });
+    assert_eq!(app.input.text(), "/save out/conv-");
+    assert!(screen(&app).contains("conv-1.md  conv-2.md"));
+    app.update(Msg::Paths {
+        typed: "out/conv-".into(),
+        names: vec!["out/conv-2.md".into()],
+    });
+    assert_eq!(app.input.text(), "/save out/conv-2.md ");
+}
+
+#[test]
+fn readline_keys_reach_the_message_box() {
+    let mut app = loaded_app();
+    type_text(&mut app, "first second");
+    app.update(ctrl('w'));
+    assert_eq!(app.input.text(), "first ");
+    app.update(ctrl('a'));
+    app.update(ctrl('k'));
+    assert!(app.input.is_empty());
+    app.update(ctrl('z'));
+    assert_eq!(app.input.text(), "first ");
+    app.update(ctrl('u'));
+    assert!(
+        app.input.is_empty(),
+        "Ctrl-U deletes to the start of the line"
+    );
+}
+
+#[test]
+fn ctrl_c_twice_at_rest_quits_with_the_configured_drain_deadline() {
+    let mut app = loaded_app();
+    assert!(app.update(ctrl('c')).is_empty());
     assert_eq!(
         sent(&app.update(ctrl('c'))),
         [Command::Quit {
@@ -242,7 +357,10 @@ fn slash_commands_reach_the_worker() {
     );
     assert_eq!(
         submit(&mut app, "/save /tmp/x.md"),
-        [Effect::Export(Some(PathBuf::from("/tmp/x.md")))]
+        [Effect::Export {
+            path: Some(PathBuf::from("/tmp/x.md")),
+            overwrite: false
+        }]
     );
     assert_eq!(sent(&submit(&mut app, "/clear")), [Command::Clear]);
     assert!(app.chat.last_answer().is_none());
@@ -547,4 +665,68 @@ fn a_resumed_conversation_is_shown_and_its_questions_are_in_the_history() {
         &last.kind,
         hipscope::ui::chat::EntryKind::Assistant { model, .. } if model == "SmolLM2-135M-Instruct"
     ));
+}
+
+#[test]
+fn prompt_progress_and_context_fill_are_shown() {
+    let mut app = loaded_app();
+    tick(&mut app, 1_000);
+    submit(&mut app, "a long question");
+    tick(&mut app, 3_000);
+    worker(
+        &mut app,
+        Event::PromptProgress {
+            done: 1_024,
+            total: 4_096,
+        },
+    );
+    let s = screen(&app);
+    // 1,024 tokens in 2 s: 512 t/s, 3,072 left: 6 s.
+    assert!(
+        s.contains("reading the prompt: 1,024 / 4,096 tokens · 512 t/s · 6 s left"),
+        "{s}"
+    );
+    assert!(s.contains("prompt 25%"), "{s}");
+    assert!(s.contains("ctx ░░░░░ 0/8,192"), "{s}");
+    // stream_answer starts the answer with a prompt of 31 tokens.
+    stream_answer(&mut app, "an answer", 3);
+    assert!(app.prompt_rate().is_none());
+    let streamed = match app.generation {
+        GenState::Streaming { tokens, .. } => tokens,
+        ref g => panic!("{g:?}"),
+    };
+    assert_eq!(app.context_fill(), Some((Some(31 + streamed), 8_192)));
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: stats(4_096, 100),
+            reason: StopReason::Eog,
+        },
+    );
+    assert_eq!(app.context_fill(), Some((Some(4_196), 8_192)));
+    assert!(
+        screen(&app).contains("ctx ██▌░░ 4,196/8,192"),
+        "{}",
+        screen(&app)
+    );
+    // Clearing empties it.
+    app.update(alt(KeyCode::Char('l')));
+    app.update(alt(KeyCode::Char('l')));
+    assert_eq!(app.context_fill(), Some((Some(0), 8_192)));
+}
+
+/// Issue 12, item 18: the notice after a long paste counts one line as "1 line".
+#[test]
+fn item18_a_long_one_line_paste_says_1_line() {
+    let mut app = loaded_app();
+    app.update(Msg::Paste("x".repeat(20_000)));
+    let b = draw(&app, 160, 30);
+    let text: String = b
+        .buffer()
+        .content()
+        .iter()
+        .map(|c| c.symbol())
+        .collect::<String>();
+    assert!(text.contains("(1 line)"), "{text}");
+    assert!(!text.contains("(1 lines)"), "{text}");
 }

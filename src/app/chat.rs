@@ -2,10 +2,10 @@
 //! quit coordinator (with its exit hooks and the one panic hook), the terminal, the worker thread
 //! and the event loop; then the way out the loop's ending asks for.
 
-use std::io;
+use std::io::{self, IsTerminal};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crossterm::event::EventStream;
 use futures_util::StreamExt;
@@ -20,7 +20,7 @@ use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
-use super::terminal::{TerminalGuard, restore_terminal};
+use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
 use crate::gpu::dirs;
@@ -149,55 +149,14 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
     }
 }
 
-/// Opens the transcript: the last conversation with `--resume`, a new file otherwise, memory
-/// only when disabled or when the folder cannot be written (the reason is returned for the UI).
+/// Opens the transcript (see [`Transcript::for_chat`]); the note, if any, is for the UI.
 pub fn open_transcript(config: &Config, dirs: &Dirs, resume: bool) -> (Transcript, Option<String>) {
     let dir = config
         .transcript
         .dir
         .clone()
         .unwrap_or_else(|| dirs.data.join("conversations"));
-    if resume {
-        match Transcript::latest(&dir) {
-            Some(p) => match Transcript::open(&p) {
-                Ok(t) => return (t, None),
-                Err(e) => {
-                    return (
-                        fresh(config, &dir),
-                        Some(format!("could not reopen the last conversation: {e}")),
-                    );
-                }
-            },
-            None => {
-                return (
-                    fresh(config, &dir),
-                    Some(format!(
-                        "no saved conversation to resume in {}; starting a new one",
-                        dir.display()
-                    )),
-                );
-            }
-        }
-    }
-    if !config.transcript.enabled {
-        return (Transcript::in_memory(), None);
-    }
-    match Transcript::create(&dir, SystemTime::now()) {
-        Ok(t) => (t, None),
-        Err(e) => (
-            Transcript::in_memory(),
-            Some(format!(
-                "conversations will not be saved: {e} (/save still exports this one)"
-            )),
-        ),
-    }
-}
-
-fn fresh(config: &Config, dir: &std::path::Path) -> Transcript {
-    if !config.transcript.enabled {
-        return Transcript::in_memory();
-    }
-    Transcript::create(dir, SystemTime::now()).unwrap_or_else(|_| Transcript::in_memory())
+    Transcript::for_chat(&dir, config.transcript.enabled, resume)
 }
 
 /// Starts the UI with a worker made by `spawn`, runs it, and returns the exit code. A forced
@@ -217,6 +176,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         eprintln!(
             "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
             config.backend
+        );
+        return exit_code::USAGE;
+    }
+    // The chat draws with escape sequences: into a file or a pipe they are noise, and the
+    // terminal modes it sets cannot be set there. Refused before anything is started.
+    if !io::stdout().is_terminal() {
+        eprintln!(
+            "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
+             `hipscope generate -m MODEL -p TEXT`"
         );
         return exit_code::USAGE;
     }
@@ -398,6 +366,13 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .await
     });
     drop(guard);
+    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
+    // with `eprintln!`, which panics on a closed terminal: not dropped then.
+    if terminal_gone() {
+        std::mem::forget(terminal);
+    } else {
+        drop(terminal);
+    }
     transcript.sync();
     match ending {
         Ending::Exited(code) => {
@@ -440,18 +415,16 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let opts = WorkerOptions {
         source: cfg.model.map(ModelSource::File),
         default_model: Box::new(|progress| {
-            // Steps are logged (the UI shows the bars); each phase is a bar of its own.
+            // Steps are logged (the UI shows the bar).
             let mut report = |p: FetchProgress| match p {
                 FetchProgress::Step(s) => tracing::info!("default model: {s}"),
-                FetchProgress::Bytes {
-                    phase,
-                    done,
-                    total,
-                    elapsed,
-                } => progress(
-                    phase.name(),
-                    &FetchProgress::bytes_text(done, total, elapsed),
-                    FetchProgress::fraction(done, total),
+                FetchProgress::Bytes { done, total } => progress(
+                    "downloading SmolLM2-135M-Instruct",
+                    &match total {
+                        Some(t) => format!("{} / {} MiB", done >> 20, t >> 20),
+                        None => format!("{} MiB", done >> 20),
+                    },
+                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
                 ),
             };
             fetch::ensure_default_model(&mut report).map_err(|e| {

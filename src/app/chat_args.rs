@@ -31,10 +31,12 @@ pub struct ChatArgs {
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
     /// Context size in tokens (0: the model's own, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_CTX))]
     pub ctx_size: Option<u32>,
     /// CPU threads (0: all cores).
-    #[arg(short = 't', long, value_name = "N")]
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true,
+          value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_THREADS))]
     pub threads: Option<u32>,
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
@@ -43,33 +45,41 @@ pub struct ChatArgs {
     #[arg(long = "system-prompt", visible_alias = "sys", value_name = "TEXT")]
     pub system_prompt: Option<String>,
     /// Sampling temperature (0: greedy).
-    #[arg(long, value_name = "T")]
+    #[arg(long, value_name = "T", allow_negative_numbers = true)]
     pub temp: Option<String>,
     /// Top-k sampling (0: off).
-    #[arg(long = "top-k", value_name = "K")]
+    #[arg(long = "top-k", value_name = "K", allow_negative_numbers = true)]
     pub top_k: Option<String>,
     /// Top-p sampling (1: off).
-    #[arg(long = "top-p", value_name = "P")]
+    #[arg(long = "top-p", value_name = "P", allow_negative_numbers = true)]
     pub top_p: Option<String>,
     /// Min-p sampling (0: off).
-    #[arg(long = "min-p", value_name = "P")]
+    #[arg(long = "min-p", value_name = "P", allow_negative_numbers = true)]
     pub min_p: Option<String>,
     /// Repeat penalty (1: off).
-    #[arg(long = "repeat-penalty", value_name = "X")]
+    #[arg(
+        long = "repeat-penalty",
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
     pub repeat_penalty: Option<String>,
     /// Tokens the repeat penalty looks back over.
-    #[arg(long = "repeat-last-n", value_name = "N")]
+    #[arg(
+        long = "repeat-last-n",
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
     pub repeat_last_n: Option<String>,
     /// Most tokens per answer (-1: no limit).
     #[arg(
         short = 'n',
         long = "n-predict",
         value_name = "N",
-        allow_hyphen_values = true
+        allow_negative_numbers = true
     )]
     pub n_predict: Option<String>,
     /// Random seed.
-    #[arg(short = 's', long, value_name = "N")]
+    #[arg(short = 's', long, value_name = "N", allow_negative_numbers = true)]
     pub seed: Option<String>,
     /// Reopen the last conversation.
     #[arg(long)]

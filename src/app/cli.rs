@@ -8,6 +8,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
+use crate::app::cmd::usage;
 use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
@@ -93,6 +94,11 @@ pub fn run() -> i32 {
     };
     match result {
         Ok(code) => code,
+        Err(e) if usage::is_broken_pipe(&e) => exit_code::OK,
+        Err(e) if e.downcast_ref::<usage::UsageError>().is_some() => {
+            eprintln!("error: {e:#}");
+            exit_code::USAGE
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             exit_code::FAILED

@@ -556,8 +556,17 @@ pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::write(path, DEFAULT_CONFIG_TOML)?;
-    Ok(true)
+    // Whole or not at all: a full disk must not leave an empty config.toml behind.
+    match crate::app::atomic_file::write_bytes(
+        path,
+        crate::app::atomic_file::Replace::Never,
+        DEFAULT_CONFIG_TOML.as_bytes(),
+    ) {
+        Ok(()) => Ok(true),
+        // Another instance wrote it first: theirs stays.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Writes `sampler` into the `[sampler]` table of the config file at `path` (the documented

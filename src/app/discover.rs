@@ -185,19 +185,41 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
     // One entry per file, whichever root found it first (LM Studio and others symlink).
     let mut seen = HashSet::new();
     let mut entries = Vec::new();
+    let mut from_header = Vec::new();
     for (path, name, source) in found {
         let key = std::fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         if !seen.insert(key) {
             continue;
         }
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let header = inspect(&path);
+        // A file known only by its stem goes by the name the chat will give it once loaded
+        // (unless two files share that name: see below).
+        let name = match &header {
+            Ok(h) if name == stem(&path) => {
+                from_header.push(entries.len());
+                crate::model::loader::display_name(h.name.as_deref(), &name, &h.quant)
+            }
+            _ => name,
+        };
         entries.push(ModelEntry {
             name,
-            header: inspect(&path),
+            header,
             path,
             source: source.to_string(),
             size,
         });
+    }
+    // Files whose headers give the same name are told apart by their stems.
+    let mut count = std::collections::HashMap::new();
+    for e in &entries {
+        *count.entry(e.name.clone()).or_insert(0) += 1;
+    }
+    for i in from_header {
+        let e = &mut entries[i];
+        if count[&e.name] > 1 {
+            e.name = stem(&e.path);
+        }
     }
     (entries, searched)
 }
@@ -507,5 +529,72 @@ mod tests {
             "user/model:latest"
         );
         assert_eq!(n("hf.co/org/repo/Q4_K_M"), "hf.co/org/repo:Q4_K_M");
+    }
+}
+
+/// Tab completion of a path typed after `/model` or `/save`: the entries of its folder whose
+/// names start with its last part, written as typed (a leading `~/` kept), folders ending with
+/// `/`, hidden ones only when a `.` was typed; sorted, at most 200.
+pub fn complete_path(typed: &str) -> Vec<String> {
+    let (dir_typed, stem) = match typed.rfind('/') {
+        Some(i) => (&typed[..=i], &typed[i + 1..]),
+        None => ("", typed),
+    };
+    let dir = match dir_typed.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(rest),
+            None => PathBuf::from(dir_typed),
+        },
+        None if dir_typed.is_empty() => PathBuf::from("."),
+        None => PathBuf::from(dir_typed),
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            if !name.starts_with(stem) || (name.starts_with('.') && !stem.starts_with('.')) {
+                return None;
+            }
+            let is_dir = std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir());
+            Some(format!(
+                "{dir_typed}{name}{}",
+                if is_dir { "/" } else { "" }
+            ))
+        })
+        .collect();
+    out.sort();
+    out.truncate(200);
+    out
+}
+
+#[cfg(test)]
+mod complete_tests {
+    use super::complete_path;
+
+    #[test]
+    fn completes_files_and_folders_in_the_typed_folder() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("models")).unwrap();
+        std::fs::write(d.path().join("model-a.gguf"), b"").unwrap();
+        std::fs::write(d.path().join("notes.md"), b"").unwrap();
+        std::fs::write(d.path().join(".hidden"), b"").unwrap();
+        let base = format!("{}/", d.path().display());
+        assert_eq!(
+            complete_path(&format!("{base}mo")),
+            [format!("{base}model-a.gguf"), format!("{base}models/")]
+        );
+        assert_eq!(
+            complete_path(&base).len(),
+            3,
+            "hidden files only after a dot"
+        );
+        assert_eq!(
+            complete_path(&format!("{base}.h")),
+            [format!("{base}.hidden")]
+        );
+        assert!(complete_path(&format!("{base}nothing/x")).is_empty());
     }
 }

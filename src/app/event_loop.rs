@@ -8,6 +8,7 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use crossterm::event::Event as TermEvent;
@@ -69,6 +70,7 @@ pub async fn event_loop<B: Backend>(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // GPU and host telemetry from the sampler's own thread; it stops when `_stop` drops.
     let (tele_tx, mut tele_rx) = unbounded_channel();
+    let mut hangup_check = tokio::time::interval(Duration::from_secs(1));
     let (_stop, stop_rx) = std::sync::mpsc::channel::<()>();
     if let Some(every) = io.telemetry {
         let roots = crate::gpu::telemetry::Roots::from_env();
@@ -158,6 +160,15 @@ pub async fn event_loop<B: Backend>(
             Some(t) = tele_rx.recv() => {
                 msgs.push(Msg::Worker(Event::Telemetry(t)));
             },
+            _ = hangup_check.tick() => {
+                // A terminal that went away without SIGHUP (the pty closed) reads EOF or EIO
+                // forever: that is a quit.
+                if terminal_open && super::terminal::terminal_gone() {
+                    tracing::info!("the terminal went away");
+                    terminal_open = false;
+                    msgs.push(Msg::Terminate("terminal closed"));
+                }
+            },
         }
 
         let mut ticked = false;
@@ -178,6 +189,17 @@ pub async fn event_loop<B: Backend>(
                                 q.begin();
                             }
                         }
+                        // A stop or a quit also stops a prompt between batches and layers; a
+                        // new request lowers the flag first (same thread, so in order).
+                        match cmd {
+                            Command::Stop | Command::Quit { .. } => {
+                                worker.interrupt.store(true, Ordering::SeqCst)
+                            }
+                            Command::Generate { .. } | Command::Regenerate => {
+                                worker.interrupt.store(false, Ordering::SeqCst)
+                            }
+                            _ => {}
+                        }
                         tracing::debug!("→ worker: {}", command_name(&cmd));
                         if worker.commands.send(cmd).is_err() {
                             app.update(Msg::WorkerGone);
@@ -191,10 +213,10 @@ pub async fn event_loop<B: Backend>(
                             });
                         }
                     }
-                    Effect::Export(path) => {
+                    Effect::Export { path, overwrite } => {
                         let r = io
                             .transcript
-                            .export_markdown(path, &io.export_dir, SystemTime::now())
+                            .export_markdown(path, overwrite, &io.export_dir, SystemTime::now())
                             // The full path, so that `/save notes.md` says where it went.
                             .map(|p| std::path::absolute(&p).unwrap_or(p));
                         app.update(Msg::Saved(r));
@@ -221,6 +243,10 @@ pub async fn event_loop<B: Backend>(
                         tokio::task::spawn_blocking(move || {
                             let _ = tx.send(discover::scan(&roots));
                         });
+                    }
+                    Effect::ListPaths(typed) => {
+                        let names = discover::complete_path(&typed);
+                        app.update(Msg::Paths { typed, names });
                     }
                     Effect::ForceExit => {
                         draw(terminal, app);

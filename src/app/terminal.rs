@@ -3,8 +3,8 @@
 //! normal exit, error, panic (the quit coordinator's panic hook), SIGTERM and the hard exit (an
 //! exit hook).
 
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::io::{self, IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crossterm::event::{
     DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
@@ -16,6 +16,45 @@ use crossterm::terminal::{
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 
+/// What [`restore_terminal`] sends, as raw bytes for the fatal-signal handler (which may not
+/// format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen off,
+/// the cursor shown.
+const FATAL_RESTORE: &[u8] =
+    b"\x1b[<1u\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h";
+
+/// Which of stdin (bit 0) and stdout (bit 1) were the app's terminal when it started.
+static TERMINAL_FDS: AtomicU8 = AtomicU8::new(0);
+
+/// Whether the app's terminal has gone away: its other side closed (the terminal emulator or
+/// tmux gone), which poll reports as a hang-up. When the terminal is not the process's
+/// controlling one no SIGHUP comes, and reads just return nothing, forever.
+pub fn terminal_gone() -> bool {
+    #[cfg(unix)]
+    {
+        let mask = TERMINAL_FDS.load(Ordering::SeqCst);
+        let mut fds: Vec<libc::pollfd> = [0, 1]
+            .into_iter()
+            .filter(|fd| mask & (1 << fd) != 0)
+            .map(|fd| libc::pollfd {
+                fd,
+                events: 0,
+                revents: 0,
+            })
+            .collect();
+        if fds.is_empty() {
+            return false;
+        }
+        // SAFETY: poll over a valid array of pollfd, without waiting.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 0) };
+        n > 0
+            && fds
+                .iter()
+                .any(|f| f.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+    }
+    #[cfg(not(unix))]
+    false
+}
+
 /// Puts the terminal into the app's modes; restores them when dropped (also on unwinding).
 pub struct TerminalGuard {
     mouse: bool,
@@ -23,6 +62,12 @@ pub struct TerminalGuard {
 
 impl TerminalGuard {
     pub fn enter(mouse: bool) -> io::Result<TerminalGuard> {
+        // A SIGBUS (a model file truncated under its map) or SIGSEGV puts these modes back too.
+        crate::gpu::fatal_signal::arm_terminal(0, 1, FATAL_RESTORE);
+        TERMINAL_FDS.store(
+            u8::from(io::stdin().is_terminal()) | u8::from(io::stdout().is_terminal()) << 1,
+            Ordering::SeqCst,
+        );
         enable_raw_mode()?;
         TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
         let mut out = io::stdout();
@@ -63,6 +108,7 @@ pub fn restore_terminal() {
     if !TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }
+    crate::gpu::fatal_signal::disarm_terminal();
     let mut out = io::stdout();
     let _ = crossterm::execute!(
         out,

@@ -1,18 +1,24 @@
 //! Conversations saved as they happen: one JSON record per line (JSONL), appended with one
-//! `write` per record to a file opened for appending, so that a crash or a hard exit loses at
-//! most the record being written, and a torn last line is skipped when the file is read back.
-//! `/save` exports Markdown; `--resume` reopens the newest conversation.
+//! `write` per record to a file opened for appending. A record is on disk whole or not at all:
+//! after a failed write (a full disk) the file is cut back to the last complete record and
+//! recording stops, with a notice; the file is synced at the end of every answer. Reading back
+//! takes every complete record and says how many bytes of a torn end it skipped.
+//!
+//! The file is created at the first message (a session in which nothing was said leaves none),
+//! and held with an exclusive advisory lock (`flock`) so that two instances never write into one
+//! file. `/save` exports Markdown; `--resume` reopens the newest conversation with a turn in it.
 //!
 //! The transcript is fed the same commands and events as the worker and the view, so it needs
 //! no state of its own beyond what it replays.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
+use crate::app::atomic_file::{self, Replace};
 use crate::model::protocol::{Command, Event, GenStats};
 use crate::ui::chat::{reason_text, stats_line};
 
@@ -67,6 +73,10 @@ pub struct Turn {
     pub answer: String,
     /// The stats line, once the answer finished.
     pub summary: Option<String>,
+    /// The system prompt in force when the question was asked.
+    pub system: String,
+    /// The model that answered (its name when the question was asked).
+    pub model: Option<String>,
 }
 
 /// A conversation, as replayed from its records.
@@ -90,6 +100,8 @@ impl Conversation {
             Record::System { text } => self.system = text.clone(),
             Record::User { text } => self.turns.push(Turn {
                 user: text.clone(),
+                system: self.system.clone(),
+                model: self.model.clone(),
                 ..Turn::default()
             }),
             Record::Token { text } => {
@@ -156,18 +168,32 @@ impl Conversation {
                 format!("; {when}")
             }
         ));
-        if !self.system.is_empty() {
-            md.push_str("**System prompt:**\n\n");
-            for line in self.system.lines() {
+        // The system prompt at the top is the one the first question was asked under; where it
+        // changed between questions, the new one is shown there (as the model's name is).
+        let quote = |md: &mut String, title: &str, text: &str| {
+            md.push_str(&format!("**{title}:**\n\n"));
+            for line in text.lines() {
                 md.push_str(&format!("> {line}\n"));
             }
             md.push('\n');
+        };
+        let first = self.turns.first().map_or(&self.system, |t| &t.system);
+        if !first.is_empty() {
+            quote(&mut md, "System prompt", first);
         }
-        for t in &self.turns {
+        for (i, t) in self.turns.iter().enumerate() {
+            if i > 0 && t.system != self.turns[i - 1].system {
+                if t.system.is_empty() {
+                    md.push_str("_The system prompt was removed here._\n\n");
+                } else {
+                    quote(&mut md, "System prompt from here on", &t.system);
+                }
+            }
             md.push_str("## You\n\n");
             md.push_str(t.user.trim_end());
             md.push_str("\n\n");
-            md.push_str(&format!("## {model}\n\n"));
+            let speaker = t.model.as_deref().unwrap_or(model);
+            md.push_str(&format!("## {speaker}\n\n"));
             if t.answer.trim().is_empty() {
                 md.push_str("_(no answer)_\n\n");
             } else {
@@ -196,6 +222,8 @@ pub enum TranscriptError {
         line: usize,
         message: String,
     },
+    #[error("{path} is open in another hipscope{}", holder.map(|p| format!(" (process {p})")).unwrap_or_default())]
+    Locked { path: PathBuf, holder: Option<u32> },
 }
 
 /// The conversation being recorded.
@@ -204,8 +232,25 @@ pub struct Transcript {
     conversation: Conversation,
     file: Option<File>,
     path: Option<PathBuf>,
+    /// Where the file will be created at the first message (`None`: memory only, or created).
+    dir: Option<PathBuf>,
+    /// Records made before the file exists (the start, the model, the system prompt).
+    pending: Vec<String>,
+    /// The file's length up to the end of the last record written whole.
+    committed: u64,
     /// The first write error; recording to disk stops there, the conversation stays in memory.
     failed: Option<String>,
+}
+
+/// What a conversation file held: every complete record, replayed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Replay {
+    pub conversation: Conversation,
+    /// Bytes up to the end of the last complete record.
+    pub complete_len: u64,
+    /// Bytes that were not a complete record (a torn end, or lines torn by an older version):
+    /// skipped.
+    pub skipped_bytes: u64,
 }
 
 impl Transcript {
@@ -214,33 +259,10 @@ impl Transcript {
         Transcript::default()
     }
 
-    /// Starts a new conversation file in `dir`.
-    pub fn create(dir: &Path, now: SystemTime) -> Result<Transcript, TranscriptError> {
-        let io = |cause| TranscriptError::Io {
-            path: dir.to_path_buf(),
-            cause,
-        };
-        std::fs::create_dir_all(dir).map_err(io)?;
-        let stamp = file_stamp(unix_secs(now));
-        let mut n = 0;
-        let (file, path) = loop {
-            let name = if n == 0 {
-                format!("conversation-{stamp}.jsonl")
-            } else {
-                format!("conversation-{stamp}-{n}.jsonl")
-            };
-            let path = dir.join(name);
-            match OpenOptions::new().append(true).create_new(true).open(&path) {
-                Ok(f) => break (f, path),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
-                Err(e) => {
-                    return Err(TranscriptError::Io { path, cause: e });
-                }
-            }
-        };
+    /// Starts a new conversation, whose file is created in `dir` at the first message.
+    pub fn create(dir: &Path, now: SystemTime) -> Transcript {
         let mut t = Transcript {
-            file: Some(file),
-            path: Some(path),
+            dir: Some(dir.to_path_buf()),
             ..Transcript::default()
         };
         t.record(Record::Start {
@@ -248,31 +270,77 @@ impl Transcript {
             time: unix_secs(now),
             app: format!("hipscope {}", env!("CARGO_PKG_VERSION")),
         });
-        Ok(t)
+        t
     }
 
-    /// Reopens `path` to go on appending to it.
-    pub fn open(path: &Path) -> Result<Transcript, TranscriptError> {
-        let conversation = read(path)?;
-        let file = OpenOptions::new()
+    /// Creates the file (at the first message): a new name in `dir`, locked.
+    fn create_file(dir: &Path, now: SystemTime) -> Result<(File, PathBuf), TranscriptError> {
+        let io = |cause| TranscriptError::Io {
+            path: dir.to_path_buf(),
+            cause,
+        };
+        std::fs::create_dir_all(dir).map_err(io)?;
+        let stamp = file_stamp(unix_secs(now));
+        let mut n = 0;
+        loop {
+            let name = if n == 0 {
+                format!("conversation-{stamp}.jsonl")
+            } else {
+                format!("conversation-{stamp}-{n}.jsonl")
+            };
+            let path = dir.join(name);
+            match OpenOptions::new().append(true).create_new(true).open(&path) {
+                Ok(f) => {
+                    lock(&f, &path)?;
+                    return Ok((f, path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+                Err(e) => {
+                    return Err(TranscriptError::Io { path, cause: e });
+                }
+            }
+        }
+    }
+
+    /// Reopens `path` to go on appending to it: locks it, reads every complete record, and cuts
+    /// a torn end off so that what is appended starts on a line of its own. Returns how many
+    /// bytes were skipped.
+    pub fn open(path: &Path) -> Result<(Transcript, u64), TranscriptError> {
+        let io = |cause| TranscriptError::Io {
+            path: path.to_path_buf(),
+            cause,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
             .append(true)
             .open(path)
-            .map_err(|cause| TranscriptError::Io {
-                path: path.to_path_buf(),
-                cause,
-            })?;
-        Ok(Transcript {
-            conversation,
-            file: Some(file),
-            path: Some(path.to_path_buf()),
-            failed: None,
-        })
+            .map_err(io)?;
+        lock(&file, path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(io)?;
+        let replay = replay(path, &bytes)?;
+        if replay.complete_len < bytes.len() as u64 {
+            file.set_len(replay.complete_len).map_err(io)?;
+            file.seek(SeekFrom::End(0)).map_err(io)?;
+        }
+        Ok((
+            Transcript {
+                conversation: replay.conversation,
+                file: Some(file),
+                path: Some(path.to_path_buf()),
+                committed: replay.complete_len,
+                ..Transcript::default()
+            },
+            replay.skipped_bytes,
+        ))
     }
 
-    /// The newest conversation file in `dir`, if any.
-    pub fn latest(dir: &Path) -> Option<PathBuf> {
-        let entries = std::fs::read_dir(dir).ok()?;
-        entries
+    /// The conversation files in `dir`, newest first.
+    fn files(dir: &Path) -> Vec<PathBuf> {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        let mut files: Vec<(Option<SystemTime>, PathBuf)> = entries
             .filter_map(|e| e.ok())
             .map(|e| e.path())
             .filter(|p| {
@@ -280,10 +348,60 @@ impl Transcript {
                     && p.file_name()
                         .is_some_and(|n| n.to_string_lossy().starts_with("conversation-"))
             })
-            .max_by_key(|p| {
-                let modified = std::fs::metadata(p).and_then(|m| m.modified()).ok();
-                (modified, p.clone())
-            })
+            .map(|p| (std::fs::metadata(&p).and_then(|m| m.modified()).ok(), p))
+            .collect();
+        files.sort();
+        files.into_iter().rev().map(|(_, p)| p).collect()
+    }
+
+    /// The newest conversation file in `dir` with at least one turn in it.
+    pub fn latest(dir: &Path) -> Option<PathBuf> {
+        Transcript::files(dir)
+            .into_iter()
+            .find(|p| read(p).is_ok_and(|c| !c.turns.is_empty()))
+    }
+
+    /// The chat's transcript: with `resume`, the newest conversation with a turn in it; else (or
+    /// when there is none, or another instance holds it) a new one; in memory only when not
+    /// `enabled`. The note, if any, is for the user.
+    pub fn for_chat(dir: &Path, enabled: bool, resume: bool) -> (Transcript, Option<String>) {
+        let fresh = || {
+            if enabled {
+                Transcript::create(dir, SystemTime::now())
+            } else {
+                Transcript::in_memory()
+            }
+        };
+        if !resume {
+            return (fresh(), None);
+        }
+        let Some(p) = Transcript::latest(dir) else {
+            return (
+                fresh(),
+                Some(format!(
+                    "no saved conversation to resume in {}; starting a new one",
+                    dir.display()
+                )),
+            );
+        };
+        match Transcript::open(&p) {
+            Ok((t, 0)) => (t, None),
+            Ok((t, skipped)) => (
+                t,
+                Some(format!(
+                    "{}: skipped {skipped} byte{} that were not a complete record (a torn write)",
+                    p.display(),
+                    if skipped == 1 { "" } else { "s" }
+                )),
+            ),
+            Err(e @ TranscriptError::Locked { .. }) => {
+                (fresh(), Some(format!("{e}; starting a new conversation")))
+            }
+            Err(e) => (
+                fresh(),
+                Some(format!("could not reopen the last conversation: {e}")),
+            ),
+        }
     }
 
     pub fn conversation(&self) -> &Conversation {
@@ -301,9 +419,9 @@ impl Transcript {
 
     fn record(&mut self, r: Record) {
         self.conversation.apply(&r);
-        let Some(file) = self.file.as_mut() else {
+        if self.failed.is_some() {
             return;
-        };
+        }
         let mut line = match serde_json::to_string(&r) {
             Ok(l) => l,
             Err(e) => {
@@ -312,18 +430,68 @@ impl Transcript {
             }
         };
         line.push('\n');
-        // One write per record: on a file opened for appending, a record is never interleaved
-        // with another, and a crash tears at most this one.
-        if let Err(e) = file.write_all(line.as_bytes()) {
-            let path = self.path.as_ref().map(|p| p.display().to_string());
-            let msg = format!(
-                "could not write the conversation to {}: {e}; it is kept in memory (/save exports it)",
-                path.unwrap_or_default()
-            );
-            tracing::warn!("{msg}");
-            self.failed = Some(msg);
-            self.file = None;
+        if self.file.is_none() {
+            let Some(dir) = self.dir.clone() else {
+                return;
+            };
+            // The file comes with the first message; what came before waits for it.
+            self.pending.push(line);
+            if !matches!(r, Record::User { .. }) {
+                return;
+            }
+            match Transcript::create_file(&dir, SystemTime::now()) {
+                Ok((file, path)) => {
+                    self.file = Some(file);
+                    self.path = Some(path);
+                    self.dir = None;
+                    for line in std::mem::take(&mut self.pending) {
+                        self.write_line(&line);
+                    }
+                }
+                Err(e) => self.fail(e.to_string()),
+            }
+            return;
         }
+        self.write_line(&line);
+    }
+
+    /// Appends one record. One write per record: on a file opened for appending, a record is
+    /// never interleaved with another; a write that fails part-way (a full disk) is cut off
+    /// again, so the file always ends with a whole record.
+    fn write_line(&mut self, line: &str) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        match file.write_all(line.as_bytes()) {
+            Ok(()) => self.committed += line.len() as u64,
+            Err(e) => {
+                // Through the path: the appending handle may be the one that cannot write.
+                let committed = self.committed;
+                let cut = match &self.path {
+                    Some(p) => OpenOptions::new()
+                        .write(true)
+                        .open(p)
+                        .and_then(|f| f.set_len(committed)),
+                    None => file.set_len(committed),
+                };
+                let path = self.path.as_ref().map(|p| p.display().to_string());
+                let mut why = format!("{}: {e}", path.unwrap_or_default());
+                if let Err(c) = cut {
+                    why.push_str(&format!(" (and cutting the torn record off failed: {c})"));
+                }
+                self.fail(why);
+            }
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        let msg = format!(
+            "not saving the conversation any more: {why}; it is kept in memory (/save exports it)"
+        );
+        tracing::warn!("{msg}");
+        self.failed = Some(msg);
+        self.file = None;
+        self.pending.clear();
     }
 
     /// Notes what the UI sent to the worker.
@@ -374,72 +542,210 @@ impl Transcript {
         if let Some(f) = self.file.as_mut()
             && let Err(e) = f.sync_data()
         {
-            tracing::warn!("transcript sync failed: {e}");
+            let path = self.path.as_ref().map(|p| p.display().to_string());
+            self.fail(format!("{}: syncing: {e}", path.unwrap_or_default()));
         }
     }
 
-    /// Writes the conversation as Markdown to `path`, or to a fresh file in `default_dir`.
+    /// Writes the conversation as Markdown to `path`, or to a fresh file in `default_dir` (or in
+    /// `path` when it is a folder). Only a new path or, with `overwrite` (`/save!`), an existing
+    /// regular file is written: never through a symbolic link, never onto a device or a pipe.
+    /// The file appears whole or not at all (a temporary file beside it, renamed into place).
     pub fn export_markdown(
         &self,
         path: Option<PathBuf>,
+        overwrite: bool,
         default_dir: &Path,
         now: SystemTime,
     ) -> Result<PathBuf, String> {
-        let path = match path {
-            Some(p) if p.is_dir() => {
-                p.join(format!("conversation-{}.md", file_stamp(unix_secs(now))))
-            }
-            Some(p) => p,
-            None => default_dir.join(format!("conversation-{}.md", file_stamp(unix_secs(now)))),
+        let text = self.conversation.to_markdown(now);
+        let (dir, explicit) = match path {
+            Some(p) if p.is_dir() && !p.is_symlink() => (p, None),
+            Some(p) => (PathBuf::new(), Some(p)),
+            None => (default_dir.to_path_buf(), None),
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
+        let Some(path) = explicit else {
+            std::fs::create_dir_all(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            // A name of its own: two saves in one second get two files.
+            let stamp = file_stamp(unix_secs(now));
+            for n in 0..1000 {
+                let name = if n == 0 {
+                    format!("conversation-{stamp}.md")
+                } else {
+                    format!("conversation-{stamp}-{n}.md")
+                };
+                let p = dir.join(name);
+                match atomic_file::write_bytes(&p, Replace::Never, text.as_bytes()) {
+                    Ok(()) => return Ok(p),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => return Err(format!("cannot write {}: {e}", p.display())),
+                }
+            }
+            return Err(format!("cannot find a free file name in {}", dir.display()));
+        };
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(format!(
+                    "{} is a symbolic link; /save writes only to a regular file or a new path",
+                    path.display()
+                ));
+            }
+            Ok(m) if !m.is_file() => {
+                return Err(format!(
+                    "{} is not a regular file; /save writes only to a regular file or a new path",
+                    path.display()
+                ));
+            }
+            Ok(_) if !overwrite => {
+                return Err(format!(
+                    "{} exists; `/save! {}` replaces it",
+                    path.display(),
+                    path.display()
+                ));
+            }
+            _ => {}
         }
-        // Write beside it, then rename: a failed export never leaves half a file behind.
-        let tmp = path.with_extension("md.partial");
-        std::fs::write(&tmp, self.conversation.to_markdown(now))
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            format!("cannot write {}: {e}", path.display())
+        if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(d)
+                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        }
+        let replace = if overwrite {
+            Replace::Allow
+        } else {
+            Replace::Never
+        };
+        atomic_file::write_bytes(&path, replace, text.as_bytes()).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                format!(
+                    "{} exists; `/save! {}` replaces it",
+                    path.display(),
+                    path.display()
+                )
+            } else {
+                format!("cannot write {}: {e}", path.display())
+            }
         })?;
         Ok(path)
     }
 }
 
-/// Replays a conversation file. A torn last line (a crash mid-write) is skipped; a bad line
-/// before the end means the file is not a transcript.
+/// Replays a conversation file; see [`replay`].
 pub fn read(path: &Path) -> Result<Conversation, TranscriptError> {
-    let text = std::fs::read_to_string(path).map_err(|cause| TranscriptError::Io {
+    let bytes = std::fs::read(path).map_err(|cause| TranscriptError::Io {
         path: path.to_path_buf(),
         cause,
     })?;
-    let mut conversation = Conversation::default();
-    let lines: Vec<&str> = text.split('\n').collect();
-    let last = lines
-        .iter()
-        .rposition(|l| !l.trim().is_empty())
-        .unwrap_or(0);
-    for (i, line) in lines.iter().enumerate() {
-        if line.trim().is_empty() {
+    Ok(replay(path, &bytes)?.conversation)
+}
+
+/// Replays the records in `bytes` (`path` labels errors). Every complete record (a line that
+/// parses and ends with a newline) is taken; a torn end, and lines torn by a crash in an older
+/// version that appended after a torn line, are skipped and counted. A first line that is not a
+/// record means the file is not a transcript at all.
+pub fn replay(path: &Path, bytes: &[u8]) -> Result<Replay, TranscriptError> {
+    let mut out = Replay::default();
+    let mut at = 0usize;
+    let mut seen_record = false;
+    for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
+        let start = at;
+        at += line.len();
+        let Some(body) = line.strip_suffix(b"\n") else {
+            // No newline: the write of this record never finished.
+            out.skipped_bytes += line.len() as u64;
+            break;
+        };
+        if body.iter().all(u8::is_ascii_whitespace) {
+            out.complete_len = at as u64;
             continue;
         }
-        match serde_json::from_str::<Record>(line) {
-            Ok(r) => conversation.apply(&r),
-            Err(_) if i == last && !text.ends_with('\n') => {
-                tracing::warn!("{}: skipping a torn last record", path.display());
+        match serde_json::from_slice::<Record>(body) {
+            Ok(r) => {
+                out.conversation.apply(&r);
+                seen_record = true;
+                out.complete_len = at as u64;
             }
-            Err(e) => {
+            Err(e) if !seen_record => {
                 return Err(TranscriptError::Malformed {
                     path: path.to_path_buf(),
                     line: i + 1,
                     message: e.to_string(),
                 });
             }
+            Err(_) => {
+                tracing::warn!(
+                    "{}: skipping line {} (byte {start}): not a whole record",
+                    path.display(),
+                    i + 1
+                );
+                out.skipped_bytes += line.len() as u64;
+                out.complete_len = at as u64;
+            }
         }
     }
-    Ok(conversation)
+    if out.skipped_bytes > 0 {
+        tracing::warn!(
+            "{}: skipped {} bytes that were not whole records",
+            path.display(),
+            out.skipped_bytes
+        );
+    }
+    Ok(out)
+}
+
+/// Takes the exclusive advisory lock on a conversation file, or says who holds it.
+fn lock(file: &File, path: &Path) -> Result<(), TranscriptError> {
+    #[cfg(unix)]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: flock on a descriptor this `File` owns; no memory is passed.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Err(TranscriptError::Locked {
+                    path: path.to_path_buf(),
+                    holder: lock_holder(file),
+                });
+            }
+            return Err(TranscriptError::Io {
+                path: path.to_path_buf(),
+                cause: e,
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (file, path);
+    Ok(())
+}
+
+/// The process holding a `flock` on `file`, from `/proc/locks` (Linux: `1: FLOCK  ADVISORY
+/// WRITE 1234 08:01:56789 0 EOF`, the device as hex major:minor, then the inode).
+fn lock_holder(file: &File) -> Option<u32> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let m = file.metadata().ok()?;
+        let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        locks.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() < 6 || f[1] != "FLOCK" {
+                return None;
+            }
+            let id: Vec<&str> = f[5].split(':').collect();
+            let same = id.len() == 3
+                && u32::from_str_radix(id[0], 16).ok() == Some(major)
+                && u32::from_str_radix(id[1], 16).ok() == Some(minor)
+                && id[2].parse::<u64>().ok() == Some(m.ino());
+            same.then(|| f[4].parse().ok()).flatten()
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
+    }
 }
 
 pub fn unix_secs(t: SystemTime) -> u64 {
@@ -524,14 +830,19 @@ mod tests {
     #[test]
     fn a_conversation_replays_from_its_file() {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = Transcript::create(dir.path(), at(1_700_000_000)).unwrap();
-        let path = t.path().unwrap().to_path_buf();
-        assert_eq!(
-            path.file_name().unwrap(),
-            "conversation-20231114-221320.jsonl"
-        );
+        let mut t = Transcript::create(dir.path(), at(1_700_000_000));
         t.command(&Command::SetSystem("Be brief.".into()));
+        // Item 5: nothing said yet, no file.
+        assert!(t.path().is_none());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         exchange(&mut t, "hi", &["Hel", "lo", "!"]);
+        let path = t.path().unwrap().to_path_buf();
+        assert!(
+            path.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("conversation-")
+        );
         exchange(&mut t, "2+2?", &["5"]);
         t.command(&Command::Regenerate);
         t.event(&Event::Token { text: "4".into() });
@@ -547,7 +858,8 @@ mod tests {
         );
         assert_eq!(c.started, Some(1_700_000_000));
         // Reopened, it goes on appending.
-        let mut t = Transcript::open(&path).unwrap();
+        let (mut t, skipped) = Transcript::open(&path).unwrap();
+        assert_eq!(skipped, 0);
         t.command(&Command::Clear);
         exchange(&mut t, "again", &["yes"]);
         let c = read(&path).unwrap();
@@ -555,31 +867,113 @@ mod tests {
         assert_eq!(Transcript::latest(dir.path()), Some(path));
     }
 
+    const START: &str = "{\"t\":\"start\",\"version\":1,\"time\":0,\"app\":\"x\"}\n";
+
     #[test]
-    fn a_torn_last_line_is_skipped_but_a_bad_line_inside_is_an_error() {
+    fn item3_every_complete_record_of_a_torn_file_is_read_and_the_rest_counted() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("conversation-x.jsonl");
-        std::fs::write(
-            &p,
-            "{\"t\":\"user\",\"text\":\"q\"}\n{\"t\":\"token\",\"text\":\"a\"}\n{\"t\":\"tok",
-        )
-        .unwrap();
+        let torn = "{\"t\":\"tok";
+        let text = format!(
+            "{START}{{\"t\":\"user\",\"text\":\"q\"}}\n{{\"t\":\"token\",\"text\":\"a\"}}\n{torn}"
+        );
+        std::fs::write(&p, &text).unwrap();
+        let r = replay(&p, text.as_bytes()).unwrap();
+        assert_eq!(r.conversation.pairs(), [("q".to_string(), "a".to_string())]);
+        assert_eq!(r.skipped_bytes, torn.len() as u64);
+        assert_eq!(r.complete_len, (text.len() - torn.len()) as u64);
+        // Reopened, the torn end is cut off so that the next record starts a line of its own,
+        // and the next reader sees every turn.
+        let (mut t, skipped) = Transcript::open(&p).unwrap();
+        assert_eq!(skipped, torn.len() as u64);
+        exchange(&mut t, "q2", &["b"]);
+        drop(t);
         let c = read(&p).unwrap();
-        assert_eq!(c.pairs(), [("q".to_string(), "a".to_string())]);
-        std::fs::write(
-            &p,
-            "{\"t\":\"user\",\"text\":\"q\"}\nnot json\n{\"t\":\"clear\"}\n",
-        )
-        .unwrap();
-        let e = read(&p).unwrap_err();
-        assert!(e.to_string().contains("line 2"), "{e}");
+        assert_eq!(
+            c.pairs(),
+            [
+                ("q".to_string(), "a".to_string()),
+                ("q2".to_string(), "b".to_string())
+            ]
+        );
+        // A file torn by an older version (a record appended after a half line) loses only the
+        // torn line; one whose first line is not a record is not a transcript.
+        let old = format!(
+            "{START}{{\"t\":\"user\",\"text\":\"q\"}}\n{torn}{{\"t\":\"token\",\"text\":\"z\"}}\n{{\"t\":\"user\",\"text\":\"r\"}}\n"
+        );
+        let r = replay(&p, old.as_bytes()).unwrap();
+        assert_eq!(r.conversation.turns.len(), 2);
+        assert!(r.skipped_bytes > 0);
+        let e = replay(&p, b"not json\n{\"t\":\"clear\"}\n").unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn item3_a_failed_write_is_cut_back_to_the_last_whole_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::create(dir.path(), at(0));
+        exchange(&mut t, "q", &["a"]);
+        let path = t.path().unwrap().to_path_buf();
+        let whole = std::fs::metadata(&path).unwrap().len();
+        // As a full disk leaves it: half a record on disk and the write failing.
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"t\":\"token\",\"te").unwrap();
+        t.file = Some(File::open(&path).unwrap());
+        t.event(&Event::Token { text: "b".into() });
+        assert!(
+            t.failure()
+                .is_some_and(|m| m.contains("not saving the conversation")),
+            "{:?}",
+            t.failure()
+        );
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        assert_eq!(
+            read(&path).unwrap().pairs(),
+            [("q".to_string(), "a".to_string())]
+        );
+    }
+
+    #[test]
+    fn item4_a_second_instance_cannot_open_a_held_conversation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::create(dir.path(), at(0));
+        exchange(&mut t, "q", &["a"]);
+        let path = t.path().unwrap().to_path_buf();
+        let Err(e) = Transcript::open(&path) else {
+            panic!("opened a conversation another transcript holds");
+        };
+        assert!(
+            e.to_string()
+                .contains(&format!("(process {})", std::process::id())),
+            "{e}"
+        );
+        let (other, note) = Transcript::for_chat(dir.path(), true, true);
+        assert!(other.path().is_none(), "a new conversation");
+        assert!(note.is_some_and(|n| n.contains("open in another hipscope")));
+        drop(t);
+        assert!(Transcript::open(&path).is_ok());
+    }
+
+    #[test]
+    fn item5_resume_picks_the_newest_conversation_with_a_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::create(dir.path(), at(0));
+        exchange(&mut t, "q", &["a"]);
+        let with_turn = t.path().unwrap().to_path_buf();
+        drop(t);
+        // A newer file with no turn in it (as older versions left them).
+        let empty = dir.path().join("conversation-29991231-000000.jsonl");
+        std::fs::write(&empty, START).unwrap();
+        assert_eq!(Transcript::latest(dir.path()), Some(with_turn));
     }
 
     #[test]
     fn two_conversations_in_one_second_get_two_files() {
         let dir = tempfile::tempdir().unwrap();
-        let a = Transcript::create(dir.path(), at(5)).unwrap();
-        let b = Transcript::create(dir.path(), at(5)).unwrap();
+        let mut a = Transcript::create(dir.path(), at(5));
+        let mut b = Transcript::create(dir.path(), at(5));
+        exchange(&mut a, "q", &[]);
+        exchange(&mut b, "q", &[]);
         assert_ne!(a.path(), b.path());
     }
 
@@ -597,7 +991,7 @@ mod tests {
         t.command(&Command::SetSystem("Be brief.\nNo lists.".into()));
         exchange(&mut t, "hi", &["Hello", " there"]);
         let path = t
-            .export_markdown(None, &dir.path().join("exports"), at(1_700_000_000))
+            .export_markdown(None, false, &dir.path().join("exports"), at(1_700_000_000))
             .unwrap();
         let md = std::fs::read_to_string(&path).unwrap();
         assert!(md.starts_with("# Conversation with SmolLM2\n"), "{md}");
@@ -609,17 +1003,81 @@ mod tests {
         assert!(md.contains("_TTFT"), "{md}");
         assert!(md.contains("· end of text_"), "{md}");
         assert!(path.starts_with(dir.path().join("exports")));
-        assert!(!path.with_extension("md.partial").exists());
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("exports"))
+                .unwrap()
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn item6_save_writes_only_regular_files_or_new_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::in_memory();
+        exchange(&mut t, "hi", &["there"]);
+        let save = |p: &Path, overwrite: bool| {
+            t.export_markdown(Some(p.to_path_buf()), overwrite, dir.path(), at(0))
+        };
+        let target = dir.path().join("kept.txt");
+        std::fs::write(&target, "mine").unwrap();
+        // Existing: refused without `/save!`, replaced with it.
+        let e = save(&target, false).unwrap_err();
+        assert!(e.contains("/save!"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "mine");
+        save(&target, true).unwrap();
+        assert!(std::fs::read_to_string(&target).unwrap().contains("## You"));
+        // Through a link: refused, even with `/save!`; the target is untouched.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious").unwrap();
+        let link = dir.path().join("link.md");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        let e = save(&link, true).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
+        // A device: refused.
+        let e = save(Path::new("/dev/null"), true).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        // A new path: written.
+        let new = dir.path().join("sub/new.md");
+        assert_eq!(save(&new, false).unwrap(), new);
+    }
+
+    #[test]
+    fn markdown_export_shows_the_system_prompt_where_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = Transcript::in_memory();
+        t.command(&Command::SetSystem("Be brief.".into()));
+        exchange(&mut t, "one", &["1"]);
+        exchange(&mut t, "two", &["2"]);
+        t.command(&Command::SetSystem("Answer in French.".into()));
+        exchange(&mut t, "three", &["trois"]);
+        t.command(&Command::SetSystem(String::new()));
+        exchange(&mut t, "four", &["4"]);
+        let path = t
+            .export_markdown(None, false, &dir.path().join("exports"), at(1_700_000_000))
+            .unwrap();
+        let md = std::fs::read_to_string(&path).unwrap();
+        let at_ = |s: &str| md.find(s).unwrap_or_else(|| panic!("{s:?} missing:\n{md}"));
+        // The first prompt at the top, before the first question, once.
+        assert!(at_("**System prompt:**\n\n> Be brief.\n") < at_("## You\n\none"));
+        assert_eq!(md.matches("Be brief.").count(), 1, "{md}");
+        // The change between the second and third questions, and the removal before the fourth.
+        let changed = at_("**System prompt from here on:**\n\n> Answer in French.\n");
+        assert!(at_("## You\n\ntwo") < changed && changed < at_("## You\n\nthree"));
+        let removed = at_("_The system prompt was removed here._");
+        assert!(at_("## You\n\nthree") < removed && removed < at_("## You\n\nfour"));
     }
 
     #[test]
     fn a_write_failure_keeps_the_conversation_in_memory() {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = Transcript::create(dir.path(), at(0)).unwrap();
+        let mut t = Transcript::create(dir.path(), at(0));
+        t.command(&Command::Generate { user: "q".into() });
         // Swap the file for one opened read-only: every write now fails.
         let path = t.path().unwrap().to_path_buf();
         t.file = Some(File::open(&path).unwrap());
-        exchange(&mut t, "q", &["a"]);
+        t.event(&Event::Token { text: "a".into() });
         assert!(t.failure().is_some_and(|m| m.contains("kept in memory")));
         assert_eq!(
             t.conversation().pairs(),

@@ -24,6 +24,7 @@ pub mod device;
 pub mod dirs;
 pub mod doctor;
 pub mod fake;
+pub mod fatal_signal;
 pub mod handle;
 pub mod hip;
 pub mod kernels;

@@ -8,6 +8,7 @@
 //! ```
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
@@ -36,6 +37,11 @@ pub enum ModelError {
         end: usize,
         n_ctx: usize,
     },
+    #[error(transparent)]
+    FileChanged(#[from] crate::model::gguf::GgufError),
+    /// The interrupt flag was raised (a stop or a quit) between two batches or two layers.
+    #[error("stopped")]
+    Interrupted,
 }
 
 /// Which logits a forward call returns.
@@ -109,6 +115,9 @@ pub struct Model {
     layers: Vec<LayerWeights>,
     rope: RopeParams,
     act: Activations,
+    /// Raised from another thread to stop a forward call between prompt batches and between
+    /// layers, so that a stop or a quit during a long prompt takes effect within one layer.
+    interrupt: Arc<AtomicBool>,
     /// Logits rows the `logits` buffer holds: 1, or `n_batch` with `all_logits`.
     logits_rows: usize,
     load_time: Duration,
@@ -124,6 +133,7 @@ impl Model {
         progress: &mut dyn FnMut(f32, &str),
     ) -> Result<Model, ModelError> {
         let t0 = Instant::now();
+        crate::gpu::fatal_signal::note_mapped_file(file.path());
         let config = ModelConfig::from_gguf(&file)?;
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
@@ -266,9 +276,16 @@ impl Model {
             layers,
             rope,
             act,
+            interrupt: Arc::new(AtomicBool::new(false)),
             logits_rows,
             load_time: t0.elapsed(),
         })
+    }
+
+    /// Shares the flag that stops a forward call between batches and between layers (it then
+    /// returns [`ModelError::Interrupted`]); whoever raises it lowers it before the next request.
+    pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
+        self.interrupt = flag;
     }
 
     pub fn file(&self) -> &Arc<GgufFile> {
@@ -320,6 +337,11 @@ impl Model {
         Ok(())
     }
 
+    /// Most tokens one `forward` call runs through the layers at once.
+    pub fn n_batch(&self) -> usize {
+        self.options.n_batch
+    }
+
     /// Runs `tokens` at positions `pos0..` (their keys and values enter the cache there) and
     /// returns the requested logits in `out` (replaced): `vocab` floats for `Logits::Last`,
     /// `tokens.len() * vocab` for `Logits::All`.
@@ -338,6 +360,8 @@ impl Model {
                 n_ctx: self.options.n_ctx,
             });
         }
+        // A model file changed under the map would fault on the next page read (item 11).
+        self.file.check_unchanged()?;
         let vocab = self.config.vocab_size;
         out.clear();
         if want == Logits::All {
@@ -345,6 +369,9 @@ impl Model {
         }
         let mut start = 0;
         while start < tokens.len() {
+            if self.interrupt.load(Ordering::Relaxed) {
+                return Err(ModelError::Interrupted);
+            }
             let n = (tokens.len() - start).min(self.options.n_batch);
             let batch = &tokens[start..start + n];
             let last_batch = start + n == tokens.len();
@@ -426,6 +453,9 @@ impl Model {
             scale: 1.0 / (c.head_dim as f32).sqrt(),
         };
         for (l, w) in self.layers.iter().enumerate() {
+            if self.interrupt.load(Ordering::Relaxed) {
+                return Err(ModelError::Interrupted);
+            }
             let li = l as u32;
             let lab = |name| OpLabel::layer(li, name);
             be.rms_norm(

@@ -28,7 +28,8 @@ pub enum LoadError {
 /// Settings for loading a model.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
-    /// KV cache positions; `None`: the model's training context, at most 4096.
+    /// KV cache positions; `None`: the model's training context, at most 4096; `Some(0)`: the
+    /// model's training context, as far as memory allows (llama.cpp's `-c 0`).
     pub n_ctx: Option<usize>,
     pub n_batch: usize,
     /// Keep every token's logits (perplexity), not only the last.
@@ -65,6 +66,15 @@ pub fn open(
     }))
 }
 
+/// What can be checked of a model without a device: the architecture and its tensors, the
+/// tokenizer, the weight types. A file that passes loads unless the device runs out of memory.
+pub fn check(file: &GgufFile) -> Result<(), LoadError> {
+    Tokenizer::from_gguf(file)?;
+    let config = crate::model::config::ModelConfig::from_gguf(file).map_err(ModelError::from)?;
+    config.check_tensors(file).map_err(ModelError::from)?;
+    Ok(())
+}
+
 /// A session ready to chat, and anything the user should know about how it was set up (a
 /// template that failed and was replaced by ChatML, say).
 pub struct Loaded {
@@ -89,10 +99,15 @@ pub fn load(
         }
     };
     let config = crate::model::config::ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
-    let n_ctx = opts
-        .n_ctx
-        .unwrap_or_else(|| config.train_ctx.min(4096))
-        .max(8);
+    let n_ctx = match opts.n_ctx {
+        None => config.train_ctx.clamp(8, 4096),
+        Some(0) => {
+            let (n, note) = trained_context_in_memory(&config, backend.device().free_memory);
+            warnings.extend(note);
+            n
+        }
+        Some(n) => n.max(8),
+    };
     if n_ctx > config.train_ctx {
         warnings.push(format!(
             "context {n_ctx} is longer than the {} tokens the model was trained on; expect degraded output past that",
@@ -119,19 +134,47 @@ pub fn load(
     })
 }
 
+/// Bytes of KV cache per position, at most (f32 keys and values; a GPU's f16 cache takes half).
+pub fn kv_bytes_per_position(config: &crate::model::config::ModelConfig) -> u64 {
+    (config.n_layers * config.kv_dim()) as u64 * 2 * 4
+}
+
+/// `-c 0`: the trained context, or the most positions (a multiple of 256) whose KV cache fits
+/// in half of the memory the device has free, with a note saying so.
+fn trained_context_in_memory(
+    config: &crate::model::config::ModelConfig,
+    free: Option<u64>,
+) -> (usize, Option<String>) {
+    let trained = config.train_ctx.max(8);
+    let per = kv_bytes_per_position(config).max(1);
+    let Some(free) = free else {
+        return (trained, None);
+    };
+    let fits = ((free / 2 / per) as usize / 256 * 256).max(256);
+    if fits >= trained {
+        return (trained, None);
+    }
+    (
+        fits,
+        Some(format!(
+            "-c 0: the trained context of {trained} tokens needs {} MiB of KV cache, {} MiB are free; using {fits} tokens",
+            (trained as u64 * per) >> 20,
+            free >> 20
+        )),
+    )
+}
+
 fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {
     let path = file.path();
+    let quant = file
+        .dominant_type()
+        .map_or_else(|| "?".into(), |t| t.name().to_string());
     let on_disk = path.is_file();
     ModelSummary {
-        name: file
-            .get_str("general.name")
-            .map(str::to_string)
-            .unwrap_or_else(|| file_stem(path)),
+        name: display_name(file.get_str("general.name"), &file_stem(path), &quant),
         path: on_disk.then(|| path.to_path_buf()),
         architecture: model.config.arch_name.clone(),
-        quant: file
-            .dominant_type()
-            .map_or_else(|| "?".into(), |t| t.name().to_string()),
+        quant,
         parameters: file.parameter_count(),
         file_bytes: file.bytes().len() as u64,
         context_length: model.n_ctx(),
@@ -140,7 +183,69 @@ fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {
     }
 }
 
+/// The one name a model goes by everywhere (header, speaker labels, exports, picker): the
+/// file's `general.name` where it is short and reads as a name (at most 24 characters and 4
+/// words), the file's stem otherwise; without the weight type at its end, which is shown beside
+/// it (`synthetic tiny · Q4_0`, not `synthetic tiny Q4_0 · Q4_0`).
+pub fn display_name(general_name: Option<&str>, stem: &str, quant: &str) -> String {
+    let general = general_name
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && n.chars().count() <= 24 && n.split_whitespace().count() <= 4);
+    let name = general.unwrap_or(stem);
+    without_quant(name, quant).to_string()
+}
+
+/// `name` without a trailing `quant` (`SmolLM2-135M-Instruct.Q4_1` → `SmolLM2-135M-Instruct`),
+/// matched without regard to case after a separator; a name that is nothing else stays.
+fn without_quant<'a>(name: &'a str, quant: &str) -> &'a str {
+    if quant.is_empty() || name.len() <= quant.len() {
+        return name;
+    }
+    let cut = name.len() - quant.len();
+    let (head, tail) = (name.get(..cut), name.get(cut..));
+    match (head, tail) {
+        (Some(head), Some(tail)) if tail.eq_ignore_ascii_case(quant) => {
+            let trimmed = head.trim_end_matches(['.', '-', '_', ' ']);
+            if trimmed.len() < head.len() && !trimmed.is_empty() {
+                trimmed
+            } else {
+                name
+            }
+        }
+        _ => name,
+    }
+}
+
 fn file_stem(p: &Path) -> String {
     p.file_stem()
         .map_or_else(|| p.display().to_string(), |s| s.to_string_lossy().into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::display_name;
+
+    #[test]
+    fn one_readable_name_without_the_weight_type_twice() {
+        // A long, machine-made general.name gives way to the file stem.
+        assert_eq!(
+            display_name(
+                Some("Smollm2 135M 8k Lc100K Mix1 Ep2"),
+                "SmolLM2-135M-Instruct.Q4_1",
+                "Q4_1"
+            ),
+            "SmolLM2-135M-Instruct"
+        );
+        assert_eq!(
+            display_name(Some("synthetic tiny Q4_0"), "x", "Q4_0"),
+            "synthetic tiny"
+        );
+        assert_eq!(
+            display_name(Some("Llama 3.2 3B Instruct"), "llama", "Q4_K"),
+            "Llama 3.2 3B Instruct"
+        );
+        assert_eq!(display_name(None, "model-q8_0", "Q8_0"), "model");
+        assert_eq!(display_name(Some("  "), "Q8_0", "Q8_0"), "Q8_0");
+        assert_eq!(display_name(None, "tinyq4_0", "Q4_0"), "tinyq4_0");
+    }
 }

@@ -191,6 +191,12 @@ pub enum Event {
         model: ModelSummary,
         device: DeviceSummary,
     },
+    /// `done` of the `total` prompt tokens that had to be computed (not cached) are processed:
+    /// sent between batches of a long prompt.
+    PromptProgress {
+        done: usize,
+        total: usize,
+    },
     /// The answer started (prompt processed); carries the prompt's statistics so far.
     AnswerStarted {
         stats: GenStats,

@@ -31,6 +31,9 @@ pub enum Control {
 
 /// Things a generation reports as it goes.
 pub enum Progress<'a> {
+    /// `done` of the prompt's `total` new tokens are processed (between batches; the caller's
+    /// answer is not looked at).
+    Prompt { done: usize, total: usize },
     /// The prompt is processed; the first token follows.
     PromptDone(&'a GenStats),
     /// Text of the answer (valid UTF-8, stop strings withheld).
@@ -52,6 +55,14 @@ pub enum SessionError {
         "the prompt is {tokens} tokens, the context holds {n_ctx}: shorten it or ask for a larger context (-c)"
     )]
     PromptTooLong { tokens: usize, n_ctx: usize },
+    #[error(
+        "the message is {tokens} tokens; at most {fits} fit in the context of {n_ctx} with room for an answer: shorten it or ask for a larger context (-c). The conversation is kept"
+    )]
+    MessageTooLong {
+        tokens: usize,
+        fits: usize,
+        n_ctx: usize,
+    },
 }
 
 /// The result of one answer.
@@ -185,12 +196,50 @@ impl Session {
             .map_err(SessionError::from)
     }
 
+    /// Tokens kept free for the answer: the sampler's limit if it has one, else an eighth of the
+    /// context (at least 16).
+    fn answer_room(&self) -> usize {
+        let n_ctx = self.model.n_ctx();
+        let n_predict = self.sampler.config().n_predict;
+        if n_predict > 0 {
+            (n_predict as usize).min(n_ctx / 2)
+        } else {
+            (n_ctx / 8).max(16)
+        }
+    }
+
+    /// Whether `user` could be answered with no history at all (the system prompt, the message
+    /// and room for the answer): checked before anything of the history is dropped, so that a
+    /// message that can never fit is refused with the conversation intact.
+    pub fn check_fits(&self, user: &str) -> Result<(), SessionError> {
+        let mut alone = Vec::with_capacity(2);
+        if let Some(s) = &self.system {
+            alone.push(Message::new("system", s.as_str()));
+        }
+        alone.push(Message::new("user", user));
+        let tokens = self
+            .template
+            .prompt_tokens(&self.tokenizer, &alone, true)?
+            .len();
+        let n_ctx = self.model.n_ctx();
+        let fits = n_ctx.saturating_sub(self.answer_room());
+        if tokens > fits {
+            return Err(SessionError::MessageTooLong {
+                tokens,
+                fits,
+                n_ctx,
+            });
+        }
+        Ok(())
+    }
+
     /// Adds a user message and generates the assistant's answer, which joins the history.
     pub fn chat(
         &mut self,
         user: &str,
         on: &mut dyn FnMut(Progress) -> Control,
     ) -> Result<Answer, SessionError> {
+        self.check_fits(user)?;
         let t0 = Instant::now();
         self.messages.push(Message {
             role: "user".into(),
@@ -198,12 +247,7 @@ impl Session {
         });
         let n_ctx = self.model.n_ctx();
         // Room for at least a short answer; more if the sampler's limit asks for it.
-        let n_predict = self.sampler.config().n_predict;
-        let room = if n_predict > 0 {
-            (n_predict as usize).min(n_ctx / 2)
-        } else {
-            (n_ctx / 8).max(16)
-        };
+        let room = self.answer_room();
         let mut prompt = self.render()?;
         if prompt.len() + room > n_ctx && self.messages.len() > 1 {
             let trim = self.trim(&mut prompt, room)?;
@@ -366,12 +410,44 @@ impl Session {
             self.sampler.accept(t);
         }
         let tp = Instant::now();
-        let run = self
-            .model
-            .forward(&prompt[reuse..], reuse, Logits::Last, &mut self.logits);
-        if let Err(e) = run {
-            // The cache may hold part of the prompt; forget everything after the reused prefix.
-            return Err(e.into());
+        // A batch at a time, saying how far it got between batches.
+        let todo = &prompt[reuse..];
+        let batch = self.model.n_batch().max(1);
+        let mut done = 0;
+        while done < todo.len() {
+            let n = (todo.len() - done).min(batch);
+            let run = self.model.forward(
+                &todo[done..done + n],
+                reuse + done,
+                Logits::Last,
+                &mut self.logits,
+            );
+            if let Err(e) = run {
+                // The cache may hold part of the prompt; forget everything after the reused prefix.
+                if matches!(e, ModelError::Interrupted) {
+                    // A stop during the prompt: an empty answer, stopped by the user.
+                    return Ok(Answer {
+                        text: String::new(),
+                        tokens: Vec::new(),
+                        stats: GenStats {
+                            prompt_tokens: prompt.len(),
+                            cached_tokens: reuse,
+                            prompt_time: tp.elapsed(),
+                            time_to_first_token: t0.elapsed(),
+                            ..GenStats::default()
+                        },
+                        reason: StopReason::User,
+                    });
+                }
+                return Err(e.into());
+            }
+            done += n;
+            if done < todo.len() {
+                on(Progress::Prompt {
+                    done,
+                    total: todo.len(),
+                });
+            }
         }
         self.cached.extend_from_slice(&prompt[reuse..]);
         let mut stats = GenStats {
@@ -388,6 +464,10 @@ impl Session {
         let mut tokens = Vec::new();
         let n_ctx = self.model.n_ctx();
         let reason = loop {
+            // Checked before sampling, so that `-n 0` generates nothing.
+            if cfg.n_predict >= 0 && tokens.len() >= cfg.n_predict as usize {
+                break StopReason::Limit;
+            }
             let tok = self.sampler.sample(&self.logits);
             if tokens.is_empty() {
                 stats.time_to_first_token = t0.elapsed();
@@ -418,8 +498,14 @@ impl Session {
                 break StopReason::ContextFull;
             }
             let pos = self.cached.len();
-            self.model
-                .forward(&[tok], pos, Logits::Last, &mut self.logits)?;
+            match self
+                .model
+                .forward(&[tok], pos, Logits::Last, &mut self.logits)
+            {
+                Ok(()) => {}
+                Err(ModelError::Interrupted) => break StopReason::User,
+                Err(e) => return Err(e.into()),
+            }
             self.cached.push(tok);
         };
         // Text held back (a possible stop-string prefix, or an incomplete character) is part of

@@ -41,6 +41,9 @@ pub struct WorkerOptions {
 /// ([`spawn`]) and the tests' scripted stand-in both hand out this one type.
 pub struct WorkerHandle {
     pub commands: Sender<Command>,
+    /// Raised with a stop or a quit so that the model stops between prompt batches and layers
+    /// (a long prompt would otherwise run to its end first); lowered with the next request.
+    pub interrupt: Arc<AtomicBool>,
     pub events: UnboundedReceiver<Event>,
     /// Taken when the app joins the thread after the worker reported `Exited`.
     pub thread: Option<JoinHandle<()>>,
@@ -50,9 +53,11 @@ pub struct WorkerHandle {
 pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
     let (ctx, crx) = mpsc::channel();
     let (etx, erx) = unbounded_channel();
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
     let thread = std::thread::Builder::new()
         .name("hipscope-worker".into())
-        .spawn(move || Worker::new(opts, crx, etx).run())
+        .spawn(move || Worker::new(opts, crx, etx, flag).run())
         .unwrap_or_else(|e| {
             // Without a thread there is no worker; the UI sees the channel close at once.
             eprintln!("could not start the inference worker: {e}");
@@ -60,6 +65,7 @@ pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
         });
     WorkerHandle {
         commands: ctx,
+        interrupt,
         events: erx,
         thread: Some(thread),
     }
@@ -70,6 +76,10 @@ struct Worker {
     commands: Receiver<Command>,
     events: UnboundedSender<Event>,
     session: Option<Session>,
+    /// Where the loaded model came from, to load it again if a switch fails half-way.
+    current: Option<ModelSource>,
+    /// Shared with every model loaded: see [`WorkerHandle::interrupt`].
+    interrupt: Arc<AtomicBool>,
     /// Commands that arrived during a generation, handled after it.
     deferred: Vec<Command>,
 }
@@ -79,12 +89,15 @@ impl Worker {
         opts: WorkerOptions,
         commands: Receiver<Command>,
         events: UnboundedSender<Event>,
+        interrupt: Arc<AtomicBool>,
     ) -> Self {
         Worker {
+            interrupt,
             opts,
             commands,
             events,
             session: None,
+            current: None,
             deferred: Vec::new(),
         }
     }
@@ -185,25 +198,44 @@ impl Worker {
                 }
             }
         };
-        // The old model goes first: two models may not fit at once.
-        self.session = None;
-        let file = match loader::open(&src, &mut |f, what| progress("build", Some(f), what)) {
+        let keeps = if self.session.is_some() {
+            "; the current model stays loaded"
+        } else {
+            ""
+        };
+        // Everything that can be checked without the device is checked while the old model
+        // still answers: a file that cannot run here never unloads the working one.
+        let file = match loader::open(&src, &mut |f, what| progress("build", Some(f), what))
+            .and_then(|f| loader::check(&f).map(|()| f))
+        {
             Ok(f) => f,
-            Err(e) => return self.error("loading the model", e),
+            Err(e) => return self.error("loading the model", format!("{e}{keeps}")),
+        };
+        // The old model goes now: two models may not fit at once. If the new one still fails
+        // on the device, the old one is loaded again.
+        let previous = self.session.take().and(self.current.take());
+        let failed = |w: &mut Self, context: &str, e: String| match previous.clone() {
+            Some(prev) => {
+                w.error(context, format!("{e}; loading the previous model again"));
+                w.load(Some(prev));
+            }
+            None => w.error(context, e),
         };
         let backend = match (self.opts.backend)() {
             Ok(b) => b,
-            Err(e) => return self.error("opening the device", e),
+            Err(e) => return failed(self, "opening the device", e),
         };
         let device = backend.device();
         match loader::load(file, backend, &self.opts.load, &mut |f, what| {
             progress("load", Some(f), what)
         }) {
             Ok(loaded) => {
+                self.current = Some(src);
                 for w in &loaded.warnings {
                     self.error("model", w);
                 }
                 let mut session = loaded.session;
+                session.model.set_interrupt(self.interrupt.clone());
                 if let Some(sys) = &self.opts.system {
                     session.set_system(sys);
                 }
@@ -214,7 +246,7 @@ impl Worker {
                 });
                 self.snapshots();
             }
-            Err(e) => self.error("loading the model", e),
+            Err(e) => failed(self, "loading the model", e.to_string()),
         }
     }
 
@@ -253,7 +285,13 @@ impl Worker {
         let commands = &self.commands;
         let deferred = &mut self.deferred;
         let result = session.chat(&user, &mut |p| {
+            if let Progress::Prompt { done, total } = p {
+                // Between batches of the prompt: the answer is not looked at, so commands wait.
+                let _ = events.send(Event::PromptProgress { done, total });
+                return Control::Continue;
+            }
             match p {
+                Progress::Prompt { .. } => {}
                 Progress::PromptDone(stats) => {
                     let _ = events.send(Event::AnswerStarted {
                         stats: stats.clone(),

@@ -107,6 +107,7 @@ impl App {
     }
 
     pub(super) fn send_message(&mut self, m: String) -> Vec<Effect> {
+        self.prompt_progress = None;
         self.chat.push_user(&m);
         self.chat.follow();
         self.generation = GenState::Waiting { since: self.now };
@@ -159,7 +160,7 @@ impl App {
             SlashCommand::KeepSettings => vec![Effect::KeepSettings(self.sampler.clone())],
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
-            SlashCommand::Save(path) => vec![Effect::Export(path)],
+            SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
             SlashCommand::Copy(t) => self.copy(t),
             SlashCommand::Help => {
                 self.overlay = Overlay::Help { scroll: 0 };
@@ -183,6 +184,7 @@ impl App {
             return Vec::new();
         }
         self.chat.clear();
+        self.context_used = Some(0);
         self.info("conversation cleared (the system prompt stays)");
         vec![Effect::Send(Command::Clear)]
     }
@@ -197,6 +199,7 @@ impl App {
             return Vec::new();
         }
         self.chat.drop_last_answer();
+        self.prompt_progress = None;
         self.chat.follow();
         self.generation = GenState::Waiting { since: self.now };
         vec![Effect::Send(Command::Regenerate)]

@@ -32,7 +32,9 @@ impl ArenaPanel {
         }
     }
 
-    /// `model_bytes`: the model file's size, for the CPU backend's note on memory-mapped weights.
+    /// `model_bytes`: the model file's size, for the CPU backend's note on memory-mapped weights;
+    /// `context`: tokens in the context (if known) and its size, for the KV cache's live share.
+    #[allow(clippy::too_many_arguments)]
     pub fn render(
         &self,
         frame: &mut Frame,
@@ -41,6 +43,7 @@ impl ArenaPanel {
         device: Option<&DeviceSummary>,
         host: Option<&HostSample>,
         model_bytes: Option<u64>,
+        context: Option<(Option<usize>, usize)>,
     ) {
         let title = match &self.arena {
             Some(a) if !a.kind.is_empty() => format!("Arena · {}", a.kind),
@@ -77,12 +80,25 @@ impl ArenaPanel {
                     }
                 }
                 Some(_) => lines.push(Line::from(text("No arena reported yet.", theme.dim))),
-                None => lines.push(Line::from(text("Waiting for the device…", theme.dim))),
+                None => {
+                    lines.push(Line::from(text(
+                        "Nothing allocated: no model is loaded yet.",
+                        theme.dim,
+                    )));
+                    if let Some(l) = host_line(host, theme) {
+                        lines.push(l);
+                    }
+                }
             }
             frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: true }), inner);
             return;
         };
 
+        if a.kind == "host" {
+            let lines = host_arena(a, host, context, w, theme);
+            frame.render_widget(Paragraph::new(lines), inner);
+            return;
+        }
         let frac = ratio(a.used, a.capacity);
         let pct = format!(" {:>3.0}%", frac * 100.0);
         let mut lines = vec![
@@ -184,10 +200,11 @@ impl ArenaPanel {
         // Whatever height is left shows how use changed over time.
         let spare = lines_on_top(frame, inner, lines);
         if self.used.len() > 1 {
+            let label = format!("used over time · 0–{}", units::bytes(a.capacity));
             history(
                 frame,
                 spare,
-                "used over time",
+                &label,
                 &self.used,
                 a.capacity,
                 theme.sparkline,
@@ -195,4 +212,89 @@ impl ArenaPanel {
             );
         }
     }
+}
+
+/// The host's memory in use, as one line.
+fn host_line(host: Option<&HostSample>, theme: &Theme) -> Option<Line<'static>> {
+    let h = host?;
+    let (used, total) = (h.mem_used?, h.mem_total?);
+    Some(Line::from(vec![
+        text("host    ", theme.dim),
+        text(
+            format!("{} used of {}", units::bytes(used), units::bytes(total)),
+            theme.text,
+        ),
+    ]))
+}
+
+/// The CPU backend's memory: nothing there is a device arena that fills up. The weights are a
+/// fixed, memory-mapped region; what lives and changes is the KV cache (tokens of the
+/// conversation in the context) and the scratch buffers (as large as the largest batch needed).
+fn host_arena(
+    a: &ArenaSnapshot,
+    host: Option<&HostSample>,
+    context: Option<(Option<usize>, usize)>,
+    w: usize,
+    theme: &Theme,
+) -> Vec<Line<'static>> {
+    let region = |name: &str| a.regions.iter().find(|r| r.name.starts_with(name));
+    let mut lines = Vec::new();
+    if let Some(r) = region("weights") {
+        lines.push(Line::from(vec![
+            text("fixed   ", theme.dim),
+            text(units::bytes(r.capacity), theme.text),
+            text(" weights (mapped file)", theme.dim),
+        ]));
+    }
+    if let Some(r) = region("kv") {
+        lines.push(Line::from(text("live", theme.dim)));
+        match context {
+            Some((Some(used), n_ctx)) => {
+                let frac = ratio(used as u64, n_ctx as u64);
+                let tokens = format!(
+                    " {} / {} tok",
+                    units::count(used as u64),
+                    units::count(n_ctx as u64)
+                );
+                let bar_w = w.saturating_sub(8 + tokens.chars().count()).min(16);
+                lines.push(Line::from(vec![
+                    text("KV      ", theme.dim),
+                    text(
+                        bar(frac, bar_w),
+                        if frac > 0.9 {
+                            theme.gauge_warn
+                        } else {
+                            theme.gauge
+                        },
+                    ),
+                    text(tokens, theme.text),
+                ]));
+                lines.push(Line::from(vec![
+                    text("        ", theme.dim),
+                    text(
+                        units::bytes((r.capacity as f64 * frac).round() as u64),
+                        theme.text,
+                    ),
+                    text(
+                        format!(" of {} reserved", units::bytes(r.capacity)),
+                        theme.dim,
+                    ),
+                ]));
+            }
+            _ => lines.push(Line::from(vec![
+                text("KV      ", theme.dim),
+                text(units::bytes(r.capacity), theme.text),
+                text(" reserved (use counted at the next answer)", theme.dim),
+            ])),
+        }
+    }
+    if let Some(r) = region("activations") {
+        lines.push(Line::from(vec![
+            text("scratch ", theme.dim),
+            text(units::bytes(r.capacity), theme.text),
+            text(" high-water", theme.dim),
+        ]));
+    }
+    lines.extend(host_line(host, theme));
+    lines
 }

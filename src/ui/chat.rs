@@ -52,11 +52,11 @@ pub struct Entry {
 }
 
 /// What is happening at the end of the conversation, drawn after the last entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Activity {
     Idle,
-    /// Waiting for the first token; the spinner frame.
-    Thinking(u64),
+    /// Waiting for the first token: the spinner frame, and how far the prompt is read.
+    Thinking(u64, Option<String>),
     Streaming(u64),
 }
 
@@ -388,12 +388,13 @@ impl Chat {
                 segs.push(Segment::Shared(lines, n));
             }
         }
-        if let Activity::Thinking(frame) = activity {
+        if let Activity::Thinking(frame, progress) = activity {
             if !segs.is_empty() {
                 segs.push(Segment::Line(Line::default()));
             }
+            let what = progress.as_deref().unwrap_or("reading the prompt…");
             segs.push(Segment::Line(Line::from(text(
-                format!("{} reading the prompt…", super::meter::spinner(frame)),
+                format!("{} {what}", super::meter::spinner(frame)),
                 theme.dim,
             ))));
         }

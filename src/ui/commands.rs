@@ -15,8 +15,12 @@ pub enum SlashCommand {
     KeepSettings,
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
-    /// `/save [PATH]`: export the conversation as Markdown.
-    Save(Option<PathBuf>),
+    /// `/save [PATH]`: export the conversation as Markdown; `/save! PATH` replaces an existing
+    /// file.
+    Save {
+        path: Option<PathBuf>,
+        overwrite: bool,
+    },
     /// `/copy` copies the last answer; `/copy code [N]` its N-th code block (1-based, default last).
     Copy(CopyTarget),
     Help,
@@ -56,7 +60,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "change a sampler setting, e.g. /set temp 0.7 (no args: the form; /set save keeps them)",
     ),
     ("/model [PATH]", "pick a model (no path: the picker)"),
-    ("/save [PATH]", "export the conversation as Markdown"),
+    (
+        "/save [PATH]",
+        "export the conversation as Markdown (/save! PATH replaces a file)",
+    ),
     (
         "/copy [code [N]]",
         "copy the last answer, or its N-th code block (OSC 52)",
@@ -85,7 +92,10 @@ pub fn parse(input: &str) -> Parsed {
         "system" => Ok(SlashCommand::System(arg)),
         "set" => parse_set(args),
         "model" | "models" | "load" => Ok(SlashCommand::Model(arg.map(|a| expand_home(&a)))),
-        "save" | "export" => Ok(SlashCommand::Save(arg.map(|a| expand_home(&a)))),
+        "save" | "export" | "save!" | "export!" => Ok(SlashCommand::Save {
+            path: arg.map(|a| expand_home(&a)),
+            overwrite: name.ends_with('!'),
+        }),
         "copy" => parse_copy(args),
         "help" | "?" => Ok(SlashCommand::Help),
         "quit" | "exit" | "q" => no_args(name, args, SlashCommand::Quit),
@@ -208,7 +218,20 @@ mod tests {
             parse("/model /m/x.gguf"),
             Parsed::Command(Model(Some("/m/x.gguf".into())))
         );
-        assert_eq!(parse("/save"), Parsed::Command(Save(None)));
+        assert_eq!(
+            parse("/save"),
+            Parsed::Command(Save {
+                path: None,
+                overwrite: false
+            })
+        );
+        assert_eq!(
+            parse("/save! /tmp/x.md"),
+            Parsed::Command(Save {
+                path: Some(PathBuf::from("/tmp/x.md")),
+                overwrite: true
+            })
+        );
         assert_eq!(parse("/help"), Parsed::Command(Help));
         assert_eq!(parse("/quit"), Parsed::Command(Quit));
         assert_eq!(parse("/exit"), Parsed::Command(Quit));

@@ -27,6 +27,7 @@ pub struct GpuPanel {
     mem: Series,
     sclk: Series,
     host_cpu: Series,
+    own_cpu: Series,
 }
 
 impl GpuPanel {
@@ -78,11 +79,30 @@ impl GpuPanel {
         if let Some(c) = sample.cpu_pct {
             self.host_cpu.push(c.clamp(0.0, 100.0).round() as u64);
         }
+        if let Some(c) = sample.own_cpu_pct {
+            self.own_cpu.push(c.clamp(0.0, 100.0).round() as u64);
+        }
         self.host = Some(sample);
     }
 
+    /// The host is what this panel shows: on the CPU backend, and before any device is open.
     fn is_cpu(&self) -> bool {
-        self.device.as_ref().is_some_and(|d| d.backend == "cpu")
+        self.device.as_ref().is_none_or(|d| d.backend == "cpu")
+    }
+
+    /// The machine's CPU use and hipscope's own share of it, one line each.
+    fn cpu_lines(&self, label_w: usize, theme: &Theme) -> Vec<Line<'static>> {
+        let Some(h) = &self.host else {
+            return Vec::new();
+        };
+        let mut lines = Vec::new();
+        if let Some(c) = h.cpu_pct {
+            lines.push(kv("cpu", &format!("{c:>3.0}% machine"), label_w, theme));
+        }
+        if let Some(c) = h.own_cpu_pct {
+            lines.push(kv("", &format!("{c:>3.0}% hipscope"), label_w, theme));
+        }
+        lines
     }
 
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
@@ -91,12 +111,33 @@ impl GpuPanel {
             return;
         };
         let w = usize::from(inner.width);
-        let Some(d) = &self.device else {
-            panel_note(frame, inner, "Waiting for the device…", theme);
-            return;
-        };
         let label_w = 8;
         let value_w = w.saturating_sub(label_w);
+        let Some(d) = &self.device else {
+            // No model yet: the host, which is what there is to see.
+            let Some(h) = &self.host else {
+                panel_note(
+                    frame,
+                    inner,
+                    "No device open yet: it opens with the model.",
+                    theme,
+                );
+                return;
+            };
+            let mut lines = vec![Line::from(text("no model loaded yet", theme.dim))];
+            if let (Some(used), Some(total)) = (h.mem_used, h.mem_total) {
+                lines.push(kv(
+                    "memory",
+                    &format!("{} / {}", units::bytes(used), units::bytes(total)),
+                    label_w,
+                    theme,
+                ));
+            }
+            lines.extend(self.cpu_lines(label_w, theme));
+            let y = lines_on_top(frame, inner, lines).y;
+            self.graphs(frame, inner, y, theme);
+            return;
+        };
         let mut lines = vec![
             kv("backend", &d.backend, label_w, theme),
             kv("device", &ellipsize(&d.name, value_w), label_w, theme),
@@ -154,9 +195,7 @@ impl GpuPanel {
             }
         }
         if self.is_cpu() {
-            if let Some(c) = host.and_then(|h| h.cpu_pct) {
-                lines.push(kv("cpu", &format!("{c:.0}%"), label_w, theme));
-            }
+            lines.extend(self.cpu_lines(label_w, theme));
         } else {
             if let Some(t) = t {
                 let mut now = Vec::new();
@@ -218,22 +257,30 @@ impl GpuPanel {
         for l in wrap_words(&d.reason, w, 6) {
             lines.push(Line::from(text(l, theme.dim)));
         }
-        // History below: utilization (or host CPU), then power, as room allows.
-        let mut y = lines_on_top(frame, inner, lines).y;
-        let graphs: Vec<(&str, &Series, u64)> = if self.is_cpu() {
-            vec![("cpu %", &self.host_cpu, 100)]
+        let y = lines_on_top(frame, inner, lines).y;
+        self.graphs(frame, inner, y, theme);
+    }
+
+    /// History below `y`: utilization, power, temperature, memory and clock (or the host's CPU and
+    /// hipscope's), as room allows; each label says its scale.
+    fn graphs(&self, frame: &mut Frame, inner: Rect, mut y: u16, theme: &Theme) {
+        let graphs: Vec<(&str, &Series, u64, &str)> = if self.is_cpu() {
+            vec![
+                ("machine cpu", &self.host_cpu, 100, "%"),
+                ("hipscope cpu", &self.own_cpu, 100, "%"),
+            ]
         } else {
             vec![
-                ("util %", &self.util, 100),
-                ("power W", &self.power, 0),
-                ("temp °C", &self.temp, 0),
-                ("memory %", &self.mem, 100),
-                ("sclk MHz", &self.sclk, 0),
+                ("util", &self.util, 100, "%"),
+                ("power", &self.power, 0, " W"),
+                ("temp", &self.temp, 0, " °C"),
+                ("memory", &self.mem, 100, "%"),
+                ("sclk", &self.sclk, 0, " MHz"),
             ]
         };
         let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();
         let count = graphs.len() as u16;
-        for (i, (label, series, max)) in graphs.into_iter().enumerate() {
+        for (i, (label, series, max, unit)) in graphs.into_iter().enumerate() {
             if y + 2 > inner.bottom() {
                 break;
             }
@@ -241,11 +288,13 @@ impl GpuPanel {
             // (a label and two rows: a one-row sparkline shows little).
             let left = count - i as u16;
             let rows = ((inner.bottom() - y) / left).max(3).min(inner.bottom() - y);
+            // A fixed scale where the reading has one (percentages), else up to the highest seen.
             let max = if max > 0 { max } else { series.max() };
+            let label = format!("{label} · 0–{max}{unit}");
             history(
                 frame,
                 Rect::new(inner.x, y, inner.width, rows),
-                label,
+                &label,
                 series,
                 max,
                 theme.sparkline,

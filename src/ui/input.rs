@@ -1,6 +1,6 @@
 //! The message box: a multiline editor (ratatui-textarea) with the history of sent messages.
 
-use crossterm::event::KeyEvent;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use ratatui::Frame;
 use ratatui::layout::Rect;
 use ratatui::style::Style;
@@ -9,6 +9,7 @@ use ratatui::widgets::{Block, BorderType};
 use ratatui_textarea::{CursorMove, TextArea, WrapMode};
 use unicode_width::UnicodeWidthStr;
 
+use super::keymap::Edit;
 use super::theme::Theme;
 
 /// Most rows the box grows to before it scrolls.
@@ -119,9 +120,83 @@ impl InputBox {
         true
     }
 
+    /// A key with no binding of its own: typing, deleting and moving. The text area's own
+    /// shortcuts (Ctrl-U undo, Ctrl-R redo, Ctrl-V page, …) are not used: the editing keys are
+    /// those of the key table, carried out by [`InputBox::edit`].
     pub fn key(&mut self, key: KeyEvent) -> bool {
+        let chord = key
+            .modifiers
+            .intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+        let passes = match key.code {
+            KeyCode::Char(_) | KeyCode::Tab | KeyCode::Enter => !chord,
+            KeyCode::Backspace
+            | KeyCode::Delete
+            | KeyCode::Left
+            | KeyCode::Right
+            | KeyCode::Up
+            | KeyCode::Down
+            | KeyCode::Home
+            | KeyCode::End => true,
+            _ => false,
+        };
+        if !passes {
+            return false;
+        }
         self.browsing = None;
         self.area.input(key)
+    }
+
+    /// Carries out an editing key of the key table.
+    pub fn edit(&mut self, op: Edit) -> bool {
+        let moved = |a: &mut TextArea<'static>, m: CursorMove| {
+            a.move_cursor(m);
+            false
+        };
+        if !matches!(
+            op,
+            Edit::LineStart | Edit::LineEnd | Edit::CharBack | Edit::CharForward
+        ) {
+            self.browsing = None;
+        }
+        let a = &mut self.area;
+        match op {
+            Edit::LineStart => moved(a, CursorMove::Head),
+            Edit::LineEnd => moved(a, CursorMove::End),
+            Edit::CharBack => moved(a, CursorMove::Back),
+            Edit::CharForward => moved(a, CursorMove::Forward),
+            Edit::WordBack => moved(a, CursorMove::WordBack),
+            Edit::WordForward => moved(a, CursorMove::WordForward),
+            Edit::KillToStart => a.delete_line_by_head(),
+            Edit::KillToEnd => a.delete_line_by_end(),
+            Edit::KillWordBack => a.delete_word(),
+            Edit::KillWordForward => a.delete_next_word(),
+            Edit::Yank => a.paste(),
+            Edit::Undo => a.undo(),
+            Edit::Redo => a.redo(),
+        }
+    }
+
+    /// Deletes the character after the cursor (Ctrl-D in a box with text in it).
+    pub fn delete_next_char(&mut self) -> bool {
+        self.browsing = None;
+        self.area.delete_next_char()
+    }
+
+    /// The text before the cursor on the cursor's line, and whether the box has one line only.
+    pub fn before_cursor(&self) -> (String, bool) {
+        let c = self.area.cursor();
+        let (row, col) = (c.0, c.1);
+        let line = self.area.lines().get(row).map(String::as_str).unwrap_or("");
+        (
+            line.chars().take(col).collect(),
+            self.area.lines().len() == 1,
+        )
+    }
+
+    /// Types `s` at the cursor (a completion).
+    pub fn insert(&mut self, s: &str) {
+        self.browsing = None;
+        self.area.insert_str(s);
     }
 
     pub fn newline(&mut self) {
@@ -224,6 +299,53 @@ mod tests {
         assert_eq!(b.height(80), MAX_ROWS + 2);
         assert_eq!(b.take(), expected);
         assert!(b.is_empty());
+    }
+
+    fn ctrl(c: char) -> KeyEvent {
+        KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+    }
+
+    #[test]
+    fn readline_keys_kill_move_yank_and_undo() {
+        let t = Theme::default();
+        let mut b = InputBox::new("", vec![], &t);
+        typed(&mut b, "one two three");
+        b.edit(Edit::WordBack);
+        b.edit(Edit::KillToEnd);
+        assert_eq!(b.text(), "one two ");
+        b.edit(Edit::KillWordBack);
+        assert_eq!(b.text(), "one ");
+        b.edit(Edit::Yank);
+        assert_eq!(b.text(), "one two ", "Ctrl-Y puts back what Ctrl-W took");
+        b.edit(Edit::LineStart);
+        typed(&mut b, ">");
+        b.edit(Edit::LineEnd);
+        typed(&mut b, "<");
+        assert_eq!(b.text(), ">one two <");
+        b.edit(Edit::CharBack);
+        b.edit(Edit::KillToStart);
+        assert_eq!(b.text(), "<");
+        b.edit(Edit::Undo);
+        assert_eq!(b.text(), ">one two <");
+        b.edit(Edit::Redo);
+        assert_eq!(b.text(), "<");
+    }
+
+    #[test]
+    fn the_text_areas_own_shortcuts_do_nothing() {
+        let t = Theme::default();
+        let mut b = InputBox::new("", vec![], &t);
+        typed(&mut b, "abc");
+        // In tui-textarea Ctrl-U is undo, Ctrl-R redo, Ctrl-X cut, Ctrl-V a page down.
+        for c in ['u', 'r', 'x', 'v', 'm'] {
+            assert!(!b.key(ctrl(c)), "Ctrl-{c}");
+        }
+        assert_eq!(b.text(), "abc");
+        b.key(KeyEvent::new(KeyCode::Backspace, KeyModifiers::NONE));
+        b.key(KeyEvent::new(KeyCode::Left, KeyModifiers::NONE));
+        typed(&mut b, "x");
+        assert_eq!(b.text(), "axb");
+        assert_eq!(b.before_cursor(), ("ax".to_string(), true));
     }
 
     #[test]

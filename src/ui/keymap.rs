@@ -78,8 +78,39 @@ pub enum Action {
     GrowPanel,
     ShrinkPanel,
     ResetPanels,
-    /// Handed to the message box, which edits with it.
-    Edit,
+    /// Tab: complete the /command or the path after `/model` and `/save`.
+    Complete,
+    /// An editing key of the message box.
+    Edit(Edit),
+}
+
+/// What an editing key does to the message box (readline's names in the comments).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edit {
+    /// beginning-of-line
+    LineStart,
+    /// end-of-line
+    LineEnd,
+    /// backward-char
+    CharBack,
+    /// forward-char
+    CharForward,
+    /// backward-word
+    WordBack,
+    /// forward-word
+    WordForward,
+    /// unix-line-discard
+    KillToStart,
+    /// kill-line
+    KillToEnd,
+    /// unix-word-rubout
+    KillWordBack,
+    /// kill-word
+    KillWordForward,
+    /// yank
+    Yank,
+    Undo,
+    Redo,
 }
 
 /// Which modifiers a chord needs; the others are not looked at.
@@ -198,7 +229,7 @@ pub const KEYMAP: &[Binding] = &[
     bind(
         Chat,
         "Ctrl-C",
-        "stop the answer; if idle, quit; while quitting, leave at once",
+        "stop the answer; twice when idle: quit; while quitting: leave now",
         &[
             ch('c', Mods::Ctrl, A::Interrupt),
             ch('C', Mods::Ctrl, A::Interrupt),
@@ -222,7 +253,7 @@ pub const KEYMAP: &[Binding] = &[
     bind(
         Chat,
         "Alt-L",
-        "clear the conversation",
+        "clear the conversation (press twice: it asks first)",
         &[ch('l', Mods::Alt, A::Clear), ch('L', Mods::Alt, A::Clear)],
     ),
     bind(
@@ -341,30 +372,87 @@ pub const KEYMAP: &[Binding] = &[
             on(K::End, Mods::Ctrl, A::ScrollBottom),
         ],
     ),
-    // The message box's text area (tui-textarea) binds these itself; they are listed so that
-    // the help screen and the README name them.
+    // The message box's editing keys (readline's). Other keys with Ctrl or Alt that are not
+    // in this table do nothing in the box.
+    bind(
+        Editing,
+        "Tab",
+        "complete the /command, or the file after /model and /save",
+        &[on(K::Tab, Mods::None, A::Complete)],
+    ),
     bind(
         Editing,
         "Ctrl-A / Ctrl-E",
         "start / end of line",
-        &[ch('a', Mods::Ctrl, A::Edit), ch('e', Mods::Ctrl, A::Edit)],
+        &[
+            ch('a', Mods::Ctrl, A::Edit(Edit::LineStart)),
+            ch('e', Mods::Ctrl, A::Edit(Edit::LineEnd)),
+        ],
+    ),
+    bind(
+        Editing,
+        "Ctrl-B / Ctrl-F",
+        "a character back / forward",
+        &[
+            ch('b', Mods::Ctrl, A::Edit(Edit::CharBack)),
+            ch('f', Mods::Ctrl, A::Edit(Edit::CharForward)),
+        ],
+    ),
+    bind(
+        Editing,
+        "Alt-B / Alt-F",
+        "a word back / forward (Ctrl-← / Ctrl-→ too)",
+        &[
+            ch('b', Mods::Alt, A::Edit(Edit::WordBack)),
+            ch('f', Mods::Alt, A::Edit(Edit::WordForward)),
+            on(K::Left, Mods::Ctrl, A::Edit(Edit::WordBack)),
+            on(K::Right, Mods::Ctrl, A::Edit(Edit::WordForward)),
+        ],
+    ),
+    bind(
+        Editing,
+        "Ctrl-U / Ctrl-K",
+        "delete to the start / end of the line",
+        &[
+            ch('u', Mods::Ctrl, A::Edit(Edit::KillToStart)),
+            ch('k', Mods::Ctrl, A::Edit(Edit::KillToEnd)),
+        ],
     ),
     bind(
         Editing,
         "Ctrl-W, Alt-Backspace",
         "delete the word before the cursor",
         &[
-            ch('w', Mods::Ctrl, A::Edit),
-            on(K::Backspace, Mods::Alt, A::Edit),
+            ch('w', Mods::Ctrl, A::Edit(Edit::KillWordBack)),
+            on(K::Backspace, Mods::Alt, A::Edit(Edit::KillWordBack)),
         ],
     ),
     bind(
         Editing,
-        "Ctrl-K / Ctrl-U",
-        "delete to end of line / undo",
-        &[ch('k', Mods::Ctrl, A::Edit), ch('u', Mods::Ctrl, A::Edit)],
+        "Alt-D",
+        "delete the word after the cursor",
+        &[ch('d', Mods::Alt, A::Edit(Edit::KillWordForward))],
     ),
-    bind(Editing, "Ctrl-R", "redo", &[ch('r', Mods::Ctrl, A::Edit)]),
+    bind(
+        Editing,
+        "Ctrl-Y",
+        "put back the text last deleted",
+        &[ch('y', Mods::Ctrl, A::Edit(Edit::Yank))],
+    ),
+    bind(
+        Editing,
+        "Ctrl-Z, Ctrl-_",
+        "undo (Alt-Z: redo)",
+        &[
+            ch('z', Mods::Ctrl, A::Edit(Edit::Undo)),
+            // Ctrl-_ (and Ctrl-/) reach the program as 0x1F, which crossterm reads as Ctrl-7;
+            // terminals with the kitty protocol send the character itself.
+            ch('7', Mods::Ctrl, A::Edit(Edit::Undo)),
+            ch('_', Mods::Ctrl, A::Edit(Edit::Undo)),
+            ch('/', Mods::Ctrl, A::Edit(Edit::Undo)),
+            ch('z', Mods::Alt, A::Edit(Edit::Redo)),
+        ],
+    ),
 ];
 
 /// What `k` does outside a window; `None`: the message box gets it.
@@ -459,6 +547,17 @@ mod tests {
         assert_eq!(action(&press(K::Char('c'), ca)), Some(A::Interrupt));
         assert_eq!(action(&press(K::Up, ca)), Some(A::FocusPanelAbove));
         assert_eq!(action(&press(K::Char('r'), ca)), Some(A::Regenerate));
+        // Readline's keys: Ctrl-U deletes to the start of the line (it was undo), Ctrl-_
+        // (0x1F, read as Ctrl-7) undoes.
+        assert_eq!(
+            action(&press(K::Char('u'), KeyModifiers::CONTROL)),
+            Some(A::Edit(Edit::KillToStart))
+        );
+        assert_eq!(
+            action(&press(K::Char('7'), KeyModifiers::CONTROL)),
+            Some(A::Edit(Edit::Undo))
+        );
+        assert_eq!(action(&press(K::Char('r'), KeyModifiers::CONTROL)), None);
         // Shift-Enter is a new line, Ctrl-Enter sends; a shifted ↑ goes to the box.
         assert_eq!(
             action(&press(K::Enter, KeyModifiers::SHIFT)),

@@ -48,12 +48,23 @@ impl App {
                 self.generation,
                 GenState::Waiting { .. } | GenState::Streaming { .. }
             );
-            return if stoppable && self.worker_alive && !self.watchdog.is_hung() {
-                self.stop()
-            } else {
-                self.start_quit("Ctrl-C")
-            };
+            if stoppable && self.worker_alive && !self.watchdog.is_hung() {
+                return self.stop();
+            }
+            // At rest a single press may have been meant for an answer that just ended: as in
+            // llama-cli, it asks for a second press within QUIT_CONFIRM. A stop already asked
+            // for, a hung GPU or a dead worker quit at once (two presses always get out).
+            let at_rest =
+                self.generation == GenState::Idle && self.worker_alive && !self.watchdog.is_hung();
+            if at_rest && !self.quit_confirm_pending() {
+                self.quit_armed = Some(self.now);
+                return Vec::new();
+            }
+            return self.start_quit("Ctrl-C");
         }
+        // The footer's note and Alt-L's question last until the next key.
+        self.hint = None;
+        let clear_armed = std::mem::take(&mut self.clear_armed);
         if !self.errors.is_empty() && matches!(k.code, KeyCode::Enter | KeyCode::Esc) {
             self.errors.pop_front();
             return Vec::new();
@@ -62,6 +73,11 @@ impl App {
             return fx;
         }
         match action {
+            Some(Action::Clear) if !clear_armed && self.chat.has_user_message() => {
+                // Clearing cannot be undone: the first Alt-L asks.
+                self.clear_armed = true;
+                Vec::new()
+            }
             Some(a) => self.run_action(a, k),
             None => {
                 self.input.key(k);
@@ -98,7 +114,8 @@ impl App {
                 if self.input.is_empty() {
                     return self.start_quit("Ctrl-D");
                 }
-                self.input.key(k);
+                // readline's Ctrl-D in a line with text: delete the character after the cursor.
+                self.input.delete_next_char();
             }
             Action::Regenerate => return self.regenerate(),
             Action::Clear => return self.clear(),
@@ -142,8 +159,9 @@ impl App {
             Action::GrowPanel => self.resize_panel(PANEL_STEP),
             Action::ShrinkPanel => self.resize_panel(-PANEL_STEP),
             Action::ResetPanels => self.panel_extra = [0; 4],
-            Action::Edit => {
-                self.input.key(k);
+            Action::Complete => return self.complete(),
+            Action::Edit(op) => {
+                self.input.edit(op);
             }
         }
         Vec::new()
@@ -218,9 +236,14 @@ impl App {
                         self.overlay = Overlay::None;
                         return Some(self.set_system(text));
                     }
-                    _ => {
-                        ed.input.key(k);
-                    }
+                    _ => match keymap::action(&k) {
+                        Some(Action::Edit(op)) => {
+                            ed.input.edit(op);
+                        }
+                        _ => {
+                            ed.input.key(k);
+                        }
+                    },
                 }
                 Some(Vec::new())
             }

@@ -18,6 +18,7 @@ pub mod actions;
 pub mod arena;
 pub mod chat;
 pub mod commands;
+pub mod complete;
 pub mod error_dialog;
 pub mod gpu;
 pub mod help;

@@ -34,6 +34,11 @@ pub enum Msg {
         entries: Vec<ModelEntry>,
         searched: Vec<String>,
     },
+    /// The paths that start with `typed` (folders end with `/`), for Tab completion.
+    Paths {
+        typed: String,
+        names: Vec<String>,
+    },
     /// A `/save` export finished.
     Saved(Result<PathBuf, String>),
     /// SIGTERM or SIGHUP: quit as if the user asked; a second one leaves at once.
@@ -66,11 +71,18 @@ pub enum Effect {
     /// Put text on the clipboard (OSC 52); `what` says what it is, for the log.
     Copy { text: String, what: String },
     /// Export the conversation as Markdown (to this path, or a fresh one in the data folder).
-    Export(Option<PathBuf>),
+    Export {
+        path: Option<PathBuf>,
+        /// `/save!`: an existing regular file may be replaced.
+        overwrite: bool,
+    },
     /// Write these sampler settings into the config file as the defaults (`/set save`).
     KeepSettings(SamplerConfig),
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
+    /// List the paths that start with this text (Tab after `/model` or `/save`), answered
+    /// with [`Msg::Paths`].
+    ListPaths(String),
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
     ForceExit,
 }

@@ -114,11 +114,11 @@ pub const FIELDS: &[Field] = &[
         name: "n_predict",
         aliases: &["n-predict", "max_tokens"],
         help: "most tokens per answer; -1: no limit",
-        allowed: "-1 or a whole number from 1",
+        allowed: "-1 (no limit) or a whole number from 0",
         get: |c| c.n_predict.to_string(),
         set: |c, v| {
             c.n_predict =
-                parse_int::<i32>(v, |&n| n == -1 || n >= 1, "-1 or a whole number from 1")?;
+                parse_int::<i32>(v, |&n| n >= -1, "-1 (no limit) or a whole number from 0")?;
             Ok(())
         },
     },
@@ -326,8 +326,8 @@ mod tests {
         assert!(e.starts_with("temp:") && e.contains("from 0 to 5"), "{e}");
         let e = set(&mut c, "top_p", "0").unwrap_err();
         assert!(e.contains("above 0"), "{e}");
-        let e = set(&mut c, "n_predict", "0").unwrap_err();
-        assert!(e.contains("-1 or a whole number from 1"), "{e}");
+        let e = set(&mut c, "n_predict", "-2").unwrap_err();
+        assert!(e.contains("-1 (no limit) or a whole number from 0"), "{e}");
         let e = set(&mut c, "temp", "NaN").unwrap_err();
         assert!(e.contains("temp"), "{e}");
         let e = set(&mut c, "tmep", "1").unwrap_err();

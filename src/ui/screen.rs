@@ -121,11 +121,18 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         GenState::Idle if !app.worker_alive => "worker stopped".to_string(),
         GenState::Idle if app.loading.is_some() => "loading".to_string(),
         GenState::Idle => "idle".to_string(),
-        GenState::Waiting { since } => format!(
-            "{} prompt {}",
-            spinner(app.tick),
-            units::duration(app.now.saturating_sub(since))
-        ),
+        GenState::Waiting { since } => match app.prompt_rate() {
+            Some((done, total, _, _)) => format!(
+                "{} prompt {:.0}%",
+                spinner(app.tick),
+                100.0 * units::ratio(done as u64, total as u64)
+            ),
+            None => format!(
+                "{} prompt {}",
+                spinner(app.tick),
+                units::duration(app.now.saturating_sub(since))
+            ),
+        },
         GenState::Streaming { .. } => {
             let (tokens, rate) = app.live_rate().unwrap_or((0, 0.0));
             format!(
@@ -137,6 +144,35 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         }
         GenState::Stopping => "stopping…".to_string(),
     };
+    // How full the context is, in sight wherever the model's name still fits beside it.
+    let name_w = model_line(app).chars().count() + 12;
+    if let Some((used, n_ctx)) = app.context_fill() {
+        let (bar, count) = match used {
+            Some(u) => (
+                bar(units::ratio(u as u64, n_ctx as u64), 5),
+                units::count(u as u64),
+            ),
+            None => ("░".repeat(5), "–".to_string()),
+        };
+        let gauge = format!(" ctx {bar} {count}/{} ", units::count(n_ctx as u64));
+        let status_w = status.chars().count()
+            + 2
+            + if app.sidebar_visible(area.width) {
+                0
+            } else {
+                16
+            };
+        if name_w + gauge.chars().count() + status_w <= w {
+            right.push(Span::styled(gauge, theme.header));
+        } else if w >= 40 {
+            // Short of room: the share alone, before the model's name is given room.
+            let short = match used {
+                Some(u) => format!(" ctx {:.0}% ", 100.0 * units::ratio(u as u64, n_ctx as u64)),
+                None => " ctx – ".to_string(),
+            };
+            right.push(Span::styled(short, theme.header));
+        }
+    }
     right.push(Span::styled(format!(" {status} "), theme.header));
     // Without the diagnostics column, the header carries the one number that matters most.
     if !app.sidebar_visible(area.width)
@@ -268,10 +304,15 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         };
         match id {
             PanelId::Streams => app.streams.render(frame, rect, t, device),
-            PanelId::Arena => {
-                app.arena
-                    .render(frame, rect, t, device, app.gpu.host.as_ref(), model_bytes)
-            }
+            PanelId::Arena => app.arena.render(
+                frame,
+                rect,
+                t,
+                device,
+                app.gpu.host.as_ref(),
+                model_bytes,
+                app.context_fill(),
+            ),
             PanelId::Watchdog => app.watchdog.render(frame, rect, t, device),
             PanelId::Gpu => app.gpu.render(frame, rect, t),
         }
@@ -351,6 +392,44 @@ fn input_title(app: &App, theme: &Theme) -> Line<'static> {
 }
 
 fn render_footer(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
+    if app.quit.is_none() && app.clear_armed {
+        let line = Line::from(vec![
+            Span::styled(" press ", theme.key_text),
+            Span::styled("Alt-L", theme.key),
+            Span::styled(
+                " again to clear the conversation (any other key keeps it) ",
+                theme.key_text,
+            ),
+        ]);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
+    if app.quit.is_none()
+        && let Some(h) = &app.hint
+    {
+        let w = usize::from(area.width).saturating_sub(2);
+        frame.render_widget(
+            Paragraph::new(Span::styled(
+                format!(" {}", ellipsize(h, w)),
+                theme.key_text,
+            )),
+            area,
+        );
+        return;
+    }
+    if app.quit.is_none() && app.quit_confirm_pending() {
+        let line = Line::from(vec![
+            Span::styled(" press ", theme.key_text),
+            Span::styled("Ctrl-C", theme.key),
+            Span::styled(" again (or ", theme.key_text),
+            Span::styled("Ctrl-D", theme.key),
+            Span::styled(", ", theme.key_text),
+            Span::styled("/quit", theme.key),
+            Span::styled(") to quit ", theme.key_text),
+        ]);
+        frame.render_widget(Paragraph::new(line), area);
+        return;
+    }
     let keys: Vec<(&str, &str)> = if app.quit.is_some() {
         vec![("Ctrl-C", "leave now")]
     } else if !app.errors.is_empty() {

@@ -23,6 +23,7 @@ use super::settings::{
 use super::streams::StreamsPanel;
 use super::system_editor::SystemEditor;
 use super::theme::Theme;
+use super::units;
 use super::watchdog::WatchdogPanel;
 
 /// Where the answer in progress stands.
@@ -105,7 +106,23 @@ pub struct App {
     /// Models found by the last discovery (kept for the next time the picker opens).
     pub models: Option<(Vec<ModelEntry>, Vec<String>)>,
     pub size: (u16, u16),
+    /// When Ctrl-C was pressed at rest: a second press within [`QUIT_CONFIRM`] quits.
+    pub quit_armed: Option<Duration>,
+    /// Tokens of the conversation in the context after the last answer (None: not known, as
+    /// after `--resume` until the next answer).
+    pub context_used: Option<usize>,
+    /// The prompt's tokens counted when the answer in progress started.
+    pub prompt_tokens: usize,
+    /// Prompt processing of the answer being prepared: tokens done of those to compute.
+    pub prompt_progress: Option<(usize, usize)>,
+    /// Alt-L was pressed once: a second Alt-L clears the conversation, any other key keeps it.
+    pub clear_armed: bool,
+    /// A one-line note on the footer until the next key (Tab's list of matches).
+    pub hint: Option<String>,
 }
+
+/// How long after a first Ctrl-C at rest a second one quits.
+pub const QUIT_CONFIRM: Duration = Duration::from_secs(2);
 
 impl App {
     pub fn new(settings: Settings) -> App {
@@ -146,6 +163,12 @@ impl App {
             pending: None,
             models: None,
             size: (0, 0),
+            quit_armed: None,
+            context_used: None,
+            prompt_tokens: 0,
+            prompt_progress: None,
+            clear_armed: false,
+            hint: None,
             now: Duration::ZERO,
             tick: 0,
             theme,
@@ -188,11 +211,19 @@ impl App {
         }
         self.chat.assistant_name = current;
         self.chat.notice(note.to_string(), NoticeLevel::Info);
+        // Counted again by the next answer.
+        self.context_used = None;
     }
 
     /// The exit code once the worker has finished quitting.
     pub fn worker_ended(&self) -> Option<WorkerEnd> {
         self.quit.as_ref().and_then(|q| q.exited)
+    }
+
+    /// Whether a first Ctrl-C at rest is waiting for its second press.
+    pub fn quit_confirm_pending(&self) -> bool {
+        self.quit_armed
+            .is_some_and(|t| self.now.saturating_sub(t) <= QUIT_CONFIRM)
     }
 
     pub fn is_quitting(&self) -> bool {
@@ -211,7 +242,21 @@ impl App {
     pub fn activity(&self) -> Activity {
         match self.generation {
             GenState::Idle => Activity::Idle,
-            GenState::Waiting { .. } => Activity::Thinking(self.tick),
+            GenState::Waiting { .. } => Activity::Thinking(
+                self.tick,
+                self.prompt_rate().map(|(done, total, rate, left)| {
+                    let mut s = format!(
+                        "reading the prompt: {} / {} tokens · {}",
+                        units::count(done as u64),
+                        units::count(total as u64),
+                        units::rate(rate, "t/s")
+                    );
+                    if let Some(l) = left {
+                        s.push_str(&format!(" · {} left", units::duration_coarse(l)));
+                    }
+                    s
+                }),
+            ),
             GenState::Streaming { .. } | GenState::Stopping => Activity::Streaming(self.tick),
         }
     }
@@ -225,6 +270,30 @@ impl App {
             }
             _ => None,
         }
+    }
+
+    /// How full the context is: tokens of the conversation (with the answer streaming in) and
+    /// the context's size; `None` without a model.
+    pub fn context_fill(&self) -> Option<(Option<usize>, usize)> {
+        let n_ctx = self.model.as_ref()?.context_length;
+        let used = match self.generation {
+            GenState::Streaming { tokens, .. } => Some(self.prompt_tokens + tokens),
+            _ => self.context_used,
+        };
+        Some((used, n_ctx))
+    }
+
+    /// Prompt processing in progress: tokens done, tokens in all, tokens a second, time left.
+    pub fn prompt_rate(&self) -> Option<(usize, usize, f64, Option<Duration>)> {
+        let GenState::Waiting { since } = self.generation else {
+            return None;
+        };
+        let (done, total) = self.prompt_progress?;
+        let dt = self.now.saturating_sub(since).as_secs_f64();
+        let rate = if dt > 0.0 { done as f64 / dt } else { 0.0 };
+        let left =
+            (rate > 0.0).then(|| Duration::from_secs_f64(total.saturating_sub(done) as f64 / rate));
+        Some((done, total, rate, left))
     }
 
     /// The answer statistics of the last finished answer, if any.

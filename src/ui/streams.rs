@@ -87,7 +87,7 @@ impl StreamsPanel {
                      as it is issued."
                 }
                 Some(_) => "No stream reported yet.",
-                None => "Waiting for the device…",
+                None => "No device open yet: it opens with the model.",
             };
             panel_note(frame, inner, msg, theme);
             return;

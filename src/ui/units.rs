@@ -45,6 +45,16 @@ pub fn duration(d: Duration) -> String {
 }
 
 /// A rate with a unit suffix: `212 t/s`, `12.5 t/s`, `0.40 t/s`.
+/// A duration to the second (`7 s`, `1m 05s`), for estimates.
+pub fn duration_coarse(d: Duration) -> String {
+    let s = d.as_secs_f64().ceil() as u64;
+    if s < 60 {
+        format!("{s} s")
+    } else {
+        duration(Duration::from_secs(s))
+    }
+}
+
 pub fn rate(per_second: f64, unit: &str) -> String {
     if !per_second.is_finite() || per_second <= 0.0 {
         return format!("– {unit}");

@@ -51,6 +51,10 @@ impl App {
                 self.models = Some((entries, searched));
                 Vec::new()
             }
+            Msg::Paths { typed, names } => {
+                self.on_paths(&typed, &names);
+                Vec::new()
+            }
             Msg::Saved(r) => {
                 match r {
                     Ok(p) => self.chat.notice(
@@ -134,12 +138,19 @@ impl App {
                     ));
                 }
                 self.model = Some(model);
+                if !self.chat.has_user_message() {
+                    self.context_used = Some(0);
+                }
                 self.gpu.set_device(device);
                 if let Some(text) = self.pending.take() {
                     return self.send_message(text);
                 }
             }
-            Event::AnswerStarted { .. } => {
+            Event::PromptProgress { done, total } => self.prompt_progress = Some((done, total)),
+            Event::AnswerStarted { stats } => {
+                self.prompt_progress = None;
+                self.prompt_tokens = stats.prompt_tokens;
+                self.context_used = Some(stats.prompt_tokens);
                 self.chat.begin_answer();
                 if !matches!(self.generation, GenState::Stopping) {
                     self.generation = GenState::Streaming {
@@ -162,6 +173,11 @@ impl App {
                 }
             }
             Event::AnswerDone { stats, reason } => {
+                self.prompt_progress = None;
+                // A failed answer carries no statistics: the count stays as it was.
+                if stats.prompt_tokens > 0 {
+                    self.context_used = Some(stats.prompt_tokens + stats.generated_tokens);
+                }
                 self.chat.finish_answer(stats, reason);
                 self.generation = GenState::Idle;
             }
@@ -314,9 +330,10 @@ impl App {
                 if s.len() >= 16 * 1024 {
                     let lines = s.lines().count();
                     self.info(format!(
-                        "pasted {} ({} lines) into the message box; Enter sends it as one message",
+                        "pasted {} ({} line{}) into the message box; Enter sends it as one message",
                         units::bytes(s.len() as u64),
-                        units::count(lines as u64)
+                        units::count(lines as u64),
+                        if lines == 1 { "" } else { "s" }
                     ));
                 }
             }

@@ -43,6 +43,7 @@ pub fn spawn(answer: &'static str, delay: Duration, mode: Mode) -> (WorkerHandle
     (
         WorkerHandle {
             commands: ctx,
+            interrupt: Arc::default(),
             events: erx,
             thread: Some(thread),
         },

@@ -162,6 +162,8 @@ pub fn telemetry(util: f32, power: f32) -> TelemetrySample {
 pub fn host(cpu_pct: Option<f32>) -> HostSample {
     HostSample {
         cpu_pct,
+        // hipscope's own share: a bit under half of the machine's.
+        own_cpu_pct: cpu_pct.map(|c| (c * 0.45).round()),
         mem_used: Some(9 * GIB),
         mem_total: Some(64 * GIB),
     }
@@ -237,6 +239,35 @@ pub fn loaded_app() -> App {
         },
     );
     app
+}
+
+/// The arena the CPU backend reports for SmolLM2 at 8,192 tokens of context: every region is
+/// allocated whole, so `used == capacity` (what the Arena panel must not read as "full").
+pub fn cpu_arena() -> ArenaSnapshot {
+    let (weights, kv, acts) = (98_300_000, 188_743_680, 3_250_000);
+    let total = weights + kv + acts;
+    let region = |name: &str, b: u64| RegionSnapshot {
+        name: name.into(),
+        capacity: b,
+        used: b,
+    };
+    ArenaSnapshot {
+        kind: "host".into(),
+        capacity: total,
+        used: total,
+        high_water: total,
+        regions: vec![
+            region("weights (mapped)", weights),
+            region("kv_cache", kv),
+            region("activations", acts),
+        ],
+        largest_free: 0,
+        device_allocations: 3,
+        runtime_overhead: None,
+        device_total: Some(64 * GIB),
+        device_free: Some(55 * GIB),
+        pinned_host_bytes: 0,
+    }
 }
 
 pub fn loaded_cpu_app() -> App {

@@ -4,11 +4,13 @@
 //! CPU backend a decode test also shows its memory-bandwidth bound (`model::bound`), from the
 //! host read bandwidth measured once per process (`gpu::cpu::bandwidth`).
 
+use std::io::Write;
 use std::time::Instant;
 
 use clap::Args;
 
 use super::model_args::{ModelArgs, load_model};
+use super::usage::{MAX_CTX, whole};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
 use crate::gpu::quant::dot::Isa;
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
@@ -26,7 +28,9 @@ pub struct BenchArgs {
         short = 'p',
         long = "n-prompt",
         value_delimiter = ',',
-        default_value = "512"
+        default_value = "512",
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(0, MAX_CTX)
     )]
     pub n_prompt: Vec<usize>,
     /// Generation lengths to test (comma-separated; 0 skips).
@@ -34,7 +38,9 @@ pub struct BenchArgs {
         short = 'n',
         long = "n-gen",
         value_delimiter = ',',
-        default_value = "128"
+        default_value = "128",
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(0, MAX_CTX)
     )]
     pub n_gen: Vec<usize>,
     /// Depths to test at: tokens already in the KV cache when each test starts (comma-separated).
@@ -46,7 +52,8 @@ pub struct BenchArgs {
     )]
     pub n_depth: Vec<usize>,
     /// Repetitions of each test.
-    #[arg(short = 'r', long, default_value_t = 5)]
+    #[arg(short = 'r', long, default_value_t = 5, allow_negative_numbers = true,
+          value_parser = whole::<usize>(1, 100_000))]
     pub repetitions: usize,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -179,10 +186,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     if !a.json
         && let (Some(k), Some(bw)) = (&cpu_kernels, bandwidth)
     {
-        println!(
+        writeln!(
+            std::io::stdout().lock(),
             "cpu kernels: {k}; measured read bandwidth {:.1} GB/s ({n_threads} threads)",
             bw / 1e9
-        );
+        )?;
     }
     let file = model.file().clone();
     let config = model.config.clone();
@@ -256,30 +264,35 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
             });
+            let mut out = std::io::stdout().lock();
             if !a.json && results.len() == 1 {
-                print_header();
+                print_header(&mut out)?;
             }
             if !a.json
                 && let Some(r) = results.last()
             {
-                print_row(r);
+                print_row(&mut out, r)?;
             }
+            out.flush()?;
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&results)?);
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", serde_json::to_string_pretty(&results)?)?;
+        out.flush()?;
     }
     Ok(0)
 }
 
-fn print_header() {
+fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
     for line in header_lines() {
-        println!("{line}");
+        writeln!(out, "{line}")?;
     }
+    Ok(())
 }
 
-fn print_row(r: &BenchResult) {
-    println!("{}", row(r));
+fn print_row(out: &mut dyn Write, r: &BenchResult) -> std::io::Result<()> {
+    writeln!(out, "{}", row(r))
 }
 
 /// The table's column widths, shared by the header and every row so that they line up.

@@ -1,9 +1,15 @@
 //! `hipscope fetch`: obtain the default model now.
 
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
 use clap::Args;
 
 use super::progress::stderr_progress;
-use crate::app::fetch;
+use super::usage::whole;
+use crate::app::fetch::{self, FetchOptions};
 
 #[derive(Args, Debug)]
 pub struct FetchArgs {
@@ -13,16 +19,47 @@ pub struct FetchArgs {
     /// Only print where the model is (or would be) stored.
     #[arg(long)]
     pub print_path: bool,
+    /// Seconds to wait for a connection.
+    #[arg(long, value_name = "SECS", default_value_t = 20, allow_negative_numbers = true,
+          value_parser = whole::<u64>(1, 3600))]
+    pub connect_timeout: u64,
+    /// Seconds to wait for the server to send anything before giving up on a try.
+    #[arg(long, value_name = "SECS", default_value_t = 30, allow_negative_numbers = true,
+          value_parser = whole::<u64>(1, 3600))]
+    pub read_timeout: u64,
+    /// Tries of the download (each goes on from what the last one got), with growing pauses.
+    #[arg(long, value_name = "N", default_value_t = 4, allow_negative_numbers = true,
+          value_parser = whole::<u32>(1, 20))]
+    pub tries: u32,
+}
+
+impl FetchArgs {
+    fn options(&self) -> FetchOptions {
+        // Ctrl-C or SIGTERM stops the download, so that its temporary files are removed (the
+        // partial download stays for the next run); a second one ends the process at once.
+        let cancel = Arc::new(AtomicBool::new(false));
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, cancel.clone());
+            let _ = signal_hook::flag::register(sig, cancel.clone());
+        }
+        FetchOptions {
+            connect_timeout: Duration::from_secs(self.connect_timeout),
+            read_timeout: Duration::from_secs(self.read_timeout),
+            attempts: self.tries,
+            cancel: Some(cancel),
+        }
+    }
 }
 
 pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
     let path = fetch::default_model_path()?;
     if a.print_path {
-        println!("{}", path.display());
+        writeln!(std::io::stdout(), "{}", path.display())?;
         return Ok(0);
     }
+    let opts = a.options();
     if a.force || !path.is_file() {
-        fetch::fetch(&path, &mut stderr_progress())?;
+        fetch::fetch_with(&path, &opts, &mut stderr_progress())?;
     } else {
         let sum = fetch::sha256_file(&path)?;
         if sum != fetch::SHA256 {
@@ -30,9 +67,9 @@ pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
                 "{} is corrupt (sha256 {sum}); fetching again",
                 path.display()
             );
-            fetch::fetch(&path, &mut stderr_progress())?;
+            fetch::fetch_with(&path, &opts, &mut stderr_progress())?;
         }
     }
-    println!("{}", path.display());
+    writeln!(std::io::stdout(), "{}", path.display())?;
     Ok(0)
 }

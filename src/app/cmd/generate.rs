@@ -10,9 +10,11 @@ use clap::Args;
 use clap::error::ErrorKind;
 
 use super::model_args::{ModelArgs, load_model};
+use super::usage::UsageError;
 use crate::model::loader::Loaded;
 use crate::model::protocol::{SamplerConfig, StopReason};
 use crate::model::session::{Control, Progress};
+use crate::ui::sampler;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
@@ -35,29 +37,38 @@ pub struct GenerateArgs {
     pub sampling: SamplingArgs,
 }
 
-/// Sampler flags, named as llama.cpp names them.
+/// Sampler flags, named as llama.cpp names them. Each value is checked by the rule the chat's
+/// `/set` and config.toml use ([`crate::ui::sampler::FIELDS`]); negative numbers are read as
+/// values (`--temp -1` is out of range, not an unknown flag).
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Tokens to generate (-1: until end of text or a full context).
-    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true)]
+    /// Tokens to generate (-1: until end of text or a full context; 0: none).
+    #[arg(short = 'n', long = "n-predict", default_value_t = -1, allow_negative_numbers = true,
+          value_parser = checked::<i32>("n_predict"))]
     pub n_predict: i32,
     /// Temperature; 0 means greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true,
+          value_parser = checked::<f32>("temp"))]
     pub temp: f32,
     /// Top-k sampling (0 = off).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = 40, allow_negative_numbers = true,
+          value_parser = checked::<u32>("top_k"))]
     pub top_k: u32,
     /// Top-p sampling (1.0 = off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, allow_negative_numbers = true,
+          value_parser = checked::<f32>("top_p"))]
     pub top_p: f32,
     /// Min-p sampling (0.0 = off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = 0.05, allow_negative_numbers = true,
+          value_parser = checked::<f32>("min_p"))]
     pub min_p: f32,
     /// Penalise repeated tokens (1.0 = off).
-    #[arg(long = "repeat-penalty", default_value_t = 1.0)]
+    #[arg(long = "repeat-penalty", default_value_t = 1.0, allow_negative_numbers = true,
+          value_parser = checked::<f32>("repeat_penalty"))]
     pub repeat_penalty: f32,
     /// How many recent tokens the repeat penalty considers.
-    #[arg(long = "repeat-last-n", default_value_t = 64)]
+    #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true,
+          value_parser = checked::<u32>("repeat_last_n"))]
     pub repeat_last_n: u32,
     /// RNG seed ("random" or -1: a new one each run).
     #[arg(short = 's', long, default_value = "random", value_parser = parse_seed, allow_negative_numbers = true)]
@@ -74,9 +85,23 @@ fn parse_seed(v: &str) -> Result<u64, String> {
     Ok(c.seed)
 }
 
+/// A clap value parser for the sampler setting `key`: its value, if the setting's own rule
+/// allows it; otherwise what is allowed (clap reports it as a usage error, exit code 2).
+fn checked<T: std::str::FromStr>(
+    key: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static {
+    move |v: &str| {
+        let f = sampler::field(key).ok_or_else(|| format!("unknown setting {key}"))?;
+        (f.set)(&mut SamplerConfig::default(), v)?;
+        v.trim()
+            .parse::<T>()
+            .map_err(|_| format!("`{v}` is not allowed: {}", f.allowed))
+    }
+}
+
 impl SamplingArgs {
-    pub fn config(&self) -> anyhow::Result<SamplerConfig> {
-        let c = SamplerConfig {
+    pub fn config(&self) -> SamplerConfig {
+        SamplerConfig {
             temp: self.temp,
             top_k: self.top_k,
             top_p: self.top_p,
@@ -86,18 +111,7 @@ impl SamplingArgs {
             seed: self.seed,
             n_predict: self.n_predict,
             stop: self.stop.clone(),
-        };
-        anyhow::ensure!(
-            c.temp.is_finite() && c.temp >= 0.0,
-            "--temp must be a number ≥ 0"
-        );
-        anyhow::ensure!((0.0..=1.0).contains(&c.top_p), "--top-p must be in [0, 1]");
-        anyhow::ensure!((0.0..=1.0).contains(&c.min_p), "--min-p must be in [0, 1]");
-        anyhow::ensure!(
-            c.repeat_penalty.is_finite() && c.repeat_penalty > 0.0,
-            "--repeat-penalty must be > 0"
-        );
-        Ok(c)
+        }
     }
 }
 
@@ -126,8 +140,16 @@ fn read_prompt(a: &GenerateArgs) -> anyhow::Result<String> {
 }
 
 pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
-    let sampler = a.sampling.config()?;
-    a.prompt = Some(read_prompt(&a)?);
+    let sampler = a.sampling.config();
+    let prompt = read_prompt(&a)?;
+    if prompt.trim().is_empty() {
+        return Err(UsageError(
+            "the prompt is empty: give the text to continue (with --chat, the message to answer)"
+                .into(),
+        )
+        .into());
+    }
+    a.prompt = Some(prompt);
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
@@ -163,17 +185,25 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         stop.clone(),
     );
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, stop.clone());
+    // Also between prompt batches and layers: a long prompt stops within one layer.
+    session.model.set_interrupt(stop.clone());
     let mut out = std::io::stdout().lock();
+    // A failed write (stdout closed: `| head -1`) stops the generation; the command then ends
+    // quietly with exit code 0 (see `cli::run`) after the device is shut down.
+    let mut write_error: Option<std::io::Error> = None;
     let mut on = |p: Progress| {
         match p {
             Progress::Text(t) => {
-                let _ = out.write_all(t.as_bytes());
-                let _ = out.flush();
+                if write_error.is_none()
+                    && let Err(e) = out.write_all(t.as_bytes()).and_then(|()| out.flush())
+                {
+                    write_error = Some(e);
+                }
             }
             Progress::Trimmed(t) => eprintln!("\n[{t}]"),
-            Progress::PromptDone(_) => {}
+            Progress::PromptDone(_) | Progress::Prompt { .. } => {}
         }
-        if stop.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) || write_error.is_some() {
             Control::Stop
         } else {
             Control::Continue
@@ -183,10 +213,17 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let answer = if a.chat {
         session.chat(prompt, &mut on)?
     } else {
-        let _ = out_write(prompt);
+        if let Err(e) = out_write(prompt) {
+            return Err(e.into());
+        }
         session.complete(prompt, &mut on)?
     };
-    println!();
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out)?;
+    out.flush()?;
     let st = &answer.stats;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     eprintln!(

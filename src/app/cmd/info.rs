@@ -1,6 +1,7 @@
 //! `hipscope info`: a GGUF file's metadata and tensors.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
@@ -19,7 +20,9 @@ pub struct InfoArgs {
 
 pub fn run(a: InfoArgs) -> anyhow::Result<i32> {
     let f = GgufFile::open(&a.model)?;
-    println!(
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
         "{}: GGUF v{}, {} metadata keys, {} tensors, {:.2} M parameters, alignment {}",
         a.model.display(),
         f.version(),
@@ -27,9 +30,9 @@ pub fn run(a: InfoArgs) -> anyhow::Result<i32> {
         f.tensors().len(),
         f.parameter_count() as f64 / 1e6,
         f.alignment()
-    );
+    )?;
     for (k, v) in f.metadata() {
-        println!("  {k:<44} {}", v.summary());
+        writeln!(out, "  {k:<44} {}", v.summary())?;
     }
     let mut by_type: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
     for t in f.tensors() {
@@ -37,30 +40,34 @@ pub fn run(a: InfoArgs) -> anyhow::Result<i32> {
         e.0 += 1;
         e.1 += t.size;
     }
-    println!("tensor types:");
+    writeln!(out, "tensor types:")?;
     for (ty, (n, bytes)) in by_type {
-        println!(
+        writeln!(
+            out,
             "  {ty:<8} {n:5} tensors  {:10.2} MiB",
             bytes as f64 / (1 << 20) as f64
-        );
+        )?;
     }
     if a.tensors {
         for t in f.tensors() {
-            println!(
+            writeln!(
+                out,
                 "  {:<40} {:<8} {:?} at {}",
                 t.name,
                 t.ty.name(),
                 t.dims,
                 f.data_offset() + t.offset
-            );
+            )?;
         }
     }
     match ModelConfig::from_gguf(&f).and_then(|c| c.check_tensors(&f).map(|_| c)) {
-        Ok(c) => println!(
+        Ok(c) => writeln!(
+            out,
             "runnable: {} ({} layers, dim {}, {} heads / {} kv heads, vocab {}, trained context {})",
             c.arch_name, c.n_layers, c.dim, c.n_heads, c.n_kv_heads, c.vocab_size, c.train_ctx
-        ),
-        Err(e) => println!("not runnable here: {e}"),
+        )?,
+        Err(e) => writeln!(out, "not runnable here: {e}")?,
     }
+    out.flush()?;
     Ok(0)
 }

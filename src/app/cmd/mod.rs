@@ -1,5 +1,5 @@
 //! The headless subcommands, one file each with its own arguments and `run` (cargo's shape);
-//! `model_args` and `progress` are what they share. None of them imports `app::cli`, which
+//! `model_args`, `progress` and `usage` are what they share. None of them imports `app::cli`, which
 //! dispatches to them.
 
 pub mod bench;
@@ -17,3 +17,4 @@ pub mod soak;
 pub mod synth;
 pub mod tokenize;
 pub mod top;
+pub mod usage;

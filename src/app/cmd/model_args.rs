@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::progress::{ProgressLine, stderr_progress};
+use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
 use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
@@ -43,18 +44,23 @@ pub struct ModelArgs {
     /// Seed of the synthetic model's weights.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
     pub synthetic_seed: u64,
-    /// Context size in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    /// Context size in tokens (default: the model's, at most 4096; 0: the model's trained
+    /// context, as far as memory allows).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_CTX))]
     pub ctx_size: Option<usize>,
     /// CPU threads (default: all cores).
-    #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
+    #[arg(short = 't', long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
+          value_parser = whole::<usize>(0, MAX_THREADS))]
     pub threads: usize,
     /// Most tokens per forward step when processing a prompt.
     #[arg(
         short = 'b',
         long = "batch-size",
         value_name = "N",
-        default_value_t = 512
+        default_value_t = 512,
+        allow_negative_numbers = true,
+        value_parser = whole::<usize>(1, MAX_CTX)
     )]
     pub batch_size: usize,
     /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
@@ -79,6 +85,10 @@ fn parse_kv(s: &str) -> Result<KvType, String> {
 /// The model a command runs: the one given, a synthetic one, or the default (fetched if needed).
 pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
     if let Some(shape) = &args.synthetic {
+        use crate::model::synthetic;
+        let usage = |e: synthetic::SynthError| UsageError(e.to_string());
+        synthetic::shape(shape).map_err(usage)?;
+        synthetic::quant_type(&args.quant).map_err(usage)?;
         return Ok(ModelSource::Synthetic {
             shape: shape.clone(),
             quant: args.quant.clone(),

@@ -3,6 +3,7 @@
 //! the model adds one), and only the second half of each chunk is scored, so that every scored
 //! token has at least half a context before it.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -10,6 +11,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::model_args::{ModelArgs, load_model_with};
+use super::usage::whole;
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -22,7 +24,8 @@ pub struct PerplexityArgs {
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub file: PathBuf,
     /// Most chunks to score (-1: all).
-    #[arg(long, default_value_t = -1, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true,
+          value_parser = whole::<i64>(-1, i64::MAX as i128))]
     pub chunks: i64,
     /// Print the result as JSON.
     #[arg(long)]
@@ -139,17 +142,24 @@ fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Re
         tokens: tokens.len(),
         scored: count,
     };
+    let mut out = std::io::stdout().lock();
     if a.json {
-        println!(
+        writeln!(
+            out,
             "{}",
             serde_json::json!({
                 "ppl": r.ppl, "ppl_err": r.ppl_err, "chunks": r.chunks, "n_ctx": r.n_ctx,
                 "tokens": r.tokens, "scored": r.scored, "per_chunk": line,
             })
-        );
+        )?;
     } else {
-        println!("Final estimate: PPL = {:.4} +/- {:.5}", r.ppl, r.ppl_err);
+        writeln!(
+            out,
+            "Final estimate: PPL = {:.4} +/- {:.5}",
+            r.ppl, r.ppl_err
+        )?;
     }
+    out.flush()?;
     Ok(0)
 }
 

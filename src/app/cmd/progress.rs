@@ -50,32 +50,17 @@ impl ProgressLine {
     }
 }
 
-/// Fetch progress on stderr: steps as lines, each phase's bytes as a bar named for it.
+/// Fetch progress on stderr: steps as lines, bytes as a bar.
 pub fn stderr_progress() -> impl FnMut(FetchProgress) {
-    let mut bar: Option<(crate::app::fetch::Phase, ProgressLine)> = None;
+    let mut bar = ProgressLine::new("downloading");
     move |p| match p {
         FetchProgress::Step(s) => {
-            if let Some((_, b)) = bar.as_mut() {
-                b.finish();
-            }
+            bar.finish();
             eprintln!("{s}");
         }
-        FetchProgress::Bytes {
-            phase,
-            done,
-            total,
-            elapsed,
-        } => {
-            if bar.as_ref().is_none_or(|(p, _)| *p != phase) {
-                if let Some((_, b)) = bar.as_mut() {
-                    b.finish();
-                }
-                bar = Some((phase, ProgressLine::new(phase.name())));
-            }
-            if let Some((_, b)) = bar.as_mut() {
-                let f = FetchProgress::fraction(done, total).unwrap_or(0.0);
-                b.update(f, &FetchProgress::bytes_text(done, total, elapsed));
-            }
+        FetchProgress::Bytes { done, total } => {
+            let f = total.map_or(0.0, |t| done as f32 / t.max(1) as f32);
+            bar.update(f, &format!("{} MiB", done >> 20));
         }
     }
 }

@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Args;
 
 use super::progress::ProgressLine;
+use super::usage::UsageError;
+use crate::app::atomic_file::{self, Replace};
 use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{GgufFile, GgufWriter, TensorSpec, Value};
 use crate::model::synthetic;
@@ -26,8 +28,8 @@ pub struct SynthArgs {
 }
 
 pub fn run(a: SynthArgs) -> anyhow::Result<i32> {
-    let shape = synthetic::shape(&a.name)?;
-    let ty = synthetic::quant_type(&a.quant)?;
+    let shape = synthetic::shape(&a.name).map_err(|e| UsageError(e.to_string()))?;
+    let ty = synthetic::quant_type(&a.quant).map_err(|e| UsageError(e.to_string()))?;
     let mut bar = ProgressLine::new("writing");
     synthetic::write_file(shape, ty, a.seed, &a.output, &mut |f, t| bar.update(f, t))?;
     bar.finish();
@@ -84,7 +86,18 @@ fn requantize_refusal(f: &GgufFile, to: GgmlType) -> Option<String> {
 }
 
 pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
-    let ty = synthetic::quant_type(&a.ty)?;
+    let ty = synthetic::quant_type(&a.ty).map_err(|e| UsageError(e.to_string()))?;
+    // The input is memory-mapped while the output is written: writing over it would tear the
+    // pages being read (SIGBUS). Through the temporary file below it would survive, but the
+    // user surely meant another name.
+    if atomic_file::same_file(&a.input, &a.output) {
+        return Err(UsageError(format!(
+            "convert: the output {} is the input file {}; name another output",
+            a.output.display(),
+            a.input.display()
+        ))
+        .into());
+    }
     let f = GgufFile::open(&a.input)?;
     if !a.allow_requantize
         && let Some(why) = requantize_refusal(&f, ty)
@@ -119,27 +132,30 @@ pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
         })
         .collect();
     let specs: Vec<TensorSpec> = plan.iter().map(|(s, _)| s.clone()).collect();
-    let out = std::fs::File::create(&a.output)
-        .with_context(|| format!("creating {}", a.output.display()))?;
-    let mut w = GgufWriter::new(std::io::BufWriter::new(out), &meta, &specs)
-        .with_context(|| format!("writing {}", a.output.display()))?;
     let mut bar = ProgressLine::new("converting");
-    let mut floats = Vec::new();
-    for (i, (t, (spec, from))) in f.tensors().iter().zip(&plan).enumerate() {
-        bar.update(i as f32 / plan.len() as f32, &t.name);
-        let data = f.tensor_data(t);
-        if spec.ty == *from {
-            w.write_tensor(data)?;
-            continue;
+    // Written beside the output and renamed into place at the end: an interrupted or failed
+    // convert leaves no torn output (and an existing one as it was).
+    atomic_file::write(&a.output, Replace::Allow, |out| -> anyhow::Result<()> {
+        let mut w = GgufWriter::new(std::io::BufWriter::new(out), &meta, &specs)?;
+        let mut floats = Vec::new();
+        for (i, (t, (spec, from))) in f.tensors().iter().zip(&plan).enumerate() {
+            bar.update(i as f32 / plan.len() as f32, &t.name);
+            let data = f.tensor_data(t);
+            if spec.ty == *from {
+                w.write_tensor(data)?;
+                continue;
+            }
+            floats.resize(t.n_elements() as usize, 0.0);
+            quant::dequantize(*from, data, &mut floats)
+                .with_context(|| format!("{}: tensor {}", a.input.display(), t.name))?;
+            let q = quant::quantize(spec.ty, &floats)
+                .with_context(|| format!("quantizing {} to {}", t.name, spec.ty))?;
+            w.write_tensor(&q)?;
         }
-        floats.resize(t.n_elements() as usize, 0.0);
-        quant::dequantize(*from, data, &mut floats)
-            .with_context(|| format!("{}: tensor {}", a.input.display(), t.name))?;
-        let q = quant::quantize(spec.ty, &floats)
-            .with_context(|| format!("quantizing {} to {}", t.name, spec.ty))?;
-        w.write_tensor(&q)?;
-    }
-    w.finish()?;
+        w.finish()?;
+        Ok(())
+    })
+    .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish();
     eprintln!("wrote {}", a.output.display());
     Ok(0)

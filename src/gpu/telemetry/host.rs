@@ -17,14 +17,40 @@ pub fn cpu_name() -> String {
     std::env::consts::ARCH.to_string()
 }
 
-/// (total, available) host memory in bytes.
+/// (total, available) host memory in bytes. What is available is also bounded by this
+/// process's address-space limit (`ulimit -v`), less what it has mapped already: past that an
+/// allocation fails, and Rust aborts on a failed allocation.
 pub fn host_memory() -> Option<(u64, u64)> {
     #[cfg(target_os = "linux")]
     {
-        parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)
+        let (total, avail) = parse_meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)?;
+        Some((total, avail.min(address_space_left().unwrap_or(u64::MAX))))
     }
     #[cfg(not(target_os = "linux"))]
     None
+}
+
+/// Bytes this process may still map under `RLIMIT_AS`; `None` when there is no limit.
+#[cfg(target_os = "linux")]
+fn address_space_left() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit fills the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut lim) } != 0
+        || lim.rlim_cur == libc::RLIM_INFINITY
+    {
+        return None;
+    }
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let used = status
+        .lines()
+        .find(|l| l.starts_with("VmSize:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())?
+        * 1024;
+    Some(lim.rlim_cur.saturating_sub(used))
 }
 
 /// (total, available) bytes from the text of `/proc/meminfo` (whose values are in KiB).
@@ -75,12 +101,24 @@ pub fn busy_percent(before: CpuTimes, after: CpuTimes) -> Option<f32> {
     Some(((total - idle) as f64 * 100.0 / total as f64) as f32)
 }
 
+/// This process's CPU time (user + system, in clock ticks) from the text of `/proc/self/stat`;
+/// the command name in parentheses may hold spaces and parentheses, so fields are counted from
+/// the last `)` (utime and stime are fields 14 and 15).
+pub fn parse_self_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    utime.checked_add(stime)
+}
+
 /// Reads the host's CPU use and memory each time it is asked; CPU use is over the time since
 /// the previous call. On systems without `/proc` every field stays `None`.
 #[derive(Debug)]
 pub struct HostSampler {
     proc: PathBuf,
     prev: Option<CpuTimes>,
+    prev_self: Option<u64>,
 }
 
 impl Default for HostSampler {
@@ -94,6 +132,7 @@ impl HostSampler {
         HostSampler {
             proc: roots.proc.clone(),
             prev: None,
+            prev_self: None,
         }
     }
 
@@ -101,18 +140,37 @@ impl HostSampler {
         let now = std::fs::read_to_string(self.proc.join("stat"))
             .ok()
             .and_then(|s| parse_cpu_times(&s));
+        // Our own process, always the real one (a replayed tree has no hipscope in it).
+        let own = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| parse_self_ticks(&s));
         let cpu_pct = match (self.prev, now) {
             (Some(a), Some(b)) => busy_percent(a, b),
             _ => None,
         };
+        // Both counters are in clock ticks, the machine's summed over every CPU: the share is
+        // of the whole machine, as `cpu_pct` is.
+        let own_cpu_pct = match (self.prev, now, self.prev_self, own) {
+            (Some(a), Some(b), Some(x), Some(y)) => {
+                let total = b.total.checked_sub(a.total).filter(|&t| t > 0);
+                total
+                    .zip(y.checked_sub(x))
+                    .map(|(t, d)| ((d as f64 * 100.0 / t as f64) as f32).min(100.0))
+            }
+            _ => None,
+        };
         if now.is_some() {
             self.prev = now;
+        }
+        if own.is_some() {
+            self.prev_self = own;
         }
         let mem = std::fs::read_to_string(self.proc.join("meminfo"))
             .ok()
             .and_then(|s| parse_meminfo(&s));
         HostSample {
             cpu_pct,
+            own_cpu_pct,
             mem_used: mem.map(|(total, avail)| total.saturating_sub(avail)),
             mem_total: mem.map(|(total, _)| total),
         }
@@ -195,6 +253,34 @@ mod tests {
         assert_eq!(busy_percent(a, b), Some(75.0));
         assert_eq!(busy_percent(a, a), None, "no time passed");
         assert_eq!(busy_percent(b, a), None, "counters went backwards");
+    }
+
+    #[test]
+    fn own_cpu_time_is_read_after_the_command_name() {
+        // A command name with a space and a parenthesis; utime 1500, stime 250.
+        let stat = "4242 (my (odd) app) S 1 4242 4242 0 -1 4194560 900 0 0 0 1500 250 0 0 20 0 \
+                    3 0 12345 1000000 500 18446744073709551615";
+        assert_eq!(parse_self_ticks(stat), Some(1750));
+        assert_eq!(parse_self_ticks("4242 (x) S 1 2"), None);
+        assert_eq!(parse_self_ticks("no parenthesis"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn own_cpu_use_is_counted_while_this_process_works() {
+        let mut s = HostSampler::default();
+        s.sample();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < std::time::Duration::from_millis(400) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let h = s.sample();
+        let own = h.own_cpu_pct.expect("a second reading gives a share");
+        let all = h.cpu_pct.expect("a second reading gives a share");
+        assert!(own > 0.0, "a busy thread uses CPU: {own}");
+        // This process is part of the machine (a tick of slack between the two files).
+        assert!(own <= all + 5.0, "own {own}% > machine {all}%");
     }
 
     #[test]

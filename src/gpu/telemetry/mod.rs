@@ -200,6 +200,8 @@ pub struct ProcessUsage {
 pub struct HostSample {
     /// `None` for the first sample: a rate needs two readings.
     pub cpu_pct: Option<f32>,
+    /// hipscope's own share of the whole machine's CPU time (same scale as `cpu_pct`).
+    pub own_cpu_pct: Option<f32>,
     pub mem_used: Option<u64>,
     pub mem_total: Option<u64>,
 }

@@ -40,7 +40,9 @@ impl TensorInfo {
 }
 
 enum Storage {
-    Mapped(Mmap),
+    /// The map, the file it maps (kept open to notice it changing under the map), and the
+    /// file's size and modification time when it was mapped.
+    Mapped(Mmap, File, (u64, Option<std::time::SystemTime>)),
     Owned(Vec<u8>),
 }
 
@@ -69,6 +71,33 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+fn file_stamp(f: &File) -> std::io::Result<(u64, Option<std::time::SystemTime>)> {
+    let m = f.metadata()?;
+    Ok((m.len(), m.modified().ok()))
+}
+
+/// What a non-regular file is, in words.
+fn describe_kind(kind: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+    }
+    if kind.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
 impl GgufFile {
     /// Opens and memory-maps a GGUF file and parses its header. Tensor data is not copied.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
@@ -76,6 +105,18 @@ impl GgufFile {
             path: path.to_path_buf(),
             cause,
         };
+        // Opening a FIFO blocks until someone writes to it, and a device has no size to map:
+        // only a regular file (after links) is opened at all.
+        let kind = std::fs::metadata(path).map_err(io)?.file_type();
+        if !kind.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                format!(
+                    "not a regular file ({}); a model is a .gguf file",
+                    describe_kind(&kind)
+                ),
+            )));
+        }
         let file = File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
         if len == 0 {
@@ -87,7 +128,38 @@ impl GgufFile {
         // (llama.cpp takes the same one).
         let map = unsafe { Mmap::map(&file) }.map_err(io)?;
         let header = parse(path, &map)?;
-        Ok(Self::assemble(path, Storage::Mapped(map), header))
+        let stamp = file_stamp(&file).map_err(io)?;
+        Ok(Self::assemble(
+            path,
+            Storage::Mapped(map, file, stamp),
+            header,
+        ))
+    }
+
+    /// Whether the mapped file is still the one that was mapped: a file truncated or
+    /// overwritten in place (a download or a copy onto it) faults when a page past its new end is
+    /// read (SIGBUS). Checked before every forward step, so that a change is refused with this
+    /// message instead. (A file replaced by a rename leaves the map valid and passes.)
+    pub fn check_unchanged(&self) -> Result<(), GgufError> {
+        let Storage::Mapped(_, file, was) = &self.storage else {
+            return Ok(());
+        };
+        let now = file_stamp(file).map_err(|cause| GgufError::Io {
+            path: self.path.clone(),
+            cause,
+        })?;
+        if now == *was {
+            return Ok(());
+        }
+        Err(GgufError::Io {
+            path: self.path.clone(),
+            cause: std::io::Error::other(format!(
+                "the model file changed on disk while in use ({} bytes, now {}); hipscope stops \
+                 using it rather than read a page that is no longer there. Load it again \
+                 (/model) once it is complete",
+                was.0, now.0
+            )),
+        })
     }
 
     /// Parses a GGUF file held in memory (`path` is only used to label errors).
@@ -142,7 +214,7 @@ impl GgufFile {
     /// The whole file's bytes.
     pub fn bytes(&self) -> &[u8] {
         match &self.storage {
-            Storage::Mapped(m) => m,
+            Storage::Mapped(m, _, _) => m,
             Storage::Owned(v) => v,
         }
     }

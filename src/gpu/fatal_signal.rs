@@ -1,0 +1,149 @@
+//! A last word on SIGBUS and SIGSEGV. A memory-mapped model file truncated or overwritten while
+//! in use (a download or a copy onto it) faults on the next read of a page past its new end, and
+//! the default action kills the process with the terminal raw and in the alternate screen. The
+//! model's per-step check of the file (`GgufFile::check_unchanged`) catches most changes first;
+//! a change in the middle of a step ends here.
+//!
+//! The handler does only async-signal-safe things (`write`, `tcsetattr`, `sigaction`): it puts the
+//! terminal back as the app registered it, says which mapped file the process was reading, puts
+//! the previous handler back (Rust's stack-overflow reporter, or the default) and returns, so the
+//! faulting access runs again and the process ends by the same signal. The conversation needs no
+//! flushing: its records are written as they happen.
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// What puts the terminal back: its settings from before raw mode, and the bytes that leave the
+/// app's modes (alternate screen, mouse, bracketed paste, hidden cursor).
+#[cfg(unix)]
+struct Terminal {
+    /// Where the settings are put back (the terminal input) and where the bytes go (output).
+    fd: i32,
+    out: i32,
+    termios: libc::termios,
+    restore: &'static [u8],
+}
+
+#[cfg(unix)]
+static TERMINAL: OnceLock<Terminal> = OnceLock::new();
+/// Whether the terminal is in the app's modes now.
+static ARMED: AtomicBool = AtomicBool::new(false);
+
+const PATH_MAX: usize = 1024;
+/// The mapped model file, for the message (a fixed buffer: the handler may not allocate or lock).
+static MAPPED: [AtomicU8; PATH_MAX] = [const { AtomicU8::new(0) }; PATH_MAX];
+static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
+
+#[cfg(unix)]
+static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
+
+/// Notes the model file that is mapped now, for the message.
+pub fn note_mapped_file(path: &Path) {
+    let s = path.to_string_lossy();
+    let bytes = &s.as_bytes()[..s.len().min(PATH_MAX)];
+    MAPPED_LEN.store(0, Ordering::Release);
+    for (slot, b) in MAPPED.iter().zip(bytes) {
+        slot.store(*b, Ordering::Relaxed);
+    }
+    MAPPED_LEN.store(bytes.len(), Ordering::Release);
+}
+
+/// Installs the handler (once) and records how to put the terminal on `fd` back: call before
+/// raw mode is entered. `restore`, written to `out`, leaves the app's terminal modes.
+pub fn arm_terminal(fd: i32, out: i32, restore: &'static [u8]) {
+    #[cfg(unix)]
+    {
+        // SAFETY: `termios` is plain data; tcgetattr fills it for a terminal descriptor.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        if unsafe { libc::tcgetattr(fd, &mut t) } != 0 {
+            return;
+        }
+        let _ = TERMINAL.set(Terminal {
+            fd,
+            out,
+            termios: t,
+            restore,
+        });
+        install();
+        ARMED.store(true, Ordering::SeqCst);
+    }
+    #[cfg(not(unix))]
+    let _ = (fd, out, restore);
+}
+
+/// The terminal is back to normal: the handler leaves it alone.
+pub fn disarm_terminal() {
+    ARMED.store(false, Ordering::SeqCst);
+}
+
+#[cfg(unix)]
+fn install() {
+    PREVIOUS.get_or_init(|| {
+        let mut old: [libc::sigaction; 2] = unsafe { std::mem::zeroed() };
+        for (i, sig) in [libc::SIGBUS, libc::SIGSEGV].into_iter().enumerate() {
+            // SAFETY: a handler that only calls async-signal-safe functions; `sa_mask` is
+            // initialised with sigemptyset.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = handler as *const () as usize;
+                sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut sa.sa_mask);
+                libc::sigaction(sig, &sa, &mut old[i]);
+            }
+        }
+        old
+    });
+}
+
+#[cfg(unix)]
+fn write_all(fd: i32, mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: write(2) on a valid buffer; async-signal-safe.
+        let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+#[cfg(unix)]
+extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if ARMED.swap(false, Ordering::SeqCst)
+        && let Some(t) = TERMINAL.get()
+    {
+        write_all(t.out, t.restore);
+        // SAFETY: tcsetattr is async-signal-safe; the settings were read by tcgetattr.
+        unsafe { libc::tcsetattr(t.fd, libc::TCSANOW, &t.termios) };
+    }
+    let err = libc::STDERR_FILENO;
+    write_all(
+        err,
+        if sig == libc::SIGBUS {
+            b"\r\nhipscope: SIGBUS: a memory-mapped file was truncated or overwritten while in use"
+        } else {
+            b"\r\nhipscope: SIGSEGV: invalid memory access"
+        },
+    );
+    let len = MAPPED_LEN.load(Ordering::Acquire).min(PATH_MAX);
+    if len > 0 {
+        let mut buf = [0u8; PATH_MAX];
+        for (b, slot) in buf.iter_mut().zip(&MAPPED[..len]) {
+            *b = slot.load(Ordering::Relaxed);
+        }
+        write_all(err, b" (the model: ");
+        write_all(err, &buf[..len]);
+        write_all(err, b")");
+    }
+    write_all(
+        err,
+        b".\r\nThe conversation so far is saved; hipscope --resume reopens it.\r\n",
+    );
+    // The previous action runs when the access faults again on return.
+    if let Some(old) = PREVIOUS.get() {
+        let i = usize::from(sig != libc::SIGBUS);
+        // SAFETY: sigaction is async-signal-safe; `old` came from sigaction.
+        unsafe { libc::sigaction(sig, &old[i], std::ptr::null_mut()) };
+    }
+}

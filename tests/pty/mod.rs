@@ -1,0 +1,309 @@
+//! The real binary in a pseudo-terminal, watched through a terminal-screen parser: shared by the
+//! end-to-end chat tests and the reliability tests (issue 12).
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+pub const ROWS: u16 = 32;
+pub const COLS: u16 = 110;
+
+pub fn model() -> PathBuf {
+    let p = std::env::var_os("HIPSCOPE_TEST_MODEL").expect(
+        "HIPSCOPE_TEST_MODEL must name SmolLM2-135M-Instruct.Q4_1.gguf (the end-to-end tests \
+         need the real model)",
+    );
+    let p = PathBuf::from(p);
+    assert!(
+        p.is_file(),
+        "HIPSCOPE_TEST_MODEL={} is not a file",
+        p.display()
+    );
+    p
+}
+
+/// The app running in a pseudo-terminal.
+pub struct Session {
+    pub screen: Arc<Mutex<vt100::Parser>>,
+    writer: Option<Box<dyn Write + Send>>,
+    pub child: Box<dyn portable_pty::Child + Send + Sync>,
+    master: Option<Box<dyn portable_pty::MasterPty + Send>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+    closing: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Session {
+    pub fn start(home: &Path, extra: &[&str]) -> Session {
+        Session::start_with_env(home, extra, &[])
+    }
+
+    pub fn start_with_env(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
+        Session::start_wrapped(home, &[], extra, env)
+    }
+
+    /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
+    pub fn start_model(home: &Path, model: &Path, extra: &[&str]) -> Session {
+        Session::launch(home, &[], Some(model), extra, &[])
+    }
+
+    /// As [`Session::start_with_env`], run through `wrapper` (e.g. `prlimit --fsize=N --`)
+    /// when it is not empty.
+    pub fn start_wrapped(
+        home: &Path,
+        wrapper: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch(home, wrapper, None, extra, env)
+    }
+
+    fn launch(
+        home: &Path,
+        wrapper: &[&str],
+        model_path: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        let pty = native_pty_system();
+        let pair = pty
+            .openpty(PtySize {
+                rows: ROWS,
+                cols: COLS,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("openpty");
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = CommandBuilder::new(program);
+                c.args(args);
+                c.arg(env!("CARGO_BIN_EXE_hipscope"));
+                c
+            }
+            None => CommandBuilder::new(env!("CARGO_BIN_EXE_hipscope")),
+        };
+        cmd.arg("chat");
+        cmd.arg(model_path.map_or_else(model, Path::to_path_buf));
+        cmd.args(["--backend", "cpu", "--temp", "0", "--threads", "2"]);
+        cmd.args(extra);
+        cmd.env("HIPSCOPE_HOME", home);
+        cmd.env("TERM", "xterm-256color");
+        cmd.env_remove("HIPSCOPE_CONFIG");
+        cmd.env_remove("NO_COLOR");
+        // A panic's message must fit on the screen the test reads.
+        cmd.env("RUST_BACKTRACE", "0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.cwd(home);
+        let child = pair.slave.spawn_command(cmd).expect("spawn hipscope");
+        drop(pair.slave);
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("non-zero size");
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(size(ROWS), size(COLS), 0)));
+        // Read through a descriptor of our own, polled, so that `hang_up` can close every
+        // descriptor of the master side (a blocked read would keep it open).
+        let master_fd = pair.master.as_raw_fd().expect("pty fd");
+        // SAFETY: dup of a descriptor the master owns; the File owns the copy.
+        let mut reader = unsafe {
+            use std::os::fd::FromRawFd;
+            std::fs::File::from_raw_fd(libc::dup(master_fd))
+        };
+        let sink = screen.clone();
+        let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop = closing.clone();
+        let reader = std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let mut buf = [0u8; 8192];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut p = libc::pollfd {
+                    fd: reader.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
+                    continue;
+                }
+                match reader.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => sink.lock().expect("screen").process(&buf[..n]),
+                }
+            }
+        });
+        let writer = pair.master.take_writer().expect("writer");
+        Session {
+            screen,
+            writer: Some(writer),
+            child,
+            master: Some(pair.master),
+            reader: Some(reader),
+            closing,
+        }
+    }
+
+    pub fn contents(&self) -> String {
+        self.screen.lock().expect("screen").screen().contents()
+    }
+
+    /// Waits for `text` on the screen.
+    pub fn sees(&self, text: &str, within: Duration) {
+        let start = Instant::now();
+        while !self.contents().contains(text) {
+            assert!(
+                start.elapsed() < within,
+                "never saw {text:?} within {within:?}; the screen:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        let w = self.writer.as_mut().expect("the terminal is open");
+        w.write_all(bytes).expect("write to pty");
+        w.flush().expect("flush pty");
+    }
+
+    pub fn type_line(&mut self, s: &str) {
+        // Typed a little at a time, as keys arrive from a keyboard.
+        for chunk in s.as_bytes().chunks(8) {
+            self.send(chunk);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.send(b"\r");
+    }
+
+    /// Local modes of the terminal right now (ICANON and ECHO are off in raw mode).
+    pub fn local_modes(&self) -> libc::tcflag_t {
+        let fd = self
+            .master
+            .as_ref()
+            .expect("the terminal is open")
+            .as_raw_fd()
+            .expect("pty fd");
+        // SAFETY: `termios` is plain data; `tcgetattr` fills it for a valid terminal fd.
+        let mut t: libc::termios = unsafe { std::mem::zeroed() };
+        let rc = unsafe { libc::tcgetattr(fd, &mut t) };
+        assert_eq!(rc, 0, "tcgetattr: {}", std::io::Error::last_os_error());
+        t.c_lflag
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.process_id().expect("pid") as i32
+    }
+
+    /// Closes the terminal's master side, as a terminal emulator that goes away does.
+    pub fn hang_up(&mut self) {
+        self.closing
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        self.writer.take();
+        self.master.take();
+    }
+
+    /// Waits for the process to end; returns its exit code.
+    pub fn wait(&mut self, within: Duration) -> u32 {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                if let Some(r) = self.reader.take() {
+                    let _ = r.join();
+                }
+                return status.exit_code();
+            }
+            assert!(
+                start.elapsed() < within,
+                "hipscope did not exit within {within:?}; the screen:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything hipscope turned on is off again.
+    pub fn assert_restored(&self) {
+        let p = self.screen.lock().expect("screen");
+        let s = p.screen();
+        assert!(!s.alternate_screen(), "still on the alternate screen");
+        assert_eq!(
+            s.mouse_protocol_mode(),
+            vt100::MouseProtocolMode::None,
+            "mouse capture left on"
+        );
+        assert!(!s.bracketed_paste(), "bracketed paste left on");
+        assert!(!s.hide_cursor(), "cursor left hidden");
+        drop(p);
+        let lflag = self.local_modes();
+        assert_ne!(lflag & libc::ICANON, 0, "raw mode left on (no ICANON)");
+        assert_ne!(lflag & libc::ECHO, 0, "raw mode left on (no ECHO)");
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        // A failed test must not leave the process behind.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+    }
+}
+
+pub const LOAD: Duration = Duration::from_secs(120);
+pub const ANSWER: Duration = Duration::from_secs(180);
+
+/// Waits until the header shows an answer streaming (`N tok · R t/s`).
+pub fn sees_streaming(s: &Session) {
+    let start = Instant::now();
+    loop {
+        let c = s.contents();
+        let first = c.lines().next().unwrap_or_default();
+        if first.contains(" tok · ") && first.contains("t/s") {
+            return;
+        }
+        assert!(
+            start.elapsed() < ANSWER,
+            "the answer never streamed; the screen:\n{c}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Waits until the header shows an answer streaming with at least `n` tokens so far.
+pub fn sees_tokens(s: &Session, n: usize) {
+    let start = Instant::now();
+    loop {
+        let c = s.contents();
+        let first = c.lines().next().unwrap_or_default().to_string();
+        let count = first
+            .split(" tok · ")
+            .next()
+            .and_then(|head| head.split_whitespace().last())
+            .and_then(|w| w.parse::<usize>().ok());
+        if count.is_some_and(|k| k >= n) {
+            return;
+        }
+        assert!(
+            start.elapsed() < ANSWER,
+            "never saw {n} tokens streamed; the screen:\n{c}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The screen's text with every run of whitespace (line ends included) made one space, so that
+/// word-wrapped text can be searched for.
+pub fn flat(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn transcript(home: &Path) -> hipscope::app::transcript::Conversation {
+    let dir = home.join("data/conversations");
+    let file = hipscope::app::transcript::Transcript::latest(&dir).expect("a transcript");
+    hipscope::app::transcript::read(&file).unwrap()
+}
