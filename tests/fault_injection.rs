@@ -30,8 +30,9 @@ fn limited(home: &Path, bytes: u64, extra: &[&str]) -> Session {
     Session::start_wrapped(home, &["sh", "-c", &script, "sh"], extra, &[])
 }
 
+/// Ctrl-C twice: at idle the first only asks (as llama-cli), the second quits.
 fn quit(s: &mut Session) {
-    s.send(b"\x03");
+    s.send(b"\x03\x03");
     let code = s.wait(Duration::from_secs(30));
     assert_eq!(code, 0, "exit code; the screen:\n{}", s.contents());
     s.assert_restored();

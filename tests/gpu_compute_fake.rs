@@ -236,3 +236,42 @@ fn unsupported_calls_are_errors_not_panics() {
         DeviceRelease::Clean
     );
 }
+
+#[test]
+fn the_runtime_under_a_model_is_reachable_to_switch_tracking() {
+    let (dev, _ctl) = fake(1 << 30);
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let shared = gpu.gpu().expect("live").stream_shared();
+    let mut m = Model::load(tiny("Q4_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    assert!(shared.tracking(), "tracking is on by default");
+    let g = m
+        .backend_mut()
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .expect("the model's backend is the GpuCompute it was given");
+    g.runtime_mut().expect("live").set_tracking(false);
+    assert!(!shared.tracking());
+    let mut logits = Vec::new();
+    m.forward(&[1], 0, Logits::Last, &mut logits)
+        .expect("a step with tracking off");
+    assert_eq!(logits.len(), m.config.vocab_size);
+    let release = m
+        .backend_mut()
+        .shutdown(Duration::from_secs(5), &mut |_| {});
+    assert_eq!(release, DeviceRelease::Clean);
+    let g = m
+        .backend_mut()
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .expect("still a GpuCompute");
+    assert!(g.runtime_mut().is_none(), "no runtime after shutdown");
+    // The CPU backend keeps the default: nothing to reach.
+    let mut c = hipscope::gpu::cpu::CpuBackend::new(1);
+    assert!(c.as_any_mut().is_none());
+}

@@ -23,7 +23,6 @@ use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
-use crate::gpu::dirs;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
 use crate::ui::theme::ThemeName;
@@ -60,37 +59,7 @@ impl ChatOptions {
     }
 }
 
-/// hipscope's folders (`gpu::dirs`: the platform's, or under `HIPSCOPE_HOME`), as values so that
-/// tests can point them elsewhere.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Dirs {
-    pub config: PathBuf,
-    pub data: PathBuf,
-    pub cache: PathBuf,
-    pub state: PathBuf,
-}
-
-impl Dirs {
-    pub fn from_env() -> Dirs {
-        // No home directory at all: keep everything beside the working directory.
-        let fallback = Dirs::under(&PathBuf::from(".hipscope"));
-        Dirs {
-            config: dirs::config_dir().unwrap_or(fallback.config),
-            data: dirs::data_dir().unwrap_or(fallback.data),
-            cache: dirs::cache_dir().unwrap_or(fallback.cache),
-            state: dirs::state_dir().unwrap_or(fallback.state),
-        }
-    }
-
-    pub fn under(root: &std::path::Path) -> Dirs {
-        Dirs {
-            config: root.join("config"),
-            data: root.join("data"),
-            cache: root.join("cache"),
-            state: root.join("state"),
-        }
-    }
-}
+pub use crate::gpu::dirs::Dirs;
 
 /// The settings, from the config file and the flags; an error is for the user as is.
 pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {

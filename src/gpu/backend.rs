@@ -392,6 +392,12 @@ pub trait Backend: Send {
         None
     }
 
+    /// The concrete backend, for a caller that owns a `Model` and needs the backend's own API
+    /// (the selftest flips tracking on the `GpuCompute` under a model). `None` unless overridden.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
     /// The device half of the quit protocol: a bounded drain, then every device resource in
     /// order, each step reported through `on_step`. `Abandoned` when the process must leave with
     /// `_exit` because the GPU could not be shut down cleanly. Later calls do nothing and return

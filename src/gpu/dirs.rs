@@ -2,7 +2,7 @@
 //! installs with `HIPSCOPE_HOME` (then `cache/`, `config/`, `data/`, `state/` under it).
 //!
 //! Here, in the lowest layer, because the GPU runtime is the first to need them (the kernel cache,
-//! hang reports); the app re-exports it as `app::dirs`.
+//! hang reports); the app takes its folders from here too ([`Dirs`]).
 
 use std::path::PathBuf;
 
@@ -37,4 +37,36 @@ pub fn state_dir() -> Option<PathBuf> {
                 .map_or_else(|| p.data_local_dir().join("state"), |s| s.to_path_buf())
         })
     })
+}
+
+/// hipscope's folders (the platform's, or under `HIPSCOPE_HOME`), as values so that
+/// tests can point them elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dirs {
+    pub config: PathBuf,
+    pub data: PathBuf,
+    pub cache: PathBuf,
+    pub state: PathBuf,
+}
+
+impl Dirs {
+    pub fn from_env() -> Dirs {
+        // No home directory at all: keep everything beside the working directory.
+        let fallback = Dirs::under(&PathBuf::from(".hipscope"));
+        Dirs {
+            config: config_dir().unwrap_or(fallback.config),
+            data: data_dir().unwrap_or(fallback.data),
+            cache: cache_dir().unwrap_or(fallback.cache),
+            state: state_dir().unwrap_or(fallback.state),
+        }
+    }
+
+    pub fn under(root: &std::path::Path) -> Dirs {
+        Dirs {
+            config: root.join("config"),
+            data: root.join("data"),
+            cache: root.join("cache"),
+            state: root.join("state"),
+        }
+    }
 }

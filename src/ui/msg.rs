@@ -27,7 +27,8 @@ pub enum Msg {
     WorkerGone,
     /// The clock: time since the app started.
     Tick(Duration),
-    /// The host's CPU use and memory (sampled by the app once a second).
+    /// The host's CPU use and memory on their own (the telemetry sampler sends them inside
+    /// `Event::Telemetry`; this path is left for tests and is to be folded into it).
     Host(HostSample),
     /// Model discovery finished: the files found and the folders searched.
     Models {

@@ -66,7 +66,7 @@ fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
     }
     let path = match &args.config {
         Some(p) => p.clone(),
-        None => crate::app::chat::Dirs::from_env()
+        None => crate::gpu::dirs::Dirs::from_env()
             .config
             .join("config.toml"),
     };

@@ -1,3 +1,6 @@
+//! (Over 700 lines on purpose: the `Backend` implementation is one `impl` block; the kernel
+//! launchers it calls live in one file per kernel family beside it.)
+//!
 //! [`GpuCompute`]: the forward pass's [`Backend`] on a GPU (HIP or CUDA, one kernel source), over
 //! the tracked runtime [`Gpu`].
 //!
@@ -283,6 +286,12 @@ impl GpuCompute {
     /// The runtime underneath (for the selftest's and the app's own checks).
     pub fn gpu(&self) -> Option<&Gpu> {
         self.gpu.as_ref()
+    }
+
+    /// The runtime underneath, mutably (the selftest switches tracking and breadcrumbs on it and
+    /// reads its allocation counters); `None` after `shutdown`.
+    pub fn runtime_mut(&mut self) -> Option<&mut Gpu> {
+        self.gpu.as_mut()
     }
 
     fn gpu_mut(&mut self) -> Result<&mut Gpu> {
@@ -725,6 +734,10 @@ impl Backend for GpuCompute {
 
     fn arena(&self) -> ArenaSnapshot {
         self.arena_cache.clone()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
     }
 
     fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {

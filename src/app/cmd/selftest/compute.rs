@@ -97,7 +97,7 @@ fn op_tolerance(kind: &str, kv: KvType) -> f64 {
 
 /// The end-to-end bound for a model: 1e-4 when every matrix multiplies f32 activations, 5e-2
 /// when any multiplies Q8-rounded ones (see the module doc).
-fn end_to_end_tolerance(file: &GgufFile) -> f64 {
+pub(super) fn end_to_end_tolerance(file: &GgufFile) -> f64 {
     let q8 = file.tensors().iter().any(|t| {
         t.rows_cols().0 > 1
             && type_kernels(t.ty).is_some_and(|k| matches!(k.act, ActFormat::Q8 { .. }))
@@ -177,7 +177,7 @@ fn cases(o: &ComputeCheckOptions) -> Vec<Case> {
     v
 }
 
-fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
+pub(super) fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
     let (device, reason) = match select(o.backend, o.device).map_err(|e| e.to_string())? {
         Selected::Gpu { backend, reason } => (backend, reason),
         Selected::Cpu { reason } => return Err(format!("no GPU to test ({reason})")),
@@ -194,7 +194,7 @@ fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
     GpuCompute::open(device, &reason, opts, &cache).map_err(|e| e.to_string())
 }
 
-fn model_options() -> ModelOptions {
+pub(super) fn model_options() -> ModelOptions {
     ModelOptions {
         n_ctx: 64,
         n_batch: 32,

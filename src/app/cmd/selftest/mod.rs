@@ -2,15 +2,16 @@
 //! prints what it saw — queue depth under a burst, the watchdog on a kernel that waits for the
 //! host, HUNG and the hard-exit quit (in a child process), a normal quit (in a child process),
 //! upload verification catching a zeroed tensor, no device allocation in a steady-state decode
-//! loop, and what tracking costs on a launch-bound decode step.
+//! loop, and what tracking costs on a decode step — the engine's own GPU forward pass on a
+//! synthetic SmolLM2-135M (Q4_0), checked against the CPU backend.
 //!
 //! `setup.rs`: options, the result row, opening the device; `mechanisms.rs`: burst, watchdog,
-//! GEMM, upload checks; `decode_sim.rs`: steady state and tracking overhead; `child.rs`: the
+//! GEMM, upload checks; `decode.rs`: steady state and tracking overhead; `child.rs`: the
 //! child-process scenarios (hang, quit); `compute.rs`: `selftest --compute`.
 
 mod child;
 pub mod compute;
-mod decode_sim;
+mod decode;
 mod mechanisms;
 mod setup;
 
@@ -23,7 +24,7 @@ use std::sync::mpsc::channel;
 use std::time::Duration;
 
 use crate::app::exit_code;
-use crate::gpu::arena::Region;
+use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::human_bytes;
 use crate::gpu::handle::GemmPath;
 use crate::gpu::select::BackendChoice;
@@ -31,7 +32,7 @@ use crate::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog};
 
 use child::*;
 use compute::ComputeCheckOptions;
-use decode_sim::*;
+use decode::DecodeModel;
 use mechanisms::*;
 pub use setup::SelftestOptions;
 use setup::*;
@@ -123,8 +124,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
             return exit_code::USAGE;
         }
     };
-    let sim_plan = DecodeSim::plan();
-    let plan = sim_plan
+    let plan = ArenaPlan::new()
         .with(Region::Weights, 4 << 20)
         .with(Region::Activations, 8 << 20);
     if let Err(e) = gpu.create_arena(&plan) {
@@ -171,9 +171,9 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     ));
     rows.push(row("gemm: hs_sgemm and BLAS vs CPU", gemm(&mut gpu)));
     rows.push(row("upload verification", verify(&mut gpu)));
-    match DecodeSim::new(&mut gpu) {
-        Ok(sim) => {
-            if let Some(a) = gpu.arena_snapshot() {
+    match DecodeModel::open(opts) {
+        Ok(mut model) => {
+            if let Some(a) = model.arena() {
                 println!(
                     "arena     {} capacity, {} used, high-water {}, largest free {}, {} device \
                      allocations, runtime overhead {}, device {} free of {}, pinned host {}",
@@ -207,14 +207,23 @@ pub fn run(opts: &SelftestOptions) -> i32 {
             }
             rows.push(row(
                 "no device allocation in steady state",
-                steady(&mut gpu, &sim, opts.steps),
+                decode::steady(&mut model, opts.steps),
             ));
-            rows.push(row(
+            let mut over = row(
                 "tracking overhead (decode step)",
-                overhead(&mut gpu, &sim, opts.steps),
-            ));
+                decode::overhead(&mut model, opts.steps),
+            );
+            if let Err(e) = model.shutdown() {
+                over.pass = false;
+                over.detail = format!("{}; {e}", over.detail);
+            }
+            rows.push(over);
         }
-        Err(e) => rows.push(row("decode-step simulation", Err(e))),
+        Err(e) => rows.push(Row {
+            check: "decode step (GPU forward pass)",
+            pass: false,
+            detail: e,
+        }),
     }
     let hung_seen = rx
         .try_iter()

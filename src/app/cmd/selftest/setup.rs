@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::gpu::device::{GpuError, human_bytes};
+use crate::gpu::device::human_bytes;
 use crate::gpu::handle::{Gpu, GpuConfig};
 use crate::gpu::kernels::{BuildStatus, CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
@@ -31,7 +31,7 @@ pub(super) struct Row {
     pub(super) detail: String,
 }
 
-pub(super) fn row(check: &'static str, r: Result<(bool, String), GpuError>) -> Row {
+pub(super) fn row<E: std::fmt::Display>(check: &'static str, r: Result<(bool, String), E>) -> Row {
     match r {
         Ok((pass, detail)) => Row {
             check,
