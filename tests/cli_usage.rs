@@ -217,16 +217,33 @@ fn an_explicit_gpu_backend_that_cannot_start_is_refused_before_the_terminal() {
             "{err}"
         );
         assert!(!err.contains("terminal"), "{err}");
+        assert_no_chat_files(home.path());
     }
-    // `auto` falls back to the CPU and goes on to the terminal (which a test has not got).
+    // `auto` falls back to the CPU and goes on to the next check, the terminal, which a test's
+    // piped stdout is not: that refusal (also exit 2) names the terminal, not a backend. The
+    // backend is checked first because its reason is the one a user must act on even with a
+    // terminal; the terminal check stays for every backend that can start.
     let home = tempfile::tempdir().unwrap();
     let out = fresh(home.path())
         .args(["--backend", "auto"])
         .output()
         .unwrap();
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("cannot set up the terminal"), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the chat needs a terminal on stdout"), "{err}");
+    assert!(!err.contains("backend cannot start"), "{err}");
+    assert_no_chat_files(home.path());
+}
+
+/// A chat refused before it started leaves no conversation and no log behind.
+fn assert_no_chat_files(home: &Path) {
+    let files = files_under(home);
+    assert!(
+        !files
+            .iter()
+            .any(|f| f.contains("conversations") || f.ends_with(".log")),
+        "{files:?}"
+    );
 }
 
 #[test]
