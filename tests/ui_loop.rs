@@ -419,6 +419,9 @@ async fn save_to_a_relative_name_says_the_full_path_it_wrote() {
             u.type_text(&format!("/save {name}"));
             u.key(KeyCode::Enter);
             u.sees("saved the conversation").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
+            u.sees("again (or").await;
             u.ctrl('c');
         },
     )
@@ -459,6 +462,9 @@ async fn set_save_keeps_the_sampler_settings_in_the_config_file() {
             u.type_text("/set save");
             u.key(KeyCode::Enter);
             u.sees("kept the sampler settings").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
+            u.sees("again (or").await;
             u.ctrl('c');
         },
     )
