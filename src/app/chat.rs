@@ -384,16 +384,18 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let opts = WorkerOptions {
         source: cfg.model.map(ModelSource::File),
         default_model: Box::new(|progress| {
-            // Steps are logged (the UI shows the bar).
+            // Steps are logged; each phase (download, unpack, verify) is a bar of its own.
             let mut report = |p: FetchProgress| match p {
                 FetchProgress::Step(s) => tracing::info!("default model: {s}"),
-                FetchProgress::Bytes { done, total } => progress(
-                    "downloading SmolLM2-135M-Instruct",
-                    &match total {
-                        Some(t) => format!("{} / {} MiB", done >> 20, t >> 20),
-                        None => format!("{} MiB", done >> 20),
-                    },
-                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
+                FetchProgress::Bytes {
+                    phase,
+                    done,
+                    total,
+                    per_sec,
+                } => progress(
+                    phase.name(),
+                    &FetchProgress::bytes_text(done, total, per_sec),
+                    FetchProgress::fraction(done, total),
                 ),
             };
             fetch::ensure_default_model(&mut report).map_err(|e| {

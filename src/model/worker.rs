@@ -16,9 +16,8 @@ use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::session::{Control, Progress, Session};
 
-/// Finds (downloading if need be) the default model; reports `(step, fraction)` as it goes.
-/// Fetches the default model, reporting `(task, detail, fraction)`: one task per phase (each is
-/// a bar of its own on the screen).
+/// Finds (fetching if need be) the default model, reporting `(task, detail, fraction)` as it
+/// goes: one task per phase, each a bar of its own on the screen.
 pub type DefaultModel =
     Box<dyn Fn(&mut dyn FnMut(&str, &str, Option<f32>)) -> Result<PathBuf, String> + Send>;
 
