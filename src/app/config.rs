@@ -367,7 +367,7 @@ impl Config {
         if let Some(n) = top.integer(
             "ctx_size",
             0,
-            1 << 24,
+            crate::model::loader::MAX_CTX as i64,
             "0 (the model's own) or a whole number of tokens up to 16777216",
         )? {
             c.ctx_size = n as u32;

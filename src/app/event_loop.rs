@@ -294,6 +294,7 @@ fn command_name(c: &Command) -> &'static str {
         Command::Clear => "clear",
         Command::SetSystem(_) => "set system",
         Command::SetSampler(_) => "set sampler",
+        Command::SetContext(_) => "set context",
         Command::Restore { .. } => "restore",
         Command::LoadModel(_) => "load model",
         Command::Quit { .. } => "quit",

@@ -13,6 +13,8 @@ pub enum SlashCommand {
     Set(Option<(String, String)>),
     /// `/set save`: keep the sampler settings as the defaults (in the config file).
     KeepSettings,
+    /// `/set ctx N`: load the model again with a context of N tokens (0: the model's own).
+    Context(usize),
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
     /// `/save [PATH]`: export the conversation as Markdown; `/save! PATH` replaces an existing
@@ -57,7 +59,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/set [KEY VALUE]",
-        "change a sampler setting, e.g. /set temp 0.7 (no args: the form; /set save keeps them)",
+        "change a sampler setting, e.g. /set temp 0.7 (no args: the form; /set save keeps them); /set ctx N: the context, in tokens",
     ),
     ("/model [PATH]", "pick a model (no path: the picker)"),
     (
@@ -121,6 +123,9 @@ fn no_args(name: &str, args: &str, cmd: SlashCommand) -> Result<SlashCommand, St
     }
 }
 
+/// The names `/set` takes for the context length (as `-c`/`--ctx-size` and `ctx_size`).
+pub const CONTEXT_KEYS: &[&str] = &["ctx", "context", "ctx_size", "ctx-size", "c"];
+
 fn parse_set(args: &str) -> Result<SlashCommand, String> {
     if args.is_empty() {
         return Ok(SlashCommand::Set(None));
@@ -140,6 +145,15 @@ fn parse_set(args: &str) -> Result<SlashCommand, String> {
         return Err(format!(
             "/set {key} needs a value, e.g. /set temp 0.7 (/set alone opens the form)"
         ));
+    }
+    if CONTEXT_KEYS.contains(&key) {
+        let max = crate::model::loader::MAX_CTX;
+        return match value.parse::<usize>() {
+            Ok(n) if n <= max => Ok(SlashCommand::Context(n)),
+            _ => Err(format!(
+                "/set {key}: `{value}` is not allowed: 0 (the model's own context, at most 4096) or a whole number of tokens up to {max}"
+            )),
+        };
     }
     Ok(SlashCommand::Set(Some((
         key.to_string(),
