@@ -46,7 +46,8 @@ pub enum Parsed {
     Invalid(String),
 }
 
-/// Every command with its arguments and what it does, for `/help` and error messages.
+/// Every command with its arguments and what it does, for `/help`, Tab completion and error
+/// messages; the README's command list is held to it by a test.
 pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/clear",
@@ -59,7 +60,7 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/set [KEY VALUE]",
-        "change a sampler setting, e.g. /set temp 0.7 (no args: the form; /set save keeps them); /set ctx N: the context, in tokens",
+        "change a setting: /set temp 0.7, /set seed random, /set ctx 2048 (the context: the model is loaded again); /set save keeps the sampler settings as defaults; no args: the form",
     ),
     ("/model [PATH]", "pick a model (no path: the picker)"),
     (
@@ -205,6 +206,66 @@ mod tests {
             parse("//etc/passwd?"),
             Parsed::Message("/etc/passwd?".into())
         );
+    }
+
+    /// The README's "Commands:" paragraph (section "## Chat") names every command as the help
+    /// screen writes it, and no command the program does not have.
+    #[test]
+    fn readme_command_list_matches_the_program() {
+        let readme = include_str!("../../README.md");
+        let chat = &readme[readme.find("## Chat").expect("a Chat section")..];
+        let start = chat
+            .find("\nCommands:")
+            .expect("a Commands: paragraph in Chat")
+            + 1;
+        let para = &chat[start..start + chat[start..].find("\n\n").unwrap_or(chat.len() - start)];
+        for (usage, _) in COMMANDS {
+            assert!(
+                para.contains(&format!("`{usage}`")),
+                "README lacks `{usage}`:\n{para}"
+            );
+        }
+        let names: Vec<&str> = COMMANDS
+            .iter()
+            .filter_map(|(u, _)| u.split_whitespace().next())
+            .collect();
+        for span in para.split('`').skip(1).step_by(2) {
+            let name = span.split_whitespace().next().unwrap_or("");
+            if span == "/" || span.starts_with("//") || !span.starts_with('/') {
+                continue;
+            }
+            assert!(
+                names.contains(&name),
+                "README's `{span}`: no {name} in COMMANDS"
+            );
+            // An example with its values (not a usage line) is one the program takes.
+            if !span.contains('[') {
+                assert!(
+                    matches!(parse(span), Parsed::Command(_)),
+                    "README's `{span}` does not parse: {:?}",
+                    parse(span)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn item7_set_ctx_takes_a_whole_number_of_tokens() {
+        use SlashCommand::*;
+        assert_eq!(parse("/set ctx 2048"), Parsed::Command(Context(2048)));
+        assert_eq!(parse("/set context=0"), Parsed::Command(Context(0)));
+        assert_eq!(parse("/set c 512"), Parsed::Command(Context(512)));
+        for bad in [
+            "/set ctx big",
+            "/set ctx -4",
+            "/set ctx 16777217",
+            "/set ctx 1.5",
+        ] {
+            let Parsed::Invalid(m) = parse(bad) else {
+                panic!("{bad} parsed")
+            };
+            assert!(m.contains("up to 16777216"), "{m}");
+        }
     }
 
     #[test]
