@@ -199,6 +199,74 @@ fn resume_reopens_the_last_conversation_and_goes_on() {
     assert!(!c.turns[1].answer.is_empty());
 }
 
+/// Issue 18 item 7: a resumed conversation comes back with its own sampler settings (set with
+/// `/set` in the first run, not on the command line) and each answer's stats line.
+#[test]
+fn item7_a_resumed_chat_has_its_own_sampler_settings_and_stats_lines() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "8"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("/set top_k 7");
+    s.sees("sampler: top_k = 7", Duration::from_secs(5));
+    s.type_line("Name a colour.");
+    s.sees("TTFT", ANSWER);
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0);
+
+    let mut s = Session::start(home.path(), &["-n", "8", "--resume"]);
+    s.sees("reopened 1 exchange", LOAD);
+    // The answer's stats line, as it was under the answer.
+    s.sees("TTFT", Duration::from_secs(5));
+    s.sees("· loaded SmolLM2", LOAD);
+    // F3: the sampler form shows the conversation's top_k, not the default.
+    s.send(b"\x1bOR");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let screen = s.contents();
+        if let Some(l) = screen.lines().find(|l| l.contains("top_k")) {
+            let value = l.split("top_k").nth(1).unwrap_or("");
+            if value.split(|c: char| !c.is_ascii_digit()).any(|w| w == "7") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "top_k is not 7:\n{screen}");
+        }
+        assert!(Instant::now() < deadline, "no sampler form:\n{screen}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.send(b"\x1b");
+    std::thread::sleep(Duration::from_millis(200));
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+}
+
+/// Issue 18 item 7: `/set ctx` in the real chat: the model is loaded again with the new
+/// context, the conversation is kept, and the header's gauge shows the new size.
+#[test]
+fn item7_set_ctx_in_the_chat_reloads_and_keeps_the_conversation() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "8", "-c", "2048"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Name a colour.");
+    s.sees("TTFT", ANSWER);
+    s.type_line("/set ctx 1024");
+    s.sees(
+        "the context is now 1,024 tokens; the conversation is kept (1 exchanges",
+        LOAD,
+    );
+    s.sees("/1,024", Duration::from_secs(5));
+    // The conversation goes on in it.
+    s.type_line("And another?");
+    let start = Instant::now();
+    while transcript(home.path()).turns.len() < 2
+        || transcript(home.path()).turns[1].summary.is_none()
+    {
+        assert!(start.elapsed() < ANSWER, "{}", s.contents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+}
+
 #[test]
 fn a_broken_config_stops_with_the_key_and_leaves_the_terminal_alone() {
     let home = tempfile::tempdir().unwrap();
