@@ -307,3 +307,51 @@ fn the_kernel_list_is_aligned() {
         .collect();
     assert!(starts.iter().all(|&s| s == starts[0]), "{listing}");
 }
+
+/// Issue 18 item 7: the seed is "random" (or -1) as a word on the command line too; anything
+/// else is a usage error that says what is allowed.
+#[test]
+fn item7_generate_takes_a_random_seed_by_name() {
+    let home = tempfile::tempdir().unwrap();
+    for seed in ["random", "-1", "42"] {
+        let out = fresh(home.path())
+            .args([
+                "generate",
+                "--synthetic",
+                "tiny",
+                "--quant",
+                "Q8_0",
+                "--backend",
+                "cpu",
+                "-p",
+                "hi",
+                "-n",
+                "2",
+                "-s",
+                seed,
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "-s {seed}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = fresh(home.path())
+        .args([
+            "generate",
+            "--synthetic",
+            "tiny",
+            "-p",
+            "hi",
+            "-s",
+            "sometimes",
+        ])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("random"), "{err}");
+}
