@@ -214,4 +214,47 @@ mod tests {
             );
         }
     }
+
+    /// The README's "Headless tools" table names every subcommand (the chat has its own
+    /// section), and every flag a row shows is one that subcommand takes.
+    #[test]
+    fn readme_command_table_matches_the_program() {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme
+            .find("## Headless tools")
+            .expect("a Headless tools section")..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let cli = Cli::command();
+        let mut listed = Vec::new();
+        for row in section.lines().filter(|l| l.starts_with("| `hipscope ")) {
+            let usage = row.split('`').nth(1).unwrap_or_default();
+            let mut words = usage.split_whitespace().skip(1);
+            let name = words.next().unwrap_or_default();
+            let cmd = cli.find_subcommand(name).unwrap_or_else(|| {
+                panic!("README lists `hipscope {name}`, which is not a command")
+            });
+            listed.push(name.to_string());
+            for word in words {
+                let flag = word.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')' | '\\' | '|'));
+                let takes = if let Some(long) = flag.strip_prefix("--") {
+                    cmd.get_arguments().any(|a| a.get_long() == Some(long))
+                } else if let Some(short) = flag.strip_prefix('-').filter(|s| s.len() == 1) {
+                    let c = short.chars().next();
+                    cmd.get_arguments().any(|a| a.get_short() == c)
+                } else {
+                    continue;
+                };
+                assert!(takes, "README: `hipscope {name}` has no {flag}");
+            }
+        }
+        for c in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
+            let name = c.get_name().to_string();
+            if !["chat", "help"].contains(&name.as_str()) {
+                assert!(
+                    listed.contains(&name),
+                    "README's table lacks `hipscope {name}`"
+                );
+            }
+        }
+    }
 }
