@@ -355,3 +355,27 @@ fn item7_generate_takes_a_random_seed_by_name() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("random"), "{err}");
 }
+
+/// Issue 18 item 4: an empty prompt is refused (exit 2) before a model is loaded, naming where
+/// it came from.
+#[test]
+fn item4_an_empty_prompt_says_where_it_came_from() {
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(home.path().join("empty.txt"), "  \n").unwrap();
+    let out = fresh(home.path())
+        .args(["generate", "--synthetic", "tiny", "-f", "empty.txt"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the prompt file empty.txt is empty"), "{err}");
+    assert!(out.stdout.is_empty());
+    let out = fresh(home.path())
+        .args(["generate", "--synthetic", "tiny", "-p", "-"])
+        .stdin(std::fs::File::open(home.path().join("empty.txt")).unwrap())
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("the prompt on stdin is empty"), "{err}");
+}

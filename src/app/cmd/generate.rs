@@ -115,21 +115,23 @@ impl SamplingArgs {
     }
 }
 
-/// The prompt, as llama-cli takes it: `-p TEXT`, `-f FILE`, `-p -` or a pipe on stdin. No prompt
-/// at all (stdin a terminal) is a usage error, said before any model is loaded.
-fn read_prompt(a: &GenerateArgs) -> anyhow::Result<String> {
-    let stdin = || -> anyhow::Result<String> {
+/// The prompt, as llama-cli takes it: `-p TEXT`, `-f FILE`, `-p -` or a pipe on stdin; with
+/// where it came from, for the message if it is empty. No prompt at all (stdin a terminal) is a
+/// usage error, said before any model is loaded.
+fn read_prompt(a: &GenerateArgs) -> anyhow::Result<(String, String)> {
+    let stdin = || -> anyhow::Result<(String, String)> {
         let mut s = String::new();
         std::io::stdin()
             .read_to_string(&mut s)
             .context("reading the prompt from stdin")?;
-        Ok(s)
+        Ok((s, "the prompt on stdin".into()))
     };
     match (&a.prompt, &a.file) {
         (Some(p), _) if p == "-" => stdin(),
-        (Some(p), _) => Ok(p.clone()),
+        (Some(p), _) => Ok((p.clone(), "--prompt".into())),
         (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading the prompt from {}", f.display())),
+            .with_context(|| format!("reading the prompt from {}", f.display()))
+            .map(|t| (t, format!("the prompt file {}", f.display()))),
         (None, None) if !std::io::stdin().is_terminal() => stdin(),
         (None, None) => clap::Error::raw(
             ErrorKind::MissingRequiredArgument,
@@ -141,12 +143,11 @@ fn read_prompt(a: &GenerateArgs) -> anyhow::Result<String> {
 
 pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
     let sampler = a.sampling.config();
-    let prompt = read_prompt(&a)?;
+    let (prompt, from) = read_prompt(&a)?;
     if prompt.trim().is_empty() {
-        return Err(UsageError(
-            "the prompt is empty: give the text to continue (with --chat, the message to answer)"
-                .into(),
-        )
+        return Err(UsageError(format!(
+            "{from} is empty: give the text to continue (with --chat, the message to answer)"
+        ))
         .into());
     }
     a.prompt = Some(prompt);
