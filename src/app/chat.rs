@@ -273,7 +273,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         forward_signals(sig_tx, &quit);
         let mut stdout = io::stdout();
         draw(&mut terminal, &app);
-        if std::env::var_os("HIPSCOPE_FAULT").is_some_and(|f| f == "panic") {
+        if crate::gpu::fault::active() == Some(crate::gpu::fault::Fault::Panic) {
             // Fault injection for the end-to-end tests: a panic with the screen up.
             panic!("HIPSCOPE_FAULT=panic: a panic on the UI thread, as asked");
         }
@@ -365,7 +365,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
+        backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

@@ -7,6 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
+use crate::gpu::cpu::CPU_STREAM;
 use crate::gpu::snapshot::{DeviceSummary, WatchState, WatchdogSnapshot};
 
 use super::meter::{
@@ -207,7 +208,7 @@ impl WatchdogPanel {
         };
         let mut lines = vec![
             Line::from(vec![
-                text(" ⚠ GPU HUNG ", theme.hung_banner),
+                text(format!(" ⚠ {} HUNG ", hung_device(s)), theme.hung_banner),
                 text(
                     format!(
                         " {op} {stuck} {} (budget {}) on {}",
@@ -232,9 +233,10 @@ impl WatchdogPanel {
                 theme.text,
             )),
         ];
-        lines.push(Line::from(match &s.report {
-            Some(p) => text(format!("   report written to {}", p.display()), theme.text),
-            None => text("   the watchdog is writing a report…", theme.dim),
+        lines.push(Line::from(match (&s.report, &s.report_error) {
+            (Some(p), _) => text(format!("   report written to {}", p.display()), theme.text),
+            (None, Some(e)) => text(format!("   no report could be written: {e}"), theme.hung),
+            (None, None) => text("   the watchdog is writing a report…", theme.dim),
         }));
         lines.push(Line::from(vec![
             text("   You can ", theme.text),
@@ -254,4 +256,10 @@ impl WatchdogPanel {
             area,
         );
     }
+}
+
+/// What the hung stream runs on, for the banner and the chat's notice: the CPU backend's own ops
+/// or a GPU's stream.
+pub fn hung_device(s: &WatchdogSnapshot) -> &'static str {
+    if s.stream == CPU_STREAM { "CPU" } else { "GPU" }
 }

@@ -133,6 +133,7 @@ pub fn watchdog(state: WatchState, age_ms: u64) -> WatchdogSnapshot {
         queue_depth: 37,
         report: (state == WatchState::Hung)
             .then(|| PathBuf::from("/home/ada/.local/state/hipscope/hang-20261122-141503.txt")),
+        report_error: None,
         op_started: true,
         // Once hung, hipEventQuery itself stopped answering: the verdict rests on breadcrumbs.
         event_queries_stuck: state == WatchState::Hung,

@@ -159,12 +159,15 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let (backend, said) = crate::gpu::open::open(&BackendRequest {
-        choice: args.backend,
-        device: args.device,
-        threads: args.threads,
-        compute: compute_options(args),
-    })
+    let (backend, said) = crate::gpu::open::open(
+        &BackendRequest {
+            choice: args.backend,
+            device: args.device,
+            threads: args.threads,
+            compute: compute_options(args),
+        },
+        crate::gpu::open::hangs_to_stderr(),
+    )
     .map_err(anyhow::Error::msg)?;
     eprintln!("backend: {said}");
     Ok(backend)
