@@ -64,7 +64,11 @@ fn hang(phase: &str, op: &str) {
         written[0].display(),
         s.contents()
     );
-    assert!(screen.contains(op), "the banner names {op:?}:\n{}", s.contents());
+    assert!(
+        screen.contains(op),
+        "the banner names {op:?}:\n{}",
+        s.contents()
+    );
 
     let report = std::fs::read_to_string(&written[0]).unwrap();
     assert_eq!(field(&report, "state"), "Hung");

@@ -48,6 +48,9 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
     if opts.no_cache {
         cmd.arg("--no-cache");
     }
+    if let Some(phase) = scenario.strip_prefix("chat-hang:") {
+        cmd.env("HIPSCOPE_FAULT", format!("hang:{phase}"));
+    }
     let t0 = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -83,6 +86,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         })
     };
     match scenario {
+        s if s.starts_with("chat-hang:") => Ok(super::chat_hang::verdict(&lines, code, quit_ms)),
         "hang" => {
             let label = field("@hung", "op").unwrap_or_default();
             let detect: f64 = field("@hung", "detected_ms")

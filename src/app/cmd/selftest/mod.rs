@@ -7,8 +7,11 @@
 //!
 //! `setup.rs`: options, the result row, opening the device; `mechanisms.rs`: burst, watchdog,
 //! GEMM, upload checks; `decode.rs`: steady state and tracking overhead; `child.rs`: the
-//! child-process scenarios (hang, quit); `compute.rs`: `selftest --compute`.
+//! child-process scenarios (hang, quit); `chat_hang.rs`: the chat's worker and watchdog with a
+//! stuck kernel injected during load, prompt processing and decode (children too);
+//! `compute.rs`: `selftest --compute`.
 
+mod chat_hang;
 mod child;
 pub mod compute;
 mod decode;
@@ -67,7 +70,7 @@ pub struct SelftestArgs {
     /// With --compute: compare every op of every case (a per-op error table).
     #[arg(long, requires = "compute")]
     pub ops: bool,
-    /// Internal: run one scenario as a child process (`hang`, `quit`).
+    /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
 }
@@ -110,6 +113,9 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     match opts.child.as_deref() {
         Some("hang") => return child_hang(opts),
         Some("quit") => return child_quit(opts),
+        Some(s) if s.starts_with("chat-hang:") => {
+            return chat_hang::child_chat_hang(opts, &s["chat-hang:".len()..]);
+        }
         Some(other) => {
             eprintln!("hipscope selftest: unknown child scenario {other:?}");
             return exit_code::USAGE;
@@ -248,6 +254,13 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     println!();
     rows.push(child_row("hang → HUNG → hard exit (child)", "hang", opts));
     rows.push(child_row("normal quit (child)", "quit", opts));
+    for (check, phase) in [
+        ("chat, hang in load: HUNG, report, quit", "load"),
+        ("chat, hang in prefill: HUNG, report, quit", "prompt"),
+        ("chat, hang in decode: HUNG, report, quit", "decode"),
+    ] {
+        rows.push(child_row(check, &format!("chat-hang:{phase}"), opts));
+    }
     println!();
     println!("{:<40} {:<6} detail", "check", "result");
     println!("{}", "-".repeat(100));
