@@ -41,6 +41,8 @@ pub struct WorkerConfig {
     pub ctx_discard: u8,
     /// The configured drain deadline, for a quit the UI could not ask for.
     pub drain_deadline: Duration,
+    /// How patient the download of the default model is.
+    pub fetch: config::FetchConfig,
 }
 
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
@@ -115,6 +117,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
+        fetch: config.fetch,
     }
 }
 
@@ -354,7 +357,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     };
     let opts = WorkerOptions {
         source: cfg.model.map(ModelSource::File),
-        default_model: Box::new(|progress| {
+        default_model: Box::new(move |progress| {
             let mut report = |p: FetchProgress| match p {
                 FetchProgress::Step(s) => progress(&s, None),
                 FetchProgress::Bytes { done, total } => progress(
@@ -362,7 +365,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
                     total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
                 ),
             };
-            fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
+            fetch::ensure_default_model(&fetch::FetchOptions::from_config(&cfg.fetch), &mut report)
+                .map_err(|e| e.to_string())
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
         backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),

@@ -98,7 +98,11 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
     if let Some(p) = &args.model {
         return Ok(ModelSource::File(p.clone()));
     }
-    let path = fetch::ensure_default_model(&mut stderr_progress())?;
+    let limits = crate::app::config::fetch_settings().map_err(|e| UsageError(e.to_string()))?;
+    let path = fetch::ensure_default_model(
+        &fetch::FetchOptions::from_config(&limits),
+        &mut stderr_progress(),
+    )?;
     Ok(ModelSource::File(path))
 }
 

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::outln;
 use crate::app::exit_code;
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, Region};
@@ -64,7 +65,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         if l.starts_with("@quit-begin") {
             quit_begin = Some(Instant::now());
         }
-        println!("  [{scenario}] {l}");
+        outln!("  [{scenario}] {l}");
         lines.push(l);
     }
     let status = child.wait().map_err(|e| format!("wait: {e}"))?;
@@ -74,7 +75,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
     for l in err.lines().filter(|l| !l.trim().is_empty()) {
-        println!("  [{scenario}] stderr: {l}");
+        outln!("  [{scenario}] stderr: {l}");
     }
     let code = status.code();
     let total = t0.elapsed();
@@ -138,7 +139,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
 }
 
 pub(super) fn print_flush(s: &str) {
-    println!("{s}");
+    outln!("{s}");
     let _ = std::io::stdout().flush();
 }
 

@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+use crate::app::cmd::usage::{outln, stdout_gone};
 use crate::app::exit_code;
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::human_bytes;
@@ -122,7 +123,11 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         }
         None => {}
     }
-    println!("hipscope selftest");
+    outln!("hipscope selftest");
+    if stdout_gone() {
+        // Nobody reads the results (`| head`): end quietly, before any device is opened.
+        return exit_code::OK;
+    }
     let (mut gpu, _) = match open(opts, false) {
         Ok(g) => g,
         Err(e) => {
@@ -139,10 +144,10 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     }
     match gpu.gemm_path() {
         GemmPath::Blas { library } => {
-            println!("gemm      {library} (bound to our stream, device pointer mode)")
+            outln!("gemm      {library} (bound to our stream, device pointer mode)")
         }
-        GemmPath::Fallback { reason } => println!("gemm      hipscope hs_sgemm ({reason})"),
-        GemmPath::NotReady => println!("gemm      not ready"),
+        GemmPath::Fallback { reason } => outln!("gemm      hipscope hs_sgemm ({reason})"),
+        GemmPath::NotReady => outln!("gemm      not ready"),
     }
     gpu.start_event_prober(PROBE_INTERVAL);
     let (tx, rx) = channel::<WatchEvent>();
@@ -169,7 +174,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         }
     };
     let mut rows = Vec::new();
-    println!();
+    outln!();
     rows.push(row("queue depth under a burst", burst(&mut gpu)));
     rows.push(row(
         "watchdog SLOW, then OK on release",
@@ -180,7 +185,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     match DecodeModel::open(opts) {
         Ok(mut model) => {
             if let Some(a) = model.arena() {
-                println!(
+                outln!(
                     "arena     {} capacity, {} used, high-water {}, largest free {}, {} device \
                      allocations, runtime overhead {}, device {} free of {}, pinned host {}",
                     human_bytes(a.capacity),
@@ -209,7 +214,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
                         )
                     })
                     .collect();
-                println!("          regions: {}", regions.join(", "));
+                outln!("          regions: {}", regions.join(", "));
             }
             rows.push(row(
                 "no device allocation in steady state",
@@ -251,7 +256,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
             outcome.reason.as_deref().unwrap_or("all done")
         ),
     });
-    println!();
+    outln!();
     rows.push(child_row("hang → HUNG → hard exit (child)", "hang", opts));
     rows.push(child_row("normal quit (child)", "quit", opts));
     for (check, phase) in [
@@ -261,11 +266,11 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     ] {
         rows.push(child_row(check, &format!("chat-hang:{phase}"), opts));
     }
-    println!();
-    println!("{:<40} {:<6} detail", "check", "result");
-    println!("{}", "-".repeat(100));
+    outln!();
+    outln!("{:<40} {:<6} detail", "check", "result");
+    outln!("{}", "-".repeat(100));
     for r in &rows {
-        println!(
+        outln!(
             "{:<40} {:<6} {}",
             r.check,
             if r.pass { "PASS" } else { "FAIL" },
@@ -273,12 +278,15 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         );
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
-    println!();
+    outln!();
+    if stdout_gone() {
+        return exit_code::OK;
+    }
     if failed == 0 {
-        println!("all {} checks passed", rows.len());
+        outln!("all {} checks passed", rows.len());
         0
     } else {
-        println!("{failed} of {} checks failed", rows.len());
+        outln!("{failed} of {} checks failed", rows.len());
         1
     }
 }
