@@ -484,6 +484,74 @@ mod tests {
     }
 
     #[test]
+    fn a_report_that_cannot_be_written_says_why_until_the_op_changes() {
+        let mut mem = WatchMemory::default();
+        let head = op(3, "load · stuck op", 0, 10, 100);
+        let mut w = |_: &WatchdogSnapshot| Err("/ro/reports: read-only file system".to_string());
+        let hb = Duration::from_secs(100);
+        let e = step(
+            &mut mem,
+            snap(WatchState::Hung),
+            Some(&head),
+            1,
+            0,
+            hb,
+            &mut w,
+        );
+        let Some(WatchEvent::Hung {
+            snapshot,
+            report_error,
+        }) = e
+        else {
+            panic!("expected Hung, got {e:?}")
+        };
+        assert_eq!(snapshot.report, None);
+        assert_eq!(snapshot.report_error, report_error);
+        assert!(report_error.is_some_and(|e| e.contains("read-only")));
+        // Later snapshots of the same op keep saying why (the banner shows it).
+        let Some(WatchEvent::Snapshot(s)) = step(
+            &mut mem,
+            snap(WatchState::Hung),
+            Some(&head),
+            200,
+            1,
+            Duration::ZERO,
+            &mut w,
+        ) else {
+            panic!("expected a heartbeat snapshot")
+        };
+        assert!(s.report_error.is_some());
+        let next = op(4, "embed", 0, 10, 100);
+        let e = step(
+            &mut mem,
+            snap(WatchState::Ok),
+            Some(&next),
+            300,
+            200,
+            hb,
+            &mut w,
+        );
+        assert!(matches!(e, Some(WatchEvent::Snapshot(s)) if s.report_error.is_none()));
+    }
+
+    #[test]
+    fn a_host_op_in_flight_has_started_and_turns_hung_on_its_budget() {
+        let mut ts = crate::gpu::stream::TrackedStream::on_host("cpu");
+        let l = ts.label("layer 15 · stuck op");
+        let b = Budget {
+            slow: Duration::from_millis(100),
+            hung: Duration::from_millis(1000),
+        };
+        let _op = ts.host_op(l, Some(b));
+        let shared = ts.shared().clone();
+        let enq = shared.op(1).expect("op").enqueued_ns;
+        let (s, _) = evaluate(&shared, enq + 1_500_000_000, Duration::from_secs(1));
+        assert_eq!(s.state, WatchState::Hung);
+        assert!(s.op_started, "a host op in flight is running");
+        assert_eq!(s.op.as_deref(), Some("layer 15 · stuck op"));
+    }
+
+    #[test]
     fn states_follow_the_heads_budget() {
         let mut fake = crate::gpu::fake::FakeDevice::new(crate::gpu::fake::FakeScript::default());
         let mut ts = crate::gpu::stream::TrackedStream::new("x", &mut fake).expect("stream");
