@@ -8,7 +8,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use crate::gpu::cpu::CPU_STREAM;
-use crate::gpu::snapshot::{DeviceSummary, WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
 
 use super::meter::{
     bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,
@@ -69,25 +69,14 @@ impl WatchdogPanel {
         }
     }
 
-    pub fn render(
-        &self,
-        frame: &mut Frame,
-        area: Rect,
-        theme: &Theme,
-        device: Option<&DeviceSummary>,
-    ) {
+    pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
         let Some(inner) = open_panel(frame, area, "Watchdog", theme, 8) else {
             return;
         };
         let w = usize::from(inner.width);
+        // The watchdog starts with the device (the CPU backend's ops too) and reports at once.
         let Some(s) = &self.snapshot else {
-            let msg = match device {
-                Some(d) if d.backend == "cpu" => {
-                    "Nothing to watch: the CPU backend has no device queue that could hang."
-                }
-                _ => "No check yet.",
-            };
-            panel_note(frame, inner, msg, theme);
+            panel_note(frame, inner, "No check yet.", theme);
             return;
         };
         let label_w = 7;

@@ -140,6 +140,16 @@ pub fn watchdog(state: WatchState, age_ms: u64) -> WatchdogSnapshot {
     }
 }
 
+/// The CPU backend's watchdog at rest: its ops (the CPU's own stream) all finished.
+pub fn cpu_watchdog() -> WatchdogSnapshot {
+    WatchdogSnapshot {
+        state: WatchState::Ok,
+        stream: "cpu".into(),
+        last_completed: Some("read".into()),
+        ..WatchdogSnapshot::default()
+    }
+}
+
 pub fn telemetry(util: f32, power: f32) -> TelemetrySample {
     TelemetrySample {
         gpus: vec![hipscope::gpu::snapshot::GpuReading {
