@@ -19,8 +19,7 @@ use crate::model::loader::LoadOptions;
 use crate::model::protocol::{Command, Event, ModelSource};
 use crate::model::worker::{self, WorkerOptions};
 
-use super::child::print_flush;
-use super::setup::SelftestOptions;
+use super::setup::{SelftestOptions, print_flush};
 
 /// The quit's drain deadline in the child.
 const DRAIN: Duration = Duration::from_secs(1);

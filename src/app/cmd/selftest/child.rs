@@ -138,11 +138,6 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
     }
 }
 
-pub(super) fn print_flush(s: &str) {
-    outln!("{s}");
-    let _ = std::io::stdout().flush();
-}
-
 pub(super) fn small_arena(gpu: &mut Gpu) -> Result<(), GpuError> {
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
 }

@@ -118,3 +118,9 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
     }
     Ok((gpu, reason))
 }
+
+/// A line for the parent to read as soon as it is written (children's `@event | key=value` lines).
+pub(super) fn print_flush(s: &str) {
+    // `write_out` flushes each write.
+    outln!("{s}");
+}
