@@ -121,3 +121,40 @@ fn verbosity_raises_the_level() {
     assert_eq!(LogLevel::Info.raised(1), LogLevel::Debug);
     assert_eq!(LogLevel::Warn.raised(5), LogLevel::Trace);
 }
+
+#[test]
+fn kept_settings_change_only_their_values_and_keep_the_comments() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let mine = DEFAULT_CONFIG_TOML.replace("[sampler]", "# my own note, kept\n[sampler]");
+    std::fs::write(&path, &mine).unwrap();
+    let mut s = SamplerConfig {
+        temp: 0.3,
+        top_k: 12,
+        seed: 42,
+        stop: vec!["</s>".into()],
+        ..SamplerConfig::default()
+    };
+    keep_sampler_defaults(&path, &s).unwrap();
+    let after = std::fs::read_to_string(&path).unwrap();
+    for line in mine.lines().filter(|l| l.trim_start().starts_with('#')) {
+        assert!(after.contains(line), "lost {line:?}:\n{after}");
+    }
+    let c = Config::load(&path).unwrap();
+    assert_eq!(c.sampler, s);
+    let mut rest = c.clone();
+    rest.sampler = SamplerConfig::default();
+    assert_eq!(rest, Config::default(), "only the sampler changed");
+    // The random seed is written as the word.
+    s.seed = crate::model::sampler::RANDOM_SEED;
+    keep_sampler_defaults(&path, &s).unwrap();
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains("seed = \"random\"")
+    );
+    // No file yet: the documented one, with these values.
+    let fresh = dir.path().join("new/config.toml");
+    keep_sampler_defaults(&fresh, &s).unwrap();
+    assert_eq!(Config::load(&fresh).unwrap().sampler, s);
+}
