@@ -250,6 +250,12 @@ impl GpuPanel {
                     let v = ellipsize(&fan_pcie.join(" · "), value_w);
                     lines.push(kv("", &v, label_w, theme));
                 }
+                // Which sources these numbers came from (`hipscope top` says which from which).
+                let from = t.source_names();
+                if !from.is_empty() {
+                    let v = ellipsize(&from.join(", "), value_w);
+                    lines.push(kv("from", &v, label_w, theme));
+                }
             }
         }
         // Why this backend: often long (which runtime was missing, which device won), and the

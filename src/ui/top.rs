@@ -186,6 +186,16 @@ impl TopView {
         if !now.is_empty() {
             lines.push(Line::from(text(ellipsize(&now.join(" · "), w), theme.text)));
         }
+        // Where each number came from: `sysfs: util vram … · hwmon: temp power …`.
+        let from: Vec<String> = g
+            .sources()
+            .into_iter()
+            .map(|(src, labels)| format!("{}: {}", g.source_label(src), labels.join(", ")))
+            .collect();
+        if !from.is_empty() {
+            let v = format!("from {}", from.join(" · "));
+            lines.push(Line::from(text(ellipsize(&v, w), theme.dim)));
+        }
         let rows = (lines.len() as u16).min(inner.height);
         frame.render_widget(
             Paragraph::new(lines),

@@ -54,15 +54,17 @@ pub fn environment(f: &Facts) -> Vec<Check> {
     });
     for l in &f.libraries {
         out.push(match &l.found {
-            Some((so, file)) => Check::new(
-                sec,
-                l.name,
-                Status::Pass,
-                match file {
+            Some((so, file)) => {
+                let found = match file {
                     Some(file) if file != so => format!("{so} ({file})"),
                     _ => so.clone(),
-                },
-            ),
+                };
+                if l.name == "rocm-smi" {
+                    rocm_smi_check(f, found)
+                } else {
+                    Check::new(sec, l.name, Status::Pass, found)
+                }
+            }
             None => Check::new(sec, l.name, Status::Skip, "not found"),
         });
     }
@@ -117,6 +119,45 @@ pub fn environment(f: &Facts) -> Vec<Check> {
     out
 }
 
+/// The rocm-smi library: its version and what `rsmi_init` said. A failed init is expected with
+/// no AMD GPU; with one it is worth a warning (hipscope reads sysfs itself and goes on).
+fn rocm_smi_check(f: &Facts, found: String) -> Check {
+    let sec = "environment";
+    let Some(p) = &f.rocm_smi else {
+        return Check::new(sec, "rocm-smi", Status::Pass, found);
+    };
+    let amd = f.gpus.iter().filter(|g| g.vendor == "amd").count();
+    let head = format!("{found} · library {}", p.version);
+    match (&p.error, p.devices) {
+        (None, Some(n)) if n as usize == amd => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Pass,
+            format!("{head} · rsmi_init ok, {n} device{}", if n == 1 { "" } else { "s" }),
+        ),
+        (None, Some(n)) => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Warn,
+            format!("{head} · rsmi_init ok, {n} devices, sysfs shows {amd} amdgpu card{}", if amd == 1 { "" } else { "s" }),
+        )
+        .advise("rocm-smi and sysfs disagree: check /dev/kfd access and that the library matches the driver"),
+        (Some(e), _) if amd == 0 => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Pass,
+            format!("{head} · no AMD GPU: {e}"),
+        ),
+        (e, _) => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Warn,
+            format!("{head} · {}", e.as_deref().unwrap_or("no answer")),
+        )
+        .advise("telemetry reads sysfs without it; for rocm-smi itself, check /dev/kfd access and that the library matches the driver"),
+    }
+}
+
 /// Devices: every GPU telemetry sees, with what kind it is.
 pub fn devices(f: &Facts) -> Vec<Check> {
     let sec = "devices";
@@ -150,6 +191,10 @@ pub fn devices(f: &Facts) -> Vec<Check> {
         }
         if g.suspended {
             d.push("runtime-suspended (not woken)".into());
+        }
+        let from = g.source_names();
+        if !from.is_empty() {
+            d.push(format!("read from {}", from.join(", ")));
         }
         let missing_arch = g.vendor == "amd" && g.arch.is_none() && !g.suspended;
         let mut c = Check::new(
