@@ -12,7 +12,7 @@ use ratatui::widgets::Paragraph;
 use crate::gpu::snapshot::{GpuReading, TelemetrySample};
 use crate::gpu::telemetry::PowerScope;
 
-use super::meter::{bar, ellipsize, history, open_panel, text};
+use super::meter::{bar, ellipsize, history, open_panel, text, wrap_words};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -194,7 +194,9 @@ impl TopView {
             .collect();
         if !from.is_empty() {
             let v = format!("from {}", from.join(" · "));
-            lines.push(Line::from(text(ellipsize(&v, w), theme.dim)));
+            for l in wrap_words(&v, w, 2) {
+                lines.push(Line::from(text(l, theme.dim)));
+            }
         }
         let rows = (lines.len() as u16).min(inner.height);
         frame.render_widget(

@@ -178,13 +178,11 @@ pub const READINGS: &[(&str, &str, fn(&GpuReading) -> bool)] = &[
     ("gpu_util_pct", "util", |g| g.gpu_util_pct.is_some()),
     ("mem_util_pct", "mem busy", |g| g.mem_util_pct.is_some()),
     ("vram_used", "vram", |g| g.vram_used.is_some()),
-    ("vram_total", "vram total", |g| g.vram_total.is_some()),
+    ("vram_total", "vram", |g| g.vram_total.is_some()),
     ("vis_vram_used", "vis vram", |g| g.vis_vram_used.is_some()),
-    ("vis_vram_total", "vis vram total", |g| {
-        g.vis_vram_total.is_some()
-    }),
+    ("vis_vram_total", "vis vram", |g| g.vis_vram_total.is_some()),
     ("gtt_used", "gtt", |g| g.gtt_used.is_some()),
-    ("gtt_total", "gtt total", |g| g.gtt_total.is_some()),
+    ("gtt_total", "gtt", |g| g.gtt_total.is_some()),
     ("temp_edge_c", "temp", |g| g.temp_edge_c.is_some()),
     ("temp_junction_c", "hotspot", |g| {
         g.temp_junction_c.is_some()
@@ -195,10 +193,10 @@ pub const READINGS: &[(&str, &str, fn(&GpuReading) -> bool)] = &[
     ("power_cap_w", "power cap", |g| g.power_cap_w.is_some()),
     ("sclk_mhz", "sclk", |g| g.sclk_mhz.is_some()),
     ("mclk_mhz", "mclk", |g| g.mclk_mhz.is_some()),
-    ("fan_rpm", "fan rpm", |g| g.fan_rpm.is_some()),
-    ("fan_pct", "fan %", |g| g.fan_pct.is_some()),
-    ("pcie_speed", "pcie speed", |g| g.pcie_speed.is_some()),
-    ("pcie_width", "pcie width", |g| g.pcie_width.is_some()),
+    ("fan_rpm", "fan", |g| g.fan_rpm.is_some()),
+    ("fan_pct", "fan", |g| g.fan_pct.is_some()),
+    ("pcie_speed", "pcie", |g| g.pcie_speed.is_some()),
+    ("pcie_width", "pcie", |g| g.pcie_width.is_some()),
 ];
 
 impl GpuReading {
@@ -235,7 +233,8 @@ impl GpuReading {
         }
     }
 
-    /// Each source with the short labels of the readings it gave, in [`READINGS`] order.
+    /// Each source with the short labels of the readings it gave, in [`READINGS`] order (a
+    /// pool's use and total share one label).
     pub fn sources(&self) -> Vec<(&'static str, Vec<&'static str>)> {
         let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
         for (k, label, has) in READINGS {
@@ -243,6 +242,7 @@ impl GpuReading {
                 continue;
             };
             match out.iter_mut().find(|(s, _)| s == src) {
+                Some((_, v)) if v.contains(label) => {}
                 Some((_, v)) => v.push(label),
                 None => out.push((src, vec![label])),
             }
@@ -461,7 +461,7 @@ mod tests {
             vec![
                 ("sysfs", vec!["util"]),
                 ("hwmon", vec!["temp"]),
-                ("gpu_metrics", vec!["fan rpm"])
+                ("gpu_metrics", vec!["fan"])
             ]
         );
         assert_eq!(g.source_names(), ["sysfs", "hwmon", "gpu_metrics 1.3"]);

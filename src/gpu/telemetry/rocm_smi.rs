@@ -655,7 +655,7 @@ mod tests {
             g.sources(),
             vec![
                 ("sysfs", vec!["util", "temp"]),
-                ("rocm-smi", vec!["hotspot", "power", "sclk", "fan %"])
+                ("rocm-smi", vec!["hotspot", "power", "sclk", "fan"])
             ]
         );
     }
