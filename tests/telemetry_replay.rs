@@ -262,6 +262,23 @@ fn gpu_panel_from_replayed_fixtures() {
 }
 
 #[test]
+fn a_tall_gpu_panel_draws_every_history_the_source_has() {
+    let theme = Theme::new(ThemeName::Mono);
+    let rx = panel_for("rx7900xtx", hip("AMD Radeon RX 7900 XTX", "gfx1100"));
+    let screen = format!("{:?}", draw(44, 60, |f| rx.render(f, f.area(), &theme)));
+    for label in [
+        "util · 0–100%",
+        "power · 0–268 W",
+        "temp · 0–78 °C",
+        "memory · 0–100%",
+        "sclk · 0–2482 MHz",
+        "fan · 0–1450 rpm",
+    ] {
+        assert!(screen.contains(label), "{label} missing:\n{screen}");
+    }
+}
+
+#[test]
 fn top_from_replayed_fixtures() {
     let theme = Theme::new(ThemeName::Mono);
     for name in ["rx7900xtx", "strix-halo"] {

@@ -277,6 +277,14 @@ impl RocmSmi {
         Ok(n)
     }
 
+    /// A device's PCI BDFID (known to the library since init; reads no sensor).
+    fn bdf(&self, i: u32) -> Option<u64> {
+        let f = self.pci_id?;
+        let mut v = 0u64;
+        // SAFETY: after a successful init, device index below the count, one u64 written.
+        (self.initialised && unsafe { f(i, &mut v) } == SUCCESS).then_some(v)
+    }
+
     /// One device's readings. Only reachable after [`RocmSmi::initialise`] succeeded.
     fn read_device(&self, i: u32) -> RsmiReading {
         debug_assert!(self.initialised);
@@ -475,6 +483,15 @@ pub fn merge(g: &mut GpuReading, r: &RsmiReading) {
     g.credit(&before, "rocm-smi");
 }
 
+/// Whether the device at `bdf` may be read: not when sysfs found its card runtime-suspended
+/// (reading its sensors would wake it, as sysfs's own reader avoids).
+pub fn may_read(out: &TelemetrySample, bdf: Option<u64>) -> bool {
+    let pci = bdf.map(bdf_string);
+    !out.gpus
+        .iter()
+        .any(|g| g.suspended && pci.is_some() && g.pci == pci)
+}
+
 /// Merges every device into the sample: into the GPU with its PCI address, else (a card sysfs
 /// did not list) as a GPU of its own, `rsmiN`.
 pub fn merge_all(out: &mut TelemetrySample, readings: &[RsmiReading]) {
@@ -534,8 +551,10 @@ impl Source for RocmSmiSource {
     }
 
     fn sample(&mut self, out: &mut TelemetrySample) {
-        let readings: Vec<RsmiReading> =
-            (0..self.devices).map(|i| self.smi.read_device(i)).collect();
+        let readings: Vec<RsmiReading> = (0..self.devices)
+            .filter(|&i| may_read(out, self.smi.bdf(i)))
+            .map(|i| self.smi.read_device(i))
+            .collect();
         merge_all(out, &readings);
     }
 }
@@ -611,7 +630,7 @@ mod tests {
 
     #[test]
     fn bdf_ids_format_as_sysfs_addresses() {
-        let id = (0x0000u64 << 32) | (0x03 << 8) | (0x00 << 3);
+        let id: u64 = 0x03 << 8; // domain 0, bus 3, device 0, function 0
         assert_eq!(bdf_string(id), "0000:03:00.0");
         let id = (0x0001u64 << 32) | (0xc1 << 8) | (0x1f << 3) | 0x7;
         assert_eq!(bdf_string(id), "0001:c1:1f.7");
@@ -710,6 +729,22 @@ mod tests {
         );
         assert_eq!(added.pci.as_deref(), Some("0000:03:00.0"));
         assert_eq!(added.from.get("vram_total"), Some(&"rocm-smi"));
+    }
+
+    #[test]
+    fn a_suspended_card_is_not_read_through_rocm_smi() {
+        let s = TelemetrySample {
+            gpus: vec![GpuReading {
+                vendor: "amd".into(),
+                pci: Some("0000:03:00.0".into()),
+                suspended: true,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        assert!(!may_read(&s, Some(0x03 << 8)));
+        assert!(may_read(&s, Some(0x04 << 8)), "another card");
+        assert!(may_read(&s, None), "no address: nothing to match");
     }
 
     #[test]
