@@ -253,3 +253,57 @@ pub fn driver(f: &Facts) -> Vec<Check> {
     out.extend(rules::evaluate(f));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::telemetry::{GpuReading, rocm_smi::Probe};
+
+    fn facts(amd_cards: usize, probe: Probe) -> Facts {
+        Facts {
+            gpus: (0..amd_cards)
+                .map(|i| GpuReading {
+                    id: format!("card{i}"),
+                    vendor: "amd".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            rocm_smi: Some(probe),
+            ..Default::default()
+        }
+    }
+
+    fn probe(devices: Option<u32>, error: Option<&str>) -> Probe {
+        Probe {
+            soname: "librocm_smi64.so.1".into(),
+            version: "1.0.0".into(),
+            devices,
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn rocm_smi_is_reported_with_its_version_and_what_init_said() {
+        let init_failed = "rsmi_init failed: RSMI_STATUS_INIT_ERROR (8)";
+        // No AMD GPU: a failed init is expected, and said.
+        let c = rocm_smi_check(&facts(0, probe(None, Some(init_failed))), "so".into());
+        assert_eq!(c.status, Status::Pass);
+        assert!(c.detail.contains("library 1.0.0"), "{}", c.detail);
+        assert!(
+            c.detail.contains("no AMD GPU: rsmi_init failed"),
+            "{}",
+            c.detail
+        );
+        // An AMD GPU rocm-smi cannot see: a warning, and telemetry goes on without it.
+        let c = rocm_smi_check(&facts(1, probe(None, Some(init_failed))), "so".into());
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.advice.contains("sysfs"), "{}", c.advice);
+        let c = rocm_smi_check(&facts(1, probe(Some(1), None)), "so".into());
+        assert_eq!(
+            (c.status, c.detail.ends_with("1 device")),
+            (Status::Pass, true)
+        );
+        let c = rocm_smi_check(&facts(2, probe(Some(1), None)), "so".into());
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+    }
+}
