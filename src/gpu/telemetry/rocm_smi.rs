@@ -181,10 +181,6 @@ pub struct RocmSmi {
     fan_speed: Option<SensorI64Fn>,
 }
 
-// SAFETY: the table is plain function pointers into a library that stays loaded; rocm-smi's
-// calls take their own locks. One thread (the sampler's) uses a given value.
-unsafe impl Send for RocmSmi {}
-
 fn opt<T: Copy>(lib: &Library, name: &str) -> Option<T> {
     // SAFETY: each caller names T as the symbol's exact C signature from rocm_smi.h.
     unsafe {
