@@ -28,7 +28,43 @@ pub struct Shape {
     pub qkv_bias: bool,
     /// llama 3.1 RoPE scaling (factor, low, high, original context) as `rope_freqs.weight`.
     pub llama3_rope: Option<(f32, f32, f32, f32)>,
+    /// `attention.key_length` where it is not dim / heads (Qwen 3, Gemma); 0: dim / heads.
+    pub head_dim: usize,
+    /// Dimensions RoPE rotates (Phi-4-mini's partial rotary); 0: the whole head.
+    pub rot_dims: usize,
+    /// `attention.sliding_window` (Gemma, Phi-3); 0: none written.
+    pub sliding_window: usize,
+    /// Gemma 2's `attn_logit_softcapping` and `final_logit_softcapping`; 0: none written.
+    pub attn_softcap: f32,
+    pub final_softcap: f32,
+    /// Phi-3 LongRoPE: the original context; the factor tensors and `rope.scaling.attn_factor`
+    /// follow from it and `ctx` as llama.cpp's converter computes them.
+    pub long_rope: Option<usize>,
 }
+
+/// The llama shape's defaults for the fields most shapes leave alone.
+const LLAMA: Shape = Shape {
+    name: "",
+    arch: "llama",
+    n_layers: 2,
+    dim: 256,
+    ffn_dim: 512,
+    n_heads: 4,
+    n_kv_heads: 2,
+    vocab: 512,
+    ctx: 512,
+    rope_base: 10000.0,
+    rms_eps: 1e-5,
+    tied: false,
+    qkv_bias: false,
+    llama3_rope: None,
+    head_dim: 0,
+    rot_dims: 0,
+    sliding_window: 0,
+    attn_softcap: 0.0,
+    final_softcap: 0.0,
+    long_rope: None,
+};
 
 /// Every shape `--synthetic` knows.
 pub const SHAPES: &[Shape] = &[
@@ -46,7 +82,7 @@ pub const SHAPES: &[Shape] = &[
         rms_eps: 1e-5,
         tied: false,
         qkv_bias: false,
-        llama3_rope: None,
+        ..LLAMA
     },
     Shape {
         name: "tiny-qwen2",
@@ -62,7 +98,7 @@ pub const SHAPES: &[Shape] = &[
         rms_eps: 1e-6,
         tied: true,
         qkv_bias: true,
-        llama3_rope: None,
+        ..LLAMA
     },
     Shape {
         name: "tiny-llama3",
@@ -79,6 +115,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         qkv_bias: false,
         llama3_rope: Some((8.0, 1.0, 4.0, 64.0)),
+        ..LLAMA
     },
     Shape {
         name: "smollm2-135m",
@@ -94,7 +131,7 @@ pub const SHAPES: &[Shape] = &[
         rms_eps: 1e-5,
         tied: true,
         qkv_bias: false,
-        llama3_rope: None,
+        ..LLAMA
     },
     Shape {
         name: "qwen2.5-0.5b",
@@ -110,7 +147,7 @@ pub const SHAPES: &[Shape] = &[
         rms_eps: 1e-6,
         tied: true,
         qkv_bias: true,
-        llama3_rope: None,
+        ..LLAMA
     },
     Shape {
         name: "llama-3.2-1b",
@@ -127,6 +164,7 @@ pub const SHAPES: &[Shape] = &[
         tied: true,
         qkv_bias: false,
         llama3_rope: Some((32.0, 1.0, 4.0, 8192.0)),
+        ..LLAMA
     },
     Shape {
         name: "llama-2-7b",
@@ -142,7 +180,134 @@ pub const SHAPES: &[Shape] = &[
         rms_eps: 1e-5,
         tied: false,
         qkv_bias: false,
-        llama3_rope: None,
+        ..LLAMA
+    },
+    Shape {
+        name: "tiny-qwen3",
+        arch: "qwen3",
+        n_kv_heads: 2,
+        head_dim: 96,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        ..LLAMA
+    },
+    Shape {
+        name: "tiny-gemma2",
+        arch: "gemma2",
+        n_layers: 4,
+        head_dim: 128,
+        rms_eps: 1e-6,
+        tied: true,
+        sliding_window: 16,
+        attn_softcap: 50.0,
+        final_softcap: 30.0,
+        ..LLAMA
+    },
+    Shape {
+        name: "tiny-gemma3",
+        arch: "gemma3",
+        n_layers: 6,
+        n_kv_heads: 1,
+        head_dim: 128,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        sliding_window: 16,
+        ..LLAMA
+    },
+    Shape {
+        name: "tiny-phi3",
+        arch: "phi3",
+        n_kv_heads: 4,
+        ctx: 4096,
+        rot_dims: 48,
+        sliding_window: 2047,
+        long_rope: Some(256),
+        ..LLAMA
+    },
+    Shape {
+        name: "qwen3-0.6b",
+        arch: "qwen3",
+        n_layers: 28,
+        dim: 1024,
+        ffn_dim: 3072,
+        n_heads: 16,
+        n_kv_heads: 8,
+        head_dim: 128,
+        vocab: 151_936,
+        ctx: 40960,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        ..LLAMA
+    },
+    Shape {
+        name: "gemma3-1b",
+        arch: "gemma3",
+        n_layers: 26,
+        dim: 1152,
+        ffn_dim: 6912,
+        n_heads: 4,
+        n_kv_heads: 1,
+        head_dim: 256,
+        vocab: 262_144,
+        ctx: 32768,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        tied: true,
+        sliding_window: 512,
+        ..LLAMA
+    },
+    Shape {
+        name: "gemma2-2b",
+        arch: "gemma2",
+        n_layers: 26,
+        dim: 2304,
+        ffn_dim: 9216,
+        n_heads: 8,
+        n_kv_heads: 4,
+        head_dim: 256,
+        vocab: 256_000,
+        ctx: 8192,
+        rms_eps: 1e-6,
+        tied: true,
+        sliding_window: 4096,
+        attn_softcap: 50.0,
+        final_softcap: 30.0,
+        ..LLAMA
+    },
+    // Phi-3-mini-128k-instruct (the 4k model is this shape without LongRoPE).
+    Shape {
+        name: "phi3-mini",
+        arch: "phi3",
+        n_layers: 32,
+        dim: 3072,
+        ffn_dim: 8192,
+        n_heads: 32,
+        n_kv_heads: 32,
+        vocab: 32064,
+        ctx: 131_072,
+        sliding_window: 262_144,
+        long_rope: Some(4096),
+        ..LLAMA
+    },
+    // Phi-4-mini-instruct: grouped KV heads, a quarter of each head left unrotated.
+    Shape {
+        name: "phi4-mini",
+        arch: "phi3",
+        n_layers: 32,
+        dim: 3072,
+        ffn_dim: 8192,
+        n_heads: 24,
+        n_kv_heads: 8,
+        rot_dims: 96,
+        vocab: 200_064,
+        ctx: 131_072,
+        tied: true,
+        sliding_window: 262_144,
+        long_rope: Some(4096),
+        ..LLAMA
     },
 ];
 
@@ -156,6 +321,26 @@ pub enum SynthError {
     Io { path: String, cause: std::io::Error },
     #[error("quantizing {tensor}: {message}")]
     Quant { tensor: String, message: String },
+}
+
+impl Shape {
+    /// Dimensions of a head.
+    pub fn head_dim(&self) -> usize {
+        if self.head_dim > 0 {
+            self.head_dim
+        } else {
+            self.dim / self.n_heads
+        }
+    }
+
+    /// Dimensions of a head RoPE rotates.
+    pub fn rot_dims(&self) -> usize {
+        if self.rot_dims > 0 {
+            self.rot_dims
+        } else {
+            self.head_dim()
+        }
+    }
 }
 
 pub fn shape(name: &str) -> Result<&'static Shape, SynthError> {
@@ -199,9 +384,10 @@ struct Tensor {
     offset: f32,
 }
 
+/// The tensors llama.cpp's converter writes for the shape's architecture, in its names.
 fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
     let (d, ff, v) = (s.dim as u64, s.ffn_dim as u64, s.vocab as u64);
-    let hd = (s.dim / s.n_heads) as u64;
+    let hd = s.head_dim() as u64;
     let q = s.n_heads as u64 * hd;
     let kv = s.n_kv_heads as u64 * hd;
     // Weights of std 1/sqrt(fan_in) keep activations near unit scale; uniform [-a, a] has std
@@ -216,32 +402,86 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
         scale,
         offset,
     };
+    let (phi3, gemma) = (s.arch == "phi3", s.arch.starts_with("gemma"));
+    let qk_norm = matches!(s.arch, "qwen3" | "gemma3");
     let mut t = vec![mat("token_embd.weight".into(), d, v)];
     for l in 0..s.n_layers {
         let n = |x: &str| format!("blk.{l}.{x}");
         t.push(vec_(n("attn_norm.weight"), d, 1.0, 0.1));
-        t.push(mat(n("attn_q.weight"), d, q));
-        t.push(mat(n("attn_k.weight"), d, kv));
-        t.push(mat(n("attn_v.weight"), d, kv));
+        if phi3 {
+            t.push(mat(n("attn_qkv.weight"), d, q + 2 * kv));
+        } else {
+            t.push(mat(n("attn_q.weight"), d, q));
+            t.push(mat(n("attn_k.weight"), d, kv));
+            t.push(mat(n("attn_v.weight"), d, kv));
+        }
         if s.qkv_bias {
             t.push(vec_(n("attn_q.bias"), q, 0.0, 0.1));
             t.push(vec_(n("attn_k.bias"), kv, 0.0, 0.1));
             t.push(vec_(n("attn_v.bias"), kv, 0.0, 0.1));
         }
+        if qk_norm {
+            t.push(vec_(n("attn_q_norm.weight"), hd, 1.0, 0.1));
+            t.push(vec_(n("attn_k_norm.weight"), hd, 1.0, 0.1));
+        }
         t.push(mat(n("attn_output.weight"), q, d));
+        if gemma {
+            t.push(vec_(n("post_attention_norm.weight"), d, 1.0, 0.1));
+        }
         t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
-        t.push(mat(n("ffn_gate.weight"), d, ff));
-        t.push(mat(n("ffn_up.weight"), d, ff));
+        if phi3 {
+            // gate_up_proj as the converter keeps it: gate rows, then up rows.
+            t.push(mat(n("ffn_up.weight"), d, 2 * ff));
+        } else {
+            t.push(mat(n("ffn_gate.weight"), d, ff));
+            t.push(mat(n("ffn_up.weight"), d, ff));
+        }
         t.push(mat(n("ffn_down.weight"), ff, d));
+        if gemma {
+            t.push(vec_(n("post_ffw_norm.weight"), d, 1.0, 0.1));
+        }
     }
     t.push(vec_("output_norm.weight".into(), d, 1.0, 0.1));
     if !s.tied {
         t.push(mat("output.weight".into(), d, v));
     }
+    let pairs = s.rot_dims() as u64 / 2;
     if s.llama3_rope.is_some() {
-        t.push(vec_("rope_freqs.weight".into(), hd / 2, 0.0, 0.0));
+        t.push(vec_("rope_freqs.weight".into(), pairs, 0.0, 0.0));
+    }
+    if s.long_rope.is_some() {
+        t.push(vec_("rope_factors_long.weight".into(), pairs, 0.0, 0.0));
+        t.push(vec_("rope_factors_short.weight".into(), pairs, 0.0, 0.0));
     }
     t
+}
+
+/// LongRoPE factors of the shape's length, shaped like Phi-3's: short ones near 1, long ones
+/// growing with the pair's wavelength up to about the context ratio.
+fn long_rope_factors(s: &Shape, long: bool) -> Vec<f32> {
+    let pairs = s.rot_dims() / 2;
+    let ratio = s.long_rope.map_or(1.0, |orig| s.ctx as f32 / orig as f32);
+    (0..pairs)
+        .map(|i| {
+            let x = i as f32 / pairs.max(1) as f32;
+            if long {
+                1.0 + (ratio - 1.0) * x * x
+            } else {
+                1.0 + 0.1 * x * x
+            }
+        })
+        .collect()
+}
+
+/// `rope.scaling.attn_factor` as llama.cpp's converter computes it for su/longrope.
+fn long_rope_attn_factor(s: &Shape) -> Option<f32> {
+    let orig = s.long_rope? as f64;
+    let scale = s.ctx as f64 / orig;
+    Some(if scale > 1.0 {
+        (1.0 + scale.ln() / orig.ln()).sqrt() as f32
+    } else {
+        1.0
+    })
 }
 
 /// llama 3.1 RoPE frequency factors, as llama.cpp's converter computes them.
@@ -249,7 +489,7 @@ fn llama3_freq_factors(s: &Shape) -> Vec<f32> {
     let Some((factor, low, high, old_ctx)) = s.llama3_rope else {
         return Vec::new();
     };
-    let hd = (s.dim / s.n_heads) as f32;
+    let hd = s.rot_dims() as f32;
     let (low_wl, high_wl) = (old_ctx / low, old_ctx / high);
     (0..(hd as usize / 2))
         .map(|i| {
@@ -340,7 +580,7 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
             items: v.into_iter().map(Value::String).collect(),
         })
     };
-    let m = vec![
+    let mut m = vec![
         ("general.architecture".to_string(), Value::from(a)),
         (
             "general.name".into(),
@@ -367,10 +607,7 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         (k("rope.freq_base"), Value::F32(s.rope_base)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)),
         (k("vocab_size"), Value::U32(s.vocab as u32)),
-        (
-            k("rope.dimension_count"),
-            Value::U32((s.dim / s.n_heads) as u32),
-        ),
+        (k("rope.dimension_count"), Value::U32(s.rot_dims() as u32)),
         ("tokenizer.ggml.model".into(), Value::from("gpt2")),
         ("tokenizer.ggml.pre".into(), Value::from("gpt-2")),
         ("tokenizer.ggml.tokens".into(), strings(tokens)),
@@ -388,6 +625,31 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
         ("tokenizer.chat_template".into(), Value::from(CHATML)),
     ];
+    // The keys each architecture's converter adds (convert_hf_to_gguf.py: Qwen3Model, Gemma2Model,
+    // Gemma3Model, Phi3MiniModel).
+    if s.head_dim > 0 {
+        m.push((k("attention.key_length"), Value::U32(s.head_dim as u32)));
+        m.push((k("attention.value_length"), Value::U32(s.head_dim as u32)));
+    }
+    if s.sliding_window > 0 {
+        m.push((
+            k("attention.sliding_window"),
+            Value::U32(s.sliding_window as u32),
+        ));
+    }
+    if s.attn_softcap > 0.0 {
+        m.push((k("attn_logit_softcapping"), Value::F32(s.attn_softcap)));
+    }
+    if s.final_softcap > 0.0 {
+        m.push((k("final_logit_softcapping"), Value::F32(s.final_softcap)));
+    }
+    if let (Some(orig), Some(attn_factor)) = (s.long_rope, long_rope_attn_factor(s)) {
+        m.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(orig as u32),
+        ));
+        m.push((k("rope.scaling.attn_factor"), Value::F32(attn_factor)));
+    }
     // llama 3 RoPE scaling travels as the `rope_freqs.weight` tensor alone, as llama.cpp's
     // converter writes it: no `rope.scaling.*` keys (llama.cpp refuses a `llama3` scaling type).
     m
@@ -416,11 +678,14 @@ fn file_type(ty: GgmlType) -> u32 {
 const CHUNK_ROWS: usize = 64;
 
 fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8>, SynthError> {
-    if t.spec.name == "rope_freqs.weight" {
-        return Ok(llama3_freq_factors(s)
-            .iter()
-            .flat_map(|f| f.to_le_bytes())
-            .collect());
+    let factors = match t.spec.name.as_str() {
+        "rope_freqs.weight" => Some(llama3_freq_factors(s)),
+        "rope_factors_long.weight" => Some(long_rope_factors(s, true)),
+        "rope_factors_short.weight" => Some(long_rope_factors(s, false)),
+        _ => None,
+    };
+    if let Some(f) = factors {
+        return Ok(f.iter().flat_map(|f| f.to_le_bytes()).collect());
     }
     let cols = t.spec.dims[0] as usize;
     let rows: usize = t.spec.dims[1..].iter().product::<u64>() as usize;
