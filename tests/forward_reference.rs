@@ -145,8 +145,14 @@ fn reference(f: &GgufFile, tokens: &[u32], n_ctx: usize) -> Vec<Vec<f64>> {
                 ),
             };
             if let (Some(qn), Some(kn)) = (b("attn_q_norm.weight"), b("attn_k_norm.weight")) {
-                q = q.chunks_exact(hd).flat_map(|h| rms_norm(h, &qn, eps)).collect();
-                k = k.chunks_exact(hd).flat_map(|h| rms_norm(h, &kn, eps)).collect();
+                q = q
+                    .chunks_exact(hd)
+                    .flat_map(|h| rms_norm(h, &qn, eps))
+                    .collect();
+                k = k
+                    .chunks_exact(hd)
+                    .flat_map(|h| rms_norm(h, &kn, eps))
+                    .collect();
             }
             rope(&mut q, pos, &c, rope_l, factors.as_deref());
             rope(&mut k, pos, &c, rope_l, factors.as_deref());
@@ -348,7 +354,9 @@ fn a_rollback_past_the_rings_is_refused_and_resumes_from_the_start() {
     // The rings keep positions 29..60 (31 slots): a token at 40 needs 25.. (window 16).
     assert_eq!(m.kv_resume(50), 50);
     assert_eq!(m.kv_resume(40), 0);
-    let e = m.forward(&toks[40..41], 40, Logits::Last, &mut out).unwrap_err();
+    let e = m
+        .forward(&toks[40..41], 40, Logits::Last, &mut out)
+        .unwrap_err();
     assert!(e.to_string().contains("no longer hold"), "{e}");
     // From the start it runs, and gives the reference's logits.
     let want = reference(m.file(), &toks[..41], N_CTX);

@@ -225,8 +225,7 @@ impl KvLayout {
     pub fn check_attention(&self, p: &AttnParams) -> Result<()> {
         let slots = self.slots(p.layer);
         let kv_dim = p.n_kv_heads * p.head_dim;
-        let ring_ok = slots == self.n_ctx
-            || (p.window > 0 && p.window + p.n_tokens <= slots + 1);
+        let ring_ok = slots == self.n_ctx || (p.window > 0 && p.window + p.n_tokens <= slots + 1);
         if kv_dim != self.kv_dim
             || slots == 0
             || p.n_kv_heads == 0

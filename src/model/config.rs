@@ -89,7 +89,9 @@ pub enum RopeScaling {
     /// Phi-3 LongRoPE ("su"): per-dimension factors from `rope_factors_short.weight` when the
     /// context is at most `original_ctx` (`rope.scaling.original_context_length`), else from
     /// `rope_factors_long.weight`, as llama.cpp's `get_rope_factors` chooses.
-    LongRope { original_ctx: usize },
+    LongRope {
+        original_ctx: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]

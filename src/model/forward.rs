@@ -17,11 +17,13 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams,
-    SharedBytes, Weight, WeightData,
+    Weight,
 };
-use crate::gpu::quant;
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
+
+mod weights;
+use weights::LayerWeights;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -88,25 +90,6 @@ impl Default for ModelOptions {
             all_logits: false,
         }
     }
-}
-
-struct LayerWeights {
-    attn_norm: Weight,
-    wq: Weight,
-    wk: Weight,
-    wv: Weight,
-    wo: Weight,
-    bq: Option<Weight>,
-    bk: Option<Weight>,
-    bv: Option<Weight>,
-    q_norm: Option<Weight>,
-    k_norm: Option<Weight>,
-    post_attn_norm: Option<Weight>,
-    ffn_norm: Weight,
-    gate: Weight,
-    up: Weight,
-    down: Weight,
-    post_ffn_norm: Option<Weight>,
 }
 
 /// Positions whose keys and values the sliding-window rings hold, `lo..end` (every layer of a
@@ -216,159 +199,13 @@ impl Model {
                 .map(|t| t.rows_cols().1 as u64)
                 .sum(),
         })?;
-        let storage: SharedBytes = file.clone();
-        let path = file.path().display().to_string();
-        let total: u64 = file.tensors().iter().map(|t| t.size).sum::<u64>().max(1);
-        let mut done = 0u64;
-        // `part`: rows `r0..r0 + n` only (one part of a fused tensor), named `label`.
-        let mut load_rows = |name: &str,
-                             part: Option<(usize, usize, &str)>|
-         -> Result<Weight, ModelError> {
-            let t = file
-                .tensor(name)
-                .ok_or_else(|| ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.into(),
-                    message: "missing".into(),
-                })?
-                .clone();
-            if !quant::is_supported(t.ty) {
-                return Err(ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.into(),
-                    message: format!(
-                        "type {} is not supported by this engine (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                        t.ty
-                    ),
-                });
-            }
-            let (rows, cols) = t.rows_cols();
-            let row_bytes = t.ty.bytes_for(cols as u64).unwrap_or(0) as usize;
-            let (r0, n, label) = part.unwrap_or((0, rows, name));
-            if r0 + n > rows {
-                return Err(ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.into(),
-                    message: format!("rows {r0}..{} of {rows}", r0 + n),
-                });
-            }
-            let data = WeightData {
-                name: label,
-                ty: t.ty,
-                rows: n,
-                cols,
-                storage: &storage,
-                offset: (file.data_offset() + t.offset) as usize + r0 * row_bytes,
-                len: n * row_bytes,
-            };
-            let w = backend.load_weight(&data).map_err(|e| ModelError::Tensor {
-                path: path.clone(),
-                tensor: label.into(),
-                message: e.to_string(),
-            })?;
-            done += (n * row_bytes) as u64;
-            progress(done as f32 / total as f32, label);
-            Ok(w)
-        };
-        let tok_embd = load_rows("token_embd.weight", None)?;
-        let mut layers = Vec::with_capacity(config.n_layers);
-        let (q_dim, kv_dim, ff) = (config.q_dim(), config.kv_dim(), config.ffn_dim);
-        for l in 0..config.n_layers {
-            let n = |s: &str| format!("blk.{l}.{s}");
-            let opt = |s: &str| file.tensor(&n(s)).map(|_| n(s));
-            let (bq, bk, bv) = (opt("attn_q.bias"), opt("attn_k.bias"), opt("attn_v.bias"));
-            let attn_norm = load_rows(&n("attn_norm.weight"), None)?;
-            let [wq, wk, wv] = if config.fused_qkv {
-                let qkv = n("attn_qkv.weight");
-                let parts = [
-                    (0, q_dim, n("attn_qkv.weight (q rows)")),
-                    (q_dim, kv_dim, n("attn_qkv.weight (k rows)")),
-                    (q_dim + kv_dim, kv_dim, n("attn_qkv.weight (v rows)")),
-                ];
-                let mut w = [Weight(0); 3];
-                for (i, (r0, rows, label)) in parts.iter().enumerate() {
-                    w[i] = load_rows(&qkv, Some((*r0, *rows, label)))?;
-                }
-                w
-            } else {
-                [
-                    load_rows(&n("attn_q.weight"), None)?,
-                    load_rows(&n("attn_k.weight"), None)?,
-                    load_rows(&n("attn_v.weight"), None)?,
-                ]
-            };
-            let wo = load_rows(&n("attn_output.weight"), None)?;
-            let mut bias = [None; 3];
-            for (slot, name) in bias.iter_mut().zip([bq, bk, bv]) {
-                if let Some(name) = name {
-                    *slot = Some(load_rows(&name, None)?);
-                }
-            }
-            let [bq, bk, bv] = bias;
-            let q_norm = match opt("attn_q_norm.weight").filter(|_| config.arch.qk_norm()) {
-                Some(name) => Some(load_rows(&name, None)?),
-                None => None,
-            };
-            let k_norm = match opt("attn_k_norm.weight").filter(|_| config.arch.qk_norm()) {
-                Some(name) => Some(load_rows(&name, None)?),
-                None => None,
-            };
-            let post_attn_norm =
-                match opt("post_attention_norm.weight").filter(|_| config.arch.gemma()) {
-                Some(name) => Some(load_rows(&name, None)?),
-                None => None,
-            };
-            let ffn_norm = load_rows(&n("ffn_norm.weight"), None)?;
-            let (gate, up) = if config.fused_gate_up {
-                let gu = n("ffn_up.weight");
-                let (gl, ul) = (n("ffn_up.weight (gate rows)"), n("ffn_up.weight (up rows)"));
-                (
-                    load_rows(&gu, Some((0, ff, &gl)))?,
-                    load_rows(&gu, Some((ff, ff, &ul)))?,
-                )
-            } else {
-                (load_rows(&n("ffn_gate.weight"), None)?, load_rows(&n("ffn_up.weight"), None)?)
-            };
-            let down = load_rows(&n("ffn_down.weight"), None)?;
-            let post_ffn_norm =
-                match opt("post_ffw_norm.weight").filter(|_| config.arch.gemma()) {
-                Some(name) => Some(load_rows(&name, None)?),
-                None => None,
-            };
-            layers.push(LayerWeights {
-                attn_norm,
-                wq,
-                wk,
-                wv,
-                wo,
-                bq,
-                bk,
-                bv,
-                q_norm,
-                k_norm,
-                post_attn_norm,
-                ffn_norm,
-                gate,
-                up,
-                down,
-                post_ffn_norm,
-            });
-        }
-        let output_norm = load_rows("output_norm.weight", None)?;
-        let output = if config.tied_embeddings {
-            tok_embd
-        } else {
-            load_rows("output.weight", None)?
-        };
-        let freq_factors = match config.rope_scaling {
-            RopeScaling::FreqFactors => Some(load_rows("rope_freqs.weight", None)?),
-            // llama.cpp's `get_rope_factors`: long factors only for a context past the original.
-            RopeScaling::LongRope { original_ctx } if n_ctx > original_ctx => {
-                Some(load_rows("rope_factors_long.weight", None)?)
-            }
-            RopeScaling::LongRope { .. } => Some(load_rows("rope_factors_short.weight", None)?),
-            _ => None,
-        };
+        let weights::Weights {
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+            freq_factors,
+        } = weights::load(&file, backend.as_mut(), &config, n_ctx, progress)?;
         let rope = RopeParams {
             n_rot: config.n_rot,
             base: config.rope_base,
@@ -663,11 +500,27 @@ impl Model {
             // Per-head norms, in place: rows of one head.
             if let Some(qn) = w.q_norm {
                 let rows = n * c.n_heads;
-                be.rms_norm(a.q, qn, a.q, rows, c.head_dim, c.rms_eps, lab("attn_q_norm"))?;
+                be.rms_norm(
+                    a.q,
+                    qn,
+                    a.q,
+                    rows,
+                    c.head_dim,
+                    c.rms_eps,
+                    lab("attn_q_norm"),
+                )?;
             }
             if let Some(kn) = w.k_norm {
                 let rows = n * c.n_kv_heads;
-                be.rms_norm(a.k, kn, a.k, rows, c.head_dim, c.rms_eps, lab("attn_k_norm"))?;
+                be.rms_norm(
+                    a.k,
+                    kn,
+                    a.k,
+                    rows,
+                    c.head_dim,
+                    c.rms_eps,
+                    lab("attn_k_norm"),
+                )?;
             }
             let swa = c.is_swa(l);
             be.rope_attention(
@@ -685,7 +538,15 @@ impl Model {
             match w.post_attn_norm {
                 Some(post) => {
                     be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
-                    be.rms_norm(a.proj, post, a.xn, n, c.dim, c.rms_eps, lab("post_attn_norm"))?;
+                    be.rms_norm(
+                        a.proj,
+                        post,
+                        a.xn,
+                        n,
+                        c.dim,
+                        c.rms_eps,
+                        lab("post_attn_norm"),
+                    )?;
                     be.add(a.x, a.xn, n * c.dim, lab("attn_residual"))?;
                 }
                 None => be.matmul_add(
@@ -713,7 +574,15 @@ impl Model {
             match w.post_ffn_norm {
                 Some(post) => {
                     be.matmul(w.down, a.gate, a.proj, n, lab("ffn_down"))?;
-                    be.rms_norm(a.proj, post, a.xn, n, c.dim, c.rms_eps, lab("post_ffn_norm"))?;
+                    be.rms_norm(
+                        a.proj,
+                        post,
+                        a.xn,
+                        n,
+                        c.dim,
+                        c.rms_eps,
+                        lab("post_ffn_norm"),
+                    )?;
                     be.add(a.x, a.xn, n * c.dim, lab("ffn_residual"))?;
                 }
                 None => be.matmul_add(

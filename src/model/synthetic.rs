@@ -1,5 +1,5 @@
 //! Synthetic models: random weights in the exact shapes of real ones, with a byte-level BPE
-//! vocabulary of the real size and a ChatML template, written as GGUF so that other engines (llama.cpp)
+//! vocabulary of the real size and the family's control tokens and chat format, written as GGUF so that other engines (llama.cpp)
 //! can run the same file. For quick checks, tests and benchmarks without downloads.
 
 use std::io::Write;
@@ -10,306 +10,8 @@ use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{Array, GgufFile, GgufWriter, TensorSpec, Value, ValueType};
 use crate::model::sampler::Rng;
 
-/// The shape of a model family member.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Shape {
-    pub name: &'static str,
-    pub arch: &'static str,
-    pub n_layers: usize,
-    pub dim: usize,
-    pub ffn_dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub vocab: usize,
-    pub ctx: usize,
-    pub rope_base: f32,
-    pub rms_eps: f32,
-    pub tied: bool,
-    pub qkv_bias: bool,
-    /// llama 3.1 RoPE scaling (factor, low, high, original context) as `rope_freqs.weight`.
-    pub llama3_rope: Option<(f32, f32, f32, f32)>,
-    /// `attention.key_length` where it is not dim / heads (Qwen 3, Gemma); 0: dim / heads.
-    pub head_dim: usize,
-    /// Dimensions RoPE rotates (Phi-4-mini's partial rotary); 0: the whole head.
-    pub rot_dims: usize,
-    /// `attention.sliding_window` (Gemma, Phi-3); 0: none written.
-    pub sliding_window: usize,
-    /// Gemma 2's `attn_logit_softcapping` and `final_logit_softcapping`; 0: none written.
-    pub attn_softcap: f32,
-    pub final_softcap: f32,
-    /// Phi-3 LongRoPE: the original context; the factor tensors and `rope.scaling.attn_factor`
-    /// follow from it and `ctx` as llama.cpp's converter computes them.
-    pub long_rope: Option<usize>,
-}
-
-/// The llama shape's defaults for the fields most shapes leave alone.
-const LLAMA: Shape = Shape {
-    name: "",
-    arch: "llama",
-    n_layers: 2,
-    dim: 256,
-    ffn_dim: 512,
-    n_heads: 4,
-    n_kv_heads: 2,
-    vocab: 512,
-    ctx: 512,
-    rope_base: 10000.0,
-    rms_eps: 1e-5,
-    tied: false,
-    qkv_bias: false,
-    llama3_rope: None,
-    head_dim: 0,
-    rot_dims: 0,
-    sliding_window: 0,
-    attn_softcap: 0.0,
-    final_softcap: 0.0,
-    long_rope: None,
-};
-
-/// Every shape `--synthetic` knows.
-pub const SHAPES: &[Shape] = &[
-    Shape {
-        name: "tiny",
-        arch: "llama",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 2,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-        tied: false,
-        qkv_bias: false,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-qwen2",
-        arch: "qwen2",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 1,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        qkv_bias: true,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-llama3",
-        arch: "llama",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 4,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        llama3_rope: Some((8.0, 1.0, 4.0, 64.0)),
-        ..LLAMA
-    },
-    Shape {
-        name: "smollm2-135m",
-        arch: "llama",
-        n_layers: 30,
-        dim: 576,
-        ffn_dim: 1536,
-        n_heads: 9,
-        n_kv_heads: 3,
-        vocab: 49152,
-        ctx: 8192,
-        rope_base: 100_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        ..LLAMA
-    },
-    Shape {
-        name: "qwen2.5-0.5b",
-        arch: "qwen2",
-        n_layers: 24,
-        dim: 896,
-        ffn_dim: 4864,
-        n_heads: 14,
-        n_kv_heads: 2,
-        vocab: 151_936,
-        ctx: 32768,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        qkv_bias: true,
-        ..LLAMA
-    },
-    Shape {
-        name: "llama-3.2-1b",
-        arch: "llama",
-        n_layers: 16,
-        dim: 2048,
-        ffn_dim: 8192,
-        n_heads: 32,
-        n_kv_heads: 8,
-        vocab: 128_256,
-        ctx: 131_072,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        llama3_rope: Some((32.0, 1.0, 4.0, 8192.0)),
-        ..LLAMA
-    },
-    Shape {
-        name: "llama-2-7b",
-        arch: "llama",
-        n_layers: 32,
-        dim: 4096,
-        ffn_dim: 11008,
-        n_heads: 32,
-        n_kv_heads: 32,
-        vocab: 32000,
-        ctx: 4096,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-        tied: false,
-        qkv_bias: false,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-qwen3",
-        arch: "qwen3",
-        n_kv_heads: 2,
-        head_dim: 96,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-gemma2",
-        arch: "gemma2",
-        n_layers: 4,
-        head_dim: 128,
-        rms_eps: 1e-6,
-        tied: true,
-        sliding_window: 16,
-        attn_softcap: 50.0,
-        final_softcap: 30.0,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-gemma3",
-        arch: "gemma3",
-        n_layers: 6,
-        n_kv_heads: 1,
-        head_dim: 128,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        sliding_window: 16,
-        ..LLAMA
-    },
-    Shape {
-        name: "tiny-phi3",
-        arch: "phi3",
-        n_kv_heads: 4,
-        ctx: 4096,
-        rot_dims: 48,
-        sliding_window: 2047,
-        long_rope: Some(256),
-        ..LLAMA
-    },
-    Shape {
-        name: "qwen3-0.6b",
-        arch: "qwen3",
-        n_layers: 28,
-        dim: 1024,
-        ffn_dim: 3072,
-        n_heads: 16,
-        n_kv_heads: 8,
-        head_dim: 128,
-        vocab: 151_936,
-        ctx: 40960,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        ..LLAMA
-    },
-    Shape {
-        name: "gemma3-1b",
-        arch: "gemma3",
-        n_layers: 26,
-        dim: 1152,
-        ffn_dim: 6912,
-        n_heads: 4,
-        n_kv_heads: 1,
-        head_dim: 256,
-        vocab: 262_144,
-        ctx: 32768,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        sliding_window: 512,
-        ..LLAMA
-    },
-    Shape {
-        name: "gemma2-2b",
-        arch: "gemma2",
-        n_layers: 26,
-        dim: 2304,
-        ffn_dim: 9216,
-        n_heads: 8,
-        n_kv_heads: 4,
-        head_dim: 256,
-        vocab: 256_000,
-        ctx: 8192,
-        rms_eps: 1e-6,
-        tied: true,
-        sliding_window: 4096,
-        attn_softcap: 50.0,
-        final_softcap: 30.0,
-        ..LLAMA
-    },
-    // Phi-3-mini-128k-instruct (the 4k model is this shape without LongRoPE).
-    Shape {
-        name: "phi3-mini",
-        arch: "phi3",
-        n_layers: 32,
-        dim: 3072,
-        ffn_dim: 8192,
-        n_heads: 32,
-        n_kv_heads: 32,
-        vocab: 32064,
-        ctx: 131_072,
-        sliding_window: 262_144,
-        long_rope: Some(4096),
-        ..LLAMA
-    },
-    // Phi-4-mini-instruct: grouped KV heads, a quarter of each head left unrotated.
-    Shape {
-        name: "phi4-mini",
-        arch: "phi3",
-        n_layers: 32,
-        dim: 3072,
-        ffn_dim: 8192,
-        n_heads: 24,
-        n_kv_heads: 8,
-        rot_dims: 96,
-        vocab: 200_064,
-        ctx: 131_072,
-        tied: true,
-        sliding_window: 262_144,
-        long_rope: Some(4096),
-        ..LLAMA
-    },
-];
+mod shapes;
+pub use shapes::{SHAPES, Shape};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SynthError {
@@ -321,26 +23,6 @@ pub enum SynthError {
     Io { path: String, cause: std::io::Error },
     #[error("quantizing {tensor}: {message}")]
     Quant { tensor: String, message: String },
-}
-
-impl Shape {
-    /// Dimensions of a head.
-    pub fn head_dim(&self) -> usize {
-        if self.head_dim > 0 {
-            self.head_dim
-        } else {
-            self.dim / self.n_heads
-        }
-    }
-
-    /// Dimensions of a head RoPE rotates.
-    pub fn rot_dims(&self) -> usize {
-        if self.rot_dims > 0 {
-            self.rot_dims
-        } else {
-            self.head_dim()
-        }
-    }
 }
 
 pub fn shape(name: &str) -> Result<&'static Shape, SynthError> {
@@ -519,9 +201,8 @@ fn byte_char(b: u8) -> char {
 }
 
 /// A byte-level BPE vocabulary of exactly `size` tokens: the 256 bytes, merges of earlier tokens
-/// (random but fixed by the seed), and three control tokens.
-fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
-    let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+/// (random but fixed by the seed), and the family's control tokens.
+fn vocabulary(size: usize, seed: u64, specials: &[&str]) -> (Vec<String>, Vec<String>, Vec<i32>) {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
     let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
     let mut merges = Vec::new();
@@ -554,7 +235,7 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
         tokens.push(joined);
     }
     let mut types = vec![1i32; tokens.len()];
-    for s in specials {
+    for &s in specials {
         tokens.push(s.to_string());
         types.push(3);
     }
@@ -563,17 +244,65 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
     (tokens, merges, types)
 }
 
+/// The control tokens and chat format a synthetic model carries: its family's real ones, so that
+/// chat works as with the real model and llama.cpp's per-family vocabulary fix-ups
+/// (`llama_vocab::impl::load`, which looks Phi-3's tokens up by name) find what they look for.
+struct Chat {
+    specials: &'static [&'static str],
+    template: &'static str,
+    bos: &'static str,
+    eos: &'static str,
+    eot: &'static str,
+}
+
+fn chat(arch: &str) -> Chat {
+    match arch {
+        "gemma2" | "gemma3" => Chat {
+            specials: &["<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
+            template: GEMMA,
+            bos: "<bos>",
+            eos: "<eos>",
+            eot: "<end_of_turn>",
+        },
+        "phi3" => Chat {
+            specials: &[
+                "<unk>",
+                "<s>",
+                "</s>",
+                "<|endoftext|>",
+                "<|system|>",
+                "<|user|>",
+                "<|assistant|>",
+                "<|end|>",
+            ],
+            template: PHI3,
+            bos: "<s>",
+            eos: "<|endoftext|>",
+            eot: "<|end|>",
+        },
+        _ => Chat {
+            specials: &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            template: CHATML,
+            bos: "<|endoftext|>",
+            eos: "<|endoftext|>",
+            eot: "<|im_end|>",
+        },
+    }
+}
+
+const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
     let a = s.arch;
     let k = |x: &str| format!("{a}.{x}");
-    let (tokens, merges, types) = vocabulary(s.vocab, seed);
-    let eos = tokens
-        .iter()
-        .position(|t| t == "<|endoftext|>")
-        .unwrap_or(0) as u32;
-    let im_end = tokens.iter().position(|t| t == "<|im_end|>").unwrap_or(0) as u32;
+    let family = chat(a);
+    let (tokens, merges, types) = vocabulary(s.vocab, seed, family.specials);
+    let id = |name: &str| tokens.iter().position(|t| t == name).unwrap_or(0) as u32;
+    let (bos, eos, eot) = (id(family.bos), id(family.eos), id(family.eot));
     let strings = |v: Vec<String>| {
         Value::Array(Array {
             ty: ValueType::String,
@@ -619,11 +348,14 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
             }),
         ),
         ("tokenizer.ggml.merges".into(), strings(merges)),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
-        ("tokenizer.ggml.eot_token_id".into(), Value::U32(im_end)),
+        ("tokenizer.ggml.eot_token_id".into(), Value::U32(eot)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        ("tokenizer.chat_template".into(), Value::from(CHATML)),
+        (
+            "tokenizer.chat_template".into(),
+            Value::from(family.template),
+        ),
     ];
     // The keys each architecture's converter adds (convert_hf_to_gguf.py: Qwen3Model, Gemma2Model,
     // Gemma3Model, Phi3MiniModel).
