@@ -36,10 +36,18 @@ for shape in tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3; do
     for q in Q8_0 Q4_0; do
         "$hipscope" synth "$shape" --quant "$q" --seed 1 -o "$work/$shape-$q.gguf" > /dev/null
     done
-    "$bin/llama-perplexity" -m "$work/$shape-Q8_0.gguf" -f "$text" -c $ctx --chunks $chunks -t 2 \
-        --kl-divergence-base "$out/$shape.kld" > "$work/base.log" 2>&1
-    "$bin/llama-perplexity" -m "$work/$shape-Q4_0.gguf" -f "$text" -c $ctx --chunks $chunks -t 2 \
-        --kl-divergence-base "$out/$shape.kld" --kl-divergence > "$work/kl.log" 2>&1
+    # llama-perplexity sometimes stops after its table header with status 0 on this loaded
+    # machine (seen 2 runs in about 20): each run is repeated until its summary is there.
+    for try in 1 2 3 4 5; do
+        "$bin/llama-perplexity" -m "$work/$shape-Q8_0.gguf" -f "$text" -c $ctx --chunks $chunks \
+            -t 2 --kl-divergence-base "$out/$shape.kld" > "$work/base.log" 2>&1
+        grep -q 'Final estimate' "$work/base.log" && break
+    done
+    for try in 1 2 3 4 5; do
+        "$bin/llama-perplexity" -m "$work/$shape-Q4_0.gguf" -f "$text" -c $ctx --chunks $chunks \
+            -t 2 --kl-divergence-base "$out/$shape.kld" --kl-divergence > "$work/kl.log" 2>&1
+        grep -qE '^Mean +KLD:' "$work/kl.log" && break
+    done
     ppl=$(grep -o 'Final estimate: PPL = [0-9.]*' "$work/base.log" | awk '{print $5}')
     kl=$(grep -E '^Mean +KLD:' "$work/kl.log" | awk '{print $3}')
     q4ppl=$(grep -E '^Mean +PPL\(Q\) *:' "$work/kl.log" | awk '{print $4}')
