@@ -390,3 +390,31 @@ fn positions_past_the_context_are_refused() {
     let e = m.forward(&[9999], 0, Logits::Last, &mut out).unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
 }
+
+#[test]
+fn sliding_window_layers_keep_only_their_ring_in_the_kv_cache() {
+    // tiny-gemma3: five local layers (window 16) and one global, one KV head of 128.
+    let s = synthetic::shape("tiny-gemma3").unwrap();
+    let f = Arc::new(synthetic::build(s, GgmlType::F32, 7, &mut |_, _| {}).unwrap());
+    let m = Model::load(
+        f,
+        Box::new(CpuBackend::new(1)),
+        ModelOptions {
+            n_ctx: 512,
+            n_batch: 16,
+            all_logits: false,
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let kv = m
+        .backend()
+        .arena()
+        .regions
+        .iter()
+        .find(|r| r.name == "kv_cache")
+        .unwrap()
+        .capacity;
+    // Keys and values, f32: 5 rings of window + batch − 1 = 31 positions, one layer of 512.
+    assert_eq!(kv, (5 * 31 + 512) * 128 * 4 * 2);
+}
