@@ -196,7 +196,11 @@ fn gemma_chats_recompute_when_the_context_fills() {
         // And on, each from its own cache, past the rings.
         for j in 0..3 {
             let q = format!("and what about {j}?");
-            assert_eq!(say(&mut s, &q).0.tokens, say(&mut r, &q).0.tokens, "{shape}");
+            assert_eq!(
+                say(&mut s, &q).0.tokens,
+                say(&mut r, &q).0.tokens,
+                "{shape}"
+            );
         }
     }
 }
