@@ -4,8 +4,10 @@
 //! `tests/data/reference/arch/reference.toml` by `scripts/gen_arch_reference.sh`, with
 //! llama.cpp's logits of each Q8_0 file (`SHAPE.kld`, its `--kl-divergence-base` format).
 //!
-//! Here: the synth files are the ones llama.cpp ran (same sha256), and hipscope's perplexity of
-//! the Q8_0 file is llama.cpp's within 1%.
+//! Here: the synth files are the ones llama.cpp ran (same sha256); hipscope's perplexity of the
+//! Q8_0 file is llama.cpp's within 1%; and hipscope's token distributions on llama.cpp's own
+//! chunks (`perplexity --kl-divergence-base SHAPE.kld --kl-divergence`) are at least 10× closer to
+//! llama.cpp's (mean KL divergence) than llama.cpp's Q4_0 file is to its Q8_0 file.
 
 mod common;
 
@@ -61,6 +63,35 @@ fn check(shape: &str) {
         "{shape}: perplexity {ppl:.4} vs llama.cpp {want:.4}: {:.3}% apart",
         rel * 100.0
     );
+    // llama.cpp's logits of the same file, on the chunks it scored.
+    let base = repo_path(&format!(
+        "tests/data/reference/arch/{}",
+        case["kld"].as_str().unwrap()
+    ));
+    let out = run_ok(&[
+        "perplexity",
+        "-m",
+        model.to_str().unwrap(),
+        "--kl-divergence-base",
+        base.to_str().unwrap(),
+        "--kl-divergence",
+        "--json",
+    ]);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kld = got["kld"][0].as_f64().unwrap();
+    let q = case["kld_q4_0_vs_q8_0"].as_float().unwrap();
+    assert!(
+        kld < q / 10.0,
+        "{shape}: mean KL divergence hipscope vs llama.cpp {kld:.6}; llama.cpp Q4_0 vs Q8_0 {q:.6}"
+    );
+    let ppl = got["ppl"][0].as_f64().unwrap();
+    assert!(
+        (ppl / want - 1.0).abs() < 0.01,
+        "{shape}: perplexity on llama.cpp's chunks {ppl:.4} vs llama.cpp {want:.4}"
+    );
+    // Random weights make many near-ties; still, the same top token nearly everywhere.
+    let top = got["same_top"][0].as_f64().unwrap();
+    assert!(top >= 0.95, "{shape}: same top token {top:.4}");
 }
 
 #[test]

@@ -51,55 +51,51 @@ pub(super) fn load(
     let total: u64 = file.tensors().iter().map(|t| t.size).sum::<u64>().max(1);
     let mut done = 0u64;
     // `part`: rows `r0..r0 + n` only (one part of a fused tensor), named `label`.
-    let mut load_rows = |name: &str,
-                         part: Option<(usize, usize, &str)>|
-     -> Result<Weight, ModelError> {
-        let t = file
-            .tensor(name)
-            .ok_or_else(|| ModelError::Tensor {
+    let mut load_rows =
+        |name: &str, part: Option<(usize, usize, &str)>| -> Result<Weight, ModelError> {
+            let t = file
+                .tensor(name)
+                .ok_or_else(|| ModelError::Tensor {
+                    path: path.clone(),
+                    tensor: name.into(),
+                    message: "missing".into(),
+                })?
+                .clone();
+            if !quant::is_supported(t.ty) {
+                return Err(ModelError::Tensor {
+                    path: path.clone(),
+                    tensor: name.into(),
+                    message: format!("type {}", quant::unsupported(t.ty)),
+                });
+            }
+            let (rows, cols) = t.rows_cols();
+            let row_bytes = t.ty.bytes_for(cols as u64).unwrap_or(0) as usize;
+            let (r0, n, label) = part.unwrap_or((0, rows, name));
+            if r0 + n > rows {
+                return Err(ModelError::Tensor {
+                    path: path.clone(),
+                    tensor: name.into(),
+                    message: format!("rows {r0}..{} of {rows}", r0 + n),
+                });
+            }
+            let data = WeightData {
+                name: label,
+                ty: t.ty,
+                rows: n,
+                cols,
+                storage: &storage,
+                offset: (file.data_offset() + t.offset) as usize + r0 * row_bytes,
+                len: n * row_bytes,
+            };
+            let w = backend.load_weight(&data).map_err(|e| ModelError::Tensor {
                 path: path.clone(),
-                tensor: name.into(),
-                message: "missing".into(),
-            })?
-            .clone();
-        if !quant::is_supported(t.ty) {
-            return Err(ModelError::Tensor {
-                path: path.clone(),
-                tensor: name.into(),
-                message: format!(
-                    "type {} is not supported by this engine (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                    t.ty
-                ),
-            });
-        }
-        let (rows, cols) = t.rows_cols();
-        let row_bytes = t.ty.bytes_for(cols as u64).unwrap_or(0) as usize;
-        let (r0, n, label) = part.unwrap_or((0, rows, name));
-        if r0 + n > rows {
-            return Err(ModelError::Tensor {
-                path: path.clone(),
-                tensor: name.into(),
-                message: format!("rows {r0}..{} of {rows}", r0 + n),
-            });
-        }
-        let data = WeightData {
-            name: label,
-            ty: t.ty,
-            rows: n,
-            cols,
-            storage: &storage,
-            offset: (file.data_offset() + t.offset) as usize + r0 * row_bytes,
-            len: n * row_bytes,
+                tensor: label.into(),
+                message: e.to_string(),
+            })?;
+            done += (n * row_bytes) as u64;
+            progress(done as f32 / total as f32, label);
+            Ok(w)
         };
-        let w = backend.load_weight(&data).map_err(|e| ModelError::Tensor {
-            path: path.clone(),
-            tensor: label.into(),
-            message: e.to_string(),
-        })?;
-        done += (n * row_bytes) as u64;
-        progress(done as f32 / total as f32, label);
-        Ok(w)
-    };
     let tok_embd = load_rows("token_embd.weight", None)?;
     let mut layers = Vec::with_capacity(config.n_layers);
     let (q_dim, kv_dim, ff) = (config.q_dim(), config.kv_dim(), config.ffn_dim);
