@@ -10,59 +10,67 @@
 // -inf without <math.h> (nvrtc and hiprtc get no includes).
 #define HS_NEG_INF __int_as_float(0xff800000)
 
-// cache[dst + i] = src[i] for the keys and the values of n elements (f32 cache).
-HS_KERNEL void hs_kv_store_f32(HS_TRACK_PARAMS, const float *k, const float *v, float *kc,
-                               float *vc, hs_u64 dst, hs_u64 n) {
-    HS_BREADCRUMB();
-    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
-    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        kc[dst + i] = k[i];
-        vc[dst + i] = v[i];
-    }
-}
-
-// As hs_kv_store_f32 into an f16 cache (rounded to nearest even).
-HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
-                               unsigned short *kc, unsigned short *vc, hs_u64 dst, hs_u64 n) {
-    HS_BREADCRUMB();
-    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
-    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        kc[dst + i] = hs_float_to_half(k[i]);
-        vc[dst + i] = hs_float_to_half(v[i]);
-    }
-}
-
+// The n elements of the keys and values of tokens at positions pos0.. (kv_dim a token) into the
+// layer's cache (kc / vc), position p at slot p % slots (a sliding-window ring; a global layer has
+// a slot per position).
 __device__ __forceinline__ void infer_kv_put(float *p, hs_u64 i, float v) { p[i] = v; }
 __device__ __forceinline__ void infer_kv_put(unsigned short *p, hs_u64 i, float v) {
     p[i] = hs_float_to_half(v);
 }
 
+template <typename KV>
+__device__ void infer_kv_store(const float *k, const float *v, KV *kc, KV *vc, hs_u32 pos0,
+                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const hs_u64 t = i / kv_dim;
+        const hs_u64 dst = ((pos0 + t) % slots) * kv_dim + i % kv_dim;
+        infer_kv_put(kc, dst, k[i]);
+        infer_kv_put(vc, dst, v[i]);
+    }
+}
+
+HS_KERNEL void hs_kv_store_f32(HS_TRACK_PARAMS, const float *k, const float *v, float *kc,
+                               float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+    HS_BREADCRUMB();
+    infer_kv_store<float>(k, v, kc, vc, pos0, kv_dim, slots, n);
+}
+
+// As hs_kv_store_f32 into an f16 cache (rounded to nearest even).
+HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
+                               unsigned short *kc, unsigned short *vc, hs_u32 pos0,
+                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+    HS_BREADCRUMB();
+    infer_kv_store<unsigned short>(k, v, kc, vc, pos0, kv_dim, slots, n);
+}
+
 // RoPE fused with the KV-cache write, one block per head: block (t, h) for h < n_heads rotates
 // token t's query head h in q; block (t, n_heads + j) rotates its key head j in k, then stores
 // that head's keys and values at cache position pos0 + t (kc / vc: the layer's cache, kv_dim
-// elements a position). The numbers of hs_rope and hs_kv_store_*, in one launch; a block per
-// head keeps every read-modify-write of the rotation independent of the others (one block per
-// token row left them waiting on each other's memory round trips).
+// elements a slot, position p in slot p % slots). The numbers of hs_rope and hs_kv_store_*, in
+// one launch; a block per head keeps every read-modify-write of the rotation independent of the
+// others (one block per token row left them waiting on each other's memory round trips).
 template <typename KV>
 __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, KV *vc,
                                     hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                     hs_u32 n_rot, hs_u32 pos0, float freq_scale,
-                                    float theta_scale, const float *factors, hs_u32 neox) {
+                                    float theta_scale, const float *factors, hs_u32 neox,
+                                    float mscale, hs_u32 slots) {
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     const hs_u32 t = blockIdx.x;
     const hs_u32 h = blockIdx.y;
     if (h < n_heads) {
         hs_rope_row(q + ((hs_u64)t * n_heads + h) * head_dim, 1, head_dim, n_rot, pos0 + t,
-                    freq_scale, theta_scale, factors, neox, cs, sn);
+                    freq_scale, theta_scale, factors, neox, mscale, cs, sn);
         return;
     }
     const hs_u32 j = h - n_heads;
     const hs_u32 kv_dim = n_kv_heads * head_dim;
     float *kr = k + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
-    hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, cs,
-                sn);
-    const hs_u64 dst = (hs_u64)(pos0 + t) * kv_dim + (hs_u64)j * head_dim;
+    hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, mscale,
+                cs, sn);
+    const hs_u64 dst = (hs_u64)((pos0 + t) % slots) * kv_dim + (hs_u64)j * head_dim;
     const float *vr = v + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
     for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
         infer_kv_put(kc, dst + i, kr[i]);
@@ -73,20 +81,23 @@ __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, 
 HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const float *v,
                                     float *kc, float *vc, hs_u32 n_heads, hs_u32 n_kv_heads,
                                     hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
-                                    float theta_scale, const float *factors, hs_u32 neox) {
+                                    float theta_scale, const float *factors, hs_u32 neox,
+                                    float mscale, hs_u32 slots) {
     HS_BREADCRUMB();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
-                               freq_scale, theta_scale, factors, neox);
+                               freq_scale, theta_scale, factors, neox, mscale, slots);
 }
 
 HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const float *v,
                                     unsigned short *kc, unsigned short *vc, hs_u32 n_heads,
                                     hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 n_rot,
                                     hs_u32 pos0, float freq_scale, float theta_scale,
-                                    const float *factors, hs_u32 neox) {
+                                    const float *factors, hs_u32 neox, float mscale,
+                                    hs_u32 slots) {
     HS_BREADCRUMB();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
-                                        pos0, freq_scale, theta_scale, factors, neox);
+                                        pos0, freq_scale, theta_scale, factors, neox, mscale,
+                                        slots);
 }
 
 __device__ __forceinline__ float infer_kv_load(const float *p, hs_u64 i) { return p[i]; }
@@ -94,18 +105,20 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
     return hs_half_to_float(p[i]);
 }
 
-// Causal attention of one query row (token blockIdx.y, head blockIdx.x) over keys 0..pos0+t of
-// its KV head. Each warp takes every nwarps-th key with an online softmax (running max, sum and
-// weighted values, lanes splitting the head's dimensions); the warps' partial results are then
-// merged. `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
+// Causal attention of one query row (token blockIdx.y, head blockIdx.x) over keys lo..pos0+t of
+// its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer; key j in slot
+// j % slots), scores soft-capped as cap * tanh(s / cap) where softcap > 0 (Gemma 2). Each warp
+// takes every nwarps-th key with an online softmax (running max, sum and weighted values, lanes
+// splitting the head's dimensions); the warps' partial results are then merged. `kc`/`vc` point
+// at the layer's cache: positions of kv_dim elements.
 //
 // With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
 // product that follows (hs_quantize_act's numbers and layout, without its launch).
 template <typename KV>
 __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, float *out,
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
-                                hs_u32 pos0, float scale, signed char *xq, float *xd,
-                                hs_u32 bs) {
+                                hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
+                                float softcap, signed char *xq, float *xd, hs_u32 bs) {
     __shared__ float qs[HS_ATTN_MAX_HEAD_DIM];
     __shared__ float wm[HS_ATTN_MAX_WARPS];
     __shared__ float wl[HS_ATTN_MAX_WARPS];
@@ -116,6 +129,7 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
     const hs_u32 kv_dim = n_kv_heads * head_dim;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
     const hs_u32 n_keys = pos0 + t + 1;
+    const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
     const float *qh = q + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         qs[d] = qh[d];
@@ -131,9 +145,10 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
     for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
         acc[i] = 0.0f;
     }
-    for (hs_u32 j = warp; j < n_keys; j += nwarps) {
-        const KV *kj = kc + (hs_u64)j * kv_dim + (hs_u64)kvh * head_dim;
-        const KV *vj = vc + (hs_u64)j * kv_dim + (hs_u64)kvh * head_dim;
+    for (hs_u32 j = lo + warp; j < n_keys; j += nwarps) {
+        const hs_u64 slot = j % slots;
+        const KV *kj = kc + slot * kv_dim + (hs_u64)kvh * head_dim;
+        const KV *vj = vc + slot * kv_dim + (hs_u64)kvh * head_dim;
         float part = 0.0f;
 #pragma unroll
         for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
@@ -142,7 +157,10 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
                 part += qs[d] * infer_kv_load(kj, d);
             }
         }
-        const float s = hs_warp_sum(part) * scale;
+        float s = hs_warp_sum(part) * scale;
+        if (softcap > 0.0f) {
+            s = softcap * tanhf(s / softcap);
+        }
         const float m_new = fmaxf(m, s);
         const float corr = expf(m - m_new);
         const float p = expf(s - m_new);
@@ -198,18 +216,20 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
 
 HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc,
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
-                                hs_u32 head_dim, hs_u32 pos0, float scale, signed char *xq,
-                                float *xd, hs_u32 bs) {
+                                hs_u32 head_dim, hs_u32 pos0, float scale, hs_u32 window,
+                                hs_u32 slots, float softcap, signed char *xq, float *xd,
+                                hs_u32 bs) {
     HS_BREADCRUMB();
-    infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, xq, xd,
-                           bs);
+    infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, window,
+                           slots, softcap, xq, xd, bs);
 }
 
 HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                                 const unsigned short *vc, float *out, hs_u32 n_heads,
                                 hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
-                                signed char *xq, float *xd, hs_u32 bs) {
+                                hs_u32 window, hs_u32 slots, float softcap, signed char *xq,
+                                float *xd, hs_u32 bs) {
     HS_BREADCRUMB();
     infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
-                                    xq, xd, bs);
+                                    window, slots, softcap, xq, xd, bs);
 }

@@ -110,13 +110,32 @@ HS_KERNEL void hs_swiglu_inplace(HS_TRACK_PARAMS, float *gate, const float *up, 
     }
 }
 
+// gate = gelu(gate) * up over n elements, GELU in ggml's tanh form (ggml_gelu_f32).
+HS_KERNEL void hs_geglu_inplace(HS_TRACK_PARAMS, float *gate, const float *up, hs_u64 n) {
+    HS_BREADCRUMB();
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(0.7978846f * g * (1.0f + 0.044715f * g * g))) * up[i];
+    }
+}
+
+// x *= s over n elements.
+HS_KERNEL void hs_scale_inplace(HS_TRACK_PARAMS, float *x, float s, hs_u64 n) {
+    HS_BREADCRUMB();
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        x[i] *= s;
+    }
+}
+
 // One block per token row of n_heads heads of head_dim (hs_rope_row, in the prelude).
 HS_KERNEL void hs_rope(HS_TRACK_PARAMS, float *x, hs_u32 n_heads, hs_u32 head_dim, hs_u32 n_rot,
                        hs_u32 pos0, float freq_scale, float theta_scale, const float *factors,
-                       hs_u32 neox) {
+                       hs_u32 neox, float mscale) {
     HS_BREADCRUMB();
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     hs_rope_row(x + (hs_u64)blockIdx.x * n_heads * head_dim, n_heads, head_dim, n_rot,
-                pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, cs, sn);
+                pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, mscale, cs, sn);
 }

@@ -170,7 +170,7 @@ __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, sig
 __device__ __forceinline__ void hs_rope_row(float *row, hs_u32 n_heads, hs_u32 head_dim,
                                             hs_u32 n_rot, hs_u32 pos, float freq_scale,
                                             float theta_scale, const float *factors, hs_u32 neox,
-                                            float *cs, float *sn) {
+                                            float mscale, float *cs, float *sn) {
     const hs_u32 half = n_rot / 2;
     for (hs_u32 i = threadIdx.x; i < half && i < HS_ROPE_MAX_PAIRS; i += blockDim.x) {
         float theta = (float)pos * freq_scale;
@@ -180,8 +180,8 @@ __device__ __forceinline__ void hs_rope_row(float *row, hs_u32 n_heads, hs_u32 h
         if (factors != 0) {
             theta = HS_DIV_RN(theta, factors[i]);
         }
-        cs[i] = (float)cos((double)theta);
-        sn[i] = (float)sin((double)theta);
+        cs[i] = (float)cos((double)theta) * mscale;
+        sn[i] = (float)sin((double)theta) * mscale;
     }
     __syncthreads();
     const hs_u32 pairs = n_heads * half;

@@ -165,6 +165,47 @@ fn one_layer_llama3_rope_answers_after_a_shift_as_after_a_recompute() {
 }
 
 #[test]
+fn one_layer_qwen3_and_phi3_answer_after_a_shift_as_after_a_recompute() {
+    // Per-head Q/K norms come before RoPE (Qwen 3); Phi-3's LongRoPE factors and attention
+    // factor: a shift rotates by the factors' angles and leaves the factor's scale alone.
+    assert_eq!(shift_then_compare("tiny-qwen3", 1), (3, 3));
+    assert_eq!(shift_then_compare("tiny-phi3", 1), (3, 3));
+}
+
+/// Gemma's sliding-window layers keep only their window: when the context fills the kept turns
+/// are processed again (the session says why), and the chat goes on with exactly the answers a
+/// fresh session given the same history gives.
+#[test]
+fn gemma_chats_recompute_when_the_context_fills() {
+    for shape in ["tiny-gemma2", "tiny-gemma3"] {
+        let file = model(shape, synthetic::shape(shape).unwrap().n_layers);
+        let mut s = session(&file, 400);
+        let (i, answer, trim) = (0..60)
+            .find_map(|i| {
+                let (a, t) = say(&mut s, &format!("tell me one fact about the number {i}"));
+                t.map(|t| (i, a, t))
+            })
+            .expect("a 400-token context never filled in 60 turns");
+        let why = trim.recompute.clone().expect("gemma cannot shift");
+        assert!(why.contains("sliding-window"), "{shape}: {why}");
+        assert_eq!(answer.stats.cached_tokens, 0, "{shape}: {trim}");
+        let mut r = session(&file, 400);
+        r.restore(&history(&s));
+        let (ra, _) = say(&mut r, &format!("tell me one fact about the number {i}"));
+        assert_eq!(ra.tokens, answer.tokens, "{shape}");
+        // And on, each from its own cache, past the rings.
+        for j in 0..3 {
+            let q = format!("and what about {j}?");
+            assert_eq!(
+                say(&mut s, &q).0.tokens,
+                say(&mut r, &q).0.tokens,
+                "{shape}"
+            );
+        }
+    }
+}
+
+#[test]
 fn two_layer_models_shift_and_keep_the_template_structure() {
     for shape in ["tiny", "tiny-qwen2"] {
         let (_, compared) = shift_then_compare(shape, 2);

@@ -104,8 +104,13 @@ pub struct RopeParams {
     pub freq_scale: f32,
     /// NeoX pairs (i, i + n_rot/2) instead of adjacent pairs (2i, 2i+1).
     pub neox: bool,
-    /// Per-pair frequency divisors (llama 3.1 `rope_freqs.weight`).
+    /// Per-pair frequency divisors (llama 3.1 `rope_freqs.weight`, Phi-3's
+    /// `rope_factors_short/long.weight`).
     pub freq_factors: Option<Weight>,
+    /// Multiplies the cosines and sines (ggml's `attn_factor`, Phi-3's
+    /// `rope.scaling.attn_factor`): 1 for a plain rotation. A KV shift ignores it: moving a
+    /// key is a pure rotation.
+    pub attn_factor: f32,
 }
 
 impl RopeParams {
@@ -132,6 +137,118 @@ pub struct AttnParams {
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub scale: f32,
+    /// A sliding-window layer's window: the token at position p sees keys p − window < j ≤ p
+    /// (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`); 0 for a global layer.
+    pub window: usize,
+    /// Attention logit soft-capping (Gemma 2): each score s becomes cap · tanh(s / cap); 0 for
+    /// none.
+    pub softcap: f32,
+}
+
+/// The KV cache's shape: for each layer, the positions it keeps, of `kv_dim` keys and as many
+/// values. A global layer keeps the whole context; a sliding-window layer keeps a ring of its
+/// window plus a batch (position p lives in slot p mod slots), which is all its attention can
+/// read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KvLayout {
+    n_ctx: usize,
+    kv_dim: usize,
+    slots: Vec<usize>,
+    /// Element offset of each layer, and the total after the last.
+    offsets: Vec<usize>,
+}
+
+impl KvLayout {
+    /// `slots[l]` positions for layer `l` (each at most `n_ctx`); an error if the sizes
+    /// overflow.
+    pub fn new(n_ctx: usize, kv_dim: usize, slots: Vec<usize>) -> Result<KvLayout> {
+        let mut offsets = Vec::with_capacity(slots.len() + 1);
+        let mut at = 0usize;
+        for &s in &slots {
+            if s == 0 || s > n_ctx {
+                return Err(BackendError::Invalid(format!(
+                    "a KV cache layer of {s} positions in a context of {n_ctx}"
+                )));
+            }
+            offsets.push(at);
+            at = s
+                .checked_mul(kv_dim)
+                .and_then(|n| n.checked_add(at))
+                .ok_or_else(|| BackendError::OutOfMemory("KV cache size overflows".into()))?;
+        }
+        offsets.push(at);
+        Ok(KvLayout {
+            n_ctx,
+            kv_dim,
+            slots,
+            offsets,
+        })
+    }
+
+    /// Every one of `n_layers` layers keeps the whole context.
+    pub fn uniform(n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<KvLayout> {
+        KvLayout::new(n_ctx, kv_dim, vec![n_ctx; n_layers])
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.kv_dim
+    }
+
+    pub fn n_layers(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Positions layer `l` keeps (0 for a layer that does not exist).
+    pub fn slots(&self, l: usize) -> usize {
+        self.slots.get(l).copied().unwrap_or(0)
+    }
+
+    /// First element of layer `l` in the keys (and in the values).
+    pub fn offset(&self, l: usize) -> usize {
+        self.offsets.get(l).copied().unwrap_or(0)
+    }
+
+    /// Elements of the keys (as many again for the values).
+    pub fn elems(&self) -> usize {
+        self.offsets.last().copied().unwrap_or(0)
+    }
+
+    /// Every layer keeps the whole context (what a context shift needs).
+    pub fn is_uniform(&self) -> bool {
+        self.slots.iter().all(|&s| s == self.n_ctx)
+    }
+
+    /// Checks an attention call against layer `p.layer`: the positions fit the context, and a
+    /// ring is wide enough that the batch's first token still finds its window after the batch's
+    /// keys went in.
+    pub fn check_attention(&self, p: &AttnParams) -> Result<()> {
+        let slots = self.slots(p.layer);
+        let kv_dim = p.n_kv_heads * p.head_dim;
+        let ring_ok = slots == self.n_ctx || (p.window > 0 && p.window + p.n_tokens <= slots + 1);
+        if kv_dim != self.kv_dim
+            || slots == 0
+            || p.n_kv_heads == 0
+            || p.pos0 + p.n_tokens > self.n_ctx
+            || !ring_ok
+        {
+            return Err(BackendError::Invalid(format!(
+                "attention at layer {} positions {}..{} (window {}) does not fit the KV cache \
+                 ({} layers, this one {slots} positions of {}, context {})",
+                p.layer,
+                p.pos0,
+                p.pos0 + p.n_tokens,
+                p.window,
+                self.n_layers(),
+                self.kv_dim,
+                self.n_ctx
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A context shift: in every layer's cache, positions `src..src + n` move down to
@@ -184,7 +301,8 @@ pub struct MemoryPlan {
     pub weight_tensors: usize,
     /// f32 elements of all activation buffers.
     pub activation_elems: u64,
-    /// KV cache: layers × positions × kv_dim, for keys and for values each.
+    /// KV cache: the positions of every layer ([`KvLayout`]) × kv_dim, for keys and for values
+    /// each.
     pub kv_elems: u64,
     /// Most tokens in one forward step (the width of a prompt batch).
     pub n_batch: usize,
@@ -238,13 +356,14 @@ pub trait Backend: Send {
     /// An f32 buffer of `len` elements (zeroed).
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf>;
 
-    /// The KV cache: `n_layers` layers of `n_ctx` positions of `kv_dim` keys and values.
-    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()>;
+    /// The KV cache, layer by layer as `layout` says.
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()>;
 
     /// out[t] = dequantized row `tokens[t]` of `table`.
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()>;
 
-    /// out[t] = x[t] / rms(x[t]) * weight, for rows of `dim`.
+    /// out[t] = x[t] / rms(x[t]) * weight, for rows of `dim`; `out` may be `x` (the per-head
+    /// Q/K norms of Qwen 3 and Gemma 3 normalize in place, rows of one head).
     #[allow(clippy::too_many_arguments)]
     fn rms_norm(
         &mut self,
@@ -365,6 +484,13 @@ pub trait Backend: Send {
 
     /// gate = silu(gate) * up, elementwise over `len`.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
+
+    /// gate = gelu(gate) * up, elementwise over `len`, GELU in its tanh form as ggml computes it
+    /// (Gemma's feed-forward).
+    fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
+
+    /// x *= factor, elementwise over `len` (Gemma's embedding scale).
+    fn scale(&mut self, x: Buf, len: usize, factor: f32, label: OpLabel) -> Result<()>;
 
     /// acc += x, elementwise over `len`.
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()>;

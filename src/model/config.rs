@@ -4,13 +4,24 @@ use std::path::PathBuf;
 
 use crate::model::gguf::GgufFile;
 
-/// The architectures the forward pass implements.
+/// The architectures the forward pass implements (each as llama.cpp builds its graph:
+/// `src/models/<arch>.cpp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     /// llama, Mistral (as converted by llama.cpp), SmolLM, TinyLlama, …
     Llama,
     /// Qwen2 / Qwen2.5: llama with q/k/v biases and NeoX RoPE.
     Qwen2,
+    /// Qwen3 (dense): Qwen2 without biases, with an RMS norm of each query and key head.
+    Qwen3,
+    /// Gemma 2: embedding × √d, norms after attention and after the FFN as well as before,
+    /// GELU gate, soft-capped attention and output logits, every other layer sliding-window.
+    Gemma2,
+    /// Gemma 3 (text): Gemma 2's block with per-head Q/K norms instead of attention soft-capping,
+    /// five sliding-window layers to one global, local layers on their own RoPE base.
+    Gemma3,
+    /// Phi-3 / Phi-4-mini: llama with fused QKV and gate-up tensors and LongRoPE factors.
+    Phi3,
 }
 
 impl Arch {
@@ -18,6 +29,10 @@ impl Arch {
         match name {
             "llama" | "mistral" => Some(Arch::Llama),
             "qwen2" => Some(Arch::Qwen2),
+            "qwen3" => Some(Arch::Qwen3),
+            "gemma2" => Some(Arch::Gemma2),
+            "gemma3" => Some(Arch::Gemma3),
+            "phi3" => Some(Arch::Phi3),
             _ => None,
         }
     }
@@ -25,7 +40,17 @@ impl Arch {
     /// NeoX RoPE rotates pairs (i, i + n_rot/2); "normal" RoPE rotates adjacent pairs. llama.cpp's
     /// `llama_model_rope_type` is the authority on which architecture uses which.
     pub fn neox_rope(self) -> bool {
-        matches!(self, Arch::Qwen2)
+        !matches!(self, Arch::Llama)
+    }
+
+    /// Gemma's block: embedding scale, post-attention and post-FFN norms, GELU gate.
+    pub fn gemma(self) -> bool {
+        matches!(self, Arch::Gemma2 | Arch::Gemma3)
+    }
+
+    /// Per-head RMS norms of the queries and keys before RoPE.
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Gemma3)
     }
 
     /// Why shifting the KV cache (moving keys and re-rotating them) would not give what a
@@ -34,9 +59,21 @@ impl Arch {
     /// architecture answers explicitly, so a new one must decide.
     pub fn kv_shift_inexact(self) -> Option<&'static str> {
         match self {
-            Arch::Llama | Arch::Qwen2 => None,
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => None,
+            Arch::Gemma2 | Arch::Gemma3 => Some(
+                "sliding-window layers keep only their window, and their windows move with the positions",
+            ),
         }
     }
+}
+
+/// The feed-forward gate's activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FfnAct {
+    /// silu(gate) · up.
+    Silu,
+    /// gelu(gate) · up, GELU in its tanh form (Gemma).
+    GeluTanh,
 }
 
 /// How RoPE positions are scaled for long contexts.
@@ -49,6 +86,12 @@ pub enum RopeScaling {
     },
     /// llama 3.1 style: per-dimension frequency factors from the `rope_freqs.weight` tensor.
     FreqFactors,
+    /// Phi-3 LongRoPE ("su"): per-dimension factors from `rope_factors_short.weight` when the
+    /// context is at most `original_ctx` (`rope.scaling.original_context_length`), else from
+    /// `rope_factors_long.weight`, as llama.cpp's `get_rope_factors` chooses.
+    LongRope {
+        original_ctx: usize,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -72,6 +115,30 @@ pub struct ModelConfig {
     pub train_ctx: usize,
     /// No `output.weight`: the token embedding doubles as the output matrix.
     pub tied_embeddings: bool,
+    /// The feed-forward gate's activation.
+    pub ffn_act: FfnAct,
+    /// Multiplies the token embeddings (Gemma: √d).
+    pub embed_scale: Option<f32>,
+    /// Multiplies q·k (1/√head_dim, or Gemma's `query_pre_attn_scalar` as llama.cpp derives it).
+    pub attn_scale: f32,
+    /// Attention logit soft-capping (Gemma 2's `attn_logit_softcapping`).
+    pub attn_softcap: Option<f32>,
+    /// Output logit soft-capping (`final_logit_softcapping`).
+    pub final_softcap: Option<f32>,
+    /// The window of the sliding-window layers (`attention.sliding_window`); 0 when none.
+    pub sliding_window: usize,
+    /// Per layer: a sliding-window layer (llama.cpp's `is_swa`).
+    pub swa_layers: Vec<bool>,
+    /// RoPE base and position scale of the sliding-window layers (Gemma 3: 10000 and 1,
+    /// `rope.freq_base_swa` where written; Gemma 2: the global ones).
+    pub rope_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    /// Multiplies RoPE's cosines and sines (`rope.scaling.attn_factor`, Phi-3 128k).
+    pub rope_attn_factor: f32,
+    /// Q, K and V in one `attn_qkv.weight` (Phi-3), rows in that order.
+    pub fused_qkv: bool,
+    /// Gate and up in one `ffn_up.weight` of twice the width, gate rows first (Phi-3).
+    pub fused_gate_up: bool,
 }
 
 /// The model file lacks something the architecture needs, or says something impossible.
@@ -87,7 +154,7 @@ pub enum ConfigError {
         why: String,
     },
     #[error(
-        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2 and their fine-tunes such as SmolLM)"
+        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3 and their fine-tunes such as SmolLM)"
     )]
     UnsupportedArch { path: PathBuf, arch: String },
     #[error("{path}: tensor {name} is missing")]
@@ -129,6 +196,42 @@ impl Reader<'_> {
                 }),
             },
         }
+    }
+
+    /// A count that may be 0 (Phi-3 writes `attention.sliding_window = 0` for "none").
+    fn count_opt(&self, suffix: &str) -> Result<Option<usize>, ConfigError> {
+        let key = self.key(suffix);
+        match self.f.get(&key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n < (1 << 31) => Ok(Some(n as usize)),
+                _ => Err(ConfigError::Invalid {
+                    path: self.path(),
+                    key,
+                    value: v.summary(),
+                    why: "expected an integer below 2^31".into(),
+                }),
+            },
+        }
+    }
+
+    /// llama.cpp's `load_swa_pattern`: `attention.sliding_window_pattern` as one flag per layer,
+    /// or as n (layer l is local unless l % n == n − 1; 0: every layer), else `default_n`.
+    fn swa_pattern(&self, n_layers: usize, default_n: usize) -> Result<Vec<bool>, ConfigError> {
+        let suffix = "attention.sliding_window_pattern";
+        if let Some(crate::model::gguf::Value::Array(a)) = self.f.get(&self.key(suffix)) {
+            let flags: Option<Vec<bool>> = a.items.iter().map(|v| v.as_bool()).collect();
+            return match flags {
+                Some(f) if f.len() == n_layers => Ok(f),
+                _ => Err(self.invalid(
+                    suffix,
+                    format!("an array of {}", a.items.len()),
+                    &format!("expected {n_layers} booleans, one per layer"),
+                )),
+            };
+        }
+        let n = self.count_opt(suffix)?.unwrap_or(default_n);
+        Ok((0..n_layers).map(|l| n == 0 || l % n < n - 1).collect())
     }
 
     fn usize(&self, suffix: &str) -> Result<usize, ConfigError> {
@@ -223,8 +326,17 @@ impl ModelConfig {
             ));
         }
         let rope_base = r.f32_opt("rope.freq_base")?.unwrap_or(10000.0);
+        let long_rope = ["rope_factors_long.weight", "rope_factors_short.weight"]
+            .map(|n| f.tensor(n).is_some());
         let rope_scaling = if f.tensor("rope_freqs.weight").is_some() {
             RopeScaling::FreqFactors
+        } else if long_rope.contains(&true) {
+            RopeScaling::LongRope {
+                original_ctx: match r.usize_opt("rope.scaling.original_context_length")? {
+                    Some(n) => n,
+                    None => r.usize_opt("context_length")?.unwrap_or(2048),
+                },
+            }
         } else {
             match f.get_str(&r.key("rope.scaling.type")) {
                 None | Some("none") => RopeScaling::None,
@@ -236,10 +348,58 @@ impl ModelConfig {
                     return Err(r.invalid(
                         "rope.scaling.type",
                         other,
-                        "supported: none, linear, and llama3-style rope_freqs",
+                        "supported: none, linear, llama3-style rope_freqs and Phi-3 rope_factors_short/long",
                     ));
                 }
             }
+        };
+        let rope_attn_factor = r.f32_opt("rope.scaling.attn_factor")?.unwrap_or(1.0);
+        // What each architecture's `load_arch_hparams` in llama.cpp reads, with its defaults.
+        let (mut sliding_window, mut swa_layers) = (0, vec![false; n_layers]);
+        let (mut attn_softcap, mut final_softcap) = (None, None);
+        let mut rope_base_swa = rope_base;
+        let mut rope_freq_scale_swa = match rope_scaling {
+            RopeScaling::Linear { factor } => 1.0 / factor,
+            _ => 1.0,
+        };
+        match arch {
+            Arch::Gemma2 => {
+                sliding_window = r.usize_opt("attention.sliding_window")?.unwrap_or(4096);
+                swa_layers = r.swa_pattern(n_layers, 2)?;
+                attn_softcap = Some(r.f32_opt("attn_logit_softcapping")?.unwrap_or(50.0));
+                final_softcap = Some(r.f32_opt("final_logit_softcapping")?.unwrap_or(30.0));
+                rope_base_swa = r.f32_opt("rope.freq_base_swa")?.unwrap_or(rope_base);
+            }
+            Arch::Gemma3 => {
+                if let Some(w) = r.count_opt("attention.sliding_window")?
+                    && w > 0
+                {
+                    sliding_window = w;
+                    swa_layers = r.swa_pattern(n_layers, 6)?;
+                    rope_base_swa = r.f32_opt("rope.freq_base_swa")?.unwrap_or(10000.0);
+                    rope_freq_scale_swa = 1.0;
+                }
+                final_softcap = r.f32_opt("final_logit_softcapping")?;
+            }
+            // llama.cpp reads Phi-3's `attention.sliding_window` and then turns sliding-window
+            // attention off for every layer (ggml-org/llama.cpp#13676): so does hipscope, so that
+            // the two compute the same model.
+            Arch::Phi3 => {
+                r.count_opt("attention.sliding_window")?;
+            }
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {}
+        }
+        if !swa_layers.contains(&true) {
+            sliding_window = 0;
+        }
+        // Gemma scales queries by 1/√query_pre_attn_scalar, which llama.cpp does not read from
+        // the file: 1/√(d / heads) for the 27B models (told apart by their layer count), else
+        // 1/√key_length.
+        let big_gemma = matches!((arch, n_layers), (Arch::Gemma2, 46) | (Arch::Gemma3, 62));
+        let attn_scale = if big_gemma {
+            1.0 / ((dim / n_heads) as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
         };
         let rms_eps = r
             .f32_opt("attention.layer_norm_rms_epsilon")?
@@ -271,6 +431,22 @@ impl ModelConfig {
             vocab_size,
             train_ctx,
             tied_embeddings: f.tensor("output.weight").is_none(),
+            ffn_act: if arch.gemma() {
+                FfnAct::GeluTanh
+            } else {
+                FfnAct::Silu
+            },
+            embed_scale: arch.gemma().then(|| (dim as f32).sqrt()),
+            attn_scale,
+            attn_softcap,
+            final_softcap,
+            sliding_window,
+            swa_layers,
+            rope_base_swa,
+            rope_freq_scale_swa,
+            rope_attn_factor,
+            fused_qkv: arch == Arch::Phi3 && f.tensor("blk.0.attn_qkv.weight").is_some(),
+            fused_gate_up: arch == Arch::Phi3 && f.tensor("blk.0.ffn_gate.weight").is_none(),
         })
     }
 
@@ -294,40 +470,65 @@ impl ModelConfig {
                 !self.tied_embeddings,
             ),
         ];
-        if self.rope_scaling == RopeScaling::FreqFactors {
-            t.push((
-                "rope_freqs.weight".into(),
-                vec![self.n_rot as u64 / 2],
-                true,
-            ));
+        let pairs = vec![self.n_rot as u64 / 2];
+        match self.rope_scaling {
+            RopeScaling::FreqFactors => t.push(("rope_freqs.weight".into(), pairs, true)),
+            RopeScaling::LongRope { .. } => {
+                t.push(("rope_factors_long.weight".into(), pairs.clone(), true));
+                t.push(("rope_factors_short.weight".into(), pairs, true));
+            }
+            RopeScaling::None | RopeScaling::Linear { .. } => {}
         }
         t
     }
 
     /// The tensors of layer `l`.
-    fn layer_tensors(&self, l: usize) -> [(String, Vec<u64>, bool); 12] {
-        let (d, q, kv, ff) = (
+    fn layer_tensors(&self, l: usize) -> Vec<(String, Vec<u64>, bool)> {
+        let (d, q, kv, ff, hd) = (
             self.dim as u64,
             self.q_dim() as u64,
             self.kv_dim() as u64,
             self.ffn_dim as u64,
+            self.head_dim as u64,
         );
         let bias = self.arch == Arch::Qwen2;
         let b = |s: &str| format!("blk.{l}.{s}");
-        [
-            (b("attn_norm.weight"), vec![d], true),
-            (b("attn_q.weight"), vec![d, q], true),
-            (b("attn_k.weight"), vec![d, kv], true),
-            (b("attn_v.weight"), vec![d, kv], true),
+        let mut t = vec![(b("attn_norm.weight"), vec![d], true)];
+        if self.fused_qkv {
+            t.push((b("attn_qkv.weight"), vec![d, q + 2 * kv], true));
+        } else {
+            t.push((b("attn_q.weight"), vec![d, q], true));
+            t.push((b("attn_k.weight"), vec![d, kv], true));
+            t.push((b("attn_v.weight"), vec![d, kv], true));
+        }
+        t.extend([
             (b("attn_output.weight"), vec![q, d], true),
             (b("attn_q.bias"), vec![q], bias),
             (b("attn_k.bias"), vec![kv], bias),
             (b("attn_v.bias"), vec![kv], bias),
             (b("ffn_norm.weight"), vec![d], true),
-            (b("ffn_gate.weight"), vec![d, ff], true),
-            (b("ffn_up.weight"), vec![d, ff], true),
             (b("ffn_down.weight"), vec![ff, d], true),
-        ]
+        ]);
+        if self.fused_gate_up {
+            t.push((b("ffn_up.weight"), vec![d, 2 * ff], true));
+        } else {
+            t.push((b("ffn_gate.weight"), vec![d, ff], true));
+            t.push((b("ffn_up.weight"), vec![d, ff], true));
+        }
+        if self.arch.qk_norm() {
+            t.push((b("attn_q_norm.weight"), vec![hd], true));
+            t.push((b("attn_k_norm.weight"), vec![hd], true));
+        }
+        if self.arch.gemma() {
+            t.push((b("post_attention_norm.weight"), vec![d], true));
+            t.push((b("post_ffw_norm.weight"), vec![d], true));
+        }
+        t
+    }
+
+    /// Whether layer `l` is a sliding-window layer.
+    pub fn is_swa(&self, l: usize) -> bool {
+        self.sliding_window > 0 && self.swa_layers.get(l).copied().unwrap_or(false)
     }
 
     /// Checks that every tensor the architecture needs is there with the right shape.

@@ -1,10 +1,14 @@
-//! The llama-family forward pass, written once over [`Backend`].
+//! The forward pass of every supported architecture, written once over [`Backend`].
 //!
 //! ```text
-//! x = embed(tokens)
-//! per layer: x += Wo · attn(rope(Wq·norm(x)), rope(Wk·norm(x)), Wv·norm(x))
-//!            x += Wdown · (silu(Wgate·norm(x)) * Wup·norm(x))
-//! logits = Wout · norm(x)
+//! x = embed(tokens) (· √d: Gemma)
+//! per layer: q, k, v = Wq·norm(x), Wk·norm(x), Wv·norm(x)  (one fused matrix: Phi-3)
+//!            q, k = headnorm(q), headnorm(k)                 (Qwen 3, Gemma 3)
+//!            a = Wo · attn(rope(q), rope(k), v)               (sliding window, soft-cap: Gemma)
+//!            x += a, or x += norm(a)                          (Gemma's post-attention norm)
+//!            f = Wdown · (act(Wgate·norm(x)) * Wup·norm(x))   (act: silu, or GELU for Gemma)
+//!            x += f, or x += norm(f)                          (Gemma's post-FFN norm)
+//! logits = Wout · norm(x) (soft-capped: Gemma 2)
 //! ```
 
 use std::sync::Arc;
@@ -12,13 +16,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvShift, MemoryPlan, OpLabel, RopeParams, SharedBytes,
-    Weight, WeightData,
+    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams,
+    Weight,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
-use crate::gpu::quant;
-use crate::model::config::{ConfigError, ModelConfig, RopeScaling};
+use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
+
+mod weights;
+use weights::LayerWeights;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -37,6 +43,18 @@ pub enum ModelError {
         start: usize,
         end: usize,
         n_ctx: usize,
+    },
+    /// A sliding-window layer's ring no longer holds the window a token at `pos` needs (the
+    /// cache was rolled back further than its rings reach): the sequence must be run again
+    /// from its start ([`Model::kv_resume`] says where a run may resume).
+    #[error(
+        "position {pos}: the sliding-window layers no longer hold positions {need}.. (they keep {lo}..{end})"
+    )]
+    WindowLost {
+        pos: usize,
+        need: usize,
+        lo: usize,
+        end: usize,
     },
     #[error(transparent)]
     FileChanged(#[from] crate::model::gguf::GgufError),
@@ -75,19 +93,12 @@ impl Default for ModelOptions {
     }
 }
 
-struct LayerWeights {
-    attn_norm: Weight,
-    wq: Weight,
-    wk: Weight,
-    wv: Weight,
-    wo: Weight,
-    bq: Option<Weight>,
-    bk: Option<Weight>,
-    bv: Option<Weight>,
-    ffn_norm: Weight,
-    gate: Weight,
-    up: Weight,
-    down: Weight,
+/// Positions whose keys and values the sliding-window rings hold, `lo..end` (every layer of a
+/// model without rings holds every position it was given).
+#[derive(Clone, Copy, Debug, Default)]
+struct RingSpan {
+    lo: usize,
+    end: usize,
 }
 
 struct Activations {
@@ -115,6 +126,11 @@ pub struct Model {
     output: Weight,
     layers: Vec<LayerWeights>,
     rope: RopeParams,
+    /// The sliding-window layers' RoPE (Gemma 3's local base).
+    rope_swa: RopeParams,
+    /// Positions each sliding-window layer's ring keeps (0: no rings).
+    ring_slots: usize,
+    ring: RingSpan,
     act: Activations,
     /// Raised from another thread to stop a forward call between prompt batches and between
     /// layers, so that a stop or a quit during a long prompt takes effect within one layer.
@@ -151,11 +167,30 @@ impl Model {
         ]
         .iter()
         .sum::<usize>() as u64;
+        // A sliding-window layer keeps its window plus a batch (the batch's first token still
+        // sees its whole window after the batch's keys went in), llama.cpp's SWA cache size.
+        let ring_slots = if config.sliding_window > 0 {
+            (config.sliding_window + n_batch - 1).min(n_ctx)
+        } else {
+            0
+        };
+        let slots: Vec<usize> = (0..config.n_layers)
+            .map(|l| if config.is_swa(l) { ring_slots } else { n_ctx })
+            .collect();
+        let ring_slots = if slots.iter().any(|&s| s < n_ctx) {
+            ring_slots
+        } else {
+            0
+        };
+        let kv_layout = KvLayout::new(n_ctx, config.kv_dim(), slots)?;
+        // A fused tensor is loaded as one weight per part (rows of the same bytes).
+        let extra_weights = config.n_layers
+            * (2 * usize::from(config.fused_qkv) + usize::from(config.fused_gate_up));
         backend.plan(&MemoryPlan {
             weights: file.tensors().iter().map(|t| t.size).sum(),
-            weight_tensors: file.tensors().len(),
+            weight_tensors: file.tensors().len() + extra_weights,
             activation_elems: act_elems,
-            kv_elems: (config.n_layers * n_ctx * config.kv_dim()) as u64,
+            kv_elems: kv_layout.elems() as u64,
             n_batch,
             max_cols: config.dim.max(config.q_dim()).max(config.ffn_dim),
             vector_elems: file
@@ -165,79 +200,13 @@ impl Model {
                 .map(|t| t.rows_cols().1 as u64)
                 .sum(),
         })?;
-        let storage: SharedBytes = file.clone();
-        let path = file.path().display().to_string();
-        let total: u64 = file.tensors().iter().map(|t| t.size).sum::<u64>().max(1);
-        let mut done = 0u64;
-        let mut load = |name: &str| -> Result<Weight, ModelError> {
-            let t = file
-                .tensor(name)
-                .ok_or_else(|| ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.into(),
-                    message: "missing".into(),
-                })?
-                .clone();
-            if !quant::is_supported(t.ty) {
-                return Err(ModelError::Tensor {
-                    path: path.clone(),
-                    tensor: name.into(),
-                    message: format!(
-                        "type {} is not supported by this engine (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)",
-                        t.ty
-                    ),
-                });
-            }
-            let (rows, cols) = t.rows_cols();
-            let data = WeightData {
-                name,
-                ty: t.ty,
-                rows,
-                cols,
-                storage: &storage,
-                offset: (file.data_offset() + t.offset) as usize,
-                len: t.size as usize,
-            };
-            let w = backend.load_weight(&data).map_err(|e| ModelError::Tensor {
-                path: path.clone(),
-                tensor: name.into(),
-                message: e.to_string(),
-            })?;
-            done += t.size;
-            progress(done as f32 / total as f32, name);
-            Ok(w)
-        };
-        let tok_embd = load("token_embd.weight")?;
-        let mut layers = Vec::with_capacity(config.n_layers);
-        for l in 0..config.n_layers {
-            let n = |s: &str| format!("blk.{l}.{s}");
-            let opt = |s: &str| file.tensor(&n(s)).map(|_| n(s));
-            let (bq, bk, bv) = (opt("attn_q.bias"), opt("attn_k.bias"), opt("attn_v.bias"));
-            layers.push(LayerWeights {
-                attn_norm: load(&n("attn_norm.weight"))?,
-                wq: load(&n("attn_q.weight"))?,
-                wk: load(&n("attn_k.weight"))?,
-                wv: load(&n("attn_v.weight"))?,
-                wo: load(&n("attn_output.weight"))?,
-                bq: bq.map(|b| load(&b)).transpose()?,
-                bk: bk.map(|b| load(&b)).transpose()?,
-                bv: bv.map(|b| load(&b)).transpose()?,
-                ffn_norm: load(&n("ffn_norm.weight"))?,
-                gate: load(&n("ffn_gate.weight"))?,
-                up: load(&n("ffn_up.weight"))?,
-                down: load(&n("ffn_down.weight"))?,
-            });
-        }
-        let output_norm = load("output_norm.weight")?;
-        let output = if config.tied_embeddings {
-            tok_embd
-        } else {
-            load("output.weight")?
-        };
-        let freq_factors = match config.rope_scaling {
-            RopeScaling::FreqFactors => Some(load("rope_freqs.weight")?),
-            _ => None,
-        };
+        let weights::Weights {
+            tok_embd,
+            output_norm,
+            output,
+            layers,
+            freq_factors,
+        } = weights::load(&file, backend.as_mut(), &config, n_ctx, progress)?;
         let rope = RopeParams {
             n_rot: config.n_rot,
             base: config.rope_base,
@@ -247,6 +216,7 @@ impl Model {
             },
             neox: config.arch.neox_rope(),
             freq_factors,
+            attn_factor: config.rope_attn_factor,
         };
         if fault::hang_now(Phase::Load) {
             backend.stuck_op(
@@ -254,7 +224,12 @@ impl Model {
                 STUCK_BUDGET,
             )?;
         }
-        backend.alloc_kv_cache(config.n_layers, n_ctx, config.kv_dim())?;
+        let rope_swa = RopeParams {
+            base: config.rope_base_swa,
+            freq_scale: config.rope_freq_scale_swa,
+            ..rope
+        };
+        backend.alloc_kv_cache(&kv_layout)?;
         let act = Activations {
             x: backend.alloc("x", b * config.dim)?,
             xn: backend.alloc("x_norm", b * config.dim)?,
@@ -282,6 +257,9 @@ impl Model {
             output,
             layers,
             rope,
+            rope_swa,
+            ring_slots,
+            ring: RingSpan::default(),
             act,
             interrupt: Arc::new(AtomicBool::new(false)),
             logits_rows,
@@ -344,6 +322,27 @@ impl Model {
         Ok(())
     }
 
+    /// Where a run may resume if the cache is valid up to `pos`: `pos` itself, unless the
+    /// sliding-window rings lost part of the window a token at `pos` needs (the cache was rolled
+    /// back by more than a batch since those positions were written); then 0, a run from the
+    /// start. A model without rings resumes anywhere.
+    pub fn kv_resume(&self, pos: usize) -> usize {
+        if self.window_lost(pos).is_some() {
+            0
+        } else {
+            pos
+        }
+    }
+
+    /// The first position a token at `pos` needs that the rings no longer hold, if any.
+    fn window_lost(&self, pos: usize) -> Option<usize> {
+        if self.ring_slots == 0 || pos == 0 {
+            return None;
+        }
+        let need = (pos + 1).saturating_sub(self.config.sliding_window);
+        (pos > self.ring.end || need < self.ring.lo).then_some(need)
+    }
+
     /// Most tokens one `forward` call runs through the layers at once.
     pub fn n_batch(&self) -> usize {
         self.options.n_batch
@@ -382,7 +381,23 @@ impl Model {
             let n = (tokens.len() - start).min(self.options.n_batch);
             let batch = &tokens[start..start + n];
             let last_batch = start + n == tokens.len();
-            self.layers_forward(batch, pos0 + start)?;
+            let at = pos0 + start;
+            if let Some(need) = self.window_lost(at) {
+                return Err(ModelError::WindowLost {
+                    pos: at,
+                    need,
+                    lo: self.ring.lo,
+                    end: self.ring.end,
+                });
+            }
+            // Positions at..at + n are (re)written; later ones leave the sequence, and the rings
+            // keep the last `ring_slots` of what they now hold.
+            let lo = if at == 0 { 0 } else { self.ring.lo };
+            self.ring = RingSpan {
+                lo: lo.max((at + n).saturating_sub(self.ring_slots)),
+                end: at + n,
+            };
+            self.layers_forward(batch, at)?;
             match want {
                 Logits::All => {
                     let old = out.len();
@@ -411,6 +426,7 @@ impl Model {
                         OpLabel::global("output"),
                     )?;
                     self.backend.read(a.logits, 0, out)?;
+                    softcap(out, self.config.final_softcap);
                 }
                 Logits::Last => {}
             }
@@ -441,6 +457,7 @@ impl Model {
         self.backend
             .matmul(self.output, a.xn, a.logits, n, OpLabel::global("output"))?;
         self.backend.read(a.logits, 0, out)?;
+        softcap(out, self.config.final_softcap);
         Ok(())
     }
 
@@ -450,6 +467,9 @@ impl Model {
         let a = &self.act;
         let be = self.backend.as_mut();
         be.embed(self.tok_embd, tokens, a.x)?;
+        if let Some(s) = c.embed_scale {
+            be.scale(a.x, n * c.dim, s, OpLabel::global("embed_scale"))?;
+        }
         let attn = AttnParams {
             layer: 0,
             n_tokens: n,
@@ -457,7 +477,9 @@ impl Model {
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
-            scale: 1.0 / (c.head_dim as f32).sqrt(),
+            scale: c.attn_scale,
+            window: 0,
+            softcap: c.attn_softcap.unwrap_or(0.0),
         };
         for (l, w) in self.layers.iter().enumerate() {
             if self.interrupt.load(Ordering::Relaxed) {
@@ -486,37 +508,116 @@ impl Model {
                 n,
                 li,
             )?;
+            // Per-head norms, in place: rows of one head.
+            if let Some(qn) = w.q_norm {
+                let rows = n * c.n_heads;
+                be.rms_norm(
+                    a.q,
+                    qn,
+                    a.q,
+                    rows,
+                    c.head_dim,
+                    c.rms_eps,
+                    lab("attn_q_norm"),
+                )?;
+            }
+            if let Some(kn) = w.k_norm {
+                let rows = n * c.n_kv_heads;
+                be.rms_norm(
+                    a.k,
+                    kn,
+                    a.k,
+                    rows,
+                    c.head_dim,
+                    c.rms_eps,
+                    lab("attn_k_norm"),
+                )?;
+            }
+            let swa = c.is_swa(l);
             be.rope_attention(
                 a.q,
                 a.k,
                 a.v,
                 a.att,
-                &self.rope,
-                &AttnParams { layer: l, ..attn },
+                if swa { &self.rope_swa } else { &self.rope },
+                &AttnParams {
+                    layer: l,
+                    window: if swa { c.sliding_window } else { 0 },
+                    ..attn
+                },
             )?;
-            be.matmul_add(
-                w.wo,
-                a.att,
-                a.x,
-                a.proj,
-                n,
-                c.dim,
-                lab("attn_output"),
-                lab("attn_residual"),
-            )?;
+            match w.post_attn_norm {
+                Some(post) => {
+                    be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
+                    be.rms_norm(
+                        a.proj,
+                        post,
+                        a.xn,
+                        n,
+                        c.dim,
+                        c.rms_eps,
+                        lab("post_attn_norm"),
+                    )?;
+                    be.add(a.x, a.xn, n * c.dim, lab("attn_residual"))?;
+                }
+                None => be.matmul_add(
+                    w.wo,
+                    a.att,
+                    a.x,
+                    a.proj,
+                    n,
+                    c.dim,
+                    lab("attn_output"),
+                    lab("attn_residual"),
+                )?,
+            }
             be.rms_norm(a.x, w.ffn_norm, a.xn, n, c.dim, c.rms_eps, lab("ffn_norm"))?;
-            be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?;
-            be.matmul_add(
-                w.down,
-                a.gate,
-                a.x,
-                a.proj,
-                n,
-                c.dim,
-                lab("ffn_down"),
-                lab("ffn_residual"),
-            )?;
+            match c.ffn_act {
+                FfnAct::Silu => {
+                    be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?
+                }
+                FfnAct::GeluTanh => {
+                    be.matmul(w.gate, a.xn, a.gate, n, lab("ffn_gate"))?;
+                    be.matmul(w.up, a.xn, a.up, n, lab("ffn_up"))?;
+                    be.geglu(a.gate, a.up, n * c.ffn_dim, lab("ffn_geglu"))?;
+                }
+            }
+            match w.post_ffn_norm {
+                Some(post) => {
+                    be.matmul(w.down, a.gate, a.proj, n, lab("ffn_down"))?;
+                    be.rms_norm(
+                        a.proj,
+                        post,
+                        a.xn,
+                        n,
+                        c.dim,
+                        c.rms_eps,
+                        lab("post_ffn_norm"),
+                    )?;
+                    be.add(a.x, a.xn, n * c.dim, lab("ffn_residual"))?;
+                }
+                None => be.matmul_add(
+                    w.down,
+                    a.gate,
+                    a.x,
+                    a.proj,
+                    n,
+                    c.dim,
+                    lab("ffn_down"),
+                    lab("ffn_residual"),
+                )?,
+            }
         }
         Ok(())
+    }
+}
+
+/// Output soft-capping (Gemma 2's `final_logit_softcapping`): each logit becomes
+/// cap · tanh(logit / cap), as llama.cpp's graph computes it (scale, tanh, scale).
+fn softcap(logits: &mut [f32], cap: Option<f32>) {
+    if let Some(cap) = cap {
+        for v in logits {
+            *v = (*v * (1.0 / cap)).tanh() * cap;
+        }
     }
 }

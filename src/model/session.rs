@@ -435,7 +435,11 @@ impl Session {
             .take_while(|(a, b)| a == b)
             .count();
         // At least the last prompt token is run again: its logits pick the first answer token.
-        let reuse = common.min(prompt.len().saturating_sub(1));
+        // Sliding-window rings may have lost what a resume there needs (a regenerate that rolls
+        // back a long answer): then from the start.
+        let reuse = self
+            .model
+            .kv_resume(common.min(prompt.len().saturating_sub(1)));
         self.cached.truncate(reuse);
         let cfg = self.sampler.config().clone();
         for &t in &prompt[reuse..] {

@@ -1,5 +1,5 @@
 //! Synthetic models: random weights in the exact shapes of real ones, with a byte-level BPE
-//! vocabulary of the real size and a ChatML template, written as GGUF so that other engines (llama.cpp)
+//! vocabulary of the real size and the family's control tokens and chat format, written as GGUF so that other engines (llama.cpp)
 //! can run the same file. For quick checks, tests and benchmarks without downloads.
 
 use std::io::Write;
@@ -10,141 +10,8 @@ use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{Array, GgufFile, GgufWriter, TensorSpec, Value, ValueType};
 use crate::model::sampler::Rng;
 
-/// The shape of a model family member.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Shape {
-    pub name: &'static str,
-    pub arch: &'static str,
-    pub n_layers: usize,
-    pub dim: usize,
-    pub ffn_dim: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub vocab: usize,
-    pub ctx: usize,
-    pub rope_base: f32,
-    pub rms_eps: f32,
-    pub tied: bool,
-    pub qkv_bias: bool,
-    /// llama 3.1 RoPE scaling (factor, low, high, original context) as `rope_freqs.weight`.
-    pub llama3_rope: Option<(f32, f32, f32, f32)>,
-}
-
-/// Every shape `--synthetic` knows.
-pub const SHAPES: &[Shape] = &[
-    Shape {
-        name: "tiny",
-        arch: "llama",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 2,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-        tied: false,
-        qkv_bias: false,
-        llama3_rope: None,
-    },
-    Shape {
-        name: "tiny-qwen2",
-        arch: "qwen2",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 1,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        qkv_bias: true,
-        llama3_rope: None,
-    },
-    Shape {
-        name: "tiny-llama3",
-        arch: "llama",
-        n_layers: 2,
-        dim: 256,
-        ffn_dim: 512,
-        n_heads: 4,
-        n_kv_heads: 4,
-        vocab: 512,
-        ctx: 512,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        llama3_rope: Some((8.0, 1.0, 4.0, 64.0)),
-    },
-    Shape {
-        name: "smollm2-135m",
-        arch: "llama",
-        n_layers: 30,
-        dim: 576,
-        ffn_dim: 1536,
-        n_heads: 9,
-        n_kv_heads: 3,
-        vocab: 49152,
-        ctx: 8192,
-        rope_base: 100_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        llama3_rope: None,
-    },
-    Shape {
-        name: "qwen2.5-0.5b",
-        arch: "qwen2",
-        n_layers: 24,
-        dim: 896,
-        ffn_dim: 4864,
-        n_heads: 14,
-        n_kv_heads: 2,
-        vocab: 151_936,
-        ctx: 32768,
-        rope_base: 1_000_000.0,
-        rms_eps: 1e-6,
-        tied: true,
-        qkv_bias: true,
-        llama3_rope: None,
-    },
-    Shape {
-        name: "llama-3.2-1b",
-        arch: "llama",
-        n_layers: 16,
-        dim: 2048,
-        ffn_dim: 8192,
-        n_heads: 32,
-        n_kv_heads: 8,
-        vocab: 128_256,
-        ctx: 131_072,
-        rope_base: 500_000.0,
-        rms_eps: 1e-5,
-        tied: true,
-        qkv_bias: false,
-        llama3_rope: Some((32.0, 1.0, 4.0, 8192.0)),
-    },
-    Shape {
-        name: "llama-2-7b",
-        arch: "llama",
-        n_layers: 32,
-        dim: 4096,
-        ffn_dim: 11008,
-        n_heads: 32,
-        n_kv_heads: 32,
-        vocab: 32000,
-        ctx: 4096,
-        rope_base: 10000.0,
-        rms_eps: 1e-5,
-        tied: false,
-        qkv_bias: false,
-        llama3_rope: None,
-    },
-];
+mod shapes;
+pub use shapes::{SHAPES, Shape};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SynthError {
@@ -201,9 +68,10 @@ struct Tensor {
     offset: f32,
 }
 
+/// The tensors llama.cpp's converter writes for the shape's architecture, in its names.
 fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
     let (d, ff, v) = (s.dim as u64, s.ffn_dim as u64, s.vocab as u64);
-    let hd = (s.dim / s.n_heads) as u64;
+    let hd = s.head_dim() as u64;
     let q = s.n_heads as u64 * hd;
     let kv = s.n_kv_heads as u64 * hd;
     // Weights of std 1/sqrt(fan_in) keep activations near unit scale; uniform [-a, a] has std
@@ -218,32 +86,86 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
         scale,
         offset,
     };
+    let (phi3, gemma) = (s.arch == "phi3", s.arch.starts_with("gemma"));
+    let qk_norm = matches!(s.arch, "qwen3" | "gemma3");
     let mut t = vec![mat("token_embd.weight".into(), d, v)];
     for l in 0..s.n_layers {
         let n = |x: &str| format!("blk.{l}.{x}");
         t.push(vec_(n("attn_norm.weight"), d, 1.0, 0.1));
-        t.push(mat(n("attn_q.weight"), d, q));
-        t.push(mat(n("attn_k.weight"), d, kv));
-        t.push(mat(n("attn_v.weight"), d, kv));
+        if phi3 {
+            t.push(mat(n("attn_qkv.weight"), d, q + 2 * kv));
+        } else {
+            t.push(mat(n("attn_q.weight"), d, q));
+            t.push(mat(n("attn_k.weight"), d, kv));
+            t.push(mat(n("attn_v.weight"), d, kv));
+        }
         if s.qkv_bias {
             t.push(vec_(n("attn_q.bias"), q, 0.0, 0.1));
             t.push(vec_(n("attn_k.bias"), kv, 0.0, 0.1));
             t.push(vec_(n("attn_v.bias"), kv, 0.0, 0.1));
         }
+        if qk_norm {
+            t.push(vec_(n("attn_q_norm.weight"), hd, 1.0, 0.1));
+            t.push(vec_(n("attn_k_norm.weight"), hd, 1.0, 0.1));
+        }
         t.push(mat(n("attn_output.weight"), q, d));
+        if gemma {
+            t.push(vec_(n("post_attention_norm.weight"), d, 1.0, 0.1));
+        }
         t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
-        t.push(mat(n("ffn_gate.weight"), d, ff));
-        t.push(mat(n("ffn_up.weight"), d, ff));
+        if phi3 {
+            // gate_up_proj as the converter keeps it: gate rows, then up rows.
+            t.push(mat(n("ffn_up.weight"), d, 2 * ff));
+        } else {
+            t.push(mat(n("ffn_gate.weight"), d, ff));
+            t.push(mat(n("ffn_up.weight"), d, ff));
+        }
         t.push(mat(n("ffn_down.weight"), ff, d));
+        if gemma {
+            t.push(vec_(n("post_ffw_norm.weight"), d, 1.0, 0.1));
+        }
     }
     t.push(vec_("output_norm.weight".into(), d, 1.0, 0.1));
     if !s.tied {
         t.push(mat("output.weight".into(), d, v));
     }
+    let pairs = s.rot_dims() as u64 / 2;
     if s.llama3_rope.is_some() {
-        t.push(vec_("rope_freqs.weight".into(), hd / 2, 0.0, 0.0));
+        t.push(vec_("rope_freqs.weight".into(), pairs, 0.0, 0.0));
+    }
+    if s.long_rope.is_some() {
+        t.push(vec_("rope_factors_long.weight".into(), pairs, 0.0, 0.0));
+        t.push(vec_("rope_factors_short.weight".into(), pairs, 0.0, 0.0));
     }
     t
+}
+
+/// LongRoPE factors of the shape's length, shaped like Phi-3's: short ones near 1, long ones
+/// growing with the pair's wavelength up to about the context ratio.
+fn long_rope_factors(s: &Shape, long: bool) -> Vec<f32> {
+    let pairs = s.rot_dims() / 2;
+    let ratio = s.long_rope.map_or(1.0, |orig| s.ctx as f32 / orig as f32);
+    (0..pairs)
+        .map(|i| {
+            let x = i as f32 / pairs.max(1) as f32;
+            if long {
+                1.0 + (ratio - 1.0) * x * x
+            } else {
+                1.0 + 0.1 * x * x
+            }
+        })
+        .collect()
+}
+
+/// `rope.scaling.attn_factor` as llama.cpp's converter computes it for su/longrope.
+fn long_rope_attn_factor(s: &Shape) -> Option<f32> {
+    let orig = s.long_rope? as f64;
+    let scale = s.ctx as f64 / orig;
+    Some(if scale > 1.0 {
+        (1.0 + scale.ln() / orig.ln()).sqrt() as f32
+    } else {
+        1.0
+    })
 }
 
 /// llama 3.1 RoPE frequency factors, as llama.cpp's converter computes them.
@@ -251,7 +173,7 @@ fn llama3_freq_factors(s: &Shape) -> Vec<f32> {
     let Some((factor, low, high, old_ctx)) = s.llama3_rope else {
         return Vec::new();
     };
-    let hd = (s.dim / s.n_heads) as f32;
+    let hd = s.rot_dims() as f32;
     let (low_wl, high_wl) = (old_ctx / low, old_ctx / high);
     (0..(hd as usize / 2))
         .map(|i| {
@@ -281,9 +203,8 @@ fn byte_char(b: u8) -> char {
 }
 
 /// A byte-level BPE vocabulary of exactly `size` tokens: the 256 bytes, merges of earlier tokens
-/// (random but fixed by the seed), and three control tokens.
-fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
-    let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+/// (random but fixed by the seed), and the family's control tokens.
+fn vocabulary(size: usize, seed: u64, specials: &[&str]) -> (Vec<String>, Vec<String>, Vec<i32>) {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_char(b).to_string()).collect();
     let mut seen: std::collections::HashSet<String> = tokens.iter().cloned().collect();
     let mut merges = Vec::new();
@@ -316,7 +237,7 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
         tokens.push(joined);
     }
     let mut types = vec![1i32; tokens.len()];
-    for s in specials {
+    for &s in specials {
         tokens.push(s.to_string());
         types.push(3);
     }
@@ -325,24 +246,72 @@ fn vocabulary(size: usize, seed: u64) -> (Vec<String>, Vec<String>, Vec<i32>) {
     (tokens, merges, types)
 }
 
+/// The control tokens and chat format a synthetic model carries: its family's real ones, so that
+/// chat works as with the real model and llama.cpp's per-family vocabulary fix-ups
+/// (`llama_vocab::impl::load`, which looks Phi-3's tokens up by name) find what they look for.
+struct Chat {
+    specials: &'static [&'static str],
+    template: &'static str,
+    bos: &'static str,
+    eos: &'static str,
+    eot: &'static str,
+}
+
+fn chat(arch: &str) -> Chat {
+    match arch {
+        "gemma2" | "gemma3" => Chat {
+            specials: &["<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
+            template: GEMMA,
+            bos: "<bos>",
+            eos: "<eos>",
+            eot: "<end_of_turn>",
+        },
+        "phi3" => Chat {
+            specials: &[
+                "<unk>",
+                "<s>",
+                "</s>",
+                "<|endoftext|>",
+                "<|system|>",
+                "<|user|>",
+                "<|assistant|>",
+                "<|end|>",
+            ],
+            template: PHI3,
+            bos: "<s>",
+            eos: "<|endoftext|>",
+            eot: "<|end|>",
+        },
+        _ => Chat {
+            specials: &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+            template: CHATML,
+            bos: "<|endoftext|>",
+            eos: "<|endoftext|>",
+            eot: "<|im_end|>",
+        },
+    }
+}
+
+const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
+
+const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
     let a = s.arch;
     let k = |x: &str| format!("{a}.{x}");
-    let (tokens, merges, types) = vocabulary(s.vocab, seed);
-    let eos = tokens
-        .iter()
-        .position(|t| t == "<|endoftext|>")
-        .unwrap_or(0) as u32;
-    let im_end = tokens.iter().position(|t| t == "<|im_end|>").unwrap_or(0) as u32;
+    let family = chat(a);
+    let (tokens, merges, types) = vocabulary(s.vocab, seed, family.specials);
+    let id = |name: &str| tokens.iter().position(|t| t == name).unwrap_or(0) as u32;
+    let (bos, eos, eot) = (id(family.bos), id(family.eos), id(family.eot));
     let strings = |v: Vec<String>| {
         Value::Array(Array {
             ty: ValueType::String,
             items: v.into_iter().map(Value::String).collect(),
         })
     };
-    let m = vec![
+    let mut m = vec![
         ("general.architecture".to_string(), Value::from(a)),
         (
             "general.name".into(),
@@ -369,10 +338,7 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         (k("rope.freq_base"), Value::F32(s.rope_base)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(s.rms_eps)),
         (k("vocab_size"), Value::U32(s.vocab as u32)),
-        (
-            k("rope.dimension_count"),
-            Value::U32((s.dim / s.n_heads) as u32),
-        ),
+        (k("rope.dimension_count"), Value::U32(s.rot_dims() as u32)),
         ("tokenizer.ggml.model".into(), Value::from("gpt2")),
         ("tokenizer.ggml.pre".into(), Value::from("gpt-2")),
         ("tokenizer.ggml.tokens".into(), strings(tokens)),
@@ -384,12 +350,40 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
             }),
         ),
         ("tokenizer.ggml.merges".into(), strings(merges)),
-        ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(bos)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
-        ("tokenizer.ggml.eot_token_id".into(), Value::U32(im_end)),
+        ("tokenizer.ggml.eot_token_id".into(), Value::U32(eot)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-        ("tokenizer.chat_template".into(), Value::from(CHATML)),
+        (
+            "tokenizer.chat_template".into(),
+            Value::from(family.template),
+        ),
     ];
+    // The keys each architecture's converter adds (convert_hf_to_gguf.py: Qwen3Model, Gemma2Model,
+    // Gemma3Model, Phi3MiniModel).
+    if s.head_dim > 0 {
+        m.push((k("attention.key_length"), Value::U32(s.head_dim as u32)));
+        m.push((k("attention.value_length"), Value::U32(s.head_dim as u32)));
+    }
+    if s.sliding_window > 0 {
+        m.push((
+            k("attention.sliding_window"),
+            Value::U32(s.sliding_window as u32),
+        ));
+    }
+    if s.attn_softcap > 0.0 {
+        m.push((k("attn_logit_softcapping"), Value::F32(s.attn_softcap)));
+    }
+    if s.final_softcap > 0.0 {
+        m.push((k("final_logit_softcapping"), Value::F32(s.final_softcap)));
+    }
+    if let (Some(orig), Some(attn_factor)) = (s.long_rope, long_rope_attn_factor(s)) {
+        m.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(orig as u32),
+        ));
+        m.push((k("rope.scaling.attn_factor"), Value::F32(attn_factor)));
+    }
     // llama 3 RoPE scaling travels as the `rope_freqs.weight` tensor alone, as llama.cpp's
     // converter writes it: no `rope.scaling.*` keys (llama.cpp refuses a `llama3` scaling type).
     m
@@ -422,11 +416,14 @@ fn file_type(ty: GgmlType) -> u32 {
 const CHUNK_ROWS: usize = 64;
 
 fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8>, SynthError> {
-    if t.spec.name == "rope_freqs.weight" {
-        return Ok(llama3_freq_factors(s)
-            .iter()
-            .flat_map(|f| f.to_le_bytes())
-            .collect());
+    let factors = match t.spec.name.as_str() {
+        "rope_freqs.weight" => Some(llama3_freq_factors(s)),
+        "rope_factors_long.weight" => Some(long_rope_factors(s, true)),
+        "rope_factors_short.weight" => Some(long_rope_factors(s, false)),
+        _ => None,
+    };
+    if let Some(f) = factors {
+        return Ok(f.iter().flat_map(|f| f.to_le_bytes()).collect());
     }
     let cols = t.spec.dims[0] as usize;
     let rows: usize = t.spec.dims[1..].iter().product::<u64>() as usize;

@@ -30,7 +30,8 @@ pub struct ModelArgs {
     #[arg(short = 'm', long, value_name = "PATH")]
     pub model: Option<PathBuf>,
     /// Use a synthetic model of this shape instead (tiny, smollm2-135m, qwen2.5-0.5b,
-    /// llama-3.2-1b, llama-2-7b).
+    /// llama-3.2-1b, llama-2-7b, qwen3-0.6b, gemma3-1b, gemma2-2b, phi3-mini, phi4-mini; `hipscope
+    /// synth --help` lists them all).
     #[arg(long, value_name = "NAME", conflicts_with = "model")]
     pub synthetic: Option<String>,
     /// Weight type of the synthetic model.

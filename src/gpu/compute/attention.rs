@@ -14,28 +14,18 @@ impl GpuCompute {
     ) -> Result<()> {
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q_dim = p.n_heads * p.head_dim;
-        let (k_cache, v_cache, n_ctx) = {
+        let (k_cache, v_cache, layer_off, slots) = {
             let kv = self
                 .kv
                 .as_ref()
                 .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
-            if kv.kv_dim != kv_dim
-                || p.pos0 + p.n_tokens > kv.n_ctx
-                || p.layer >= kv.n_layers
-                || p.n_kv_heads == 0
-            {
-                return Err(invalid(format!(
-                    "attention at layer {} positions {}..{} does not fit the KV cache ({} layers \
-                     of {} positions of {})",
-                    p.layer,
-                    p.pos0,
-                    p.pos0 + p.n_tokens,
-                    kv.n_layers,
-                    kv.n_ctx,
-                    kv.kv_dim
-                )));
-            }
-            (kv.k, kv.v, kv.n_ctx)
+            kv.layout.check_attention(p)?;
+            (
+                kv.k,
+                kv.v,
+                kv.layout.offset(p.layer) as u64,
+                kv.layout.slots(p.layer),
+            )
         };
         if !p.n_heads.is_multiple_of(p.n_kv_heads) || p.head_dim > MAX_HEAD_DIM {
             return Err(invalid(format!(
@@ -55,7 +45,6 @@ impl GpuCompute {
         let vb = self.buf(v, p.n_tokens * kv_dim)?;
         let ob = self.buf(out, p.n_tokens * q_dim)?;
         let eb = self.opts.kv.bytes();
-        let layer_off = (p.layer * n_ctx * kv_dim) as u64;
         let n = (p.n_tokens * kv_dim) as u64;
         let li = p.layer as u32;
         let (store, store_name, attn, attn_name, attn_q8_name) = match self.opts.kv {
@@ -112,6 +101,8 @@ impl GpuCompute {
                         Arg::F32(rope_theta_scale(r.base, r.n_rot)),
                         factors,
                         Arg::U32(r.neox as u32),
+                        Arg::F32(r.attn_factor),
+                        Arg::U32(slots as u32),
                     ],
                 )?;
                 self.wrote(q);
@@ -127,9 +118,11 @@ impl GpuCompute {
                     &[
                         Arg::Ptr(kb.ptr),
                         Arg::Ptr(vb.ptr),
-                        Arg::Ptr(k_cache.ptr),
-                        Arg::Ptr(v_cache.ptr),
-                        Arg::U64(layer_off + (p.pos0 * kv_dim) as u64),
+                        Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                        Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                        Arg::U32(p.pos0 as u32),
+                        Arg::U32(kv_dim as u32),
+                        Arg::U32(slots as u32),
                         Arg::U64(n),
                     ],
                 )?;
@@ -170,6 +163,9 @@ impl GpuCompute {
                 Arg::U32(p.head_dim as u32),
                 Arg::U32(p.pos0 as u32),
                 Arg::F32(p.scale),
+                Arg::U32(p.window as u32),
+                Arg::U32(slots as u32),
+                Arg::F32(p.softcap),
                 xq,
                 xd,
                 Arg::U32(fuse_bs.unwrap_or(0)),

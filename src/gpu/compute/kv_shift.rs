@@ -19,7 +19,18 @@ impl GpuCompute {
                 .kv
                 .as_ref()
                 .ok_or_else(|| invalid("KV shift before the KV cache was allocated".into()))?;
-            (kv.k, kv.v, kv.n_layers, kv.n_ctx, kv.kv_dim)
+            if !kv.layout.is_uniform() {
+                return Err(crate::gpu::backend::BackendError::Unsupported(
+                    "a KV shift of a cache with sliding-window rings".into(),
+                ));
+            }
+            (
+                kv.k,
+                kv.v,
+                kv.layout.n_layers(),
+                kv.layout.n_ctx(),
+                kv.layout.kv_dim(),
+            )
         };
         s.check(n_ctx, kv_dim)?;
         let half = s.rope.pairs(s.head_dim)?;

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::gpu::backend::{
-    AttnParams, Backend, Buf, KvShift, MemoryPlan, OpLabel, Result, RopeParams, Weight, WeightData,
+    AttnParams, Backend, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, Result, RopeParams, Weight,
+    WeightData,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
@@ -126,9 +127,9 @@ impl Backend for Lockstep {
         same(a, b, "a buffer")
     }
 
-    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
-        self.cpu.alloc_kv_cache(n_layers, n_ctx, kv_dim)?;
-        self.gpu.alloc_kv_cache(n_layers, n_ctx, kv_dim)
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        self.cpu.alloc_kv_cache(layout)?;
+        self.gpu.alloc_kv_cache(layout)
     }
 
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
@@ -204,10 +205,11 @@ impl Backend for Lockstep {
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
         self.cpu.attention(q, k, v, out, p)?;
         self.gpu.attention(q, k, v, out, p)?;
-        let kind = if p.n_tokens > 1 {
-            "attention (prompt)"
-        } else {
-            "attention (decode)"
+        let kind = match (p.n_tokens > 1, p.window > 0) {
+            (true, false) => "attention (prompt)",
+            (false, false) => "attention (decode)",
+            (true, true) => "attention (prompt, window)",
+            (false, true) => "attention (decode, window)",
         };
         self.check(
             out,
@@ -227,6 +229,18 @@ impl Backend for Lockstep {
         self.cpu.swiglu(gate, up, len, label)?;
         self.gpu.swiglu(gate, up, len, label)?;
         self.check(gate, len, "swiglu".into(), label)
+    }
+
+    fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        self.cpu.geglu(gate, up, len, label)?;
+        self.gpu.geglu(gate, up, len, label)?;
+        self.check(gate, len, "geglu".into(), label)
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32, label: OpLabel) -> Result<()> {
+        self.cpu.scale(x, len, factor, label)?;
+        self.gpu.scale(x, len, factor, label)?;
+        self.check(x, len, "scale".into(), label)
     }
 
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::arena::{DeviceBuffer, Region};
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, BackendMonitor, Buf, MemoryPlan, OpLabel, Result,
+    AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, MemoryPlan, OpLabel, Result,
     RopeParams, Weight, WeightData,
 };
 use crate::gpu::device::{Device, DeviceInfo, GemmF32, GpuError, Op, RuntimeKind};
@@ -90,9 +90,7 @@ struct GpuBuf {
 }
 
 struct KvCache {
-    n_layers: usize,
-    n_ctx: usize,
-    kv_dim: usize,
+    layout: KvLayout,
     k: DeviceBuffer,
     v: DeviceBuffer,
 }
@@ -112,6 +110,8 @@ struct Kernels {
     add_bias: KernelFn,
     add: KernelFn,
     swiglu: KernelFn,
+    geglu: KernelFn,
+    scale: KernelFn,
     rope: KernelFn,
     kv_store_f32: KernelFn,
     kv_store_f16: KernelFn,
@@ -151,6 +151,8 @@ impl Kernels {
             add_bias: gpu.function("hs_add_bias_rows")?,
             add: gpu.function("hs_add_inplace")?,
             swiglu: gpu.function("hs_swiglu_inplace")?,
+            geglu: gpu.function("hs_geglu_inplace")?,
+            scale: gpu.function("hs_scale_inplace")?,
             rope: gpu.function("hs_rope")?,
             kv_store_f32: gpu.function("hs_kv_store_f32")?,
             kv_store_f16: gpu.function("hs_kv_store_f16")?,
@@ -526,12 +528,8 @@ impl Backend for GpuCompute {
         Ok(Buf(self.bufs.len() as u32 - 1))
     }
 
-    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
-        let elems = n_layers
-            .checked_mul(n_ctx)
-            .and_then(|n| n.checked_mul(kv_dim))
-            .ok_or_else(|| BackendError::OutOfMemory("KV cache size overflows".into()))?;
-        let bytes = elems as u64 * self.opts.kv.bytes();
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        let bytes = layout.elems() as u64 * self.opts.kv.bytes();
         let g = self.gpu_mut()?;
         let k = g.alloc(Region::KvCache, bytes.max(4)).map_err(gpu_err)?;
         let v = g.alloc(Region::KvCache, bytes.max(4)).map_err(gpu_err)?;
@@ -539,9 +537,7 @@ impl Backend for GpuCompute {
         g.fill_u32(l, k, 0).map_err(gpu_err)?;
         g.fill_u32(l, v, 0).map_err(gpu_err)?;
         self.kv = Some(KvCache {
-            n_layers,
-            n_ctx,
-            kv_dim,
+            layout: layout.clone(),
             k,
             v,
         });
@@ -671,6 +667,15 @@ impl Backend for GpuCompute {
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let f = self.kernels.swiglu;
         self.elementwise(f, "swiglu", gate, up, len, label)
+    }
+
+    fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let f = self.kernels.geglu;
+        self.elementwise(f, "geglu", gate, up, len, label)
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32, label: OpLabel) -> Result<()> {
+        self.launch_scale(x, len, factor, label)
     }
 
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {

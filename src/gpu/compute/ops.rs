@@ -1,5 +1,5 @@
 //! Norms and element-wise ops (`kernels/infer_ops.hip`): RMS norm, bias and residual adds,
-//! SwiGLU, RoPE.
+//! SwiGLU, GeGLU, scaling, RoPE.
 
 use super::*;
 
@@ -188,7 +188,32 @@ impl GpuCompute {
                 Arg::F32(rope_theta_scale(p.base, p.n_rot)),
                 factors,
                 Arg::U32(p.neox as u32),
+                Arg::F32(p.attn_factor),
             ],
+        )?;
+        self.wrote(x);
+        Ok(())
+    }
+
+    pub(super) fn launch_scale(
+        &mut self,
+        x: Buf,
+        len: usize,
+        factor: f32,
+        label: OpLabel,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let xb = self.buf(x, len)?;
+        let f = self.kernels.scale;
+        self.launch(
+            label,
+            "scale",
+            f,
+            [elementwise_grid(len as u64), 1, 1],
+            [256, 1, 1],
+            &[Arg::Ptr(xb.ptr), Arg::F32(factor), Arg::U64(len as u64)],
         )?;
         self.wrote(x);
         Ok(())

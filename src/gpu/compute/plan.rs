@@ -276,6 +276,8 @@ mod tests {
             "hs_add_bias_rows",
             "hs_add_inplace",
             "hs_swiglu_inplace",
+            "hs_geglu_inplace",
+            "hs_scale_inplace",
             "hs_rope",
             "hs_kv_store_f32",
             "hs_kv_store_f16",

@@ -49,8 +49,9 @@ impl Split {
 /// Runs job `job` of `split`: its tokens' outputs for its heads.
 ///
 /// `q` holds `n_tokens` rows of `n_heads·head_dim`; `keys` and `values` hold this layer's cache,
-/// positions of `kv_dim` floats, with positions `0..pos0 + n_tokens` written; `sc` is the thread's
-/// score buffer (grown as needed).
+/// `slots` positions of `kv_dim` floats (position j in slot j mod slots: a sliding-window layer's
+/// ring; a global layer has a slot per position), with every position the job's tokens see
+/// written; `sc` is the thread's score buffer (grown as needed).
 ///
 /// # Safety
 /// `out` points to `n_tokens·n_heads·head_dim` floats, and no other thread touches the rows of
@@ -65,10 +66,11 @@ pub unsafe fn run_job(
     keys: &[f32],
     values: &[f32],
     kv_dim: usize,
+    slots: usize,
     sc: &mut Vec<f32>,
     out: *mut f32,
 ) {
-    let a = Job::new(p, split, job, kv_dim);
+    let a = Job::new(p, split, job, kv_dim, slots);
     let need = a.nq() * a.stride + a.nq();
     if sc.len() < need {
         sc.resize(need, 0.0);
@@ -98,18 +100,30 @@ struct Job {
     /// Offset of the job's KV head inside a cache position.
     koff: usize,
     scale: f32,
-    /// Keys the job's last token sees; the row length of the score buffer.
+    /// 0: no soft-capping.
+    softcap: f32,
+    /// 0: every earlier key.
+    window: usize,
+    slots: usize,
+    /// The first key position any token of the job sees.
+    jbase: usize,
+    /// Key positions from `jbase` to the last token's; the row length of the score buffer.
     stride: usize,
 }
 
 impl Job {
-    fn new(p: &AttnParams, split: Split, job: usize, kv_dim: usize) -> Job {
+    fn new(p: &AttnParams, split: Split, job: usize, kv_dim: usize, slots: usize) -> Job {
         let head_blocks = p.n_heads / split.heads_per_job;
         let (tile, hb) = (job / head_blocks, job % head_blocks);
         let t0 = tile * TOKEN_TILE;
         let t1 = (t0 + TOKEN_TILE).min(p.n_tokens);
         let h0 = hb * split.heads_per_job;
         let group = p.n_heads / p.n_kv_heads;
+        let jbase = if p.window == 0 {
+            0
+        } else {
+            (p.pos0 + t0 + 1).saturating_sub(p.window)
+        };
         Job {
             t0,
             t1,
@@ -121,8 +135,38 @@ impl Job {
             kv_dim,
             koff: (h0 / group) * p.head_dim,
             scale: p.scale,
-            stride: p.pos0 + t1,
+            softcap: p.softcap,
+            window: p.window,
+            slots: slots.max(1),
+            jbase,
+            stride: p.pos0 + t1 - jbase,
         }
+    }
+
+    /// The first key position token `t` sees.
+    fn lo(&self, t: usize) -> usize {
+        if self.window == 0 {
+            0
+        } else {
+            (self.pos0 + t + 1).saturating_sub(self.window)
+        }
+    }
+
+    /// The tokens of the job that see key position `j`: those at or after it, within their
+    /// window.
+    fn seers(&self, j: usize) -> std::ops::Range<usize> {
+        let first = self.t0.max(j.saturating_sub(self.pos0));
+        let end = if self.window == 0 {
+            self.t1
+        } else {
+            self.t1.min((j + self.window).saturating_sub(self.pos0))
+        };
+        first..end.max(first)
+    }
+
+    /// Where position `j` starts in the layer's cache.
+    fn at(&self, j: usize) -> usize {
+        j % self.slots * self.kv_dim + self.koff
     }
 
     fn nq(&self) -> usize {
@@ -160,23 +204,26 @@ unsafe fn job_body(
         let o = t * a.q_dim + (a.h0 + h) * hd;
         &q[o..o + hd]
     };
-    // The first token of the tile that sees key j (token t sees keys 0..pos0 + t + 1).
-    let first = |j: usize| a.t0.max(j.saturating_sub(a.pos0));
+    let jend = a.jbase + stride;
     // Scores.
-    for j in 0..stride {
-        let kj = &keys[j * a.kv_dim + a.koff..j * a.kv_dim + a.koff + hd];
-        for t in first(j)..a.t1 {
+    for j in a.jbase..jend {
+        let kj = &keys[a.at(j)..a.at(j) + hd];
+        for t in a.seers(j) {
             for h in 0..a.heads {
-                scores[qi(t, h) * stride + j] = dot(q_row(t, h), kj) * a.scale;
+                let mut s = dot(q_row(t, h), kj) * a.scale;
+                if a.softcap > 0.0 {
+                    s = a.softcap * (s / a.softcap).tanh();
+                }
+                scores[qi(t, h) * stride + j - a.jbase] = s;
             }
         }
     }
     // Softmax per query, over the keys its token sees; outputs zeroed.
     for t in a.t0..a.t1 {
-        let n_keys = a.pos0 + t + 1;
+        let (k0, k1) = (a.lo(t) - a.jbase, a.pos0 + t + 1 - a.jbase);
         for h in 0..a.heads {
             let i = qi(t, h);
-            let row = &mut scores[i * stride..i * stride + n_keys];
+            let row = &mut scores[i * stride + k0..i * stride + k1];
             let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             inv[i] = 1.0 / exp_shifted_sum(row, max);
             // SAFETY: this job owns out row (t, h0 + h) (the caller's contract).
@@ -184,12 +231,12 @@ unsafe fn job_body(
         }
     }
     // Weighted values.
-    for j in 0..stride {
-        let vj = &values[j * a.kv_dim + a.koff..j * a.kv_dim + a.koff + hd];
-        for t in first(j)..a.t1 {
+    for j in a.jbase..jend {
+        let vj = &values[a.at(j)..a.at(j) + hd];
+        for t in a.seers(j) {
             for h in 0..a.heads {
                 let i = qi(t, h);
-                let w = scores[i * stride + j] * inv[i];
+                let w = scores[i * stride + j - a.jbase] * inv[i];
                 // SAFETY: as above.
                 let o = unsafe { out_row(a, out, t, h) };
                 for (o, &x) in o.iter_mut().zip(vj) {
@@ -242,6 +289,8 @@ mod tests {
             n_kv_heads,
             head_dim: 8,
             scale: 1.0,
+            window: 0,
+            softcap: 0.0,
         }
     }
 

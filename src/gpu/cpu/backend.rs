@@ -9,8 +9,8 @@ use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvShift, OpLabel, Result, RopeParams, SharedBytes,
-    Weight, WeightData,
+    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, OpLabel, Result, RopeParams,
+    SharedBytes, Weight, WeightData,
 };
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::quant::{self, GgmlType};
@@ -42,9 +42,8 @@ impl CpuWeight {
 }
 
 struct KvCache {
-    n_ctx: usize,
-    kv_dim: usize,
-    /// `[layer][position][kv_dim]`
+    layout: KvLayout,
+    /// `[layer][slot][kv_dim]`, layer `l` at `layout.offset(l)`.
     k: Vec<f32>,
     v: Vec<f32>,
 }
@@ -83,6 +82,13 @@ pub struct CpuBackend {
 /// How long [`Backend::stuck_op`] holds the thread: far past any budget, short enough that a
 /// forgotten fault ends by itself.
 const STUCK_HOLD: Duration = Duration::from_secs(60);
+
+/// GELU in its tanh form, as ggml writes it (`ggml_gelu_f32`): 0.5·x·(1 + tanh(√(2/π)·x·(1 +
+/// 0.044715·x²))).
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
+}
 
 fn invalid(msg: String) -> BackendError {
     BackendError::Invalid(msg)
@@ -220,31 +226,28 @@ impl Backend for CpuBackend {
         Ok(Buf(self.bufs.len() as u32 - 1))
     }
 
-    fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         let _op = self.ops.begin(OpLabel::global("alloc kv_cache"));
-        let len = n_layers
-            .checked_mul(n_ctx)
-            .and_then(|n| n.checked_mul(kv_dim))
-            .ok_or_else(|| BackendError::OutOfMemory("KV cache size overflows".into()))?;
+        let len = layout.elems();
         let bytes = len as u64 * 8;
         if let Some((_, avail)) = host_memory()
             && bytes > avail
         {
             return Err(BackendError::OutOfMemory(format!(
-                "the KV cache for {n_ctx} positions needs {} MiB, {} MiB are available; ask for a smaller context (-c)",
+                "the KV cache for {} positions needs {} MiB, {} MiB are available; ask for a smaller context (-c)",
+                layout.n_ctx(),
                 bytes >> 20,
                 avail >> 20
             )));
         }
         self.kv = Some(KvCache {
-            n_ctx,
-            kv_dim,
+            layout: layout.clone(),
             k: vec![0f32; len],
             v: vec![0f32; len],
         });
         for s in &self.scores {
             if let Ok(mut s) = s.lock() {
-                s.resize(n_ctx, 0.0);
+                s.resize(layout.n_ctx(), 0.0);
             }
         }
         self.allocations += 2;
@@ -292,12 +295,23 @@ impl Backend for CpuBackend {
         let mut o = self.take(out, n_tokens * dim)?;
         let res = (|| {
             let w = self.vector(weight, dim)?;
-            let x = self.buf(x, n_tokens * dim)?;
-            for (xr, or) in x.chunks_exact(dim).zip(o.chunks_exact_mut(dim)) {
+            let norm_row = |xr: &[f32], or: &mut [f32]| {
                 let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
                 let scale = 1.0 / ((ss / dim as f64) as f32 + eps).sqrt();
                 for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
                     *o = xv * scale * wv;
+                }
+            };
+            if x == out {
+                let mut row = vec![0f32; dim];
+                for or in o[..n_tokens * dim].chunks_exact_mut(dim) {
+                    row.copy_from_slice(or);
+                    norm_row(&row, or);
+                }
+            } else {
+                let x = self.buf(x, n_tokens * dim)?;
+                for (xr, or) in x.chunks_exact(dim).zip(o.chunks_exact_mut(dim)) {
+                    norm_row(xr, or);
                 }
             }
             Ok(())
@@ -384,7 +398,7 @@ impl Backend for CpuBackend {
                     Some(f) => theta / f[i],
                     None => theta,
                 };
-                *c = (th.cos(), th.sin());
+                *c = (th.cos() * p.attn_factor, th.sin() * p.attn_factor);
                 theta *= theta_scale;
             }
             let row = &mut xv[t * n_heads * head_dim..(t + 1) * n_heads * head_dim];
@@ -422,22 +436,21 @@ impl Backend for CpuBackend {
         };
         let mut kv = kv;
         let res = (|| {
-            if kv.kv_dim != kv_dim || p.pos0 + p.n_tokens > kv.n_ctx || p.n_kv_heads == 0 {
-                return Err(invalid(format!(
-                    "attention at positions {}..{} does not fit the KV cache ({} positions of {})",
-                    p.pos0,
-                    p.pos0 + p.n_tokens,
-                    kv.n_ctx,
-                    kv.kv_dim
-                )));
+            kv.layout.check_attention(p)?;
+            let slots = kv.layout.slots(p.layer);
+            let layer_base = kv.layout.offset(p.layer);
+            let (kn, vn) = (
+                self.buf(k, p.n_tokens * kv_dim)?,
+                self.buf(v, p.n_tokens * kv_dim)?,
+            );
+            for t in 0..p.n_tokens {
+                let at = layer_base + (p.pos0 + t) % slots * kv_dim;
+                kv.k[at..at + kv_dim].copy_from_slice(&kn[t * kv_dim..(t + 1) * kv_dim]);
+                kv.v[at..at + kv_dim].copy_from_slice(&vn[t * kv_dim..(t + 1) * kv_dim]);
             }
-            let layer_base = p.layer * kv.n_ctx * kv_dim;
-            let dst = layer_base + p.pos0 * kv_dim..layer_base + (p.pos0 + p.n_tokens) * kv_dim;
-            kv.k[dst.clone()].copy_from_slice(self.buf(k, p.n_tokens * kv_dim)?);
-            kv.v[dst].copy_from_slice(self.buf(v, p.n_tokens * kv_dim)?);
             let qv = self.buf(q, p.n_tokens * q_dim)?;
-            let keys = &kv.k[layer_base..layer_base + kv.n_ctx * kv_dim];
-            let vals = &kv.v[layer_base..layer_base + kv.n_ctx * kv_dim];
+            let keys = &kv.k[layer_base..layer_base + slots * kv_dim];
+            let vals = &kv.v[layer_base..layer_base + slots * kv_dim];
             let optr = SharedMut(o.as_mut_ptr());
             let scores = &self.scores;
             let split = attention::Split::new(p, self.pool.n_threads());
@@ -459,6 +472,7 @@ impl Backend for CpuBackend {
                             keys,
                             vals,
                             kv_dim,
+                            slots,
                             &mut sc,
                             optr.at(0),
                         )
@@ -482,11 +496,16 @@ impl Backend for CpuBackend {
             .kv
             .as_mut()
             .ok_or_else(|| invalid("KV shift before the KV cache was allocated".into()))?;
+        if !kv.layout.is_uniform() {
+            return Err(BackendError::Unsupported(
+                "a KV shift of a cache with sliding-window rings".into(),
+            ));
+        }
         super::kv_shift::shift(
             &mut kv.k,
             &mut kv.v,
-            kv.n_ctx,
-            kv.kv_dim,
+            kv.layout.n_ctx(),
+            kv.layout.kv_dim(),
             s,
             factors.as_deref(),
         )
@@ -502,6 +521,28 @@ impl Backend for CpuBackend {
         });
         self.put(gate, g);
         res
+    }
+
+    fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
+        let mut g = self.take(gate, len)?;
+        let res = self.buf(up, len).map(|u| {
+            for (gv, &uv) in g[..len].iter_mut().zip(u) {
+                *gv = gelu_tanh(*gv) * uv;
+            }
+        });
+        self.put(gate, g);
+        res
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32, label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
+        let mut xv = self.take(x, len)?;
+        for v in &mut xv[..len] {
+            *v *= factor;
+        }
+        self.put(x, xv);
+        Ok(())
     }
 
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {

@@ -96,6 +96,7 @@ mod tests {
             freq_scale,
             neox,
             freq_factors: None,
+            attn_factor: 1.0,
         };
         // Raw (unrotated) keys and values per position, two layers.
         let raw: Vec<f32> = (0..2 * n_ctx * kv_dim)
@@ -152,6 +153,7 @@ mod tests {
             freq_scale: 1.0,
             neox: false,
             freq_factors: None,
+            attn_factor: 1.0,
         };
         let s = KvShift {
             dst: 2,

@@ -5,6 +5,9 @@
 //!
 //! Then a context shift (cache positions 16.. move down to 4.., keys re-rotated: the
 //! `hs_kv_shift_*` kernel against the CPU's) and two decode steps on the shifted cache (`shift`).
+//! Models with sliding-window layers do not shift (their rings keep only the window): there the
+//! column holds a 24-token batch and two decode steps that run past the rings' end, so that
+//! positions wrap around the ring.
 //!
 //! Two criteria, on ‖gpu − cpu‖₂ / ‖cpu‖₂:
 //!
@@ -44,7 +47,16 @@ use crate::model::protocol::ModelSource;
 use crate::model::sampler::Rng;
 
 /// The default matrix: the synthetic shapes and weight types the task's table asks for.
-pub const SHAPES: &[&str] = &["tiny", "tiny-qwen2", "tiny-llama3", "smollm2-135m"];
+pub const SHAPES: &[&str] = &[
+    "tiny",
+    "tiny-qwen2",
+    "tiny-llama3",
+    "smollm2-135m",
+    "tiny-qwen3",
+    "tiny-gemma2",
+    "tiny-gemma3",
+    "tiny-phi3",
+];
 pub const QUANTS: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// Types the default matrix covers on the `tiny` shape only (every other GPU type).
 pub const EXTRA_TINY: &[&str] = &[
@@ -60,6 +72,9 @@ const DECODE: usize = 4;
 const SHIFT_DST: usize = 4;
 const SHIFT_SRC: usize = 16;
 const SHIFT_N: usize = PROMPT + SHORT + DECODE - SHIFT_SRC;
+
+/// The batch that runs the sliding-window rings round, in place of the shift.
+const WRAP: usize = 24;
 
 /// Shifts `m`'s cache before the first `shift` step.
 fn shift_before(m: &mut Model, what: &str, pos: usize) -> Result<(), String> {
@@ -205,8 +220,9 @@ pub(super) fn model_options() -> ModelOptions {
     }
 }
 
-/// The steps every case runs: (what, first position, tokens, which logits).
-fn steps(vocab: usize) -> Vec<(&'static str, usize, Vec<u32>, Logits)> {
+/// The steps every case runs: (what, first position, tokens, which logits). `shift`: the
+/// model's cache may be shifted; else the rings are run round instead (see the module doc).
+fn steps(vocab: usize, shift: bool) -> Vec<(&'static str, usize, Vec<u32>, Logits)> {
     let mut rng = Rng::new(0x5eed);
     let mut toks = |n: usize| -> Vec<u32> {
         (0..n)
@@ -220,10 +236,22 @@ fn steps(vocab: usize) -> Vec<(&'static str, usize, Vec<u32>, Logits)> {
     for i in 0..DECODE {
         v.push(("decode", PROMPT + SHORT + i, toks(1), Logits::Last));
     }
-    for i in 0..2 {
-        v.push(("shift", SHIFT_DST + SHIFT_N + i, toks(1), Logits::Last));
+    if shift {
+        for i in 0..2 {
+            v.push(("shift", SHIFT_DST + SHIFT_N + i, toks(1), Logits::Last));
+        }
+    } else {
+        let at = PROMPT + SHORT + DECODE;
+        v.push(("window", at, toks(WRAP), Logits::All));
+        for i in 0..2 {
+            v.push(("window", at + WRAP + i, toks(1), Logits::Last));
+        }
     }
     v
+}
+
+fn can_shift(m: &Model) -> bool {
+    m.config.arch.kv_shift_inexact().is_none()
 }
 
 /// Errors per step kind: the worst of each.
@@ -262,7 +290,7 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         }
         let mut out = Outcome::default();
         let (mut lc, mut lg, mut ln) = (Vec::new(), Vec::new(), Vec::new());
-        for (what, pos, toks, want) in steps(c.config.vocab_size) {
+        for (what, pos, toks, want) in steps(c.config.vocab_size, can_shift(&c)) {
             shift_before(&mut c, what, pos)?;
             shift_before(&mut g, what, pos)?;
             c.forward(&toks, pos, want, &mut lc)
@@ -279,7 +307,7 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
             let slot = match what {
                 "prompt" => &mut out.prompt,
                 "batch" => &mut out.batch,
-                "shift" => &mut out.shift,
+                "shift" | "window" => &mut out.shift,
                 _ => &mut out.decode,
             };
             *slot = if e.is_nan() {
@@ -309,7 +337,8 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
         .map_err(|e| e.to_string())?;
     let mut logits = Vec::new();
     let mut r = Ok(());
-    for (what, pos, toks, want) in steps(m.config.vocab_size) {
+    let shift = can_shift(&m);
+    for (what, pos, toks, want) in steps(m.config.vocab_size, shift) {
         if let Err(e) = shift_before(&mut m, what, pos).and_then(|()| {
             m.forward(&toks, pos, want, &mut logits)
                 .map_err(|e| e.to_string())
@@ -346,7 +375,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
     outln!(
         "steps per case: a {PROMPT}-token prompt (GEMM path), a {SHORT}-token batch \
          (matrix-vector path), {DECODE} decode steps, a context shift and 2 decode steps after \
-         it; every logit compared"
+         it (sliding-window models: a {WRAP}-token batch and 2 decode steps round the rings \
+         instead); every logit compared"
     );
     outln!(
         "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5 (attention over an f16 KV cache 1e-3); \

@@ -59,7 +59,8 @@ pub struct SelftestArgs {
     /// files) instead of the mechanisms.
     #[arg(long)]
     pub compute: bool,
-    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m).
+    /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m,
+    /// tiny-qwen3,tiny-gemma2,tiny-gemma3,tiny-phi3).
     #[arg(long, value_delimiter = ',', requires = "compute")]
     pub shapes: Vec<String>,
     /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).

@@ -1,0 +1,101 @@
+//! What `ModelConfig` reads from the files of the issue-15 architectures: each missing tensor
+//! named, and the sliding-window keys read as llama.cpp's `load_swa_pattern` and
+//! `load_arch_hparams` read them, with their defaults.
+
+use std::path::Path;
+
+use hipscope::gpu::quant::GgmlType;
+use hipscope::model::config::{ConfigError, ModelConfig};
+use hipscope::model::gguf::{Array, GgufFile, GgufWriter, TensorSpec, Value, ValueType};
+use hipscope::model::synthetic;
+
+/// `shape`'s synthetic file rewritten without tensor `drop`, each key of `set` removed and,
+/// where a value is given, written with it.
+fn edited(shape: &str, drop: &str, set: &[(&str, Option<Value>)]) -> GgufFile {
+    let s = synthetic::shape(shape).unwrap();
+    let f = synthetic::build(s, GgmlType::F32, 1, &mut |_, _| {}).unwrap();
+    let mut meta: Vec<(String, Value)> = f
+        .metadata()
+        .iter()
+        .filter(|(k, _)| !set.iter().any(|(s, _)| s == k))
+        .cloned()
+        .collect();
+    meta.extend(
+        set.iter()
+            .filter_map(|(k, v)| v.clone().map(|v| (k.to_string(), v))),
+    );
+    let kept: Vec<_> = f.tensors().iter().filter(|t| t.name != drop).collect();
+    let specs: Vec<TensorSpec> = kept
+        .iter()
+        .map(|t| TensorSpec::new(t.name.clone(), &t.dims, t.ty))
+        .collect();
+    let mut w = GgufWriter::new(Vec::new(), &meta, &specs).unwrap();
+    for t in kept {
+        w.write_tensor(f.tensor_data(t)).unwrap();
+    }
+    GgufFile::from_bytes(Path::new("edited.gguf"), w.finish().unwrap()).unwrap()
+}
+
+fn check(f: &GgufFile) -> Result<ModelConfig, ConfigError> {
+    let c = ModelConfig::from_gguf(f)?;
+    c.check_tensors(f)?;
+    Ok(c)
+}
+
+fn flags(v: &[bool]) -> Option<Value> {
+    Some(Value::Array(Array {
+        ty: ValueType::Bool,
+        items: v.iter().map(|&b| Value::Bool(b)).collect(),
+    }))
+}
+
+#[test]
+fn each_new_architecture_names_a_missing_tensor() {
+    for (shape, tensor) in [
+        ("tiny-qwen3", "blk.1.attn_k_norm.weight"),
+        ("tiny-gemma2", "blk.0.post_ffw_norm.weight"),
+        ("tiny-gemma3", "blk.3.post_attention_norm.weight"),
+        ("tiny-phi3", "blk.1.attn_qkv.weight"),
+        ("tiny-phi3", "rope_factors_short.weight"),
+    ] {
+        let e = check(&edited(shape, tensor, &[])).unwrap_err().to_string();
+        assert!(e.contains(&format!("tensor {tensor} is missing")), "{e}");
+    }
+}
+
+#[test]
+fn sliding_window_keys_are_read_as_llama_cpp_reads_them() {
+    // A per-layer pattern array overrides Gemma 3's 5:1 default.
+    let pattern = [true, false, true, false, true, false];
+    let key = "gemma3.attention.sliding_window_pattern";
+    let c = check(&edited("tiny-gemma3", "", &[(key, flags(&pattern))])).unwrap();
+    assert_eq!(c.swa_layers, pattern);
+    // Without a window Gemma 3 has no local layers.
+    let key = "gemma3.attention.sliding_window";
+    let c = check(&edited("tiny-gemma3", "", &[(key, Some(Value::U32(0)))])).unwrap();
+    assert_eq!(c.sliding_window, 0);
+    // A pattern of the wrong length is refused, naming the key.
+    let key = "gemma2.attention.sliding_window_pattern";
+    let e = check(&edited("tiny-gemma2", "", &[(key, flags(&[true; 2]))]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("sliding_window_pattern") && e.contains("4 booleans"),
+        "{e}"
+    );
+    // Gemma 2 without the soft-capping and window keys: llama.cpp's defaults.
+    let c = check(&edited(
+        "tiny-gemma2",
+        "",
+        &[
+            ("gemma2.attn_logit_softcapping", None),
+            ("gemma2.final_logit_softcapping", None),
+            ("gemma2.attention.sliding_window", None),
+        ],
+    ))
+    .unwrap();
+    assert_eq!((c.attn_softcap, c.final_softcap), (Some(50.0), Some(30.0)));
+    assert_eq!(c.sliding_window, 4096);
+    // The query scale below the 27B size is 1/√key_length.
+    assert_eq!(c.attn_scale, 1.0 / 128f32.sqrt());
+}
