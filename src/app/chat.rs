@@ -41,6 +41,8 @@ pub struct WorkerConfig {
     pub ctx_discard: u8,
     /// The configured drain deadline, for a quit the UI could not ask for.
     pub drain_deadline: Duration,
+    /// How often a remote engine's panels are read (the telemetry interval).
+    pub remote_poll: Duration,
 }
 
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
@@ -115,6 +117,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
+        remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
     }
 }
 
@@ -374,6 +377,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
         drain_deadline: cfg.drain_deadline,
+        remote_poll: cfg.remote_poll,
     };
     worker::spawn(opts)
 }

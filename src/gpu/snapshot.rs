@@ -49,6 +49,11 @@ pub struct ArenaSnapshot {
     pub pinned_host_bytes: u64,
 }
 
+/// How an [`ArenaSnapshot`]'s `kind` starts when it is a remote server's KV cache: its amounts
+/// are then tokens (region `KV cache, tokens`) or thousandths of the cache (`KV cache, ‰`),
+/// not bytes.
+pub const REMOTE_ARENA: &str = "server KV cache";
+
 /// What the watchdog concluded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WatchState {

@@ -58,6 +58,8 @@ pub enum ModelSource {
         quant: String,
         seed: u64,
     },
+    /// An OpenAI-compatible server (`--remote URL`, `[remote.NAME]`).
+    Remote(crate::model::remote::client::RemoteSpec),
 }
 
 /// UI → worker.
@@ -132,6 +134,8 @@ pub enum StopReason {
     User,
     /// The context is full.
     ContextFull,
+    /// The remote server's stream broke mid-answer (why); the partial answer is kept.
+    Dropped(String),
 }
 
 /// Timings of one answer.

@@ -162,7 +162,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 }
             }
             Progress::Trimmed(t) => eprintln!("\n[{t}]"),
-            Progress::PromptDone(_) | Progress::Prompt { .. } => {}
+            Progress::PromptDone(_) | Progress::Prompt { .. } | Progress::Waiting => {}
         }
         if stop.load(Ordering::Relaxed) || write_error.is_some() {
             Control::Stop
@@ -206,6 +206,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         StopReason::Limit => "token limit (-n)".into(),
         StopReason::User => "stopped by the user".into(),
         StopReason::ContextFull => "context full".into(),
+        StopReason::Dropped(why) => format!("connection dropped: {why}"),
     };
     eprintln!("stopped: {why}");
     Ok(0)
