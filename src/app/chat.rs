@@ -32,6 +32,8 @@ use crate::ui::{App, Msg, Settings};
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerConfig {
     pub model: Option<PathBuf>,
+    /// A remote engine to connect to instead of loading `model`.
+    pub remote: Option<crate::model::remote::client::RemoteSpec>,
     pub backend: config::BackendChoice,
     pub ctx_size: u32,
     pub threads: u32,
@@ -86,12 +88,15 @@ pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
 
 /// The view's starting settings.
 pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
-    let model_label = config
-        .model
-        .as_ref()
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "SmolLM2-135M-Instruct".into());
+    let model_label = match &config.remote.selected {
+        Some(r) => format!("remote {}", r.name),
+        None => config
+            .model
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
+    };
     Settings {
         theme: config.ui.theme,
         sidebar: config.ui.diagnostics,
@@ -109,6 +114,7 @@ pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
 pub fn worker_config(config: &Config) -> WorkerConfig {
     WorkerConfig {
         model: config.model.clone(),
+        remote: config.remote.selected.clone(),
         backend: config.backend,
         ctx_size: config.ctx_size,
         threads: config.threads,
@@ -356,7 +362,10 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         compute: crate::gpu::compute::ComputeOptions::default(),
     };
     let opts = WorkerOptions {
-        source: cfg.model.map(ModelSource::File),
+        source: match cfg.remote {
+            Some(spec) => Some(ModelSource::Remote(spec)),
+            None => cfg.model.map(ModelSource::File),
+        },
         default_model: Box::new(|progress| {
             let mut report = |p: FetchProgress| match p {
                 FetchProgress::Step(s) => progress(&s, None),

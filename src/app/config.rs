@@ -122,6 +122,8 @@ pub struct Config {
     pub log: LogConfig,
     pub quit: QuitConfig,
     pub telemetry: TelemetryConfig,
+    /// Remote engines (`[remote]`, `[remote.NAME]`).
+    pub remote: super::remote_config::RemoteConfig,
 }
 
 impl Default for Config {
@@ -157,6 +159,7 @@ impl Default for Config {
             },
             quit: QuitConfig::default(),
             telemetry: TelemetryConfig { interval_ms: 500 },
+            remote: Default::default(),
         }
     }
 }
@@ -319,6 +322,7 @@ const TOP_KEYS: &[&str] = &[
     "log",
     "quit",
     "telemetry",
+    "remote",
 ];
 const SAMPLER_KEYS: &[&str] = &[
     "temp",
@@ -528,6 +532,9 @@ impl Config {
             {
                 c.telemetry.interval_ms = ms as u64;
             }
+        }
+        if let Some(t) = top.table("remote")? {
+            c.remote = super::remote_config::parse(t, path)?;
         }
         Ok(c)
     }

@@ -28,6 +28,12 @@ pub struct GenerateArgs {
     pub system: Option<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub remote: crate::app::remote_config::RemoteArgs,
+    /// Settings file, for its [remote] tables (default: config.toml in the platform config
+    /// directory).
+    #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// Sampler flags, named as llama.cpp names them. Each value is checked by the rule the chat's
@@ -109,6 +115,9 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
                 .into(),
         )
         .into());
+    }
+    if a.remote.remote.is_some() {
+        return super::remote_cmd::generate(&a);
     }
     let sampler = a.sampling.config();
     let mut loaded = load_model(&a.model, sampler)?;
@@ -200,16 +209,20 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         st.gen_tps()
     );
     eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    let why = match &answer.reason {
+    eprintln!("stopped: {}", stop_text(&answer.reason));
+    Ok(0)
+}
+
+/// Why an answer ended, for stderr.
+pub fn stop_text(reason: &StopReason) -> String {
+    match reason {
         StopReason::Eog => "end of text".to_string(),
         StopReason::StopString(s) => format!("stop string {s:?}"),
         StopReason::Limit => "token limit (-n)".into(),
         StopReason::User => "stopped by the user".into(),
         StopReason::ContextFull => "context full".into(),
         StopReason::Dropped(why) => format!("connection dropped: {why}"),
-    };
-    eprintln!("stopped: {why}");
-    Ok(0)
+    }
 }
 
 /// Echoes the prompt before a raw completion, as llama.cpp does.

@@ -12,6 +12,7 @@ pub mod kernels;
 pub mod model_args;
 pub mod perplexity;
 pub mod progress;
+pub mod remote_cmd;
 pub mod selftest;
 pub mod soak;
 pub mod synth;
