@@ -140,6 +140,7 @@ where
             frame: Duration::from_millis(15),
             quit: None,
             telemetry: None,
+            remotes: Vec::new(),
         },
     )
     .await;

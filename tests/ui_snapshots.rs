@@ -341,6 +341,7 @@ fn model_picker_with_an_unreadable_file() {
     let fx = submit(&mut app, "/model");
     assert_eq!(fx, vec![hipscope::ui::Effect::Discover]);
     let entry = |name: &str, path: &str, source: &str, size: u64, header| ModelEntry {
+        remote: None,
         name: name.into(),
         path: path.into(),
         source: source.into(),

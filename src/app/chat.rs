@@ -301,6 +301,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             telemetry: Some(crate::gpu::telemetry::interval(
                 config.telemetry.interval_ms,
             )),
+            remotes: config.remote.endpoints.clone(),
         };
         event_loop(
             &mut terminal,

@@ -136,8 +136,8 @@ fn lines(s: &RemoteSample, w: usize, theme: &Theme) -> Vec<Line<'static>> {
     let lat: Vec<String> = [
         s.ttft_mean_s.map(|v| format!("TTFT mean {}", ms(v))),
         s.itl_mean_s.map(|v| format!("inter-token mean {}", ms(v))),
-        s.prompt_tps.map(|v| format!("prompt {}", units::rate(v, "tok"))),
-        s.gen_tps.map(|v| format!("generation {}", units::rate(v, "tok"))),
+        s.prompt_tps.map(|v| format!("prompt {}", units::rate(v, "tok/s"))),
+        s.gen_tps.map(|v| format!("generation {}", units::rate(v, "tok/s"))),
     ]
     .into_iter()
     .flatten()

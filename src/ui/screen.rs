@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 
 use crate::gpu::snapshot::WatchState;
+use crate::model::remote::INSECURE_MARK;
 
 use super::meter::{bar, ellipsize, spinner, text};
 use super::settings::PanelId;
@@ -188,12 +189,20 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
             style,
         ));
     }
+    if app
+        .device()
+        .is_some_and(|d| d.backend == "remote" && d.reason.contains(INSECURE_MARK))
+    {
+        right.insert(0, Span::styled(" TLS NOT VERIFIED ", theme.hung_banner));
+    }
     let right_w: usize = right.iter().map(|s| s.width()).sum();
     let device = app
         .device()
         .map(|d| {
             if d.backend == "cpu" {
                 "cpu".to_string()
+            } else if d.backend == "remote" {
+                d.name.clone()
             } else if d.arch.is_empty() {
                 d.backend.clone()
             } else {

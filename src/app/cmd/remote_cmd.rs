@@ -38,7 +38,7 @@ pub fn generate(a: &super::generate::GenerateArgs) -> anyhow::Result<i32> {
         "model: {} on {} (context {})",
         c.model.name, c.device.name, c.model.context_length
     );
-    if c.device.reason.contains("--insecure") {
+    if c.device.reason.contains(remote::INSECURE_MARK) {
         eprintln!("warning: TLS certificate not verified (--insecure)");
     }
     let mut session = c.session;

@@ -19,6 +19,9 @@ use crate::gpu::snapshot::{DeviceSummary, WatchdogSnapshot};
 use crate::model::protocol::{ModelSummary, SamplerConfig};
 use session::RemoteSession;
 
+/// In a remote device's `reason` when TLS certificates are not checked: the status bar shows it.
+pub const INSECURE_MARK: &str = "TLS NOT VERIFIED (--insecure)";
+
 /// What [`connect`] found.
 pub struct Connected {
     pub session: RemoteSession,
@@ -84,9 +87,9 @@ pub fn connect(
         load_time: t0.elapsed(),
     };
     let insecure = if client.spec.insecure {
-        " · TLS NOT VERIFIED (--insecure)"
+        format!(" · {INSECURE_MARK}")
     } else {
-        ""
+        String::new()
     };
     let device = DeviceSummary {
         backend: "remote".into(),
