@@ -51,7 +51,12 @@ pub fn parse(t: &toml::Table, path: &Path) -> Result<RemoteConfig, ConfigError> 
             .filter(|n| (1..=3_600_000).contains(n))
             .ok_or_else(|| {
                 if BUDGET_KEYS.contains(&key.as_str()) {
-                    invalid(path, format!("remote.{key}"), v, "milliseconds from 1 to 3600000")
+                    invalid(
+                        path,
+                        format!("remote.{key}"),
+                        v,
+                        "milliseconds from 1 to 3600000",
+                    )
                 } else {
                     ConfigError::UnknownKey {
                         path: path.to_path_buf(),
@@ -110,11 +115,20 @@ fn endpoint(name: &str, t: &toml::Table, path: &Path) -> Result<RemoteSpec, Conf
             Some(v) => Err(invalid(path, key(k), v, "a string")),
         }
     };
-    let url_v = t.get("url").cloned().unwrap_or(Value::String(String::new()));
-    let url = string("url")?
-        .ok_or_else(|| invalid(path, key("url"), &url_v, "the server's address, e.g. \"http://gpu-box:8080\""))?;
-    let url = RemoteSpec::normalize_url(&url)
-        .map_err(|why| invalid(path, key("url"), &url_v, &why))?;
+    let url_v = t
+        .get("url")
+        .cloned()
+        .unwrap_or(Value::String(String::new()));
+    let url = string("url")?.ok_or_else(|| {
+        invalid(
+            path,
+            key("url"),
+            &url_v,
+            "the server's address, e.g. \"http://gpu-box:8080\"",
+        )
+    })?;
+    let url =
+        RemoteSpec::normalize_url(&url).map_err(|why| invalid(path, key("url"), &url_v, &why))?;
     let key_src = match (string("api_key_env")?, string("api_key_file")?) {
         (Some(_), Some(_)) => {
             return Err(invalid(
@@ -158,8 +172,12 @@ pub struct RemoteArgs {
     #[arg(long = "api-key-env", value_name = "VAR", requires = "remote")]
     pub api_key_env: Option<String>,
     /// Read the server's API key from this file (it must be readable by you alone).
-    #[arg(long = "api-key-file", value_name = "FILE", requires = "remote",
-          conflicts_with = "api_key_env")]
+    #[arg(
+        long = "api-key-file",
+        value_name = "FILE",
+        requires = "remote",
+        conflicts_with = "api_key_env"
+    )]
     pub api_key_file: Option<PathBuf>,
     /// Do not verify the server's TLS certificate (shown in the status bar).
     #[arg(long, requires = "remote")]
@@ -233,7 +251,10 @@ mod tests {
         .unwrap();
         assert_eq!(c.budgets.first_token, Duration::from_millis(1500));
         let e = &c.endpoints[0];
-        assert_eq!((e.name.as_str(), e.url.as_str()), ("big", "https://gpu:8000"));
+        assert_eq!(
+            (e.name.as_str(), e.url.as_str()),
+            ("big", "https://gpu:8000")
+        );
         assert_eq!(e.key, KeySource::Env("BIG_KEY".into()));
         assert_eq!(e.budgets.first_token, Duration::from_millis(1500));
         let a = RemoteArgs {
@@ -255,7 +276,10 @@ mod tests {
         let e = parse_text("[remote.x]\nurl = \"ftp://h\"\n").unwrap_err();
         assert!(e.to_string().contains("`remote.x.url`"), "{e}");
         let e = parse_text("[remote.x]\nurl = \"http://h\"\napi_key = \"sk\"\n").unwrap_err();
-        assert!(e.to_string().contains("remote.x.api_key") && !e.to_string().contains("\"sk\""), "{e}");
+        assert!(
+            e.to_string().contains("remote.x.api_key") && !e.to_string().contains("\"sk\""),
+            "{e}"
+        );
         let e = parse_text("[remote]\nfirst_token_timeout_ms = 0\n").unwrap_err();
         assert!(e.to_string().contains("milliseconds"), "{e}");
     }

@@ -63,6 +63,10 @@ pub enum WatchState {
     Hung,
 }
 
+/// How a [`WatchdogSnapshot`]'s `stream` starts when it watches a remote server's request
+/// (`remote host:port`) rather than a GPU stream.
+pub const REMOTE_STREAM: &str = "remote ";
+
 /// The watchdog's view at one instant.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct WatchdogSnapshot {
@@ -80,6 +84,13 @@ pub struct WatchdogSnapshot {
     pub op_started: bool,
     /// Event queries stopped returning: the state rests on breadcrumbs alone.
     pub event_queries_stuck: bool,
+}
+
+impl WatchdogSnapshot {
+    /// It watches a remote server's request, not the GPU.
+    pub fn is_remote(&self) -> bool {
+        self.stream.starts_with(REMOTE_STREAM)
+    }
 }
 
 /// The device in use, for the GPU panel.

@@ -239,7 +239,9 @@ impl Worker {
             .name("hipscope-remote-panels".into())
             .spawn(move || {
                 remote::panels::poll(client, kind, Some(own), every, stop_rx, |s| {
-                    let mut ok = events.send(Event::Streams(remote::panels::streams(&s))).is_ok();
+                    let mut ok = events
+                        .send(Event::Streams(remote::panels::streams(&s)))
+                        .is_ok();
                     if let Some(a) = remote::panels::arena(&s) {
                         ok &= events.send(Event::Arena(a)).is_ok();
                     }

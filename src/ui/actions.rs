@@ -265,7 +265,10 @@ impl App {
     }
 
     /// Switches to a remote engine (picked in the model picker).
-    pub(super) fn connect(&mut self, spec: crate::model::remote::client::RemoteSpec) -> Vec<Effect> {
+    pub(super) fn connect(
+        &mut self,
+        spec: crate::model::remote::client::RemoteSpec,
+    ) -> Vec<Effect> {
         if self.generation.is_busy() {
             self.warn("an answer is being generated: stop it first (Esc), then switch");
             return Vec::new();

@@ -311,7 +311,11 @@ fn remote_arena(a: &ArenaSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>
     let amount = if per_mille {
         format!("{:.1}%", frac * 100.0)
     } else {
-        format!("{} / {} tokens", units::count(a.used), units::count(a.capacity))
+        format!(
+            "{} / {} tokens",
+            units::count(a.used),
+            units::count(a.capacity)
+        )
     };
     vec![
         Line::from(vec![text("KV cache ", theme.dim), text(amount, theme.text)]),

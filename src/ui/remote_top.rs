@@ -96,7 +96,10 @@ fn lines(s: &RemoteSample, w: usize, theme: &Theme) -> Vec<Line<'static>> {
         text(s.version.clone().unwrap_or_else(|| "-".into()), theme.text),
     ]));
     if let Some(m) = &s.model {
-        out.push(Line::from(vec![text("model ", theme.dim), text(m.clone(), theme.text)]));
+        out.push(Line::from(vec![
+            text("model ", theme.dim),
+            text(m.clone(), theme.text),
+        ]));
     }
     out.push(Line::from(vec![
         text("requests ", theme.dim),
@@ -130,14 +133,20 @@ fn lines(s: &RemoteSample, w: usize, theme: &Theme) -> Vec<Line<'static>> {
         ]));
         out.push(Line::from(text(
             bar(u, w),
-            if u > 0.9 { theme.gauge_warn } else { theme.gauge },
+            if u > 0.9 {
+                theme.gauge_warn
+            } else {
+                theme.gauge
+            },
         )));
     }
     let lat: Vec<String> = [
         s.ttft_mean_s.map(|v| format!("TTFT mean {}", ms(v))),
         s.itl_mean_s.map(|v| format!("inter-token mean {}", ms(v))),
-        s.prompt_tps.map(|v| format!("prompt {}", units::rate(v, "tok/s"))),
-        s.gen_tps.map(|v| format!("generation {}", units::rate(v, "tok/s"))),
+        s.prompt_tps
+            .map(|v| format!("prompt {}", units::rate(v, "tok/s"))),
+        s.gen_tps
+            .map(|v| format!("generation {}", units::rate(v, "tok/s"))),
     ]
     .into_iter()
     .flatten()
@@ -152,7 +161,11 @@ fn lines(s: &RemoteSample, w: usize, theme: &Theme) -> Vec<Line<'static>> {
         out.push(Line::from(vec![
             text(format!("slot {:<3}", slot.id), theme.dim),
             text(
-                if slot.processing { "processing " } else { "idle       " },
+                if slot.processing {
+                    "processing "
+                } else {
+                    "idle       "
+                },
                 if slot.processing { theme.ok } else { theme.dim },
             ),
             text(

@@ -185,7 +185,12 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
             state_style(s.state, theme)
         };
         right.push(Span::styled(
-            format!(" GPU {} q{} ", state_label(s.state), s.queue_depth),
+            format!(
+                " {} {} q{} ",
+                if s.is_remote() { "SERVER" } else { "GPU" },
+                state_label(s.state),
+                s.queue_depth
+            ),
             style,
         ));
     }

@@ -187,14 +187,15 @@ impl App {
             Event::Watchdog(w) => {
                 let was_hung = self.watchdog.is_hung();
                 let state = w.state;
+                let what = if w.is_remote() { "server" } else { "GPU" };
                 self.watchdog.apply(w);
                 if state == WatchState::Hung && !was_hung {
                     self.chat.notice(
-                        "the GPU stopped answering: see the banner above",
+                        format!("the {what} stopped answering: see the banner above"),
                         NoticeLevel::Error,
                     );
                 } else if was_hung && state != WatchState::Hung {
-                    self.info("the GPU is answering again");
+                    self.info(format!("the {what} is answering again"));
                 }
             }
             Event::Telemetry(t) => self.gpu.apply(t),

@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
-use crate::gpu::snapshot::{DeviceSummary, WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{DeviceSummary, REMOTE_STREAM, WatchState, WatchdogSnapshot};
 
 use super::meter::{
     bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,
@@ -187,7 +187,11 @@ impl WatchdogPanel {
 
     /// Rows the HUNG banner needs (0 when nothing is hung).
     pub fn banner_height(&self) -> u16 {
-        if self.is_hung() { 5 } else { 0 }
+        match &self.snapshot {
+            Some(s) if s.state == WatchState::Hung && s.is_remote() => 3,
+            _ if self.is_hung() => 5,
+            _ => 0,
+        }
     }
 
     /// The prominent banner: what is stuck, where the report is, what the user can do.
@@ -199,6 +203,43 @@ impl WatchdogPanel {
         else {
             return;
         };
+        if s.is_remote() {
+            let lines = vec![
+                Line::from(vec![
+                    text(" ⚠ SERVER HUNG ", theme.hung_banner),
+                    text(
+                        format!(
+                            " nothing for {} (budget {}) from {}: {}",
+                            units::duration(s.age),
+                            units::duration(s.budget),
+                            &s.stream[REMOTE_STREAM.len()..],
+                            s.op.as_deref().unwrap_or("the request")
+                        ),
+                        theme.hung,
+                    ),
+                ]),
+                Line::from(vec![
+                    text("   You can ", theme.text),
+                    text("wait", theme.key),
+                    text(" · ", theme.text),
+                    text("Esc", theme.key),
+                    text(" cancels the request · ", theme.text),
+                    text("Alt-R", theme.key),
+                    text(" then asks again · ", theme.text),
+                    text("Ctrl-C", theme.key),
+                    text(" quits", theme.text),
+                ]),
+            ];
+            frame.render_widget(
+                Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+                    Block::new()
+                        .borders(Borders::BOTTOM)
+                        .border_style(theme.hung),
+                ),
+                area,
+            );
+            return;
+        }
         let op = s.op.as_deref().unwrap_or("an op");
         let stuck = if s.op_started {
             "has not finished after"

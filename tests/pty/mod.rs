@@ -50,6 +50,11 @@ impl Session {
         Session::launch(home, &[], Some(model), extra, &[])
     }
 
+    /// The chat with no model file: `extra` names the engine (`--remote URL`).
+    pub fn start_without_model(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
+        Session::launch_opt(home, &[], None, false, extra, env)
+    }
+
     /// As [`Session::start_with_env`], run through `wrapper` (e.g. `prlimit --fsize=N --`)
     /// when it is not empty.
     pub fn start_wrapped(
@@ -65,6 +70,17 @@ impl Session {
         home: &Path,
         wrapper: &[&str],
         model_path: Option<&Path>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch_opt(home, wrapper, model_path, true, extra, env)
+    }
+
+    fn launch_opt(
+        home: &Path,
+        wrapper: &[&str],
+        model_path: Option<&Path>,
+        with_model: bool,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Session {
@@ -87,7 +103,9 @@ impl Session {
             None => CommandBuilder::new(env!("CARGO_BIN_EXE_hipscope")),
         };
         cmd.arg("chat");
-        cmd.arg(model_path.map_or_else(model, Path::to_path_buf));
+        if with_model {
+            cmd.arg(model_path.map_or_else(model, Path::to_path_buf));
+        }
         cmd.args(["--backend", "cpu", "--temp", "0", "--threads", "2"]);
         cmd.args(extra);
         cmd.env("HIPSCOPE_HOME", home);

@@ -18,7 +18,9 @@ use crate::model::session::{Control, Progress};
 pub fn spec(args: &RemoteArgs, config: Option<&PathBuf>) -> anyhow::Result<RemoteSpec> {
     let path = match config {
         Some(p) => p.clone(),
-        None => crate::gpu::dirs::Dirs::from_env().config.join("config.toml"),
+        None => crate::gpu::dirs::Dirs::from_env()
+            .config
+            .join("config.toml"),
     };
     let c = Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
     match args.resolve(&c.remote) {

@@ -182,6 +182,10 @@ pub enum RemoteError {
     Other(String),
 }
 
+/// The most a short call (a panel's page, the model list) may take, connecting included: well
+/// inside the quit's deadline, so that a server that stopped answering cannot hold up a quit.
+pub const QUICK: Duration = Duration::from_secs(3);
+
 /// The most of an error body quoted in a message.
 const BODY_QUOTE: usize = 300;
 
@@ -204,7 +208,8 @@ impl std::fmt::Debug for Client {
     }
 }
 
-fn agent(spec: &RemoteSpec, per_read: Option<Duration>) -> ureq::Agent {
+/// `global`: the most one call may take in all (the short calls), `None` for the stream.
+fn agent(spec: &RemoteSpec, per_read: Option<Duration>, global: Option<Duration>) -> ureq::Agent {
     // The system's roots, as the model download uses; `--insecure` only when asked.
     let tls = ureq::tls::TlsConfig::builder()
         .root_certs(ureq::tls::RootCerts::PlatformVerifier)
@@ -215,6 +220,7 @@ fn agent(spec: &RemoteSpec, per_read: Option<Duration>) -> ureq::Agent {
         .timeout_connect(Some(spec.budgets.connect))
         .timeout_per_read(per_read)
         .timeout_recv_response(per_read)
+        .timeout_global(global)
         .http_status_as_error(false)
         .build()
         .new_agent()
@@ -224,8 +230,8 @@ impl Client {
     pub fn new(spec: RemoteSpec) -> Result<Client, String> {
         let key = read_key(&spec.key)?;
         Ok(Client {
-            agent: agent(&spec, None),
-            quick: agent(&spec, Some(Duration::from_secs(3))),
+            agent: agent(&spec, None, None),
+            quick: agent(&spec, Some(QUICK), Some(QUICK)),
             key,
             spec,
         })
@@ -235,14 +241,20 @@ impl Client {
         format!("{}{path}", self.spec.url)
     }
 
-    fn auth(&self, r: ureq::RequestBuilder<ureq::typestate::WithoutBody>) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
+    fn auth(
+        &self,
+        r: ureq::RequestBuilder<ureq::typestate::WithoutBody>,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithoutBody> {
         match &self.key {
             Some(k) => r.header("Authorization", format!("Bearer {}", k.expose())),
             None => r,
         }
     }
 
-    fn auth_body(&self, r: ureq::RequestBuilder<ureq::typestate::WithBody>) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+    fn auth_body(
+        &self,
+        r: ureq::RequestBuilder<ureq::typestate::WithBody>,
+    ) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
         match &self.key {
             Some(k) => r.header("Authorization", format!("Bearer {}", k.expose())),
             None => r,
@@ -324,7 +336,9 @@ impl Client {
                     .to_string(),
                 (src, Some(_)) => format!("the key was read from {src}; check it"),
             };
-            return RemoteError::Auth(format!("{what}: the server refused the request (HTTP {status}): {from}"));
+            return RemoteError::Auth(format!(
+                "{what}: the server refused the request (HTTP {status}): {from}"
+            ));
         }
         RemoteError::Status {
             what,
@@ -349,9 +363,9 @@ impl Client {
             ureq::Error::ConnectionFailed => RemoteError::Connect(format!(
                 "cannot connect to {host}: is the server running and reachable?"
             )),
-            ureq::Error::Timeout(t) => RemoteError::Connect(format!(
-                "{host} did not answer in time ({t}) for {url}"
-            )),
+            ureq::Error::Timeout(t) => {
+                RemoteError::Connect(format!("{host} did not answer in time ({t}) for {url}"))
+            }
             ureq::Error::Tls(m) => RemoteError::Tls(format!(
                 "TLS failure with {host}: {m}; a self-signed server needs its CA in the \
                  system's store (or --insecure, shown in the status bar)"
@@ -382,7 +396,11 @@ pub fn short_body(body: &str) -> String {
                 .or_else(|| v.get("detail").and_then(|d| d.as_str()).map(str::to_string))
         })
         .unwrap_or_else(|| body.trim().to_string());
-    let mut s: String = msg.chars().filter(|c| !c.is_control()).take(BODY_QUOTE).collect();
+    let mut s: String = msg
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(BODY_QUOTE)
+        .collect();
     if msg.chars().count() > BODY_QUOTE {
         s.push('…');
     }
@@ -403,7 +421,11 @@ mod tests {
             RemoteSpec::normalize_url("https://h/prefix").unwrap(),
             "https://h/prefix"
         );
-        assert!(RemoteSpec::normalize_url("h:8080").unwrap_err().contains("http://"));
+        assert!(
+            RemoteSpec::normalize_url("h:8080")
+                .unwrap_err()
+                .contains("http://")
+        );
         let e = RemoteSpec::normalize_url("http://u:sekrit@h").unwrap_err();
         assert!(!e.contains("sekrit"), "{e}");
     }

@@ -40,17 +40,23 @@ pub fn connect(
     let t0 = std::time::Instant::now();
     let client = Client::new(spec)?;
     let body = client.get_ok("/v1/models").map_err(|e| e.to_string())?;
-    let models = openai::parse_models(&body)
-        .map_err(|e| format!("{}: {e}", client.spec.host()))?;
+    let models = openai::parse_models(&body).map_err(|e| format!("{}: {e}", client.spec.host()))?;
     if models.is_empty() {
-        return Err(format!("{} serves no model (/v1/models is empty)", client.spec.host()));
+        return Err(format!(
+            "{} serves no model (/v1/models is empty)",
+            client.spec.host()
+        ));
     }
     let chosen = match &client.spec.model {
         Some(want) => models.iter().find(|m| &m.id == want).ok_or_else(|| {
             format!(
                 "{}: model `{want}` is not served; the server has: {}",
                 client.spec.host(),
-                models.iter().map(|m| m.id.as_str()).collect::<Vec<_>>().join(", ")
+                models
+                    .iter()
+                    .map(|m| m.id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })?,
         None => &models[0],
@@ -65,7 +71,9 @@ pub fn connect(
     if kind == ServerKind::LlamaServer
         && let Ok(b) = client.get_ok("/props")
         && let Ok(v) = serde_json::from_str::<serde_json::Value>(&b)
-        && let Some(n) = v.pointer("/default_generation_settings/n_ctx").and_then(|n| n.as_u64())
+        && let Some(n) = v
+            .pointer("/default_generation_settings/n_ctx")
+            .and_then(|n| n.as_u64())
     {
         context = n as usize;
     }

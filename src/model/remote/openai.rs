@@ -51,8 +51,8 @@ pub struct ModelInfo {
 
 /// Reads a `/v1/models` answer.
 pub fn parse_models(body: &str) -> Result<Vec<ModelInfo>, String> {
-    let v: Value = serde_json::from_str(body)
-        .map_err(|e| format!("/v1/models did not answer JSON ({e})"))?;
+    let v: Value =
+        serde_json::from_str(body).map_err(|e| format!("/v1/models did not answer JSON ({e})"))?;
     let data = v
         .get("data")
         .and_then(Value::as_array)
@@ -101,7 +101,10 @@ pub fn chat_body(
         kind,
         ServerKind::LlamaServer | ServerKind::Vllm | ServerKind::Sglang
     ) {
-        o.insert("top_k".into(), json!(if s.top_k == 0 { -1 } else { i64::from(s.top_k) }));
+        o.insert(
+            "top_k".into(),
+            json!(if s.top_k == 0 { -1 } else { i64::from(s.top_k) }),
+        );
         o.insert("min_p".into(), json!(s.min_p));
         if s.repeat_penalty != 1.0 {
             let key = if kind == ServerKind::LlamaServer {
@@ -209,25 +212,41 @@ mod tests {
         assert_eq!(b["top_k"], 40);
         assert_eq!(b["seed"], 7);
         assert_eq!(b["max_tokens"], 32);
-        assert_eq!(b["repeat_penalty"].as_f64().map(|x| (x * 10.0).round()), Some(11.0));
+        assert_eq!(
+            b["repeat_penalty"].as_f64().map(|x| (x * 10.0).round()),
+            Some(11.0)
+        );
         assert_eq!(b["stop"][0], "END");
         assert_eq!(b["messages"][0]["content"], "hi");
         let v = chat_body(ServerKind::Vllm, "m", &[], &s);
         assert!(v.get("repetition_penalty").is_some() && v.get("repeat_penalty").is_none());
         let o = chat_body(ServerKind::Ollama, "m", &[], &SamplerConfig::default());
-        assert!(o.get("top_k").is_none() && o.get("seed").is_none() && o.get("max_tokens").is_none());
+        assert!(
+            o.get("top_k").is_none() && o.get("seed").is_none() && o.get("max_tokens").is_none()
+        );
     }
 
     #[test]
     fn chunks_errors_and_done() {
-        let c = parse_chunk(r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#).unwrap();
+        let c = parse_chunk(
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+        )
+        .unwrap();
         assert_eq!(c.text, "Hi");
         let c = parse_chunk(r#"{"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#).unwrap();
         assert_eq!(c.finish, Some(StopReason::Limit));
         assert_eq!(c.completion_tokens, Some(3));
         assert!(parse_chunk("[DONE]").unwrap().done);
-        assert!(parse_chunk("{oops").unwrap_err().contains("malformed event"));
-        assert!(parse_chunk(r#"{"error":{"message":"boom"}}"#).unwrap_err().contains("boom"));
+        assert!(
+            parse_chunk("{oops")
+                .unwrap_err()
+                .contains("malformed event")
+        );
+        assert!(
+            parse_chunk(r#"{"error":{"message":"boom"}}"#)
+                .unwrap_err()
+                .contains("boom")
+        );
         assert!(parse_chunk(r#"{"x":1}"#).is_err());
     }
 }

@@ -88,9 +88,7 @@ pub fn parse_slots(body: &str) -> Result<Vec<Slot>, String> {
                 .unwrap_or(false),
             n_ctx: s.get("n_ctx").and_then(Value::as_u64).unwrap_or(0),
             tokens: s.get("n_prompt_tokens").and_then(Value::as_u64),
-            decoded: s
-                .pointer("/next_token/0/n_decoded")
-                .and_then(Value::as_u64),
+            decoded: s.pointer("/next_token/0/n_decoded").and_then(Value::as_u64),
         })
         .collect())
 }
@@ -184,10 +182,7 @@ pub fn sample(client: &Client, kind: ServerKind, own: Option<&OwnRequest>) -> Re
     let health = |s: &mut RemoteSample| match client.get("/health") {
         Ok((200, _)) => s.health = Some("ok".into()),
         Ok((code, body)) => {
-            s.health = Some(format!(
-                "HTTP {code}: {}",
-                super::client::short_body(&body)
-            ))
+            s.health = Some(format!("HTTP {code}: {}", super::client::short_body(&body)))
         }
         Err(e) => s.health = Some(e.to_string()),
     };
@@ -292,7 +287,9 @@ pub fn streams(s: &RemoteSample) -> Vec<StreamSnapshot> {
                 (
                     format!(
                         "processing, {held}{}",
-                        slot.decoded.map(|d| format!(", {d} generated")).unwrap_or_default()
+                        slot.decoded
+                            .map(|d| format!(", {d} generated"))
+                            .unwrap_or_default()
                     ),
                     Duration::ZERO,
                 )
@@ -401,16 +398,29 @@ mod tests {
     #[test]
     fn llama_server_busy_pages() {
         let mut s = RemoteSample::default();
-        apply_llama_metrics(&mut s, &Metrics::parse(&data("llama-server-metrics_busy.txt")).unwrap());
+        apply_llama_metrics(
+            &mut s,
+            &Metrics::parse(&data("llama-server-metrics_busy.txt")).unwrap(),
+        );
         assert_eq!(s.running, Some(1.0));
         assert_eq!(s.waiting, Some(0.0));
-        apply_slots(&mut s, parse_slots(&data("llama-server-slots_busy.json")).unwrap());
+        apply_slots(
+            &mut s,
+            parse_slots(&data("llama-server-slots_busy.json")).unwrap(),
+        );
         assert_eq!(s.slots.len(), 2);
         assert!(s.slots[1].processing && !s.slots[0].processing);
         assert_eq!(s.kv_tokens, Some((50, 2048)));
         let rows = streams(&s);
         assert_eq!(rows[1].queue_depth, 1);
-        assert!(rows[1].in_flight.as_ref().unwrap().0.contains("50/1024 tokens, 12 generated"));
+        assert!(
+            rows[1]
+                .in_flight
+                .as_ref()
+                .unwrap()
+                .0
+                .contains("50/1024 tokens, 12 generated")
+        );
         let a = arena(&s).unwrap();
         assert_eq!((a.used, a.capacity), (50, 2048));
     }
@@ -425,7 +435,10 @@ mod tests {
     #[test]
     fn vllm_v1_and_v0_pages() {
         let mut s = RemoteSample::default();
-        apply_vllm_metrics(&mut s, &Metrics::parse(&data("vllm-v1-metrics.txt")).unwrap());
+        apply_vllm_metrics(
+            &mut s,
+            &Metrics::parse(&data("vllm-v1-metrics.txt")).unwrap(),
+        );
         assert_eq!((s.running, s.waiting), (Some(3.0), Some(2.0)));
         assert_eq!(s.kv_usage, Some(0.4375));
         assert_eq!(s.preemptions, Some(1.0));
@@ -434,9 +447,15 @@ mod tests {
         let a = arena(&s).unwrap();
         assert_eq!((a.used, a.capacity), (438, 1000));
         let mut s = RemoteSample::default();
-        apply_vllm_metrics(&mut s, &Metrics::parse(&data("vllm-v0-metrics.txt")).unwrap());
+        apply_vllm_metrics(
+            &mut s,
+            &Metrics::parse(&data("vllm-v0-metrics.txt")).unwrap(),
+        );
         assert_eq!(s.kv_usage, Some(0.021));
-        assert_eq!(s.kv_source.as_deref(), Some("/metrics vllm:gpu_cache_usage_perc"));
+        assert_eq!(
+            s.kv_source.as_deref(),
+            Some("/metrics vllm:gpu_cache_usage_perc")
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::client::{Client, RemoteError};
 use super::openai::{self, ServerKind};
 use super::sse::SseParser;
-use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{REMOTE_STREAM, WatchState, WatchdogSnapshot};
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
 use crate::model::session::{Answer, Control, Progress};
 
@@ -199,7 +199,7 @@ impl RemoteSession {
             o.started = None;
         }
         (self.watch)(WatchdogSnapshot {
-            stream: "remote request".into(),
+            stream: format!("{REMOTE_STREAM}{}", self.client.spec.host()),
             ..WatchdogSnapshot::default()
         });
         let answer = result?;
@@ -241,22 +241,29 @@ impl RemoteSession {
         } else {
             WatchState::Ok
         };
-        let where_ = if first.is_none() && o.phase == "waiting for the first token" {
-            match o.server_waiting {
-                Some(n) if n > 0 => format!("waiting in the server's queue ({n} waiting)"),
-                _ => "prompt processing (no token yet)".to_string(),
+        // Until the response's headers arrive, connecting and the server's work look the
+        // same from here (llama-server answers only with its first token); its metrics say
+        // whether the request waits in its queue.
+        let where_ = match (first, o.server_waiting) {
+            (None, Some(n)) if n > 0 => format!("waiting in the server's queue ({n} waiting)"),
+            (None, _) if o.phase == "connecting" => {
+                "no answer yet: connecting, or prompt processing on the server".to_string()
             }
-        } else {
-            o.phase.clone()
+            (None, _) if o.phase == "waiting for the first token" => {
+                "prompt processing (connected, no token yet)".to_string()
+            }
+            _ => o.phase.clone(),
         };
         (self.watch)(WatchdogSnapshot {
             state,
-            stream: format!("remote {}", self.client.spec.host()),
+            stream: format!("{REMOTE_STREAM}{}", self.client.spec.host()),
             op: Some(where_),
             age,
             budget,
             last_completed: (o.tokens > 0).then(|| format!("{} tokens received", o.tokens)),
             queue_depth: 1,
+            // Started: the server has begun answering (its headers or a token came).
+            op_started: first.is_some() || o.phase == "waiting for the first token",
             ..WatchdogSnapshot::default()
         });
     }
@@ -301,9 +308,9 @@ impl RemoteSession {
                     }
                     continue;
                 }
-                Err(RecvTimeoutError::Disconnected) => Piece::End(Some(
-                    "the reader thread ended without a word".into(),
-                )),
+                Err(RecvTimeoutError::Disconnected) => {
+                    Piece::End(Some("the reader thread ended without a word".into()))
+                }
             };
             match piece {
                 Piece::Connected => self.set_phase("waiting for the first token"),
@@ -430,7 +437,12 @@ impl Acc {
 
 /// The reader thread: sends the connection's events as they come; stops reading (closing the
 /// connection) as soon as `cancel` is raised.
-fn reader(client: Client, body: serde_json::Value, tx: mpsc::Sender<Piece>, cancel: Arc<AtomicBool>) {
+fn reader(
+    client: Client,
+    body: serde_json::Value,
+    tx: mpsc::Sender<Piece>,
+    cancel: Arc<AtomicBool>,
+) {
     let mut r = match client.post_stream("/v1/chat/completions", &body) {
         Ok(r) => r,
         Err(e) => {
