@@ -144,10 +144,12 @@ impl RemoteSpec {
             return Err(format!("remote address `{u}`: no host"));
         }
         if host.contains('@') {
-            return Err(format!(
-                "remote address: it holds a user or password before `@`; put the key in an \
-                 environment variable (--api-key-env) instead, so that it never shows in a log"
-            ));
+            return Err(
+                "remote address: it holds a user or password before `@`; put the key in \
+                        an environment variable (--api-key-env) instead, so that it never shows \
+                        in a log"
+                    .into(),
+            );
         }
         Ok(u.strip_suffix("/v1").unwrap_or(u).to_string())
     }
