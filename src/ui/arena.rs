@@ -27,6 +27,7 @@ impl ArenaPanel {
 
     pub fn wanted_height(&self) -> u16 {
         match &self.arena {
+            Some(a) if a.kind.starts_with(REMOTE_ARENA) => 2 + 3,
             Some(a) => 2 + 6 + a.regions.len() as u16,
             None => 5,
         }

@@ -288,7 +288,7 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         .iter()
         .map(|&id| {
             let own = match id {
-                PanelId::Streams => app.streams.wanted_height(),
+                PanelId::Streams => app.streams.wanted_height(app.device()),
                 PanelId::Arena => app.arena.wanted_height(),
                 PanelId::Watchdog => app.watchdog.wanted_height(),
                 PanelId::Gpu => GPU_PANEL_ROWS,

@@ -112,10 +112,11 @@ impl WatchdogPanel {
         ]));
         if s.op.is_some() {
             // The breadcrumb says whether the kernel began: running long, or never launched.
-            let (what, style) = if s.op_started {
-                ("started (breadcrumb seen)", theme.dim)
-            } else {
-                ("queued, not started yet", theme.slow)
+            let (what, style) = match (s.is_remote(), s.op_started) {
+                (false, true) => ("started (breadcrumb seen)", theme.dim),
+                (false, false) => ("queued, not started yet", theme.slow),
+                (true, true) => ("the server has started answering", theme.dim),
+                (true, false) => ("no answer from the server yet", theme.slow),
             };
             lines.push(Line::from(vec![
                 text(format!("{:<label_w$}", ""), theme.dim),
