@@ -35,8 +35,7 @@ if [ ! -f "$src/.complete" ]; then
 fi
 
 # llama-server from the same sdist: CPU only, portable (GGML_NATIVE=OFF), no curl, the one
-# target; cached by version, so that it is built once (about 20 minutes on 2 cores, see the
-# README).
+# target; cached by version, so that it is built once (see the README for how long it takes).
 server_dir=$PWD/$cache/llama-server-11434.0.0
 server=$server_dir/build/bin/llama-server
 if [ ! -x "$server" ] || [ ! -f "$server_dir/.complete" ]; then
