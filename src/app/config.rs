@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use toml::Value;
 
+use super::remote_config;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::ui::sampler;
 use crate::ui::settings::Panels;
@@ -123,7 +124,7 @@ pub struct Config {
     pub quit: QuitConfig,
     pub telemetry: TelemetryConfig,
     /// Remote engines (`[remote]`, `[remote.NAME]`).
-    pub remote: super::remote_config::RemoteConfig,
+    pub remote: remote_config::RemoteConfig,
 }
 
 impl Default for Config {
@@ -534,7 +535,17 @@ impl Config {
             }
         }
         if let Some(t) = top.table("remote")? {
-            c.remote = super::remote_config::parse(t, path)?;
+            use remote_config::Bad;
+            let path = path.to_path_buf();
+            c.remote = remote_config::parse(t, &|p| expand_home(p)).map_err(|b| match b {
+                Bad::Unknown { key, allowed } => ConfigError::UnknownKey { path, key, allowed },
+                Bad::Invalid { key, got, allowed } => ConfigError::Invalid {
+                    path,
+                    key,
+                    got,
+                    allowed,
+                },
+            })?;
         }
         Ok(c)
     }

@@ -3,14 +3,27 @@
 //! `--remote-model`, `--api-key-env`, `--api-key-file`, `--insecure`). Parsed here, beside
 //! `config.rs` (which calls [`parse`]), so that the one config module stays under its size.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
 use toml::Value;
 
-use super::config::{ConfigError, expand_home};
-use crate::model::remote::client::{Budgets, KeySource, RemoteSpec};
+use crate::model::protocol::{Budgets, KeySource, RemoteSpec};
+
+/// A mistake in `[remote]`: `config.rs` turns it into its `ConfigError` with the file's path.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Bad {
+    Unknown {
+        key: String,
+        allowed: String,
+    },
+    Invalid {
+        key: String,
+        got: String,
+        allowed: String,
+    },
+}
 
 /// Remote endpoints and their budgets.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -29,21 +42,21 @@ const BUDGET_KEYS: &[&str] = &[
 ];
 pub const ENDPOINT_KEYS: &[&str] = &["url", "model", "api_key_env", "api_key_file", "insecure"];
 
-fn invalid(path: &Path, key: String, got: &Value, allowed: &str) -> ConfigError {
-    ConfigError::Invalid {
-        path: path.to_path_buf(),
+fn invalid(key: String, got: &Value, allowed: &str) -> Bad {
+    Bad::Invalid {
         key,
         got: got.to_string(),
         allowed: allowed.into(),
     }
 }
 
-/// Reads `[remote]`: budget keys, and one sub-table per endpoint.
-pub fn parse(t: &toml::Table, path: &Path) -> Result<RemoteConfig, ConfigError> {
+/// Reads `[remote]`: budget keys, and one sub-table per endpoint; `expand` turns a key file's
+/// `~/` into the home folder (`config::expand_home`).
+pub fn parse(t: &toml::Table, expand: &dyn Fn(&str) -> PathBuf) -> Result<RemoteConfig, Bad> {
     let mut c = RemoteConfig::default();
     for (key, v) in t {
         if let Value::Table(e) = v {
-            c.endpoints.push(endpoint(key, e, path)?);
+            c.endpoints.push(endpoint(key, e, expand)?);
             continue;
         }
         let ms = v
@@ -51,15 +64,9 @@ pub fn parse(t: &toml::Table, path: &Path) -> Result<RemoteConfig, ConfigError> 
             .filter(|n| (1..=3_600_000).contains(n))
             .ok_or_else(|| {
                 if BUDGET_KEYS.contains(&key.as_str()) {
-                    invalid(
-                        path,
-                        format!("remote.{key}"),
-                        v,
-                        "milliseconds from 1 to 3600000",
-                    )
+                    invalid(format!("remote.{key}"), v, "milliseconds from 1 to 3600000")
                 } else {
-                    ConfigError::UnknownKey {
-                        path: path.to_path_buf(),
+                    Bad::Unknown {
                         key: format!("remote.{key}"),
                         allowed: format!(
                             "{}, or a table [remote.NAME] for an endpoint",
@@ -78,8 +85,7 @@ pub fn parse(t: &toml::Table, path: &Path) -> Result<RemoteConfig, ConfigError> 
             "between_tokens_timeout_ms" => c.budgets.between_tokens = d,
             "connect_timeout_ms" => c.budgets.connect = d,
             _ => {
-                return Err(ConfigError::UnknownKey {
-                    path: path.to_path_buf(),
+                return Err(Bad::Unknown {
                     key: format!("remote.{key}"),
                     allowed: BUDGET_KEYS.join(", "),
                 });
@@ -92,12 +98,15 @@ pub fn parse(t: &toml::Table, path: &Path) -> Result<RemoteConfig, ConfigError> 
     Ok(c)
 }
 
-fn endpoint(name: &str, t: &toml::Table, path: &Path) -> Result<RemoteSpec, ConfigError> {
+fn endpoint(
+    name: &str,
+    t: &toml::Table,
+    expand: &dyn Fn(&str) -> PathBuf,
+) -> Result<RemoteSpec, Bad> {
     let key = |k: &str| format!("remote.{name}.{k}");
     for k in t.keys() {
         if !ENDPOINT_KEYS.contains(&k.as_str()) {
-            return Err(ConfigError::UnknownKey {
-                path: path.to_path_buf(),
+            return Err(Bad::Unknown {
                 key: key(k),
                 allowed: ENDPOINT_KEYS
                     .iter()
@@ -107,12 +116,12 @@ fn endpoint(name: &str, t: &toml::Table, path: &Path) -> Result<RemoteSpec, Conf
             });
         }
     }
-    let string = |k: &str| -> Result<Option<String>, ConfigError> {
+    let string = |k: &str| -> Result<Option<String>, Bad> {
         match t.get(k) {
             None => Ok(None),
             Some(Value::String(s)) if s.is_empty() => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(v) => Err(invalid(path, key(k), v, "a string")),
+            Some(v) => Err(invalid(key(k), v, "a string")),
         }
     };
     let url_v = t
@@ -121,31 +130,28 @@ fn endpoint(name: &str, t: &toml::Table, path: &Path) -> Result<RemoteSpec, Conf
         .unwrap_or(Value::String(String::new()));
     let url = string("url")?.ok_or_else(|| {
         invalid(
-            path,
             key("url"),
             &url_v,
             "the server's address, e.g. \"http://gpu-box:8080\"",
         )
     })?;
-    let url =
-        RemoteSpec::normalize_url(&url).map_err(|why| invalid(path, key("url"), &url_v, &why))?;
+    let url = RemoteSpec::normalize_url(&url).map_err(|why| invalid(key("url"), &url_v, &why))?;
     let key_src = match (string("api_key_env")?, string("api_key_file")?) {
         (Some(_), Some(_)) => {
             return Err(invalid(
-                path,
                 key("api_key_file"),
                 &t["api_key_file"],
                 "only one of `api_key_env` and `api_key_file`",
             ));
         }
         (Some(e), None) => KeySource::Env(e),
-        (None, Some(f)) => KeySource::File(expand_home(&f)),
+        (None, Some(f)) => KeySource::File(expand(&f)),
         (None, None) => KeySource::None,
     };
     let insecure = match t.get("insecure") {
         None => false,
         Some(Value::Boolean(b)) => *b,
-        Some(v) => return Err(invalid(path, key("insecure"), v, "true or false")),
+        Some(v) => return Err(invalid(key("insecure"), v, "true or false")),
     };
     Ok(RemoteSpec {
         name: name.to_string(),
@@ -237,9 +243,13 @@ impl RemoteArgs {
 mod tests {
     use super::*;
 
-    fn parse_text(s: &str) -> Result<RemoteConfig, ConfigError> {
+    fn parse_text(s: &str) -> Result<RemoteConfig, Bad> {
         let t: toml::Table = s.parse().unwrap();
-        parse(t["remote"].as_table().unwrap(), Path::new("/c.toml"))
+        parse(t["remote"].as_table().unwrap(), &|p| PathBuf::from(p))
+    }
+
+    fn text(b: &Bad) -> String {
+        format!("{b:?}")
     }
 
     #[test]
@@ -273,14 +283,15 @@ mod tests {
 
     #[test]
     fn mistakes_name_the_key() {
-        let e = parse_text("[remote.x]\nurl = \"ftp://h\"\n").unwrap_err();
-        assert!(e.to_string().contains("`remote.x.url`"), "{e}");
-        let e = parse_text("[remote.x]\nurl = \"http://h\"\napi_key = \"sk\"\n").unwrap_err();
+        let e = text(&parse_text("[remote.x]\nurl = \"ftp://h\"\n").unwrap_err());
+        assert!(e.contains("\"remote.x.url\""), "{e}");
+        let e =
+            text(&parse_text("[remote.x]\nurl = \"http://h\"\napi_key = \"sk\"\n").unwrap_err());
         assert!(
-            e.to_string().contains("remote.x.api_key") && !e.to_string().contains("\"sk\""),
+            e.contains("remote.x.api_key") && !e.contains("\\\"sk\\\""),
             "{e}"
         );
-        let e = parse_text("[remote]\nfirst_token_timeout_ms = 0\n").unwrap_err();
-        assert!(e.to_string().contains("milliseconds"), "{e}");
+        let e = text(&parse_text("[remote]\nfirst_token_timeout_ms = 0\n").unwrap_err());
+        assert!(e.contains("milliseconds"), "{e}");
     }
 }

@@ -9,7 +9,7 @@ use clap::Args;
 use super::model_args::{ModelArgs, load_model};
 use super::usage::UsageError;
 use crate::model::loader::Loaded;
-use crate::model::protocol::{SamplerConfig, StopReason};
+use crate::model::protocol::SamplerConfig;
 use crate::model::session::{Control, Progress};
 use crate::ui::sampler;
 
@@ -117,7 +117,12 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
         .into());
     }
     if a.remote.remote.is_some() {
-        return super::remote_cmd::generate(&a);
+        let ask = super::remote_cmd::Ask {
+            prompt: &a.prompt,
+            system: a.system.as_deref(),
+            sampler: a.sampling.config(),
+        };
+        return super::remote_cmd::generate(&a.remote, a.config.as_ref(), ask);
     }
     let sampler = a.sampling.config();
     let mut loaded = load_model(&a.model, sampler)?;
@@ -209,20 +214,8 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         st.gen_tps()
     );
     eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    eprintln!("stopped: {}", stop_text(&answer.reason));
+    eprintln!("stopped: {}", super::remote_cmd::stop_text(&answer.reason));
     Ok(0)
-}
-
-/// Why an answer ended, for stderr.
-pub fn stop_text(reason: &StopReason) -> String {
-    match reason {
-        StopReason::Eog => "end of text".to_string(),
-        StopReason::StopString(s) => format!("stop string {s:?}"),
-        StopReason::Limit => "token limit (-n)".into(),
-        StopReason::User => "stopped by the user".into(),
-        StopReason::ContextFull => "context full".into(),
-        StopReason::Dropped(why) => format!("connection dropped: {why}"),
-    }
 }
 
 /// Echoes the prompt before a raw completion, as llama.cpp does.

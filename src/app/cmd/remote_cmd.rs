@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::usage::UsageError;
 use crate::app::config::Config;
 use crate::app::remote_config::RemoteArgs;
+use crate::model::protocol::{SamplerConfig, StopReason};
 use crate::model::remote::client::RemoteSpec;
 use crate::model::remote::{self, panels};
 use crate::model::session::{Control, Progress};
@@ -30,12 +31,19 @@ pub fn spec(args: &RemoteArgs, config: Option<&PathBuf>) -> anyhow::Result<Remot
     }
 }
 
+/// What `generate --remote` asks.
+pub struct Ask<'a> {
+    pub prompt: &'a str,
+    pub system: Option<&'a str>,
+    pub sampler: SamplerConfig,
+}
+
 /// `hipscope generate --remote URL -p TEXT`: the prompt is sent as the user's message (with
 /// `--system` before it); the answer streams to stdout, timings to stderr.
-pub fn generate(a: &super::generate::GenerateArgs) -> anyhow::Result<i32> {
-    let spec = spec(&a.remote, a.config.as_ref())?;
-    let c = remote::connect(spec, a.sampling.config(), Box::new(|_| {}))
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
+pub fn generate(remote: &RemoteArgs, config: Option<&PathBuf>, a: Ask) -> anyhow::Result<i32> {
+    let spec = spec(remote, config)?;
+    let c =
+        remote::connect(spec, a.sampler, Box::new(|_| {})).map_err(|e| anyhow::anyhow!("{e}"))?;
     eprintln!(
         "model: {} on {} (context {})",
         c.model.name, c.device.name, c.model.context_length
@@ -44,7 +52,7 @@ pub fn generate(a: &super::generate::GenerateArgs) -> anyhow::Result<i32> {
         eprintln!("warning: TLS certificate not verified (--insecure)");
     }
     let mut session = c.session;
-    if let Some(sys) = &a.system {
+    if let Some(sys) = a.system {
         session.set_system(sys);
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -57,7 +65,7 @@ pub fn generate(a: &super::generate::GenerateArgs) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     let mut write_error: Option<std::io::Error> = None;
     let answer = session
-        .chat(&a.prompt, &mut |p| {
+        .chat(a.prompt, &mut |p| {
             if let Progress::Text(t) = p
                 && write_error.is_none()
                 && let Err(e) = out.write_all(t.as_bytes()).and_then(|()| out.flush())
@@ -91,22 +99,42 @@ pub fn generate(a: &super::generate::GenerateArgs) -> anyhow::Result<i32> {
         st.gen_tps()
     );
     eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    eprintln!("stopped: {}", super::generate::stop_text(&answer.reason));
+    eprintln!("stopped: {}", stop_text(&answer.reason));
     Ok(match answer.reason {
-        crate::model::protocol::StopReason::Dropped(_) => crate::app::exit_code::FAILED,
+        StopReason::Dropped(_) => crate::app::exit_code::FAILED,
         _ => 0,
     })
 }
 
+/// Why an answer ended, for stderr (`generate`, local or remote).
+pub fn stop_text(reason: &StopReason) -> String {
+    match reason {
+        StopReason::Eog => "end of text".to_string(),
+        StopReason::StopString(s) => format!("stop string {s:?}"),
+        StopReason::Limit => "token limit (-n)".into(),
+        StopReason::User => "stopped by the user".into(),
+        StopReason::ContextFull => "context full".into(),
+        StopReason::Dropped(why) => format!("connection dropped: {why}"),
+    }
+}
+
+/// How `top --remote` reports.
+pub struct TopOutput {
+    pub json: bool,
+    pub once: bool,
+    pub count: Option<u64>,
+}
+
 /// `hipscope top --remote URL`: the server's panels, full screen or as JSON lines.
-pub fn top(args: &super::top::TopArgs, every: Duration) -> anyhow::Result<i32> {
-    let spec = spec(&args.remote, args.config.as_ref())?;
-    let c = remote::connect(
-        spec,
-        crate::model::protocol::SamplerConfig::default(),
-        Box::new(|_| {}),
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+pub fn top(
+    remote: &RemoteArgs,
+    config: Option<&PathBuf>,
+    args: TopOutput,
+    every: Duration,
+) -> anyhow::Result<i32> {
+    let spec = spec(remote, config)?;
+    let c = remote::connect(spec, SamplerConfig::default(), Box::new(|_| {}))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let client = c.session.client.clone();
     let kind = c.session.kind;
     if args.json || args.once {

@@ -79,7 +79,12 @@ fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
 pub fn run(args: TopArgs) -> anyhow::Result<i32> {
     let every = interval(&args)?;
     if args.remote.remote.is_some() {
-        return super::remote_cmd::top(&args, every);
+        let out = super::remote_cmd::TopOutput {
+            json: args.json,
+            once: args.once,
+            count: args.count,
+        };
+        return super::remote_cmd::top(&args.remote, args.config.as_ref(), out, every);
     }
     let roots = args.roots.roots();
     let mut sampler = Sampler::new(&roots);
