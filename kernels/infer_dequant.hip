@@ -103,6 +103,47 @@ __device__ float dq_q6_k(const unsigned char *b, hs_u32 j) {
     return dq_half(b + 208) * (float)sc * (float)q;
 }
 
+// Q2_K: scales[16] (scale | min << 4 of each 16 elements), qs[64], d, dmin. Element 16i + l
+// is bit pair (i % 8) / 2 of qs[32 (i / 8) + 16 (i % 2) + l].
+__device__ float dq_q2_k(const unsigned char *b, hs_u32 j) {
+    const hs_u32 i = j / 16;
+    const hs_u32 q = (b[16 + 32 * (i / 8) + 16 * (i % 2) + j % 16] >> (2 * ((i % 8) / 2))) & 3;
+    return dq_half(b + 80) * (float)(b[i] & 0xF) * (float)q -
+           dq_half(b + 82) * (float)(b[i] >> 4);
+}
+
+// Q3_K: hmask[32], qs[64] (as Q2_K's), scales[12] (16 six-bit, offset 32), d. The third bit of
+// element 16i + l is bit i / 2 of hmask[16 (i % 2) + l]; clear means -4.
+__device__ float dq_q3_k(const unsigned char *b, hs_u32 j) {
+    const hs_u32 i = j / 16;
+    const hs_u32 l = 16 * (i % 2) + j % 16;
+    const int low = (b[32 + 32 * (i / 8) + l] >> (2 * ((i % 8) / 2))) & 3;
+    const int q = (b[l] >> (i / 2)) & 1 ? low : low - 4;
+    const int sc = (int)(((b[96 + i % 8] >> (4 * (i / 8))) & 0xF) |
+                         (((b[104 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
+    return dq_half(b + 108) * (float)sc * (float)q;
+}
+
+__constant__ signed char dq_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+// IQ4_NL: d, qs[16] laid out as Q4_0's; a nibble indexes dq_kvalues_iq4nl.
+__device__ float dq_iq4_nl(const unsigned char *b, hs_u32 j) {
+    const hs_u32 q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
+    return dq_half(b) * (float)dq_kvalues_iq4nl[q];
+}
+
+// IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]; each 32 elements as IQ4_NL's with the six-bit
+// scale ib (offset 32).
+__device__ float dq_iq4_xs(const unsigned char *b, hs_u32 j) {
+    const hs_u32 ib = j / 32;
+    const hs_u32 e = j % 32;
+    const hs_u32 sh = (hs_u32)b[2] | ((hs_u32)b[3] << 8);
+    const int ls = (int)(((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4));
+    const hs_u32 q = (b[8 + 16 * ib + (e & 15)] >> ((e >> 4) * 4)) & 0xF;
+    return dq_half(b) * (float)(ls - 32) * (float)dq_kvalues_iq4nl[q];
+}
+
 // out[r * cols + c] = element c of source row (tokens ? tokens[r] : r) of `table`, for
 // blockIdx.y = r. A source row outside the table (the host checks token ids first) reads as 0.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
@@ -193,6 +234,34 @@ HS_KERNEL void hs_dequant_rows_q6_k(HS_TRACK_PARAMS, const unsigned char *table,
                                     hs_u64 row_bytes, hs_u32 n_src_rows) {
     HS_BREADCRUMB();
     infer_dequant_rows<dq_q6_k, 256, 210>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q2_k(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q2_k, 256, 84>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_q3_k(HS_TRACK_PARAMS, const unsigned char *table,
+                                    const hs_u32 *tokens, float *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_q3_k, 256, 110>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_iq4_nl(HS_TRACK_PARAMS, const unsigned char *table,
+                                      const hs_u32 *tokens, float *out, hs_u32 cols,
+                                      hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_iq4_nl, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows);
+}
+
+HS_KERNEL void hs_dequant_rows_iq4_xs(HS_TRACK_PARAMS, const unsigned char *table,
+                                      const hs_u32 *tokens, float *out, hs_u32 cols,
+                                      hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_iq4_xs, 256, 136>(table, tokens, out, cols, row_bytes, n_src_rows);
 }
 
 // Q8 quantization of activations, one thread per block of `bs` (32 or 256) values, exactly as the

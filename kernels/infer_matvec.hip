@@ -10,6 +10,9 @@
 // weight bytes are read 16 bits at a time where the block layout only guarantees 2-byte
 // alignment (Q4_0, Q5_0, Q8_0, Q6_K).
 
+// Over 700 lines on purpose: a .hip file is one compile module, so every type's parts and
+// kernels must sit beside the templates they plug into.
+
 #define HS_MV_MAX_TOK 8
 
 __device__ __forceinline__ int mv_i32(const unsigned char *p) { return *(const int *)p; }
@@ -178,6 +181,80 @@ __device__ float mv_part_q6_k(const unsigned char *b, hs_u32 s, const signed cha
     const int sb = (signed char)b[192 + 8 * h + g / 4 + 2 * (p + 2)];
     const int sumi = sa * da + sb * db;
     return xd[0] * mv_half(b + 208) * (float)sumi;
+}
+
+// Q2_K (84 bytes: scales[16], qs[64], d, dmin). Part s: sub-block i = s / 2 (16 elements, scale
+// and min in b[i]), its elements 8e..8e+7 (e = s % 2): bit pair (i % 8) / 2 of qs bytes
+// 32 (i / 8) + 16 (i % 2) + 8e.
+__device__ float mv_part_q2_k(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 i = s / 2;
+    const unsigned char *q = b + 16 + 32 * (i / 8) + 16 * (i % 2) + 8 * (s % 2);
+    const hs_u32 shift = 2 * ((i % 8) / 2);
+    const int q0 = (mv_i32(q) >> shift) & 0x03030303;
+    const int q1 = (mv_i32(q + 4) >> shift) & 0x03030303;
+    const int x0 = mv_i32((const unsigned char *)xb + 8 * s);
+    const int x1 = mv_i32((const unsigned char *)xb + 8 * s + 4);
+    const int sumi = (b[i] & 0xF) * HS_DP4A(q0, x0, HS_DP4A(q1, x1, 0));
+    const int summ = (b[i] >> 4) * HS_DP4A(MV_ONES, x0, HS_DP4A(MV_ONES, x1, 0));
+    return xd[0] * mv_half(b + 80) * (float)sumi - xd[0] * mv_half(b + 82) * (float)summ;
+}
+
+// Q3_K (110 bytes: hmask[32], qs[64], scales[12], d; 2-byte aligned). Part s as Q2_K's; the
+// third bit is bit i / 2 of hmask bytes 16 (i % 2) + 8e; values (q - 4) * (sc - 32) * d.
+__device__ float mv_part_q3_k(const unsigned char *b, hs_u32 s, const signed char *xb,
+                              const float *xd) {
+    const hs_u32 i = s / 2;
+    const hs_u32 off = 16 * (i % 2) + 8 * (s % 2);
+    const unsigned char *q = b + 32 + 32 * (i / 8) + off;
+    const hs_u32 shift = 2 * ((i % 8) / 2);
+    const int h0 = ((mv_i32_2(b + off) >> (i / 2)) & MV_ONES) << 2;
+    const int h1 = ((mv_i32_2(b + off + 4) >> (i / 2)) & MV_ONES) << 2;
+    const int q0 = ((mv_i32_2(q) >> shift) & 0x03030303) | h0;
+    const int q1 = ((mv_i32_2(q + 4) >> shift) & 0x03030303) | h1;
+    const int x0 = mv_i32((const unsigned char *)xb + 8 * s);
+    const int x1 = mv_i32((const unsigned char *)xb + 8 * s + 4);
+    const int dot = HS_DP4A(q0, x0, HS_DP4A(q1, x1, 0)) -
+                    4 * HS_DP4A(MV_ONES, x0, HS_DP4A(MV_ONES, x1, 0));
+    const int sc = (int)(((b[96 + i % 8] >> (4 * (i / 8))) & 0xF) |
+                         (((b[104 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
+    return xd[0] * mv_half(b + 108) * (float)(sc * dot);
+}
+
+__constant__ signed char mv_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+// Four IQ4 values (signed bytes) for the nibbles in bytes 0..3 of n.
+__device__ __forceinline__ int mv_iq4_values(hs_u32 n) {
+    return (int)((hs_u32)(unsigned char)mv_kvalues_iq4nl[n & 0xF] |
+                 ((hs_u32)(unsigned char)mv_kvalues_iq4nl[(n >> 8) & 0xF] << 8) |
+                 ((hs_u32)(unsigned char)mv_kvalues_iq4nl[(n >> 16) & 0xF] << 16) |
+                 ((hs_u32)(unsigned char)mv_kvalues_iq4nl[(n >> 24) & 0xF] << 24));
+}
+
+// IQ4_NL (18 bytes: d, qs[16] laid out as Q4_0's; a nibble indexes mv_kvalues_iq4nl).
+__device__ float mv_part_iq4_nl(const unsigned char *b, hs_u32 s, const signed char *xb,
+                                const float *xd) {
+    const hs_u32 v = (hs_u32)mv_i32_2(b + 2 + 4 * s);
+    const int sumi = HS_DP4A(mv_iq4_values(v), mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(mv_iq4_values(v >> 4),
+                                     mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    return mv_half(b) * xd[0] * (float)sumi;
+}
+
+// IQ4_XS (136 bytes: d, scales_h, scales_l[4], qs[128]). Part s: sub-block ib = s / 4 (32
+// elements laid out as IQ4_NL's), bytes 4g..4g+3 of its 16 (g = s % 4).
+__device__ float mv_part_iq4_xs(const unsigned char *b, hs_u32 s, const signed char *xb,
+                                const float *xd) {
+    const hs_u32 ib = s / 4;
+    const hs_u32 g = s % 4;
+    const hs_u32 v = (hs_u32)mv_i32(b + 8 + 16 * ib + 4 * g);
+    const hs_u32 sh = (hs_u32)b[2] | ((hs_u32)b[3] << 8);
+    const int ls = (int)(((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4));
+    const int dot = HS_DP4A(mv_iq4_values(v), mv_i32((const unsigned char *)xb + 32 * ib + 4 * g),
+                            HS_DP4A(mv_iq4_values(v >> 4),
+                                    mv_i32((const unsigned char *)xb + 32 * ib + 16 + 4 * g), 0));
+    return xd[0] * mv_half(b) * (float)((ls - 32) * dot);
 }
 
 // The dot products of one weight row `wr` with NT tokens' Q8 activations, summed over the warp
@@ -640,4 +717,124 @@ HS_KERNEL void hs_mv_swiglu_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
     infer_mv_swiglu<mv_part_q6_k, 256, 210, 32>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv_q2_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q2_k, 256, 84, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv1_q2_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q2_k, 256, 84, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q2_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q2_k, 256, 84, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q2_k, 256, 84, 32>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv_q3_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_q3_k, 256, 110, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv1_q3_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_q3_k, 256, 110, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_q3_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_q3_k, 256, 110, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_q3_k, 256, 110, 32>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_iq4_nl, 32, 18, 4>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_iq4_nl, 32, 18, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_iq4_nl, 32, 18, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_iq4_nl, 32, 18, 4>(wg, wu, xq, xd, y, rows, cols);
+}
+
+HS_KERNEL void hs_mv_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
+                          hs_u32 ntok) {
+    HS_BREADCRUMB();
+    infer_mv_quant<mv_part_iq4_xs, 256, 136, 32>(w, xq, xd, y, rows, cols, ntok);
+}
+
+HS_KERNEL void hs_mv1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
+                          const float *xd, float *y, const float *bias, hs_u32 rows,
+                          hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    infer_mv1_quant<mv_part_iq4_xs, 256, 136, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkv_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                             const unsigned char *w2, float *y0, float *y1, float *y2,
+                             const float *b0, const float *b1, const float *b2,
+                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
+                             hs_u32 r2, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_qkv<mv_part_iq4_xs, 256, 136, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swiglu_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
+                                const unsigned char *wu, const signed char *xq, const float *xd,
+                                float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    infer_mv_swiglu<mv_part_iq4_xs, 256, 136, 32>(wg, wu, xq, xd, y, rows, cols);
 }

@@ -23,6 +23,11 @@ Two kinds of case, listed in tests/data/quant/manifest.json:
 
 libggml-base is built without -march=native (plain x86-64, no FMA), so its float arithmetic is
 the plain IEEE single-precision sequence that the Rust port reproduces.
+
+`--lowbit` (re)makes only the cases of Q2_K, Q3_K, IQ4_NL and IQ4_XS (added later, from their
+own seed) and merges them into the existing manifest, leaving every other fixture as it is. Their
+quantize cases come from the functions llama-quantize calls without an importance matrix:
+`quantize_row_q2_K_ref`, `quantize_row_q3_K_ref`, `quantize_iq4_nl` and `quantize_iq4_xs`.
 """
 
 import argparse
@@ -65,6 +70,16 @@ F16_FIELDS = {
     T.Q5_K: [0, 2],
     T.Q6_K: [208],
 }
+
+# The low-bit types (`--lowbit`): (type, random blocks, hostile blocks, f16 fields, quantizer,
+# quantizer takes (src, dst, nrow, n_per_row, imatrix) rather than (src, dst, k), blocks).
+LOWBIT = [
+    (T.Q2_K, 3, 1, [80, 82], "quantize_row_q2_K_ref", False, 8),
+    (T.Q3_K, 3, 1, [108], "quantize_row_q3_K_ref", False, 8),
+    (T.IQ4_NL, 8, 2, [0], "quantize_iq4_nl", True, 24),
+    (T.IQ4_XS, 3, 1, [0], "quantize_iq4_xs", True, 8),
+]
+LOWBIT_SEED = SEED + 15
 
 # (type, ggml reference quantizer, number of blocks in the fixture)
 QUANT_TYPES = [
@@ -161,15 +176,21 @@ def quant_inputs(rng, ty, n_blocks, reader):
     return x.reshape(-1).astype(np.float32)
 
 
-def ggml_quantize(lib, fn, ty, x):
+def ggml_quantize(lib, fn, ty, x, rows_api=False):
     bl, bb = sizes(ty)
     n = x.size
     out = (ctypes.c_uint8 * (n // bl * bb))()
     f = getattr(lib, fn)
-    f.restype = None
-    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     xs = np.ascontiguousarray(x, dtype=np.float32)
-    f(xs.ctypes.data, ctypes.addressof(out), n)
+    if rows_api:
+        # One row of n: (src, dst, nrow, n_per_row, imatrix = NULL).
+        f.restype = ctypes.c_size_t
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+        f(xs.ctypes.data, ctypes.addressof(out), 1, n, None)
+    else:
+        f.restype = None
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        f(xs.ctypes.data, ctypes.addressof(out), n)
     return np.frombuffer(bytes(out), dtype=np.uint8)
 
 
@@ -178,7 +199,10 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--ggml-base", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--lowbit", action="store_true", help="only the Q2_K/Q3_K/IQ4_NL/IQ4_XS cases")
     args = ap.parse_args()
+    if args.lowbit:
+        return lowbit(args)
 
     rng = np.random.default_rng(SEED)
     reader = gguf.GGUFReader(args.model)
@@ -252,6 +276,45 @@ def main():
         json.dump(manifest, f, indent=1)
     total = sum(os.path.getsize(os.path.join(args.out, n)) for n in os.listdir(args.out))
     print(f"{len(cases)} cases, {total} bytes in {args.out}")
+
+
+def lowbit(args):
+    rng = np.random.default_rng(LOWBIT_SEED)
+    reader = gguf.GGUFReader(args.model)
+    lib = ctypes.CDLL(args.ggml_base)
+    path = os.path.join(args.out, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    names = {ty.name for ty, *_ in LOWBIT}
+    cases = [c for c in manifest["cases"] if c["type"] not in names]
+
+    def write(name, arr):
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(np.ascontiguousarray(arr).tobytes())
+        return name
+
+    for ty, n_random, n_hostile, fields, fn, rows_api, n_quant in LOWBIT:
+        F16_FIELDS[ty] = fields
+        for source, blocks, nan_equal in [
+            ("random", random_blocks(rng, ty, n_random), False),
+            ("hostile", hostile_blocks(rng, ty, n_hostile), True),
+        ]:
+            stem = f"{ty.name.lower()}_{source}"
+            with np.errstate(all="ignore"):
+                expected = dequantize(blocks, ty).reshape(-1).astype(np.float32)
+            cases.append({"kind": "dequant", "type": ty.name, "source": source,
+                          "blocks": write(stem + ".blocks", blocks),
+                          "expected": write(stem + ".f32", expected), "nan_equal": nan_equal})
+        x = quant_inputs(rng, ty, n_quant, reader)
+        ref = ggml_quantize(lib, fn, ty, x, rows_api)
+        stem = f"{ty.name.lower()}_quant"
+        cases.append({"kind": "quantize", "type": ty.name, "source": fn,
+                      "input": write(stem + ".in.f32", x), "expected": write(stem + ".bytes", ref)})
+    manifest["cases"] = cases
+    manifest["lowbit_seed"] = LOWBIT_SEED
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"{len(cases)} cases in {path}")
 
 
 if __name__ == "__main__":

@@ -193,7 +193,12 @@ fn weights(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f
 fn reference_dot(ty: GgmlType, w: &[f32], x: &[f32]) -> (f64, f64) {
     let bl = match ty {
         GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => 0,
-        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => 256,
+        GgmlType::Q2K
+        | GgmlType::Q3K
+        | GgmlType::Q4K
+        | GgmlType::Q5K
+        | GgmlType::Q6K
+        | GgmlType::Iq4Xs => 256,
         _ => 32,
     };
     let exact: f64 = w.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum();
@@ -294,7 +299,7 @@ proptest! {
                 a_v.quantize(isa, ty, &x, nt, cols).expect("simd activation");
                 for t in 0..nt {
                     match ty {
-                        GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => prop_assert!(a_s.q8xk(t) == a_v.q8xk(t), "{ty} {isa:?} Q8xK token {t}"),
+                        GgmlType::Q2K | GgmlType::Q3K | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::Iq4Xs => prop_assert!(a_s.q8xk(t) == a_v.q8xk(t), "{ty} {isa:?} Q8xK token {t}"),
                         GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => prop_assert_eq!(a_s.f32s(t), a_v.f32s(t)),
                         _ => prop_assert!(a_s.q8x32(t) == a_v.q8x32(t), "{ty} {isa:?} Q8x32 token {t}"),
                     }
@@ -332,7 +337,7 @@ fn errors_name_the_type_and_the_problem() {
             .starts_with("IQ2_XXS is not supported (supported: F32, F16, BF16, Q4_0"),
         "{e}"
     );
-    assert!(!quant::is_supported(GgmlType::Q2K) && quant::is_supported(GgmlType::Q6K));
+    assert!(!quant::is_supported(GgmlType::Iq3S) && quant::is_supported(GgmlType::Q2K));
     assert!(
         !quant::is_supported(GgmlType::Q8K),
         "Q8_K is an activation format only"
@@ -374,7 +379,7 @@ fn errors_name_the_type_and_the_problem() {
         e.to_string(),
         "Q4_K: 96 elements is not a whole number of 256-element blocks"
     );
-    assert!(Kernel::new(Isa::Avx2, GgmlType::Iq4Xs).is_err());
+    assert!(Kernel::new(Isa::Avx2, GgmlType::Iq3S).is_err());
 }
 
 /// Random bytes (NaN and infinite scales included) never panic in any path, on any ISA.

@@ -188,6 +188,8 @@ pub fn type_for(ty: GgmlType, cols: usize) -> GgmlType {
         GgmlType::Q4K => GgmlType::Q5_0,
         GgmlType::Q5K => GgmlType::Q5_1,
         GgmlType::Q6K => GgmlType::Q8_0,
+        GgmlType::Q2K | GgmlType::Q3K => GgmlType::Q4_0,
+        GgmlType::Iq4Xs => GgmlType::Iq4Nl,
         _ => GgmlType::F16,
     }
 }
@@ -406,6 +408,10 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q4K => 15,
         GgmlType::Q5K => 17,
         GgmlType::Q6K => 18,
+        GgmlType::Q2K => 10,
+        GgmlType::Q3K => 12,
+        GgmlType::Iq4Nl => 25,
+        GgmlType::Iq4Xs => 30,
         GgmlType::Bf16 => 32,
         _ => 0,
     }

@@ -9,6 +9,8 @@ pub mod fetch_cmd;
 pub mod generate;
 pub mod info;
 pub mod kernels;
+pub mod kl_divergence;
+pub mod logits_file;
 pub mod model_args;
 pub mod perplexity;
 pub mod progress;

@@ -4,7 +4,7 @@
 //! token has at least half a context before it.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -12,6 +12,7 @@ use clap::Args;
 
 use super::model_args::{ModelArgs, load_model_with};
 use super::usage::whole;
+use super::{kl_divergence, logits_file};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -20,13 +21,30 @@ use crate::model::protocol::SamplerConfig;
 pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The text file to score.
-    #[arg(short = 'f', long = "file", value_name = "FILE")]
-    pub file: PathBuf,
+    /// The text file to score (not needed with --kl-divergence: the base file holds the tokens).
+    #[arg(
+        short = 'f',
+        long = "file",
+        value_name = "FILE",
+        required_unless_present = "kl_divergence"
+    )]
+    pub file: Option<PathBuf>,
     /// Most chunks to score (-1: all).
     #[arg(long, default_value_t = -1, allow_negative_numbers = true,
           value_parser = whole::<i64>(-1, i64::MAX as i128))]
     pub chunks: i64,
+    /// Save every scored token's log-probabilities to FILE in llama-perplexity's format (its
+    /// `--kl-divergence-base`); with --kl-divergence, read them from FILE instead.
+    #[arg(
+        long = "kl-divergence-base",
+        visible_alias = "save-all-logits",
+        value_name = "FILE"
+    )]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Compare this model's token distributions with those saved in --kl-divergence-base FILE
+    /// (KL divergence, top-token agreement, as llama-perplexity prints them).
+    #[arg(long, requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -52,14 +70,44 @@ fn log_softmax_at(logits: &[f32], target: usize) -> f64 {
 }
 
 pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
-    let text = std::fs::read_to_string(&a.file)
-        .with_context(|| format!("reading {}", a.file.display()))?;
+    if a.kl_divergence {
+        return run_kl(a);
+    }
+    let Some(file) = &a.file else {
+        anyhow::bail!("perplexity needs a text file (-f FILE)");
+    };
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let mut loaded = load_model_with(&a.model, SamplerConfig::default(), true)?;
-    let r = run_loaded(&a, &text, &mut loaded);
+    let r = run_loaded(&a, file, &text, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
 }
 
-fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Result<i32> {
+/// `--kl-divergence`: the context is the base file's unless -c asks for more.
+fn run_kl(a: PerplexityArgs) -> anyhow::Result<i32> {
+    let path = a.kl_divergence_base.as_deref().expect("clap requires it");
+    let mut base = logits_file::Reader::open(path)?;
+    let mut model = a.model.clone();
+    let n_ctx = base.header.n_ctx;
+    if let Some(c) = model.ctx_size.filter(|&c| c != 0 && c < n_ctx) {
+        anyhow::bail!(
+            "{} was computed with a context of {n_ctx}, but -c asks for {c}; raise it with -c",
+            path.display()
+        );
+    }
+    model.ctx_size.get_or_insert(n_ctx);
+    let mut loaded = load_model_with(&model, SamplerConfig::default(), true)?;
+    let chunks = (a.chunks >= 0).then_some(a.chunks as usize);
+    let r = kl_divergence::run(&mut base, &mut loaded, chunks, a.json).map(|_| 0);
+    super::model_args::finish(loaded.session.model_mut(), r)
+}
+
+fn run_loaded(
+    a: &PerplexityArgs,
+    file: &Path,
+    text: &str,
+    loaded: &mut Loaded,
+) -> anyhow::Result<i32> {
     let session = &mut loaded.session;
     let n_ctx = session.model.n_ctx();
     let t0 = Instant::now();
@@ -67,14 +115,14 @@ fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Re
     let tokens = session.tokenizer.encode(text, true, false);
     eprintln!(
         "tokenized {} into {} tokens in {:.1} ms",
-        a.file.display(),
+        file.display(),
         tokens.len(),
         t0.elapsed().as_secs_f64() * 1e3
     );
     anyhow::ensure!(
         tokens.len() >= 2 * n_ctx,
         "{} tokenizes to {} tokens; at least {} are needed for a context of {n_ctx}",
-        a.file.display(),
+        file.display(),
         tokens.len(),
         2 * n_ctx
     );
@@ -93,6 +141,15 @@ fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Re
     let vocab = session.model.config.vocab_size;
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
     let mut logits = Vec::new();
+    let mut save = match &a.kl_divergence_base {
+        Some(p) => {
+            eprintln!("saving all logits to {}", p.display());
+            Some(logits_file::Writer::create(
+                p, n_ctx, vocab, n_chunk, &tokens,
+            )?)
+        }
+        None => None,
+    };
     let model = session.model_mut();
     eprintln!("calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}");
     let mut line = String::new();
@@ -113,7 +170,11 @@ fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Re
         }
         for j in first..n_ctx - 1 {
             let target = tokens[start + j + 1] as usize;
-            let lp = log_softmax_at(&logits[j * vocab..(j + 1) * vocab], target);
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            if let Some(w) = save.as_mut() {
+                w.row(row, target)?;
+            }
+            let lp = log_softmax_at(row, target);
             nll -= lp;
             nll2 += lp * lp;
         }
@@ -125,6 +186,9 @@ fn run_loaded(a: &PerplexityArgs, text: &str, loaded: &mut Loaded) -> anyhow::Re
     }
     if !a.json {
         eprintln!();
+    }
+    if let Some(w) = save {
+        w.finish()?;
     }
     let mean = nll / count as f64;
     let ppl = mean.exp();

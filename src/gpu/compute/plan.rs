@@ -38,6 +38,10 @@ pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
         Q4K => ("q4_k", ActFormat::Q8 { bs: 256 }),
         Q5K => ("q5_k", ActFormat::Q8 { bs: 256 }),
         Q6K => ("q6_k", ActFormat::Q8 { bs: 256 }),
+        Q2K => ("q2_k", ActFormat::Q8 { bs: 256 }),
+        Q3K => ("q3_k", ActFormat::Q8 { bs: 256 }),
+        Iq4Nl => ("iq4_nl", ActFormat::Q8 { bs: 32 }),
+        Iq4Xs => ("iq4_xs", ActFormat::Q8 { bs: 256 }),
         _ => return None,
     };
     Some(TypeKernels { suffix, act })

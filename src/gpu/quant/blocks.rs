@@ -34,6 +34,24 @@ pub(crate) mod layout {
     pub const Q6_K: usize = 210;
     /// Q8_K: d (f32), qs[256] (i8), bsums[16] (i16, sums of 16 quants).
     pub const Q8_K: usize = 292;
+    /// Q2_K: scales[16] (low nibble scale, high nibble min of each 16 elements), qs[64] (2 bits
+    /// each), d, dmin.
+    pub const Q2_K: usize = 84;
+    /// Q3_K: hmask[32] (third bit, set = no -4 offset), qs[64] (low 2 bits), scales[12] (16
+    /// six-bit scales, offset 32), d.
+    pub const Q3_K: usize = 110;
+    /// IQ4_NL: d, qs[16] (indices into `KVALUES_IQ4NL`, laid out as Q4_0's nibbles).
+    pub const IQ4_NL: usize = 18;
+    /// IQ4_XS: d, scales_h (u16: 2 high bits of each of 8 six-bit scales), scales_l[4] (low
+    /// nibbles), qs[128] (each 32 elements laid out as IQ4_NL's).
+    pub const IQ4_XS: usize = 136;
+
+    pub const Q2_K_QS: usize = 16;
+    pub const Q2_K_D: usize = 80;
+    pub const Q3_K_QS: usize = 32;
+    pub const Q3_K_SCALES: usize = 96;
+    pub const Q3_K_D: usize = 108;
+    pub const IQ4_XS_QS: usize = 8;
 
     pub const K_SCALES: usize = 4;
     pub const Q4_K_QS: usize = 16;
@@ -43,6 +61,11 @@ pub(crate) mod layout {
     pub const Q6_K_SCALES: usize = 192;
     pub const Q6_K_D: usize = 208;
 }
+
+/// The 16 values an IQ4_NL/IQ4_XS index stands for (llama.cpp `kvalues_iq4nl`).
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// IEEE half to single; exact.
 #[inline]
@@ -93,6 +116,25 @@ pub(crate) fn k_scales(b: &[u8]) -> [u8; 12] {
     bytes_at(b, layout::K_SCALES)
 }
 
+/// The 16 six-bit scales of a Q3_K block (0..64, before the -32 offset): scale `j` has its low
+/// nibble in byte `j % 8` (low nibble for j < 8, high for j >= 8) and its top two bits in byte
+/// `8 + j % 4` at bit `2 * (j / 4)`.
+#[inline]
+pub(crate) fn q3_k_scales(q: &[u8]) -> [u8; 16] {
+    std::array::from_fn(|j| {
+        ((q[j % 8] >> (4 * (j / 8))) & 0xF) | (((q[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)
+    })
+}
+
+/// The eight six-bit scales of an IQ4_XS block (0..64, before the -32 offset).
+#[inline]
+pub(crate) fn iq4_xs_scales(b: &[u8]) -> [u8; 8] {
+    let h = u16::from_le_bytes([b[2], b[3]]);
+    std::array::from_fn(|ib| {
+        ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((((h >> (2 * ib)) & 3) as u8) << 4)
+    })
+}
+
 /// Dequantizes whole blocks; the caller has checked that the lengths agree.
 pub(crate) fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     match ty {
@@ -121,6 +163,10 @@ pub(crate) fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         GgmlType::Q5K => each::<{ layout::Q5_K }, QK_K>(src, dst, dequant_q5_k),
         GgmlType::Q6K => each::<{ layout::Q6_K }, QK_K>(src, dst, dequant_q6_k),
         GgmlType::Q8K => each::<{ layout::Q8_K }, QK_K>(src, dst, dequant_q8_k),
+        GgmlType::Q2K => each::<{ layout::Q2_K }, QK_K>(src, dst, dequant_q2_k),
+        GgmlType::Q3K => each::<{ layout::Q3_K }, QK_K>(src, dst, dequant_q3_k),
+        GgmlType::Iq4Nl => each::<{ layout::IQ4_NL }, QK>(src, dst, dequant_iq4_nl),
+        GgmlType::Iq4Xs => each::<{ layout::IQ4_XS }, QK_K>(src, dst, dequant_iq4_xs),
         // `dequantize` admits only the types above.
         _ => dst.fill(f32::NAN),
     }
@@ -276,5 +322,64 @@ pub(crate) fn dequant_q8_k(b: &[u8; layout::Q8_K], y: &mut [f32; QK_K]) {
     let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     for j in 0..QK_K {
         y[j] = d * (b[4 + j] as i8) as f32;
+    }
+}
+
+pub(crate) fn dequant_q2_k(b: &[u8; layout::Q2_K], y: &mut [f32; QK_K]) {
+    let d = f16_at(b, layout::Q2_K_D);
+    let dmin = f16_at(b, layout::Q2_K_D + 2);
+    let qs = &b[layout::Q2_K_QS..layout::Q2_K_QS + 64];
+    // Sub-block i (16 elements): half i / 8 (32 bytes of qs), bit pair (i % 8) / 2, bytes
+    // 16 * (i % 2) .. +16 of that half.
+    for (i, &sc) in b[..16].iter().enumerate() {
+        let dl = d * (sc & 0xF) as f32;
+        let ml = dmin * (sc >> 4) as f32;
+        let q = &qs[32 * (i / 8) + 16 * (i % 2)..];
+        let shift = 2 * ((i % 8) / 2);
+        for l in 0..16 {
+            y[16 * i + l] = dl * ((q[l] >> shift) & 3) as f32 - ml;
+        }
+    }
+}
+
+pub(crate) fn dequant_q3_k(b: &[u8; layout::Q3_K], y: &mut [f32; QK_K]) {
+    let d = f16_at(b, layout::Q3_K_D);
+    let sc = q3_k_scales(&b[layout::Q3_K_SCALES..]);
+    let hm = &b[..32];
+    let qs = &b[layout::Q3_K_QS..layout::Q3_K_QS + 64];
+    // As Q2_K for the low bits; the high bit of sub-block i is bit i / 2 of hmask.
+    for (i, &s) in sc.iter().enumerate() {
+        let dl = d * (s as i32 - 32) as f32;
+        let off = 16 * (i % 2);
+        let q = &qs[32 * (i / 8) + off..];
+        let shift = 2 * ((i % 8) / 2);
+        let m = 1u8 << (i / 2);
+        for l in 0..16 {
+            let low = ((q[l] >> shift) & 3) as i32;
+            let v = if hm[off + l] & m != 0 { low } else { low - 4 };
+            y[16 * i + l] = dl * v as f32;
+        }
+    }
+}
+
+pub(crate) fn dequant_iq4_nl(b: &[u8; layout::IQ4_NL], y: &mut [f32; QK]) {
+    let d = f16_at(b, 0);
+    for j in 0..16 {
+        let q = b[2 + j];
+        y[j] = d * KVALUES_IQ4NL[(q & 0xF) as usize] as f32;
+        y[j + 16] = d * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+    }
+}
+
+pub(crate) fn dequant_iq4_xs(b: &[u8; layout::IQ4_XS], y: &mut [f32; QK_K]) {
+    let d = f16_at(b, 0);
+    let sc = iq4_xs_scales(b);
+    for (ib, &s) in sc.iter().enumerate() {
+        let dl = d * (s as i32 - 32) as f32;
+        let qs = &b[layout::IQ4_XS_QS + 16 * ib..];
+        for j in 0..16 {
+            y[32 * ib + j] = dl * KVALUES_IQ4NL[(qs[j] & 0xF) as usize] as f32;
+            y[32 * ib + j + 16] = dl * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as f32;
+        }
     }
 }

@@ -9,6 +9,7 @@ use std::fmt;
 mod blocks;
 pub mod dot;
 mod quantize;
+mod quantize_lowbit;
 
 pub use blocks::{QK, QK_K, f16_to_f32, f32_to_f16};
 
@@ -82,6 +83,10 @@ pub const COMPUTE_TYPES: &[GgmlType] = &[
     GgmlType::Q4K,
     GgmlType::Q5K,
     GgmlType::Q6K,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
 ];
 
 /// Types `dequantize` and `quantize` accept: the compute types plus the activation formats Q8_1
@@ -100,6 +105,10 @@ pub const CODEC_TYPES: &[GgmlType] = &[
     GgmlType::Q5K,
     GgmlType::Q6K,
     GgmlType::Q8K,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
 ];
 
 /// Types we can compute on (dequantize + dot).

@@ -6,9 +6,10 @@
 
 use super::GgmlType;
 use super::blocks::{QK, QK_K, f32_to_f16, k_scale_min, layout};
+use super::quantize_lowbit as lowbit;
 
 /// Below this magnitude a group counts as all zero (llama.cpp's `GROUP_MAX_EPS`).
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// Round to nearest, ties to even, by the float-addition trick llama.cpp uses; valid for
 /// |x| <= 2^22 - 1, which every caller guarantees by construction (out of range it returns a
@@ -47,6 +48,10 @@ pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         GgmlType::Q5K => each::<QK_K, { layout::Q5_K }>(src, dst, q5_k),
         GgmlType::Q6K => each::<QK_K, { layout::Q6_K }>(src, dst, q6_k),
         GgmlType::Q8K => each::<QK_K, { layout::Q8_K }>(src, dst, q8_k),
+        GgmlType::Q2K => each::<QK_K, { layout::Q2_K }>(src, dst, lowbit::q2_k),
+        GgmlType::Q3K => each::<QK_K, { layout::Q3_K }>(src, dst, lowbit::q3_k),
+        GgmlType::Iq4Nl => each::<QK, { layout::IQ4_NL }>(src, dst, lowbit::iq4_nl),
+        GgmlType::Iq4Xs => each::<QK_K, { layout::IQ4_XS }>(src, dst, lowbit::iq4_xs),
         // `quantize` admits only the types above.
         _ => {}
     }
@@ -77,12 +82,12 @@ pub(crate) fn f32_to_bf16(v: f32) -> u16 {
 }
 
 #[inline]
-fn put_f16(b: &mut [u8], off: usize, v: f32) {
+pub(super) fn put_f16(b: &mut [u8], off: usize, v: f32) {
     b[off..off + 2].copy_from_slice(&f32_to_f16(v).to_le_bytes());
 }
 
 #[inline]
-fn get_f16(b: &[u8], off: usize) -> f32 {
+pub(super) fn get_f16(b: &[u8], off: usize) -> f32 {
     super::blocks::f16_at(b, off)
 }
 
@@ -206,7 +211,7 @@ fn q8_1(x: &[f32; QK], b: &mut [u8; layout::Q8_1]) {
 /// starts from the min/max grid, then tries `nstep + 1` stretched grids and keeps the best
 /// least-squares (scale, min) found. Returns (scale, -min). llama.cpp's `make_qkx2_quants`.
 #[allow(clippy::too_many_arguments)]
-fn make_qkx2_quants(
+pub(super) fn make_qkx2_quants(
     nmax: i32,
     x: &[f32],
     weights: &[f32],
@@ -215,6 +220,7 @@ fn make_qkx2_quants(
     rmin: f32,
     rdelta: f32,
     nstep: i32,
+    use_mad: bool,
 ) -> (f32, f32) {
     let n = x.len();
     let mut min = x[0];
@@ -246,7 +252,8 @@ fn make_qkx2_quants(
         let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         l_out[i] = l as u8;
         let diff = scale * l as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        let diff = if use_mad { diff.abs() } else { diff * diff };
+        best_error += weights[i] * diff;
     }
     for is in 0..=nstep {
         iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
@@ -271,7 +278,8 @@ fn make_qkx2_quants(
             let mut cur_error = 0.0f32;
             for i in 0..n {
                 let diff = this_scale * l_aux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                let diff = if use_mad { diff.abs() } else { diff * diff };
+                cur_error += weights[i] * diff;
             }
             if cur_error < best_error {
                 l_out[..n].copy_from_slice(&l_aux[..n]);
@@ -319,6 +327,7 @@ fn k_scales_and_quants(
             rmin,
             0.1,
             nstep,
+            false,
         );
         scales[j] = s;
         mins[j] = m;

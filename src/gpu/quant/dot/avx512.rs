@@ -11,7 +11,7 @@
 
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
-use super::super::blocks::{QK, layout};
+use super::super::blocks::{KVALUES_IQ4NL, QK, layout};
 use super::*;
 use std::arch::x86_64::*;
 
@@ -24,6 +24,7 @@ pub(super) fn kernel(ty: GgmlType) -> Option<KernelFn> {
         Q5_0 => rows::<B5_0>,
         Q5_1 => rows::<B5_1>,
         Q8_0 => rows::<B8_0>,
+        Iq4Nl => rows::<BIq4Nl>,
         _ => return None,
     })
 }
@@ -159,6 +160,25 @@ impl Blk for B5_1 {
     #[inline(always)]
     unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
         unsafe { dm_pairs(p0, p1) }
+    }
+}
+
+struct BIq4Nl;
+impl Blk for BIq4Nl {
+    const BYTES: usize = layout::IQ4_NL;
+    const SIGNED: bool = true;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn quants2(p0: *const u8, p1: *const u8) -> __m512i {
+        unsafe {
+            let table =
+                _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
+            _mm512_shuffle_epi8(table, nibbles2(p0.add(2), p1.add(2)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
+        unsafe { d_scaled(p0, p1, 0.0) }
     }
 }
 

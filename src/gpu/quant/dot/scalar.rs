@@ -44,6 +44,10 @@ pub(super) fn kernel(ty: GgmlType) -> KernelFn {
         Q8_0 => scalar_rows::<ScQ8_0>,
         Q4K => scalar_rows::<ScQ4K>,
         Q5K => scalar_rows::<ScQ5K>,
+        Q2K => scalar_rows::<ScQ2K>,
+        Q3K => scalar_rows::<ScQ3K>,
+        Iq4Nl => scalar_rows::<ScIq4Nl>,
+        Iq4Xs => scalar_rows::<ScIq4Xs>,
         _ => scalar_rows::<ScQ6K>,
     }
 }
@@ -200,6 +204,19 @@ impl Scalar32 for ScQ8_0 {
     }
 }
 
+struct ScIq4Nl;
+impl Scalar32 for ScIq4Nl {
+    const TY: GgmlType = GgmlType::Iq4Nl;
+    const BYTES: usize = layout::IQ4_NL;
+    fn unpack(b: &[u8], q: &mut [i32; QK]) -> (f32, f32) {
+        for j in 0..16 {
+            q[j] = blocks::KVALUES_IQ4NL[(b[2 + j] & 0xF) as usize] as i32;
+            q[j + 16] = blocks::KVALUES_IQ4NL[(b[2 + j] >> 4) as usize] as i32;
+        }
+        (f16_at(b, 0), 0.0)
+    }
+}
+
 /// Σ over a Q4_K/Q5_K super-block: d·Σ_j sc_j·(q·a)_j − dmin·Σ_j m_j·(Σa)_j, all in integers
 /// except the two final scales.
 fn k_superblock(d: f32, dmin: f32, sc: &[u8; 12], q: &[i32; QK_K], a: &Q8xK) -> f32 {
@@ -286,6 +303,101 @@ impl ScalarDot for ScQ6K {
                 sumi += (sc[g] as i8) as i32 * dot;
             }
             sum += a.d * f16_at(b, layout::Q6_K_D) * sumi as f32;
+        }
+        sum
+    }
+}
+
+/// The 2-bit quants of a Q2_K/Q3_K block in element order: sub-block i (16 elements) is bit pair
+/// (i % 8) / 2 of bytes 16 * (i % 2) .. +16 of the 32-byte half i / 8.
+fn two_bits(qs: &[u8], q: &mut [i32; QK_K]) {
+    for i in 0..16 {
+        let src = &qs[32 * (i / 8) + 16 * (i % 2)..];
+        let shift = 2 * ((i % 8) / 2);
+        for l in 0..16 {
+            q[16 * i + l] = ((src[l] >> shift) & 3) as i32;
+        }
+    }
+}
+
+/// Σ_i scale_i · (q · a)_i over the 16 sub-blocks of 16.
+fn sixteen_dots(sc: impl Fn(usize) -> i32, q: &[i32; QK_K], a: &Q8xK) -> i32 {
+    (0..16)
+        .map(|i| {
+            let dot: i32 = (0..16)
+                .map(|l| q[16 * i + l] * a.qs[16 * i + l] as i32)
+                .sum();
+            sc(i) * dot
+        })
+        .sum()
+}
+
+struct ScQ2K;
+impl ScalarDot for ScQ2K {
+    const TY: GgmlType = GgmlType::Q2K;
+    fn dot(w: &[u8], act: &Activation, t: usize) -> f32 {
+        let mut q = [0i32; QK_K];
+        let mut sum = 0.0f32;
+        for (b, a) in w.chunks_exact(layout::Q2_K).zip(act.q8xk(t)) {
+            two_bits(&b[layout::Q2_K_QS..layout::Q2_K_QS + 64], &mut q);
+            let sumi = sixteen_dots(|i| (b[i] & 0xF) as i32, &q, a);
+            // The mins: dmin · Σ_i m_i · Σ a over sub-block i.
+            let summ: i32 = (0..16)
+                .map(|i| (b[i] >> 4) as i32 * a.bsums[i] as i32)
+                .sum();
+            let (d, dmin) = (f16_at(b, layout::Q2_K_D), f16_at(b, layout::Q2_K_D + 2));
+            sum += a.d * d * sumi as f32 - a.d * dmin * summ as f32;
+        }
+        sum
+    }
+}
+
+struct ScQ3K;
+impl ScalarDot for ScQ3K {
+    const TY: GgmlType = GgmlType::Q3K;
+    fn dot(w: &[u8], act: &Activation, t: usize) -> f32 {
+        let mut q = [0i32; QK_K];
+        let mut sum = 0.0f32;
+        for (b, a) in w.chunks_exact(layout::Q3_K).zip(act.q8xk(t)) {
+            two_bits(&b[layout::Q3_K_QS..layout::Q3_K_QS + 64], &mut q);
+            let hm = &b[..32];
+            for i in 0..16 {
+                let m = 1u8 << (i / 2);
+                for l in 0..16 {
+                    if hm[16 * (i % 2) + l] & m == 0 {
+                        q[16 * i + l] -= 4;
+                    }
+                }
+            }
+            let sc = blocks::q3_k_scales(&b[layout::Q3_K_SCALES..]);
+            let sumi = sixteen_dots(|i| sc[i] as i32 - 32, &q, a);
+            sum += a.d * f16_at(b, layout::Q3_K_D) * sumi as f32;
+        }
+        sum
+    }
+}
+
+struct ScIq4Xs;
+impl ScalarDot for ScIq4Xs {
+    const TY: GgmlType = GgmlType::Iq4Xs;
+    fn dot(w: &[u8], act: &Activation, t: usize) -> f32 {
+        let mut sum = 0.0f32;
+        for (b, a) in w.chunks_exact(layout::IQ4_XS).zip(act.q8xk(t)) {
+            let sc = blocks::iq4_xs_scales(b);
+            let mut sumi = 0i32;
+            for (ib, &s) in sc.iter().enumerate() {
+                let qs = &b[layout::IQ4_XS_QS + 16 * ib..];
+                let qa = &a.qs[32 * ib..];
+                let dot: i32 = (0..16)
+                    .map(|j| {
+                        blocks::KVALUES_IQ4NL[(qs[j] & 0xF) as usize] as i32 * qa[j] as i32
+                            + blocks::KVALUES_IQ4NL[(qs[j] >> 4) as usize] as i32
+                                * qa[j + 16] as i32
+                    })
+                    .sum();
+                sumi += (s as i32 - 32) * dot;
+            }
+            sum += a.d * f16_at(b, 0) * sumi as f32;
         }
         sum
     }

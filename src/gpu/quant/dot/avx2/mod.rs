@@ -1,5 +1,5 @@
 //! AVX2+FMA+F16C kernels: activation quantization and the 32-element types (`kquants.rs`:
-//! K-quants and float weights).
+//! K-quants and float weights; `lowbit.rs`: Q2_K, Q3_K, IQ4_NL, IQ4_XS).
 
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
@@ -20,6 +20,10 @@ pub(in super::super) fn kernel(ty: GgmlType) -> KernelFn {
         Q8_0 => rows_32::<B8_0>,
         Q4K => rows_k::<K4>,
         Q5K => rows_k::<K5>,
+        Iq4Nl => rows_32::<BIq4Nl>,
+        Q2K => rows_k::<K2>,
+        Q3K => rows_k::<K3>,
+        Iq4Xs => rows_k::<KIq4Xs>,
         _ => rows_k::<K6>,
     }
 }
@@ -348,7 +352,9 @@ macro_rules! tile_dispatch {
 tile_dispatch!(rows_32, rows_32_t, Blk32);
 
 mod kquants;
+mod lowbit;
 use kquants::*;
+use lowbit::*;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_32_t<B: Blk32, const T: usize>(
