@@ -1,4 +1,4 @@
-//! The HTTP side of a remote engine: the endpoint, its key, one `ureq` agent (the crate the
+//! The HTTP side of a remote engine: the endpoint, its key, `ureq` agents (the crate the
 //! model download already uses), and errors worded so that the user knows what to do.
 //!
 //! The key is a [`Secret`]: it is read from an environment variable or from a file only its
@@ -107,7 +107,6 @@ const BODY_QUOTE: usize = 300;
 pub struct Client {
     pub spec: RemoteSpec,
     key: Option<Secret>,
-    agent: ureq::Agent,
     /// For short calls (panels, model list): a read that takes longer fails.
     quick: ureq::Agent,
 }
@@ -143,7 +142,6 @@ impl Client {
     pub fn new(spec: RemoteSpec) -> Result<Client, String> {
         let key = read_key(&spec.key)?;
         Ok(Client {
-            agent: agent(&spec, None, None),
             quick: agent(&spec, Some(QUICK), Some(QUICK)),
             key,
             spec,
@@ -201,15 +199,24 @@ impl Client {
         }
     }
 
-    /// POST a JSON body to `path` and hand back the response's reader if it answered 200.
+    /// An agent for one streamed request, with no read timeout (the request's watchdog judges
+    /// the waits): its own, so that [`ureq::Agent::shutdown`] on it closes that connection at
+    /// once, interrupting a read blocked on it, and nothing else.
+    pub fn stream_agent(&self) -> ureq::Agent {
+        agent(&self.spec, None, None)
+    }
+
+    /// POST a JSON body to `path` through `agent` and hand back the response's reader if it
+    /// answered 200.
     pub fn post_stream(
         &self,
+        agent: &ureq::Agent,
         path: &str,
         body: &serde_json::Value,
     ) -> Result<Box<dyn Read + Send>, RemoteError> {
         let url = self.url(path);
         let resp = self
-            .auth_body(self.agent.post(&url))
+            .auth_body(agent.post(&url))
             .header("Content-Type", "application/json")
             .header("Accept", "text/event-stream")
             .send(body.to_string())

@@ -279,18 +279,24 @@ impl RemoteSession {
         let client = self.client.clone();
         let body = body.clone();
         let stop = cancel.clone();
+        let agent = client.stream_agent();
+        let reader_agent = agent.clone();
         std::thread::Builder::new()
             .name("hipscope-remote-stream".into())
-            .spawn(move || reader(client, body, tx, stop))
+            .spawn(move || reader(client, reader_agent, body, tx, stop))
             .map_err(|e| RemoteError::Other(format!("cannot start the reader thread: {e}")))?;
-        // Closes the connection whichever way this ends.
-        struct Cancel(Arc<AtomicBool>);
+        // Closes the connection at once whichever way this ends, even with the reader blocked
+        // in a read (so that the server stops generating now, not at its next token).
+        struct Cancel(Arc<AtomicBool>, Option<ureq::Agent>);
         impl Drop for Cancel {
             fn drop(&mut self) {
                 self.0.store(true, Ordering::SeqCst);
+                if let Some(a) = self.1.take() {
+                    a.shutdown();
+                }
             }
         }
-        let _cancel = Cancel(cancel);
+        let _cancel = Cancel(cancel, Some(agent));
 
         let mut acc = Acc::default();
         let mut reason: Option<StopReason> = None;
@@ -439,11 +445,12 @@ impl Acc {
 /// connection) as soon as `cancel` is raised.
 fn reader(
     client: Client,
+    agent: ureq::Agent,
     body: serde_json::Value,
     tx: mpsc::Sender<Piece>,
     cancel: Arc<AtomicBool>,
 ) {
-    let mut r = match client.post_stream("/v1/chat/completions", &body) {
+    let mut r = match client.post_stream(&agent, "/v1/chat/completions", &body) {
         Ok(r) => r,
         Err(e) => {
             let _ = tx.send(Piece::Failed(e));
