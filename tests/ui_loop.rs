@@ -136,6 +136,7 @@ where
             clipboard: &mut clipboard,
             places,
             export_dir: dir.join("exports"),
+            config_file: dir.join("config.toml"),
             quit_deadline,
             frame: Duration::from_millis(15),
             quit: None,
@@ -394,6 +395,84 @@ async fn save_exports_markdown_and_alt_y_copies_the_answer() {
         String::from_utf8(r.clipboard).unwrap(),
         hipscope::app::clipboard::osc52("Use `xs[::-1]`.")
     );
+}
+
+#[tokio::test]
+async fn save_to_a_relative_name_says_the_full_path_it_wrote() {
+    // The tests run in the package root: a name relative to it, inside cargo's scratch folder.
+    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let full = scratch.path().join("notes.md");
+    let relative = full
+        .strip_prefix(std::env::current_dir().unwrap())
+        .expect("the scratch folder is under the working directory")
+        .to_path_buf();
+    assert!(relative.is_relative());
+    let (worker, _log) = fake_worker::spawn("Hi.", Duration::from_millis(5), Mode::Normal);
+    let dir = tempfile::tempdir().unwrap();
+    let name = relative.display().to_string();
+    let r = run(
+        worker,
+        dir.path(),
+        no_places(),
+        Duration::from_secs(10),
+        |u| async move {
+            u.sees("Type a message").await;
+            u.type_text(&format!("/save {name}"));
+            u.key(KeyCode::Enter);
+            u.sees("saved the conversation").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
+            u.sees("again (or").await;
+            u.ctrl('c');
+        },
+    )
+    .await;
+    assert_eq!(r.ending, Ending::Exited(0));
+    assert!(full.is_file());
+    let said = r
+        .app
+        .chat
+        .entries
+        .iter()
+        .find_map(|e| match &e.kind {
+            hipscope::ui::chat::EntryKind::Notice { text, .. } if text.starts_with("saved") => {
+                Some(text.clone())
+            }
+            _ => None,
+        })
+        .expect("a notice about the save");
+    assert_eq!(
+        said,
+        format!("saved the conversation to {}", full.display())
+    );
+}
+
+#[tokio::test]
+async fn set_save_keeps_the_sampler_settings_in_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (worker, _log) = fake_worker::spawn("Hi.", Duration::from_millis(5), Mode::Normal);
+    let r = run(
+        worker,
+        dir.path(),
+        no_places(),
+        Duration::from_secs(10),
+        |u| async move {
+            u.sees("Type a message").await;
+            u.type_text("/set temp 0.3");
+            u.key(KeyCode::Enter);
+            u.type_text("/set save");
+            u.key(KeyCode::Enter);
+            u.sees("kept the sampler settings").await;
+            // At rest the first Ctrl-C asks, the second quits.
+            u.ctrl('c');
+            u.sees("again (or").await;
+            u.ctrl('c');
+        },
+    )
+    .await;
+    assert_eq!(r.ending, Ending::Exited(0));
+    let kept = hipscope::app::config::Config::load(&dir.path().join("config.toml")).unwrap();
+    assert_eq!(kept.sampler.temp, 0.3);
 }
 
 /// A GGUF that claims more tensors than the file holds.

@@ -15,15 +15,6 @@ use hipscope::ui::state::{GenState, Overlay};
 use hipscope::ui::{App, Effect, Msg};
 use ui_common::*;
 
-fn sent(fx: &[Effect]) -> Vec<Command> {
-    fx.iter()
-        .filter_map(|e| match e {
-            Effect::Send(c) => Some(c.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
 fn is_quit(c: &Command) -> bool {
     matches!(c, Command::Quit { .. })
 }
@@ -55,18 +46,6 @@ fn ctrl_c_when_hung_quits_at_once() {
     assert_eq!(fx.len(), 2, "{fx:?}");
     assert_eq!(fx[0], Command::Stop);
     assert!(is_quit(&fx[1]));
-}
-
-fn screen(app: &App) -> String {
-    let b = draw(app, 100, 30);
-    let mut s = String::new();
-    for y in 0..30 {
-        for x in 0..100 {
-            s.push_str(b.buffer()[(x, y)].symbol());
-        }
-        s.push('\n');
-    }
-    s
 }
 
 #[test]

@@ -148,6 +148,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return exit_code::USAGE;
         }
     };
+    // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
+    // here, before the terminal is taken (`auto` falls back to the CPU instead).
+    if let Err(e) = crate::gpu::select::preflight(config.backend, config.device) {
+        eprintln!(
+            "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
+            config.backend
+        );
+        return exit_code::USAGE;
+    }
     // The chat draws with escape sequences: into a file or a pipe they are noise, and the
     // terminal modes it sets cannot be set there. Refused before anything is started.
     if !io::stdout().is_terminal() {
@@ -195,6 +204,20 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             p.display()
         ));
     }
+    let mut config = config;
+    if opts.args.resume
+        && let Some(values) = &transcript.conversation().sampler
+    {
+        // The conversation's own settings, under any given on the command line.
+        for (k, v) in values {
+            if let Some(f) = crate::ui::sampler::field(k) {
+                let _ = (f.set)(&mut config.sampler, v);
+            }
+        }
+        if let Err(e) = opts.args.apply(&mut config) {
+            tracing::warn!("reapplying the flags: {e}");
+        }
+    }
     let mut app = App::new(settings(&config, log_path));
     let mut restore: Option<Command> = None;
     if opts.args.resume {
@@ -204,8 +227,13 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 .started
                 .map(|t| format!(" from {}", transcript::format_utc(t)))
                 .unwrap_or_default();
-            app.restore(
-                &c.pairs(),
+            let turns: Vec<_> = c
+                .turns
+                .iter()
+                .map(|t| (t.user.clone(), t.answer.clone(), t.summary.clone()))
+                .collect();
+            app.restore_with_stats(
+                &turns,
                 c.model.as_deref(),
                 &format!(
                     "reopened {} exchange{}{when} ({})",
@@ -295,6 +323,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
                 config.models.scan_default_locations,
             ),
             export_dir: opts.dirs.data.join("exports"),
+            config_file: config_path.clone(),
             quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
             quit: Some(quit.clone()),
@@ -368,14 +397,24 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             None => cfg.model.map(ModelSource::File),
         },
         default_model: Box::new(|progress| {
+            // Steps are logged; each phase (download, unpack, verify) is a bar of its own.
             let mut report = |p: FetchProgress| match p {
-                FetchProgress::Step(s) => progress(&s, None),
-                FetchProgress::Bytes { done, total } => progress(
-                    "downloading SmolLM2-135M-Instruct",
-                    total.filter(|&t| t > 0).map(|t| done as f32 / t as f32),
+                FetchProgress::Step(s) => tracing::info!("default model: {s}"),
+                FetchProgress::Bytes {
+                    phase,
+                    done,
+                    total,
+                    per_sec,
+                } => progress(
+                    phase.name(),
+                    &FetchProgress::bytes_text(done, total, per_sec),
+                    FetchProgress::fraction(done, total),
                 ),
             };
-            fetch::ensure_default_model(&mut report).map_err(|e| e.to_string())
+            fetch::ensure_default_model(&mut report).map_err(|e| {
+                tracing::error!("fetching the default model: {e}");
+                e.to_string()
+            })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
         backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),

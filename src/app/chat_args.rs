@@ -16,6 +16,14 @@ pub struct ChatArgs {
     /// on first use).
     #[arg(value_name = "MODEL")]
     pub model: Option<PathBuf>,
+    /// GGUF model file, as every other command takes it (the same as MODEL).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "PATH",
+        conflicts_with = "model"
+    )]
+    pub model_flag: Option<PathBuf>,
     /// Settings file (default: config.toml in the platform config directory).
     #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
     pub config: Option<PathBuf>,
@@ -96,9 +104,14 @@ pub struct ChatArgs {
 }
 
 impl ChatArgs {
+    /// The model file named on the command line (MODEL or `-m`).
+    pub fn model_path(&self) -> Option<&PathBuf> {
+        self.model.as_ref().or(self.model_flag.as_ref())
+    }
+
     /// Applies the flags on top of `config`; errors name the flag and what it accepts.
     pub fn apply(&self, config: &mut Config) -> Result<(), String> {
-        if let Some(m) = &self.model {
+        if let Some(m) = self.model_path() {
             config.model = Some(m.clone());
         }
         if let Some(b) = &self.backend {
@@ -219,5 +232,16 @@ mod tests {
         assert_eq!(e, "--temp hot: not allowed; use a number from 0 to 5");
         let e = args(&["--backend", "metal"]).apply(&mut c).unwrap_err();
         assert!(e.starts_with("--backend metal"), "{e}");
+    }
+
+    #[test]
+    fn the_model_is_given_as_an_argument_or_with_dash_m() {
+        let mut c = Config::default();
+        args(&["-m", "a.gguf"]).apply(&mut c).unwrap();
+        assert_eq!(c.model, Some(PathBuf::from("a.gguf")));
+        args(&["--model", "b.gguf"]).apply(&mut c).unwrap();
+        assert_eq!(c.model, Some(PathBuf::from("b.gguf")));
+        let mut v = vec!["hipscope", "a.gguf", "-m", "b.gguf"];
+        assert!(Cli::try_parse_from(v.drain(..)).is_err(), "both at once");
     }
 }

@@ -372,7 +372,7 @@ impl Config {
         if let Some(n) = top.integer(
             "ctx_size",
             0,
-            1 << 24,
+            crate::model::loader::MAX_CTX as i64,
             "0 (the model's own) or a whole number of tokens up to 16777216",
         )? {
             c.ctx_size = n as u32;
@@ -405,6 +405,8 @@ impl Config {
                 let text = match v {
                     Value::Integer(i) => i.to_string(),
                     Value::Float(x) => x.to_string(),
+                    // Words a field takes as a value (`seed = "random"`).
+                    Value::String(w) => w.clone(),
                     _ => return Err(r.invalid(f.name, v, f.allowed)),
                 };
                 (f.set)(&mut c.sampler, &text).map_err(|_| r.invalid(f.name, v, f.allowed))?;
@@ -585,6 +587,69 @@ pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
     }
 }
 
+/// Writes `sampler` into the `[sampler]` table of the config file at `path` (the documented
+/// defaults if there is none yet), changing only those values: comments, order and every other
+/// setting stay as the user left them (`toml_edit`). The result is checked to load before it
+/// replaces the file.
+pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(), String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DEFAULT_CONFIG_TOML.to_string(),
+        Err(e) => return Err(format!("{}: cannot read it: {e}", path.display())),
+    };
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("{}: not valid TOML: {e}", path.display()))?;
+    let table = doc
+        .entry("sampler")
+        .or_insert(toml_edit::table())
+        .as_table_mut()
+        .ok_or_else(|| format!("{}: `sampler` is not a table", path.display()))?;
+    let mut put = |key: &str, mut new: toml_edit::Value| match table
+        .get_mut(key)
+        .and_then(|i| i.as_value_mut())
+    {
+        Some(old) => {
+            // The old value's surroundings (a trailing comment) stay.
+            *new.decor_mut() = old.decor().clone();
+            *old = new;
+        }
+        None => table[key] = toml_edit::value(new),
+    };
+    for f in sampler::FIELDS {
+        let v = (f.get)(sampler);
+        let value = if let Ok(i) = v.parse::<i64>() {
+            toml_edit::Value::from(i)
+        } else if let Ok(x) = v.parse::<f64>() {
+            toml_edit::Value::from(x)
+        } else {
+            toml_edit::Value::from(v)
+        };
+        put(f.name, value);
+    }
+    put(
+        "stop",
+        toml_edit::Value::Array(sampler.stop.iter().map(String::as_str).collect()),
+    );
+    let out = doc.to_string();
+    let check = Config::parse(&out, path).map_err(|e| e.to_string())?;
+    if check.sampler != *sampler {
+        return Err(format!(
+            "{}: the settings would not read back as they are",
+            path.display()
+        ));
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension("toml.partial");
+    std::fs::write(&tmp, out).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: {e}", path.display())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -699,5 +764,42 @@ mod tests {
         assert_eq!(LogLevel::Info.raised(0), LogLevel::Info);
         assert_eq!(LogLevel::Info.raised(1), LogLevel::Debug);
         assert_eq!(LogLevel::Warn.raised(5), LogLevel::Trace);
+    }
+
+    #[test]
+    fn kept_settings_change_only_their_values_and_keep_the_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        let mine = DEFAULT_CONFIG_TOML.replace("[sampler]", "# my own note, kept\n[sampler]");
+        std::fs::write(&path, &mine).unwrap();
+        let mut s = SamplerConfig {
+            temp: 0.3,
+            top_k: 12,
+            seed: 42,
+            stop: vec!["</s>".into()],
+            ..SamplerConfig::default()
+        };
+        keep_sampler_defaults(&path, &s).unwrap();
+        let after = std::fs::read_to_string(&path).unwrap();
+        for line in mine.lines().filter(|l| l.trim_start().starts_with('#')) {
+            assert!(after.contains(line), "lost {line:?}:\n{after}");
+        }
+        let c = Config::load(&path).unwrap();
+        assert_eq!(c.sampler, s);
+        let mut rest = c.clone();
+        rest.sampler = SamplerConfig::default();
+        assert_eq!(rest, Config::default(), "only the sampler changed");
+        // The random seed is written as the word.
+        s.seed = crate::model::sampler::RANDOM_SEED;
+        keep_sampler_defaults(&path, &s).unwrap();
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("seed = \"random\"")
+        );
+        // No file yet: the documented one, with these values.
+        let fresh = dir.path().join("new/config.toml");
+        keep_sampler_defaults(&fresh, &s).unwrap();
+        assert_eq!(Config::load(&fresh).unwrap().sampler, s);
     }
 }

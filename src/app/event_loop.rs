@@ -42,6 +42,8 @@ pub struct LoopIo<'a> {
     pub places: Places,
     /// Where `/save` writes when given no path.
     pub export_dir: PathBuf,
+    /// The config file `/set save` writes the sampler settings into.
+    pub config_file: PathBuf,
     /// How long after asking the worker to quit the app leaves without it: the chat passes
     /// `QuitConfig::deadline()`, the same value the coordinator's timer runs on; tests, which
     /// have no coordinator, pass a short one.
@@ -114,12 +116,14 @@ pub async fn event_loop<B: Backend>(
             },
             ev = worker.events.recv(), if worker_open => match ev {
                 Some(e) => {
+                    log_event(&e);
                     io.transcript.event(&e);
                     msgs.push(Msg::Worker(e));
                     // Take what else is queued now, so a burst of tokens costs one redraw.
                     while msgs.len() < 256 {
                         match worker.events.try_recv() {
                             Ok(e) => {
+                                log_event(&e);
                                 io.transcript.event(&e);
                                 msgs.push(Msg::Worker(e));
                             }
@@ -212,13 +216,26 @@ pub async fn event_loop<B: Backend>(
                         }
                     }
                     Effect::Export { path, overwrite } => {
-                        let r = io.transcript.export_markdown(
-                            path,
-                            overwrite,
-                            &io.export_dir,
-                            SystemTime::now(),
-                        );
+                        let r = io
+                            .transcript
+                            .export_markdown(path, overwrite, &io.export_dir, SystemTime::now())
+                            // The full path, so that `/save notes.md` says where it went.
+                            .map(|p| std::path::absolute(&p).unwrap_or(p));
                         app.update(Msg::Saved(r));
+                    }
+                    Effect::KeepSettings(s) => {
+                        let (text, error) =
+                            match super::config::keep_sampler_defaults(&io.config_file, &s) {
+                                Ok(()) => (
+                                    format!(
+                                        "kept the sampler settings as defaults in {}",
+                                        io.config_file.display()
+                                    ),
+                                    false,
+                                ),
+                                Err(e) => (format!("could not keep the settings: {e}"), true),
+                            };
+                        app.update(Msg::Notice { text, error });
                     }
                     Effect::Discover => {
                         io.places.current = app.model.as_ref().and_then(|m| m.path.clone());
@@ -282,8 +299,29 @@ fn command_name(c: &Command) -> &'static str {
         Command::Clear => "clear",
         Command::SetSystem(_) => "set system",
         Command::SetSampler(_) => "set sampler",
+        Command::SetContext(_) => "set context",
         Command::Restore { .. } => "restore",
         Command::LoadModel(_) => "load model",
         Command::Quit { .. } => "quit",
+    }
+}
+
+/// What the log keeps of the worker's events at the default level: models loaded and every
+/// error (a model that failed to load, a device that failed), so that a failure seen on the
+/// screen can be read again after the screen is gone.
+fn log_event(e: &Event) {
+    match e {
+        Event::ModelLoaded { model, device } => tracing::info!(
+            "model loaded: {} ({}, {}) on {}",
+            model.name,
+            model.quant,
+            model
+                .path
+                .as_ref()
+                .map_or(String::new(), |p| p.display().to_string()),
+            device.backend
+        ),
+        Event::Error { context, message } => tracing::error!("{context}: {message}"),
+        _ => {}
     }
 }

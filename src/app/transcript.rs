@@ -61,6 +61,11 @@ pub enum Record {
     },
     /// The last answer was dropped to be generated again.
     Regen,
+    /// The sampler settings from here on, by their `/set` names (added later: older files have
+    /// none, and a resumed conversation then keeps the configured settings).
+    Sampler {
+        values: std::collections::BTreeMap<String, String>,
+    },
     Clear,
 }
 
@@ -84,6 +89,8 @@ pub struct Conversation {
     pub model: Option<String>,
     pub system: String,
     pub turns: Vec<Turn>,
+    /// The last sampler settings recorded, by `/set` name.
+    pub sampler: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl Conversation {
@@ -134,6 +141,7 @@ impl Conversation {
                 }
             }
             Record::Clear => self.turns.clear(),
+            Record::Sampler { values } => self.sampler = Some(values.clone()),
         }
     }
 
@@ -496,6 +504,12 @@ impl Transcript {
             Command::Regenerate => self.record(Record::Regen),
             Command::Clear => self.record(Record::Clear),
             Command::SetSystem(s) => self.record(Record::System { text: s.clone() }),
+            Command::SetSampler(s) => self.record(Record::Sampler {
+                values: crate::ui::sampler::FIELDS
+                    .iter()
+                    .map(|f| (f.name.to_string(), (f.get)(s)))
+                    .collect(),
+            }),
             _ => {}
         }
     }

@@ -232,6 +232,18 @@ pub fn select(choice: BackendChoice, device: Option<u32>) -> Result<Selected, Gp
     }
 }
 
+/// Whether an explicit GPU choice can start, without opening a device: the runtime loads, lists
+/// devices and `device` is among them. For refusing `--backend hip|cuda` before a program commits
+/// to it (the chat, before it takes the terminal); `auto`, `cpu` and `fake` always pass.
+pub fn preflight(choice: BackendChoice, device: Option<u32>) -> Result<(), GpuError> {
+    let (kind, devices) = match choice {
+        BackendChoice::Hip => (RuntimeKind::Hip, crate::gpu::hip::probe()?),
+        BackendChoice::Cuda => (RuntimeKind::Cuda, crate::gpu::cuda::probe()?),
+        BackendChoice::Auto | BackendChoice::Cpu | BackendChoice::Fake => return Ok(()),
+    };
+    pick(kind, &devices, device).map(|_| ())
+}
+
 fn short(e: &GpuError) -> String {
     match e {
         GpuError::LibraryMissing { what, .. } => format!("no {what}"),

@@ -27,6 +27,9 @@ pub enum LoadError {
     Remote(String),
 }
 
+/// The largest context accepted anywhere (`-c`, `ctx_size`, `/set ctx`).
+pub const MAX_CTX: usize = 1 << 24;
+
 /// Settings for loading a model.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {

@@ -77,6 +77,9 @@ pub enum Command {
     Clear,
     SetSystem(String),
     SetSampler(SamplerConfig),
+    /// `/set ctx N`: the model is loaded again with a KV cache of `N` positions (`None`: the
+    /// model's own context, at most 4096); the conversation is kept as far as it fits.
+    SetContext(Option<usize>),
     /// Take these (question, answer) turns as the conversation so far: a conversation reopened
     /// from its transcript (`--resume`). Replaces the current conversation.
     Restore {
@@ -216,6 +219,15 @@ pub enum Event {
     },
     /// Oldest turns were dropped to fit the context (and the cache shifted, or not).
     ContextTrimmed(Trim),
+    /// The context was changed (`/set ctx`): it now holds `n_ctx` positions; `kept` exchanges of
+    /// the conversation are what the model sees, rendered in `tokens`; the `dropped` oldest did
+    /// not fit (the screen and the transcript keep them).
+    ContextResized {
+        n_ctx: usize,
+        kept: usize,
+        dropped: usize,
+        tokens: usize,
+    },
     Streams(Vec<StreamSnapshot>),
     Arena(ArenaSnapshot),
     Watchdog(WatchdogSnapshot),

@@ -161,6 +161,38 @@ impl Session {
         self.sampler.reset();
     }
 
+    /// The conversation as (question, answer) exchanges, as [`Session::restore`] takes them.
+    pub fn turns(&self) -> Vec<(String, String)> {
+        self.messages
+            .chunks(2)
+            .filter_map(|pair| match pair {
+                [u, a] if u.role == "user" && a.role == "assistant" => {
+                    Some((u.content.clone(), a.content.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// [`Session::restore`], then drops the oldest exchanges until the rest (with the system
+    /// prompt) leaves room for an answer in this model's context. Returns how many were dropped
+    /// and the tokens the kept conversation renders to.
+    pub fn restore_within_context(
+        &mut self,
+        turns: &[(String, String)],
+    ) -> Result<(usize, usize), SessionError> {
+        self.restore(turns);
+        let limit = self.model.n_ctx().saturating_sub(self.answer_room());
+        let mut dropped = 0;
+        let mut tokens = self.render()?.len();
+        while tokens > limit && self.messages.len() >= 2 {
+            self.messages.drain(..2);
+            dropped += 1;
+            tokens = self.render()?.len();
+        }
+        Ok((dropped, tokens))
+    }
+
     /// Tokens currently in the KV cache.
     pub fn cached_tokens(&self) -> usize {
         self.cached.len()

@@ -17,9 +17,10 @@ use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::remote::{self, client::RemoteSpec, session::RemoteSession};
 use crate::model::session::{Control, Progress, Session};
 
-/// Finds (downloading if need be) the default model; reports `(step, fraction)` as it goes.
+/// Finds (fetching if need be) the default model, reporting `(task, detail, fraction)` as it
+/// goes: one task per phase, each a bar of its own on the screen.
 pub type DefaultModel =
-    Box<dyn Fn(&mut dyn FnMut(&str, Option<f32>)) -> Result<PathBuf, String> + Send>;
+    Box<dyn Fn(&mut dyn FnMut(&str, &str, Option<f32>)) -> Result<PathBuf, String> + Send>;
 
 /// Makes the backend a model is loaded onto.
 pub type BackendFactory = Box<dyn Fn() -> Result<Box<dyn Backend>, String> + Send>;
@@ -85,6 +86,8 @@ struct Worker {
     deferred: Vec<Command>,
     /// A remote engine in place of the local model (then `session` is `None`).
     remote: Option<Remote>,
+    /// During a `/set ctx` reload: the context before it, which a failed reload goes back to.
+    revert_ctx: Option<Option<usize>>,
 }
 
 /// A connected remote engine and its panel poller (stopped when this drops; never joined, so
@@ -110,6 +113,7 @@ impl Worker {
             current: None,
             deferred: Vec::new(),
             remote: None,
+            revert_ctx: None,
         }
     }
 
@@ -196,8 +200,11 @@ impl Worker {
                     "no model is loaded: the reopened conversation is shown, but the model starts without it",
                 ),
             },
+            Command::SetContext(n) => self.set_context(n),
             Command::LoadModel(ModelSource::Remote(spec)) => self.connect(spec),
-            Command::LoadModel(src) => self.load(Some(src)),
+            Command::LoadModel(src) => {
+                self.load(Some(src));
+            }
             Command::Quit { .. } => {}
         }
     }
@@ -317,9 +324,44 @@ impl Worker {
         }
     }
 
-    fn load(&mut self, src: Option<ModelSource>) {
+    /// `/set ctx`: the model is loaded again with a KV cache of the new size (the weights are
+    /// memory-mapped, or uploaded again to a GPU), and the conversation restored into it, its
+    /// oldest exchanges dropped where they no longer fit. A reload that fails goes back to the
+    /// context before, with the whole conversation. Without a model, the next load uses it.
+    fn set_context(&mut self, n_ctx: Option<usize>) {
+        let before = std::mem::replace(&mut self.opts.load.n_ctx, n_ctx);
+        let (Some(session), Some(src)) = (&self.session, self.current.clone()) else {
+            return;
+        };
+        let turns = session.turns();
+        self.revert_ctx = Some(before);
+        let loaded = self.load(Some(src));
+        self.revert_ctx = None;
+        let Some(session) = &mut self.session else {
+            return;
+        };
+        match session.restore_within_context(&turns) {
+            Ok((dropped, tokens)) if loaded => {
+                let n_ctx = session.model.n_ctx();
+                let kept = session.messages().len() / 2;
+                self.send(Event::ContextResized {
+                    n_ctx,
+                    kept,
+                    dropped,
+                    tokens,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => self.error("restoring the conversation", e),
+        }
+    }
+
+    /// Loads `src` (the default model for `None`); whether it was loaded. On a failure after the
+    /// old model was released, the old model is loaded again.
+    fn load(&mut self, src: Option<ModelSource>) -> bool {
         if let Some(ModelSource::Remote(spec)) = src {
-            return self.connect(spec);
+            self.connect(spec);
+            return self.remote.is_some();
         }
         let events = self.events.clone();
         let progress = |task: &str, fraction: Option<f32>, detail: &str| {
@@ -332,12 +374,12 @@ impl Worker {
         let src = match src {
             Some(s) => s,
             None => {
-                let r = (self.opts.default_model)(&mut |step, f| progress("download", f, step));
+                let r = (self.opts.default_model)(&mut |task, step, f| progress(task, f, step));
                 match r {
                     Ok(p) => ModelSource::File(p),
                     Err(e) => {
                         self.error("default model", e);
-                        return;
+                        return false;
                     }
                 }
             }
@@ -353,17 +395,31 @@ impl Worker {
             .and_then(|f| loader::check(&f).map(|()| f))
         {
             Ok(f) => f,
-            Err(e) => return self.error("loading the model", format!("{e}{keeps}")),
+            Err(e) => {
+                self.error("loading the model", format!("{e}{keeps}"));
+                return false;
+            }
         };
         // The old model goes now: two models may not fit at once. If the new one still fails
         // on the device, the old one is loaded again.
         let previous = self.session.take().and(self.current.take());
-        let failed = |w: &mut Self, context: &str, e: String| match previous.clone() {
-            Some(prev) => {
-                w.error(context, format!("{e}; loading the previous model again"));
-                w.load(Some(prev));
+        let failed = |w: &mut Self, context: &str, e: String| {
+            match (previous.clone(), w.revert_ctx.take()) {
+                (Some(prev), Some(ctx)) => {
+                    w.opts.load.n_ctx = ctx;
+                    w.error(
+                        context,
+                        format!("{e}; loading the model again with the context it had"),
+                    );
+                    w.load(Some(prev));
+                }
+                (Some(prev), None) => {
+                    w.error(context, format!("{e}; loading the previous model again"));
+                    w.load(Some(prev));
+                }
+                (None, _) => w.error(context, e),
             }
-            None => w.error(context, e),
+            false
         };
         let backend = match (self.opts.backend)() {
             Ok(b) => b,
@@ -390,6 +446,7 @@ impl Worker {
                     device,
                 });
                 self.snapshots();
+                true
             }
             Err(e) => failed(self, "loading the model", e.to_string()),
         }

@@ -147,6 +147,7 @@ impl App {
                 self.overlay = Overlay::Sampler(SamplerForm::new(&self.sampler));
                 Vec::new()
             }
+            SlashCommand::Context(n) => self.set_context(n),
             SlashCommand::Set(Some((key, value))) => {
                 let mut cfg = self.sampler.clone();
                 match sampler::set(&mut cfg, &key, &value) {
@@ -157,6 +158,7 @@ impl App {
                     }
                 }
             }
+            SlashCommand::KeepSettings => vec![Effect::KeepSettings(self.sampler.clone())],
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
             SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
@@ -234,6 +236,44 @@ impl App {
         self.sampler = cfg.clone();
         self.info(format!("sampler: {}", changed.join(", ")));
         vec![Effect::Send(Command::SetSampler(cfg))]
+    }
+
+    /// `/set ctx N`: the model is loaded again with a context of `N` tokens (0: the model's own,
+    /// at most 4096), the conversation kept as far as it fits (the worker says how far).
+    pub(super) fn set_context(&mut self, n: usize) -> Vec<Effect> {
+        if self.generation.is_busy() {
+            self.warn("an answer is being generated: stop it first (Esc), then change the context");
+            return Vec::new();
+        }
+        if !self.worker_alive {
+            self.warn("the inference worker has stopped; the context cannot be changed");
+            return Vec::new();
+        }
+        if let Some(m) = self.model.clone() {
+            if n == m.context_length {
+                self.info(format!(
+                    "the context is already {} tokens",
+                    units::count(n as u64)
+                ));
+                return Vec::new();
+            }
+            self.info(format!(
+                "changing the context from {} to {}: loading {} again",
+                units::count(m.context_length as u64),
+                if n == 0 {
+                    "the model's own".to_string()
+                } else {
+                    format!("{} tokens", units::count(n as u64))
+                },
+                m.name
+            ));
+            self.loading = Some(m.name);
+        } else {
+            self.info("the context applies when the model is loaded");
+        }
+        vec![Effect::Send(Command::SetContext(
+            Some(n).filter(|&n| n > 0),
+        ))]
     }
 
     pub(super) fn open_picker(&mut self) -> Vec<Effect> {

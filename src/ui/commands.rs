@@ -11,6 +11,10 @@ pub enum SlashCommand {
     System(Option<String>),
     /// `/set` alone opens the sampler form; `/set KEY VALUE` changes one setting.
     Set(Option<(String, String)>),
+    /// `/set save`: keep the sampler settings as the defaults (in the config file).
+    KeepSettings,
+    /// `/set ctx N`: load the model again with a context of N tokens (0: the model's own).
+    Context(usize),
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
     /// `/save [PATH]`: export the conversation as Markdown; `/save! PATH` replaces an existing
@@ -42,7 +46,8 @@ pub enum Parsed {
     Invalid(String),
 }
 
-/// Every command with its arguments and what it does, for `/help` and error messages.
+/// Every command with its arguments and what it does, for `/help`, Tab completion and error
+/// messages; the README's command list is held to it by a test.
 pub const COMMANDS: &[(&str, &str)] = &[
     (
         "/clear",
@@ -55,7 +60,15 @@ pub const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "/set [KEY VALUE]",
-        "change a sampler setting, e.g. /set temp 0.7 (no args: the form)",
+        "change a sampler setting, e.g. /set temp 0.7, /set seed random (no args: the form)",
+    ),
+    (
+        "/set ctx N",
+        "the context, in tokens: the model is loaded again, the conversation kept",
+    ),
+    (
+        "/set save",
+        "keep the sampler settings as the defaults (in the config file)",
     ),
     ("/model [PATH]", "pick a model (no path: the picker)"),
     (
@@ -119,9 +132,15 @@ fn no_args(name: &str, args: &str, cmd: SlashCommand) -> Result<SlashCommand, St
     }
 }
 
+/// The names `/set` takes for the context length (as `-c`/`--ctx-size` and `ctx_size`).
+pub const CONTEXT_KEYS: &[&str] = &["ctx", "context", "ctx_size", "ctx-size", "c"];
+
 fn parse_set(args: &str) -> Result<SlashCommand, String> {
     if args.is_empty() {
         return Ok(SlashCommand::Set(None));
+    }
+    if args == "save" {
+        return Ok(SlashCommand::KeepSettings);
     }
     let mut parts = args.splitn(2, char::is_whitespace);
     let key = parts.next().unwrap_or_default().trim();
@@ -135,6 +154,15 @@ fn parse_set(args: &str) -> Result<SlashCommand, String> {
         return Err(format!(
             "/set {key} needs a value, e.g. /set temp 0.7 (/set alone opens the form)"
         ));
+    }
+    if CONTEXT_KEYS.contains(&key) {
+        let max = crate::model::loader::MAX_CTX;
+        return match value.parse::<usize>() {
+            Ok(n) if n <= max => Ok(SlashCommand::Context(n)),
+            _ => Err(format!(
+                "/set {key}: `{value}` is not allowed: 0 (the model's own context, at most 4096) or a whole number of tokens up to {max}"
+            )),
+        };
     }
     Ok(SlashCommand::Set(Some((
         key.to_string(),
@@ -188,6 +216,66 @@ mod tests {
         );
     }
 
+    /// The README's "Commands:" paragraph (section "## Chat") names every command as the help
+    /// screen writes it, and no command the program does not have.
+    #[test]
+    fn readme_command_list_matches_the_program() {
+        let readme = include_str!("../../README.md");
+        let chat = &readme[readme.find("## Chat").expect("a Chat section")..];
+        let start = chat
+            .find("\nCommands:")
+            .expect("a Commands: paragraph in Chat")
+            + 1;
+        let para = &chat[start..start + chat[start..].find("\n\n").unwrap_or(chat.len() - start)];
+        for (usage, _) in COMMANDS {
+            assert!(
+                para.contains(&format!("`{usage}`")),
+                "README lacks `{usage}`:\n{para}"
+            );
+        }
+        let names: Vec<&str> = COMMANDS
+            .iter()
+            .filter_map(|(u, _)| u.split_whitespace().next())
+            .collect();
+        for span in para.split('`').skip(1).step_by(2) {
+            let name = span.split_whitespace().next().unwrap_or("");
+            if span == "/" || span.starts_with("//") || !span.starts_with('/') {
+                continue;
+            }
+            assert!(
+                names.contains(&name),
+                "README's `{span}`: no {name} in COMMANDS"
+            );
+            // An example with its values (not a usage line) is one the program takes.
+            if !COMMANDS.iter().any(|(u, _)| u == &span) {
+                assert!(
+                    matches!(parse(span), Parsed::Command(_)),
+                    "README's `{span}` does not parse: {:?}",
+                    parse(span)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn item7_set_ctx_takes_a_whole_number_of_tokens() {
+        use SlashCommand::*;
+        assert_eq!(parse("/set ctx 2048"), Parsed::Command(Context(2048)));
+        assert_eq!(parse("/set context=0"), Parsed::Command(Context(0)));
+        assert_eq!(parse("/set c 512"), Parsed::Command(Context(512)));
+        for bad in [
+            "/set ctx big",
+            "/set ctx -4",
+            "/set ctx 16777217",
+            "/set ctx 1.5",
+        ] {
+            let Parsed::Invalid(m) = parse(bad) else {
+                panic!("{bad} parsed")
+            };
+            assert!(m.contains("up to 16777216"), "{m}");
+        }
+    }
+
     #[test]
     fn commands_parse_with_and_without_arguments() {
         use SlashCommand::*;
@@ -199,6 +287,7 @@ mod tests {
             Parsed::Command(System(Some("You are terse.".into())))
         );
         assert_eq!(parse("/set"), Parsed::Command(Set(None)));
+        assert_eq!(parse("/set save"), Parsed::Command(KeepSettings));
         assert_eq!(
             parse("/set temp 0.7"),
             Parsed::Command(Set(Some(("temp".into(), "0.7".into()))))

@@ -35,8 +35,13 @@ pub fn commands(typed: &str) -> Vec<String> {
         .iter()
         .filter_map(|(usage, _)| usage.split_whitespace().next())
         .filter(|name| name.starts_with(typed))
-        .map(str::to_string)
-        .collect()
+        .fold(Vec::new(), |mut names: Vec<String>, name| {
+            // `/set` has several usage lines: one name.
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+            }
+            names
+        })
 }
 
 /// The longest start that all of `names` share.

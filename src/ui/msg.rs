@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossterm::event::{Event as TermEvent, KeyEvent, MouseEvent};
 
 use crate::gpu::snapshot::HostSample;
-use crate::model::protocol::{Command, Event};
+use crate::model::protocol::{Command, Event, SamplerConfig};
 
 use super::picker::ModelEntry;
 
@@ -77,6 +77,8 @@ pub enum Effect {
         /// `/save!`: an existing regular file may be replaced.
         overwrite: bool,
     },
+    /// Write these sampler settings into the config file as the defaults (`/set save`).
+    KeepSettings(SamplerConfig),
     /// Look for model files (answered with [`Msg::Models`]).
     Discover,
     /// List the paths that start with this text (Tab after `/model` or `/save`), answered

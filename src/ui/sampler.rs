@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, BorderType, Clear, Paragraph};
 
 use crate::model::protocol::SamplerConfig;
+use crate::model::sampler::RANDOM_SEED;
 
 use super::theme::Theme;
 
@@ -124,12 +125,21 @@ pub const FIELDS: &[Field] = &[
     Field {
         name: "seed",
         aliases: &[],
-        help: "4294967295 picks a new seed each run",
-        allowed: "a whole number from 0 to 18446744073709551615",
-        get: |c| c.seed.to_string(),
+        help: "random (or -1): a new seed each run",
+        allowed: "random, -1 or a whole number from 0 to 18446744073709551615",
+        get: |c| {
+            if c.seed == RANDOM_SEED {
+                "random".into()
+            } else {
+                c.seed.to_string()
+            }
+        },
         set: |c, v| {
-            c.seed =
-                parse_int::<u64>(v, |_| true, "a whole number from 0 to 18446744073709551615")?;
+            let allowed = "random, -1 or a whole number from 0 to 18446744073709551615";
+            c.seed = match v.trim() {
+                "random" | "-1" => RANDOM_SEED,
+                _ => parse_int::<u64>(v, |_| true, allowed)?,
+            };
             Ok(())
         },
     },
@@ -288,6 +298,24 @@ mod tests {
         assert_eq!(c.top_k, 20);
         assert_eq!(c.n_predict, -1);
         assert_eq!(c.seed, 42);
+        assert_eq!((field("seed").unwrap().get)(&c), "42");
+    }
+
+    #[test]
+    fn a_random_seed_reads_random() {
+        let mut c = SamplerConfig::default();
+        assert_eq!((field("seed").unwrap().get)(&c), "random");
+        set(&mut c, "seed", "7").unwrap();
+        set(&mut c, "seed", "random").unwrap();
+        assert_eq!(c.seed, RANDOM_SEED);
+        set(&mut c, "seed", "7").unwrap();
+        set(&mut c, "seed", "-1").unwrap();
+        assert_eq!(c.seed, RANDOM_SEED);
+        assert!(
+            set(&mut c, "seed", "sometimes")
+                .unwrap_err()
+                .contains("random, -1")
+        );
     }
 
     #[test]

@@ -179,15 +179,33 @@ impl App {
     /// Shows a conversation reopened from a transcript (`--resume`); `model` is the name the
     /// answers were written under.
     pub fn restore(&mut self, turns: &[(String, String)], model: Option<&str>, note: &str) {
+        let with: Vec<_> = turns
+            .iter()
+            .map(|(u, a)| (u.clone(), a.clone(), None))
+            .collect();
+        self.restore_with_stats(&with, model, note);
+    }
+
+    /// As [`App::restore`], with each answer's stats line as the transcript kept it, shown under
+    /// the answer.
+    pub fn restore_with_stats(
+        &mut self,
+        turns: &[(String, String, Option<String>)],
+        model: Option<&str>,
+        note: &str,
+    ) {
         let current = self.chat.assistant_name.clone();
         if let Some(m) = model {
             self.chat.assistant_name = m.to_string();
         }
-        for (user, answer) in turns {
+        for (user, answer, summary) in turns {
             self.chat.push_user(user);
             if !answer.is_empty() {
                 self.chat.append_token(answer);
                 self.chat.finish_restored_answer();
+                if let Some(s) = summary {
+                    self.chat.notice(s.clone(), NoticeLevel::Info);
+                }
             }
             self.input.remember(user);
         }

@@ -182,6 +182,29 @@ impl App {
                 self.generation = GenState::Idle;
             }
             Event::ContextTrimmed(trim) => self.warn(trim.to_string()),
+            Event::ContextResized {
+                n_ctx,
+                kept,
+                dropped,
+                tokens,
+            } => {
+                if let Some(m) = &mut self.model {
+                    m.context_length = n_ctx;
+                }
+                self.context_used = Some(tokens);
+                let size = format!("the context is now {} tokens", units::count(n_ctx as u64));
+                if dropped == 0 {
+                    self.info(format!(
+                        "{size}; the conversation is kept ({kept} exchanges, {} tokens)",
+                        units::count(tokens as u64)
+                    ));
+                } else {
+                    self.warn(format!(
+                        "{size}; the {dropped} oldest of {} exchanges no longer fit and are left out of what the model sees (the screen and the transcript keep them)",
+                        kept + dropped
+                    ));
+                }
+            }
             Event::Streams(s) => self.streams.apply(s, self.now),
             Event::Arena(a) => self.arena.apply(a),
             Event::Watchdog(w) => {

@@ -36,6 +36,15 @@ pub struct Session {
     closing: Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// Which model a session's chat is started with.
+enum Model<'a> {
+    /// `HIPSCOPE_TEST_MODEL`.
+    Test,
+    File(&'a Path),
+    /// None named.
+    Default,
+}
+
 impl Session {
     pub fn start(home: &Path, extra: &[&str]) -> Session {
         Session::start_with_env(home, extra, &[])
@@ -47,12 +56,7 @@ impl Session {
 
     /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
     pub fn start_model(home: &Path, model: &Path, extra: &[&str]) -> Session {
-        Session::launch(home, &[], Some(model), extra, &[])
-    }
-
-    /// The chat with no model file: `extra` names the engine (`--remote URL`).
-    pub fn start_without_model(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
-        Session::launch_opt(home, &[], None, false, extra, env)
+        Session::launch(home, &[], Model::File(model), extra, &[])
     }
 
     /// As [`Session::start_with_env`], run through `wrapper` (e.g. `prlimit --fsize=N --`)
@@ -63,24 +67,23 @@ impl Session {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Session {
-        Session::launch(home, wrapper, None, extra, env)
+        Session::launch(home, wrapper, Model::Test, extra, env)
+    }
+
+    /// The chat with no model named: the default model, fetched into `home` on first use.
+    pub fn start_default_model(home: &Path, env: &[(&str, &str)]) -> Session {
+        Session::launch(home, &[], Model::Default, &[], env)
+    }
+
+    /// The chat with no model file: `extra` names the engine (`--remote URL`).
+    pub fn start_without_model(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
+        Session::launch(home, &[], Model::Default, extra, env)
     }
 
     fn launch(
         home: &Path,
         wrapper: &[&str],
-        model_path: Option<&Path>,
-        extra: &[&str],
-        env: &[(&str, &str)],
-    ) -> Session {
-        Session::launch_opt(home, wrapper, model_path, true, extra, env)
-    }
-
-    fn launch_opt(
-        home: &Path,
-        wrapper: &[&str],
-        model_path: Option<&Path>,
-        with_model: bool,
+        model_path: Model,
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Session {
@@ -103,8 +106,10 @@ impl Session {
             None => CommandBuilder::new(env!("CARGO_BIN_EXE_hipscope")),
         };
         cmd.arg("chat");
-        if with_model {
-            cmd.arg(model_path.map_or_else(model, Path::to_path_buf));
+        match model_path {
+            Model::Test => cmd.arg(model()),
+            Model::File(p) => cmd.arg(p),
+            Model::Default => {}
         }
         cmd.args(["--backend", "cpu", "--temp", "0", "--threads", "2"]);
         cmd.args(extra);

@@ -13,7 +13,7 @@ use hipscope::gpu::snapshot::{
     ArenaSnapshot, DeviceSummary, HostSample, QuitStep, QuitStepStatus, RegionSnapshot,
     StreamSnapshot, TelemetrySample, WatchState, WatchdogSnapshot,
 };
-use hipscope::model::protocol::{Event, GenStats, ModelSummary, StopReason};
+use hipscope::model::protocol::{Command, Event, GenStats, ModelSummary, StopReason};
 use hipscope::ui::{App, Effect, Msg, Settings};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;
@@ -403,4 +403,27 @@ impl ratatui::backend::Backend for SharedBackend {
     fn flush(&mut self) -> Result<(), Self::Error> {
         self.0.lock().expect("backend").flush()
     }
+}
+
+/// The commands a batch of effects sends to the worker.
+pub fn sent(fx: &[Effect]) -> Vec<Command> {
+    fx.iter()
+        .filter_map(|e| match e {
+            Effect::Send(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The screen at 100×30 as text, row by row.
+pub fn screen(app: &App) -> String {
+    let b = draw(app, 100, 30);
+    let mut s = String::new();
+    for y in 0..30 {
+        for x in 0..100 {
+            s.push_str(b.buffer()[(x, y)].symbol());
+        }
+        s.push('\n');
+    }
+    s
 }

@@ -285,32 +285,91 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
 }
 
 fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>14} | {:>20} | {:>16} |",
-        "model", "size", "params", "backend", "threads", "test", "t/s", "bound t/s"
-    )?;
-    writeln!(
-        out,
-        "| {:-<30} | {:->9}: | {:->9}: | {:-<10} | {:->6}: | {:->13}: | {:->19}: | {:->15}: |",
-        "", "", "", "", "", "", "", ""
-    )
+    for line in header_lines() {
+        writeln!(out, "{line}")?;
+    }
+    Ok(())
 }
 
 fn print_row(out: &mut dyn Write, r: &BenchResult) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "| {:<30} | {:>7.2} MiB | {:>8.2} M | {:<10} | {:>7} | {:>14} | {:>11.2} ± {:>6.2} | {:>16} |",
-        r.model_type,
-        r.model_size as f64 / (1u64 << 20) as f64,
-        r.model_n_params as f64 / 1e6,
-        r.backend,
-        r.n_threads,
-        r.test,
-        r.avg_ts,
-        r.stddev_ts,
-        bound_cell(r)
-    )
+    writeln!(out, "{}", row(r))
+}
+
+/// The table's column widths, shared by the header and every row so that they line up.
+const WIDTHS: [usize; 8] = [30, 10, 10, 10, 7, 14, 20, 16];
+
+fn header_lines() -> [String; 2] {
+    let names = [
+        "model",
+        "size",
+        "params",
+        "backend",
+        "threads",
+        "test",
+        "t/s",
+        "bound t/s",
+    ];
+    let left = [true, false, false, true, false, false, false, false];
+    let head = names
+        .iter()
+        .zip(WIDTHS)
+        .zip(left)
+        .map(|((n, w), l)| {
+            if l {
+                format!("{n:<w$}")
+            } else {
+                format!("{n:>w$}")
+            }
+        })
+        .collect::<Vec<_>>();
+    // Markdown alignment marks, as llama-bench prints them: `---:` for a right-aligned column.
+    let rule = WIDTHS
+        .iter()
+        .zip(left)
+        .map(|(&w, l)| {
+            if l {
+                "-".repeat(w)
+            } else {
+                format!("{}:", "-".repeat(w - 1))
+            }
+        })
+        .collect::<Vec<_>>();
+    [
+        format!("| {} |", head.join(" | ")),
+        format!("| {} |", rule.join(" | ")),
+    ]
+}
+
+/// MiB below 1 GiB, GiB from there (as llama-bench), so that the size fits its column.
+fn size_text(bytes: u64) -> String {
+    let mib = bytes as f64 / (1u64 << 20) as f64;
+    if mib < 1024.0 {
+        format!("{mib:.2} MiB")
+    } else {
+        format!("{:.2} GiB", mib / 1024.0)
+    }
+}
+
+fn row(r: &BenchResult) -> String {
+    let cells = [
+        format!("{:<w$}", r.model_type, w = WIDTHS[0]),
+        format!("{:>w$}", size_text(r.model_size), w = WIDTHS[1]),
+        format!(
+            "{:>w$}",
+            format!("{:.2} M", r.model_n_params as f64 / 1e6),
+            w = WIDTHS[2]
+        ),
+        format!("{:<w$}", r.backend, w = WIDTHS[3]),
+        format!("{:>w$}", r.n_threads, w = WIDTHS[4]),
+        format!("{:>w$}", r.test, w = WIDTHS[5]),
+        format!(
+            "{:>w$}",
+            format!("{:.2} ± {:.2}", r.avg_ts, r.stddev_ts),
+            w = WIDTHS[6]
+        ),
+        format!("{:>w$}", bound_cell(r), w = WIDTHS[7]),
+    ];
+    format!("| {} |", cells.join(" | "))
 }
 
 /// `412.3 (71%)`: the bound and the share of it reached; blank where there is none.
@@ -328,6 +387,53 @@ fn bound_cell(r: &BenchResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Character columns of the `|` separators.
+    fn bars(line: &str) -> Vec<usize> {
+        line.chars()
+            .enumerate()
+            .filter(|(_, c)| *c == '|')
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    #[test]
+    fn header_rule_and_rows_line_up() {
+        let r = BenchResult {
+            model: "m.gguf".into(),
+            model_type: "llama 135M Q4_1".into(),
+            model_size: 88_200_000,
+            model_n_params: 134_515_008,
+            backend: "cpu".into(),
+            device: String::new(),
+            n_threads: 2,
+            test: "pp512".into(),
+            n_prompt: 512,
+            n_gen: 0,
+            n_depth: 0,
+            samples_ts: vec![1234.5],
+            avg_ts: 1234.56,
+            stddev_ts: 12.3,
+            cpu_kernels: None,
+            bound: None,
+            bound_ts: None,
+        };
+        let [head, rule] = header_lines();
+        let line = row(&r);
+        assert!(
+            line.contains("84.11 MiB") && line.contains("1234.56 ± 12.30"),
+            "{line}"
+        );
+        assert_eq!(bars(&head), bars(&rule), "{head}\n{rule}");
+        assert_eq!(bars(&head), bars(&line), "{head}\n{line}");
+        // A size of five digits before the point still fits its column.
+        let big = row(&BenchResult {
+            model_size: 20_000 << 20,
+            ..r
+        });
+        assert_eq!(bars(&head), bars(&big), "{head}\n{big}");
+        assert!(big.contains("19.53 GiB"), "{big}");
+    }
 
     #[test]
     fn test_names_follow_llama_bench() {

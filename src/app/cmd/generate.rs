@@ -1,10 +1,13 @@
 //! `hipscope generate`: text to stdout as it is produced, timings to stderr.
 
-use std::io::Write;
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use anyhow::Context;
 use clap::Args;
+use clap::error::ErrorKind;
 
 use super::model_args::{ModelArgs, load_model};
 use super::usage::UsageError;
@@ -17,9 +20,13 @@ use crate::ui::sampler;
 pub struct GenerateArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// The prompt.
-    #[arg(short = 'p', long)]
-    pub prompt: String,
+    /// The prompt ("-": read it from stdin, as it is read when stdin is a pipe and no prompt is
+    /// given).
+    #[arg(short = 'p', long, allow_hyphen_values = true)]
+    pub prompt: Option<String>,
+    /// Read the prompt from this file.
+    #[arg(short = 'f', long, value_name = "FILE", conflicts_with = "prompt")]
+    pub file: Option<PathBuf>,
     /// Apply the model's chat template (the prompt is the user's message).
     #[arg(long)]
     pub chat: bool,
@@ -69,13 +76,19 @@ pub struct SamplingArgs {
     #[arg(long = "repeat-last-n", default_value_t = 64, allow_negative_numbers = true,
           value_parser = checked::<u32>("repeat_last_n"))]
     pub repeat_last_n: u32,
-    /// RNG seed (4294967295 = random).
-    #[arg(short = 's', long, default_value_t = 0xFFFF_FFFF, allow_negative_numbers = true,
-          value_parser = checked::<u64>("seed"))]
+    /// RNG seed ("random" or -1: a new one each run).
+    #[arg(short = 's', long, default_value = "random", value_parser = parse_seed, allow_negative_numbers = true)]
     pub seed: u64,
     /// Stop when this string is generated (repeatable).
     #[arg(long = "stop", value_name = "TEXT")]
     pub stop: Vec<String>,
+}
+
+/// A seed as the sampler settings take it (one rule: `ui::sampler`'s seed field).
+fn parse_seed(v: &str) -> Result<u64, String> {
+    let mut c = SamplerConfig::default();
+    crate::ui::sampler::set(&mut c, "seed", v)?;
+    Ok(c.seed)
 }
 
 /// A clap value parser for the sampler setting `key`: its value, if the setting's own rule
@@ -108,23 +121,50 @@ impl SamplingArgs {
     }
 }
 
-pub fn run(a: GenerateArgs) -> anyhow::Result<i32> {
-    if a.prompt.trim().is_empty() {
-        return Err(UsageError(
-            "--prompt is empty: give the text to continue (with --chat, the message to answer)"
-                .into(),
+/// The prompt, as llama-cli takes it: `-p TEXT`, `-f FILE`, `-p -` or a pipe on stdin; with
+/// where it came from, for the message if it is empty. No prompt at all (stdin a terminal) is a
+/// usage error, said before any model is loaded.
+fn read_prompt(a: &GenerateArgs) -> anyhow::Result<(String, String)> {
+    let stdin = || -> anyhow::Result<(String, String)> {
+        let mut s = String::new();
+        std::io::stdin()
+            .read_to_string(&mut s)
+            .context("reading the prompt from stdin")?;
+        Ok((s, "the prompt on stdin".into()))
+    };
+    match (&a.prompt, &a.file) {
+        (Some(p), _) if p == "-" => stdin(),
+        (Some(p), _) => Ok((p.clone(), "--prompt".into())),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt from {}", f.display()))
+            .map(|t| (t, format!("the prompt file {}", f.display()))),
+        (None, None) if !std::io::stdin().is_terminal() => stdin(),
+        (None, None) => clap::Error::raw(
+            ErrorKind::MissingRequiredArgument,
+            "no prompt: give one with -p TEXT, -f FILE, or on stdin (-p - or a pipe)\n",
         )
+        .exit(),
+    }
+}
+
+pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
+    let sampler = a.sampling.config();
+    let (prompt, from) = read_prompt(&a)?;
+    if prompt.trim().is_empty() {
+        return Err(UsageError(format!(
+            "{from} is empty: give the text to continue (with --chat, the message to answer)"
+        ))
         .into());
     }
     if a.remote.remote.is_some() {
         let ask = super::remote_cmd::Ask {
-            prompt: &a.prompt,
+            prompt: &prompt,
             system: a.system.as_deref(),
-            sampler: a.sampling.config(),
+            sampler,
         };
         return super::remote_cmd::generate(&a.remote, a.config.as_ref(), ask);
     }
-    let sampler = a.sampling.config();
+    a.prompt = Some(prompt);
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
@@ -184,13 +224,14 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
             Control::Continue
         }
     };
+    let prompt = a.prompt.as_deref().unwrap_or_default();
     let answer = if a.chat {
-        session.chat(&a.prompt, &mut on)?
+        session.chat(prompt, &mut on)?
     } else {
-        if let Err(e) = out_write(&a.prompt) {
+        if let Err(e) = out_write(prompt) {
             return Err(e.into());
         }
-        session.complete(&a.prompt, &mut on)?
+        session.complete(prompt, &mut on)?
     };
     if let Some(e) = write_error {
         return Err(e.into());

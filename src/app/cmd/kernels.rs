@@ -59,9 +59,11 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         }
     };
     if !args.compile {
+        // The names' column as wide as the longest, so that the lists line up.
+        let w = sources.iter().map(|s| s.name.len()).max().unwrap_or(0);
         for s in &sources {
             println!(
-                "{:<10} {}",
+                "{:<w$}  {}",
                 s.name,
                 kernels::kernel_names(&s.text).join(", ")
             );

@@ -95,11 +95,26 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
             seed: args.synthetic_seed,
         });
     }
-    if let Some(p) = &args.model {
-        return Ok(ModelSource::File(p.clone()));
+    Ok(ModelSource::File(model_path(args.model.as_ref())?))
+}
+
+/// The model file a command runs: the one named with `-m`, else `model` in the config file
+/// (read, never written, here), else the default model, fetched if needed. The one rule for
+/// every command, the chat included (which reads the same config key).
+pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = named {
+        return Ok(p.clone());
     }
-    let path = fetch::ensure_default_model(&mut stderr_progress())?;
-    Ok(ModelSource::File(path))
+    let config = std::env::var_os("HIPSCOPE_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
+    if let Some(path) = config {
+        let c = crate::app::config::Config::load(&path)?;
+        if let Some(m) = c.model {
+            return Ok(m);
+        }
+    }
+    Ok(fetch::ensure_default_model(&mut stderr_progress())?)
 }
 
 /// Opens the model file (or builds the synthetic one), reporting progress on stderr.

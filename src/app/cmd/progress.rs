@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use crate::app::fetch::FetchProgress;
+use crate::app::fetch::{FetchProgress, Phase};
 
 /// A one-line progress bar on stderr (only when stderr is a terminal).
 pub struct ProgressLine {
@@ -50,17 +50,43 @@ impl ProgressLine {
     }
 }
 
-/// Fetch progress on stderr: steps as lines, bytes as a bar.
+/// Fetch progress on stderr: steps as lines; each phase (download, unpack, verify) a bar of its
+/// own named for it, with MB/s and time left, which ends as a line saying what the phase did
+/// (that line is printed when stderr is not a terminal too, so a log of the run shows it).
 pub fn stderr_progress() -> impl FnMut(FetchProgress) {
-    let mut bar = ProgressLine::new("downloading");
+    // The phase in progress, its bar, and whether its last bytes reached the total.
+    let mut current: Option<(Phase, ProgressLine, String, bool)> = None;
+    let end = |current: &mut Option<(Phase, ProgressLine, String, bool)>| {
+        if let Some((phase, mut bar, last, _)) = current.take() {
+            bar.finish();
+            eprintln!("{}: {last}", phase.name());
+        }
+    };
     move |p| match p {
         FetchProgress::Step(s) => {
-            bar.finish();
+            // A step inside a phase (a retry) leaves the bar to go on; after a phase, it ends it.
+            if current.as_ref().is_some_and(|c| c.3) {
+                end(&mut current);
+            } else if let Some((_, bar, _, _)) = current.as_mut() {
+                bar.finish();
+            }
             eprintln!("{s}");
         }
-        FetchProgress::Bytes { done, total } => {
-            let f = total.map_or(0.0, |t| done as f32 / t.max(1) as f32);
-            bar.update(f, &format!("{} MiB", done >> 20));
+        FetchProgress::Bytes {
+            phase,
+            done,
+            total,
+            per_sec,
+        } => {
+            if current.as_ref().is_some_and(|c| c.0 != phase) {
+                end(&mut current);
+            }
+            let (_, bar, last, complete) = current.get_or_insert_with(|| {
+                (phase, ProgressLine::new(phase.name()), String::new(), false)
+            });
+            *last = FetchProgress::bytes_text(done, total, per_sec);
+            *complete = total.is_some_and(|t| done >= t);
+            bar.update(FetchProgress::fraction(done, total).unwrap_or(0.0), last);
         }
     }
 }

@@ -16,7 +16,8 @@ use crate::model::synthetic;
 pub struct SynthArgs {
     /// Shape: tiny, tiny-qwen2, smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-2-7b.
     pub name: String,
-    /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K).
+    /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+    /// IQ4_NL, IQ4_XS).
     #[arg(long, default_value = "Q8_0")]
     pub quant: String,
     /// Seed of the random weights.
@@ -54,6 +55,35 @@ pub struct ConvertArgs {
     /// Output file.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Re-quantize weights that are already quantized (as llama-quantize's flag): the result is
+    /// worse than quantizing the original F32/F16/BF16 weights to the same type.
+    #[arg(long)]
+    pub allow_requantize: bool,
+}
+
+/// Why re-quantizing `f`'s quantized matrices to `to` is refused, if it is: a quantized weight
+/// carries the first quantization's error, which quantizing again adds to (llama-quantize refuses
+/// the same without `--allow-requantize`). Widening to a float type loses nothing and is allowed.
+fn requantize_refusal(f: &GgufFile, to: GgmlType) -> Option<String> {
+    if to.block_len() == 1 {
+        return None;
+    }
+    let mut quantized: Vec<&str> = f
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.len() >= 2 && t.ty.block_len() > 1 && t.ty != to)
+        .map(|t| t.ty.name())
+        .collect();
+    quantized.sort_unstable();
+    quantized.dedup();
+    (!quantized.is_empty()).then(|| {
+        format!(
+            "its weights are already quantized ({}): quantizing them again to {to} adds a second \
+             rounding error to the first and loses quality; convert the F32/F16/BF16 original \
+             instead, or pass --allow-requantize to do it anyway",
+            quantized.join(", ")
+        )
+    })
 }
 
 pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
@@ -70,6 +100,11 @@ pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
         .into());
     }
     let f = GgufFile::open(&a.input)?;
+    if !a.allow_requantize
+        && let Some(why) = requantize_refusal(&f, ty)
+    {
+        anyhow::bail!("not converting {}: {why}", a.input.display());
+    }
     let mut meta: Vec<(String, Value)> = f
         .metadata()
         .iter()

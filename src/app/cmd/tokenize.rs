@@ -11,9 +11,10 @@ use crate::model::tokenizer::Tokenizer;
 
 #[derive(Args, Debug)]
 pub struct TokenizeArgs {
-    /// GGUF model (or vocabulary-only GGUF) file.
+    /// GGUF model (or vocabulary-only GGUF) file (default: the configured model, else
+    /// SmolLM2-135M-Instruct, fetched on first use).
     #[arg(short = 'm', long, value_name = "PATH")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// Treat special-token text such as `<|im_start|>` as plain text.
     #[arg(long = "no-special")]
     pub no_special: bool,
@@ -35,7 +36,7 @@ pub struct TokenizeArgs {
 }
 
 pub fn run(a: TokenizeArgs) -> anyhow::Result<i32> {
-    let file = GgufFile::open(&a.model)?;
+    let file = GgufFile::open(&super::model_args::model_path(a.model.as_ref())?)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let text = match (&a.file, &a.text) {
         (Some(f), _) => {

@@ -3,7 +3,7 @@
 //! test that lets a command whose stdout was closed (`| head`) end quietly.
 
 /// The largest context (`-c`) and thread count (`-t`) accepted, as in config.toml.
-pub const MAX_CTX: i128 = 1 << 24;
+pub const MAX_CTX: i128 = crate::model::loader::MAX_CTX as i128;
 pub const MAX_THREADS: i128 = 4096;
 
 /// A clap value parser for a whole number from `lo` to `hi`: out of range or not a number, the

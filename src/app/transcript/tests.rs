@@ -292,3 +292,35 @@ fn a_write_failure_keeps_the_conversation_in_memory() {
         [("q".to_string(), "a".to_string())]
     );
 }
+
+#[test]
+fn sampler_settings_are_kept_and_old_files_have_none() {
+    let cfg = crate::model::protocol::SamplerConfig {
+        temp: 0.25,
+        ..Default::default()
+    };
+    let mut t = Transcript::in_memory();
+    t.command(&Command::SetSampler(cfg));
+    let line = serde_json::to_string(&Record::Sampler {
+        values: [("temp".to_string(), "0.25".to_string())].into(),
+    })
+    .unwrap();
+    let back: Record = serde_json::from_str(&line).unwrap();
+    let mut c = Conversation::default();
+    c.apply(&back);
+    assert_eq!(c.sampler.unwrap()["temp"], "0.25");
+    assert_eq!(
+        t.conversation().sampler.as_ref().map(|m| m["temp"].clone()),
+        Some("0.25".to_string())
+    );
+    // A file written before the record existed: no settings, the configured ones apply.
+    let mut old = Conversation::default();
+    for line in [
+        r#"{"t":"start","version":1,"time":1,"app":"hipscope"}"#,
+        r#"{"t":"user","text":"hi"}"#,
+    ] {
+        old.apply(&serde_json::from_str(line).unwrap());
+    }
+    assert_eq!(old.sampler, None);
+    assert_eq!(old.turns.len(), 1);
+}

@@ -60,6 +60,22 @@ pub(super) fn guarded<T>(
     }
 }
 
+/// The file names cudarc tries for `lib`, each once, as this platform names libraries: cudarc's
+/// list repeats names and, on Linux too, includes the Windows forms (`libcuda64_130_0.so`).
+pub(super) fn library_names(lib: &str) -> Vec<String> {
+    let windows_form = format!("lib{lib}64");
+    let mut out: Vec<String> = Vec::new();
+    for n in cudarc::get_lib_name_candidates(lib) {
+        if cfg!(unix) && n.starts_with(&windows_form) {
+            continue;
+        }
+        if !out.contains(&n) {
+            out.push(n);
+        }
+    }
+    out
+}
+
 /// Whether the CUDA driver library loads. Must hold before any `cu::` call (cudarc panics).
 pub fn driver_present() -> bool {
     // SAFETY: only tries to dlopen candidate names.
@@ -72,7 +88,7 @@ pub(super) fn require_driver() -> Result<(), GpuError> {
     } else {
         Err(GpuError::LibraryMissing {
             what: "CUDA driver (libcuda)",
-            tried: cudarc::get_lib_name_candidates("cuda"),
+            tried: library_names("cuda"),
             hint: CUDA_HINT.to_string(),
         })
     }
@@ -177,4 +193,26 @@ pub fn describe(ordinal: u32) -> Result<DeviceInfo, GpuError> {
 pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
     let n = device_count()?;
     (0..n).map(describe).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::library_names;
+
+    #[test]
+    fn each_library_name_is_listed_once_in_this_platforms_form() {
+        for lib in ["cuda", "nvrtc", "cublas"] {
+            let names = library_names(lib);
+            let mut unique = names.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), names.len(), "{names:?}");
+            assert!(!names.is_empty());
+            #[cfg(target_os = "linux")]
+            assert!(
+                names.iter().all(|n| n.starts_with(&format!("lib{lib}.so"))),
+                "{names:?}"
+            );
+        }
+    }
 }

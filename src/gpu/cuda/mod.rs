@@ -66,7 +66,7 @@ impl CudaDevice {
             } else {
                 Err(format!(
                     "cuBLAS not found (tried {})",
-                    cudarc::get_lib_name_candidates("cublas").join(", ")
+                    ffi::library_names("cublas").join(", ")
                 ))
             };
             Ok(CudaDevice {

@@ -21,7 +21,7 @@ impl Nvrtc {
         if !unsafe { nvrtc::is_culib_present() } {
             return Err(GpuError::LibraryMissing {
                 what: "nvrtc (the CUDA runtime compiler)",
-                tried: cudarc::get_lib_name_candidates("nvrtc"),
+                tried: super::ffi::library_names("nvrtc"),
                 hint: CUDA_HINT.to_string(),
             });
         }

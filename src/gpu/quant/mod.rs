@@ -184,7 +184,7 @@ pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
     const PARALLEL_MIN: usize = 1 << 20;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     if src.len() < PARALLEL_MIN || threads == 1 {
-        quantize::quantize_blocks(ty, src, &mut out);
+        quantize_lowbit::quantize_blocks(ty, src, &mut out);
         return Ok(out);
     }
     let blocks = src.len() / bl;
@@ -194,7 +194,7 @@ pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, QuantError> {
             .chunks(per * bl)
             .zip(out.chunks_mut(per * ty.block_bytes()))
         {
-            scope.spawn(move || quantize::quantize_blocks(ty, x, o));
+            scope.spawn(move || quantize_lowbit::quantize_blocks(ty, x, o));
         }
     });
     Ok(out)

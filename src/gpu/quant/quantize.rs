@@ -6,7 +6,6 @@
 
 use super::GgmlType;
 use super::blocks::{QK, QK_K, f32_to_f16, k_scale_min, layout};
-use super::quantize_lowbit as lowbit;
 
 /// Below this magnitude a group counts as all zero (llama.cpp's `GROUP_MAX_EPS`).
 pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
@@ -48,16 +47,12 @@ pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         GgmlType::Q5K => each::<QK_K, { layout::Q5_K }>(src, dst, q5_k),
         GgmlType::Q6K => each::<QK_K, { layout::Q6_K }>(src, dst, q6_k),
         GgmlType::Q8K => each::<QK_K, { layout::Q8_K }>(src, dst, q8_k),
-        GgmlType::Q2K => each::<QK_K, { layout::Q2_K }>(src, dst, lowbit::q2_k),
-        GgmlType::Q3K => each::<QK_K, { layout::Q3_K }>(src, dst, lowbit::q3_k),
-        GgmlType::Iq4Nl => each::<QK, { layout::IQ4_NL }>(src, dst, lowbit::iq4_nl),
-        GgmlType::Iq4Xs => each::<QK_K, { layout::IQ4_XS }>(src, dst, lowbit::iq4_xs),
-        // `quantize` admits only the types above.
+        // `quantize` admits only the types above and those of `quantize_lowbit`.
         _ => {}
     }
 }
 
-fn each<const N: usize, const B: usize>(
+pub(super) fn each<const N: usize, const B: usize>(
     src: &[f32],
     dst: &mut [u8],
     f: fn(&[f32; N], &mut [u8; B]),

@@ -3,8 +3,21 @@
 //! `quantize_iq4_nl` / `quantize_iq4_xs` (`quantize_row_iq4_nl_impl` with 7 tries each side).
 //! Float operations keep the reference's order, as in `quantize.rs`.
 
+use super::GgmlType;
 use super::blocks::{KVALUES_IQ4NL, QK, QK_K, layout};
-use super::quantize::{GROUP_MAX_EPS, get_f16, make_qkx2_quants, nearest_int, put_f16};
+use super::quantize::{GROUP_MAX_EPS, each, get_f16, make_qkx2_quants, nearest_int, put_f16};
+
+/// Quantizes whole blocks of the low-bit types, else hands over to `quantize.rs`; the caller
+/// checked lengths and finiteness.
+pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
+    match ty {
+        GgmlType::Q2K => each::<QK_K, { layout::Q2_K }>(src, dst, q2_k),
+        GgmlType::Q3K => each::<QK_K, { layout::Q3_K }>(src, dst, q3_k),
+        GgmlType::Iq4Nl => each::<QK, { layout::IQ4_NL }>(src, dst, iq4_nl),
+        GgmlType::Iq4Xs => each::<QK_K, { layout::IQ4_XS }>(src, dst, iq4_xs),
+        _ => super::quantize::quantize_blocks(ty, src, dst),
+    }
+}
 
 /// Packs 2-bit values of 256 elements as Q2_K/Q3_K store them: byte l of half h holds elements
 /// 128h + l, +32, +64, +96 in its bit pairs.
@@ -17,7 +30,7 @@ fn pack_two_bits(l: &[u8; QK_K], qs: &mut [u8]) {
     }
 }
 
-pub(super) fn q2_k(x: &[f32; QK_K], b: &mut [u8; layout::Q2_K]) {
+fn q2_k(x: &[f32; QK_K], b: &mut [u8; layout::Q2_K]) {
     let mut l = [0u8; QK_K];
     let mut l_aux = [0u8; 16];
     let mut weights = [0f32; 16];
@@ -135,7 +148,7 @@ fn make_q3_quants(nmax: i32, x: &[f32], l_out: &mut [i8]) -> f32 {
     if suml2 > 0.0 { sumlx / suml2 } else { 0.0 }
 }
 
-pub(super) fn q3_k(x: &[f32; QK_K], b: &mut [u8; layout::Q3_K]) {
+fn q3_k(x: &[f32; QK_K], b: &mut [u8; layout::Q3_K]) {
     let mut l = [0i8; QK_K];
     let mut scales = [0f32; 16];
     let (mut max_scale, mut amax) = (0f32, 0f32);
@@ -267,7 +280,7 @@ fn pack_iq4(l: &[u8], qs: &mut [u8]) {
     }
 }
 
-pub(super) fn iq4_nl(x: &[f32; QK], b: &mut [u8; layout::IQ4_NL]) {
+fn iq4_nl(x: &[f32; QK], b: &mut [u8; layout::IQ4_NL]) {
     let mut l = [0u8; QK];
     let scale = iq4_block_scale(x, &mut l);
     put_f16(b, 0, scale);
@@ -278,7 +291,7 @@ pub(super) fn iq4_nl(x: &[f32; QK], b: &mut [u8; layout::IQ4_NL]) {
     pack_iq4(&l, &mut b[2..]);
 }
 
-pub(super) fn iq4_xs(x: &[f32; QK_K], b: &mut [u8; layout::IQ4_XS]) {
+fn iq4_xs(x: &[f32; QK_K], b: &mut [u8; layout::IQ4_XS]) {
     let mut l = [0u8; QK_K];
     let mut scales = [0f32; 8];
     let (mut max_scale, mut amax_scale) = (0f32, 0f32);
