@@ -37,10 +37,12 @@ __device__ __forceinline__ void infer_kv_put(unsigned short *p, hs_u64 i, float 
     p[i] = hs_float_to_half(v);
 }
 
-// RoPE fused with the KV-cache write: block (t, 0) rotates token t's query heads in q; block
-// (t, 1) rotates its key heads in k, then stores its keys and values at cache position
-// pos0 + t (kc / vc: the layer's cache, kv_dim elements a position). The numbers of hs_rope
-// and hs_kv_store_*, in one launch.
+// RoPE fused with the KV-cache write, one block per head: block (t, h) for h < n_heads rotates
+// token t's query head h in q; block (t, n_heads + j) rotates its key head j in k, then stores
+// that head's keys and values at cache position pos0 + t (kc / vc: the layer's cache, kv_dim
+// elements a position). The numbers of hs_rope and hs_kv_store_*, in one launch; a block per
+// head keeps every read-modify-write of the rotation independent of the others (one block per
+// token row left them waiting on each other's memory round trips).
 template <typename KV>
 __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, KV *vc,
                                     hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
@@ -49,19 +51,22 @@ __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, 
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     const hs_u32 t = blockIdx.x;
-    if (blockIdx.y == 0) {
-        hs_rope_row(q + (hs_u64)t * n_heads * head_dim, n_heads, head_dim, n_rot, pos0 + t,
+    const hs_u32 h = blockIdx.y;
+    if (h < n_heads) {
+        hs_rope_row(q + ((hs_u64)t * n_heads + h) * head_dim, 1, head_dim, n_rot, pos0 + t,
                     freq_scale, theta_scale, factors, neox, cs, sn);
         return;
     }
+    const hs_u32 j = h - n_heads;
     const hs_u32 kv_dim = n_kv_heads * head_dim;
-    float *kr = k + (hs_u64)t * kv_dim;
-    hs_rope_row(kr, n_kv_heads, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors,
-                neox, cs, sn);
-    const hs_u64 dst = (hs_u64)(pos0 + t) * kv_dim;
-    for (hs_u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
+    float *kr = k + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
+    hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, cs,
+                sn);
+    const hs_u64 dst = (hs_u64)(pos0 + t) * kv_dim + (hs_u64)j * head_dim;
+    const float *vr = v + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
+    for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
         infer_kv_put(kc, dst + i, kr[i]);
-        infer_kv_put(vc, dst + i, v[(hs_u64)t * kv_dim + i]);
+        infer_kv_put(vc, dst + i, vr[i]);
     }
 }
 
@@ -93,10 +98,14 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
 // its KV head. Each warp takes every nwarps-th key with an online softmax (running max, sum and
 // weighted values, lanes splitting the head's dimensions); the warps' partial results are then
 // merged. `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
+//
+// With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
+// product that follows (hs_quantize_act's numbers and layout, without its launch).
 template <typename KV>
 __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, float *out,
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
-                                hs_u32 pos0, float scale) {
+                                hs_u32 pos0, float scale, signed char *xq, float *xd,
+                                hs_u32 bs) {
     __shared__ float qs[HS_ATTN_MAX_HEAD_DIM];
     __shared__ float wm[HS_ATTN_MAX_WARPS];
     __shared__ float wl[HS_ATTN_MAX_WARPS];
@@ -177,18 +186,30 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
         }
         oh[d] = o * inv;
     }
+    if (bs != 0) {
+        __syncthreads();
+        const hs_u64 e0 = (hs_u64)t * q_dim + (hs_u64)h * head_dim;
+        for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
+            const hs_u64 e = e0 + (hs_u64)b * bs;
+            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0);
+        }
+    }
 }
 
 HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc,
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
-                                hs_u32 head_dim, hs_u32 pos0, float scale) {
+                                hs_u32 head_dim, hs_u32 pos0, float scale, signed char *xq,
+                                float *xd, hs_u32 bs) {
     HS_BREADCRUMB();
-    infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale);
+    infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, xq, xd,
+                           bs);
 }
 
 HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                                 const unsigned short *vc, float *out, hs_u32 n_heads,
-                                hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale) {
+                                hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
+                                signed char *xq, float *xd, hs_u32 bs) {
     HS_BREADCRUMB();
-    infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale);
+    infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
+                                    xq, xd, bs);
 }

@@ -257,40 +257,104 @@ __device__ float mv_part_iq4_xs(const unsigned char *b, hs_u32 s, const signed c
     return xd[0] * mv_half(b) * (float)((ls - 32) * dot);
 }
 
+// Orders the shared-memory writes of a warp's lanes before the warp's later reads. HIP 5.7 has no
+// __syncwarp; a wavefront executes in lockstep, so a wavefront-scope fence pair around the wave
+// barrier (which keeps the compiler from moving LDS accesses across it) is enough there.
+#if defined(HS_BACKEND_HIP)
+#define MV_SYNCWARP()                                                                          \
+    do {                                                                                       \
+        __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");                                 \
+        __builtin_amdgcn_wave_barrier();                                                       \
+        __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");                                 \
+    } while (0)
+#else
+#define MV_SYNCWARP() __syncwarp()
+#endif
+
+// Staging of weight rows through shared memory: the warp copies a chunk of whole blocks of its
+// row with 16-byte loads (every lane MV_STAGE_LOADS of them, all in flight before the first
+// store), then the lanes read the parts out of shared memory. The quantized block layouts are
+// only 2-byte aligned (18-byte Q4_0 blocks, 34-byte Q8_0 ones), so reading the parts straight
+// from global memory takes 16-bit loads; staged, the row is read at the full load width. The
+// chunk's first and last 16-byte words are aligned down and up: they may reach up to 15 bytes
+// beyond the chunk, never beyond the 16-byte words holding the weights' own first and last
+// bytes (the arena aligns every buffer to far more than 16).
+#define MV_STAGE_LOADS 4
+#define MV_STAGE_WORDS (MV_STAGE_LOADS * 32)
+#define MV_STAGE_MAX_WARPS 4
+
 // The dot products of one weight row `wr` with NT tokens' Q8 activations, summed over the warp
-// (every lane gets the sums). Lanes stride over the row's parts (lane i takes parts i, i + warp,
-// ...), U parts per lane issued together so that their loads are in flight at once: one part per
-// lane at a time leaves a decode-sized product waiting on memory latency. NT and U are template
-// constants, so a one-token product keeps one accumulator and no per-token branches.
+// (every lane gets the sums). The row goes through shared memory in chunks (above). PARTS divides
+// the warp, so lane l takes the same part, l % PARTS, of every warpSize / PARTS-th block, starting
+// at block l / PARTS: the warp reads consecutive bytes, and the loop carries a block index and
+// nothing else (the general item index, its division and remainder cost more instructions than
+// the part's own arithmetic, and decode is bound by instruction issue before bandwidth). U blocks
+// per lane are issued together. NT and U are template constants, so a one-token product keeps one
+// accumulator and no per-token branches. Every lane of the warp must call it (the staging
+// synchronises the warp).
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT, int U>
 __device__ __forceinline__ void mv_row_dots(const unsigned char *wr, const signed char *xq,
                                             const float *xd, hs_u32 cols, hs_u32 ntok,
                                             float *acc) {
+    __shared__ uint4 stage[MV_STAGE_MAX_WARPS][MV_STAGE_WORDS];
     const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 wid = (threadIdx.x / warpSize) % MV_STAGE_MAX_WARPS;
+    uint4 *sw = stage[wid];
     const hs_u32 nblocks = cols / BL;
-    const hs_u32 items = nblocks * PARTS;
+    // Whole blocks per chunk: what fits in the stage with room for the 16-byte misalignment,
+    // spread evenly over the chunks.
+    const hs_u32 fit = (MV_STAGE_WORDS * 16 - 16) / BB;
+    const hs_u32 nchunks = (nblocks + fit - 1) / fit;
+    const hs_u32 per = (nblocks + nchunks - 1) / nchunks;
+    const hs_u32 part = lane % PARTS;
+    const hs_u32 bstep = warpSize / PARTS;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
         acc[t] = 0.0f;
     }
-    for (hs_u32 i0 = lane; i0 < items; i0 += U * warpSize) {
+    for (hs_u32 blk0 = 0; blk0 < nblocks; blk0 += per) {
+        const hs_u32 nb = (nblocks - blk0 < per) ? nblocks - blk0 : per;
+        const unsigned char *g0 = wr + (hs_u64)blk0 * BB;
+        const hs_u64 a0 = (hs_u64)g0 & ~(hs_u64)15;
+        const hs_u64 a1 = ((hs_u64)(g0 + (hs_u64)nb * BB) + 15) & ~(hs_u64)15;
+        const hs_u32 nwords = (hs_u32)((a1 - a0) / 16);
+        const uint4 *src = (const uint4 *)a0;
+        uint4 v[MV_STAGE_LOADS];
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const hs_u32 i = i0 + u * warpSize;
-            if (i < items) {
-                const hs_u32 blk = i / PARTS;
-                const hs_u32 part = i % PARTS;
-                const unsigned char *b = wr + (hs_u64)blk * BB;
+        for (int k = 0; k < MV_STAGE_LOADS; ++k) {
+            const hs_u32 i = lane + k * warpSize;
+            if (i < nwords && i < MV_STAGE_WORDS) {
+                v[k] = src[i];
+            }
+        }
 #pragma unroll
-                for (int t = 0; t < NT; ++t) {
-                    if (NT == 1 || (hs_u32)t < ntok) {
-                        acc[t] += PART(b, part, xq + (hs_u64)t * cols + (hs_u64)blk * BL,
-                                       xd + 2 * ((hs_u64)t * nblocks + blk));
+        for (int k = 0; k < MV_STAGE_LOADS; ++k) {
+            const hs_u32 i = lane + k * warpSize;
+            if (i < nwords && i < MV_STAGE_WORDS) {
+                sw[i] = v[k];
+            }
+        }
+        MV_SYNCWARP();
+        const unsigned char *sb = (const unsigned char *)sw + ((hs_u64)g0 & 15);
+        const signed char *xqc = xq + (hs_u64)blk0 * BL;
+        const float *xdc = xd + 2 * (hs_u64)blk0;
+        for (hs_u32 b0 = lane / PARTS; b0 < nb; b0 += U * bstep) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const hs_u32 b = b0 + u * bstep;
+                if (b < nb) {
+#pragma unroll
+                    for (int t = 0; t < NT; ++t) {
+                        if (NT == 1 || (hs_u32)t < ntok) {
+                            acc[t] += PART(sb + b * BB, part, xqc + (hs_u64)t * cols + b * BL,
+                                           xdc + 2 * ((hs_u64)t * nblocks + b));
+                        }
                     }
                 }
             }
         }
+        MV_SYNCWARP();
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t) {

@@ -112,23 +112,40 @@ __device__ __forceinline__ float hs_warp_max(float v) {
     return v;
 }
 
-// Q8 quantization of one block of `bs` activations, exactly as the CPU backend quantizes them:
-// d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the quants and (d, d * sum q)
-// where q / dd are given, the dequantized values (q * d) where dq is given. Shared by
-// hs_quantize_act and the RMS norm that quantizes its own output.
-__device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed char *q,
-                                            float *dd, float *dq) {
+// Q8 quantization of one block of `bs` activations by the warp, exactly as the CPU backend
+// quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Lane l takes elements
+// l, l + warpSize, ...; max and the integer sum are exact in any order (|sum q| <= 256 * 128 is
+// exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
+// values (q * d) where dq is given. Shared by hs_quantize_act and the RMS norm that quantizes its
+// own output. bs is at most HS_Q8_MAX_BLOCK (K-quant super-blocks). Every lane of the warp must
+// call it; lane 0 writes dd.
+#define HS_Q8_MAX_BLOCK 256
+__device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
+                                                 float *dd, float *dq) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    // The lane's elements (at most HS_Q8_MAX_BLOCK / 32), loaded together before any use: the
+    // stores below may alias them (char), which would otherwise order each load after them.
+    float x[HS_Q8_MAX_BLOCK / 32];
     float amax = 0.0f;
-    for (hs_u32 i = 0; i < bs; ++i) {
-        amax = fmaxf(amax, fabsf(xb[i]));
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        x[k] = (i < bs) ? xb[i] : 0.0f;
+        amax = fmaxf(amax, fabsf(x[k]));
     }
+    amax = hs_warp_max(amax);
     const float d = HS_DIV_RN(amax, 127.0f);
     const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
-    int sum = 0;
-    for (hs_u32 i = 0; i < bs; ++i) {
-        int v = (int)rintf(xb[i] * id);
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        if (i >= bs) {
+            break;
+        }
+        int v = (int)rintf(x[k] * id);
         v = v < -128 ? -128 : (v > 127 ? 127 : v);
-        sum += v;
+        sum += (float)v;
         if (q != 0) {
             q[i] = (signed char)v;
         }
@@ -136,9 +153,10 @@ __device__ __forceinline__ void hs_q8_block(const float *xb, hs_u32 bs, signed c
             dq[i] = (float)v * d;
         }
     }
-    if (dd != 0) {
+    sum = hs_warp_sum(sum);
+    if (dd != 0 && lane == 0) {
         dd[0] = d;
-        dd[1] = d * (float)sum;
+        dd[1] = d * sum;
     }
 }
 

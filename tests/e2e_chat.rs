@@ -53,6 +53,10 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
     // F9 shows the diagnostics column (the terminal is narrower than the 120 columns that show
     // it unasked); its Host panel carries the sampled memory and CPU use.
     s.send(b"\x1b[20~");
+    // The Watchdog panel watches the CPU's ops; it is there, and F7 hides it to leave the Host
+    // panel room on this 32-row terminal.
+    s.sees("● OK  cpu", Duration::from_secs(5));
+    s.send(b"\x1b[18~");
     s.sees("╭ Host ", Duration::from_secs(5));
     s.sees("│cpu ", Duration::from_secs(5));
     let c = s.contents();

@@ -121,9 +121,10 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     // Quantized activations: the prompt (GEMM path) quantizes the attention input, the
     // attention output, the FFN input and the SwiGLU output of each layer and the output head's
     // input (2 × 4 + 1). From that first matrix-vector quantization on (the output head's), the
-    // RMS norms quantize their own output (5 a step), leaving the attention and SwiGLU outputs
-    // (2 × 2 a step) for decode and the short batch.
-    assert_eq!(launched(&ctl, "hs_quantize_act"), (2 * 4 + 1) + 4 + 4);
+    // RMS norms (5 a step) and the attention kernels (a Q8 block divides tiny-qwen2's heads of
+    // 64) quantize their own output, leaving the SwiGLU outputs (2 a step) for decode and the
+    // short batch.
+    assert_eq!(launched(&ctl, "hs_quantize_act"), (2 * 4 + 1) + 2 + 2);
     assert_eq!(launched(&ctl, "hs_rms_norm_q8"), 5 + 5);
 
     let labels: Vec<String> = shared
@@ -134,6 +135,7 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     for want in [
         "layer 1 · attn_q · mv_q4_0",
         "layer 0 · attention · attention_f16",
+        "layer 1 · attention · attention_f16 + quantize_q8",
         "layer 1 · ffn_down · gemm",
         "layer 0 · ffn_down · dequant_q4_0",
         "read · logits",

@@ -599,3 +599,69 @@ fn item12_a_download_cut_short_goes_on_from_where_it_stopped() {
         hipscope::app::fetch::SHA256
     );
 }
+
+#[test]
+fn item12_fetch_takes_its_time_limits_and_tries_from_the_config_file() {
+    let (index, _seen) = serve(|_, conn| {
+        std::thread::sleep(Duration::from_secs(120));
+        let _ = conn;
+    });
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("config");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        "[fetch]\nconnect_timeout_s = 2\nread_timeout_s = 1\ntries = 2\n",
+    )
+    .unwrap();
+    // No flags: two tries, each given up on after a second of silence (the defaults would wait
+    // 30 s four times).
+    let (o, took) = fetch_from(&index, home.path(), &[], Duration::from_secs(60));
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.to_lowercase().contains("timeout") || err.contains("timed out"),
+        "{err}"
+    );
+    assert!(err.contains("trying again in 1 s (2 of 2)"), "{err}");
+    assert!(!err.contains("(3 of"), "two tries only: {err}");
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    // A flag wins over the file.
+    let (o, _) = fetch_from(
+        &index,
+        home.path(),
+        &["--tries", "3"],
+        Duration::from_secs(60),
+    );
+    assert!(
+        stderr(&o).contains("trying again in 2 s (3 of 3)"),
+        "{}",
+        stderr(&o)
+    );
+    // A value that is not allowed names the key and stops with the usage code.
+    std::fs::write(config.join("config.toml"), "[fetch]\nread_timeout_s = 0\n").unwrap();
+    let (o, _) = fetch_from(&index, home.path(), &[], Duration::from_secs(60));
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("`fetch.read_timeout_s` = 0 is not allowed: seconds from 1 to 3600"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn item13_a_closed_stdout_ends_selftest_and_kernels_quietly_with_0() {
+    for args in [
+        vec!["selftest"],
+        vec!["selftest", "--backend", "fake"],
+        vec!["kernels"],
+    ] {
+        let o = with_closed_stdout(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {}\n{err}", o.status);
+        assert!(
+            !err.contains("panicked") && !err.contains("Broken pipe"),
+            "{args:?}: {err}"
+        );
+    }
+}

@@ -57,6 +57,15 @@ fn rx7900xtx_replays_through_the_sampler() {
     assert_eq!(g.gtt_used, Some(20_611_072));
     assert_eq!(g.gpu_metrics.as_deref(), Some("1.3"));
     assert_eq!(g.headline_memory().map(|m| m.0), Some("VRAM"));
+    // Each reading says where it came from.
+    assert_eq!(g.from.get("gpu_util_pct"), Some(&"sysfs"));
+    assert_eq!(g.from.get("temp_junction_c"), Some(&"hwmon"));
+    assert_eq!(g.from.get("power_w"), Some(&"hwmon"));
+    assert_eq!(
+        g.source_names(),
+        ["sysfs", "hwmon"],
+        "gpu_metrics filled no gap"
+    );
     // Two fds of one DRM client count once; pid 1 has no DRM fd.
     assert_eq!(s.processes.len(), 1, "{:#?}", s.processes);
     let p = &s.processes[0];
@@ -95,6 +104,8 @@ fn strix_halo_is_an_apu_with_gtt_headline_and_package_power() {
         "no mem_busy_percent on this APU: left out"
     );
     assert_eq!(g.fan_rpm, None);
+    assert_eq!(g.from.get("gpu_power_w"), Some(&"gpu_metrics"));
+    assert_eq!(g.from.get("power_w"), Some(&"hwmon"));
 }
 
 #[test]
@@ -248,6 +259,23 @@ fn gpu_panel_from_replayed_fixtures() {
         "gpu_panel_strix_halo",
         draw(44, 24, |f| sh.render(f, f.area(), &theme))
     );
+}
+
+#[test]
+fn a_tall_gpu_panel_draws_every_history_the_source_has() {
+    let theme = Theme::new(ThemeName::Mono);
+    let rx = panel_for("rx7900xtx", hip("AMD Radeon RX 7900 XTX", "gfx1100"));
+    let screen = format!("{:?}", draw(44, 60, |f| rx.render(f, f.area(), &theme)));
+    for label in [
+        "util · 0–100%",
+        "power · 0–268 W",
+        "temp · 0–78 °C",
+        "memory · 0–100%",
+        "sclk · 0–2482 MHz",
+        "fan · 0–1450 rpm",
+    ] {
+        assert!(screen.contains(label), "{label} missing:\n{screen}");
+    }
 }
 
 #[test]

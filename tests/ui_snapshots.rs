@@ -160,6 +160,7 @@ fn gpu_panel() {
 #[test]
 fn cpu_backend_panels() {
     let mut app = loaded_cpu_app();
+    worker(&mut app, Event::Watchdog(cpu_watchdog()));
     for i in 0..8u64 {
         tick(&mut app, 1000 + i * 250);
         let cpu = [20.0, 55.0, 98.0, 99.0, 97.0, 99.0, 60.0, 15.0][i as usize];
@@ -174,6 +175,7 @@ fn cpu_backend_panels() {
 #[test]
 fn cpu_backend_panels_during_a_conversation() {
     let mut app = loaded_cpu_app();
+    worker(&mut app, Event::Watchdog(cpu_watchdog()));
     worker(&mut app, Event::Arena(cpu_arena()));
     asked(&mut app);
     stream_answer(&mut app, "You can reverse a list", 4);

@@ -43,6 +43,8 @@ pub struct WorkerConfig {
     pub ctx_discard: u8,
     /// The configured drain deadline, for a quit the UI could not ask for.
     pub drain_deadline: Duration,
+    /// How patient the download of the default model is.
+    pub fetch: config::FetchConfig,
     /// How often a remote engine's panels are read (the telemetry interval).
     pub remote_poll: Duration,
 }
@@ -123,6 +125,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
+        fetch: config.fetch,
         remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
     }
 }
@@ -310,7 +313,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         forward_signals(sig_tx, &quit);
         let mut stdout = io::stdout();
         draw(&mut terminal, &app);
-        if std::env::var_os("HIPSCOPE_FAULT").is_some_and(|f| f == "panic") {
+        if crate::gpu::fault::active() == Some(crate::gpu::fault::Fault::Panic) {
             // Fault injection for the end-to-end tests: a panic with the screen up.
             panic!("HIPSCOPE_FAULT=panic: a panic on the UI thread, as asked");
         }
@@ -396,7 +399,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             Some(spec) => Some(ModelSource::Remote(spec)),
             None => cfg.model.map(ModelSource::File),
         },
-        default_model: Box::new(|progress| {
+        default_model: Box::new(move |progress| {
             // Steps are logged; each phase (download, unpack, verify) is a bar of its own.
             let mut report = |p: FetchProgress| match p {
                 FetchProgress::Step(s) => tracing::info!("default model: {s}"),
@@ -411,13 +414,14 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
                     FetchProgress::fraction(done, total),
                 ),
             };
-            fetch::ensure_default_model(&mut report).map_err(|e| {
-                tracing::error!("fetching the default model: {e}");
-                e.to_string()
-            })
+            fetch::ensure_default_model(&fetch::FetchOptions::from_config(&cfg.fetch), &mut report)
+                .map_err(|e| {
+                    tracing::error!("fetching the default model: {e}");
+                    e.to_string()
+                })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move || crate::gpu::open::open(&request).map(|(b, _)| b)),
+        backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

@@ -95,6 +95,27 @@ pub struct LogConfig {
     pub file: Option<PathBuf>,
 }
 
+/// How patient a download of the default model is (`hipscope fetch`, the chat's first start).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FetchConfig {
+    /// Time limit for opening a connection.
+    pub connect_timeout: Duration,
+    /// A server that sends nothing for this long is given up on (that try).
+    pub read_timeout: Duration,
+    /// Tries of the download, each going on from what the last one got.
+    pub tries: u32,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            connect_timeout: Duration::from_secs(20),
+            read_timeout: Duration::from_secs(30),
+            tries: 4,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TelemetryConfig {
     /// Time between telemetry samples (GPU panel, `hipscope top`), ms.
@@ -123,6 +144,7 @@ pub struct Config {
     pub log: LogConfig,
     pub quit: QuitConfig,
     pub telemetry: TelemetryConfig,
+    pub fetch: FetchConfig,
     /// Remote engines (`[remote]`, `[remote.NAME]`).
     pub remote: remote_config::RemoteConfig,
 }
@@ -160,6 +182,7 @@ impl Default for Config {
             },
             quit: QuitConfig::default(),
             telemetry: TelemetryConfig { interval_ms: 500 },
+            fetch: FetchConfig::default(),
             remote: Default::default(),
         }
     }
@@ -323,6 +346,7 @@ const TOP_KEYS: &[&str] = &[
     "log",
     "quit",
     "telemetry",
+    "fetch",
     "remote",
 ];
 const SAMPLER_KEYS: &[&str] = &[
@@ -349,6 +373,7 @@ const TRANSCRIPT_KEYS: &[&str] = &["enabled", "dir"];
 const LOG_KEYS: &[&str] = &["level", "file"];
 const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
 const TELEMETRY_KEYS: &[&str] = &["interval_ms"];
+const FETCH_KEYS: &[&str] = &["connect_timeout_s", "read_timeout_s", "tries"];
 const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
 
 impl Config {
@@ -536,6 +561,19 @@ impl Config {
                 c.telemetry.interval_ms = ms as u64;
             }
         }
+        if let Some(t) = top.table("fetch")? {
+            let r = Reader::new(path, "fetch.", t, FETCH_KEYS)?;
+            let secs = "seconds from 1 to 3600";
+            if let Some(s) = r.integer("connect_timeout_s", 1, 3600, secs)? {
+                c.fetch.connect_timeout = Duration::from_secs(s as u64);
+            }
+            if let Some(s) = r.integer("read_timeout_s", 1, 3600, secs)? {
+                c.fetch.read_timeout = Duration::from_secs(s as u64);
+            }
+            if let Some(n) = r.integer("tries", 1, 20, "a whole number from 1 to 20")? {
+                c.fetch.tries = n as u32;
+            }
+        }
         if let Some(t) = top.table("remote")? {
             use remote_config::Bad;
             let path = path.to_path_buf();
@@ -563,6 +601,20 @@ impl Config {
             }),
         }
     }
+}
+
+/// `[fetch]` of the user's settings file (`HIPSCOPE_CONFIG`, else config.toml in the config
+/// directory), for the commands that read nothing else of it; a file that cannot be used is an
+/// error naming the key, as in the chat.
+pub fn fetch_settings() -> Result<FetchConfig, ConfigError> {
+    let path = std::env::var_os("HIPSCOPE_CONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            crate::gpu::dirs::Dirs::from_env()
+                .config
+                .join("config.toml")
+        });
+    Ok(Config::load(&path)?.fetch)
 }
 
 /// Writes the documented defaults as the user's config file if there is none yet, so that
@@ -651,155 +703,4 @@ pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(),
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, Path::new("/cfg/config.toml"))
-    }
-
-    #[test]
-    fn the_documented_file_is_exactly_the_defaults() {
-        assert_eq!(parse(DEFAULT_CONFIG_TOML), Ok(Config::default()));
-    }
-
-    #[test]
-    fn the_documented_file_mentions_every_key() {
-        for key in TOP_KEYS
-            .iter()
-            .chain(SAMPLER_KEYS)
-            .chain(UI_KEYS)
-            .chain(MODELS_KEYS)
-            .chain(TRANSCRIPT_KEYS)
-            .chain(LOG_KEYS)
-            .chain(QUIT_KEYS)
-        {
-            assert!(
-                DEFAULT_CONFIG_TOML.contains(&format!("{key} ="))
-                    || DEFAULT_CONFIG_TOML.contains(&format!("[{key}]")),
-                "config.toml does not document `{key}`"
-            );
-        }
-    }
-
-    #[test]
-    fn values_override_the_defaults() {
-        let c = parse(
-            "model = \"/m/x.gguf\"\nbackend = \"cpu\"\nctx_size = 2048\nctx_discard = 30\n\
-             [sampler]\ntemp = 0.2\ntop_k = 0\nstop = [\"<|im_end|>\"]\n\
-             [ui]\ntheme = \"mono\"\ndiagnostics = \"hide\"\npanels = [\"gpu\"]\n\
-             [quit]\ndrain_timeout_ms = 1500\n",
-        )
-        .unwrap();
-        assert_eq!(c.model, Some(PathBuf::from("/m/x.gguf")));
-        assert_eq!(c.backend, BackendChoice::Cpu);
-        assert_eq!(c.ctx_size, 2048);
-        assert_eq!(c.ctx_discard, 30);
-        assert_eq!(c.sampler.temp, 0.2);
-        assert_eq!(c.sampler.top_k, 0);
-        assert_eq!(c.sampler.stop, ["<|im_end|>"]);
-        assert_eq!(c.ui.theme, ThemeName::Mono);
-        assert_eq!(c.ui.diagnostics, Some(false));
-        assert!(c.ui.panels.gpu && !c.ui.panels.streams);
-        assert_eq!(c.quit.drain_deadline, Duration::from_millis(1500));
-        assert_eq!(c.quit.deadline(), Duration::from_millis(3500));
-    }
-
-    #[test]
-    fn a_bad_value_names_the_key_and_what_is_allowed() {
-        let e = parse("[sampler]\ntemp = \"hot\"\n").unwrap_err();
-        assert_eq!(
-            e.to_string(),
-            "/cfg/config.toml: `sampler.temp` = \"hot\" is not allowed: a number from 0 to 5"
-        );
-        let e = parse("[sampler]\ntop_p = 1.5\n").unwrap_err();
-        assert!(e.to_string().contains("`sampler.top_p` = 1.5"), "{e}");
-        let e = parse("backend = \"metal\"\n").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("`backend` = \"metal\" is not allowed: \"auto\", \"hip\""),
-            "{e}"
-        );
-        let e = parse("[ui]\nfps = 0\n").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("`ui.fps` = 0 is not allowed: a whole number from 1 to 120"),
-            "{e}"
-        );
-        let e = parse("[ui]\npanels = [\"streams\", \"disk\"]\n").unwrap_err();
-        assert!(e.to_string().contains("`ui.panels` = \"disk\""), "{e}");
-    }
-
-    #[test]
-    fn unknown_keys_are_named_with_the_known_ones() {
-        let e = parse("[sampler]\ntmep = 0.5\n").unwrap_err();
-        let ConfigError::UnknownKey { key, allowed, .. } = &e else {
-            panic!("{e:?}")
-        };
-        assert_eq!(key, "sampler.tmep");
-        assert!(allowed.contains("`temp`"));
-    }
-
-    #[test]
-    fn broken_toml_says_where() {
-        let e = parse("[sampler\ntemp = 0.5\n").unwrap_err();
-        let ConfigError::Syntax { message, .. } = &e else {
-            panic!("{e:?}")
-        };
-        assert!(message.contains("line 1"), "{message}");
-    }
-
-    #[test]
-    fn a_missing_file_gives_the_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("nope.toml");
-        assert_eq!(Config::load(&p), Ok(Config::default()));
-        assert!(write_default_if_missing(&p).unwrap());
-        assert!(!write_default_if_missing(&p).unwrap());
-        assert_eq!(Config::load(&p), Ok(Config::default()));
-    }
-
-    #[test]
-    fn verbosity_raises_the_level() {
-        assert_eq!(LogLevel::Info.raised(0), LogLevel::Info);
-        assert_eq!(LogLevel::Info.raised(1), LogLevel::Debug);
-        assert_eq!(LogLevel::Warn.raised(5), LogLevel::Trace);
-    }
-
-    #[test]
-    fn kept_settings_change_only_their_values_and_keep_the_comments() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        let mine = DEFAULT_CONFIG_TOML.replace("[sampler]", "# my own note, kept\n[sampler]");
-        std::fs::write(&path, &mine).unwrap();
-        let mut s = SamplerConfig {
-            temp: 0.3,
-            top_k: 12,
-            seed: 42,
-            stop: vec!["</s>".into()],
-            ..SamplerConfig::default()
-        };
-        keep_sampler_defaults(&path, &s).unwrap();
-        let after = std::fs::read_to_string(&path).unwrap();
-        for line in mine.lines().filter(|l| l.trim_start().starts_with('#')) {
-            assert!(after.contains(line), "lost {line:?}:\n{after}");
-        }
-        let c = Config::load(&path).unwrap();
-        assert_eq!(c.sampler, s);
-        let mut rest = c.clone();
-        rest.sampler = SamplerConfig::default();
-        assert_eq!(rest, Config::default(), "only the sampler changed");
-        // The random seed is written as the word.
-        s.seed = crate::model::sampler::RANDOM_SEED;
-        keep_sampler_defaults(&path, &s).unwrap();
-        assert!(
-            std::fs::read_to_string(&path)
-                .unwrap()
-                .contains("seed = \"random\"")
-        );
-        // No file yet: the documented one, with these values.
-        let fresh = dir.path().join("new/config.toml");
-        keep_sampler_defaults(&fresh, &s).unwrap();
-        assert_eq!(Config::load(&fresh).unwrap().sampler, s);
-    }
-}
+mod tests;

@@ -286,6 +286,13 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// Draws one frame of `app`; a failure is logged (the next frame tries again).
 pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
+    // One frame at a time against `restore_terminal` (the hard exit's, on another thread): no
+    // frame, and no hidden cursor, lands on the terminal after it was given back.
+    let out = std::io::stdout();
+    let _frame = out.lock();
+    if !super::terminal::draw_allowed() {
+        return;
+    }
     if let Err(e) = terminal.draw(|f| crate::ui::render(app, f)) {
         tracing::warn!("drawing failed: {e:?}");
     }

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::app::atomic_file::{self, Replace};
+use crate::app::config::FetchConfig;
 
 use sha2::{Digest, Sha256};
 
@@ -124,14 +125,21 @@ pub struct FetchOptions {
     pub cancel: Option<Arc<AtomicBool>>,
 }
 
-impl Default for FetchOptions {
-    fn default() -> Self {
+impl FetchOptions {
+    /// The limits set in `[fetch]` of config.toml (the one home of their defaults).
+    pub fn from_config(c: &FetchConfig) -> FetchOptions {
         FetchOptions {
-            connect_timeout: Duration::from_secs(20),
-            read_timeout: Duration::from_secs(30),
-            attempts: 4,
+            connect_timeout: c.connect_timeout,
+            read_timeout: c.read_timeout,
+            attempts: c.tries,
             cancel: None,
         }
+    }
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        FetchOptions::from_config(&FetchConfig::default())
     }
 }
 
@@ -145,13 +153,14 @@ pub fn default_model_path() -> Result<PathBuf, FetchError> {
 
 /// The default model, fetching it first if it is not in the cache yet.
 pub fn ensure_default_model(
+    opts: &FetchOptions,
     progress: &mut dyn FnMut(FetchProgress),
 ) -> Result<PathBuf, FetchError> {
     let path = default_model_path()?;
     if path.is_file() && std::fs::metadata(&path).is_ok_and(|m| m.len() == SIZE) {
         return Ok(path);
     }
-    fetch(&path, progress)?;
+    fetch_with(&path, opts, progress)?;
     Ok(path)
 }
 

@@ -15,6 +15,9 @@ use crossterm::terminal::{
 };
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Set once an active terminal was restored: nothing may be drawn on it any more (the hard exit
+/// restores it from another thread while the UI thread may still be drawing the quit screen).
+static GIVEN_BACK: AtomicBool = AtomicBool::new(false);
 
 /// What [`restore_terminal`] sends, as raw bytes for the fatal-signal handler (which may not
 /// format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen off,
@@ -105,9 +108,13 @@ impl Drop for TerminalGuard {
 /// Leaves the app's terminal modes. Safe to call more than once, from any thread (the panic
 /// hook, the hard exit).
 pub fn restore_terminal() {
+    // Holding stdout waits for a frame being drawn to be finished ([`draw_allowed`]).
+    let held = io::stdout();
+    let _held = held.lock();
     if !TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }
+    GIVEN_BACK.store(true, Ordering::SeqCst);
     crate::gpu::fatal_signal::disarm_terminal();
     let mut out = io::stdout();
     let _ = crossterm::execute!(
@@ -120,6 +127,12 @@ pub fn restore_terminal() {
     );
     let _ = disable_raw_mode();
     let _ = out.flush();
+}
+
+/// Whether a frame may still be drawn: false once the terminal was given back. Ask while holding
+/// stdout's lock for the whole frame, so that a restore cannot come between the two.
+pub fn draw_allowed() -> bool {
+    !GIVEN_BACK.load(Ordering::SeqCst)
 }
 
 /// Whether the app's screen is up (between [`TerminalGuard::enter`] and the restore).

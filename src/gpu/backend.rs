@@ -7,10 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::gpu::device::DeviceInfo;
 use crate::gpu::quant::GgmlType;
 use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
 };
+use crate::gpu::stream::{Budget, StreamShared};
+use crate::gpu::watchdog::Watchdog;
 
 /// A weight tensor held by the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,7 +24,7 @@ pub struct Weight(pub u32);
 pub struct Buf(pub u32);
 
 /// What an op is, for labels in the stream and watchdog panels (`layer 7 · attn_q`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpLabel {
     pub layer: Option<u32>,
     pub name: &'static str,
@@ -390,6 +393,28 @@ pub trait Backend: Send {
     /// A handle other threads can read snapshots from during a generation (GPU backends).
     fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
         None
+    }
+
+    /// The stream the process's watchdog watches on this backend, with the device facts for its
+    /// hang reports (`gpu::open` starts the watchdog); `None`: nothing to watch.
+    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
+        None
+    }
+
+    /// Keeps the watchdog `gpu::open` started on [`Backend::watch_target`]'s stream: it runs as
+    /// long as the backend — load, prompts, answers, idle, the quit's drain — and stops when the
+    /// backend is dropped. A backend without a watch target is never given one.
+    fn keep_watchdog(&mut self, dog: Watchdog) {
+        drop(dog);
+    }
+
+    /// Enqueues an op that does not finish for tens of seconds, judged against its own `budget`:
+    /// the hang `HIPSCOPE_FAULT=hang:PHASE` injects (`gpu/fault.rs`). On a GPU the
+    /// `hs_spin_on_flag` kernel; on the CPU the calling thread held inside the op.
+    fn stuck_op(&mut self, _label: OpLabel, _budget: Budget) -> Result<()> {
+        Err(BackendError::Unsupported(
+            "this backend cannot hold an op (HIPSCOPE_FAULT=hang)".into(),
+        ))
     }
 
     /// The concrete backend, for a caller that owns a `Model` and needs the backend's own API

@@ -266,6 +266,35 @@ pub trait Device: Send {
         src: DevicePtr,
         bytes: usize,
     ) -> Result<(), GpuError>;
+    /// Host → device from ordinary (pageable) memory: the runtimes take a pageable pointer in
+    /// the same async call and stage it themselves. hipscope's own copies never do this (they go
+    /// through pinned staging buffers); `doctor` does, because the silent-zero reports come from
+    /// programs that do (llama.cpp #28211, #25863).
+    ///
+    /// # Safety
+    /// `src` outlives the copy: the caller waits for it to finish before touching `src`.
+    unsafe fn copy_h2d_pageable(
+        &mut self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        // SAFETY: the caller's contract is stronger than the pinned path needs of the runtime.
+        unsafe { self.copy_h2d(dst, src, bytes) }
+    }
+    /// Device → host into ordinary (pageable) memory; see [`Device::copy_h2d_pageable`].
+    ///
+    /// # Safety
+    /// `dst` outlives the copy and is not read until it has finished.
+    unsafe fn copy_d2h_pageable(
+        &mut self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        // SAFETY: as above.
+        unsafe { self.copy_d2h(dst, src, bytes) }
+    }
     /// # Safety
     /// See the trait.
     unsafe fn copy_d2d(

@@ -334,7 +334,8 @@ fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
         FakeOp::H2D { dst, src, len } => {
             let mut data = vec![0u8; *len];
             if !s.corrupt_uploads {
-                // SAFETY: src is a pinned host buffer of at least len bytes (checked at enqueue).
+                // SAFETY: src is a pinned host buffer of at least len bytes (checked at enqueue),
+                // or a pageable one whose caller waits for this op before letting it go.
                 data.copy_from_slice(unsafe {
                     std::slice::from_raw_parts(*src as *const u8, *len)
                 });
@@ -524,6 +525,72 @@ impl EventProbe for FakeProbe {
     }
 }
 
+impl FakeDevice {
+    /// A host → device copy; `pinned_only` refuses a source outside pinned memory (the pinned
+    /// path's contract), else any host memory (the pageable path, waited for by its caller).
+    fn h2d(
+        &mut self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+        pinned_only: bool,
+    ) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        stream_check(&s)?;
+        fail(&mut s, "copy_h2d")?;
+        let pinned = s
+            .pinned
+            .iter()
+            .any(|(b, l)| (src as usize) >= *b && (src as usize) + bytes <= b + l);
+        if (pinned_only && !pinned) || resolve(&mut s, dst.0, bytes).is_none() {
+            return Err(GpuError::InvalidArgument(
+                "fake: h2d copy from unpinned memory or outside an allocation".into(),
+            ));
+        }
+        s.queue.push_back(Queued {
+            op: FakeOp::H2D {
+                dst: dst.0,
+                src: src as usize,
+                len: bytes,
+            },
+            started: false,
+        });
+        advance(&mut s);
+        Ok(())
+    }
+
+    /// A device → host copy; `pinned_only` as for [`FakeDevice::h2d`].
+    fn d2h(
+        &mut self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+        pinned_only: bool,
+    ) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        stream_check(&s)?;
+        let pinned = s
+            .pinned
+            .iter()
+            .any(|(b, l)| (dst as usize) >= *b && (dst as usize) + bytes <= b + l);
+        if pinned_only && !pinned {
+            return Err(GpuError::InvalidArgument(
+                "fake: d2h copy into unpinned memory".into(),
+            ));
+        }
+        s.queue.push_back(Queued {
+            op: FakeOp::D2H {
+                dst: dst as usize,
+                src: src.0,
+                len: bytes,
+            },
+            started: false,
+        });
+        advance(&mut s);
+        Ok(())
+    }
+}
+
 impl Device for FakeDevice {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -652,28 +719,16 @@ impl Device for FakeDevice {
         src: *const u8,
         bytes: usize,
     ) -> Result<(), GpuError> {
-        let mut s = self.lock();
-        stream_check(&s)?;
-        fail(&mut s, "copy_h2d")?;
-        let pinned = s
-            .pinned
-            .iter()
-            .any(|(b, l)| (src as usize) >= *b && (src as usize) + bytes <= b + l);
-        if !pinned || resolve(&mut s, dst.0, bytes).is_none() {
-            return Err(GpuError::InvalidArgument(
-                "fake: h2d copy from unpinned memory or outside an allocation".into(),
-            ));
-        }
-        s.queue.push_back(Queued {
-            op: FakeOp::H2D {
-                dst: dst.0,
-                src: src as usize,
-                len: bytes,
-            },
-            started: false,
-        });
-        advance(&mut s);
-        Ok(())
+        self.h2d(dst, src, bytes, true)
+    }
+
+    unsafe fn copy_h2d_pageable(
+        &mut self,
+        dst: DevicePtr,
+        src: *const u8,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.h2d(dst, src, bytes, false)
     }
 
     unsafe fn copy_d2h(
@@ -682,27 +737,16 @@ impl Device for FakeDevice {
         src: DevicePtr,
         bytes: usize,
     ) -> Result<(), GpuError> {
-        let mut s = self.lock();
-        stream_check(&s)?;
-        let pinned = s
-            .pinned
-            .iter()
-            .any(|(b, l)| (dst as usize) >= *b && (dst as usize) + bytes <= b + l);
-        if !pinned {
-            return Err(GpuError::InvalidArgument(
-                "fake: d2h copy into unpinned memory".into(),
-            ));
-        }
-        s.queue.push_back(Queued {
-            op: FakeOp::D2H {
-                dst: dst as usize,
-                src: src.0,
-                len: bytes,
-            },
-            started: false,
-        });
-        advance(&mut s);
-        Ok(())
+        self.d2h(dst, src, bytes, true)
+    }
+
+    unsafe fn copy_d2h_pageable(
+        &mut self,
+        dst: *mut u8,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.d2h(dst, src, bytes, false)
     }
 
     unsafe fn copy_d2d(

@@ -25,6 +25,7 @@ pub mod dirs;
 pub mod doctor;
 pub mod fake;
 pub mod fatal_signal;
+pub mod fault;
 pub mod handle;
 pub mod hip;
 pub mod kernels;

@@ -2,12 +2,18 @@
 //! compute backend on it — shared by the headless commands and the chat's worker. `auto` tries
 //! HIP, then CUDA, then the CPU, and falls back to the CPU when a GPU is found but cannot be prepared (its kernels fail to
 //! compile, say); an explicit GPU choice that fails is an error naming why.
+//!
+//! The process's one watchdog starts here, with the device: on the opened backend's stream (a
+//! GPU's, or the CPU backend's own ops), owned by the backend, so that it watches everything the
+//! device does — load, prompts, answers, idle, the quit's drain — until the backend is dropped.
 
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, GpuCompute};
 use crate::gpu::cpu::CpuBackend;
 use crate::gpu::kernels::KernelCache;
 use crate::gpu::select::{BackendChoice, Selected, select};
+use crate::gpu::snapshot::WatchState;
+use crate::gpu::watchdog::{WatchConfig, WatchEvent, WatchSink, Watchdog};
 
 /// What to open.
 #[derive(Clone, Debug)]
@@ -20,9 +26,43 @@ pub struct BackendRequest {
     pub compute: ComputeOptions,
 }
 
-/// Opens the backend; the sentence that comes with it says which one and why (it is also the
-/// `reason` of the backend's `DeviceSummary`).
-pub fn open(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), String> {
+/// Opens the backend and starts the watchdog on it, reporting to `sink`; the sentence that comes
+/// with it says which one and why (it is also the `reason` of the backend's `DeviceSummary`).
+pub fn open(req: &BackendRequest, sink: WatchSink) -> Result<(Box<dyn Backend>, String), String> {
+    let (mut backend, said) = open_backend(req)?;
+    if let Some((shared, info)) = backend.watch_target() {
+        match Watchdog::spawn(shared, &info, WatchConfig::default(), sink) {
+            Ok(dog) => backend.keep_watchdog(dog),
+            // Not fatal: everything works, only unwatched; the log says so.
+            Err(e) => tracing::error!("cannot start the watchdog thread: {e}"),
+        }
+    }
+    Ok((backend, said))
+}
+
+/// A sink for the headless commands: a hang is said on stderr, with the report's path.
+pub fn hangs_to_stderr() -> WatchSink {
+    Box::new(|ev| {
+        if let WatchEvent::Hung { snapshot: s, .. } = ev
+            && s.state == WatchState::Hung
+        {
+            let report = match (&s.report, &s.report_error) {
+                (Some(p), _) => format!("report written to {}", p.display()),
+                (None, Some(e)) => format!("no report: {e}"),
+                (None, None) => "no report".into(),
+            };
+            eprintln!(
+                "hipscope: HUNG: {} has not finished after {:.1} s (budget {:.1} s) on {}; {report}",
+                s.op.as_deref().unwrap_or("an op"),
+                s.age.as_secs_f64(),
+                s.budget.as_secs_f64(),
+                s.stream
+            );
+        }
+    })
+}
+
+fn open_backend(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), String> {
     let cpu = |reason: String| -> (Box<dyn Backend>, String) {
         let b = CpuBackend::with_reason(req.threads, &reason);
         let said = format!("cpu, {} threads ({reason})", b.n_threads());

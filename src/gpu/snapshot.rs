@@ -80,6 +80,8 @@ pub struct WatchdogSnapshot {
     pub queue_depth: u32,
     /// Where the hang report was written, once HUNG.
     pub report: Option<std::path::PathBuf>,
+    /// Why the report could not be written, when it could not.
+    pub report_error: Option<String>,
     /// The op is known to have started (its kernel wrote its breadcrumb).
     pub op_started: bool,
     /// Event queries stopped returning: the state rests on breadcrumbs alone.

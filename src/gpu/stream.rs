@@ -41,6 +41,9 @@ pub enum OpKind {
     CopyD2H = 3,
     CopyD2D = 4,
     Blas = 5,
+    /// Run by the host thread that issued it (the CPU backend): running as soon as it is in
+    /// flight, finished when the call returns.
+    Host = 6,
 }
 
 impl OpKind {
@@ -51,6 +54,7 @@ impl OpKind {
             3 => OpKind::CopyD2H,
             4 => OpKind::CopyD2D,
             5 => OpKind::Blas,
+            6 => OpKind::Host,
             _ => return None,
         })
     }
@@ -62,6 +66,7 @@ impl OpKind {
             OpKind::CopyD2H => "copy d2h",
             OpKind::CopyD2D => "copy d2d",
             OpKind::Blas => "blas",
+            OpKind::Host => "cpu",
         }
     }
 
@@ -709,5 +714,7 @@ impl Default for Backoff {
     }
 }
 
+mod host;
+pub use host::HostOp;
 #[cfg(test)]
 mod tests;

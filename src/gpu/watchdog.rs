@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
-use crate::gpu::stream::{OpRecord, StreamShared};
+use crate::gpu::stream::{OpKind, OpRecord, StreamShared};
 use crate::gpu::telemetry::{Roots, sysfs};
 
 /// Watchdog settings.
@@ -65,7 +65,12 @@ pub struct WatchMemory {
     last_head: u64,
     hung_reported: u64,
     report: Option<PathBuf>,
+    report_error: Option<String>,
 }
+
+/// Where a watchdog's snapshots and hang events go, on the watchdog thread (send them on a
+/// channel; never block in it).
+pub type WatchSink = Box<dyn FnMut(WatchEvent) + Send>;
 
 /// One evaluation: the oldest op in flight against its budget at time `now_ns` (ns since the
 /// stream's epoch). Reads only atomics; folds the breadcrumb into `completed`.
@@ -88,6 +93,7 @@ pub fn evaluate(
         last_completed: shared.op(comp).map(|o| o.label),
         queue_depth: enq.saturating_sub(comp).min(u32::MAX as u64) as u32,
         report: None,
+        report_error: None,
         op_started: false,
         event_queries_stuck: stuck,
     };
@@ -106,7 +112,8 @@ pub fn evaluate(
     snap.op = Some(op.label.clone());
     snap.age = age;
     snap.budget = op.budget.hung;
-    snap.op_started = crumb >= head && op.kind.writes_breadcrumb();
+    // A host op is run by the thread that issued it: in flight means running.
+    snap.op_started = op.kind == OpKind::Host || (crumb >= head && op.kind.writes_breadcrumb());
     snap.state = if age >= op.budget.hung {
         WatchState::Hung
     } else if age >= op.budget.slow {
@@ -180,7 +187,12 @@ pub fn report_text(
     let _ = writeln!(s, "\n[device]");
     let _ = writeln!(s, "name: {}", d.name);
     let _ = writeln!(s, "arch: {} ({})", d.arch, d.arch_source);
-    let _ = writeln!(s, "backend: {}", d.backend.map(|b| b.name()).unwrap_or("?"));
+    // No runtime: the CPU backend's own ops.
+    let _ = writeln!(
+        s,
+        "backend: {}",
+        d.backend.map(|b| b.name()).unwrap_or("cpu")
+    );
     let _ = writeln!(s, "pci: {}", d.pci_bus_id.as_deref().unwrap_or("?"));
     let _ = writeln!(s, "driver: {}", d.driver_version);
     let _ = writeln!(s, "runtime: {}", d.runtime_version);
@@ -284,8 +296,10 @@ pub fn step(
     let head_seq = head.map(|h| h.seq).unwrap_or(0);
     if head_seq != mem.last_head {
         mem.report = None;
+        mem.report_error = None;
     }
     snap.report = mem.report.clone();
+    snap.report_error = mem.report_error.clone();
     let changed = snap.state != mem.last_state || head_seq != mem.last_head;
     mem.last_state = snap.state;
     mem.last_head = head_seq;
@@ -296,7 +310,9 @@ pub fn step(
             Err(e) => (None, Some(e)),
         };
         mem.report = report.clone();
+        mem.report_error = err.clone();
         snap.report = report;
+        snap.report_error = err.clone();
         return Some(WatchEvent::Hung {
             snapshot: snap,
             report_error: err,
@@ -316,12 +332,12 @@ pub struct Watchdog {
 
 impl Watchdog {
     /// Starts watching `shared`; `sink` receives snapshots and hang events on the watchdog
-    /// thread (send them on a channel; never block in it).
+    /// thread. The thread stops when the `Watchdog` is stopped or dropped.
     pub fn spawn(
         shared: Arc<StreamShared>,
         device: &DeviceInfo,
         cfg: WatchConfig,
-        mut sink: Box<dyn FnMut(WatchEvent) + Send>,
+        mut sink: WatchSink,
     ) -> std::io::Result<Watchdog> {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
@@ -364,7 +380,14 @@ impl Watchdog {
     }
 
     /// Stops the thread (it never blocks, so this returns within a tick).
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Watchdog {
+    /// Waits at most one tick: the thread makes no runtime call and takes no lock.
+    fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
@@ -458,6 +481,74 @@ mod tests {
             &mut w,
         );
         assert!(matches!(e, Some(WatchEvent::Snapshot(s)) if s.report.is_none()));
+    }
+
+    #[test]
+    fn a_report_that_cannot_be_written_says_why_until_the_op_changes() {
+        let mut mem = WatchMemory::default();
+        let head = op(3, "load · stuck op", 0, 10, 100);
+        let mut w = |_: &WatchdogSnapshot| Err("/ro/reports: read-only file system".to_string());
+        let hb = Duration::from_secs(100);
+        let e = step(
+            &mut mem,
+            snap(WatchState::Hung),
+            Some(&head),
+            1,
+            0,
+            hb,
+            &mut w,
+        );
+        let Some(WatchEvent::Hung {
+            snapshot,
+            report_error,
+        }) = e
+        else {
+            panic!("expected Hung, got {e:?}")
+        };
+        assert_eq!(snapshot.report, None);
+        assert_eq!(snapshot.report_error, report_error);
+        assert!(report_error.is_some_and(|e| e.contains("read-only")));
+        // Later snapshots of the same op keep saying why (the banner shows it).
+        let Some(WatchEvent::Snapshot(s)) = step(
+            &mut mem,
+            snap(WatchState::Hung),
+            Some(&head),
+            200,
+            1,
+            Duration::ZERO,
+            &mut w,
+        ) else {
+            panic!("expected a heartbeat snapshot")
+        };
+        assert!(s.report_error.is_some());
+        let next = op(4, "embed", 0, 10, 100);
+        let e = step(
+            &mut mem,
+            snap(WatchState::Ok),
+            Some(&next),
+            300,
+            200,
+            hb,
+            &mut w,
+        );
+        assert!(matches!(e, Some(WatchEvent::Snapshot(s)) if s.report_error.is_none()));
+    }
+
+    #[test]
+    fn a_host_op_in_flight_has_started_and_turns_hung_on_its_budget() {
+        let mut ts = crate::gpu::stream::TrackedStream::on_host("cpu");
+        let l = ts.label("layer 15 · stuck op");
+        let b = Budget {
+            slow: Duration::from_millis(100),
+            hung: Duration::from_millis(1000),
+        };
+        let _op = ts.host_op(l, Some(b));
+        let shared = ts.shared().clone();
+        let enq = shared.op(1).expect("op").enqueued_ns;
+        let (s, _) = evaluate(&shared, enq + 1_500_000_000, Duration::from_secs(1));
+        assert_eq!(s.state, WatchState::Hung);
+        assert!(s.op_started, "a host op in flight is running");
+        assert_eq!(s.op.as_deref(), Some("layer 15 · stuck op"));
     }
 
     #[test]

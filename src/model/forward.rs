@@ -15,6 +15,7 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvShift, MemoryPlan, OpLabel, RopeParams, SharedBytes,
     Weight, WeightData,
 };
+use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::quant;
 use crate::model::config::{ConfigError, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
@@ -247,6 +248,12 @@ impl Model {
             neox: config.arch.neox_rope(),
             freq_factors,
         };
+        if fault::hang_now(Phase::Load) {
+            backend.stuck_op(
+                OpLabel::global("load · stuck op (HIPSCOPE_FAULT)"),
+                STUCK_BUDGET,
+            )?;
+        }
         backend.alloc_kv_cache(config.n_layers, n_ctx, config.kv_dim())?;
         let act = Activations {
             x: backend.alloc("x", b * config.dim)?,
@@ -458,6 +465,10 @@ impl Model {
             }
             let li = l as u32;
             let lab = |name| OpLabel::layer(li, name);
+            let phase = if n > 1 { Phase::Prompt } else { Phase::Decode };
+            if l == c.n_layers / 2 && fault::hang_now(phase) {
+                be.stuck_op(lab("stuck op (HIPSCOPE_FAULT)"), STUCK_BUDGET)?;
+            }
             be.rms_norm(
                 a.x,
                 w.attn_norm,

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::gpu::backend::{Backend, BackendMonitor};
 use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
+use crate::gpu::watchdog::{WatchEvent, WatchSink};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
 use crate::model::remote::{self, client::RemoteSpec, session::RemoteSession};
@@ -22,8 +23,9 @@ use crate::model::session::{Control, Progress, Session};
 pub type DefaultModel =
     Box<dyn Fn(&mut dyn FnMut(&str, &str, Option<f32>)) -> Result<PathBuf, String> + Send>;
 
-/// Makes the backend a model is loaded onto.
-pub type BackendFactory = Box<dyn Fn() -> Result<Box<dyn Backend>, String> + Send>;
+/// Makes the backend a model is loaded onto, with the process's watchdog on its device
+/// reporting to the sink given (`gpu::open::open`).
+pub type BackendFactory = Box<dyn Fn(WatchSink) -> Result<Box<dyn Backend>, String> + Send>;
 
 pub struct WorkerOptions {
     /// The model to load at start; `None` loads the default model.
@@ -421,7 +423,7 @@ impl Worker {
             }
             false
         };
-        let backend = match (self.opts.backend)() {
+        let backend = match (self.opts.backend)(self.watch_sink()) {
             Ok(b) => b,
             Err(e) => return failed(self, "opening the device", e),
         };
@@ -452,6 +454,17 @@ impl Worker {
         }
     }
 
+    /// The watchdog's verdicts, straight to the UI: they arrive while this thread is stuck.
+    fn watch_sink(&self) -> WatchSink {
+        let events = self.events.clone();
+        Box::new(move |ev| {
+            let snapshot = match ev {
+                WatchEvent::Snapshot(s) | WatchEvent::Hung { snapshot: s, .. } => s,
+            };
+            let _ = events.send(Event::Watchdog(snapshot));
+        })
+    }
+
     fn snapshots(&self) {
         if let Some(s) = &self.session {
             let b = s.model.backend();
@@ -480,8 +493,8 @@ impl Worker {
             },
         };
         let events = self.events.clone();
-        // The session holds the backend for the whole answer: stream and watchdog snapshots come
-        // from the backend's monitor on a thread of their own meanwhile.
+        // The session holds the backend for the whole answer: stream snapshots come from the
+        // backend's monitor on a thread of their own meanwhile (the watchdog has its own thread).
         let monitor = session
             .model
             .backend()
@@ -594,8 +607,8 @@ impl Worker {
     }
 }
 
-/// Sends `Streams` and `Watchdog` snapshots from a backend monitor every [`MONITOR_EVERY`] while
-/// a generation runs (the monitor reads atomics only: it cannot block on the device).
+/// Sends `Streams` snapshots from a backend monitor every [`MONITOR_EVERY`] while a generation
+/// runs (the monitor reads atomics only: it cannot block on the device).
 struct MonitorThread {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
@@ -612,9 +625,6 @@ impl MonitorThread {
             .spawn(move || {
                 while !s2.load(Ordering::Acquire) {
                     let _ = events.send(Event::Streams(m.streams()));
-                    if let Some(w) = m.watchdog() {
-                        let _ = events.send(Event::Watchdog(w));
-                    }
                     std::thread::park_timeout(MONITOR_EVERY);
                 }
             })

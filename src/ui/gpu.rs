@@ -1,5 +1,5 @@
 //! The GPU panel: backend, device, arch and memory now, and the telemetry history (utilization,
-//! memory, temperature, power, clocks) as the sampler delivers it. Readings the source lacks are
+//! memory, temperature, power, clocks, fan) as the sampler delivers it. Readings the source lacks are
 //! left out, not drawn as zero. On the CPU backend it shows the host.
 
 use ratatui::Frame;
@@ -26,6 +26,9 @@ pub struct GpuPanel {
     temp: Series,
     mem: Series,
     sclk: Series,
+    /// Fan speed in rpm, or in % of its maximum where the source has no rpm (`fan_in_pct`).
+    fan: Series,
+    fan_in_pct: bool,
     host_cpu: Series,
     own_cpu: Series,
 }
@@ -51,6 +54,17 @@ impl GpuPanel {
             }
             if let Some(c) = g.sclk_mhz {
                 self.sclk.push(u64::from(c));
+            }
+            match (g.fan_rpm, g.fan_pct) {
+                (Some(r), _) => {
+                    self.fan_in_pct = false;
+                    self.fan.push(u64::from(r));
+                }
+                (None, Some(p)) => {
+                    self.fan_in_pct = true;
+                    self.fan.push(p.clamp(0.0, 100.0).round() as u64);
+                }
+                _ => {}
             }
         }
         if sample.host.mem_total.is_some() {
@@ -250,6 +264,12 @@ impl GpuPanel {
                     let v = ellipsize(&fan_pcie.join(" · "), value_w);
                     lines.push(kv("", &v, label_w, theme));
                 }
+                // Which sources these numbers came from (`hipscope top` says which from which).
+                let from = t.source_names();
+                if !from.is_empty() {
+                    let v = ellipsize(&from.join(", "), value_w);
+                    lines.push(kv("from", &v, label_w, theme));
+                }
             }
         }
         // Why this backend: often long (which runtime was missing, which device won), and the
@@ -261,8 +281,8 @@ impl GpuPanel {
         self.graphs(frame, inner, y, theme);
     }
 
-    /// History below `y`: utilization, power, temperature, memory and clock (or the host's CPU and
-    /// hipscope's), as room allows; each label says its scale.
+    /// History below `y`: utilization, power, temperature, memory, clock and fan (or the host's
+    /// CPU and hipscope's), as room allows; each label says its scale.
     fn graphs(&self, frame: &mut Frame, inner: Rect, mut y: u16, theme: &Theme) {
         let graphs: Vec<(&str, &Series, u64, &str)> = if self.is_cpu() {
             vec![
@@ -276,6 +296,11 @@ impl GpuPanel {
                 ("temp", &self.temp, 0, " °C"),
                 ("memory", &self.mem, 100, "%"),
                 ("sclk", &self.sclk, 0, " MHz"),
+                if self.fan_in_pct {
+                    ("fan", &self.fan, 100, "%")
+                } else {
+                    ("fan", &self.fan, 0, " rpm")
+                },
             ]
         };
         let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();

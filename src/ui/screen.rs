@@ -327,7 +327,7 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
                 model_bytes,
                 app.context_fill(),
             ),
-            PanelId::Watchdog => app.watchdog.render(frame, rect, t, device),
+            PanelId::Watchdog => app.watchdog.render(frame, rect, t),
             PanelId::Gpu => app.gpu.render(frame, rect, t),
         }
         if focus == Some(i) {

@@ -12,7 +12,7 @@ use ratatui::widgets::Paragraph;
 use crate::gpu::snapshot::{GpuReading, TelemetrySample};
 use crate::gpu::telemetry::PowerScope;
 
-use super::meter::{bar, ellipsize, history, open_panel, text};
+use super::meter::{bar, ellipsize, history, open_panel, text, wrap_words};
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
@@ -185,6 +185,18 @@ impl TopView {
         }
         if !now.is_empty() {
             lines.push(Line::from(text(ellipsize(&now.join(" · "), w), theme.text)));
+        }
+        // Where each number came from: `sysfs: util vram … · hwmon: temp power …`.
+        let from: Vec<String> = g
+            .sources()
+            .into_iter()
+            .map(|(src, labels)| format!("{}: {}", g.source_label(src), labels.join(", ")))
+            .collect();
+        if !from.is_empty() {
+            let v = format!("from {}", from.join(" · "));
+            for l in wrap_words(&v, w, 2) {
+                lines.push(Line::from(text(l, theme.dim)));
+            }
         }
         let rows = (lines.len() as u16).min(inner.height);
         frame.render_widget(

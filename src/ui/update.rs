@@ -210,15 +210,15 @@ impl App {
             Event::Watchdog(w) => {
                 let was_hung = self.watchdog.is_hung();
                 let state = w.state;
-                let what = if w.is_remote() { "server" } else { "GPU" };
+                let device = super::watchdog::hung_device(&w);
                 self.watchdog.apply(w);
                 if state == WatchState::Hung && !was_hung {
                     self.chat.notice(
-                        format!("the {what} stopped answering: see the banner above"),
+                        format!("the {device} stopped answering: see the banner above"),
                         NoticeLevel::Error,
                     );
                 } else if was_hung && state != WatchState::Hung {
-                    self.info(format!("the {what} is answering again"));
+                    self.info(format!("the {device} is answering again"));
                 }
             }
             Event::Telemetry(t) => self.gpu.apply(t),

@@ -7,7 +7,8 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
-use crate::gpu::snapshot::{DeviceSummary, REMOTE_STREAM, WatchState, WatchdogSnapshot};
+use crate::gpu::cpu::CPU_STREAM;
+use crate::gpu::snapshot::{REMOTE_STREAM, WatchState, WatchdogSnapshot};
 
 use super::meter::{
     bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,
@@ -68,25 +69,14 @@ impl WatchdogPanel {
         }
     }
 
-    pub fn render(
-        &self,
-        frame: &mut Frame,
-        area: Rect,
-        theme: &Theme,
-        device: Option<&DeviceSummary>,
-    ) {
+    pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
         let Some(inner) = open_panel(frame, area, "Watchdog", theme, 8) else {
             return;
         };
         let w = usize::from(inner.width);
+        // The watchdog starts with the device (the CPU backend's ops too) and reports at once.
         let Some(s) = &self.snapshot else {
-            let msg = match device {
-                Some(d) if d.backend == "cpu" => {
-                    "Nothing to watch: the CPU backend has no device queue that could hang."
-                }
-                _ => "No check yet.",
-            };
-            panel_note(frame, inner, msg, theme);
+            panel_note(frame, inner, "No check yet.", theme);
             return;
         };
         let label_w = 7;
@@ -249,7 +239,7 @@ impl WatchdogPanel {
         };
         let mut lines = vec![
             Line::from(vec![
-                text(" ⚠ GPU HUNG ", theme.hung_banner),
+                text(format!(" ⚠ {} HUNG ", hung_device(s)), theme.hung_banner),
                 text(
                     format!(
                         " {op} {stuck} {} (budget {}) on {}",
@@ -274,9 +264,10 @@ impl WatchdogPanel {
                 theme.text,
             )),
         ];
-        lines.push(Line::from(match &s.report {
-            Some(p) => text(format!("   report written to {}", p.display()), theme.text),
-            None => text("   the watchdog is writing a report…", theme.dim),
+        lines.push(Line::from(match (&s.report, &s.report_error) {
+            (Some(p), _) => text(format!("   report written to {}", p.display()), theme.text),
+            (None, Some(e)) => text(format!("   no report could be written: {e}"), theme.hung),
+            (None, None) => text("   the watchdog is writing a report…", theme.dim),
         }));
         lines.push(Line::from(vec![
             text("   You can ", theme.text),
@@ -295,5 +286,17 @@ impl WatchdogPanel {
             ),
             area,
         );
+    }
+}
+
+/// What the hung stream runs on, for the banner and the chat's notice: the CPU backend's own ops
+/// or a GPU's stream.
+pub fn hung_device(s: &WatchdogSnapshot) -> &'static str {
+    if s.stream == CPU_STREAM {
+        "CPU"
+    } else if s.is_remote() {
+        "server"
+    } else {
+        "GPU"
     }
 }

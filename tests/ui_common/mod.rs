@@ -133,9 +133,20 @@ pub fn watchdog(state: WatchState, age_ms: u64) -> WatchdogSnapshot {
         queue_depth: 37,
         report: (state == WatchState::Hung)
             .then(|| PathBuf::from("/home/ada/.local/state/hipscope/hang-20261122-141503.txt")),
+        report_error: None,
         op_started: true,
         // Once hung, hipEventQuery itself stopped answering: the verdict rests on breadcrumbs.
         event_queries_stuck: state == WatchState::Hung,
+    }
+}
+
+/// The CPU backend's watchdog at rest: its ops (the CPU's own stream) all finished.
+pub fn cpu_watchdog() -> WatchdogSnapshot {
+    WatchdogSnapshot {
+        state: WatchState::Ok,
+        stream: "cpu".into(),
+        last_completed: Some("read".into()),
+        ..WatchdogSnapshot::default()
     }
 }
 

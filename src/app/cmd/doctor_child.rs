@@ -129,30 +129,48 @@ fn pattern(words: usize, seed: u32) -> Vec<u8> {
         .collect()
 }
 
-/// Host → device → host of patterned buffers of several sizes, through the pinned staging
-/// buffers (hipscope's only copy path: pageable sources are staged first). Catches silent zeros.
+/// What came back from one round trip, against what went out: `None` when intact.
+fn compare_words(data: &[u8], back: &[u8]) -> Option<String> {
+    if back == data {
+        return None;
+    }
+    let words = data.len() / 4;
+    let zeros = back.chunks(4).filter(|w| w == &[0, 0, 0, 0]).count();
+    let wrong = back
+        .chunks(4)
+        .zip(data.chunks(4))
+        .filter(|(a, b)| a != b)
+        .count();
+    Some(format!("{wrong} of {words} words wrong ({zeros} zero)"))
+}
+
+/// Host → device → host of patterned buffers of several sizes, each through both paths: the
+/// pinned staging buffers (hipscope's own copies) and ordinary pageable memory handed straight
+/// to the runtime (what other programs do; the silent-zero reports, llama.cpp #28211). Each
+/// path writes its own pattern, so a copy that silently does nothing shows as the other
+/// path's data; the host buffer read into starts as a sentinel, so one that writes nothing
+/// shows too.
 fn roundtrip(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
     let sizes: [usize; 5] = [4, 4096, 65_536 + 12, 4 << 20, 48 << 20];
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 64 << 20))?;
     let mut bad = Vec::new();
+    let l = gpu.label("doctor · round trip");
     for (n, &bytes) in sizes.iter().enumerate() {
-        let data = pattern(bytes / 4, n as u32 * 7919);
         let buf = gpu.alloc(Region::Activations, bytes as u64)?;
-        let l = gpu.label("doctor · round trip");
-        gpu.upload(l, buf, &data)?;
-        let mut back = vec![0u8; bytes];
-        gpu.download(l, buf, &mut back)?;
-        if back != data {
-            let words = bytes / 4;
-            let zeros = back.chunks(4).filter(|w| w == &[0, 0, 0, 0]).count();
-            let wrong = back
-                .chunks(4)
-                .zip(data.chunks(4))
-                .filter(|(a, b)| a != b)
-                .count();
-            bad.push(format!(
-                "{bytes} B: {wrong} of {words} words wrong ({zeros} zero)"
-            ));
+        for (path, pageable) in [("pinned", false), ("pageable", true)] {
+            let seed = n as u32 * 7919 + if pageable { 104_729 } else { 0 };
+            let data = pattern(bytes / 4, seed);
+            let mut back = vec![0xA5u8; bytes];
+            if pageable {
+                gpu.upload_pageable(l, buf, &data)?;
+                gpu.download_pageable(l, buf, &mut back)?;
+            } else {
+                gpu.upload(l, buf, &data)?;
+                gpu.download(l, buf, &mut back)?;
+            }
+            if let Some(e) = compare_words(&data, &back) {
+                bad.push(format!("{bytes} B {path}: {e}"));
+            }
         }
         gpu.free(buf);
     }
@@ -163,7 +181,10 @@ fn roundtrip(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
     Ok(if bad.is_empty() {
         (
             true,
-            format!("{} read back intact (pinned staging)", sizes_s.join(", ")),
+            format!(
+                "{} read back intact, pinned and pageable",
+                sizes_s.join(", ")
+            ),
         )
     } else {
         (
@@ -351,4 +372,46 @@ fn clean_exit_work(gpu: &mut Gpu) -> Result<(), GpuError> {
         gpu.copy_d2d(l, b, a, 32 << 20)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::fake::{FakeControl, FakeDevice, FakeScript};
+
+    fn fake() -> (Gpu, FakeControl) {
+        let be = FakeDevice::new(FakeScript::default());
+        let ctl = be.control();
+        let gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open fake");
+        (gpu, ctl)
+    }
+
+    #[test]
+    fn round_trips_pass_intact_and_name_silent_zeros_on_both_paths() {
+        let (mut gpu, _) = fake();
+        let (ok, detail) = roundtrip(&mut gpu).expect("round trip");
+        assert!(ok, "{detail}");
+        assert!(detail.contains("pinned and pageable"), "{detail}");
+
+        let (mut gpu, ctl) = fake();
+        ctl.corrupt_uploads(true);
+        let (ok, detail) = roundtrip(&mut gpu).expect("round trip");
+        assert!(!ok, "{detail}");
+        for part in ["4 B pinned", "4 B pageable", "50331648 B pageable", "zero"] {
+            assert!(detail.contains(part), "{part} missing: {detail}");
+        }
+    }
+
+    #[test]
+    fn compare_counts_wrong_and_zero_words() {
+        let data = pattern(4, 1);
+        assert_eq!(compare_words(&data, &data), None);
+        let mut back = data.clone();
+        back[..4].copy_from_slice(&[0; 4]);
+        back[8] ^= 1;
+        assert_eq!(
+            compare_words(&data, &back).as_deref(),
+            Some("2 of 4 words wrong (1 zero)")
+        );
+    }
 }

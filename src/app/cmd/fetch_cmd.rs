@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::progress::stderr_progress;
-use super::usage::whole;
+use super::usage::{UsageError, whole};
+use crate::app::config;
 use crate::app::fetch::{self, FetchOptions};
 
 #[derive(Args, Debug)]
@@ -19,22 +20,27 @@ pub struct FetchArgs {
     /// Only print where the model is (or would be) stored.
     #[arg(long)]
     pub print_path: bool,
-    /// Seconds to wait for a connection.
-    #[arg(long, value_name = "SECS", default_value_t = 20, allow_negative_numbers = true,
+    /// Seconds to wait for a connection [default: `[fetch] connect_timeout_s` in config.toml,
+    /// 20].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
           value_parser = whole::<u64>(1, 3600))]
-    pub connect_timeout: u64,
-    /// Seconds to wait for the server to send anything before giving up on a try.
-    #[arg(long, value_name = "SECS", default_value_t = 30, allow_negative_numbers = true,
+    pub connect_timeout: Option<u64>,
+    /// Seconds to wait for the server to send anything before giving up on a try [default:
+    /// `[fetch] read_timeout_s`, 30].
+    #[arg(long, value_name = "SECS", allow_negative_numbers = true,
           value_parser = whole::<u64>(1, 3600))]
-    pub read_timeout: u64,
-    /// Tries of the download (each goes on from what the last one got), with growing pauses.
-    #[arg(long, value_name = "N", default_value_t = 4, allow_negative_numbers = true,
+    pub read_timeout: Option<u64>,
+    /// Tries of the download (each goes on from what the last one got), with growing pauses
+    /// [default: `[fetch] tries`, 4].
+    #[arg(long, value_name = "N", allow_negative_numbers = true,
           value_parser = whole::<u32>(1, 20))]
-    pub tries: u32,
+    pub tries: Option<u32>,
 }
 
 impl FetchArgs {
-    fn options(&self) -> FetchOptions {
+    /// The settings file's `[fetch]` limits, with the flags given on top.
+    fn options(&self) -> anyhow::Result<FetchOptions> {
+        let c = config::fetch_settings().map_err(|e| UsageError(e.to_string()))?;
         // Ctrl-C or SIGTERM stops the download, so that its temporary files are removed (the
         // partial download stays for the next run); a second one ends the process at once.
         let cancel = Arc::new(AtomicBool::new(false));
@@ -42,12 +48,13 @@ impl FetchArgs {
             let _ = signal_hook::flag::register_conditional_shutdown(sig, 130, cancel.clone());
             let _ = signal_hook::flag::register(sig, cancel.clone());
         }
-        FetchOptions {
-            connect_timeout: Duration::from_secs(self.connect_timeout),
-            read_timeout: Duration::from_secs(self.read_timeout),
-            attempts: self.tries,
+        let secs = |flag: Option<u64>, set: Duration| flag.map_or(set, Duration::from_secs);
+        Ok(FetchOptions {
+            connect_timeout: secs(self.connect_timeout, c.connect_timeout),
+            read_timeout: secs(self.read_timeout, c.read_timeout),
+            attempts: self.tries.unwrap_or(c.tries),
             cancel: Some(cancel),
-        }
+        })
     }
 }
 
@@ -57,7 +64,7 @@ pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
         writeln!(std::io::stdout(), "{}", path.display())?;
         return Ok(0);
     }
-    let opts = a.options();
+    let opts = a.options()?;
     if a.force || !path.is_file() {
         fetch::fetch_with(&path, &opts, &mut stderr_progress())?;
     } else {

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 
+use crate::app::cmd::usage::{out, outln, stdout_gone};
 use crate::app::exit_code;
 use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
@@ -62,11 +63,14 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         // The names' column as wide as the longest, so that the lists line up.
         let w = sources.iter().map(|s| s.name.len()).max().unwrap_or(0);
         for s in &sources {
-            println!(
+            outln!(
                 "{:<w$}  {}",
                 s.name,
                 kernels::kernel_names(&s.text).join(", ")
             );
+            if stdout_gone() {
+                break;
+            }
         }
         return 0;
     }
@@ -95,23 +99,23 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     } else {
         CompileMode::isolated()
     };
-    println!("compiler: {}", compiler.id());
+    outln!("compiler: {}", compiler.id());
     let mut all = Vec::new();
     for arch in &args.arch {
         let t = Instant::now();
         let builds = kernels::build_all(compiler.as_ref(), arch, &sources, &cache, &mode);
-        println!("{arch}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
+        outln!("{arch}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
         all.push(builds);
     }
     // The table: one row per kernel module, one column per arch.
     let w = 28;
-    print!("{:<10}", "kernel");
+    out!("{:<10}", "kernel");
     for a in &args.arch {
-        print!(" {a:<w$}");
+        out!(" {a:<w$}");
     }
-    println!();
+    outln!();
     for (i, s) in sources.iter().enumerate() {
-        print!("{:<10}", s.name);
+        out!("{:<10}", s.name);
         for builds in &all {
             let b = &builds[i];
             let cell = match (&b.status, &b.image) {
@@ -126,9 +130,9 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
                 (BuildStatus::Refused(_), _) => "REFUSED".to_string(),
                 (_, None) => "FAILED".to_string(),
             };
-            print!(" {cell:<w$}");
+            out!(" {cell:<w$}");
         }
-        println!();
+        outln!();
     }
     let mut failed = 0;
     for builds in &all {
@@ -141,13 +145,13 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
             };
             if let Some(why) = why {
                 failed += 1;
-                println!("\n{} for {}: {why}", b.name, b.arch);
+                outln!("\n{} for {}: {why}", b.name, b.arch);
             }
         }
     }
     let total: usize = all.iter().map(|b| b.len()).sum();
-    println!("\n{} of {total} compiled", total - failed);
-    if failed == 0 { 0 } else { 1 }
+    outln!("\n{} of {total} compiled", total - failed);
+    if failed == 0 || stdout_gone() { 0 } else { 1 }
 }
 
 /// `hipscope __compile-kernels` (hidden): the child side of isolated compilation.

@@ -108,13 +108,18 @@ pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     let config = std::env::var_os("HIPSCOPE_CONFIG")
         .map(PathBuf::from)
         .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
+    let mut limits = crate::app::config::FetchConfig::default();
     if let Some(path) = config {
         let c = crate::app::config::Config::load(&path)?;
         if let Some(m) = c.model {
             return Ok(m);
         }
+        limits = c.fetch;
     }
-    Ok(fetch::ensure_default_model(&mut stderr_progress())?)
+    Ok(fetch::ensure_default_model(
+        &fetch::FetchOptions::from_config(&limits),
+        &mut stderr_progress(),
+    )?)
 }
 
 /// Opens the model file (or builds the synthetic one), reporting progress on stderr.
@@ -174,12 +179,15 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
 pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
-    let (backend, said) = crate::gpu::open::open(&BackendRequest {
-        choice: args.backend,
-        device: args.device,
-        threads: args.threads,
-        compute: compute_options(args),
-    })
+    let (backend, said) = crate::gpu::open::open(
+        &BackendRequest {
+            choice: args.backend,
+            device: args.device,
+            threads: args.threads,
+            compute: compute_options(args),
+        },
+        crate::gpu::open::hangs_to_stderr(),
+    )
     .map_err(anyhow::Error::msg)?;
     eprintln!("backend: {said}");
     Ok(backend)

@@ -35,3 +35,43 @@ pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
     })
 }
+
+static STDOUT_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Standard output for the commands that print as they go and keep their own exit code
+/// (`selftest`, `kernels`): once the reader has gone (`| head`), the rest is dropped instead of
+/// panicking, and [`stdout_gone`] tells the command to end quietly with exit code 0 (after its
+/// device work is released as usual).
+pub fn write_out(args: std::fmt::Arguments) {
+    use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if STDOUT_GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_fmt(args).and_then(|()| o.flush())
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        STDOUT_GONE.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether a [`write_out`] found standard output closed.
+pub fn stdout_gone() -> bool {
+    STDOUT_GONE.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `println!` through [`write_out`].
+macro_rules! outln {
+    () => { $crate::app::cmd::usage::write_out(format_args!("\n")) };
+    ($($t:tt)*) => {
+        $crate::app::cmd::usage::write_out(format_args!("{}\n", format_args!($($t)*)))
+    };
+}
+
+/// `print!` through [`write_out`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::app::cmd::usage::write_out(format_args!($($t)*)) };
+}
+
+pub(crate) use {out, outln};

@@ -58,18 +58,20 @@ impl GpuCompute {
         let layer_off = (p.layer * n_ctx * kv_dim) as u64;
         let n = (p.n_tokens * kv_dim) as u64;
         let li = p.layer as u32;
-        let (store, store_name, attn, attn_name) = match self.opts.kv {
+        let (store, store_name, attn, attn_name, attn_q8_name) = match self.opts.kv {
             KvType::F32 => (
                 self.kernels.kv_store_f32,
                 "kv_store_f32",
                 self.kernels.attention_f32,
                 "attention_f32",
+                "attention_f32 + quantize_q8",
             ),
             KvType::F16 => (
                 self.kernels.kv_store_f16,
                 "kv_store_f16",
                 self.kernels.attention_f16,
                 "attention_f16",
+                "attention_f16 + quantize_q8",
             ),
         };
         match rope {
@@ -92,7 +94,8 @@ impl GpuCompute {
                     OpLabel::layer(li, "rope_qk + kv_store"),
                     name,
                     f,
-                    [p.n_tokens as u32, 2, 1],
+                    // A block per query head and per key head.
+                    [p.n_tokens as u32, (p.n_heads + p.n_kv_heads) as u32, 1],
                     [128, 1, 1],
                     &[
                         Arg::Ptr(qb.ptr),
@@ -132,9 +135,28 @@ impl GpuCompute {
                 )?;
             }
         }
+        // Quantized for the output projection in the same launch, as the fused RMS norm does,
+        // where the last product's Q8 block divides a head (a projection of another block size
+        // quantizes again).
+        let fuse_bs = self.norm_bs.filter(|&bs| {
+            p.head_dim.is_multiple_of(bs as usize)
+                && p.n_tokens < self.opts.gemm_min_tokens.max(1)
+                && self
+                    .ws
+                    .as_ref()
+                    .is_some_and(|ws| (p.n_tokens * q_dim) as u64 <= ws.xq.bytes)
+        });
+        let (xq, xd) = match (fuse_bs, self.ws.as_ref()) {
+            (Some(_), Some(ws)) => (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)),
+            _ => (Arg::U64(0), Arg::U64(0)),
+        };
         self.launch(
             OpLabel::layer(li, "attention"),
-            attn_name,
+            if fuse_bs.is_some() {
+                attn_q8_name
+            } else {
+                attn_name
+            },
             attn,
             [p.n_heads as u32, p.n_tokens as u32, 1],
             [128, 1, 1],
@@ -148,9 +170,21 @@ impl GpuCompute {
                 Arg::U32(p.head_dim as u32),
                 Arg::U32(p.pos0 as u32),
                 Arg::F32(p.scale),
+                xq,
+                xd,
+                Arg::U32(fuse_bs.unwrap_or(0)),
             ],
         )?;
         self.wrote(out);
+        if let Some(bs) = fuse_bs {
+            self.quant = Some(QuantKey {
+                buf: out,
+                version: self.bufs[out.0 as usize].version,
+                bs,
+                n_tokens: p.n_tokens,
+                dequantized: false,
+            });
+        }
         Ok(())
     }
 }

@@ -426,7 +426,12 @@ impl GpuCompute {
             label,
             "quantize_q8",
             f,
-            [n_blocks.div_ceil(128).clamp(1, 65_535) as u32, 1, 1],
+            // A warp per block of `bs` (the kernel loops over the blocks beyond the grid).
+            [
+                (n_blocks * self.warp as u64).div_ceil(128).clamp(1, 65_535) as u32,
+                1,
+                1,
+            ],
             [128, 1, 1],
             &[
                 Arg::Ptr(src.ptr),

@@ -36,15 +36,15 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, BackendMonitor, Buf, MemoryPlan, OpLabel, Result,
     RopeParams, Weight, WeightData,
 };
-use crate::gpu::device::{Device, GemmF32, GpuError, Op, RuntimeKind};
+use crate::gpu::device::{Device, DeviceInfo, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
 use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
 };
-use crate::gpu::stream::{LabelId, StreamShared};
-use crate::gpu::watchdog;
+use crate::gpu::stream::{Budget, LabelId, StreamShared};
+use crate::gpu::watchdog::{self, Watchdog};
 
 pub use plan::{ActFormat, ComputeOptions, KvType};
 use plan::{
@@ -218,6 +218,8 @@ pub struct GpuCompute {
     arena_cache: ArenaSnapshot,
     arena_at: Option<Instant>,
     builds: Vec<KernelBuild>,
+    /// The process's watchdog on this device's stream (`gpu::open` starts it).
+    watchdog: Option<Watchdog>,
 }
 
 impl GpuCompute {
@@ -271,6 +273,7 @@ impl GpuCompute {
             arena_cache: ArenaSnapshot::default(),
             arena_at: None,
             builds,
+            watchdog: None,
         })
     }
 
@@ -743,6 +746,23 @@ impl Backend for GpuCompute {
     fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
         let m: Arc<dyn BackendMonitor> = self.monitor.clone();
         self.gpu.as_ref().map(|_| m)
+    }
+
+    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
+        let g = self.gpu.as_ref()?;
+        Some((g.stream_shared(), g.info().clone()))
+    }
+
+    fn keep_watchdog(&mut self, dog: Watchdog) {
+        self.watchdog = Some(dog);
+    }
+
+    fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
+        // About 30 million polls of host memory: tens of seconds (a guard for a shared GPU).
+        self.gpu_mut()?
+            .launch_spin_on_flag(&label.to_string(), Some(budget), 30_000_000)
+            .map(|_| ())
+            .map_err(gpu_err)
     }
 
     fn shutdown(

@@ -64,11 +64,14 @@ impl GpuCompute {
                 (ws.xq, ws.xd)
             };
             let f = self.kernels.rms_norm_q8;
+            // Each row's Q8 blocks spread over blocks of 256 threads, a warp per Q8 block.
+            let warps = (256 / self.warp.clamp(1, 256)).max(1) as usize;
+            let slices = (dim / bs as usize).div_ceil(warps).clamp(1, MAX_GRID_Y);
             self.launch(
                 label,
                 "rms_norm + quantize_q8",
                 f,
-                [n_tokens as u32, 1, 1],
+                [n_tokens as u32, slices as u32, 1],
                 [256, 1, 1],
                 &[
                     Arg::Ptr(xb.ptr),

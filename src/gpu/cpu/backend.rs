@@ -1,18 +1,23 @@
 //! The CPU implementation of [`Backend`]: weights stay in the memory-mapped file, activations and
 //! the KV cache are f32 vectors, and the heavy ops run on a persistent thread pool.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
+use super::track::HostOps;
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvShift, OpLabel, Result, RopeParams, SharedBytes,
     Weight, WeightData,
 };
+use crate::gpu::device::DeviceInfo;
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
+use crate::gpu::stream::{Budget, StreamShared};
 use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
+use crate::gpu::watchdog::Watchdog;
 
 struct CpuWeight {
     name: String,
@@ -70,7 +75,14 @@ pub struct CpuBackend {
     scores: Vec<Mutex<Vec<f32>>>,
     allocations: u64,
     reason: String,
+    /// Every op in the in-flight table while it runs, for the watchdog.
+    ops: HostOps,
+    watchdog: Option<Watchdog>,
 }
+
+/// How long [`Backend::stuck_op`] holds the thread: far past any budget, short enough that a
+/// forgotten fault ends by itself.
+const STUCK_HOLD: Duration = Duration::from_secs(60);
 
 fn invalid(msg: String) -> BackendError {
     BackendError::Invalid(msg)
@@ -102,6 +114,8 @@ impl CpuBackend {
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             allocations: 0,
             reason: String::new(),
+            ops: HostOps::new(),
+            watchdog: None,
         }
     }
 
@@ -171,6 +185,7 @@ impl Backend for CpuBackend {
     }
 
     fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
+        let _op = self.ops.begin_named(&format!("load · {}", d.name));
         if !quant::is_supported(d.ty) {
             return Err(BackendError::Unsupported(format!(
                 "tensor {}: type {} is not supported",
@@ -206,6 +221,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc_kv_cache(&mut self, n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("alloc kv_cache"));
         let len = n_layers
             .checked_mul(n_ctx)
             .and_then(|n| n.checked_mul(kv_dim))
@@ -236,6 +252,7 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("embed"));
         let mut o = self.take(out, 0)?;
         let res = (|| {
             let w = self.weight(table)?;
@@ -269,8 +286,9 @@ impl Backend for CpuBackend {
         n_tokens: usize,
         dim: usize,
         eps: f32,
-        _label: OpLabel,
+        label: OpLabel,
     ) -> Result<()> {
+        let _op = self.ops.begin(label);
         let mut o = self.take(out, n_tokens * dim)?;
         let res = (|| {
             let w = self.vector(weight, dim)?;
@@ -294,8 +312,9 @@ impl Backend for CpuBackend {
         x: Buf,
         out: Buf,
         n_tokens: usize,
-        _label: OpLabel,
+        label: OpLabel,
     ) -> Result<()> {
+        let _op = self.ops.begin(label);
         let (rows, cols) = {
             let cw = self.weight(w)?;
             (cw.rows, cw.cols)
@@ -322,7 +341,8 @@ impl Backend for CpuBackend {
         res
     }
 
-    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, _label: OpLabel) -> Result<()> {
+    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
         let len = self.weight(bias)?.cols;
         let mut xv = self.take(x, n_tokens * len)?;
         let res = self.vector(bias, len).map(|b| {
@@ -344,8 +364,9 @@ impl Backend for CpuBackend {
         head_dim: usize,
         pos0: usize,
         p: &RopeParams,
-        _label: OpLabel,
+        label: OpLabel,
     ) -> Result<()> {
+        let _op = self.ops.begin(label);
         let half = p.pairs(head_dim)?;
         let factors = match p.freq_factors {
             Some(f) => Some(self.vector(f, half)?.to_vec()),
@@ -385,6 +406,7 @@ impl Backend for CpuBackend {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::layer(p.layer as u32, "attention"));
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q_dim = p.n_heads * p.head_dim;
         let kv = self
@@ -451,6 +473,7 @@ impl Backend for CpuBackend {
     }
 
     fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("kv_shift"));
         let factors = match s.rope.freq_factors {
             Some(f) => Some(self.vector(f, s.rope.pairs(s.head_dim)?)?.to_vec()),
             None => None,
@@ -469,7 +492,8 @@ impl Backend for CpuBackend {
         )
     }
 
-    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, _label: OpLabel) -> Result<()> {
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
         let mut g = self.take(gate, len)?;
         let res = self.buf(up, len).map(|u| {
             for (gv, &uv) in g[..len].iter_mut().zip(u) {
@@ -480,7 +504,8 @@ impl Backend for CpuBackend {
         res
     }
 
-    fn add(&mut self, acc: Buf, x: Buf, len: usize, _label: OpLabel) -> Result<()> {
+    fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
         let mut a = self.take(acc, len)?;
         let res = self.buf(x, len).map(|xv| {
             for (av, &xv) in a[..len].iter_mut().zip(xv) {
@@ -499,6 +524,7 @@ impl Backend for CpuBackend {
         dst_off: usize,
         len: usize,
     ) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("copy"));
         let mut d = self.take(dst, dst_off + len)?;
         let res = self
             .buf(src, src_off + len)
@@ -508,8 +534,39 @@ impl Backend for CpuBackend {
     }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("read"));
         let b = self.buf(buf, offset + out.len())?;
         out.copy_from_slice(&b[offset..]);
+        Ok(())
+    }
+
+    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
+        let d = self.device();
+        Some((
+            self.ops.shared(),
+            DeviceInfo {
+                name: d.name,
+                arch: d.arch,
+                arch_source: "cpuid".into(),
+                total_memory: d.total_memory.unwrap_or(0),
+                compute_units: self.pool.n_threads() as u32,
+                notes: vec![self.reason.clone()],
+                ..DeviceInfo::default()
+            },
+        ))
+    }
+
+    fn keep_watchdog(&mut self, dog: Watchdog) {
+        self.watchdog = Some(dog);
+    }
+
+    fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
+        let _op = self.ops.begin_budgeted(label, Some(budget));
+        tracing::warn!("{label}: holding this thread for {STUCK_HOLD:?} (HIPSCOPE_FAULT)");
+        let t = Instant::now();
+        while t.elapsed() < STUCK_HOLD {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         Ok(())
     }
 

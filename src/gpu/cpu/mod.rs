@@ -7,6 +7,8 @@ mod exp;
 pub mod kv_shift;
 pub mod matmul;
 pub mod pool;
+mod track;
 
 pub use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 pub use backend::CpuBackend;
+pub use track::CPU_STREAM;

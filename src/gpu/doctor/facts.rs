@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::gpu::telemetry::{GpuReading, Roots, Sampler, kfd, read_text, sysfs};
+use crate::gpu::telemetry::{GpuReading, Roots, Sampler, kfd, read_text, rocm_smi, sysfs};
 
 /// One library the doctor looks for: the sonames tried, newest first.
 pub const LIBRARIES: &[(&str, &[&str])] = &[
@@ -23,15 +23,7 @@ pub const LIBRARIES: &[(&str, &[&str])] = &[
         "rocBLAS",
         &["librocblas.so.5", "librocblas.so.4", "librocblas.so.0"],
     ),
-    (
-        "rocm-smi",
-        &[
-            "librocm_smi64.so.7",
-            "librocm_smi64.so.6",
-            "librocm_smi64.so.5",
-            "librocm_smi64.so.1",
-        ],
-    ),
+    ("rocm-smi", rocm_smi::LIBRARY_NAMES),
     ("CUDA driver", &["libcuda.so.1"]),
     (
         "nvrtc",
@@ -87,6 +79,9 @@ pub struct Facts {
     pub kfd_nodes: usize,
     pub module_params: Vec<(String, String)>,
     pub firmware: Vec<(String, String)>,
+    /// rocm-smi's version and what `rsmi_init` answered; `None` when the library is absent or
+    /// not probed (a captured tree).
+    pub rocm_smi: Option<rocm_smi::Probe>,
     /// Files that exist but could not be read.
     pub notes: Vec<String>,
 }
@@ -234,6 +229,7 @@ pub fn gather(roots: &Roots, live_probes: bool) -> Facts {
     };
     if live_probes {
         f.libraries = LIBRARIES.iter().map(|(n, s)| probe_library(n, s)).collect();
+        f.rocm_smi = rocm_smi::probe();
         f.groups = groups(&etc);
         f.dev_kfd = Some(access(&roots.dev.join("kfd")));
         if let Ok(rd) = std::fs::read_dir(roots.dev.join("dri")) {

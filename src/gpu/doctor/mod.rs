@@ -54,15 +54,17 @@ pub fn environment(f: &Facts) -> Vec<Check> {
     });
     for l in &f.libraries {
         out.push(match &l.found {
-            Some((so, file)) => Check::new(
-                sec,
-                l.name,
-                Status::Pass,
-                match file {
+            Some((so, file)) => {
+                let found = match file {
                     Some(file) if file != so => format!("{so} ({file})"),
                     _ => so.clone(),
-                },
-            ),
+                };
+                if l.name == "rocm-smi" {
+                    rocm_smi_check(f, found)
+                } else {
+                    Check::new(sec, l.name, Status::Pass, found)
+                }
+            }
             None => Check::new(sec, l.name, Status::Skip, "not found"),
         });
     }
@@ -117,6 +119,45 @@ pub fn environment(f: &Facts) -> Vec<Check> {
     out
 }
 
+/// The rocm-smi library: its version and what `rsmi_init` said. A failed init is expected with
+/// no AMD GPU; with one it is worth a warning (hipscope reads sysfs itself and goes on).
+fn rocm_smi_check(f: &Facts, found: String) -> Check {
+    let sec = "environment";
+    let Some(p) = &f.rocm_smi else {
+        return Check::new(sec, "rocm-smi", Status::Pass, found);
+    };
+    let amd = f.gpus.iter().filter(|g| g.vendor == "amd").count();
+    let head = format!("{found} · library {}", p.version);
+    match (&p.error, p.devices) {
+        (None, Some(n)) if n as usize == amd => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Pass,
+            format!("{head} · rsmi_init ok, {n} device{}", if n == 1 { "" } else { "s" }),
+        ),
+        (None, Some(n)) => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Warn,
+            format!("{head} · rsmi_init ok, {n} devices, sysfs shows {amd} amdgpu card{}", if amd == 1 { "" } else { "s" }),
+        )
+        .advise("rocm-smi and sysfs disagree: check /dev/kfd access and that the library matches the driver"),
+        (Some(e), _) if amd == 0 => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Pass,
+            format!("{head} · no AMD GPU: {e}"),
+        ),
+        (e, _) => Check::new(
+            sec,
+            "rocm-smi",
+            Status::Warn,
+            format!("{head} · {}", e.as_deref().unwrap_or("no answer")),
+        )
+        .advise("telemetry reads sysfs without it; for rocm-smi itself, check /dev/kfd access and that the library matches the driver"),
+    }
+}
+
 /// Devices: every GPU telemetry sees, with what kind it is.
 pub fn devices(f: &Facts) -> Vec<Check> {
     let sec = "devices";
@@ -150,6 +191,10 @@ pub fn devices(f: &Facts) -> Vec<Check> {
         }
         if g.suspended {
             d.push("runtime-suspended (not woken)".into());
+        }
+        let from = g.source_names();
+        if !from.is_empty() {
+            d.push(format!("read from {}", from.join(", ")));
         }
         let missing_arch = g.vendor == "amd" && g.arch.is_none() && !g.suspended;
         let mut c = Check::new(
@@ -207,4 +252,58 @@ pub fn driver(f: &Facts) -> Vec<Check> {
     }
     out.extend(rules::evaluate(f));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::telemetry::{GpuReading, rocm_smi::Probe};
+
+    fn facts(amd_cards: usize, probe: Probe) -> Facts {
+        Facts {
+            gpus: (0..amd_cards)
+                .map(|i| GpuReading {
+                    id: format!("card{i}"),
+                    vendor: "amd".into(),
+                    ..Default::default()
+                })
+                .collect(),
+            rocm_smi: Some(probe),
+            ..Default::default()
+        }
+    }
+
+    fn probe(devices: Option<u32>, error: Option<&str>) -> Probe {
+        Probe {
+            soname: "librocm_smi64.so.1".into(),
+            version: "1.0.0".into(),
+            devices,
+            error: error.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn rocm_smi_is_reported_with_its_version_and_what_init_said() {
+        let init_failed = "rsmi_init failed: RSMI_STATUS_INIT_ERROR (8)";
+        // No AMD GPU: a failed init is expected, and said.
+        let c = rocm_smi_check(&facts(0, probe(None, Some(init_failed))), "so".into());
+        assert_eq!(c.status, Status::Pass);
+        assert!(c.detail.contains("library 1.0.0"), "{}", c.detail);
+        assert!(
+            c.detail.contains("no AMD GPU: rsmi_init failed"),
+            "{}",
+            c.detail
+        );
+        // An AMD GPU rocm-smi cannot see: a warning, and telemetry goes on without it.
+        let c = rocm_smi_check(&facts(1, probe(None, Some(init_failed))), "so".into());
+        assert_eq!(c.status, Status::Warn);
+        assert!(c.advice.contains("sysfs"), "{}", c.advice);
+        let c = rocm_smi_check(&facts(1, probe(Some(1), None)), "so".into());
+        assert_eq!(
+            (c.status, c.detail.ends_with("1 device")),
+            (Status::Pass, true)
+        );
+        let c = rocm_smi_check(&facts(2, probe(Some(1), None)), "so".into());
+        assert_eq!(c.status, Status::Warn, "{}", c.detail);
+    }
 }

@@ -97,6 +97,62 @@ impl Gpu {
 }
 
 impl Gpu {
+    /// Copies host bytes from ordinary (pageable) memory straight into `dst`, with no staging,
+    /// and waits for the copy. Not a path hipscope's own uploads take: `doctor` uses it to check
+    /// the runtime's pageable copies, which the silent-zero reports involve.
+    pub fn upload_pageable(
+        &mut self,
+        label: LabelId,
+        dst: DeviceBuffer,
+        data: &[u8],
+    ) -> Result<(), GpuError> {
+        self.check_alive()?;
+        if data.len() as u64 > dst.bytes {
+            return Err(GpuError::InvalidArgument(format!(
+                "upload of {} bytes into a buffer of {}",
+                data.len(),
+                dst.bytes
+            )));
+        }
+        let (src, len) = (data.as_ptr(), data.len());
+        let seq = self.enqueue(OpKind::CopyH2D, label, None, |be, _, _| {
+            // SAFETY: `data` is borrowed until the wait below has seen the copy finish.
+            unsafe { be.copy_h2d_pageable(dst.ptr, src, len) }
+        })?;
+        let d = self.deadline();
+        let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
+        self.guard(r)
+    }
+
+    /// Copies `out.len()` bytes from `src` straight into ordinary (pageable) host memory, with
+    /// no staging, waiting for the copy; see [`Gpu::upload_pageable`].
+    pub fn download_pageable(
+        &mut self,
+        label: LabelId,
+        src: DeviceBuffer,
+        out: &mut [u8],
+    ) -> Result<(), GpuError> {
+        self.check_alive()?;
+        if out.len() as u64 > src.bytes {
+            return Err(GpuError::InvalidArgument(format!(
+                "download of {} bytes from a buffer of {}",
+                out.len(),
+                src.bytes
+            )));
+        }
+        let (dst, len) = (out.as_mut_ptr(), out.len());
+        let seq = self.enqueue(OpKind::CopyD2H, label, None, |be, _, _| {
+            // SAFETY: `out` is borrowed, and not read, until the wait below has seen the copy
+            // finish.
+            unsafe { be.copy_d2h_pageable(dst, src.ptr, len) }
+        })?;
+        let d = self.deadline();
+        let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
+        self.guard(r)
+    }
+}
+
+impl Gpu {
     /// Computes the checksum of the first `len` bytes of `buf` on the device.
     pub fn device_checksum(
         &mut self,

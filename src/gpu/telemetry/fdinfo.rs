@@ -3,6 +3,8 @@
 //! open of it (several fds may share a client: counted once), `drm-memory-vram` /
 //! `drm-memory-gtt` (or `drm-resident-*` on kernels ≥ 6.11) its memory, `drm-engine-gfx` its busy
 //! time in ns. Every process we may read is listed, as nvtop does; others are skipped silently.
+//! Parsed here: libdrm_amdgpu_sys (0.9.0) has no fdinfo reader (amdgpu_top keeps its own in
+//! the app's crate).
 
 use std::collections::BTreeMap;
 use std::path::Path;

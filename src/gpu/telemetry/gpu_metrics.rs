@@ -7,7 +7,11 @@
 //! Units, from the kernel's `drivers/gpu/drm/amd/include/kgd_pp_interface.h` (Linux 6.2–6.12):
 //! v1.x temperatures in °C, power in W, activity in %; v2.x and v3.0 (APUs) temperatures in
 //! centi-°C and power in mW. 0xFFFF (0xFFFFFFFF for 32-bit fields) marks a field the firmware
-//! does not fill.
+//! does not fill. One exception seen on real parts: some APU firmware fills
+//! `average_socket_power` in W, not mW (Renoir's family, amdgpu_top's note citing
+//! drm/amd#2321; a Raphael APU's published v2.1 decode in amdgpu_top's docs/sample.json reads 27
+//! beside a GFX power of 4803 mW). A package drawing under 1 W is not a running APU, so a value
+//! below 1000 is taken as W ([`apu_socket_watts`]).
 
 use std::path::Path;
 
@@ -98,6 +102,13 @@ pub fn decode(raw: &[u8]) -> Result<Metrics, MetricsError> {
     // APU tables count temperatures in centi-degrees and power in milliwatts.
     let temp = |v: Option<u16>| v16(v).map(|t| if apu { t as f32 / 100.0 } else { t as f32 });
     let watts = |v: Option<u32>| v.map(|p| if apu { p as f32 / 1000.0 } else { p as f32 });
+    let socket_watts = |v: Option<u32>| {
+        if apu {
+            v.map(apu_socket_watts)
+        } else {
+            watts(v)
+        }
+    };
     let gfx_power = if rev == (3, 0) {
         v32(m.get_average_gfx_power_u32())
     } else {
@@ -111,12 +122,22 @@ pub fn decode(raw: &[u8]) -> Result<Metrics, MetricsError> {
         temp_hotspot_c: temp(m.get_temperature_hotspot()),
         temp_mem_c: temp(m.get_temperature_mem()),
         temp_gfx_c: temp(m.get_temperature_gfx()),
-        socket_power_w: watts(v32(m.get_average_socket_power())),
+        socket_power_w: socket_watts(v32(m.get_average_socket_power())),
         gfx_power_w: watts(gfx_power),
         gfxclk_mhz: v16(m.get_current_gfxclk()).or_else(|| v16(m.get_average_gfxclk_frequency())),
         uclk_mhz: v16(m.get_current_uclk()).or_else(|| v16(m.get_average_uclk_frequency())),
         fan_rpm: v16(m.get_current_fan_speed()),
     })
+}
+
+/// An APU table's `average_socket_power` in W: mW as the header documents it, except where the
+/// firmware wrote W (a value below 1000; see the module's note).
+pub fn apu_socket_watts(raw: u32) -> f32 {
+    if raw < 1000 {
+        raw as f32
+    } else {
+        raw as f32 / 1000.0
+    }
 }
 
 /// Adds what the device's `gpu_metrics` has to `g`, filling only what sysfs and hwmon left

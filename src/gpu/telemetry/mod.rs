@@ -8,9 +8,10 @@
 //!
 //! Sources: [`sysfs`] (amdgpu's own files), [`hwmon`] (temperatures, power, fan),
 //! [`gpu_metrics`] (the SMU's binary table), [`kfd`] (topology: arch, APU), [`fdinfo`]
-//! (per-process VRAM/GTT), [`host`] (CPU and memory from `/proc`), [`nvml`] (NVIDIA).
-//! rocm-smi is not a source yet: everything it reports on these parts is in sysfs, and on
-//! Debian's 5.2.3 a device call after a failed `rsmi_init` segfaults.
+//! (per-process VRAM/GTT), [`host`] (CPU and memory from `/proc`), [`nvml`] (NVIDIA),
+//! [`rocm_smi`] (AMD through `librocm_smi64`, a second source that fills what sysfs left out).
+//! Each reading of a GPU records the source it came from ([`GpuReading::from`]), which the
+//! panel, `top` and `doctor` show.
 
 pub mod fdinfo;
 pub mod gpu_metrics;
@@ -18,8 +19,10 @@ pub mod host;
 pub mod hwmon;
 pub mod kfd;
 pub mod nvml;
+pub mod rocm_smi;
 pub mod sysfs;
 
+use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -163,7 +166,38 @@ pub struct GpuReading {
     pub pcie_width: Option<u32>,
     /// `gpu_metrics` format.content revision, e.g. `1.3`.
     pub gpu_metrics: Option<String>,
+    /// Where each reading came from: its field name (as in this JSON) → `sysfs`, `hwmon`,
+    /// `gpu_metrics`, `rocm-smi` or `NVML`. A reading two sources have is the first one's.
+    pub from: BTreeMap<&'static str, &'static str>,
 }
+
+/// Every reading of a [`GpuReading`] that a source supplies: its field name, a short label for
+/// the screens, and whether it is present. The one list that provenance walks.
+#[allow(clippy::type_complexity)]
+pub const READINGS: &[(&str, &str, fn(&GpuReading) -> bool)] = &[
+    ("gpu_util_pct", "util", |g| g.gpu_util_pct.is_some()),
+    ("mem_util_pct", "mem busy", |g| g.mem_util_pct.is_some()),
+    ("vram_used", "vram", |g| g.vram_used.is_some()),
+    ("vram_total", "vram", |g| g.vram_total.is_some()),
+    ("vis_vram_used", "vis vram", |g| g.vis_vram_used.is_some()),
+    ("vis_vram_total", "vis vram", |g| g.vis_vram_total.is_some()),
+    ("gtt_used", "gtt", |g| g.gtt_used.is_some()),
+    ("gtt_total", "gtt", |g| g.gtt_total.is_some()),
+    ("temp_edge_c", "temp", |g| g.temp_edge_c.is_some()),
+    ("temp_junction_c", "hotspot", |g| {
+        g.temp_junction_c.is_some()
+    }),
+    ("temp_mem_c", "mem temp", |g| g.temp_mem_c.is_some()),
+    ("power_w", "power", |g| g.power_w.is_some()),
+    ("gpu_power_w", "gpu power", |g| g.gpu_power_w.is_some()),
+    ("power_cap_w", "power cap", |g| g.power_cap_w.is_some()),
+    ("sclk_mhz", "sclk", |g| g.sclk_mhz.is_some()),
+    ("mclk_mhz", "mclk", |g| g.mclk_mhz.is_some()),
+    ("fan_rpm", "fan", |g| g.fan_rpm.is_some()),
+    ("fan_pct", "fan", |g| g.fan_pct.is_some()),
+    ("pcie_speed", "pcie", |g| g.pcie_speed.is_some()),
+    ("pcie_width", "pcie", |g| g.pcie_width.is_some()),
+];
 
 impl GpuReading {
     /// The memory to show first: GTT on an APU (the model lives there, not in the small
@@ -178,6 +212,58 @@ impl GpuReading {
             .zip(self.gtt_total)
             .map(|(u, t)| ("GTT", u, t));
         if self.apu { gtt.or(vram) } else { vram.or(gtt) }
+    }
+
+    /// The field names of the readings present now.
+    pub fn present(&self) -> Vec<&'static str> {
+        READINGS
+            .iter()
+            .filter(|(_, _, has)| has(self))
+            .map(|(k, _, _)| *k)
+            .collect()
+    }
+
+    /// Credits `source` with every reading present now that was absent in `before` (what
+    /// [`GpuReading::present`] returned before the source read) and has no source yet.
+    pub fn credit(&mut self, before: &[&'static str], source: &'static str) {
+        for k in self.present() {
+            if !before.contains(&k) {
+                self.from.entry(k).or_insert(source);
+            }
+        }
+    }
+
+    /// Each source with the short labels of the readings it gave, in [`READINGS`] order (a
+    /// pool's use and total share one label).
+    pub fn sources(&self) -> Vec<(&'static str, Vec<&'static str>)> {
+        let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+        for (k, label, has) in READINGS {
+            let Some(src) = self.from.get(k).filter(|_| has(self)) else {
+                continue;
+            };
+            match out.iter_mut().find(|(s, _)| s == src) {
+                Some((_, v)) if v.contains(label) => {}
+                Some((_, v)) => v.push(label),
+                None => out.push((src, vec![label])),
+            }
+        }
+        out
+    }
+
+    /// A source as the screens name it: `gpu_metrics` with its revision (`gpu_metrics 1.3`).
+    pub fn source_label(&self, source: &str) -> String {
+        match (source, &self.gpu_metrics) {
+            ("gpu_metrics", Some(rev)) => format!("gpu_metrics {rev}"),
+            _ => source.to_string(),
+        }
+    }
+
+    /// `sysfs, hwmon, gpu_metrics 1.3`: the sources that gave readings, for one line.
+    pub fn source_names(&self) -> Vec<String> {
+        self.sources()
+            .into_iter()
+            .map(|(s, _)| self.source_label(s))
+            .collect()
     }
 }
 
@@ -245,6 +331,14 @@ impl Sampler {
             Box::new(host::HostSource::new(roots)),
             Box::new(sysfs::AmdSysfs::new(roots)),
         ];
+        // rocm-smi reads the live machine only, and is loaded only where sysfs shows an amdgpu
+        // card (it has nothing to add elsewhere, and its init writes to stderr when it fails).
+        if roots.is_live()
+            && !sysfs::cards(roots).is_empty()
+            && let Ok(r) = rocm_smi::RocmSmiSource::open()
+        {
+            sources.push(Box::new(r));
+        }
         if roots.is_live()
             && let Some(n) = nvml::NvmlSource::open()
         {
@@ -343,5 +437,36 @@ mod tests {
         assert_eq!(g.headline_memory().map(|m| m.0), Some("VRAM"));
         g.apu = true;
         assert_eq!(g.headline_memory(), Some(("GTT", 2, 64 << 30)));
+    }
+
+    #[test]
+    fn each_reading_is_credited_to_the_first_source_that_gave_it() {
+        let mut g = GpuReading {
+            gpu_util_pct: Some(5.0),
+            ..Default::default()
+        };
+        g.credit(&[], "sysfs");
+        let before = g.present();
+        g.temp_edge_c = Some(40.0);
+        g.gpu_util_pct = Some(6.0); // a later source may not take it over
+        g.credit(&before, "hwmon");
+        let before = g.present();
+        g.gpu_metrics = Some("1.3".into());
+        g.fan_rpm = Some(900);
+        g.credit(&before, "gpu_metrics");
+        assert_eq!(g.from.get("gpu_util_pct"), Some(&"sysfs"));
+        assert_eq!(g.from.get("temp_edge_c"), Some(&"hwmon"));
+        assert_eq!(
+            g.sources(),
+            vec![
+                ("sysfs", vec!["util"]),
+                ("hwmon", vec!["temp"]),
+                ("gpu_metrics", vec!["fan"])
+            ]
+        );
+        assert_eq!(g.source_names(), ["sysfs", "hwmon", "gpu_metrics 1.3"]);
+        // A reading that went away is no source's.
+        g.fan_rpm = None;
+        assert_eq!(g.source_names(), ["sysfs", "hwmon"]);
     }
 }

@@ -81,7 +81,7 @@ impl Source for NvmlSource {
             let util = ok!("utilization", d.utilization_rates());
             let mem = ok!("memory", d.memory_info());
             let cc = ok!("compute capability", d.cuda_compute_capability());
-            let g = GpuReading {
+            let mut g = GpuReading {
                 id: id.clone(),
                 vendor: "nvidia".into(),
                 name: ok!("name", d.name()).unwrap_or_else(|| format!("NVIDIA GPU {i}")),
@@ -105,6 +105,7 @@ impl Source for NvmlSource {
                 pcie_width: ok!("pcie width", d.current_pcie_link_width()),
                 ..Default::default()
             };
+            g.credit(&[], "NVML");
             for p in ok!("processes", d.running_compute_processes()).unwrap_or_default() {
                 let name = std::fs::read_to_string(format!("/proc/{}/comm", p.pid))
                     .map(|s| s.trim().to_string())

@@ -150,8 +150,13 @@ pub fn read_card(
     g.apu = node.is_some_and(|n| n.cpu_cores > 0)
         || device_id.is_some_and(|id| APU_DEVICE_IDS.contains(&id))
         || matches!((g.vram_total, g.gtt_total), (Some(v), Some(t)) if v.saturating_mul(4) < t);
+    g.credit(&[], "sysfs");
+    let before = g.present();
     hwmon::read_into(d, &mut g, notes);
+    g.credit(&before, "hwmon");
+    let before = g.present();
     gpu_metrics::read_into(d, &mut g, notes);
+    g.credit(&before, "gpu_metrics");
     let _ = roots;
     g
 }

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::outln;
 use crate::app::exit_code;
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
 use crate::gpu::arena::{ArenaPlan, Region};
@@ -48,6 +49,9 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
     if opts.no_cache {
         cmd.arg("--no-cache");
     }
+    if let Some(phase) = scenario.strip_prefix("chat-hang:") {
+        cmd.env("HIPSCOPE_FAULT", format!("hang:{phase}"));
+    }
     let t0 = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -61,7 +65,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         if l.starts_with("@quit-begin") {
             quit_begin = Some(Instant::now());
         }
-        println!("  [{scenario}] {l}");
+        outln!("  [{scenario}] {l}");
         lines.push(l);
     }
     let status = child.wait().map_err(|e| format!("wait: {e}"))?;
@@ -71,7 +75,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         let _ = std::io::Read::read_to_string(&mut e, &mut err);
     }
     for l in err.lines().filter(|l| !l.trim().is_empty()) {
-        println!("  [{scenario}] stderr: {l}");
+        outln!("  [{scenario}] stderr: {l}");
     }
     let code = status.code();
     let total = t0.elapsed();
@@ -83,6 +87,7 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         })
     };
     match scenario {
+        s if s.starts_with("chat-hang:") => Ok(super::chat_hang::verdict(&lines, code, quit_ms)),
         "hang" => {
             let label = field("@hung", "op").unwrap_or_default();
             let detect: f64 = field("@hung", "detected_ms")
@@ -131,11 +136,6 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
             ))
         }
     }
-}
-
-pub(super) fn print_flush(s: &str) {
-    println!("{s}");
-    let _ = std::io::stdout().flush();
 }
 
 pub(super) fn small_arena(gpu: &mut Gpu) -> Result<(), GpuError> {

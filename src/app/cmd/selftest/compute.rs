@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::{outln, stdout_gone};
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
 use crate::gpu::compute::plan::{ActFormat, type_kernels};
@@ -329,7 +330,7 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
 
 fn print_ops(errors: &OpErrors, kv: KvType) {
     for (kind, e) in errors {
-        println!(
+        outln!(
             "    {kind:<28} rel {:>9.2e} (bound {:.0e}) over {:>4} calls, worst at {}",
             e.rel_l2,
             op_tolerance(kind, kv),
@@ -341,17 +342,17 @@ fn print_ops(errors: &OpErrors, kv: KvType) {
 
 /// Runs the check; prints a table; 0 when every case passes.
 pub fn run(o: &ComputeCheckOptions) -> i32 {
-    println!("hipscope selftest --compute: GPU forward pass against the CPU backend");
-    println!(
+    outln!("hipscope selftest --compute: GPU forward pass against the CPU backend");
+    outln!(
         "steps per case: a {PROMPT}-token prompt (GEMM path), a {SHORT}-token batch \
          (matrix-vector path), {DECODE} decode steps, a context shift and 2 decode steps after \
          it; every logit compared"
     );
-    println!(
+    outln!(
         "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5 (attention over an f16 KV cache 1e-3); \
          logits 1e-4 for F32/F16/BF16 weights, 5e-2 where activations are Q8-rounded"
     );
-    println!(
+    outln!(
         "floor: the same measure between the CPU and the CPU with norm weights moved by one ulp"
     );
     let all = cases(o);
@@ -362,9 +363,10 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let file = match loader::open(&c.source, &mut |_, _| {}) {
             Ok(f) => f,
             Err(e) => {
-                println!(
+                outln!(
                     "{:<34} {:<7} error building the model: {e}",
-                    c.name, c.quant
+                    c.name,
+                    c.quant
                 );
                 failed += 1;
                 total += 1;
@@ -374,7 +376,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let gpu = match open_gpu(o, c.kv) {
             Ok(g) => g,
             Err(e) => {
-                println!("{:<34} {:<7} error opening the GPU: {e}", c.name, c.quant);
+                outln!("{:<34} {:<7} error opening the GPU: {e}", c.name, c.quant);
                 failed += 1;
                 total += 1;
                 continue;
@@ -382,9 +384,9 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         };
         if !device_line {
             let d = gpu.device();
-            println!("device: {} [{}] — {}", d.name, d.arch, d.reason);
-            println!();
-            println!(
+            outln!("device: {} [{}] — {}", d.name, d.arch, d.reason);
+            outln!();
+            outln!(
                 "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
                 "model",
                 "weights",
@@ -414,7 +416,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let ops_pass = worst_op <= 1.0;
         let pass = ops_pass && matches!(&r, Ok(out) if out.worst() <= bound);
         match &r {
-            Ok(out) => println!(
+            Ok(out) => outln!(
                 "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1}  {}",
                 c.name,
                 c.quant,
@@ -429,7 +431,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 secs,
                 if pass { "PASS" } else { "FAIL" }
             ),
-            Err(e) => println!(
+            Err(e) => outln!(
                 "{:<18} {:<7} {:<4} error: {e}",
                 c.name,
                 c.quant,
@@ -439,19 +441,23 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         match &ops {
             Ok(errors) if !pass || o.ops => print_ops(errors, c.kv),
             Ok(_) => {}
-            Err(e) => println!("    op-by-op run failed: {e}"),
+            Err(e) => outln!("    op-by-op run failed: {e}"),
         }
         total += 1;
         if !pass {
             failed += 1;
         }
     }
-    println!();
+    outln!();
+    if stdout_gone() {
+        // Nobody read the results (`| head`): quietly, as Unix tools end.
+        return 0;
+    }
     if failed == 0 {
-        println!("all {total} compute cases passed");
+        outln!("all {total} compute cases passed");
         0
     } else {
-        println!("{failed} of {total} compute cases failed");
+        outln!("{failed} of {total} compute cases failed");
         1
     }
 }

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::outln;
 use crate::gpu::compute::lockstep::rel_l2;
 use crate::gpu::compute::{GpuCompute, KvType};
 use crate::gpu::cpu::CpuBackend;
@@ -251,20 +252,20 @@ pub(super) fn overhead(d: &mut DecodeModel, steps: usize) -> Result<(bool, Strin
     let ops = d.ops_per_step()?;
     let med: Vec<f64> = times.iter_mut().map(|t| median(t)).collect();
     let pct = |x: f64| (x - med[0]) / med[0] * 100.0;
-    println!(
+    outln!(
         "overhead  decode step ({SHAPE} {QUANT}: {ops} ops incl. the logits download), median \
          of {} steps per mode:",
         times[0].len()
     );
     for (i, (name, _, _)) in modes.iter().enumerate() {
-        println!(
+        outln!(
             "          tracking {name:<16} {:>8.1} µs/step  {:>6.2} µs/op  {:+.2}%",
             med[i],
             med[i] / ops as f64,
             pct(med[i])
         );
     }
-    println!(
+    outln!(
         "          tracking on+layer events  not measured: the compute path records no per-layer \
          events (only the stream's event every 64 ops, included in \"on\")"
     );

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::outln;
 use crate::gpu::arena::Region;
 use crate::gpu::checksum::VerifyError;
 use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
@@ -105,12 +106,12 @@ pub(super) fn burst(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
             format!("{at:.0}ms:{d}")
         })
         .collect();
-    println!(
+    outln!(
         "burst     {n} × hs_busy({iters} iters ≈ {:.2} ms each), enqueued in {enqueue_ms:.1} ms, \
          drained in {drain_ms:.1} ms",
         per * iters as f64 / probe_iters as f64 * 1e3
     );
-    println!("          queue depth: {}", timeline.join("  "));
+    outln!("          queue depth: {}", timeline.join("  "));
     let pass = peak >= (n as u64 * 3 / 4) && last == 0;
     Ok((
         pass,

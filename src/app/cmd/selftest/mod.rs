@@ -7,8 +7,11 @@
 //!
 //! `setup.rs`: options, the result row, opening the device; `mechanisms.rs`: burst, watchdog,
 //! GEMM, upload checks; `decode.rs`: steady state and tracking overhead; `child.rs`: the
-//! child-process scenarios (hang, quit); `compute.rs`: `selftest --compute`.
+//! child-process scenarios (hang, quit); `chat_hang.rs`: the chat's worker and watchdog with a
+//! stuck kernel injected during load, prompt processing and decode (children too);
+//! `compute.rs`: `selftest --compute`.
 
+mod chat_hang;
 mod child;
 pub mod compute;
 mod decode;
@@ -23,6 +26,7 @@ use std::sync::Mutex;
 use std::sync::mpsc::channel;
 use std::time::Duration;
 
+use crate::app::cmd::usage::{outln, stdout_gone};
 use crate::app::exit_code;
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::human_bytes;
@@ -67,7 +71,7 @@ pub struct SelftestArgs {
     /// With --compute: compare every op of every case (a per-op error table).
     #[arg(long, requires = "compute")]
     pub ops: bool,
-    /// Internal: run one scenario as a child process (`hang`, `quit`).
+    /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
 }
@@ -110,13 +114,20 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     match opts.child.as_deref() {
         Some("hang") => return child_hang(opts),
         Some("quit") => return child_quit(opts),
+        Some(s) if s.starts_with("chat-hang:") => {
+            return chat_hang::child_chat_hang(opts, &s["chat-hang:".len()..]);
+        }
         Some(other) => {
             eprintln!("hipscope selftest: unknown child scenario {other:?}");
             return exit_code::USAGE;
         }
         None => {}
     }
-    println!("hipscope selftest");
+    outln!("hipscope selftest");
+    if stdout_gone() {
+        // Nobody reads the results (`| head`): end quietly, before any device is opened.
+        return exit_code::OK;
+    }
     let (mut gpu, _) = match open(opts, false) {
         Ok(g) => g,
         Err(e) => {
@@ -133,10 +144,10 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     }
     match gpu.gemm_path() {
         GemmPath::Blas { library } => {
-            println!("gemm      {library} (bound to our stream, device pointer mode)")
+            outln!("gemm      {library} (bound to our stream, device pointer mode)")
         }
-        GemmPath::Fallback { reason } => println!("gemm      hipscope hs_sgemm ({reason})"),
-        GemmPath::NotReady => println!("gemm      not ready"),
+        GemmPath::Fallback { reason } => outln!("gemm      hipscope hs_sgemm ({reason})"),
+        GemmPath::NotReady => outln!("gemm      not ready"),
     }
     gpu.start_event_prober(PROBE_INTERVAL);
     let (tx, rx) = channel::<WatchEvent>();
@@ -163,7 +174,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         }
     };
     let mut rows = Vec::new();
-    println!();
+    outln!();
     rows.push(row("queue depth under a burst", burst(&mut gpu)));
     rows.push(row(
         "watchdog SLOW, then OK on release",
@@ -174,7 +185,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     match DecodeModel::open(opts) {
         Ok(mut model) => {
             if let Some(a) = model.arena() {
-                println!(
+                outln!(
                     "arena     {} capacity, {} used, high-water {}, largest free {}, {} device \
                      allocations, runtime overhead {}, device {} free of {}, pinned host {}",
                     human_bytes(a.capacity),
@@ -203,7 +214,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
                         )
                     })
                     .collect();
-                println!("          regions: {}", regions.join(", "));
+                outln!("          regions: {}", regions.join(", "));
             }
             rows.push(row(
                 "no device allocation in steady state",
@@ -245,14 +256,21 @@ pub fn run(opts: &SelftestOptions) -> i32 {
             outcome.reason.as_deref().unwrap_or("all done")
         ),
     });
-    println!();
+    outln!();
     rows.push(child_row("hang → HUNG → hard exit (child)", "hang", opts));
     rows.push(child_row("normal quit (child)", "quit", opts));
-    println!();
-    println!("{:<40} {:<6} detail", "check", "result");
-    println!("{}", "-".repeat(100));
+    for (check, phase) in [
+        ("chat, hang in load: HUNG, report, quit", "load"),
+        ("chat, hang in prefill: HUNG, report, quit", "prompt"),
+        ("chat, hang in decode: HUNG, report, quit", "decode"),
+    ] {
+        rows.push(child_row(check, &format!("chat-hang:{phase}"), opts));
+    }
+    outln!();
+    outln!("{:<40} {:<6} detail", "check", "result");
+    outln!("{}", "-".repeat(100));
     for r in &rows {
-        println!(
+        outln!(
             "{:<40} {:<6} {}",
             r.check,
             if r.pass { "PASS" } else { "FAIL" },
@@ -260,12 +278,15 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         );
     }
     let failed = rows.iter().filter(|r| !r.pass).count();
-    println!();
+    outln!();
+    if stdout_gone() {
+        return exit_code::OK;
+    }
     if failed == 0 {
-        println!("all {} checks passed", rows.len());
+        outln!("all {} checks passed", rows.len());
         0
     } else {
-        println!("{failed} of {} checks failed", rows.len());
+        outln!("{failed} of {} checks failed", rows.len());
         1
     }
 }

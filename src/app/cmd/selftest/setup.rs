@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::app::cmd::usage::outln;
 use crate::gpu::device::human_bytes;
 use crate::gpu::handle::{Gpu, GpuConfig};
 use crate::gpu::kernels::{BuildStatus, CompileMode, KernelCache};
@@ -74,8 +75,8 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
     let mut gpu = Gpu::open(backend, GpuConfig::default()).map_err(|e| e.to_string())?;
     if !quiet {
         let i = gpu.info().clone();
-        println!("device    {} [{}] ({})", i.name, i.arch, i.arch_source);
-        println!(
+        outln!("device    {} [{}] ({})", i.name, i.arch, i.arch_source);
+        outln!(
             "          {} memory, {} compute units, warp {}, {}",
             human_bytes(i.total_memory),
             i.compute_units,
@@ -86,13 +87,14 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
                 "discrete"
             }
         );
-        println!(
+        outln!(
             "          driver {}; runtime {}",
-            i.driver_version, i.runtime_version
+            i.driver_version,
+            i.runtime_version
         );
-        println!("chosen    {reason}");
+        outln!("chosen    {reason}");
         for n in &i.notes {
-            println!("note      {n}");
+            outln!("note      {n}");
         }
     }
     let t = Instant::now();
@@ -105,7 +107,7 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
             .iter()
             .filter(|b| matches!(b.status, BuildStatus::Compiled { .. }))
             .count();
-        println!(
+        outln!(
             "kernels   {} modules for {} ({} compiled, {} from cache) in {:.0} ms",
             builds.len(),
             gpu.info().arch,
@@ -115,4 +117,10 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
         );
     }
     Ok((gpu, reason))
+}
+
+/// A line for the parent to read as soon as it is written (children's `@event | key=value` lines).
+pub(super) fn print_flush(s: &str) {
+    // `write_out` flushes each write.
+    outln!("{s}");
 }
