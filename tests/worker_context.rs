@@ -45,6 +45,7 @@ fn start(n_ctx: usize, fail_on: &'static [usize]) -> WorkerHandle {
         },
         system: Some("Answer briefly.".into()),
         drain_deadline: Duration::from_secs(5),
+        remote_poll: Duration::from_millis(500),
     })
 }
 

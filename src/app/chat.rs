@@ -32,6 +32,8 @@ use crate::ui::{App, Msg, Settings};
 #[derive(Clone, Debug, PartialEq)]
 pub struct WorkerConfig {
     pub model: Option<PathBuf>,
+    /// A remote engine to connect to instead of loading `model`.
+    pub remote: Option<crate::model::remote::client::RemoteSpec>,
     pub backend: config::BackendChoice,
     pub ctx_size: u32,
     pub threads: u32,
@@ -43,6 +45,8 @@ pub struct WorkerConfig {
     pub drain_deadline: Duration,
     /// How patient the download of the default model is.
     pub fetch: config::FetchConfig,
+    /// How often a remote engine's panels are read (the telemetry interval).
+    pub remote_poll: Duration,
 }
 
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
@@ -86,12 +90,15 @@ pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
 
 /// The view's starting settings.
 pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
-    let model_label = config
-        .model
-        .as_ref()
-        .and_then(|p| p.file_name())
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "SmolLM2-135M-Instruct".into());
+    let model_label = match &config.remote.selected {
+        Some(r) => format!("remote {}", r.name),
+        None => config
+            .model
+            .as_ref()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
+    };
     Settings {
         theme: config.ui.theme,
         sidebar: config.ui.diagnostics,
@@ -109,6 +116,7 @@ pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
 pub fn worker_config(config: &Config) -> WorkerConfig {
     WorkerConfig {
         model: config.model.clone(),
+        remote: config.remote.selected.clone(),
         backend: config.backend,
         ctx_size: config.ctx_size,
         threads: config.threads,
@@ -118,6 +126,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         ctx_discard: config.ctx_discard,
         drain_deadline: config.quit.drain_deadline,
         fetch: config.fetch,
+        remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
     }
 }
 
@@ -324,6 +333,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             telemetry: Some(crate::gpu::telemetry::interval(
                 config.telemetry.interval_ms,
             )),
+            remotes: config.remote.endpoints.clone(),
         };
         event_loop(
             &mut terminal,
@@ -385,7 +395,10 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         compute: crate::gpu::compute::ComputeOptions::default(),
     };
     let opts = WorkerOptions {
-        source: cfg.model.map(ModelSource::File),
+        source: match cfg.remote {
+            Some(spec) => Some(ModelSource::Remote(spec)),
+            None => cfg.model.map(ModelSource::File),
+        },
         default_model: Box::new(move |progress| {
             // Steps are logged; each phase (download, unpack, verify) is a bar of its own.
             let mut report = |p: FetchProgress| match p {
@@ -417,6 +430,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
         drain_deadline: cfg.drain_deadline,
+        remote_poll: cfg.remote_poll,
     };
     worker::spawn(opts)
 }

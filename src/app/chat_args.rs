@@ -99,6 +99,8 @@ pub struct ChatArgs {
     /// Log file (default: hipscope.log in the platform state directory).
     #[arg(long, value_name = "FILE")]
     pub log_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub remote: super::remote_config::RemoteArgs,
 }
 
 impl ChatArgs {
@@ -164,6 +166,10 @@ impl ChatArgs {
         }
         if let Some(f) = &self.log_file {
             config.log.file = Some(f.clone());
+        }
+        config.remote.selected = self.remote.resolve(&config.remote)?;
+        if config.remote.selected.is_some() && self.model.is_some() {
+            return Err("--remote and a MODEL file: give one or the other".into());
         }
         Ok(())
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use toml::Value;
 
+use super::remote_config;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::ui::sampler;
 use crate::ui::settings::Panels;
@@ -144,6 +145,8 @@ pub struct Config {
     pub quit: QuitConfig,
     pub telemetry: TelemetryConfig,
     pub fetch: FetchConfig,
+    /// Remote engines (`[remote]`, `[remote.NAME]`).
+    pub remote: remote_config::RemoteConfig,
 }
 
 impl Default for Config {
@@ -180,6 +183,7 @@ impl Default for Config {
             quit: QuitConfig::default(),
             telemetry: TelemetryConfig { interval_ms: 500 },
             fetch: FetchConfig::default(),
+            remote: Default::default(),
         }
     }
 }
@@ -343,6 +347,7 @@ const TOP_KEYS: &[&str] = &[
     "quit",
     "telemetry",
     "fetch",
+    "remote",
 ];
 const SAMPLER_KEYS: &[&str] = &[
     "temp",
@@ -568,6 +573,19 @@ impl Config {
             if let Some(n) = r.integer("tries", 1, 20, "a whole number from 1 to 20")? {
                 c.fetch.tries = n as u32;
             }
+        }
+        if let Some(t) = top.table("remote")? {
+            use remote_config::Bad;
+            let path = path.to_path_buf();
+            c.remote = remote_config::parse(t, &|p| expand_home(p)).map_err(|b| match b {
+                Bad::Unknown { key, allowed } => ConfigError::UnknownKey { path, key, allowed },
+                Bad::Invalid { key, got, allowed } => ConfigError::Invalid {
+                    path,
+                    key,
+                    got,
+                    allowed,
+                },
+            })?;
         }
         Ok(c)
     }

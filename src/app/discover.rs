@@ -139,6 +139,25 @@ const MAX_DEPTH: usize = 6;
 const MAX_FILES: usize = 20_000;
 
 /// Searches every root; returns the models found and a line per folder searched.
+/// The configured remote engines as picker entries (not probed here: picking one connects).
+pub fn remote_entries(specs: &[crate::model::remote::client::RemoteSpec]) -> Vec<ModelEntry> {
+    specs
+        .iter()
+        .map(|s| ModelEntry {
+            name: s.name.clone(),
+            path: PathBuf::from(&s.url),
+            source: "remote".into(),
+            size: 0,
+            header: Ok(ModelHeader {
+                architecture: "remote".into(),
+                name: s.model.clone(),
+                ..ModelHeader::default()
+            }),
+            remote: Some(s.clone()),
+        })
+        .collect()
+}
+
 pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
     let mut found: Vec<(PathBuf, String, &'static str)> = Vec::new();
     let mut searched = Vec::new();
@@ -203,6 +222,7 @@ pub fn scan(roots: &[Root]) -> (Vec<ModelEntry>, Vec<String>) {
             _ => name,
         };
         entries.push(ModelEntry {
+            remote: None,
             name,
             header,
             path,

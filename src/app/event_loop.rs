@@ -55,6 +55,8 @@ pub struct LoopIo<'a> {
     pub quit: Option<Arc<QuitCoordinator>>,
     /// The telemetry sampler's interval (`[telemetry] interval_ms`); `None`: no sampler.
     pub telemetry: Option<Duration>,
+    /// The configured remote engines (`[remote.NAME]`), listed first in the model picker.
+    pub remotes: Vec<crate::model::remote::client::RemoteSpec>,
 }
 
 /// Runs until the worker has quit (or the app leaves without it). Draws into `terminal`.
@@ -239,9 +241,12 @@ pub async fn event_loop<B: Backend>(
                         io.places.current = app.model.as_ref().and_then(|m| m.path.clone());
                         let roots = io.places.roots();
                         let tx: UnboundedSender<_> = found_tx.clone();
+                        let remotes = discover::remote_entries(&io.remotes);
                         // Reading headers touches the disk: off the UI thread.
                         tokio::task::spawn_blocking(move || {
-                            let _ = tx.send(discover::scan(&roots));
+                            let (mut entries, searched) = discover::scan(&roots);
+                            entries.splice(0..0, remotes);
+                            let _ = tx.send((entries, searched));
                         });
                     }
                     Effect::ListPaths(typed) => {

@@ -13,6 +13,7 @@ pub mod exit_code;
 pub mod fetch;
 pub mod logging;
 pub mod quit;
+pub mod remote_config;
 pub mod shutdown;
 pub mod terminal;
 pub mod transcript;

@@ -49,6 +49,11 @@ pub struct ArenaSnapshot {
     pub pinned_host_bytes: u64,
 }
 
+/// How an [`ArenaSnapshot`]'s `kind` starts when it is a remote server's KV cache: its amounts
+/// are then tokens (region `KV cache, tokens`) or thousandths of the cache (`KV cache, ‰`),
+/// not bytes.
+pub const REMOTE_ARENA: &str = "server KV cache";
+
 /// What the watchdog concluded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WatchState {
@@ -57,6 +62,10 @@ pub enum WatchState {
     Slow,
     Hung,
 }
+
+/// How a [`WatchdogSnapshot`]'s `stream` starts when it watches a remote server's request
+/// (`remote host:port`) rather than a GPU stream.
+pub const REMOTE_STREAM: &str = "remote ";
 
 /// The watchdog's view at one instant.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -77,6 +86,13 @@ pub struct WatchdogSnapshot {
     pub op_started: bool,
     /// Event queries stopped returning: the state rests on breadcrumbs alone.
     pub event_queries_stuck: bool,
+}
+
+impl WatchdogSnapshot {
+    /// It watches a remote server's request, not the GPU.
+    pub fn is_remote(&self) -> bool {
+        self.stream.starts_with(REMOTE_STREAM)
+    }
 }
 
 /// The device in use, for the GPU panel.

@@ -23,6 +23,8 @@ pub enum LoadError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Tokenizer(#[from] TokenizerError),
+    #[error("a remote endpoint ({0}) has no model file to open: it is connected to, not loaded")]
+    Remote(String),
 }
 
 /// The largest context accepted anywhere (`-c`, `ctx_size`, `/set ctx`).
@@ -66,6 +68,7 @@ pub fn open(
             let ty = synthetic::quant_type(quant)?;
             synthetic::build(s, ty, *seed, progress)?
         }
+        ModelSource::Remote(spec) => return Err(LoadError::Remote(spec.url.clone())),
     }))
 }
 

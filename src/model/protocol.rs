@@ -58,6 +58,8 @@ pub enum ModelSource {
         quant: String,
         seed: u64,
     },
+    /// An OpenAI-compatible server (`--remote URL`, `[remote.NAME]`).
+    Remote(RemoteSpec),
 }
 
 /// UI → worker.
@@ -135,6 +137,8 @@ pub enum StopReason {
     User,
     /// The context is full.
     ContextFull,
+    /// The remote server's stream broke mid-answer (why); the partial answer is kept.
+    Dropped(String),
 }
 
 /// Timings of one answer.
@@ -274,5 +278,95 @@ impl std::fmt::Display for Trim {
                 self.kept_tokens
             ),
         }
+    }
+}
+
+/// Where the API key comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum KeySource {
+    #[default]
+    None,
+    /// An environment variable's name.
+    Env(String),
+    /// A file readable by its owner only (mode 0600 or 0400).
+    File(PathBuf),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KeySource::None => write!(f, "no key"),
+            KeySource::Env(n) => write!(f, "the environment variable {n}"),
+            KeySource::File(p) => write!(f, "the file {}", p.display()),
+        }
+    }
+}
+
+/// Watchdog budgets of a remote request (`[remote]` in config.toml).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Budgets {
+    /// How long the first token may take (connecting, queueing, the prompt).
+    pub first_token: Duration,
+    /// How long the answer may pause between two tokens.
+    pub between_tokens: Duration,
+    /// How long connecting may take (the TCP and TLS handshakes).
+    pub connect: Duration,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets {
+            first_token: Duration::from_secs(60),
+            between_tokens: Duration::from_secs(10),
+            connect: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One remote endpoint, as configured (`[remote.NAME]`) or given with `--remote URL`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemoteSpec {
+    /// The config table's name, or the host for `--remote URL`.
+    pub name: String,
+    /// The server's base address, without `/v1` (`http://host:8080`).
+    pub url: String,
+    /// The model to ask for; `None`: the first the server lists.
+    pub model: Option<String>,
+    pub key: KeySource,
+    /// Skip TLS certificate checks (`--insecure`): shown in the status bar.
+    pub insecure: bool,
+    pub budgets: Budgets,
+}
+
+impl RemoteSpec {
+    /// Checks and normalises a base address: `http(s)://host[:port][/prefix]`, no `/v1` at the
+    /// end (it is added per call), no user or password in it (keys go in `api_key_env`).
+    pub fn normalize_url(url: &str) -> Result<String, String> {
+        let u = url.trim().trim_end_matches('/');
+        let rest = u
+            .strip_prefix("http://")
+            .or_else(|| u.strip_prefix("https://"))
+            .ok_or_else(|| {
+                format!("remote address `{u}`: it must start with http:// or https://")
+            })?;
+        let host = rest.split('/').next().unwrap_or("");
+        if host.is_empty() {
+            return Err(format!("remote address `{u}`: no host"));
+        }
+        if host.contains('@') {
+            return Err(
+                "remote address: it holds a user or password before `@`; put the key in \
+                        an environment variable (--api-key-env) instead, so that it never shows \
+                        in a log"
+                    .into(),
+            );
+        }
+        Ok(u.strip_suffix("/v1").unwrap_or(u).to_string())
+    }
+
+    /// `host:port` for messages.
+    pub fn host(&self) -> &str {
+        let rest = self.url.split("://").nth(1).unwrap_or(&self.url);
+        rest.split('/').next().unwrap_or(rest)
     }
 }

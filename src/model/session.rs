@@ -40,6 +40,9 @@ pub enum Progress<'a> {
     Text(&'a str),
     /// The oldest messages were dropped to fit the context.
     Trimmed(&'a Trim),
+    /// Nothing new yet (a remote engine waiting on the server); the caller's answer is looked
+    /// at, so that a stop ends the wait.
+    Waiting,
 }
 
 /// The default share of the turns after the system prompt dropped at once when the context fills.

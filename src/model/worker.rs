@@ -15,6 +15,7 @@ use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
 use crate::gpu::watchdog::{WatchEvent, WatchSink};
 use crate::model::loader::{self, LoadOptions};
 use crate::model::protocol::{Command, Event, ModelSource, StopReason};
+use crate::model::remote::{self, client::RemoteSpec, session::RemoteSession};
 use crate::model::session::{Control, Progress, Session};
 
 /// Finds (fetching if need be) the default model, reporting `(task, detail, fraction)` as it
@@ -36,6 +37,8 @@ pub struct WorkerOptions {
     /// The configured drain deadline (`QuitConfig::drain_deadline`), for a quit the UI did not
     /// ask for: its end of the command channel dropped.
     pub drain_deadline: Duration,
+    /// How often a remote engine's panels are read from the server (the telemetry interval).
+    pub remote_poll: Duration,
 }
 
 /// The app's end of a worker: its command and event channels and its thread. The real worker
@@ -83,8 +86,17 @@ struct Worker {
     interrupt: Arc<AtomicBool>,
     /// Commands that arrived during a generation, handled after it.
     deferred: Vec<Command>,
+    /// A remote engine in place of the local model (then `session` is `None`).
+    remote: Option<Remote>,
     /// During a `/set ctx` reload: the context before it, which a failed reload goes back to.
     revert_ctx: Option<Option<usize>>,
+}
+
+/// A connected remote engine and its panel poller (stopped when this drops; never joined, so
+/// that a server that stopped answering cannot hold up a quit).
+struct Remote {
+    session: RemoteSession,
+    _poller: Option<mpsc::Sender<()>>,
 }
 
 impl Worker {
@@ -102,6 +114,7 @@ impl Worker {
             session: None,
             current: None,
             deferred: Vec::new(),
+            remote: None,
             revert_ctx: None,
         }
     }
@@ -155,17 +168,31 @@ impl Worker {
                 if let Some(s) = &mut self.session {
                     s.clear();
                 }
+                if let Some(r) = &mut self.remote {
+                    r.session.clear();
+                }
             }
             Command::SetSystem(sys) => {
                 self.opts.system = Some(sys.clone());
                 if let Some(s) = &mut self.session {
                     s.set_system(&sys);
                 }
+                if let Some(r) = &mut self.remote {
+                    r.session.set_system(&sys);
+                }
             }
             Command::SetSampler(cfg) => {
                 self.opts.load.sampler = cfg.clone();
+                if let Some(r) = &mut self.remote {
+                    r.session.set_sampler(cfg.clone());
+                }
                 if let Some(s) = &mut self.session {
                     s.set_sampler(cfg);
+                }
+            }
+            Command::Restore { turns } if self.remote.is_some() => {
+                if let Some(r) = &mut self.remote {
+                    r.session.restore(&turns);
                 }
             }
             Command::Restore { turns } => match &mut self.session {
@@ -176,10 +203,126 @@ impl Worker {
                 ),
             },
             Command::SetContext(n) => self.set_context(n),
+            Command::LoadModel(ModelSource::Remote(spec)) => self.connect(spec),
             Command::LoadModel(src) => {
                 self.load(Some(src));
             }
             Command::Quit { .. } => {}
+        }
+    }
+
+    /// Connects to a remote engine in place of the model; the local model (if any) is
+    /// released once the server has answered, and stays if it does not.
+    fn connect(&mut self, spec: RemoteSpec) {
+        let _ = self.events.send(Event::Progress {
+            task: "connect".into(),
+            fraction: None,
+            detail: format!("connecting to {}", spec.url),
+        });
+        let events = self.events.clone();
+        let watch = Box::new(move |w| {
+            let _ = events.send(Event::Watchdog(w));
+        });
+        let keeps = if self.session.is_some() {
+            "; the current model stays loaded"
+        } else {
+            ""
+        };
+        let mut c = match remote::connect(spec, self.opts.load.sampler.clone(), watch) {
+            Ok(c) => c,
+            Err(e) => return self.error("connecting to the remote engine", format!("{e}{keeps}")),
+        };
+        if let Some(sys) = &self.opts.system {
+            c.session.set_system(sys);
+        }
+        // The local model goes: its device memory is not needed while the server answers.
+        self.session = None;
+        self.current = None;
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let client = c.session.client.clone();
+        let kind = c.session.kind;
+        let own = c.session.own.clone();
+        let events = self.events.clone();
+        let every = self.opts.remote_poll;
+        let poller = std::thread::Builder::new()
+            .name("hipscope-remote-panels".into())
+            .spawn(move || {
+                remote::panels::poll(client, kind, Some(own), every, stop_rx, |s| {
+                    let mut ok = events
+                        .send(Event::Streams(remote::panels::streams(&s)))
+                        .is_ok();
+                    if let Some(a) = remote::panels::arena(&s) {
+                        ok &= events.send(Event::Arena(a)).is_ok();
+                    }
+                    ok
+                })
+            })
+            .ok()
+            .map(|_| stop_tx);
+        self.remote = Some(Remote {
+            session: c.session,
+            _poller: poller,
+        });
+        self.send(Event::ModelLoaded {
+            model: c.model,
+            device: c.device,
+        });
+    }
+
+    /// A remote answer: streamed by the remote session, commands looked at while it waits.
+    fn generate_remote(&mut self, user: Option<String>) {
+        let Some(mut r) = self.remote.take() else {
+            return;
+        };
+        let user = match user.or_else(|| r.session.pop_answer()) {
+            Some(u) => u,
+            None => {
+                self.remote = Some(r);
+                self.error("regenerate", "there is no answer to regenerate");
+                return;
+            }
+        };
+        let events = self.events.clone();
+        let commands = &self.commands;
+        let deferred = &mut self.deferred;
+        let result = r.session.chat(&user, &mut |p| {
+            match p {
+                Progress::PromptDone(stats) => {
+                    let _ = events.send(Event::AnswerStarted {
+                        stats: stats.clone(),
+                    });
+                }
+                Progress::Text(t) => {
+                    let _ = events.send(Event::Token { text: t.into() });
+                }
+                Progress::Prompt { .. } | Progress::Trimmed(_) | Progress::Waiting => {}
+            }
+            let mut control = Control::Continue;
+            while let Ok(c) = commands.try_recv() {
+                match c {
+                    Command::Stop => control = Control::Stop,
+                    c @ Command::Quit { .. } => {
+                        control = Control::Stop;
+                        deferred.insert(0, c);
+                    }
+                    other => deferred.push(other),
+                }
+            }
+            control
+        });
+        self.remote = Some(r);
+        match result {
+            Ok(answer) => self.send(Event::AnswerDone {
+                stats: answer.stats,
+                reason: answer.reason,
+            }),
+            Err(e) => {
+                self.error("remote engine", &e);
+                self.send(Event::AnswerDone {
+                    stats: Default::default(),
+                    reason: StopReason::User,
+                });
+            }
         }
     }
 
@@ -218,6 +361,10 @@ impl Worker {
     /// Loads `src` (the default model for `None`); whether it was loaded. On a failure after the
     /// old model was released, the old model is loaded again.
     fn load(&mut self, src: Option<ModelSource>) -> bool {
+        if let Some(ModelSource::Remote(spec)) = src {
+            self.connect(spec);
+            return self.remote.is_some();
+        }
         let events = self.events.clone();
         let progress = |task: &str, fraction: Option<f32>, detail: &str| {
             let _ = events.send(Event::Progress {
@@ -286,6 +433,7 @@ impl Worker {
         }) {
             Ok(loaded) => {
                 self.current = Some(src);
+                self.remote = None;
                 for w in &loaded.warnings {
                     self.error("model", w);
                 }
@@ -326,6 +474,9 @@ impl Worker {
     }
 
     fn generate(&mut self, user: Option<String>) {
+        if self.remote.is_some() {
+            return self.generate_remote(user);
+        }
         let Some(mut session) = self.session.take() else {
             self.error("chat", "no model is loaded");
             return;
@@ -370,6 +521,7 @@ impl Worker {
                 Progress::Trimmed(t) => {
                     let _ = events.send(Event::ContextTrimmed(t.clone()));
                 }
+                Progress::Waiting => {}
             }
             let mut control = Control::Continue;
             while let Ok(c) = commands.try_recv() {
@@ -427,6 +579,11 @@ impl Worker {
         };
         let mut session = self.session.take();
         step("stop intake", &mut || Ok(()));
+        if self.remote.take().is_some() {
+            // The stream (if any) was closed when the answer stopped; the poller stops on its
+            // own. Nothing here waits on the network.
+            step("disconnect from the remote engine", &mut || Ok(()));
+        }
         // The device half: bounded drain, then each GPU resource in order, each step reported.
         let release = match &mut session {
             Some(s) => s

@@ -298,7 +298,28 @@ impl App {
             return Vec::new();
         }
         self.overlay = Overlay::None;
-        self.load(entry.path)
+        match entry.remote {
+            Some(spec) => self.connect(spec),
+            None => self.load(entry.path),
+        }
+    }
+
+    /// Switches to a remote engine (picked in the model picker).
+    pub(super) fn connect(
+        &mut self,
+        spec: crate::model::remote::client::RemoteSpec,
+    ) -> Vec<Effect> {
+        if self.generation.is_busy() {
+            self.warn("an answer is being generated: stop it first (Esc), then switch");
+            return Vec::new();
+        }
+        if !self.worker_alive {
+            self.warn("the inference worker has stopped; no engine can be connected");
+            return Vec::new();
+        }
+        self.info(format!("connecting to {} ({})", spec.name, spec.url));
+        self.loading = Some(format!("remote {}", spec.name));
+        vec![Effect::Send(Command::LoadModel(ModelSource::Remote(spec)))]
     }
 
     pub(super) fn load(&mut self, path: PathBuf) -> Vec<Effect> {

@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample, REMOTE_ARENA};
 
 use super::meter::{bar, ellipsize, history, lines_on_top, open_panel, text};
 use super::series::Series;
@@ -27,6 +27,7 @@ impl ArenaPanel {
 
     pub fn wanted_height(&self) -> u16 {
         match &self.arena {
+            Some(a) if a.kind.starts_with(REMOTE_ARENA) => 2 + 3,
             Some(a) => 2 + 6 + a.regions.len() as u16,
             None => 5,
         }
@@ -94,6 +95,10 @@ impl ArenaPanel {
             return;
         };
 
+        if a.kind.starts_with(REMOTE_ARENA) {
+            frame.render_widget(Paragraph::new(remote_arena(a, w, theme)), inner);
+            return;
+        }
         if a.kind == "host" {
             let lines = host_arena(a, host, context, w, theme);
             frame.render_widget(Paragraph::new(lines), inner);
@@ -297,4 +302,35 @@ fn host_arena(
     }
     lines.extend(host_line(host, theme));
     lines
+}
+
+/// A remote server's KV cache: its amounts are tokens, or thousandths when the server gives
+/// only a share (the region's name says which).
+fn remote_arena(a: &ArenaSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>> {
+    let frac = ratio(a.used, a.capacity);
+    let per_mille = a.regions.first().is_some_and(|r| r.name.ends_with('‰'));
+    let amount = if per_mille {
+        format!("{:.1}%", frac * 100.0)
+    } else {
+        format!(
+            "{} / {} tokens",
+            units::count(a.used),
+            units::count(a.capacity)
+        )
+    };
+    vec![
+        Line::from(vec![text("KV cache ", theme.dim), text(amount, theme.text)]),
+        Line::from(text(
+            bar(frac, w),
+            if frac > 0.9 {
+                theme.gauge_warn
+            } else {
+                theme.gauge
+            },
+        )),
+        Line::from(text(
+            ellipsize(&format!("from {}", &a.kind[REMOTE_ARENA.len()..].trim()), w),
+            theme.dim,
+        )),
+    ]
 }

@@ -548,6 +548,9 @@ pub fn reason_text(r: &StopReason) -> String {
         StopReason::Limit => "token limit".into(),
         StopReason::User => "stopped".into(),
         StopReason::ContextFull => "context full".into(),
+        StopReason::Dropped(why) => {
+            format!("connection dropped, answer incomplete ({why}); Alt-R retries")
+        }
     }
 }
 

@@ -35,6 +35,9 @@ pub struct ModelEntry {
     pub size: u64,
     /// The header, or why it could not be read.
     pub header: Result<ModelHeader, String>,
+    /// A remote engine (`[remote.NAME]` of config.toml) rather than a file; `path` is then its
+    /// address, for display.
+    pub remote: Option<crate::model::remote::client::RemoteSpec>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -247,6 +250,7 @@ mod tests {
 
     fn entry(name: &str, source: &str, arch: &str) -> ModelEntry {
         ModelEntry {
+            remote: None,
             name: name.into(),
             path: PathBuf::from(format!("/m/{name}.gguf")),
             source: source.into(),

@@ -7,6 +7,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Clear, Paragraph};
 
 use crate::gpu::snapshot::WatchState;
+use crate::model::remote::INSECURE_MARK;
 
 use super::meter::{bar, ellipsize, spinner, text};
 use super::settings::PanelId;
@@ -184,9 +185,20 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
             state_style(s.state, theme)
         };
         right.push(Span::styled(
-            format!(" GPU {} q{} ", state_label(s.state), s.queue_depth),
+            format!(
+                " {} {} q{} ",
+                if s.is_remote() { "SERVER" } else { "GPU" },
+                state_label(s.state),
+                s.queue_depth
+            ),
             style,
         ));
+    }
+    if app
+        .device()
+        .is_some_and(|d| d.backend == "remote" && d.reason.contains(INSECURE_MARK))
+    {
+        right.insert(0, Span::styled(" TLS NOT VERIFIED ", theme.hung_banner));
     }
     let right_w: usize = right.iter().map(|s| s.width()).sum();
     let device = app
@@ -194,6 +206,8 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         .map(|d| {
             if d.backend == "cpu" {
                 "cpu".to_string()
+            } else if d.backend == "remote" {
+                d.name.clone()
             } else if d.arch.is_empty() {
                 d.backend.clone()
             } else {
@@ -274,7 +288,7 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         .iter()
         .map(|&id| {
             let own = match id {
-                PanelId::Streams => app.streams.wanted_height(),
+                PanelId::Streams => app.streams.wanted_height(app.device()),
                 PanelId::Arena => app.arena.wanted_height(),
                 PanelId::Watchdog => app.watchdog.wanted_height(),
                 PanelId::Gpu => GPU_PANEL_ROWS,

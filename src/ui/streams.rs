@@ -59,12 +59,13 @@ impl StreamsPanel {
         self.depth.get(stream)
     }
 
-    /// Rows this panel would like: four per stream, a blank between streams, and its frame.
-    pub fn wanted_height(&self) -> u16 {
+    /// Rows this panel would like: four per stream (two for a remote server's, which has no
+    /// op counts), a blank between streams, and its frame.
+    pub fn wanted_height(&self, device: Option<&DeviceSummary>) -> u16 {
         let rows = if self.streams.is_empty() {
             3
         } else {
-            stream_rows(self.streams.len())
+            stream_rows(self.streams.len(), per_stream(device))
         };
         rows.saturating_add(2)
     }
@@ -95,7 +96,11 @@ impl StreamsPanel {
         // Rows beyond the four each stream needs (and the blank between streams) make its
         // depth history taller, below its name, instead of one row beside it.
         let n = u16::try_from(self.streams.len()).unwrap_or(u16::MAX);
-        let tall = inner.height.saturating_sub(stream_rows(self.streams.len())) / n;
+        let remote = per_stream(device) == REMOTE_ROWS;
+        let tall = inner
+            .height
+            .saturating_sub(stream_rows(self.streams.len(), per_stream(device)))
+            / n;
         let mut y = inner.y;
         for s in &self.streams {
             if y >= inner.bottom() {
@@ -167,6 +172,28 @@ impl StreamsPanel {
                     text("idle", theme.dim),
                 ])),
             }
+            if remote {
+                // A server's request or slot: what it does now (the server gives no age), or
+                // its state when idle.
+                let (what, style) = match &s.in_flight {
+                    Some((op, _)) => (op.as_str(), theme.text),
+                    None => (s.last_completed.as_deref().unwrap_or("idle"), theme.dim),
+                };
+                let lines = vec![Line::from(vec![
+                    text(
+                        "▸ ",
+                        if s.in_flight.is_some() {
+                            theme.slow
+                        } else {
+                            theme.dim
+                        },
+                    ),
+                    text(ellipsize(what, w.saturating_sub(2)), style),
+                ])];
+                frame.render_widget(Paragraph::new(lines), Rect::new(inner.x, y, inner.width, 1));
+                y += 2;
+                continue;
+            }
             let rate = self
                 .rate
                 .get(&s.name)
@@ -197,8 +224,19 @@ impl StreamsPanel {
 }
 
 /// Rows `n` streams need: four each and a blank between them.
-fn stream_rows(n: usize) -> u16 {
-    u16::try_from(n.saturating_mul(5).saturating_sub(1)).unwrap_or(u16::MAX)
+fn stream_rows(n: usize, per: usize) -> u16 {
+    u16::try_from(n.saturating_mul(per + 1).saturating_sub(1)).unwrap_or(u16::MAX)
+}
+
+/// Rows of one remote stream (its name, what it does).
+const REMOTE_ROWS: usize = 2;
+
+fn per_stream(device: Option<&DeviceSummary>) -> usize {
+    if device.is_some_and(|d| d.backend == "remote") {
+        REMOTE_ROWS
+    } else {
+        4
+    }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 
 use crate::gpu::cpu::CPU_STREAM;
-use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{REMOTE_STREAM, WatchState, WatchdogSnapshot};
 
 use super::meter::{
     bar, ellipsize, ellipsize_start, history, lines_on_top, open_panel, panel_note, text,
@@ -102,10 +102,11 @@ impl WatchdogPanel {
         ]));
         if s.op.is_some() {
             // The breadcrumb says whether the kernel began: running long, or never launched.
-            let (what, style) = if s.op_started {
-                ("started (breadcrumb seen)", theme.dim)
-            } else {
-                ("queued, not started yet", theme.slow)
+            let (what, style) = match (s.is_remote(), s.op_started) {
+                (false, true) => ("started (breadcrumb seen)", theme.dim),
+                (false, false) => ("queued, not started yet", theme.slow),
+                (true, true) => ("the server has started answering", theme.dim),
+                (true, false) => ("no answer from the server yet", theme.slow),
             };
             lines.push(Line::from(vec![
                 text(format!("{:<label_w$}", ""), theme.dim),
@@ -177,7 +178,11 @@ impl WatchdogPanel {
 
     /// Rows the HUNG banner needs (0 when nothing is hung).
     pub fn banner_height(&self) -> u16 {
-        if self.is_hung() { 5 } else { 0 }
+        match &self.snapshot {
+            Some(s) if s.state == WatchState::Hung && s.is_remote() => 3,
+            _ if self.is_hung() => 5,
+            _ => 0,
+        }
     }
 
     /// The prominent banner: what is stuck, where the report is, what the user can do.
@@ -189,6 +194,43 @@ impl WatchdogPanel {
         else {
             return;
         };
+        if s.is_remote() {
+            let lines = vec![
+                Line::from(vec![
+                    text(" ⚠ SERVER HUNG ", theme.hung_banner),
+                    text(
+                        format!(
+                            " nothing for {} (budget {}) from {}: {}",
+                            units::duration(s.age),
+                            units::duration(s.budget),
+                            &s.stream[REMOTE_STREAM.len()..],
+                            s.op.as_deref().unwrap_or("the request")
+                        ),
+                        theme.hung,
+                    ),
+                ]),
+                Line::from(vec![
+                    text("   You can ", theme.text),
+                    text("wait", theme.key),
+                    text(" · ", theme.text),
+                    text("Esc", theme.key),
+                    text(" cancels the request · ", theme.text),
+                    text("Alt-R", theme.key),
+                    text(" then asks again · ", theme.text),
+                    text("Ctrl-C", theme.key),
+                    text(" quits", theme.text),
+                ]),
+            ];
+            frame.render_widget(
+                Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+                    Block::new()
+                        .borders(Borders::BOTTOM)
+                        .border_style(theme.hung),
+                ),
+                area,
+            );
+            return;
+        }
         let op = s.op.as_deref().unwrap_or("an op");
         let stuck = if s.op_started {
             "has not finished after"
@@ -250,5 +292,11 @@ impl WatchdogPanel {
 /// What the hung stream runs on, for the banner and the chat's notice: the CPU backend's own ops
 /// or a GPU's stream.
 pub fn hung_device(s: &WatchdogSnapshot) -> &'static str {
-    if s.stream == CPU_STREAM { "CPU" } else { "GPU" }
+    if s.stream == CPU_STREAM {
+        "CPU"
+    } else if s.is_remote() {
+        "server"
+    } else {
+        "GPU"
+    }
 }

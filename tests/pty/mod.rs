@@ -75,6 +75,11 @@ impl Session {
         Session::launch(home, &[], Model::Default, &[], env)
     }
 
+    /// The chat with no model file: `extra` names the engine (`--remote URL`).
+    pub fn start_without_model(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
+        Session::launch(home, &[], Model::Default, extra, env)
+    }
+
     fn launch(
         home: &Path,
         wrapper: &[&str],

@@ -12,7 +12,7 @@ use clap::error::ErrorKind;
 use super::model_args::{ModelArgs, load_model};
 use super::usage::UsageError;
 use crate::model::loader::Loaded;
-use crate::model::protocol::{SamplerConfig, StopReason};
+use crate::model::protocol::SamplerConfig;
 use crate::model::session::{Control, Progress};
 use crate::ui::sampler;
 
@@ -35,6 +35,12 @@ pub struct GenerateArgs {
     pub system: Option<String>,
     #[command(flatten)]
     pub sampling: SamplingArgs,
+    #[command(flatten)]
+    pub remote: crate::app::remote_config::RemoteArgs,
+    /// Settings file, for its [remote] tables (default: config.toml in the platform config
+    /// directory).
+    #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 /// Sampler flags, named as llama.cpp names them. Each value is checked by the rule the chat's
@@ -150,6 +156,14 @@ pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
         ))
         .into());
     }
+    if a.remote.remote.is_some() {
+        let ask = super::remote_cmd::Ask {
+            prompt: &prompt,
+            system: a.system.as_deref(),
+            sampler,
+        };
+        return super::remote_cmd::generate(&a.remote, a.config.as_ref(), ask);
+    }
     a.prompt = Some(prompt);
     let mut loaded = load_model(&a.model, sampler)?;
     let r = run_loaded(&a, &mut loaded);
@@ -202,7 +216,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 }
             }
             Progress::Trimmed(t) => eprintln!("\n[{t}]"),
-            Progress::PromptDone(_) | Progress::Prompt { .. } => {}
+            Progress::PromptDone(_) | Progress::Prompt { .. } | Progress::Waiting => {}
         }
         if stop.load(Ordering::Relaxed) || write_error.is_some() {
             Control::Stop
@@ -241,14 +255,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
         st.gen_tps()
     );
     eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    let why = match &answer.reason {
-        StopReason::Eog => "end of text".to_string(),
-        StopReason::StopString(s) => format!("stop string {s:?}"),
-        StopReason::Limit => "token limit (-n)".into(),
-        StopReason::User => "stopped by the user".into(),
-        StopReason::ContextFull => "context full".into(),
-    };
-    eprintln!("stopped: {why}");
+    eprintln!("stopped: {}", super::remote_cmd::stop_text(&answer.reason));
     Ok(0)
 }
 

@@ -14,6 +14,7 @@ pub mod logits_file;
 pub mod model_args;
 pub mod perplexity;
 pub mod progress;
+pub mod remote_cmd;
 pub mod selftest;
 pub mod soak;
 pub mod synth;

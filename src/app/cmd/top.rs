@@ -33,6 +33,8 @@ pub struct TopArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub roots: RootArgs,
+    #[command(flatten)]
+    pub remote: crate::app::remote_config::RemoteArgs,
 }
 
 /// Where the kernel's files are read from: a tree captured by `hipscope doctor --capture`
@@ -75,8 +77,16 @@ fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
 }
 
 pub fn run(args: TopArgs) -> anyhow::Result<i32> {
-    let roots = args.roots.roots();
     let every = interval(&args)?;
+    if args.remote.remote.is_some() {
+        let out = super::remote_cmd::TopOutput {
+            json: args.json,
+            once: args.once,
+            count: args.count,
+        };
+        return super::remote_cmd::top(&args.remote, args.config.as_ref(), out, every);
+    }
+    let roots = args.roots.roots();
     let mut sampler = Sampler::new(&roots);
     if args.once {
         // CPU use is a rate: two readings, one interval apart (at most a second).

@@ -52,6 +52,7 @@ pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
         },
         system: None,
         drain_deadline: DRAIN,
+        remote_poll: std::time::Duration::from_millis(500),
     });
     let mut hung = None;
     while hung.is_none() && start.elapsed() < Duration::from_secs(120) {
