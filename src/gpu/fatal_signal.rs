@@ -29,6 +29,11 @@ struct Terminal {
 static TERMINAL: OnceLock<Terminal> = OnceLock::new();
 /// Whether the terminal is in the app's modes now.
 static ARMED: AtomicBool = AtomicBool::new(false);
+/// The first faulting thread's progress (0 none, 1 putting the terminal back and writing the
+/// message, 2 done). Several threads can fault on one truncated map at once (the CPU backend's
+/// pool reads it in parallel): the others wait for the first, or the process would end by their
+/// signal halfway through its restore (escapes written, raw mode still on).
+static HANDLING: AtomicU8 = AtomicU8::new(0);
 
 const PATH_MAX: usize = 1024;
 /// The mapped model file, for the message (a fixed buffer: the handler may not allocate or lock).
@@ -110,6 +115,38 @@ fn write_all(fd: i32, mut bytes: &[u8]) {
 
 #[cfg(unix)]
 extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    if HANDLING
+        .compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+    {
+        last_word(sig);
+        HANDLING.store(2, Ordering::SeqCst);
+    } else {
+        // Another thread is putting the terminal back: at most 2 s, in 1 ms naps
+        // (nanosleep is async-signal-safe).
+        let nap = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        };
+        for _ in 0..2000 {
+            if HANDLING.load(Ordering::SeqCst) != 1 {
+                break;
+            }
+            // SAFETY: nanosleep on a valid timespec; async-signal-safe.
+            unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
+        }
+    }
+    // The previous action runs when the access faults again on return.
+    if let Some(old) = PREVIOUS.get() {
+        let i = usize::from(sig != libc::SIGBUS);
+        // SAFETY: sigaction is async-signal-safe; `old` came from sigaction.
+        unsafe { libc::sigaction(sig, &old[i], std::ptr::null_mut()) };
+    }
+}
+
+/// Puts the terminal back and says which file the process was reading (the first faulting thread).
+#[cfg(unix)]
+fn last_word(sig: libc::c_int) {
     if ARMED.swap(false, Ordering::SeqCst)
         && let Some(t) = TERMINAL.get()
     {
@@ -140,10 +177,4 @@ extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut 
         err,
         b".\r\nThe conversation so far is saved; hipscope --resume reopens it.\r\n",
     );
-    // The previous action runs when the access faults again on return.
-    if let Some(old) = PREVIOUS.get() {
-        let i = usize::from(sig != libc::SIGBUS);
-        // SAFETY: sigaction is async-signal-safe; `old` came from sigaction.
-        unsafe { libc::sigaction(sig, &old[i], std::ptr::null_mut()) };
-    }
 }
