@@ -4,6 +4,9 @@
 //!
 //! The file is read key by key rather than through serde so that every mistake names the key,
 //! the value found and what is allowed there.
+//!
+//! Just over 700 lines on purpose: one home for every setting's reading and range check (the
+//! remote endpoints' tables live in `app/remote_config.rs`); its tests are beside it.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -5,6 +5,11 @@
 //! [`StreamShared`] is what other threads see (the watchdog, the UI's snapshots, the event prober):
 //! atomics only, no lock shared with the worker, so a worker stuck inside a runtime call cannot
 //! stall them. [`TrackedStream`] is the worker's side.
+//!
+//! Over 700 lines on purpose: the in-flight table, the event pool and the enqueue/poll paths share
+//! one set of ordering rules (what a reader may see between a slot's claim and its completion);
+//! split across files, those rules would be argued in two places. Host-op tracking (`host`) and
+//! the tests live beside it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{
