@@ -30,13 +30,7 @@ impl Gpu {
         data: &[u8],
     ) -> Result<u64, GpuError> {
         self.check_alive()?;
-        if data.len() as u64 > dst.bytes {
-            return Err(GpuError::InvalidArgument(format!(
-                "upload of {} bytes into a buffer of {}",
-                data.len(),
-                dst.bytes
-            )));
-        }
+        fits("upload", data.len(), dst)?;
         let chunk = self.cfg.staging_bytes.max(4096);
         let mut last = self.stream.last_seq();
         for (i, piece) in data.chunks(chunk).enumerate() {
@@ -68,13 +62,7 @@ impl Gpu {
         out: &mut [u8],
     ) -> Result<(), GpuError> {
         self.check_alive()?;
-        if out.len() as u64 > src.bytes {
-            return Err(GpuError::InvalidArgument(format!(
-                "download of {} bytes from a buffer of {}",
-                out.len(),
-                src.bytes
-            )));
-        }
+        fits("download", out.len(), src)?;
         let chunk = self.cfg.staging_bytes.max(4096);
         for (i, piece) in out.chunks_mut(chunk).enumerate() {
             let b = self.staging_buffer()?;
@@ -107,13 +95,7 @@ impl Gpu {
         data: &[u8],
     ) -> Result<(), GpuError> {
         self.check_alive()?;
-        if data.len() as u64 > dst.bytes {
-            return Err(GpuError::InvalidArgument(format!(
-                "upload of {} bytes into a buffer of {}",
-                data.len(),
-                dst.bytes
-            )));
-        }
+        fits("upload", data.len(), dst)?;
         let (src, len) = (data.as_ptr(), data.len());
         let seq = self.enqueue(OpKind::CopyH2D, label, None, |be, _, _| {
             // SAFETY: `data` is borrowed until the wait below has seen the copy finish.
@@ -133,13 +115,7 @@ impl Gpu {
         out: &mut [u8],
     ) -> Result<(), GpuError> {
         self.check_alive()?;
-        if out.len() as u64 > src.bytes {
-            return Err(GpuError::InvalidArgument(format!(
-                "download of {} bytes from a buffer of {}",
-                out.len(),
-                src.bytes
-            )));
-        }
+        fits("download", out.len(), src)?;
         let (dst, len) = (out.as_mut_ptr(), out.len());
         let seq = self.enqueue(OpKind::CopyD2H, label, None, |be, _, _| {
             // SAFETY: `out` is borrowed, and not read, until the wait below has seen the copy
@@ -276,4 +252,15 @@ impl Gpu {
         let secs = (long - short).max(1e-9);
         Ok(30.0 * 2.0 * bytes as f64 / secs)
     }
+}
+
+/// A copy of `len` bytes fits the device buffer it reads or writes.
+fn fits(what: &str, len: usize, buf: DeviceBuffer) -> Result<(), GpuError> {
+    if len as u64 > buf.bytes {
+        return Err(GpuError::InvalidArgument(format!(
+            "{what} of {len} bytes does not fit a buffer of {} bytes",
+            buf.bytes
+        )));
+    }
+    Ok(())
 }
