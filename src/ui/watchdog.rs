@@ -221,14 +221,7 @@ impl WatchdogPanel {
                     text(" quits", theme.text),
                 ]),
             ];
-            frame.render_widget(
-                Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-                    Block::new()
-                        .borders(Borders::BOTTOM)
-                        .border_style(theme.hung),
-                ),
-                area,
-            );
+            hung_banner(frame, area, lines, theme);
             return;
         }
         let op = s.op.as_deref().unwrap_or("an op");
@@ -278,15 +271,20 @@ impl WatchdogPanel {
             text("Ctrl-C", theme.key),
             text(" quits (press it again to leave at once)", theme.text),
         ]));
-        frame.render_widget(
-            Paragraph::new(lines).wrap(Wrap { trim: false }).block(
-                Block::new()
-                    .borders(Borders::BOTTOM)
-                    .border_style(theme.hung),
-            ),
-            area,
-        );
+        hung_banner(frame, area, lines, theme);
     }
+}
+
+/// The HUNG banner's lines over the panel's bottom rule, in the hung colour.
+fn hung_banner(frame: &mut Frame, area: Rect, lines: Vec<Line<'static>>, theme: &Theme) {
+    frame.render_widget(
+        Paragraph::new(lines).wrap(Wrap { trim: false }).block(
+            Block::new()
+                .borders(Borders::BOTTOM)
+                .border_style(theme.hung),
+        ),
+        area,
+    );
 }
 
 /// What the hung stream runs on, for the banner and the chat's notice: the CPU backend's own ops
