@@ -280,3 +280,24 @@ HS_KERNEL void hs_quantize_act(HS_TRACK_PARAMS, const float *x, signed char *xq,
                          (xd != 0) ? xd + 2 * blk : 0, (xdq != 0) ? xdq + blk * bs : 0);
     }
 }
+
+// MXFP4: e (E8M0 scale), qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values and
+// the scale is halved to match (src/gpu/quant/mxfp4.rs). 17-byte blocks: byte loads only.
+__constant__ signed char dq_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
+
+__device__ __forceinline__ float dq_e8m0_half(unsigned char x) {
+    return __int_as_float((int)(x < 2 ? 0x00200000u << x : (hs_u32)(x - 1) << 23));
+}
+
+__device__ float dq_mxfp4(const unsigned char *b, hs_u32 j) {
+    const hs_u32 q = (b[1 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
+    return (float)dq_kvalues_mxfp4[q] * dq_e8m0_half(b[0]);
+}
+
+HS_KERNEL void hs_dequant_rows_mxfp4(HS_TRACK_PARAMS, const unsigned char *table,
+                                     const hs_u32 *tokens, float *out, hs_u32 cols,
+                                     hs_u64 row_bytes, hs_u32 n_src_rows) {
+    HS_BREADCRUMB();
+    infer_dequant_rows<dq_mxfp4, 32, 17>(table, tokens, out, cols, row_bytes, n_src_rows);
+}

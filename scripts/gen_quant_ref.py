@@ -28,6 +28,10 @@ the plain IEEE single-precision sequence that the Rust port reproduces.
 own seed) and merges them into the existing manifest, leaving every other fixture as it is. Their
 quantize cases come from the functions llama-quantize calls without an importance matrix:
 `quantize_row_q2_K_ref`, `quantize_row_q3_K_ref`, `quantize_iq4_nl` and `quantize_iq4_xs`.
+
+`--mxfp4` (re)makes only MXFP4's cases the same way (its own seed): random blocks whose E8M0
+scales cover all 256 values, and `quantize_mxfp4` (what llama-quantize calls; gguf-py's quantizer
+must agree with it). Run with llama.cpp b11434's libggml-base from /work/llcpu/build/bin.
 """
 
 import argparse
@@ -80,6 +84,7 @@ LOWBIT = [
     (T.IQ4_XS, 3, 1, [0], "quantize_iq4_xs", True, 8),
 ]
 LOWBIT_SEED = SEED + 15
+MXFP4_SEED = SEED + 39
 
 # (type, ggml reference quantizer, number of blocks in the fixture)
 QUANT_TYPES = [
@@ -200,9 +205,12 @@ def main():
     ap.add_argument("--ggml-base", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--lowbit", action="store_true", help="only the Q2_K/Q3_K/IQ4_NL/IQ4_XS cases")
+    ap.add_argument("--mxfp4", action="store_true", help="only the MXFP4 cases")
     args = ap.parse_args()
     if args.lowbit:
         return lowbit(args)
+    if args.mxfp4:
+        return mxfp4(args)
 
     rng = np.random.default_rng(SEED)
     reader = gguf.GGUFReader(args.model)
@@ -312,6 +320,45 @@ def lowbit(args):
                       "input": write(stem + ".in.f32", x), "expected": write(stem + ".bytes", ref)})
     manifest["cases"] = cases
     manifest["lowbit_seed"] = LOWBIT_SEED
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=1)
+    print(f"{len(cases)} cases in {path}")
+
+
+def mxfp4(args):
+    rng = np.random.default_rng(MXFP4_SEED)
+    reader = gguf.GGUFReader(args.model)
+    lib = ctypes.CDLL(args.ggml_base)
+    path = os.path.join(args.out, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    ty = T.MXFP4
+    cases = [c for c in manifest["cases"] if c["type"] != ty.name]
+
+    def write(name, arr):
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(np.ascontiguousarray(arr).tobytes())
+        return name
+
+    _, bb = sizes(ty)
+    # Every E8M0 value once (0 and 1 give subnormal scales, 255 is read as 2^127), random codes.
+    raw = rng.integers(0, 256, size=(256, bb), dtype=np.uint8)
+    raw[:, 0] = rng.permutation(256).astype(np.uint8)
+    blocks = raw.reshape(-1)
+    with np.errstate(all="ignore"):
+        expected = dequantize(blocks, ty).reshape(-1).astype(np.float32)
+    cases.append({"kind": "dequant", "type": ty.name, "source": "random",
+                  "blocks": write("mxfp4_random.blocks", blocks),
+                  "expected": write("mxfp4_random.f32", expected), "nan_equal": False})
+    x = quant_inputs(rng, ty, 24, reader)
+    ref = ggml_quantize(lib, "quantize_mxfp4", ty, x, True)
+    py = quantize(x.reshape(-1, sizes(ty)[0]), ty).reshape(-1)
+    if not np.array_equal(py, ref):
+        sys.exit("gguf-py and ggml disagree on MXFP4 quantization")
+    cases.append({"kind": "quantize", "type": ty.name, "source": "quantize_mxfp4",
+                  "input": write("mxfp4_quant.in.f32", x), "expected": write("mxfp4_quant.bytes", ref)})
+    manifest["cases"] = cases
+    manifest["mxfp4_seed"] = MXFP4_SEED
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"{len(cases)} cases in {path}")

@@ -126,7 +126,8 @@ proptest! {
 
 /// Quality on Gaussian data, as root-mean-square error relative to σ: limits about 10% above
 /// what these quantizers reach (0.0856, 0.0776, 0.0425, 0.0378, 0.0053, 0.0706, 0.0358,
-/// 0.0176; Q2_K 0.2950, Q3_K 0.1488, IQ4_NL 0.0758, IQ4_XS 0.0763), which are llama.cpp's own
+/// 0.0176; Q2_K 0.2950, Q3_K 0.1488, IQ4_NL 0.0758, IQ4_XS 0.0763; MXFP4 0.1155, whose
+/// power-of-two scale and E2M1 grid trade accuracy for a cheap format), which are llama.cpp's own
 /// figures since the reference fixtures prove the bytes
 /// identical; a broken search or packing lands far above.
 #[test]
@@ -146,6 +147,7 @@ fn rms_error_on_gaussian_data() {
         (GgmlType::Q3K, 0.164),
         (GgmlType::Iq4Nl, 0.084),
         (GgmlType::Iq4Xs, 0.084),
+        (GgmlType::Mxfp4, 0.127),
     ] {
         let y = roundtrip(ty, &x);
         let rms = (x

@@ -119,8 +119,8 @@ fn quantize_matches_llama_cpp_reference_byte_for_byte() {
         }
         n += 1;
     }
-    // 12 of the first types, 4 of the low-bit ones (`gen_quant_ref.py --lowbit`).
-    assert_eq!(n, 16, "quantize cases");
+    // 12 of the first types, 4 of the low-bit ones (`gen_quant_ref.py --lowbit`), MXFP4 (`--mxfp4`).
+    assert_eq!(n, 17, "quantize cases");
 }
 
 #[test]

@@ -406,6 +406,8 @@ fn file_type(ty: GgmlType) -> u32 {
         GgmlType::Q3K => 12,
         GgmlType::Iq4Nl => 25,
         GgmlType::Iq4Xs => 30,
+        // LLAMA_FTYPE_MOSTLY_MXFP4_MOE (`llama-quantize --pure … MXFP4_MOE` makes every matrix MXFP4).
+        GgmlType::Mxfp4 => 38,
         GgmlType::Bf16 => 32,
         _ => 0,
     }

@@ -19,7 +19,7 @@ pub struct SynthArgs {
     /// tiny-gemma3, tiny-phi3.
     pub name: String,
     /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-    /// IQ4_NL, IQ4_XS).
+    /// IQ4_NL, IQ4_XS, MXFP4).
     #[arg(long, default_value = "Q8_0")]
     pub quant: String,
     /// Seed of the random weights.

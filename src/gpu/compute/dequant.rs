@@ -151,6 +151,7 @@ fn dequant_name(suffix: &str) -> &'static str {
         "q8_0" => "dequant_q8_0",
         "q4_k" => "dequant_q4_k",
         "q5_k" => "dequant_q5_k",
+        "mxfp4" => "dequant_mxfp4",
         _ => "dequant_q6_k",
     }
 }

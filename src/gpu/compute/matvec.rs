@@ -534,6 +534,7 @@ fn mv_name(suffix: &str) -> &'static str {
         "q8_0" => "mv_q8_0",
         "q4_k" => "mv_q4_k",
         "q5_k" => "mv_q5_k",
+        "mxfp4" => "mv_mxfp4",
         _ => "mv_q6_k",
     }
 }

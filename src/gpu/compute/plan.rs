@@ -42,6 +42,7 @@ pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
         Q3K => ("q3_k", ActFormat::Q8 { bs: 256 }),
         Iq4Nl => ("iq4_nl", ActFormat::Q8 { bs: 32 }),
         Iq4Xs => ("iq4_xs", ActFormat::Q8 { bs: 256 }),
+        Mxfp4 => ("mxfp4", ActFormat::Q8 { bs: 32 }),
         _ => return None,
     };
     Some(TypeKernels { suffix, act })

@@ -167,6 +167,7 @@ pub(crate) fn dequantize_blocks(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
         GgmlType::Q3K => each::<{ layout::Q3_K }, QK_K>(src, dst, dequant_q3_k),
         GgmlType::Iq4Nl => each::<{ layout::IQ4_NL }, QK>(src, dst, dequant_iq4_nl),
         GgmlType::Iq4Xs => each::<{ layout::IQ4_XS }, QK_K>(src, dst, dequant_iq4_xs),
+        GgmlType::Mxfp4 => each::<{ super::mxfp4::BYTES }, QK>(src, dst, super::mxfp4::dequant),
         // `dequantize` admits only the types above.
         _ => dst.fill(f32::NAN),
     }

@@ -8,6 +8,7 @@ use std::fmt;
 
 mod blocks;
 pub mod dot;
+pub mod mxfp4;
 mod quantize;
 mod quantize_lowbit;
 
@@ -87,6 +88,7 @@ pub const COMPUTE_TYPES: &[GgmlType] = &[
     GgmlType::Q3K,
     GgmlType::Iq4Nl,
     GgmlType::Iq4Xs,
+    GgmlType::Mxfp4,
 ];
 
 /// Types `dequantize` and `quantize` accept: the compute types plus the activation formats Q8_1
@@ -109,6 +111,7 @@ pub const CODEC_TYPES: &[GgmlType] = &[
     GgmlType::Q3K,
     GgmlType::Iq4Nl,
     GgmlType::Iq4Xs,
+    GgmlType::Mxfp4,
 ];
 
 /// Types we can compute on (dequantize + dot).

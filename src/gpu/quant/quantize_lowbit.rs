@@ -15,6 +15,7 @@ pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
         GgmlType::Q3K => each::<QK_K, { layout::Q3_K }>(src, dst, q3_k),
         GgmlType::Iq4Nl => each::<QK, { layout::IQ4_NL }>(src, dst, iq4_nl),
         GgmlType::Iq4Xs => each::<QK_K, { layout::IQ4_XS }>(src, dst, iq4_xs),
+        GgmlType::Mxfp4 => each::<QK, { super::mxfp4::BYTES }>(src, dst, super::mxfp4::quantize),
         _ => super::quantize::quantize_blocks(ty, src, dst),
     }
 }

@@ -60,7 +60,7 @@ pub const SHAPES: &[&str] = &[
 pub const QUANTS: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// Types the default matrix covers on the `tiny` shape only (every other GPU type).
 pub const EXTRA_TINY: &[&str] = &[
-    "BF16", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS",
+    "BF16", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4",
 ];
 
 /// Tokens of the prompt batch (at least the GEMM threshold), the short batch and decode steps.

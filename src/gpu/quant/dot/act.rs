@@ -55,7 +55,7 @@ pub fn act_kind(ty: GgmlType) -> Result<ActKind, QuantError> {
     use GgmlType::*;
     match ty {
         F32 | F16 | Bf16 => Ok(ActKind::F32),
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Iq4Nl => Ok(ActKind::Q8x32),
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Iq4Nl | Mxfp4 => Ok(ActKind::Q8x32),
         Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Xs => Ok(ActKind::Q8xK),
         _ => Err(super::super::unsupported(ty)),
     }

@@ -12,6 +12,7 @@
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
 use super::super::blocks::{KVALUES_IQ4NL, QK, layout};
+use super::super::mxfp4;
 use super::*;
 use std::arch::x86_64::*;
 
@@ -25,6 +26,7 @@ pub(super) fn kernel(ty: GgmlType) -> Option<KernelFn> {
         Q5_1 => rows::<B5_1>,
         Q8_0 => rows::<B8_0>,
         Iq4Nl => rows::<BIq4Nl>,
+        Mxfp4 => rows::<BMxfp4>,
         _ => return None,
     })
 }
@@ -179,6 +181,33 @@ impl Blk for BIq4Nl {
     #[inline(always)]
     unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
         unsafe { d_scaled(p0, p1, 0.0) }
+    }
+}
+
+struct BMxfp4;
+impl Blk for BMxfp4 {
+    const BYTES: usize = mxfp4::BYTES;
+    const SIGNED: bool = true;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn quants2(p0: *const u8, p1: *const u8) -> __m512i {
+        unsafe {
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(
+                mxfp4::KVALUES_MXFP4.as_ptr() as *const __m128i
+            ));
+            _mm512_shuffle_epi8(table, nibbles2(p0.add(1), p1.add(1)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
+        unsafe {
+            _mm_setr_ps(
+                mxfp4::e8m0_to_fp32_half(*p0),
+                0.0,
+                mxfp4::e8m0_to_fp32_half(*p1),
+                0.0,
+            )
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Scalar kernels: the numerical reference for every SIMD kernel, and the fallback.
 
 use super::super::blocks::{self, QK, QK_K, f16_at, k_scale_min, layout};
+use super::super::mxfp4;
 use super::*;
 
 /// Scalar Q8x32: d = max|x| / 127, q = x · 127 / max|x| rounded to nearest even; returns
@@ -48,6 +49,7 @@ pub(super) fn kernel(ty: GgmlType) -> KernelFn {
         Q3K => scalar_rows::<ScQ3K>,
         Iq4Nl => scalar_rows::<ScIq4Nl>,
         Iq4Xs => scalar_rows::<ScIq4Xs>,
+        Mxfp4 => scalar_rows::<ScMxfp4>,
         _ => scalar_rows::<ScQ6K>,
     }
 }
@@ -214,6 +216,19 @@ impl Scalar32 for ScIq4Nl {
             q[j + 16] = blocks::KVALUES_IQ4NL[(b[2 + j] >> 4) as usize] as i32;
         }
         (f16_at(b, 0), 0.0)
+    }
+}
+
+struct ScMxfp4;
+impl Scalar32 for ScMxfp4 {
+    const TY: GgmlType = GgmlType::Mxfp4;
+    const BYTES: usize = mxfp4::BYTES;
+    fn unpack(b: &[u8], q: &mut [i32; QK]) -> (f32, f32) {
+        for j in 0..16 {
+            q[j] = mxfp4::KVALUES_MXFP4[(b[1 + j] & 0xF) as usize] as i32;
+            q[j + 16] = mxfp4::KVALUES_MXFP4[(b[1 + j] >> 4) as usize] as i32;
+        }
+        (mxfp4::e8m0_to_fp32_half(b[0]), 0.0)
     }
 }
 

@@ -1,10 +1,12 @@
 //! AVX2 kernels for the low-bit types: Q2_K and Q3_K (2-bit planes, sixteen 16-element
 //! sub-blocks), IQ4_NL and IQ4_XS (4-bit indices into `KVALUES_IQ4NL`, signed values, so
-//! `maddubs` takes |q| and the sign moves to the activation as for Q8_0).
+//! `maddubs` takes |q| and the sign moves to the activation as for Q8_0), and MXFP4 (the same
+//! with E2M1 values).
 
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
 use super::super::super::blocks::{KVALUES_IQ4NL, f16_at};
+use super::super::super::mxfp4;
 use super::*;
 
 /// The IQ4 value table in both 128-bit lanes, for `_mm256_shuffle_epi8`.
@@ -31,6 +33,35 @@ impl Blk32 for BIq4Nl {
     #[inline(always)]
     unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
         unsafe { (group_d(p, Self::BYTES), _mm256_setzero_ps()) }
+    }
+}
+
+/// MXFP4: like IQ4_NL, with the doubled E2M1 values as the table and the halved E8M0 scale as d.
+pub(super) struct BMxfp4;
+impl Blk32 for BMxfp4 {
+    const BYTES: usize = mxfp4::BYTES;
+    const SIGNED: bool = true;
+    const HAS_M: bool = false;
+    #[inline(always)]
+    unsafe fn quants(p: *const u8) -> __m256i {
+        unsafe {
+            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                mxfp4::KVALUES_MXFP4.as_ptr() as *const __m128i
+            ));
+            _mm256_shuffle_epi8(table, nibbles32(p.add(1)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn dm(p: *const u8) -> __m128 {
+        unsafe { _mm_setr_ps(mxfp4::e8m0_to_fp32_half(*p), 0.0, 0.0, 0.0) }
+    }
+    #[inline(always)]
+    unsafe fn group_dm(p: *const u8) -> (__m256, __m256) {
+        unsafe {
+            let e = |j: usize| mxfp4::e8m0_to_fp32_half(*p.add(j * Self::BYTES));
+            let d = _mm_setr_ps(e(0), e(1), e(2), e(3));
+            (_mm256_set_m128(d, d), _mm256_setzero_ps())
+        }
     }
 }
 

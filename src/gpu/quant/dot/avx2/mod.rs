@@ -24,6 +24,7 @@ pub(in super::super) fn kernel(ty: GgmlType) -> KernelFn {
         Q2K => rows_k::<K2>,
         Q3K => rows_k::<K3>,
         Iq4Xs => rows_k::<KIq4Xs>,
+        Mxfp4 => rows_32::<BMxfp4>,
         _ => rows_k::<K6>,
     }
 }
