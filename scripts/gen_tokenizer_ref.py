@@ -317,6 +317,14 @@ REAL_TEMPLATES = [
     ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "<|begin_of_text|>", "<|im_end|>"),
 ]
 
+# Real templates that llama.cpp's tree lacks, kept in tests/data/tokenizer/templates/ (each with
+# its source and licence in SOURCES.md there): (name, bos, eos).
+REPO_TEMPLATES = [
+    ("microsoft-Phi-4-mini-instruct", "<|endoftext|>", "<|endoftext|>"),
+]
+REPO_TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
+                                 "tokenizer", "templates")
+
 # 2024-07-26 12:00 UTC: noon, so that the local date is the same in nearly every time zone.
 FIXED_TIME = 1721995200
 
@@ -383,8 +391,11 @@ def cmd_templates(llama_dir):
     cases = parse_test_cases(src)
     env = hf_environment()
     real = []
-    for name, bos, eos in REAL_TEMPLATES:
-        path = os.path.join(llama_dir, "models", "templates", name + ".jinja")
+    todo = [(n, b, e, os.path.join(llama_dir, "models", "templates", n + ".jinja"),
+             f"models/templates/{n}.jinja") for n, b, e in REAL_TEMPLATES]
+    todo += [(n, b, e, os.path.join(REPO_TEMPLATE_DIR, n + ".jinja"),
+              f"tests/data/tokenizer/templates/{n}.jinja") for n, b, e in REPO_TEMPLATES]
+    for name, bos, eos, path, file in todo:
         source = open(path, encoding="utf-8").read()
         messages = TWO_TURNS if supports_system(env, source) else merge_system(TWO_TURNS)
         try:
@@ -394,7 +405,7 @@ def cmd_templates(llama_dir):
             continue
         real.append({
             "name": name,
-            "file": f"models/templates/{name}.jinja",
+            "file": file,
             "sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
             "bos_token": bos,
             "eos_token": eos,

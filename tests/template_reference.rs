@@ -4,7 +4,9 @@
 //!   six-message conversation), recorded in `tests/data/tokenizer/chat_templates.json`;
 //! - real templates shipped in llama.cpp's `models/templates/` (Llama 3.x, Qwen 2.5/3, Mistral
 //!   Nemo, Gemma 2, Phi-3.5, SmolLM3, DeepSeek-R1, Granite), read from `HIPSCOPE_LLAMA_CPP_SRC`,
-//!   against what Python's jinja2 renders with Hugging Face's settings;
+//!   against what Python's jinja2 renders with Hugging Face's settings; likewise real templates
+//!   that tree lacks, kept in `tests/data/tokenizer/templates/` (Phi-4-mini; sources and
+//!   licences in its SOURCES.md);
 //! - the SmolLM2 model's own template, rendered and tokenized, against llama.cpp's tokens.
 //!
 //! All made by `scripts/gen_tokenizer_ref.py templates`.
@@ -125,7 +127,11 @@ fn real_templates_from_llama_cpp_tree() {
     assert!(r.real_templates.len() >= 10);
     let mut failures = Vec::new();
     for c in &r.real_templates {
-        let path = src.join(&c.file);
+        let path = if c.file.starts_with("tests/") {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(&c.file)
+        } else {
+            src.join(&c.file)
+        };
         let source =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let digest: String = Sha256::digest(source.as_bytes())

@@ -549,3 +549,68 @@ fn remote_engine_panels_and_a_hung_server() {
     }
     insta::assert_snapshot!(screen);
 }
+
+/// A remote engine's GPU panel: the server's API reports no devices (this machine's GPU is not
+/// shown in their place), and this chat's latency as measured here — time to first token, mean
+/// inter-token latency and tokens/s of the last answer — with one history point per answer.
+#[test]
+fn remote_engine_gpu_panel_latency_history() {
+    use hipscope::gpu::snapshot::DeviceSummary;
+    use hipscope::model::protocol::{GenStats, ModelSummary};
+    use std::time::Duration;
+    let mut app = hipscope::ui::App::new(settings());
+    worker(
+        &mut app,
+        Event::ModelLoaded {
+            model: ModelSummary {
+                name: "Qwen3-235B-A22B".into(),
+                architecture: "vLLM".into(),
+                context_length: 32768,
+                ..ModelSummary::default()
+            },
+            device: DeviceSummary {
+                backend: "remote".into(),
+                name: "vLLM at node7:8000".into(),
+                arch: "cluster".into(),
+                reason: "remote engine http://node7:8000".into(),
+                ..DeviceSummary::default()
+            },
+        },
+    );
+    // (time to first token, tokens, streaming time) of three answers.
+    for (ttft, n, streamed) in [(420u64, 40usize, 1600u64), (180, 64, 2100), (210, 25, 900)] {
+        asked(&mut app);
+        stream_answer(&mut app, "Paris.", 2);
+        worker(
+            &mut app,
+            Event::AnswerDone {
+                stats: GenStats {
+                    prompt_tokens: 31,
+                    generated_tokens: n,
+                    gen_time: Duration::from_millis(streamed),
+                    time_to_first_token: Duration::from_millis(ttft),
+                    ..GenStats::default()
+                },
+                reason: StopReason::Eog,
+            },
+        );
+    }
+    only_panel(&mut app, 8);
+    let screen = draw(&app, 120, 30);
+    let text = format!("{screen:?}");
+    for want in [
+        "GPU · remote engine",
+        "devices: the server's API reports none",
+        "this chat, client side (3 answers):",
+        "ttft    210 ms",
+        // 900 ms over the 24 gaps between 25 tokens; 25 tokens in 0.9 s.
+        "itl     37.5 ms mean",
+        "speed   27.8 t/s · 25 tokens",
+        "ttft · 0–420 ms",
+        "itl · 0–41 ms",
+        "speed · 0–30 t/s",
+    ] {
+        assert!(text.contains(want), "{want:?} not on the screen:\n{text}");
+    }
+    insta::assert_snapshot!(screen);
+}

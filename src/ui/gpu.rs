@@ -1,6 +1,7 @@
 //! The GPU panel: backend, device, arch and memory now, and the telemetry history (utilization,
 //! memory, temperature, power, clocks, fan) as the sampler delivers it. Readings the source lacks are
-//! left out, not drawn as zero. On the CPU backend it shows the host.
+//! left out, not drawn as zero. On the CPU backend it shows the host; for a remote engine, this
+//! chat's latency as measured here (`remote_latency.rs`).
 
 use ratatui::Frame;
 use ratatui::layout::Rect;
@@ -11,10 +12,12 @@ use crate::gpu::snapshot::{DeviceSummary, GpuReading, HostSample, TelemetrySampl
 use super::meter::{
     bar, ellipsize, history, lines_on_top, open_panel, panel_note, text, wrap_words,
 };
+use super::remote_latency::RemoteLatency;
 use super::series::Series;
 use super::theme::Theme;
 use super::units::{self, ratio};
 use crate::gpu::telemetry::PowerScope;
+use crate::model::protocol::GenStats;
 
 #[derive(Clone, Debug, Default)]
 pub struct GpuPanel {
@@ -31,6 +34,7 @@ pub struct GpuPanel {
     fan_in_pct: bool,
     host_cpu: Series,
     own_cpu: Series,
+    remote: RemoteLatency,
 }
 
 impl GpuPanel {
@@ -89,6 +93,18 @@ impl GpuPanel {
             .or(sample.gpus.first())
     }
 
+    /// A finished answer: its client-side latency, when the engine is remote (a local model's
+    /// answers are timed by the device's own panels).
+    pub fn apply_answer(&mut self, stats: &GenStats) {
+        if self.is_remote() {
+            self.remote.apply_answer(stats);
+        }
+    }
+
+    fn is_remote(&self) -> bool {
+        self.device.as_ref().is_some_and(|d| d.backend == "remote")
+    }
+
     pub fn apply_host(&mut self, sample: HostSample) {
         if let Some(c) = sample.cpu_pct {
             self.host_cpu.push(c.clamp(0.0, 100.0).round() as u64);
@@ -120,7 +136,13 @@ impl GpuPanel {
     }
 
     pub fn render(&self, frame: &mut Frame, area: Rect, theme: &Theme) {
-        let title = if self.is_cpu() { "Host" } else { "GPU" };
+        let title = if self.is_cpu() {
+            "Host"
+        } else if self.is_remote() {
+            "GPU · remote engine"
+        } else {
+            "GPU"
+        };
         let Some(inner) = open_panel(frame, area, title, theme, 8) else {
             return;
         };
@@ -152,6 +174,18 @@ impl GpuPanel {
             self.graphs(frame, inner, y, theme);
             return;
         };
+        if self.is_remote() {
+            // This machine's GPU readings would be about the wrong machine: the server's and
+            // this chat's latency instead.
+            let mut lines = vec![kv("server", &ellipsize(&d.name, value_w), label_w, theme)];
+            lines.extend(self.remote.lines(label_w, theme));
+            for l in wrap_words(&d.reason, w, 3) {
+                lines.push(Line::from(text(l, theme.dim)));
+            }
+            let y = lines_on_top(frame, inner, lines).y;
+            self.draw_graphs(frame, inner, y, self.remote.graphs(), theme);
+            return;
+        }
         let mut lines = vec![
             kv("backend", &d.backend, label_w, theme),
             kv("device", &ellipsize(&d.name, value_w), label_w, theme),
@@ -283,7 +317,7 @@ impl GpuPanel {
 
     /// History below `y`: utilization, power, temperature, memory, clock and fan (or the host's
     /// CPU and hipscope's), as room allows; each label says its scale.
-    fn graphs(&self, frame: &mut Frame, inner: Rect, mut y: u16, theme: &Theme) {
+    fn graphs(&self, frame: &mut Frame, inner: Rect, y: u16, theme: &Theme) {
         let graphs: Vec<(&str, &Series, u64, &str)> = if self.is_cpu() {
             vec![
                 ("machine cpu", &self.host_cpu, 100, "%"),
@@ -303,6 +337,18 @@ impl GpuPanel {
                 },
             ]
         };
+        self.draw_graphs(frame, inner, y, graphs, theme);
+    }
+
+    /// Draws the histories with two or more points below `y`, sharing the rows left.
+    fn draw_graphs(
+        &self,
+        frame: &mut Frame,
+        inner: Rect,
+        mut y: u16,
+        graphs: Vec<(&str, &Series, u64, &str)>,
+        theme: &Theme,
+    ) {
         let graphs: Vec<_> = graphs.into_iter().filter(|h| h.1.len() >= 2).collect();
         let count = graphs.len() as u16;
         for (i, (label, series, max, unit)) in graphs.into_iter().enumerate() {

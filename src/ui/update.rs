@@ -178,6 +178,7 @@ impl App {
                 if stats.prompt_tokens > 0 {
                     self.context_used = Some(stats.prompt_tokens + stats.generated_tokens);
                 }
+                self.gpu.apply_answer(&stats);
                 self.chat.finish_answer(stats, reason);
                 self.generation = GenState::Idle;
             }

@@ -8,7 +8,9 @@
 //! scale halved (`e8m0_to_fp32_half`), so that the dot products run on the same 8-bit integer
 //! multiply-adds as IQ4_NL against a Q8 activation.
 
-use super::blocks::QK;
+/// Elements per block (ggml's `QK_MXFP4`; the same as the other 32-element types, kept here so
+/// that `blocks.rs`, which dispatches to this file, is not imported back).
+pub const QK: usize = 32;
 
 /// Bytes per block: e, qs[16].
 pub const BYTES: usize = 17;
