@@ -290,6 +290,40 @@ impl KvShift {
     }
 }
 
+/// A mixture-of-experts feed-forward for `n_tokens` rows (llama.cpp's `build_moe_ffn` with
+/// softmax gating, top-k, weights normalized to sum 1, SwiGLU experts):
+///
+/// ```text
+/// p = softmax(router · x[t]);  e_0..e_k = the k largest p (largest first);  w_i = p[e_i] / Σ p[e_j]
+/// acc[t] += Σ_i w_i · down[e_i] · (silu(gate[e_i] · x[t]) * (up[e_i] · x[t]))
+/// ```
+///
+/// `gate` and `up` hold every expert's rows one expert after another (`n_expert · ffn_dim` rows
+/// of `dim`), `down` likewise (`n_expert · dim` rows of `ffn_dim`): the 3-D `*_exps` tensors as
+/// stored. Scratch buffers: `logits` (n_tokens × n_expert), `sel` (n_tokens × n_used × 2: the
+/// chosen expert ids, as floats, then their weights), `h`, `h2` (n_tokens × n_used × ffn_dim) and
+/// `y` (n_tokens × n_used × dim).
+#[derive(Clone, Copy, Debug)]
+pub struct MoeFfn {
+    pub router: Weight,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+    pub x: Buf,
+    pub acc: Buf,
+    pub logits: Buf,
+    pub sel: Buf,
+    pub h: Buf,
+    pub h2: Buf,
+    pub y: Buf,
+    pub n_tokens: usize,
+    pub dim: usize,
+    pub ffn_dim: usize,
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub layer: u32,
+}
+
 /// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
 /// backend can make its few large allocations up front (and refuse at once, with the numbers, a
 /// model that does not fit).
@@ -434,6 +468,15 @@ pub trait Backend: Send {
     ) -> Result<()> {
         self.matmul(w, x, tmp, n_tokens, label)?;
         self.add(acc, tmp, n_tokens * dim, add_label)
+    }
+
+    /// A mixture-of-experts feed-forward added to `acc` (see [`MoeFfn`]).
+    fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
+        let _ = m;
+        Err(BackendError::Unsupported(format!(
+            "{}: mixture-of-experts layers are not implemented on this backend",
+            self.device().backend
+        )))
     }
 
     /// Device memory bandwidth in bytes/s, read plus write, measured by a copy (`None` where the

@@ -23,6 +23,7 @@ use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 
+mod moe;
 mod weights;
 use weights::LayerWeights;
 
@@ -113,6 +114,8 @@ struct Activations {
     up: Buf,
     last: Buf,
     logits: Buf,
+    /// The mixture-of-experts scratch (MoE models only).
+    moe: Option<moe::MoeBufs>,
 }
 
 /// A model loaded on a backend, ready to run.
@@ -164,6 +167,7 @@ impl Model {
             b * config.ffn_dim * 2,
             config.dim,
             logits_rows * config.vocab_size,
+            config.moe.map_or(0, |m| moe::elems(&m, b, config.dim)),
         ]
         .iter()
         .sum::<usize>() as u64;
@@ -192,7 +196,11 @@ impl Model {
             activation_elems: act_elems,
             kv_elems: kv_layout.elems() as u64,
             n_batch,
-            max_cols: config.dim.max(config.q_dim()).max(config.ffn_dim),
+            max_cols: config
+                .dim
+                .max(config.q_dim())
+                .max(config.ffn_dim)
+                .max(config.moe.map_or(0, |m| m.ffn_dim)),
             vector_elems: file
                 .tensors()
                 .iter()
@@ -242,6 +250,10 @@ impl Model {
             up: backend.alloc("ffn_up", b * config.ffn_dim)?,
             last: backend.alloc("last", config.dim)?,
             logits: backend.alloc("logits", logits_rows * config.vocab_size)?,
+            moe: match &config.moe {
+                Some(m) => Some(moe::alloc(backend.as_mut(), m, b, config.dim)?),
+                None => None,
+            },
         };
         Ok(Model {
             config,
@@ -572,6 +584,10 @@ impl Model {
                 )?,
             }
             be.rms_norm(a.x, w.ffn_norm, a.xn, n, c.dim, c.rms_eps, lab("ffn_norm"))?;
+            if let (Some(router), Some(m), Some(bufs)) = (w.router, &c.moe, &a.moe) {
+                moe::ffn(be, bufs, m, router, w, a.xn, a.x, n, c.dim, li)?;
+                continue;
+            }
             match c.ffn_act {
                 FfnAct::Silu => {
                     be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?

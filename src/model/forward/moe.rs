@@ -1,0 +1,71 @@
+//! The mixture-of-experts feed-forward of the forward pass (Mixtral-style llama, qwen3moe): its
+//! scratch buffers and the one backend op ([`Backend::moe_ffn`]) that routes each token to its
+//! experts and adds their weighted outputs to the residual.
+
+use super::weights::LayerWeights;
+use crate::gpu::backend::{Backend, BackendError, Buf, MoeFfn, Weight};
+use crate::model::config::Moe;
+
+/// Scratch of the MoE op, shared by every layer (see [`MoeFfn`] for the shapes).
+pub(super) struct MoeBufs {
+    logits: Buf,
+    sel: Buf,
+    h: Buf,
+    h2: Buf,
+    y: Buf,
+}
+
+/// f32 elements of the scratch for batches of `b` tokens.
+pub(super) fn elems(m: &Moe, b: usize, dim: usize) -> usize {
+    b * (m.n_expert + 2 * m.n_used + 2 * m.n_used * m.ffn_dim + m.n_used * dim)
+}
+
+pub(super) fn alloc(
+    be: &mut dyn Backend,
+    m: &Moe,
+    b: usize,
+    dim: usize,
+) -> Result<MoeBufs, BackendError> {
+    Ok(MoeBufs {
+        logits: be.alloc("moe_logits", b * m.n_expert)?,
+        sel: be.alloc("moe_sel", b * m.n_used * 2)?,
+        h: be.alloc("moe_gate", b * m.n_used * m.ffn_dim)?,
+        h2: be.alloc("moe_up", b * m.n_used * m.ffn_dim)?,
+        y: be.alloc("moe_down", b * m.n_used * dim)?,
+    })
+}
+
+/// acc += the experts' output for the `n` normalized rows in `x`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn ffn(
+    be: &mut dyn Backend,
+    bufs: &MoeBufs,
+    m: &Moe,
+    router: Weight,
+    w: &LayerWeights,
+    x: Buf,
+    acc: Buf,
+    n: usize,
+    dim: usize,
+    layer: u32,
+) -> Result<(), BackendError> {
+    be.moe_ffn(&MoeFfn {
+        router,
+        gate: w.gate,
+        up: w.up,
+        down: w.down,
+        x,
+        acc,
+        logits: bufs.logits,
+        sel: bufs.sel,
+        h: bufs.h,
+        h2: bufs.h2,
+        y: bufs.y,
+        n_tokens: n,
+        dim,
+        ffn_dim: m.ffn_dim,
+        n_expert: m.n_expert,
+        n_used: m.n_used,
+        layer,
+    })
+}
