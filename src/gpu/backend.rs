@@ -300,9 +300,11 @@ impl KvShift {
 ///
 /// `gate` and `up` hold every expert's rows one expert after another (`n_expert · ffn_dim` rows
 /// of `dim`), `down` likewise (`n_expert · dim` rows of `ffn_dim`): the 3-D `*_exps` tensors as
-/// stored. Scratch buffers: `logits` (n_tokens × n_expert), `sel` (n_tokens × n_used × 2: the
-/// chosen expert ids, as floats, then their weights), `h`, `h2` (n_tokens × n_used × ffn_dim) and
-/// `y` (n_tokens × n_used × dim).
+/// stored. Scratch buffers: `logits` (n_tokens × n_expert); `route` ([`MoeFfn::route_len`]: per
+/// token the chosen expert ids, as floats, then their weights; after them whatever index the
+/// backend keeps, such as the GPU's entries sorted by expert); `xs` (n_tokens × n_used × dim: the
+/// inputs as each expert takes them), `h` (n_tokens × n_used × ffn_dim) and `y` (n_tokens ×
+/// n_used × dim).
 #[derive(Clone, Copy, Debug)]
 pub struct MoeFfn {
     pub router: Weight,
@@ -312,9 +314,9 @@ pub struct MoeFfn {
     pub x: Buf,
     pub acc: Buf,
     pub logits: Buf,
-    pub sel: Buf,
+    pub route: Buf,
+    pub xs: Buf,
     pub h: Buf,
-    pub h2: Buf,
     pub y: Buf,
     pub n_tokens: usize,
     pub dim: usize,
@@ -322,6 +324,16 @@ pub struct MoeFfn {
     pub n_expert: usize,
     pub n_used: usize,
     pub layer: u32,
+}
+
+impl MoeFfn {
+    /// Elements of the `route` buffer for `n` tokens: 2 per chosen expert (id, weight), then
+    /// the GPU's index: 2 per chosen expert (sorted position, token) and a chunk table (a count,
+    /// then 3 per chunk; at most one chunk per entry, or per 8 entries plus one per expert).
+    pub fn route_len(n: usize, n_used: usize, n_expert: usize) -> usize {
+        let entries = n * n_used;
+        4 * entries + 1 + 3 * entries.min(entries.div_ceil(8) + n_expert)
+    }
 }
 
 /// What a model will ask of a backend, known before its first weight is loaded, so that a GPU

@@ -200,7 +200,12 @@ impl Model {
                 .dim
                 .max(config.q_dim())
                 .max(config.ffn_dim)
-                .max(config.moe.map_or(0, |m| m.ffn_dim)),
+                // A MoE layer's inputs as its experts take them: n_used rows per token.
+                .max(
+                    config
+                        .moe
+                        .map_or(0, |m| m.n_used * m.ffn_dim.max(config.dim)),
+                ),
             vector_elems: file
                 .tensors()
                 .iter()

@@ -9,15 +9,16 @@ use crate::model::config::Moe;
 /// Scratch of the MoE op, shared by every layer (see [`MoeFfn`] for the shapes).
 pub(super) struct MoeBufs {
     logits: Buf,
-    sel: Buf,
+    route: Buf,
+    xs: Buf,
     h: Buf,
-    h2: Buf,
     y: Buf,
 }
 
 /// f32 elements of the scratch for batches of `b` tokens.
 pub(super) fn elems(m: &Moe, b: usize, dim: usize) -> usize {
-    b * (m.n_expert + 2 * m.n_used + 2 * m.n_used * m.ffn_dim + m.n_used * dim)
+    b * (m.n_expert + m.n_used * m.ffn_dim + 2 * m.n_used * dim)
+        + MoeFfn::route_len(b, m.n_used, m.n_expert)
 }
 
 pub(super) fn alloc(
@@ -28,10 +29,10 @@ pub(super) fn alloc(
 ) -> Result<MoeBufs, BackendError> {
     Ok(MoeBufs {
         logits: be.alloc("moe_logits", b * m.n_expert)?,
-        sel: be.alloc("moe_sel", b * m.n_used * 2)?,
-        h: be.alloc("moe_gate", b * m.n_used * m.ffn_dim)?,
-        h2: be.alloc("moe_up", b * m.n_used * m.ffn_dim)?,
-        y: be.alloc("moe_down", b * m.n_used * dim)?,
+        route: be.alloc("moe_route", MoeFfn::route_len(b, m.n_used, m.n_expert))?,
+        xs: be.alloc("moe_inputs", b * m.n_used * dim)?,
+        h: be.alloc("moe_hidden", b * m.n_used * m.ffn_dim)?,
+        y: be.alloc("moe_outputs", b * m.n_used * dim)?,
     })
 }
 
@@ -57,9 +58,9 @@ pub(super) fn ffn(
         x,
         acc,
         logits: bufs.logits,
-        sel: bufs.sel,
+        route: bufs.route,
+        xs: bufs.xs,
         h: bufs.h,
-        h2: bufs.h2,
         y: bufs.y,
         n_tokens: n,
         dim,

@@ -83,8 +83,8 @@ impl CpuBackend {
             OpLabel::layer(m.layer, "ffn_moe_router"),
         )?;
         let _op = self.ops.begin(OpLabel::layer(m.layer, "ffn_moe_experts"));
-        // Routing: sel holds each token's expert ids (as floats), then their weights.
-        let mut sel = self.take(m.sel, n * k * 2)?;
+        // Routing: each token's expert ids (as floats), then their weights.
+        let mut sel = self.take(m.route, n * k * 2)?;
         let routed = self.buf(m.logits, n * ne).map(|logits| {
             let (mut ex, mut wt) = (Vec::new(), Vec::new());
             for t in 0..n {
@@ -97,7 +97,7 @@ impl CpuBackend {
             }
         });
         let sel_copy = sel[..n * k * 2].to_vec();
-        self.put(m.sel, sel);
+        self.put(m.route, sel);
         routed?;
         // Tokens (and the slot they chose it in) per expert.
         let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
