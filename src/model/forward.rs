@@ -8,6 +8,7 @@
 //!            x += a, or x += norm(a)                          (Gemma's post-attention norm)
 //!            f = Wdown · (act(Wgate·norm(x)) * Wup·norm(x))   (act: silu, or GELU for Gemma)
 //!            x += f, or x += norm(f)                          (Gemma's post-FFN norm)
+//!            (MoE: f = Σ of the top-k routed experts' f, weighted: forward/moe.rs)
 //! logits = Wout · norm(x) (soft-capped: Gemma 2)
 //! ```
 

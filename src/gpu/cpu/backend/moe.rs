@@ -195,3 +195,25 @@ impl CpuBackend {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+
+    /// Probabilities ∝ 1, 2, 4, ~0: the top two are experts 2 and 1, weighted 4/6 and 2/6;
+    /// equal probabilities go to the lower id first.
+    #[test]
+    fn route_takes_the_largest_first_and_normalizes_their_weights() {
+        let (mut ex, mut wt) = (Vec::new(), Vec::new());
+        let l = [0.0, 2f32.ln(), 4f32.ln(), -80.0];
+        route(&l, 2, &mut ex, &mut wt);
+        assert_eq!(ex, [2, 1]);
+        assert!((wt[0] - 4.0 / 6.0).abs() < 1e-6 && (wt[1] - 2.0 / 6.0).abs() < 1e-6);
+        route(&[1.0, 1.0, 1.0], 2, &mut ex, &mut wt);
+        assert_eq!(ex, [0, 1]);
+        assert_eq!(wt, [0.5, 0.5]);
+        route(&l, 4, &mut ex, &mut wt);
+        assert_eq!(ex, [2, 1, 0, 3]);
+        assert!((wt.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+}
