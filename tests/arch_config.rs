@@ -125,16 +125,27 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
             ffn_dim: 128
         })
     );
-    // Without expert_feed_forward_length llama.cpp takes n_ff / n_expert_used (512 / 4), which
-    // no longer matches the tensors: the shape error names one.
+    // Without expert_feed_forward_length llama.cpp takes n_ff / n_expert_used: 512 / 4 here,
+    // the experts' width; with n_ff 1024 that no longer matches the tensors, and the shape error
+    // names one.
+    let no_key = ("qwen3moe.expert_feed_forward_length", None);
+    assert_eq!(
+        moe("tiny-qwen3moe", &[no_key.clone()])
+            .unwrap()
+            .map(|m| m.ffn_dim),
+        Some(128)
+    );
     let e = moe(
         "tiny-qwen3moe",
-        &[("qwen3moe.expert_feed_forward_length", None)],
+        &[
+            no_key,
+            ("qwen3moe.feed_forward_length", Some(Value::U32(1024))),
+        ],
     )
     .unwrap_err()
     .to_string();
     assert!(
-        e.contains("blk.0.ffn_gate_exps.weight") && e.contains("[256, 128, 16]"),
+        e.contains("blk.0.ffn_") && e.contains("[256, 256, 16]"),
         "{e}"
     );
     for (shape, tensor) in [

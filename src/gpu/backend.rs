@@ -483,8 +483,7 @@ pub trait Backend: Send {
     }
 
     /// A mixture-of-experts feed-forward added to `acc` (see [`MoeFfn`]).
-    fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
-        let _ = m;
+    fn moe_ffn(&mut self, _m: &MoeFfn) -> Result<()> {
         Err(BackendError::Unsupported(format!(
             "{}: mixture-of-experts layers are not implemented on this backend",
             self.device().backend

@@ -89,11 +89,11 @@ impl CpuBackend {
             let (mut ex, mut wt) = (Vec::new(), Vec::new());
             for t in 0..n {
                 route(&logits[t * ne..(t + 1) * ne], k, &mut ex, &mut wt);
-                let row = &mut sel[t * 2 * k..(t + 1) * 2 * k];
-                for i in 0..k {
-                    row[i] = ex[i] as f32;
-                    row[k + i] = wt[i];
+                let (ids, ws) = sel[t * 2 * k..(t + 1) * 2 * k].split_at_mut(k);
+                for (id, &e) in ids.iter_mut().zip(&ex) {
+                    *id = e as f32;
                 }
+                ws.copy_from_slice(&wt);
             }
         });
         let sel_copy = sel[..n * k * 2].to_vec();
