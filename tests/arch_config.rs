@@ -130,7 +130,7 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
     // names one.
     let no_key = ("qwen3moe.expert_feed_forward_length", None);
     assert_eq!(
-        moe("tiny-qwen3moe", &[no_key.clone()])
+        moe("tiny-qwen3moe", std::slice::from_ref(&no_key))
             .unwrap()
             .map(|m| m.ffn_dim),
         Some(128)
