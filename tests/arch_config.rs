@@ -99,3 +99,82 @@ fn sliding_window_keys_are_read_as_llama_cpp_reads_them() {
     // The query scale below the 27B size is 1/√key_length.
     assert_eq!(c.attn_scale, 1.0 / 128f32.sqrt());
 }
+
+/// The mixture-of-experts keys and tensors (issue 16), as llama.cpp's `load_hparams` and the
+/// architectures' `load_arch_tensors` read them: the expert counts, qwen3moe's expert width (or
+/// `feed_forward_length / expert_used_count` without it), each missing expert tensor named, and
+/// impossible counts refused with the key.
+#[test]
+fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
+    use hipscope::model::config::Moe;
+    let moe =
+        |shape: &str, set: &[(&str, Option<Value>)]| check(&edited(shape, "", set)).map(|c| c.moe);
+    assert_eq!(
+        moe("mixtral-tiny-2l", &[]).unwrap(),
+        Some(Moe {
+            n_expert: 8,
+            n_used: 2,
+            ffn_dim: 256
+        })
+    );
+    assert_eq!(
+        moe("tiny-qwen3moe", &[]).unwrap(),
+        Some(Moe {
+            n_expert: 16,
+            n_used: 4,
+            ffn_dim: 128
+        })
+    );
+    // Without expert_feed_forward_length llama.cpp takes n_ff / n_expert_used: 512 / 4 here,
+    // the experts' width; with n_ff 1024 that no longer matches the tensors, and the shape error
+    // names one.
+    let no_key = ("qwen3moe.expert_feed_forward_length", None);
+    assert_eq!(
+        moe("tiny-qwen3moe", std::slice::from_ref(&no_key))
+            .unwrap()
+            .map(|m| m.ffn_dim),
+        Some(128)
+    );
+    let e = moe(
+        "tiny-qwen3moe",
+        &[
+            no_key,
+            ("qwen3moe.feed_forward_length", Some(Value::U32(1024))),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("blk.0.ffn_") && e.contains("[256, 256, 16]"),
+        "{e}"
+    );
+    for (shape, tensor) in [
+        ("mixtral-tiny-2l", "blk.1.ffn_gate_inp.weight"),
+        ("mixtral-tiny-2l", "blk.0.ffn_up_exps.weight"),
+        ("tiny-qwen3moe", "blk.1.ffn_down_exps.weight"),
+    ] {
+        let e = check(&edited(shape, tensor, &[])).unwrap_err().to_string();
+        assert!(e.contains(tensor) && e.contains("missing"), "{e}");
+    }
+    for (set, says) in [
+        (
+            ("llama.expert_used_count", Some(Value::U32(9))),
+            "llama.expert_used_count = 9",
+        ),
+        (
+            ("llama.expert_used_count", Some(Value::U32(0))),
+            "must be between 1 and the expert count 8",
+        ),
+        (
+            ("llama.expert_count", Some(Value::U32(4096))),
+            "at most 512 experts",
+        ),
+    ] {
+        let e = moe("mixtral-tiny-2l", &[set]).unwrap_err().to_string();
+        assert!(e.contains(says), "{e}");
+    }
+    let e = moe("tiny-qwen3moe", &[("qwen3moe.expert_count", None)])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qwen3moe.expert_count is missing"), "{e}");
+}

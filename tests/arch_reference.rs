@@ -1,8 +1,9 @@
-//! The architectures of issue 15 (qwen3, gemma2, gemma3, phi3) against llama.cpp: hipscope's
-//! synthetic models of each (the real architecture with a 512-token vocabulary), run by
-//! llama.cpp's `llama-perplexity` (b11434, CPU) and recorded in
-//! `tests/data/reference/arch/reference.toml` by `scripts/gen_arch_reference.sh`, with
-//! llama.cpp's logits of each Q8_0 file (`SHAPE.kld`, its `--kl-divergence-base` format).
+//! The architectures of issue 15 (qwen3, gemma2, gemma3, phi3) and the mixtures of experts of
+//! issue 16 (Mixtral-style llama, qwen3moe) against llama.cpp: hipscope's synthetic models of
+//! each (the real architecture with a 512-token vocabulary), run by llama.cpp's
+//! `llama-perplexity` (b11434, CPU) and recorded in `tests/data/reference/arch/reference.toml`
+//! and `moe.toml` by `scripts/gen_arch_reference.sh`, with llama.cpp's logits of each Q8_0 file
+//! (`SHAPE.kld`, its `--kl-divergence-base` format).
 //!
 //! Here: the synth files are the ones llama.cpp ran (same sha256); hipscope's perplexity of the
 //! Q8_0 file is llama.cpp's within 1%; and hipscope's token distributions on llama.cpp's own
@@ -13,15 +14,19 @@ mod common;
 
 use common::{repo_path, run_ok};
 
-fn reference() -> toml::Table {
+fn reference(toml: &str) -> toml::Table {
     toml::from_str(
-        &std::fs::read_to_string(repo_path("tests/data/reference/arch/reference.toml")).unwrap(),
+        &std::fs::read_to_string(repo_path(&format!("tests/data/reference/arch/{toml}"))).unwrap(),
     )
     .unwrap()
 }
 
 fn check(shape: &str) {
-    let r = reference();
+    check_in("reference.toml", shape)
+}
+
+fn check_in(toml: &str, shape: &str) {
+    let r = reference(toml);
     let case = r[shape].as_table().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join(format!("{shape}-Q8_0.gguf"));
@@ -112,4 +117,14 @@ fn gemma3_perplexity_matches_llama_cpp() {
 #[test]
 fn phi3_perplexity_matches_llama_cpp() {
     check("tiny-phi3");
+}
+
+#[test]
+fn mixtral_style_moe_perplexity_matches_llama_cpp() {
+    check_in("moe.toml", "mixtral-tiny-2l");
+}
+
+#[test]
+fn qwen3moe_perplexity_matches_llama_cpp() {
+    check_in("moe.toml", "tiny-qwen3moe");
 }

@@ -290,6 +290,52 @@ impl KvShift {
     }
 }
 
+/// A mixture-of-experts feed-forward for `n_tokens` rows (llama.cpp's `build_moe_ffn` with
+/// softmax gating, top-k, weights normalized to sum 1, SwiGLU experts):
+///
+/// ```text
+/// p = softmax(router · x[t]);  e_0..e_k = the k largest p (largest first);  w_i = p[e_i] / Σ p[e_j]
+/// acc[t] += Σ_i w_i · down[e_i] · (silu(gate[e_i] · x[t]) * (up[e_i] · x[t]))
+/// ```
+///
+/// `gate` and `up` hold every expert's rows one expert after another (`n_expert · ffn_dim` rows
+/// of `dim`), `down` likewise (`n_expert · dim` rows of `ffn_dim`): the 3-D `*_exps` tensors as
+/// stored. Scratch buffers: `logits` (n_tokens × n_expert); `route` ([`MoeFfn::route_len`]: per
+/// token the chosen expert ids, as floats, then their weights; after them whatever index the
+/// backend keeps, such as the GPU's entries sorted by expert); `xs` (n_tokens × n_used × dim: the
+/// inputs as each expert takes them), `h` (n_tokens × n_used × ffn_dim) and `y` (n_tokens ×
+/// n_used × dim).
+#[derive(Clone, Copy, Debug)]
+pub struct MoeFfn {
+    pub router: Weight,
+    pub gate: Weight,
+    pub up: Weight,
+    pub down: Weight,
+    pub x: Buf,
+    pub acc: Buf,
+    pub logits: Buf,
+    pub route: Buf,
+    pub xs: Buf,
+    pub h: Buf,
+    pub y: Buf,
+    pub n_tokens: usize,
+    pub dim: usize,
+    pub ffn_dim: usize,
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub layer: u32,
+}
+
+impl MoeFfn {
+    /// Elements of the `route` buffer for `n` tokens: 2 per chosen expert (id, weight), then
+    /// the GPU's index: 2 per chosen expert (sorted position, token) and a chunk table (a count,
+    /// then 3 per chunk; at most one chunk per entry, or per 8 entries plus one per expert).
+    pub fn route_len(n: usize, n_used: usize, n_expert: usize) -> usize {
+        let entries = n * n_used;
+        4 * entries + 1 + 3 * entries.min(entries.div_ceil(8) + n_expert)
+    }
+}
+
 /// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
 /// backend can make its few large allocations up front (and refuse at once, with the numbers, a
 /// model that does not fit).
@@ -434,6 +480,14 @@ pub trait Backend: Send {
     ) -> Result<()> {
         self.matmul(w, x, tmp, n_tokens, label)?;
         self.add(acc, tmp, n_tokens * dim, add_label)
+    }
+
+    /// A mixture-of-experts feed-forward added to `acc` (see [`MoeFfn`]).
+    fn moe_ffn(&mut self, _m: &MoeFfn) -> Result<()> {
+        Err(BackendError::Unsupported(format!(
+            "{}: mixture-of-experts layers are not implemented on this backend",
+            self.device().backend
+        )))
     }
 
     /// Device memory bandwidth in bytes/s, read plus write, measured by a copy (`None` where the

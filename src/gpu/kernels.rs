@@ -44,6 +44,7 @@ pub const EMBEDDED: &[(&str, &str)] = &[
         "infer_matvec",
         include_str!("../../kernels/infer_matvec.hip"),
     ),
+    ("infer_moe", include_str!("../../kernels/infer_moe.hip")),
     ("infer_ops", include_str!("../../kernels/infer_ops.hip")),
     ("spin", include_str!("../../kernels/spin.hip")),
 ];
@@ -54,13 +55,44 @@ pub struct KernelSource {
     /// The file stem: `gemm` for `kernels/gemm.hip`.
     pub name: String,
     pub text: Cow<'static, str>,
+    /// Another source's device templates compiled before this one (its kernels left out), as
+    /// `(name, text)`: `infer_moe` takes `infer_matvec`'s row-dot routine ([`USES`]).
+    pub uses: Option<(String, Cow<'static, str>)>,
 }
+
+/// Sources compiled with another's templates before them: (source, the one it uses, the macro
+/// that leaves the used one's kernels out).
+pub const USES: &[(&str, &str, &str)] = &[("infer_moe", "infer_matvec", "HS_MV_TEMPLATES_ONLY")];
 
 impl KernelSource {
     /// The text handed to the compiler: the prelude, then the file with its own line numbers.
     pub fn full_text(&self) -> String {
-        format!("{PRELUDE}\n#line 1 \"{}.hip\"\n{}", self.name, self.text)
+        let uses = match &self.uses {
+            Some((name, text)) => {
+                let guard = USES.iter().find(|u| u.0 == self.name).map_or("", |u| u.2);
+                format!("#define {guard}\n#line 1 \"{name}.hip\"\n{text}\n#undef {guard}\n")
+            }
+            None => String::new(),
+        };
+        format!(
+            "{PRELUDE}\n{uses}#line 1 \"{}.hip\"\n{}",
+            self.name, self.text
+        )
     }
+}
+
+/// Hands each source in [`USES`] the text of the one it uses.
+fn link_uses(mut sources: Vec<KernelSource>) -> Vec<KernelSource> {
+    for (user, used, _) in USES {
+        let text = sources
+            .iter()
+            .find(|s| s.name == *used)
+            .map(|s| s.text.clone());
+        if let (Some(text), Some(s)) = (text, sources.iter_mut().find(|s| s.name == *user)) {
+            s.uses = Some((used.to_string(), text));
+        }
+    }
+    sources
 }
 
 /// The kernel sources: `HIPSCOPE_KERNELS=DIR` if set (every `*.hip` there), else the embedded
@@ -73,13 +105,16 @@ pub fn sources() -> Result<Vec<KernelSource>, GpuError> {
 }
 
 pub fn embedded_sources() -> Vec<KernelSource> {
-    EMBEDDED
-        .iter()
-        .map(|(n, t)| KernelSource {
-            name: n.to_string(),
-            text: Cow::Borrowed(t),
-        })
-        .collect()
+    link_uses(
+        EMBEDDED
+            .iter()
+            .map(|(n, t)| KernelSource {
+                name: n.to_string(),
+                text: Cow::Borrowed(t),
+                uses: None,
+            })
+            .collect(),
+    )
 }
 
 pub fn sources_from_dir(dir: &Path) -> Result<Vec<KernelSource>, GpuError> {
@@ -104,6 +139,7 @@ pub fn sources_from_dir(dir: &Path) -> Result<Vec<KernelSource>, GpuError> {
         out.push(KernelSource {
             name: stem.to_string(),
             text: Cow::Owned(text),
+            uses: None,
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -113,7 +149,7 @@ pub fn sources_from_dir(dir: &Path) -> Result<Vec<KernelSource>, GpuError> {
             dir.display()
         )));
     }
-    Ok(out)
+    Ok(link_uses(out))
 }
 
 /// The kernels a source defines: the names after `HS_KERNEL void`.

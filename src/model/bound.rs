@@ -1,7 +1,9 @@
 //! The memory-bandwidth bound on decode: one token reads every weight matrix once and the whole
 //! KV cache so far, so tokens/s can be at most (read bandwidth) ÷ (bytes read per token). `bench`
 //! shows it beside the measured speed for any backend that can state its read bandwidth (the
-//! CPU backend measures the host's, `gpu::cpu::bandwidth`).
+//! CPU backend measures the host's, `gpu::cpu::bandwidth`). A mixture-of-experts model reads only
+//! the experts each token is routed to: its bound counts the active bytes, `n_used / n_expert`
+//! of every `*_exps` tensor.
 
 use super::config::ModelConfig;
 use super::gguf::GgufFile;
@@ -9,7 +11,7 @@ use super::gguf::GgufFile;
 /// Bytes a decode step reads at `depth` tokens already in the cache: every tensor of the file
 /// except the token embedding (of which one row is read; but all of it where the output head
 /// is tied to it), plus keys and values of `depth` positions in every layer, each element
-/// `kv_elem_bytes` wide.
+/// `kv_elem_bytes` wide. Of the experts' tensors (`*_exps`), the share a token uses.
 pub fn decode_bytes_per_token(
     file: &GgufFile,
     config: &ModelConfig,
@@ -21,7 +23,9 @@ pub fn decode_bytes_per_token(
         .tensors()
         .iter()
         .map(|t| {
-            if t.name == "token_embd.weight" && has_output {
+            if let Some(m) = config.moe.filter(|_| t.name.ends_with("_exps.weight")) {
+                t.size / m.n_expert as u64 * m.n_used as u64
+            } else if t.name == "token_embd.weight" && has_output {
                 // One row.
                 let rows = t.dims.iter().skip(1).product::<u64>().max(1);
                 t.size / rows
@@ -87,6 +91,37 @@ mod tests {
         assert_eq!(
             decode_bytes_per_token(&file, &config, 100, 2),
             b0 + 100 * per_pos * 2
+        );
+    }
+
+    /// A mixture of experts counts k of n experts: Qwen3-30B-A3B's cut reads its router and
+    /// attention whole and 8 of its 128 experts.
+    #[test]
+    fn a_moe_model_counts_only_its_active_experts() {
+        let shape = crate::model::synthetic::shape("mixtral-tiny-2l").expect("shape");
+        let file = crate::model::synthetic::build(
+            shape,
+            crate::gpu::quant::GgmlType::Q8_0,
+            1,
+            &mut |_, _| {},
+        )
+        .expect("synthetic model");
+        let config = ModelConfig::from_gguf(&file).expect("config");
+        let m = config.moe.expect("a MoE config");
+        assert_eq!((m.n_expert, m.n_used), (8, 2));
+        let exps: u64 = file
+            .tensors()
+            .iter()
+            .filter(|t| t.name.ends_with("_exps.weight"))
+            .map(|t| t.size)
+            .sum();
+        assert!(exps > 0);
+        let e = file.tensor("token_embd.weight").expect("embedding");
+        let all: u64 = file.tensors().iter().map(|t| t.size).sum();
+        let dense = all - exps - e.size + e.size / e.dims[1];
+        assert_eq!(
+            decode_bytes_per_token(&file, &config, 0, 4),
+            dense + exps / 8 * 2
         );
     }
 

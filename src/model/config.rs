@@ -22,6 +22,8 @@ pub enum Arch {
     Gemma3,
     /// Phi-3 / Phi-4-mini: llama with fused QKV and gate-up tensors and LongRoPE factors.
     Phi3,
+    /// Qwen3 MoE (Qwen3-30B-A3B): Qwen3's attention, a mixture of experts for every FFN.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -33,6 +35,7 @@ impl Arch {
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
             "phi3" => Some(Arch::Phi3),
+            "qwen3moe" => Some(Arch::Qwen3Moe),
             _ => None,
         }
     }
@@ -50,7 +53,7 @@ impl Arch {
 
     /// Per-head RMS norms of the queries and keys before RoPE.
     pub fn qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Gemma3)
+        matches!(self, Arch::Qwen3 | Arch::Qwen3Moe | Arch::Gemma3)
     }
 
     /// Why shifting the KV cache (moving keys and re-rotating them) would not give what a
@@ -59,7 +62,7 @@ impl Arch {
     /// architecture answers explicitly, so a new one must decide.
     pub fn kv_shift_inexact(self) -> Option<&'static str> {
         match self {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Phi3 => None,
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 => None,
             Arch::Gemma2 | Arch::Gemma3 => Some(
                 "sliding-window layers keep only their window, and their windows move with the positions",
             ),
@@ -75,6 +78,21 @@ pub enum FfnAct {
     /// gelu(gate) · up, GELU in its tanh form (Gemma).
     GeluTanh,
 }
+
+/// A mixture-of-experts feed-forward (llama.cpp's `build_moe_ffn` as the llama family and
+/// qwen3moe call it): a router `ffn_gate_inp` picks `n_used` of `n_expert` experts per token by
+/// softmax and top-k, their weights normalized to sum 1; each expert is a SwiGLU FFN of width
+/// `ffn_dim`, stored as the 3-D tensors `ffn_{gate,up,down}_exps`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moe {
+    pub n_expert: usize,
+    pub n_used: usize,
+    /// Each expert's hidden width (`expert_feed_forward_length`, else `feed_forward_length`).
+    pub ffn_dim: usize,
+}
+
+/// Most experts llama.cpp loads (`LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: usize = 512;
 
 /// How RoPE positions are scaled for long contexts.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -139,6 +157,8 @@ pub struct ModelConfig {
     pub fused_qkv: bool,
     /// Gate and up in one `ffn_up.weight` of twice the width, gate rows first (Phi-3).
     pub fused_gate_up: bool,
+    /// The feed-forward is a mixture of experts (Mixtral-style llama, qwen3moe).
+    pub moe: Option<Moe>,
 }
 
 /// The model file lacks something the architecture needs, or says something impossible.
@@ -154,7 +174,7 @@ pub enum ConfigError {
         why: String,
     },
     #[error(
-        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2, qwen3, gemma2, gemma3, phi3 and their fine-tunes such as SmolLM)"
+        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and their fine-tunes such as SmolLM and Mixtral)"
     )]
     UnsupportedArch { path: PathBuf, arch: String },
     #[error("{path}: tensor {name} is missing")]
@@ -255,6 +275,70 @@ impl Reader<'_> {
                 }),
             },
         }
+    }
+
+    /// The mixture of experts, as llama.cpp's `load_hparams` and the architecture's tensors read
+    /// it: `expert_count` and `expert_used_count` (one number for every layer); llama is MoE when
+    /// it has experts, qwen3moe always.
+    fn moe(&self, arch: Arch, ffn_dim: usize) -> Result<Option<Moe>, ConfigError> {
+        let n_expert = self.count_opt("expert_count")?.unwrap_or(0);
+        let used_key = "expert_used_count";
+        let n_used = match self.f.get(&self.key(used_key)) {
+            Some(crate::model::gguf::Value::Array(a)) => {
+                return Err(self.invalid(
+                    used_key,
+                    format!("an array of {}", a.items.len()),
+                    "a count per layer is not supported; expected one number",
+                ));
+            }
+            _ => self.count_opt(used_key)?.unwrap_or(0),
+        };
+        match arch {
+            Arch::Llama | Arch::Qwen3Moe => {}
+            _ => return Ok(None),
+        }
+        if n_expert == 0 {
+            return match arch {
+                Arch::Qwen3Moe => Err(ConfigError::Missing {
+                    path: self.path(),
+                    key: self.key("expert_count"),
+                }),
+                _ => Ok(None),
+            };
+        }
+        if n_expert > MAX_EXPERTS {
+            return Err(self.invalid(
+                "expert_count",
+                n_expert,
+                &format!("at most {MAX_EXPERTS} experts are supported (llama.cpp's limit)"),
+            ));
+        }
+        if n_used == 0 || n_used > n_expert {
+            return Err(self.invalid(
+                used_key,
+                n_used,
+                &format!("must be between 1 and the expert count {n_expert}"),
+            ));
+        }
+        let ffn_dim = match arch {
+            Arch::Qwen3Moe => match self.usize_opt("expert_feed_forward_length")? {
+                Some(n) => n,
+                None => ffn_dim / n_used,
+            },
+            _ => ffn_dim,
+        };
+        if ffn_dim == 0 {
+            return Err(self.invalid(
+                "feed_forward_length",
+                ffn_dim * n_used,
+                "leaves experts of width 0",
+            ));
+        }
+        Ok(Some(Moe {
+            n_expert,
+            n_used,
+            ffn_dim,
+        }))
     }
 
     fn invalid(&self, suffix: &str, value: impl ToString, why: &str) -> ConfigError {
@@ -387,8 +471,9 @@ impl ModelConfig {
             Arch::Phi3 => {
                 r.count_opt("attention.sliding_window")?;
             }
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {}
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {}
         }
+        let moe = r.moe(arch, ffn_dim)?;
         if !swa_layers.contains(&true) {
             sliding_window = 0;
         }
@@ -447,6 +532,7 @@ impl ModelConfig {
             rope_attn_factor,
             fused_qkv: arch == Arch::Phi3 && f.tensor("blk.0.attn_qkv.weight").is_some(),
             fused_gate_up: arch == Arch::Phi3 && f.tensor("blk.0.ffn_gate.weight").is_none(),
+            moe,
         })
     }
 
@@ -507,13 +593,23 @@ impl ModelConfig {
             (b("attn_k.bias"), vec![kv], bias),
             (b("attn_v.bias"), vec![kv], bias),
             (b("ffn_norm.weight"), vec![d], true),
-            (b("ffn_down.weight"), vec![ff, d], true),
         ]);
-        if self.fused_gate_up {
+        if let Some(m) = self.moe {
+            let (ne, eff) = (m.n_expert as u64, m.ffn_dim as u64);
+            t.extend([
+                (b("ffn_gate_inp.weight"), vec![d, ne], true),
+                (b("ffn_gate_exps.weight"), vec![d, eff, ne], true),
+                (b("ffn_up_exps.weight"), vec![d, eff, ne], true),
+                (b("ffn_down_exps.weight"), vec![eff, d, ne], true),
+            ]);
+        } else if self.fused_gate_up {
             t.push((b("ffn_up.weight"), vec![d, 2 * ff], true));
         } else {
             t.push((b("ffn_gate.weight"), vec![d, ff], true));
             t.push((b("ffn_up.weight"), vec![d, ff], true));
+        }
+        if self.moe.is_none() {
+            t.push((b("ffn_down.weight"), vec![ff, d], true));
         }
         if self.arch.qk_norm() {
             t.push((b("attn_q_norm.weight"), vec![hd], true));

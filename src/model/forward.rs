@@ -8,6 +8,7 @@
 //!            x += a, or x += norm(a)                          (Gemma's post-attention norm)
 //!            f = Wdown · (act(Wgate·norm(x)) * Wup·norm(x))   (act: silu, or GELU for Gemma)
 //!            x += f, or x += norm(f)                          (Gemma's post-FFN norm)
+//!            (MoE: f = Σ of the top-k routed experts' f, weighted: forward/moe.rs)
 //! logits = Wout · norm(x) (soft-capped: Gemma 2)
 //! ```
 
@@ -23,6 +24,7 @@ use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 
+mod moe;
 mod weights;
 use weights::LayerWeights;
 
@@ -113,6 +115,8 @@ struct Activations {
     up: Buf,
     last: Buf,
     logits: Buf,
+    /// The mixture-of-experts scratch (MoE models only).
+    moe: Option<moe::MoeBufs>,
 }
 
 /// A model loaded on a backend, ready to run.
@@ -164,6 +168,7 @@ impl Model {
             b * config.ffn_dim * 2,
             config.dim,
             logits_rows * config.vocab_size,
+            config.moe.map_or(0, |m| moe::elems(&m, b, config.dim)),
         ]
         .iter()
         .sum::<usize>() as u64;
@@ -192,7 +197,16 @@ impl Model {
             activation_elems: act_elems,
             kv_elems: kv_layout.elems() as u64,
             n_batch,
-            max_cols: config.dim.max(config.q_dim()).max(config.ffn_dim),
+            max_cols: config
+                .dim
+                .max(config.q_dim())
+                .max(config.ffn_dim)
+                // A MoE layer's inputs as its experts take them: n_used rows per token.
+                .max(
+                    config
+                        .moe
+                        .map_or(0, |m| m.n_used * m.ffn_dim.max(config.dim)),
+                ),
             vector_elems: file
                 .tensors()
                 .iter()
@@ -242,6 +256,10 @@ impl Model {
             up: backend.alloc("ffn_up", b * config.ffn_dim)?,
             last: backend.alloc("last", config.dim)?,
             logits: backend.alloc("logits", logits_rows * config.vocab_size)?,
+            moe: match &config.moe {
+                Some(m) => Some(moe::alloc(backend.as_mut(), m, b, config.dim)?),
+                None => None,
+            },
         };
         Ok(Model {
             config,
@@ -572,6 +590,10 @@ impl Model {
                 )?,
             }
             be.rms_norm(a.x, w.ffn_norm, a.xn, n, c.dim, c.rms_eps, lab("ffn_norm"))?;
+            if let (Some(router), Some(m), Some(bufs)) = (w.router, &c.moe, &a.moe) {
+                moe::ffn(be, bufs, m, router, w, a.xn, a.x, n, c.dim, li)?;
+                continue;
+            }
             match c.ffn_act {
                 FfnAct::Silu => {
                     be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?

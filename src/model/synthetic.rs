@@ -87,7 +87,19 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
         offset,
     };
     let (phi3, gemma) = (s.arch == "phi3", s.arch.starts_with("gemma"));
-    let qk_norm = matches!(s.arch, "qwen3" | "gemma3");
+    let qk_norm = matches!(s.arch, "qwen3" | "qwen3moe" | "gemma3");
+    // The router stays f32, as the converter keeps `ffn_gate_inp` (and llama-quantize leaves it).
+    let router = |name: String, rows: u64| Tensor {
+        spec: TensorSpec::new(name, &[d, rows], GgmlType::F32),
+        scale: (3.0 / d as f32).sqrt(),
+        offset: 0.0,
+    };
+    let (ne, eff) = (s.n_expert as u64, s.expert_ffn() as u64);
+    let exps = |name: String, cols: u64, rows: u64| Tensor {
+        spec: TensorSpec::new(name, &[cols, rows, ne], type_for(ty, cols as usize)),
+        scale: (3.0 / cols as f32).sqrt(),
+        offset: 0.0,
+    };
     let mut t = vec![mat("token_embd.weight".into(), d, v)];
     for l in 0..s.n_layers {
         let n = |x: &str| format!("blk.{l}.{x}");
@@ -113,14 +125,22 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
             t.push(vec_(n("post_attention_norm.weight"), d, 1.0, 0.1));
         }
         t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
-        if phi3 {
+        if ne > 0 {
+            // The router, then the merged experts in the order Qwen's converter writes them.
+            t.push(router(n("ffn_gate_inp.weight"), ne));
+            t.push(exps(n("ffn_down_exps.weight"), eff, d));
+            t.push(exps(n("ffn_gate_exps.weight"), d, eff));
+            t.push(exps(n("ffn_up_exps.weight"), d, eff));
+        } else if phi3 {
             // gate_up_proj as the converter keeps it: gate rows, then up rows.
             t.push(mat(n("ffn_up.weight"), d, 2 * ff));
         } else {
             t.push(mat(n("ffn_gate.weight"), d, ff));
             t.push(mat(n("ffn_up.weight"), d, ff));
         }
-        t.push(mat(n("ffn_down.weight"), ff, d));
+        if ne == 0 {
+            t.push(mat(n("ffn_down.weight"), ff, d));
+        }
         if gemma {
             t.push(vec_(n("post_ffw_norm.weight"), d, 1.0, 0.1));
         }
@@ -364,6 +384,16 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
     if s.head_dim > 0 {
         m.push((k("attention.key_length"), Value::U32(s.head_dim as u32)));
         m.push((k("attention.value_length"), Value::U32(s.head_dim as u32)));
+    }
+    if s.n_expert > 0 {
+        m.push((k("expert_count"), Value::U32(s.n_expert as u32)));
+        m.push((k("expert_used_count"), Value::U32(s.n_expert_used as u32)));
+    }
+    if s.expert_ffn_dim > 0 {
+        m.push((
+            k("expert_feed_forward_length"),
+            Value::U32(s.expert_ffn_dim as u32),
+        ));
     }
     if s.sliding_window > 0 {
         m.push((

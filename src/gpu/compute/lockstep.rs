@@ -177,6 +177,27 @@ impl Backend for Lockstep {
         self.check(out, n, format!("matmul {ty} ({path})"), label)
     }
 
+    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+        self.cpu.moe_ffn(m)?;
+        self.gpu.moe_ffn(m)?;
+        let ty = self.weight_shapes[m.gate.0 as usize].0;
+        let at = OpLabel::layer(m.layer, "ffn_moe");
+        // The router's logits, then the residual with the experts' sum added.
+        self.check(
+            m.logits,
+            m.n_tokens * m.n_expert,
+            "moe router F32".into(),
+            at,
+        )?;
+        let path = if m.n_tokens == 1 { "1" } else { "chunks" };
+        self.check(
+            m.acc,
+            m.n_tokens * m.dim,
+            format!("moe experts {ty} ({path})"),
+            at,
+        )
+    }
+
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
         self.cpu.add_bias(x, bias, n_tokens, label)?;
         self.gpu.add_bias(x, bias, n_tokens, label)?;

@@ -24,6 +24,7 @@ mod dequant;
 mod kv_shift;
 pub mod lockstep;
 mod matvec;
+mod moe;
 mod ops;
 pub mod plan;
 
@@ -126,6 +127,8 @@ struct Kernels {
     by_type: HashMap<GgmlType, (KernelFn, KernelFn)>,
     /// Per quantized weight type: the fused one-token kernels.
     fused: HashMap<GgmlType, matvec::Fused>,
+    /// The mixture-of-experts kernels (`infer_moe.hip`).
+    moe: moe::MoeKernels,
 }
 
 impl Kernels {
@@ -164,6 +167,7 @@ impl Kernels {
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,
             fused,
+            moe: moe::MoeKernels::resolve(gpu)?,
         })
     }
 }
@@ -612,6 +616,10 @@ impl Backend for GpuCompute {
         layer: u32,
     ) -> Result<()> {
         self.launch_matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+        self.launch_moe(m)
     }
 
     fn matmul_add(

@@ -4,6 +4,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod moe;
+
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul};
 use super::pool::ThreadPool;
@@ -509,6 +511,10 @@ impl Backend for CpuBackend {
             s,
             factors.as_deref(),
         )
+    }
+
+    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+        self.moe(m)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

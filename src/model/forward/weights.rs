@@ -26,6 +26,9 @@ pub(super) struct LayerWeights {
     pub(super) up: Weight,
     pub(super) down: Weight,
     pub(super) post_ffn_norm: Option<Weight>,
+    /// A mixture-of-experts FFN: its router (`gate`, `up` and `down` are then the experts'
+    /// `ffn_{gate,up,down}_exps`, every expert's rows in one weight).
+    pub(super) router: Option<Weight>,
 }
 
 /// Every weight of a model, on its backend.
@@ -145,7 +148,16 @@ pub(super) fn load(
             None => None,
         };
         let ffn_norm = load_rows(&n("ffn_norm.weight"), None)?;
-        let (gate, up) = if config.fused_gate_up {
+        let router = match config.moe {
+            Some(_) => Some(load_rows(&n("ffn_gate_inp.weight"), None)?),
+            None => None,
+        };
+        let (gate, up) = if router.is_some() {
+            (
+                load_rows(&n("ffn_gate_exps.weight"), None)?,
+                load_rows(&n("ffn_up_exps.weight"), None)?,
+            )
+        } else if config.fused_gate_up {
             let gu = n("ffn_up.weight");
             let (gl, ul) = (n("ffn_up.weight (gate rows)"), n("ffn_up.weight (up rows)"));
             (
@@ -158,7 +170,10 @@ pub(super) fn load(
                 load_rows(&n("ffn_up.weight"), None)?,
             )
         };
-        let down = load_rows(&n("ffn_down.weight"), None)?;
+        let down = match router {
+            Some(_) => load_rows(&n("ffn_down_exps.weight"), None)?,
+            None => load_rows(&n("ffn_down.weight"), None)?,
+        };
         let post_ffn_norm = match opt("post_ffw_norm.weight").filter(|_| config.arch.gemma()) {
             Some(name) => Some(load_rows(&name, None)?),
             None => None,
@@ -180,6 +195,7 @@ pub(super) fn load(
             up,
             down,
             post_ffn_norm,
+            router,
         });
     }
     let output_norm = load_rows("output_norm.weight", None)?;

@@ -30,6 +30,12 @@ pub struct Shape {
     /// Phi-3 LongRoPE: the original context; the factor tensors and `rope.scaling.attn_factor`
     /// follow from it and `ctx` as llama.cpp's converter computes them.
     pub long_rope: Option<usize>,
+    /// Mixture of experts: `expert_count`, `expert_used_count` (0: a dense FFN).
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    /// Each expert's width where it differs from `ffn_dim` (qwen3moe's
+    /// `expert_feed_forward_length`); 0: `ffn_dim`.
+    pub expert_ffn_dim: usize,
 }
 
 /// The llama shape's defaults for the fields most shapes leave alone.
@@ -54,6 +60,9 @@ const LLAMA: Shape = Shape {
     attn_softcap: 0.0,
     final_softcap: 0.0,
     long_rope: None,
+    n_expert: 0,
+    n_expert_used: 0,
+    expert_ffn_dim: 0,
 };
 
 /// Every shape `--synthetic` knows.
@@ -299,7 +308,69 @@ pub const SHAPES: &[Shape] = &[
         long_rope: Some(4096),
         ..LLAMA
     },
+    // Mixture-of-experts shapes (issue 16): Mixtral-style llama and qwen3moe, small ones for the
+    // llama.cpp reference tests, Qwen3-30B-A3B in full and cut to its first 2 layers.
+    Shape {
+        name: "mixtral-tiny",
+        n_layers: 4,
+        ffn_dim: 256,
+        rope_base: 1_000_000.0,
+        n_expert: 8,
+        n_expert_used: 2,
+        ..LLAMA
+    },
+    Shape {
+        name: "mixtral-tiny-2l",
+        n_layers: 2,
+        ffn_dim: 256,
+        rope_base: 1_000_000.0,
+        n_expert: 8,
+        n_expert_used: 2,
+        ..LLAMA
+    },
+    Shape {
+        name: "tiny-qwen3moe",
+        arch: "qwen3moe",
+        n_kv_heads: 2,
+        head_dim: 96,
+        rope_base: 1_000_000.0,
+        rms_eps: 1e-6,
+        n_expert: 16,
+        n_expert_used: 4,
+        expert_ffn_dim: 128,
+        ..LLAMA
+    },
+    Shape {
+        name: "qwen3-30b-a3b",
+        ..QWEN3_30B_A3B
+    },
+    Shape {
+        name: "qwen3-30b-a3b-2l",
+        n_layers: 2,
+        ..QWEN3_30B_A3B
+    },
 ];
+
+/// Qwen3-30B-A3B (as llama.cpp's converter writes it: `feed_forward_length` is the dense
+/// `intermediate_size`, the experts' width `expert_feed_forward_length`).
+const QWEN3_30B_A3B: Shape = Shape {
+    name: "",
+    arch: "qwen3moe",
+    n_layers: 48,
+    dim: 2048,
+    ffn_dim: 6144,
+    n_heads: 32,
+    n_kv_heads: 4,
+    head_dim: 128,
+    vocab: 151_936,
+    ctx: 40960,
+    rope_base: 1_000_000.0,
+    rms_eps: 1e-6,
+    n_expert: 128,
+    n_expert_used: 8,
+    expert_ffn_dim: 768,
+    ..LLAMA
+};
 
 impl Shape {
     /// Dimensions of a head.
@@ -308,6 +379,15 @@ impl Shape {
             self.head_dim
         } else {
             self.dim / self.n_heads
+        }
+    }
+
+    /// Each expert's width (MoE shapes).
+    pub fn expert_ffn(&self) -> usize {
+        if self.expert_ffn_dim > 0 {
+            self.expert_ffn_dim
+        } else {
+            self.ffn_dim
         }
     }
 

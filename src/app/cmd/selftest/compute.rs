@@ -12,7 +12,8 @@
 //! Two criteria, on ‖gpu − cpu‖₂ / ‖cpu‖₂:
 //!
 //! - **Per op** (the strict one): every case also runs op by op ([`Lockstep`]), each op fed the
-//!   CPU's inputs. The GPU computes the CPU's arithmetic (the same Q8 activation rounding, the
+//!   CPU's inputs (a mixture-of-experts op with Q8-rounded activations: 1e-3, since it quantizes
+//!   its own intermediate, see `op_tolerance`). The GPU computes the CPU's arithmetic (the same Q8 activation rounding, the
 //!   same integer dot products, RoPE angles built the same way) in another summation order, so
 //!   each op's output may differ by f32 rounding only: 1e-5. With an f16 KV cache, attention reads
 //!   keys and values rounded to 11 significant bits (relative error up to 2⁻¹²): 1e-3 there.
@@ -56,6 +57,8 @@ pub const SHAPES: &[&str] = &[
     "tiny-gemma2",
     "tiny-gemma3",
     "tiny-phi3",
+    "mixtral-tiny-2l",
+    "tiny-qwen3moe",
 ];
 pub const QUANTS: &[&str] = &["F32", "F16", "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K"];
 /// Types the default matrix covers on the `tiny` shape only (every other GPU type).
@@ -106,7 +109,16 @@ struct Case {
 
 /// The per-op bound for an op kind (see the module doc).
 fn op_tolerance(kind: &str, kv: KvType) -> f64 {
+    let float_experts = ["F32", "F16", "BF16"]
+        .iter()
+        .any(|t| kind.starts_with(&format!("moe experts {t} ")));
     if kind.starts_with("attention") && kv == KvType::F16 {
+        1e-3
+    } else if kind.starts_with("moe experts") && !float_experts {
+        // The MoE op Q8-quantizes its own intermediate (silu(gate)·up) before the down product:
+        // f32 rounding in gate/up can move an element of it across a Q8 rounding step inside
+        // the op, which no input the lockstep feeds can prevent. The first full-size
+        // Qwen3-30B-A3B run showed 4e-5..6e-5 from that; a wrong kernel gives errors of order 1.
         1e-3
     } else {
         1e-5

@@ -60,7 +60,7 @@ pub struct SelftestArgs {
     #[arg(long)]
     pub compute: bool,
     /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m,
-    /// tiny-qwen3,tiny-gemma2,tiny-gemma3,tiny-phi3).
+    /// tiny-qwen3,tiny-gemma2,tiny-gemma3,tiny-phi3,mixtral-tiny-2l,tiny-qwen3moe).
     #[arg(long, value_delimiter = ',', requires = "compute")]
     pub shapes: Vec<String>,
     /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).

@@ -1,0 +1,711 @@
+// Mixture-of-experts feed-forward (llama.cpp's build_moe_ffn with softmax gating, top-k, the
+// chosen weights normalized to sum 1, SwiGLU experts), with the expert ids kept on the device:
+//
+//   hs_moe_route      softmax and top-k of each token's router logits (as the CPU backend: the
+//                     exponentials in f32, their sum in f64, equal probabilities to the lower
+//                     id), then a counting sort of the (token, slot) entries by expert into
+//                     chunks of at most NT entries of one expert;
+//   hs_moe_gather     the entries' input rows, in sorted order (then Q8-quantized as any input);
+//   hs_moe_gate_up*   per chunk, silu(gate_e . x) * (up_e . x) over the expert's rows, the
+//                     expert's weights found from the chunk table (one read of them per chunk);
+//   hs_moe_down*      per chunk, down_e . h;
+//   hs_moe_combine    acc[t] += sum_i w_i * y[entry (t, i)], summed in the order chosen.
+//
+// The module is compiled with infer_matvec.hip's templates before it (gpu/kernels.rs), whose
+// row-dot routine (mv_row_dots) and per-type parts these kernels share.
+//
+// The route buffer (floats, then ints): per token its k expert ids (as floats) and k weights;
+// then pos[n*k] (the sorted index of entry t*k + i), tok[n*k] (the token of sorted entry j), and
+// the chunk table: count, then per chunk (expert, first sorted entry, entries).
+
+#define MOE_MAX_EXPERTS 512
+
+__device__ __forceinline__ float moe_prob(const float *l, hs_u32 e, float mx, float inv) {
+    return expf(l[e] - mx) * inv;
+}
+
+HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, const float *logits, float *route, hs_u32 n,
+                            hs_u32 ne, hs_u32 k, hs_u32 nt) {
+    HS_BREADCRUMB();
+    __shared__ int cnt[MOE_MAX_EXPERTS];
+    int *pos = (int *)(route + (hs_u64)n * k * 2);
+    int *tok = pos + (hs_u64)n * k;
+    int *chunks = tok + (hs_u64)n * k;
+    for (hs_u32 t = threadIdx.x; t < n; t += blockDim.x) {
+        const float *l = logits + (hs_u64)t * ne;
+        float mx = -3.402823466e+38f;
+        for (hs_u32 e = 0; e < ne; ++e) {
+            mx = fmaxf(mx, l[e]);
+        }
+        double sum = 0.0;
+        for (hs_u32 e = 0; e < ne; ++e) {
+            sum += (double)expf(l[e] - mx);
+        }
+        const float inv = (float)(1.0 / sum);
+        hs_u32 taken[MOE_MAX_EXPERTS / 32];
+        for (hs_u32 i = 0; i < MOE_MAX_EXPERTS / 32; ++i) {
+            taken[i] = 0;
+        }
+        float *ids = route + (hs_u64)t * 2 * k;
+        float *ws = ids + k;
+        double total = 0.0;
+        for (hs_u32 i = 0; i < k; ++i) {
+            hs_u32 best = 0;
+            float bp = -1.0f;
+            for (hs_u32 e = 0; e < ne; ++e) {
+                if ((taken[e / 32] >> (e % 32)) & 1) {
+                    continue;
+                }
+                const float p = moe_prob(l, e, mx, inv);
+                if (p > bp) {
+                    bp = p;
+                    best = e;
+                }
+            }
+            taken[best / 32] |= 1u << (best % 32);
+            ids[i] = (float)best;
+            ws[i] = bp;
+            total += (double)bp;
+        }
+        const float tot = fmaxf((float)total, 6.103515625e-5f);
+        for (hs_u32 i = 0; i < k; ++i) {
+            ws[i] = ws[i] / tot;
+        }
+    }
+    __syncthreads();
+    // The counting sort, by one thread (its order is then fixed): entries of expert e in token
+    // order, cut into chunks of at most nt.
+    if (threadIdx.x == 0) {
+        for (hs_u32 e = 0; e < ne; ++e) {
+            cnt[e] = 0;
+        }
+        for (hs_u32 j = 0; j < n * k; ++j) {
+            const hs_u32 t = j / k;
+            cnt[(int)route[(hs_u64)t * 2 * k + j % k]] += 1;
+        }
+        int start = 0;
+        int nchunks = 0;
+        for (hs_u32 e = 0; e < ne; ++e) {
+            const int c = cnt[e];
+            for (int s = 0; s < c; s += (int)nt) {
+                int *ch = chunks + 1 + 3 * nchunks;
+                ch[0] = (int)e;
+                ch[1] = start + s;
+                ch[2] = (c - s < (int)nt) ? c - s : (int)nt;
+                ++nchunks;
+            }
+            cnt[e] = start;
+            start += c;
+        }
+        chunks[0] = nchunks;
+        for (hs_u32 j = 0; j < n * k; ++j) {
+            const hs_u32 t = j / k;
+            const int e = (int)route[(hs_u64)t * 2 * k + j % k];
+            const int at = cnt[e]++;
+            pos[j] = at;
+            tok[at] = (int)t;
+        }
+    }
+}
+
+HS_KERNEL void hs_moe_gather(HS_TRACK_PARAMS, const float *x, float *xs, const float *route,
+                             hs_u32 n, hs_u32 k, hs_u32 dim) {
+    HS_BREADCRUMB();
+    const int *tok = (const int *)(route + (hs_u64)n * k * 2) + (hs_u64)n * k;
+    const hs_u64 total = (hs_u64)n * k * dim;
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const hs_u64 j = i / dim;
+        xs[i] = x[(hs_u64)tok[j] * dim + i % dim];
+    }
+}
+
+HS_KERNEL void hs_moe_combine(HS_TRACK_PARAMS, float *acc, const float *y, const float *route,
+                              hs_u32 n, hs_u32 k, hs_u32 dim) {
+    HS_BREADCRUMB();
+    const int *pos = (const int *)(route + (hs_u64)n * k * 2);
+    const hs_u64 total = (hs_u64)n * dim;
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        const hs_u64 t = i / dim;
+        const hs_u64 r = i % dim;
+        const float *ws = route + t * 2 * k + k;
+        float s = y[(hs_u64)pos[t * k] * dim + r] * ws[0];
+        for (hs_u32 j = 1; j < k; ++j) {
+            s += y[(hs_u64)pos[t * k + j] * dim + r] * ws[j];
+        }
+        acc[i] = acc[i] + s;
+    }
+}
+
+// The chunk of this block (blockIdx.y): expert, first sorted entry, entries; false past the end.
+__device__ __forceinline__ bool moe_chunk(const float *route, hs_u32 n, hs_u32 k, int *e,
+                                          int *s, int *c) {
+    const int *chunks = (const int *)(route + (hs_u64)n * k * 2) + 2 * (hs_u64)n * k;
+    if ((int)blockIdx.y >= chunks[0]) {
+        return false;
+    }
+    const int *ch = chunks + 1 + 3 * blockIdx.y;
+    *e = ch[0];
+    *s = ch[1];
+    *c = ch[2];
+    return true;
+}
+
+// h[s + t] = silu(gate_e . xs[s + t]) * (up_e . xs[s + t]) for the chunk's entries; `ff` rows per
+// expert, inputs of `cols`.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
+__device__ void moe_gate_up(const unsigned char *wg, const unsigned char *wu,
+                            const signed char *xq, const float *xd, float *h,
+                            const float *route, hs_u32 n, hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    int e, s, c;
+    if (!moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    const hs_u64 nblocks = cols / BL;
+    const signed char *xqc = xq + (hs_u64)s * cols;
+    const float *xdc = xd + 2 * (hs_u64)s * nblocks;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < ff;
+         row += gridDim.x * nwarps) {
+        const hs_u64 r = (hs_u64)e * ff + row;
+        float g[NT];
+        float u[NT];
+        mv_row_dots<PART, BL, BB, PARTS, NT, 4>(wg + r * row_bytes, xqc, xdc, cols, c, g);
+        mv_row_dots<PART, BL, BB, PARTS, NT, 4>(wu + r * row_bytes, xqc, xdc, cols, c, u);
+        if (lane == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < c) {
+                    h[((hs_u64)s + t) * ff + row] = g[t] / (1.0f + expf(-g[t])) * u[t];
+                }
+            }
+        }
+    }
+}
+
+// y[s + t] = down_e . h[s + t] for the chunk's entries; `dim` rows per expert, inputs of `ff`.
+template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
+__device__ void moe_down(const unsigned char *wd, const signed char *hq, const float *hd,
+                         float *y, const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                         hs_u32 ff) {
+    int e, s, c;
+    if (!moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(ff / BL) * BB;
+    const hs_u64 nblocks = ff / BL;
+    const signed char *hqc = hq + (hs_u64)s * ff;
+    const float *hdc = hd + 2 * (hs_u64)s * nblocks;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < dim;
+         row += gridDim.x * nwarps) {
+        const hs_u64 r = (hs_u64)e * dim + row;
+        float a[NT];
+        mv_row_dots<PART, BL, BB, PARTS, NT, 4>(wd + r * row_bytes, hqc, hdc, ff, c, a);
+        if (lane == 0) {
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if (t < c) {
+                    y[((hs_u64)s + t) * dim + row] = a[t];
+                }
+            }
+        }
+    }
+}
+
+// F32 / F16 / BF16 experts against f32 activations (the gathered rows and h as they are): lanes
+// stride over a row's elements, one sum per entry of the chunk.
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
+__device__ void moe_gate_up_float(const unsigned char *wg, const unsigned char *wu,
+                                  const float *xs, float *h, const float *route, hs_u32 n,
+                                  hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    int e, s, c;
+    if (!moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < ff;
+         row += gridDim.x * nwarps) {
+        const hs_u64 r = (hs_u64)e * ff + row;
+        const unsigned char *g = wg + r * cols * ES;
+        const unsigned char *u = wu + r * cols * ES;
+        for (int t = 0; t < c; ++t) {
+            const float *x = xs + ((hs_u64)s + t) * cols;
+            float ga = 0.0f;
+            float ua = 0.0f;
+            for (hs_u32 i = lane; i < cols; i += warpSize) {
+                ga += DQ(g, i) * x[i];
+                ua += DQ(u, i) * x[i];
+            }
+            ga = hs_warp_sum(ga);
+            ua = hs_warp_sum(ua);
+            if (lane == 0) {
+                h[((hs_u64)s + t) * ff + row] = ga / (1.0f + expf(-ga)) * ua;
+            }
+        }
+    }
+}
+
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
+__device__ void moe_down_float(const unsigned char *wd, const float *hv, float *y,
+                               const float *route, hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    int e, s, c;
+    if (!moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < dim;
+         row += gridDim.x * nwarps) {
+        const unsigned char *w = wd + ((hs_u64)e * dim + row) * ff * ES;
+        for (int t = 0; t < c; ++t) {
+            const float *x = hv + ((hs_u64)s + t) * ff;
+            float a = 0.0f;
+            for (hs_u32 i = lane; i < ff; i += warpSize) {
+                a += DQ(w, i) * x[i];
+            }
+            a = hs_warp_sum(a);
+            if (lane == 0) {
+                y[((hs_u64)s + t) * dim + row] = a;
+            }
+        }
+    }
+}
+
+HS_KERNEL void hs_moe_gate_up_f32(HS_TRACK_PARAMS, const unsigned char *wg,
+                                  const unsigned char *wu, const float *xs, float *h,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                  hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up_float<mv_f32, 4>(wg, wu, xs, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down_f32(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
+                               float *y, const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                               hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down_float<mv_f32, 4>(wd, hv, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up_f16(HS_TRACK_PARAMS, const unsigned char *wg,
+                                  const unsigned char *wu, const float *xs, float *h,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                  hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up_float<mv_f16, 2>(wg, wu, xs, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down_f16(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
+                               float *y, const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                               hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down_float<mv_f16, 2>(wd, hv, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up_bf16(HS_TRACK_PARAMS, const unsigned char *wg,
+                                  const unsigned char *wu, const float *xs, float *h,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                  hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up_float<mv_bf16, 2>(wg, wu, xs, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down_bf16(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
+                               float *y, const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                               hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down_float<mv_bf16, 2>(wd, hv, y, route, n, k, dim, ff);
+}
+
+// Per weight type: chunks of 1 entry (decode: each chosen expert once) and of HS_MV_MAX_TOK.
+
+HS_KERNEL void hs_moe_gate_up1_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_0, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_0, 32, 18, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_0, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_0, 32, 18, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_1, 32, 20, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_1, 32, 20, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_1, 32, 20, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_1, 32, 20, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_0, 32, 22, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_0, 32, 22, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_0, 32, 22, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_0, 32, 22, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_1, 32, 24, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_1, 32, 24, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_1, 32, 24, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_1, 32, 24, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q8_0, 32, 34, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q8_0, 32, 34, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q8_0, 32, 34, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q8_0, 32, 34, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_k, 256, 144, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_k, 256, 144, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q4_k, 256, 144, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q4_k, 256, 144, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_k, 256, 176, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_k, 256, 176, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q5_k, 256, 176, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q5_k, 256, 176, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q6_k, 256, 210, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q6_k, 256, 210, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q6_k, 256, 210, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q6_k, 256, 210, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q2_k, 256, 84, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q2_k, 256, 84, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q2_k, 256, 84, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q2_k, 256, 84, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q3_k, 256, 110, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q3_k, 256, 110, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_q3_k, 256, 110, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_q3_k, 256, 110, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_iq4_nl, 32, 18, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_iq4_nl, 32, 18, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_iq4_xs, 256, 136, 32, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_iq4_xs, 256, 136, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}

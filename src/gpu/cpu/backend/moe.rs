@@ -1,0 +1,219 @@
+//! The mixture-of-experts feed-forward on the CPU ([`Backend::moe_ffn`]), as llama.cpp's CPU
+//! backend computes `build_moe_ffn`: the router product, softmax (ggml's: f32 exponentials, the
+//! sum in f64), top-k largest first, the chosen probabilities divided by their sum (clamped below
+//! at 2^-14), then each expert's SwiGLU FFN over the tokens routed to it (tokens grouped by
+//! expert, so that each expert's weights are read once per batch), and the weighted outputs
+//! summed in the order they were chosen before the residual add.
+//!
+//! [`Backend::moe_ffn`]: crate::gpu::backend::Backend::moe_ffn
+
+use super::{CpuBackend, invalid};
+use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight};
+use crate::gpu::cpu::matmul::{QuantMatrix, matmul};
+
+/// The routing of one token: its chosen experts, largest probability first, and their weights.
+pub(super) fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights: &mut Vec<f32>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    let mut p: Vec<f32> = logits
+        .iter()
+        .map(|&l| {
+            let e = (l - max).exp();
+            sum += e as f64;
+            e
+        })
+        .collect();
+    let inv = (1.0 / sum) as f32;
+    for v in &mut p {
+        *v *= inv;
+    }
+    experts.clear();
+    experts.extend(0..p.len());
+    // Descending; equal probabilities keep the lower id first.
+    experts.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+    experts.truncate(k);
+    weights.clear();
+    weights.extend(experts.iter().map(|&e| p[e]));
+    let total: f64 = weights.iter().map(|&w| w as f64).sum();
+    let total = (total as f32).max(6.103_515_6e-5);
+    for w in weights.iter_mut() {
+        *w /= total;
+    }
+}
+
+/// Expert `e` of an expert tensor: its `rows` rows of `cols`.
+fn view(w: &super::CpuWeight, e: usize, rows: usize, cols: usize) -> Result<QuantMatrix<'_>> {
+    let rb = w.row_bytes();
+    QuantMatrix::new(
+        w.ty,
+        rows,
+        cols,
+        &w.bytes()[e * rows * rb..(e + 1) * rows * rb],
+    )
+    .map_err(|err| invalid(format!("{}: {err}", w.name)))
+}
+
+impl CpuBackend {
+    /// Checks that `w` has `rows` rows of `cols` (an expert tensor of the MoE op).
+    fn moe_shape(&self, w: Weight, rows: usize, cols: usize, what: &str) -> Result<()> {
+        let cw = self.weight(w)?;
+        if cw.rows != rows || cw.cols != cols {
+            return Err(invalid(format!(
+                "{}: {} × {}, the MoE {what} needs {rows} × {cols}",
+                cw.name, cw.rows, cw.cols
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn moe(&mut self, m: &MoeFfn) -> Result<()> {
+        let (n, dim, ff, ne, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_expert, m.n_used);
+        if k == 0 || k > ne {
+            return Err(invalid(format!("MoE: {k} of {ne} experts asked for")));
+        }
+        self.moe_shape(m.router, ne, dim, "router")?;
+        self.moe_shape(m.gate, ne * ff, dim, "gate experts")?;
+        self.moe_shape(m.up, ne * ff, dim, "up experts")?;
+        self.moe_shape(m.down, ne * dim, ff, "down experts")?;
+        self.matmul(
+            m.router,
+            m.x,
+            m.logits,
+            n,
+            OpLabel::layer(m.layer, "ffn_moe_router"),
+        )?;
+        let _op = self.ops.begin(OpLabel::layer(m.layer, "ffn_moe_experts"));
+        // Routing: each token's expert ids (as floats), then their weights.
+        let mut sel = self.take(m.route, n * k * 2)?;
+        let routed = self.buf(m.logits, n * ne).map(|logits| {
+            let (mut ex, mut wt) = (Vec::new(), Vec::new());
+            for t in 0..n {
+                route(&logits[t * ne..(t + 1) * ne], k, &mut ex, &mut wt);
+                let (ids, ws) = sel[t * 2 * k..(t + 1) * 2 * k].split_at_mut(k);
+                for (id, &e) in ids.iter_mut().zip(&ex) {
+                    *id = e as f32;
+                }
+                ws.copy_from_slice(&wt);
+            }
+        });
+        let sel_copy = sel[..n * k * 2].to_vec();
+        self.put(m.route, sel);
+        routed?;
+        // Tokens (and the slot they chose it in) per expert.
+        let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); ne];
+        for t in 0..n {
+            for i in 0..k {
+                by_expert[sel_copy[t * 2 * k + i] as usize].push((t, i));
+            }
+        }
+        let mut y = self.take(m.y, n * k * dim)?;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let res = (|| {
+            let x = self.buf(m.x, n * dim)?;
+            let (g, u, d) = (
+                self.weight(m.gate)?,
+                self.weight(m.up)?,
+                self.weight(m.down)?,
+            );
+            let (mut xg, mut hg, mut hu, mut yd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (e, toks) in by_expert.iter().enumerate() {
+                if toks.is_empty() {
+                    continue;
+                }
+                let nt = toks.len();
+                xg.clear();
+                for &(t, _) in toks {
+                    xg.extend_from_slice(&x[t * dim..(t + 1) * dim]);
+                }
+                hg.resize(nt * ff, 0.0);
+                hu.resize(nt * ff, 0.0);
+                yd.resize(nt * dim, 0.0);
+                matmul(
+                    &self.pool,
+                    &view(g, e, ff, dim)?,
+                    &xg,
+                    nt,
+                    &mut hg,
+                    &mut scratch,
+                );
+                matmul(
+                    &self.pool,
+                    &view(u, e, ff, dim)?,
+                    &xg,
+                    nt,
+                    &mut hu,
+                    &mut scratch,
+                );
+                for (gv, &uv) in hg.iter_mut().zip(&hu) {
+                    *gv = *gv / (1.0 + (-*gv).exp()) * uv;
+                }
+                matmul(
+                    &self.pool,
+                    &view(d, e, dim, ff)?,
+                    &hg,
+                    nt,
+                    &mut yd,
+                    &mut scratch,
+                );
+                for (j, &(t, i)) in toks.iter().enumerate() {
+                    let w = sel_copy[t * 2 * k + k + i];
+                    let dst = &mut y[(t * k + i) * dim..(t * k + i + 1) * dim];
+                    for (o, &v) in dst.iter_mut().zip(&yd[j * dim..(j + 1) * dim]) {
+                        *o = v * w;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        self.scratch = scratch;
+        if let Err(e) = res {
+            self.put(m.y, y);
+            return Err(e);
+        }
+        let mut acc = match self.take(m.acc, n * dim) {
+            Ok(a) => a,
+            Err(e) => {
+                self.put(m.y, y);
+                return Err(e);
+            }
+        };
+        let mut sum = vec![0f32; dim];
+        for t in 0..n {
+            sum.copy_from_slice(&y[t * k * dim..(t * k + 1) * dim]);
+            for i in 1..k {
+                let yi = &y[(t * k + i) * dim..(t * k + i + 1) * dim];
+                for (s, &v) in sum.iter_mut().zip(yi) {
+                    *s += v;
+                }
+            }
+            for (a, &s) in acc[t * dim..(t + 1) * dim].iter_mut().zip(&sum) {
+                *a += s;
+            }
+        }
+        self.put(m.acc, acc);
+        self.put(m.y, y);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::route;
+
+    /// Probabilities ∝ 1, 2, 4, ~0: the top two are experts 2 and 1, weighted 4/6 and 2/6;
+    /// equal probabilities go to the lower id first.
+    #[test]
+    fn route_takes_the_largest_first_and_normalizes_their_weights() {
+        let (mut ex, mut wt) = (Vec::new(), Vec::new());
+        let l = [0.0, 2f32.ln(), 4f32.ln(), -80.0];
+        route(&l, 2, &mut ex, &mut wt);
+        assert_eq!(ex, [2, 1]);
+        assert!((wt[0] - 4.0 / 6.0).abs() < 1e-6 && (wt[1] - 2.0 / 6.0).abs() < 1e-6);
+        route(&[1.0, 1.0, 1.0], 2, &mut ex, &mut wt);
+        assert_eq!(ex, [0, 1]);
+        assert_eq!(wt, [0.5, 0.5]);
+        route(&l, 4, &mut ex, &mut wt);
+        assert_eq!(ex, [2, 1, 0, 3]);
+        assert!((wt.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+}
