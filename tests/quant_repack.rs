@@ -88,16 +88,15 @@ fn check(isa: Isa, ty: GgmlType, rows: usize, cols: usize, nt: usize, pools: &[T
         let mut y = vec![f32::NAN; rows * nt];
         let mut scratch = MatmulScratch::with_isa(isa);
         matmul_packed(pool, &p, &x, nt, &mut y, &mut scratch);
-        for i in 0..y.len() {
+        for (i, &yi) in y.iter().enumerate() {
             // The offset terms (−8·d, Q4_K's mins) cancel part of the main one: allow for the
             // magnitude of both, in f32 additions over the row.
             let tol = (mag[i] * 20.0) * (cols as f64 / 8.0 + 16.0) * f32::EPSILON as f64 + 1e-30;
             assert!(
-                (y[i] as f64 - want[i]).abs() <= tol
-                    && (y[i] - reference[i]).abs() as f64 <= 2.0 * tol,
+                (yi as f64 - want[i]).abs() <= tol && (yi - reference[i]).abs() as f64 <= 2.0 * tol,
                 "{ty} {isa:?} {rows}x{cols} tokens {nt} threads {}: y[{i}] = {}, naive {}, scalar {}",
                 pool.n_threads(),
-                y[i],
+                yi,
                 want[i],
                 reference[i]
             );
@@ -119,7 +118,7 @@ fn packed_gemm_equals_naive_and_scalar_on_random_blocks() {
         // Without AVX2 nothing is packed: the portable kernels serve (tests/quant_matmul.rs).
         for ty in PACKED {
             assert!(!PackedMatrix::packs(Isa::detect(), ty));
-            assert!(PackedMatrix::new(Isa::Avx2, ty, 16, 256, &vec![0; 16 * 144]).is_none());
+            assert!(PackedMatrix::new(Isa::Avx2, ty, 16, 256, &[0u8; 16 * 144]).is_none());
         }
         eprintln!("this CPU has no AVX2: checked that nothing is packed");
         return;

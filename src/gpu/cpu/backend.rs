@@ -13,7 +13,7 @@ use crate::gpu::backend::{
     SharedBytes, Weight, WeightData,
 };
 use crate::gpu::device::DeviceInfo;
-use crate::gpu::quant::dot::PackedMatrix;
+use crate::gpu::quant::dot::{PACK_MIN_TOKENS, PackedMatrix};
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
 use crate::gpu::stream::{Budget, StreamShared};
@@ -30,9 +30,10 @@ struct CpuWeight {
     len: usize,
     /// Vectors (norms, biases, RoPE factors) dequantized once at load.
     vector: Option<Vec<f32>>,
-    /// The matrix repacked for the GEMM kernels, made at its first product (so that a matrix
-    /// only looked up by rows, like an untied token embedding, costs no copy); `Some(None)` where
-    /// the type or instruction set has no packed kernel.
+    /// The matrix repacked for the GEMM kernels, made at its first product of at least
+    /// `PACK_MIN_TOKENS` tokens (so that a matrix only looked up by rows, like an untied token
+    /// embedding, or only used in decode, costs no copy); `Some(None)` where the type or
+    /// instruction set has no packed kernel. Decode keeps reading the file's layout.
     packed: Option<Option<PackedMatrix>>,
 }
 
@@ -341,7 +342,8 @@ impl Backend for CpuBackend {
         };
         let isa = self.scratch.isa();
         let cw = &mut self.weights[w.0 as usize];
-        if cw.packed.is_none() {
+        let packs = n_tokens >= PACK_MIN_TOKENS;
+        if packs && cw.packed.is_none() {
             let packed = PackedMatrix::enabled()
                 .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
                 .flatten();
@@ -353,7 +355,7 @@ impl Backend for CpuBackend {
             let cw = self.weight(w)?;
             let xv = self.buf(x, n_tokens * cols)?;
             let y = &mut o[..n_tokens * rows];
-            if let Some(Some(p)) = &cw.packed {
+            if let Some(Some(p)) = cw.packed.as_ref().filter(|_| packs) {
                 matmul_packed(&self.pool, p, xv, n_tokens, y, &mut scratch);
                 return Ok(());
             }

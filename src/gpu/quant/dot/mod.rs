@@ -46,7 +46,7 @@ mod packed;
 mod scalar;
 
 pub use act::*;
-pub use packed::{PACK_ROWS, PACK_TILE, PackedMatrix};
+pub use packed::{PACK_MIN_TOKENS, PACK_ROWS, PACK_TILE, PackedMatrix};
 pub use scalar::{quantize_q8x32_block, quantize_q8xk_block};
 
 /// Tokens computed per pass over a weight row.

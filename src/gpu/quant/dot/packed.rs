@@ -44,6 +44,12 @@ pub const PACK_ROWS: usize = 16;
 /// Tokens computed per pass over a group of packed rows.
 pub const PACK_TILE: usize = 4;
 
+/// The fewest tokens of a product that runs on the packed copy. Decode (one token) reads the
+/// file's layout: measured on the 2-core AVX2 machine, the packed kernel's single-token pass was
+/// slower than the row kernel there (tg32 of a Qwen2.5-0.5B-shape Q4_0, `-t 1`: 4.7–5.1 t/s
+/// against 7.8–8.6), while prompts gain (pp256: 27–32 t/s against 17–18).
+pub const PACK_MIN_TOKENS: usize = PACK_TILE;
+
 /// The packed formats: how one block of one row is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum PackFmt {
