@@ -12,7 +12,7 @@ use clap::Args;
 use super::model_args::{ModelArgs, load_model};
 use super::usage::{MAX_CTX, whole};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
-use crate::gpu::quant::dot::Isa;
+use crate::gpu::quant::dot::{Isa, PackedMatrix};
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
@@ -166,7 +166,16 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let mut results = Vec::new();
     let is_cpu = device.backend == "cpu";
     let n_threads = device.compute_units.unwrap_or(1);
-    let cpu_kernels = is_cpu.then(|| Isa::active().describe());
+    let cpu_kernels = is_cpu.then(|| {
+        let isa = Isa::active();
+        let packed = PackedMatrix::packed_types(isa);
+        if packed.is_empty() {
+            isa.describe()
+        } else {
+            let names: Vec<String> = packed.iter().map(|t| t.to_string()).collect();
+            format!("{}, {} repacked", isa.describe(), names.join("/"))
+        }
+    });
     let decodes = a.n_gen.iter().any(|&n| n > 0);
     // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
     // then kept in the cache directory.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 mod moe;
 
 use super::attention;
-use super::matmul::{MatmulScratch, QuantMatrix, matmul};
+use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
@@ -15,6 +15,7 @@ use crate::gpu::backend::{
     SharedBytes, Weight, WeightData,
 };
 use crate::gpu::device::DeviceInfo;
+use crate::gpu::quant::dot::{PACK_MIN_TOKENS, PackedMatrix};
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
 use crate::gpu::stream::{Budget, StreamShared};
@@ -31,6 +32,11 @@ struct CpuWeight {
     len: usize,
     /// Vectors (norms, biases, RoPE factors) dequantized once at load.
     vector: Option<Vec<f32>>,
+    /// The matrix repacked for the GEMM kernels, made at its first product of at least
+    /// `PACK_MIN_TOKENS` tokens (so that a matrix only looked up by rows, like an untied token
+    /// embedding, or only used in decode, costs no copy); `Some(None)` where the type or
+    /// instruction set has no packed kernel. Decode keeps reading the file's layout.
+    packed: Option<Option<PackedMatrix>>,
 }
 
 impl CpuWeight {
@@ -218,6 +224,7 @@ impl Backend for CpuBackend {
             offset: d.offset,
             len: d.len,
             vector,
+            packed: None,
         });
         Ok(Weight(self.weights.len() as u32 - 1))
     }
@@ -335,21 +342,28 @@ impl Backend for CpuBackend {
             let cw = self.weight(w)?;
             (cw.rows, cw.cols)
         };
+        let isa = self.scratch.isa();
+        let cw = &mut self.weights[w.0 as usize];
+        let packs = n_tokens >= PACK_MIN_TOKENS;
+        if packs && cw.packed.is_none() {
+            let packed = PackedMatrix::enabled()
+                .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
+                .flatten();
+            cw.packed = Some(packed);
+        }
         let mut o = self.take(out, n_tokens * rows)?;
         let mut scratch = std::mem::take(&mut self.scratch);
         let res = (|| {
             let cw = self.weight(w)?;
+            let xv = self.buf(x, n_tokens * cols)?;
+            let y = &mut o[..n_tokens * rows];
+            if let Some(Some(p)) = cw.packed.as_ref().filter(|_| packs) {
+                matmul_packed(&self.pool, p, xv, n_tokens, y, &mut scratch);
+                return Ok(());
+            }
             let m = QuantMatrix::new(cw.ty, rows, cols, cw.bytes())
                 .map_err(|e| invalid(format!("{}: {e}", cw.name)))?;
-            let xv = self.buf(x, n_tokens * cols)?;
-            matmul(
-                &self.pool,
-                &m,
-                xv,
-                n_tokens,
-                &mut o[..n_tokens * rows],
-                &mut scratch,
-            );
+            matmul(&self.pool, &m, xv, n_tokens, y, &mut scratch);
             Ok(())
         })();
         self.scratch = scratch;

@@ -10,7 +10,10 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::pool::ThreadPool;
-use crate::gpu::quant::dot::{Activation, ActivationParts, Isa, Kernel, MAX_TILE, row_bytes};
+use crate::gpu::quant::dot::{
+    Activation, ActivationParts, Isa, Kernel, MAX_TILE, PACK_ROWS, PACK_TILE, PackedMatrix,
+    row_bytes,
+};
 use crate::gpu::quant::{GgmlType, QuantError, is_supported, unsupported};
 
 /// A weight matrix as GGUF stores it: `rows` rows of `cols` elements, row-major (a tensor with
@@ -227,6 +230,75 @@ pub fn matmul_prepared(pool: &ThreadPool, w: &QuantMatrix, scratch: &MatmulScrat
                     for k in 0..nt {
                         // SAFETY: rows r0..r1 of every token belong to this chunk alone.
                         unsafe { out.write((t0 + k) * rows + r0 + r, tile[r * nt + k]) };
+                    }
+                }
+                t0 += nt;
+            }
+            c = next.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    if n_chunks == 1 {
+        work(0);
+    } else {
+        pool.run(&|i, _| work(i));
+    }
+}
+
+/// `y[t·rows + r] = Σ_c W[r, c] · x[t·cols + c]` for weights repacked at load ([`PackedMatrix`]):
+/// the same product as [`matmul`], 16 rows × up to [`PACK_TILE`] tokens per kernel pass.
+///
+/// # Panics
+/// As [`matmul`].
+pub fn matmul_packed(
+    pool: &ThreadPool,
+    w: &PackedMatrix,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    scratch: &mut MatmulScratch,
+) {
+    assert_eq!(
+        x.len(),
+        n_tokens * w.cols(),
+        "matmul input: {n_tokens} tokens of {}",
+        w.cols()
+    );
+    if let Err(e) = scratch.prepare(pool, w.ty(), x, n_tokens, w.cols()) {
+        panic!("matmul: {e}");
+    }
+    let act = &scratch.act;
+    let rows = w.rows();
+    assert_eq!(
+        y.len(),
+        n_tokens * rows,
+        "matmul output: {n_tokens} tokens of {rows}"
+    );
+    if n_tokens == 0 || rows == 0 {
+        return;
+    }
+    let groups = w.groups();
+    let rb = row_bytes(w.ty(), w.cols());
+    let chunk = chunk_rows(rows, rb, n_tokens, pool.n_threads()).div_ceil(PACK_ROWS);
+    let n_chunks = groups.div_ceil(chunk);
+    let next = AtomicUsize::new(pool.n_threads());
+    let out = SharedMut::new(y);
+    let work = |first: usize| {
+        let mut tile = [0f32; MAX_CHUNK.div_ceil(PACK_ROWS) * PACK_ROWS * PACK_TILE];
+        let mut c = first;
+        while c < n_chunks {
+            let (g0, g1) = (c * chunk, ((c + 1) * chunk).min(groups));
+            let mut t0 = 0;
+            while t0 < n_tokens {
+                let nt = (n_tokens - t0).min(PACK_TILE);
+                w.dot_groups(act, g0, g1, t0, nt, &mut tile);
+                for g in g0..g1 {
+                    let r0 = g * PACK_ROWS;
+                    let n = PACK_ROWS.min(rows - r0);
+                    for k in 0..nt {
+                        let src = &tile[((g - g0) * nt + k) * PACK_ROWS..][..n];
+                        // SAFETY: rows r0..r0 + n of every token belong to this chunk alone.
+                        unsafe { out.range((t0 + k) * rows + r0, (t0 + k) * rows + r0 + n) }
+                            .copy_from_slice(src);
                     }
                 }
                 t0 += nt;

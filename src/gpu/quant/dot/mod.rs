@@ -29,7 +29,8 @@
 //!
 //! Files: `act.rs` (activation formats and their buffers), `scalar.rs` (the reference kernels),
 //! `avx2/` (AVX2 kernels: `mod.rs` for the 32-element types, `kquants.rs` for K-quants and floats),
-//! `avx512.rs` (AVX-512 VNNI kernels for the 32-element types).
+//! `avx512.rs` (AVX-512 VNNI kernels for the 32-element types), `packed.rs` and
+//! `avx2_packed.rs` (weights repacked at first use, 16 rows interleaved, and their GEMM kernel).
 
 use super::blocks::{QK, QK_K};
 use super::{GgmlType, QuantError};
@@ -38,10 +39,14 @@ mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]
+mod avx2_packed;
+#[cfg(target_arch = "x86_64")]
 mod avx512;
+mod packed;
 mod scalar;
 
 pub use act::*;
+pub use packed::{PACK_MIN_TOKENS, PACK_ROWS, PACK_TILE, PackedMatrix};
 pub use scalar::{quantize_q8x32_block, quantize_q8xk_block};
 
 /// Tokens computed per pass over a weight row.
