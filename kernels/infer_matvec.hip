@@ -473,6 +473,513 @@ __device__ void infer_mv_swiglu(const unsigned char *wg, const unsigned char *wu
     }
 }
 
+// ---- Wide one-token kernels (decode): a lane per 32 elements -----------------------------------
+//
+// The hs_mv1_* / hs_mv_qkv_* / hs_mv_swiglu_* kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K.
+// Lane l of a warp takes whole 32-element items l, l + warpSize, ... of the row (a Q4_0 block, or
+// 16 bytes of a Q4_K super-block's quants), so a warp step reads 32 consecutive items: one item's
+// weights are read with 16-byte loads of the aligned 16-byte window around them (the blocks are
+// only 2-byte aligned: 18-byte Q4_0, 34-byte Q8_0), the words picked out with two selects and a
+// funnel shift; its activations (32 Q8 quants, two 16-byte loads) serve every row of the warp.
+// Two items a lane are in flight together, and mv1 / qkv take two rows a warp, swiglu gate and up.
+// About a fifth of the instructions of the part-per-lane loop above, and no shared memory.
+
+#if defined(HS_BACKEND_CUDA)
+#define MVW_FUNNEL(lo, hi, sh) __funnelshift_r((lo), (hi), (sh))
+#else
+#define MVW_FUNNEL(lo, hi, sh) ((hs_u32)(((((hs_u64)(hi)) << 32) | (hs_u64)(lo)) >> (sh)))
+#endif
+
+// The NW little-endian words of the bytes p[0 .. 4 NW) (p 2-byte aligned; NB of them are the
+// item's, the rest may be anything), read as NL aligned 16-byte loads. A load whose 16 bytes hold
+// none of the NB bytes is not made, so nothing beyond the 16-byte word of the weights' last byte
+// is read. NL = ceil((14 + NB) / 16).
+template <int NB, int NW, int NL>
+__device__ __forceinline__ void mvw_words(const unsigned char *p, hs_u32 *out) {
+    const hs_u64 a = (hs_u64)p;
+    const uint4 *q = (const uint4 *)(a & ~(hs_u64)15);
+    const hs_u32 o = (hs_u32)(a & 15);
+    hs_u32 w[4 * NL + 4];
+#pragma unroll
+    for (int k = 0; k < NL; ++k) {
+        uint4 c;
+        c.x = c.y = c.z = c.w = 0;
+        if (k == 0 || (hs_u32)(16 * k) < o + NB) {
+            c = q[k];
+        }
+        w[4 * k] = c.x;
+        w[4 * k + 1] = c.y;
+        w[4 * k + 2] = c.z;
+        w[4 * k + 3] = c.w;
+    }
+#pragma unroll
+    for (int k = 4 * NL; k < 4 * NL + 4; ++k) {
+        w[k] = 0;
+    }
+    hs_u32 v[NW + 2];
+#pragma unroll
+    for (int k = 0; k < NW + 2; ++k) {
+        v[k] = (o & 8) ? w[k + 2] : w[k];
+    }
+    hs_u32 u[NW + 1];
+#pragma unroll
+    for (int k = 0; k < NW + 1; ++k) {
+        u[k] = (o & 4) ? v[k + 1] : v[k];
+    }
+    const hs_u32 sh = (o & 3) * 8;
+#pragma unroll
+    for (int k = 0; k < NW; ++k) {
+        out[k] = MVW_FUNNEL(u[k], u[k + 1], sh);
+    }
+}
+
+// One item's activations: quants a (first 16) and b (second 16) as words, the block's d and
+// d * sum q (xs), and for Q4_K the plain sums of a's and b's quants.
+struct mvw_x {
+    int a[4];
+    int b[4];
+    float d;
+    float s;
+    int sa;
+    int sb;
+};
+
+__device__ __forceinline__ void mvw_set_x(const signed char *p0, const signed char *p1,
+                                          const float *dd, mvw_x &x) {
+    const int4 A = *(const int4 *)p0;
+    const int4 B = *(const int4 *)p1;
+    const float2 D = *(const float2 *)dd;
+    x.a[0] = A.x;
+    x.a[1] = A.y;
+    x.a[2] = A.z;
+    x.a[3] = A.w;
+    x.b[0] = B.x;
+    x.b[1] = B.y;
+    x.b[2] = B.z;
+    x.b[3] = B.w;
+    x.d = D.x;
+    x.s = D.y;
+}
+
+// Item i of a 32-element-block row: block i.
+__device__ __forceinline__ void mvw_x32(const signed char *xq, const float *xd, hs_u32 i,
+                                        mvw_x &x) {
+    mvw_set_x(xq + 32 * (hs_u64)i, xq + 32 * (hs_u64)i + 16, xd + 2 * (hs_u64)i, x);
+    x.sa = 0;
+    x.sb = 0;
+}
+
+// Item i of a Q4_K row: super-block i / 8, its 16-byte slice g = i % 8 of the quants (chunk
+// c = g / 2 of 64 elements, half h = g % 2): low nibbles are elements 64c + 16h + 0..15, high
+// ones 64c + 32 + 16h + 0..15.
+__device__ __forceinline__ void mvw_x_q4_k(const signed char *xq, const float *xd, hs_u32 i,
+                                           mvw_x &x) {
+    const hs_u32 s = i / 8;
+    const hs_u32 g = i % 8;
+    const signed char *xb = xq + 256 * (hs_u64)s + 64 * (g / 2) + 16 * (g % 2);
+    mvw_set_x(xb, xb + 32, xd + 2 * (hs_u64)s, x);
+    int sa = 0;
+    int sb = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        sa = HS_DP4A(MV_ONES, x.a[k], sa);
+        sb = HS_DP4A(MV_ONES, x.b[k], sb);
+    }
+    x.sa = sa;
+    x.sb = sb;
+}
+
+__device__ __forceinline__ float mvw_lo_half(hs_u32 w) {
+    return hs_half_to_float((unsigned short)(w & 0xFFFF));
+}
+__device__ __forceinline__ float mvw_hi_half(hs_u32 w) {
+    return hs_half_to_float((unsigned short)(w >> 16));
+}
+
+// sum over the 32 elements of q * x, the four words qs[k] holding elements 4k.. (low nibbles) and
+// 16 + 4k.. (high nibbles), the high bits (Q5) from qh where given.
+__device__ __forceinline__ int mvw_dot_nibbles(const hs_u32 *qs, const mvw_x &x) {
+    int sumi = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        sumi = HS_DP4A((int)(qs[k] & 0x0F0F0F0F), x.a[k], sumi);
+        sumi = HS_DP4A((int)((qs[k] >> 4) & 0x0F0F0F0F), x.b[k], sumi);
+    }
+    return sumi;
+}
+
+__device__ __forceinline__ int mvw_dot_nibbles5(const hs_u32 *qs, hs_u32 qh, const mvw_x &x) {
+    int sumi = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int lo = (int)(qs[k] & 0x0F0F0F0F) | mv_spread4(qh >> (4 * k));
+        const int hi = (int)((qs[k] >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * k));
+        sumi = HS_DP4A(lo, x.a[k], sumi);
+        sumi = HS_DP4A(hi, x.b[k], sumi);
+    }
+    return sumi;
+}
+
+// Q4_0 (18 bytes: d, qs[16]).
+__device__ __forceinline__ float mvw_q4_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    hs_u32 w[5];
+    mvw_words<18, 5, 2>(wr + 18 * (hs_u64)i, w);
+    hs_u32 qs[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        qs[k] = MVW_FUNNEL(w[k], w[k + 1], 16);
+    }
+    const float d = mvw_lo_half(w[0]);
+    return d * x.d * (float)mvw_dot_nibbles(qs, x) + (d * -8.0f) * x.s;
+}
+
+// Q4_1 (20 bytes: d, m, qs[16]).
+__device__ __forceinline__ float mvw_q4_1(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    hs_u32 w[5];
+    mvw_words<20, 5, 3>(wr + 20 * (hs_u64)i, w);
+    return mvw_lo_half(w[0]) * x.d * (float)mvw_dot_nibbles(w + 1, x) + mvw_hi_half(w[0]) * x.s;
+}
+
+// Q5_0 (22 bytes: d, qh[4], qs[16]).
+__device__ __forceinline__ float mvw_q5_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    hs_u32 w[6];
+    mvw_words<22, 6, 3>(wr + 22 * (hs_u64)i, w);
+    hs_u32 qs[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        qs[k] = MVW_FUNNEL(w[k + 1], w[k + 2], 16);
+    }
+    const float d = mvw_lo_half(w[0]);
+    const hs_u32 qh = MVW_FUNNEL(w[0], w[1], 16);
+    return d * x.d * (float)mvw_dot_nibbles5(qs, qh, x) + (d * -16.0f) * x.s;
+}
+
+// Q5_1 (24 bytes: d, m, qh[4], qs[16]).
+__device__ __forceinline__ float mvw_q5_1(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    hs_u32 w[6];
+    mvw_words<24, 6, 3>(wr + 24 * (hs_u64)i, w);
+    return mvw_lo_half(w[0]) * x.d * (float)mvw_dot_nibbles5(w + 2, w[1], x) +
+           mvw_hi_half(w[0]) * x.s;
+}
+
+// Q8_0 (34 bytes: d, qs[32]).
+__device__ __forceinline__ float mvw_q8_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    hs_u32 w[9];
+    mvw_words<34, 9, 3>(wr + 34 * (hs_u64)i, w);
+    int sumi = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        sumi = HS_DP4A((int)MVW_FUNNEL(w[k], w[k + 1], 16), x.a[k], sumi);
+        sumi = HS_DP4A((int)MVW_FUNNEL(w[k + 4], w[k + 5], 16), x.b[k], sumi);
+    }
+    return mvw_lo_half(w[0]) * x.d * (float)sumi;
+}
+
+// Q4_K (144 bytes: d, dmin, scales[12], qs[128]; 16-byte aligned, as 144 is a multiple of 16).
+// The item's sub-blocks are j = 2c (low nibbles) and 2c + 1 (high); their 6-bit scale and min as
+// mv_k_scale_min reads them, from the three scale words.
+__device__ __forceinline__ float mvw_q4_k(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
+    const unsigned char *b = wr + 144 * (hs_u64)(i / 8);
+    const hs_u32 g = i % 8;
+    const hs_u32 c = g / 2;
+    const uint4 v = *(const uint4 *)(b + 16 + 16 * g);
+    const uint4 hd = *(const uint4 *)b;  // d, dmin | scales 0..3 | 4..7 | 8..11
+    const hs_u32 sh0 = 16 * (c % 2);     // bytes 2c, 2c + 1 (mod 4) of a scale word
+    int s0, m0, s1, m1;
+    if (c < 2) {
+        const hs_u32 a = hd.y >> sh0;
+        const hs_u32 m = hd.z >> sh0;
+        s0 = (int)(a & 63);
+        s1 = (int)((a >> 8) & 63);
+        m0 = (int)(m & 63);
+        m1 = (int)((m >> 8) & 63);
+    } else {
+        const hs_u32 lo = hd.w >> sh0;  // bytes j + 4
+        const hs_u32 a = hd.y >> sh0;   // bytes j - 4
+        const hs_u32 m = hd.z >> sh0;   // bytes j
+        s0 = (int)((lo & 0xF) | (((a >> 6) & 3) << 4));
+        s1 = (int)(((lo >> 8) & 0xF) | (((a >> 14) & 3) << 4));
+        m0 = (int)(((lo >> 4) & 0xF) | (((m >> 6) & 3) << 4));
+        m1 = (int)(((lo >> 12) & 0xF) | (((m >> 14) & 3) << 4));
+    }
+    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
+    int dl = 0;
+    int dh = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        dl = HS_DP4A((int)(qs[k] & 0x0F0F0F0F), x.a[k], dl);
+        dh = HS_DP4A((int)((qs[k] >> 4) & 0x0F0F0F0F), x.b[k], dh);
+    }
+    const int sumi = s0 * dl + s1 * dh;
+    const int summ = m0 * x.sa + m1 * x.sb;
+    return x.d * mvw_lo_half(hd.x) * (float)sumi - x.d * mvw_hi_half(hd.x) * (float)summ;
+}
+
+
+// The dot products of R weight rows wr[r] with one token's Q8 activations over `items` items,
+// summed over the warp (every lane gets them). Two items a lane per step, both always computed (the
+// second on a clamped index and dropped past the end) so that all their loads are issued together.
+// Every lane of the warp must call it.
+template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
+          void (*LX)(const signed char *, const float *, hs_u32, X &), int R>
+__device__ __forceinline__ void mvw_dots(const unsigned char *const *wr, const signed char *xq,
+                                         const float *xd, hs_u32 items, float *acc) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        acc[r] = 0.0f;
+    }
+    for (hs_u32 i = lane; i < items; i += 2 * warpSize) {
+        const hs_u32 j = i + warpSize;
+        const bool two = j < items;
+        const hs_u32 jj = two ? j : i;
+        X x0;
+        X x1;
+        LX(xq, xd, i, x0);
+        LX(xq, xd, jj, x1);
+        float p0[R];
+        float p1[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            p0[r] = DOT(wr[r], i, x0);
+            p1[r] = DOT(wr[r], jj, x1);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            acc[r] += p0[r];
+            if (two) {
+                acc[r] += p1[r];
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        acc[r] = hs_warp_sum(acc[r]);
+    }
+}
+
+// Rows a warp of the wide mv1 and qkv kernels (`MV_WIDE_ROWS` in src/gpu/compute/plan.rs).
+#define MVW_ROWS 2
+
+// One token (decode), MVW_ROWS rows a warp: as infer_mv1_quant.
+template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
+          void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
+__device__ void mvw_mv1(const unsigned char *w, const signed char *xq, const float *xd, float *y,
+                        const float *bias, hs_u32 rows, hs_u32 cols, hs_u32 accumulate) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    for (hs_u32 r0 = (blockIdx.x * nwarps + threadIdx.x / warpSize) * MVW_ROWS; r0 < rows;
+         r0 += gridDim.x * nwarps * MVW_ROWS) {
+        const unsigned char *wr[MVW_ROWS];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; ++r) {
+            const hs_u32 row = (r0 + r < rows) ? r0 + r : r0;
+            wr[r] = w + (hs_u64)row * row_bytes;
+        }
+        float acc[MVW_ROWS];
+        mvw_dots<X, DOT, LX, MVW_ROWS>(wr, xq, xd, cols / 32, acc);
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; ++r) {
+            const hs_u32 row = r0 + r;
+            if (lane == 0 && row < rows) {
+                float v = acc[r];
+                if (bias != 0) {
+                    v += bias[row];
+                }
+                if (accumulate != 0) {
+                    v = y[row] + v;
+                }
+                y[row] = v;
+            }
+        }
+    }
+}
+
+// One token through Q, K and V in one launch, MVW_ROWS rows a warp: as infer_mv_qkv.
+template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
+          void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
+__device__ void mvw_qkv(const unsigned char *w0, const unsigned char *w1, const unsigned char *w2,
+                        float *y0, float *y1, float *y2, const float *b0, const float *b1,
+                        const float *b2, const signed char *xq, const float *xd, hs_u32 r0,
+                        hs_u32 r1, hs_u32 r2, hs_u32 cols) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    const hs_u32 rows = r0 + r1 + r2;
+    for (hs_u32 g0 = (blockIdx.x * nwarps + threadIdx.x / warpSize) * MVW_ROWS; g0 < rows;
+         g0 += gridDim.x * nwarps * MVW_ROWS) {
+        const unsigned char *wr[MVW_ROWS];
+        float *yr[MVW_ROWS];
+        const float *br[MVW_ROWS];
+        hs_u32 row[MVW_ROWS];
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; ++r) {
+            const hs_u32 g = (g0 + r < rows) ? g0 + r : g0;
+            const unsigned char *wm = w0;
+            yr[r] = y0;
+            br[r] = b0;
+            row[r] = g;
+            if (g >= r0 + r1) {
+                wm = w2;
+                yr[r] = y2;
+                br[r] = b2;
+                row[r] = g - r0 - r1;
+            } else if (g >= r0) {
+                wm = w1;
+                yr[r] = y1;
+                br[r] = b1;
+                row[r] = g - r0;
+            }
+            wr[r] = wm + (hs_u64)row[r] * row_bytes;
+        }
+        float acc[MVW_ROWS];
+        mvw_dots<X, DOT, LX, MVW_ROWS>(wr, xq, xd, cols / 32, acc);
+#pragma unroll
+        for (int r = 0; r < MVW_ROWS; ++r) {
+            if (lane == 0 && g0 + r < rows) {
+                yr[r][row[r]] = (br[r] != 0) ? acc[r] + br[r][row[r]] : acc[r];
+            }
+        }
+    }
+}
+
+// One token through gate and up in one launch, a row a warp (its gate and up rows share the
+// activation loads), SwiGLU in the epilogue: as infer_mv_swiglu.
+template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
+          void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
+__device__ void mvw_swiglu(const unsigned char *wg, const unsigned char *wu,
+                           const signed char *xq, const float *xd, float *y, hs_u32 rows,
+                           hs_u32 cols) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
+         row += gridDim.x * nwarps) {
+        const unsigned char *wr[2] = {wg + (hs_u64)row * row_bytes, wu + (hs_u64)row * row_bytes};
+        float acc[2];
+        mvw_dots<X, DOT, LX, 2>(wr, xq, xd, cols / 32, acc);
+        if (lane == 0) {
+            y[row] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+        }
+    }
+}
+
+
+// ---- The activation-precision study (issue 13 item 8): Q4_0 / Q4_1 weights times the f32
+// activations as computed, no Q8 step (hs_mv1f_*, hs_mv_qkvf_*, hs_mv_swigluf_*; chosen with
+// HIPSCOPE_MV_ACT=f32). The same lane-per-block loop; a lane reads its block's 32 activations
+// (128 bytes) itself. The kernels take the f32 input where the others take the Q8 quants.
+
+struct mvf_x {
+    float v[32];
+    float sum;
+};
+
+__device__ __forceinline__ void mvf_load(const signed char *xq, const float *, hs_u32 i,
+                                         mvf_x &x) {
+    const float4 *p = (const float4 *)((const float *)xq + 32 * (hs_u64)i);
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+        const float4 f = p[k];
+        x.v[4 * k] = f.x;
+        x.v[4 * k + 1] = f.y;
+        x.v[4 * k + 2] = f.z;
+        x.v[4 * k + 3] = f.w;
+    }
+#pragma unroll
+    for (int k = 0; k < 32; ++k) {
+        s += x.v[k];
+    }
+    x.sum = s;
+}
+
+// sum of q * x over the block's 32 nibbles (exact small integers as floats: 2^23 + q - 2^23).
+__device__ __forceinline__ float mvf_nibbles(const hs_u32 *qs, const mvf_x &x) {
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float lo = __int_as_float((int)(0x4B000000u | ((qs[k] >> (8 * j)) & 15))) - 8388608.0f;
+            const float hi = __int_as_float((int)(0x4B000000u | ((qs[k] >> (8 * j + 4)) & 15))) - 8388608.0f;
+            s = fmaf(lo, x.v[4 * k + j], s);
+            s = fmaf(hi, x.v[16 + 4 * k + j], s);
+        }
+    }
+    return s;
+}
+
+__device__ __forceinline__ float mvf_q4_0(const unsigned char *wr, hs_u32 i, const mvf_x &x) {
+    hs_u32 w[5];
+    mvw_words<18, 5, 2>(wr + 18 * (hs_u64)i, w);
+    hs_u32 qs[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        qs[k] = MVW_FUNNEL(w[k], w[k + 1], 16);
+    }
+    return mvw_lo_half(w[0]) * (mvf_nibbles(qs, x) - 8.0f * x.sum);
+}
+
+__device__ __forceinline__ float mvf_q4_1(const unsigned char *wr, hs_u32 i, const mvf_x &x) {
+    hs_u32 w[5];
+    mvw_words<20, 5, 3>(wr + 20 * (hs_u64)i, w);
+    return mvw_lo_half(w[0]) * mvf_nibbles(w + 1, x) + mvw_hi_half(w[0]) * x.sum;
+}
+
+HS_KERNEL void hs_mv1f_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const float *x,
+                           const float *unused, float *y, const float *bias, hs_u32 rows,
+                           hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    mvw_mv1<mvf_x, mvf_q4_0, mvf_load, 32, 18>(w, (const signed char *)x, unused, y, bias, rows,
+                                               cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkvf_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                              const unsigned char *w2, float *y0, float *y1, float *y2,
+                              const float *b0, const float *b1, const float *b2, const float *x,
+                              const float *unused, hs_u32 r0, hs_u32 r1, hs_u32 r2,
+                              hs_u32 cols) {
+    HS_BREADCRUMB();
+    mvw_qkv<mvf_x, mvf_q4_0, mvf_load, 32, 18>(w0, w1, w2, y0, y1, y2, b0, b1, b2,
+                                               (const signed char *)x, unused, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swigluf_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                 const unsigned char *wu, const float *x, const float *unused,
+                                 float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    mvw_swiglu<mvf_x, mvf_q4_0, mvf_load, 32, 18>(wg, wu, (const signed char *)x, unused, y, rows,
+                                                  cols);
+}
+
+HS_KERNEL void hs_mv1f_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const float *x,
+                           const float *unused, float *y, const float *bias, hs_u32 rows,
+                           hs_u32 cols, hs_u32 accumulate) {
+    HS_BREADCRUMB();
+    mvw_mv1<mvf_x, mvf_q4_1, mvf_load, 32, 20>(w, (const signed char *)x, unused, y, bias, rows,
+                                               cols, accumulate);
+}
+
+HS_KERNEL void hs_mv_qkvf_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
+                              const unsigned char *w2, float *y0, float *y1, float *y2,
+                              const float *b0, const float *b1, const float *b2, const float *x,
+                              const float *unused, hs_u32 r0, hs_u32 r1, hs_u32 r2,
+                              hs_u32 cols) {
+    HS_BREADCRUMB();
+    mvw_qkv<mvf_x, mvf_q4_1, mvf_load, 32, 20>(w0, w1, w2, y0, y1, y2, b0, b1, b2,
+                                               (const signed char *)x, unused, r0, r1, r2, cols);
+}
+
+HS_KERNEL void hs_mv_swigluf_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                 const unsigned char *wu, const float *x, const float *unused,
+                                 float *y, hs_u32 rows, hs_u32 cols) {
+    HS_BREADCRUMB();
+    mvw_swiglu<mvf_x, mvf_q4_1, mvf_load, 32, 20>(wg, wu, (const signed char *)x, unused, y, rows,
+                                                  cols);
+}
+
 // F32 / F16 / BF16 weights against f32 activations: lanes stride over the row's elements.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
 __device__ void infer_mv_float(const unsigned char *w, const float *x, float *y, hs_u32 rows,
@@ -606,7 +1113,7 @@ HS_KERNEL void hs_mv1_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const signed
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q4_0, 32, 18, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -615,21 +1122,21 @@ HS_KERNEL void hs_mv_qkv_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q4_0, 32, 18, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q4_0, 32, 18, 4>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q4_1, 32, 20, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -638,21 +1145,21 @@ HS_KERNEL void hs_mv_qkv_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q4_1, 32, 20, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q4_1, 32, 20, 4>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q5_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q5_0, 32, 22, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q5_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -661,21 +1168,21 @@ HS_KERNEL void hs_mv_qkv_q5_0(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q5_0, 32, 22, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q5_0, 32, 22, 4>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q5_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q5_1, 32, 24, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q5_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -684,21 +1191,21 @@ HS_KERNEL void hs_mv_qkv_q5_1(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q5_1, 32, 24, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q5_1, 32, 24, 4>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q8_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q8_0, 32, 34, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q8_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -707,21 +1214,21 @@ HS_KERNEL void hs_mv_qkv_q8_0(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q8_0, 32, 34, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q8_0, 32, 34, 4>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q4_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
                           const float *xd, float *y, const float *bias, hs_u32 rows,
                           hs_u32 cols, hs_u32 accumulate) {
     HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q4_k, 256, 144, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
+    mvw_mv1<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(w, xq, xd, y, bias, rows, cols, accumulate);
 }
 
 HS_KERNEL void hs_mv_qkv_q4_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
@@ -730,14 +1237,14 @@ HS_KERNEL void hs_mv_qkv_q4_k(HS_TRACK_PARAMS, const unsigned char *w0, const un
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
                              hs_u32 r2, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q4_k, 256, 144, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+    mvw_qkv<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 }
 
 HS_KERNEL void hs_mv_swiglu_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                 const unsigned char *wu, const signed char *xq, const float *xd,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q4_k, 256, 144, 32>(wg, wu, xq, xd, y, rows, cols);
+    mvw_swiglu<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(wg, wu, xq, xd, y, rows, cols);
 }
 
 HS_KERNEL void hs_mv1_q5_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,

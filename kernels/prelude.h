@@ -84,9 +84,14 @@ __device__ __forceinline__ float hs_bf16_to_float(unsigned short h) {
 // c + the dot product of the four signed bytes of a and b.
 #if defined(HS_BACKEND_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 610
 #define HS_DP4A(a, b, c) __dp4a((a), (b), (c))
+#elif defined(HS_BACKEND_HIP) && (defined(__gfx906__) || defined(__gfx908__) ||              \
+                                  defined(__gfx90a__) || defined(__gfx1030__) ||             \
+                                  defined(__gfx1031__) || defined(__gfx1032__))
+// v_dot4_i32_i8 (gfx906/908/90a, gfx10.3: the "dot1" instructions); no clamp.
+#define HS_DP4A(a, b, c) __builtin_amdgcn_sdot4((a), (b), (c), false)
 #else
-// Portable form (AMD: the v_dot4 instructions differ between gfx9/gfx10.3 and gfx11, so the
-// compiler is left to pick; the arithmetic is exact either way).
+// Portable form (gfx11 has only the mixed-sign v_dot4_i32_iu8, not yet checked here on a
+// compiler of this build, so the compiler is left to pick; the arithmetic is exact either way).
 __device__ __forceinline__ int hs_dp4a_portable(int a, int b, int c) {
     return c + (int)(signed char)(a) * (int)(signed char)(b) +
            (int)(signed char)(a >> 8) * (int)(signed char)(b >> 8) +

@@ -13,6 +13,18 @@ pub(super) struct Fused {
     swiglu: KernelFn,
     /// mv1, mv1 with the residual add, qkv, swiglu.
     names: [&'static str; 4],
+    /// Rows a warp of mv1 and qkv (the wide kernels take two).
+    rows_per_warp: usize,
+    /// The f32-activation variants of mv1, qkv and swiglu (`hs_mv1f_*`, ...), when the
+    /// activation-precision study asks for them (`HIPSCOPE_MV_ACT=f32`, Q4_0 and Q4_1 only):
+    /// they take the f32 input where the others take its Q8 quants.
+    f32: Option<[KernelFn; 3]>,
+}
+
+/// Whether the one-token products take f32 activations where a kernel for it exists
+/// (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement), instead of Q8 ones.
+fn f32_activations() -> bool {
+    std::env::var("HIPSCOPE_MV_ACT").is_ok_and(|v| v.eq_ignore_ascii_case("f32"))
 }
 
 /// Launch labels of the fused kernels, per type suffix.
@@ -103,11 +115,22 @@ impl Fused {
         let Some(&(_, names)) = FUSED_NAMES.iter().find(|(s, _)| *s == k.suffix) else {
             return Ok(None);
         };
+        let f32 = if f32_activations() && ["q4_0", "q4_1"].contains(&k.suffix) {
+            Some([
+                gpu.function(&format!("hs_mv1f_{}", k.suffix))?,
+                gpu.function(&format!("hs_mv_qkvf_{}", k.suffix))?,
+                gpu.function(&format!("hs_mv_swigluf_{}", k.suffix))?,
+            ])
+        } else {
+            None
+        };
         Ok(Some(Fused {
+            f32,
             mv1: gpu.function(&format!("hs_mv1_{}", k.suffix))?,
             qkv: gpu.function(&format!("hs_mv_qkv_{}", k.suffix))?,
             swiglu: gpu.function(&format!("hs_mv_swiglu_{}", k.suffix))?,
             names,
+            rows_per_warp: super::plan::mv1_rows_per_warp(k.suffix),
         }))
     }
 }
@@ -122,6 +145,25 @@ struct FusedShape {
 }
 
 impl GpuCompute {
+    /// The activation arguments of a fused one-token launch over `cols` of `x`: its Q8 quants
+    /// and scales (quantized here unless the workspace holds them), or, for the f32 variants,
+    /// the input itself and a null pointer.
+    fn fused_input(
+        &mut self,
+        kernels: &Fused,
+        x: Buf,
+        cols: usize,
+        bs: u32,
+        label: OpLabel,
+    ) -> Result<(Arg, Arg)> {
+        if kernels.f32.is_some() {
+            return Ok((Arg::Ptr(self.buf(x, cols)?.ptr), Arg::U64(0)));
+        }
+        self.quantize_input(x, 1, cols, bs, false, label)?;
+        let ws = self.workspace()?;
+        Ok((Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)))
+    }
+
     /// The fused one-token path for products of `ws` with one input, where it applies: one token,
     /// every weight a matrix of the same quantized type and width, the input planned for.
     fn fused_shape(&self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedShape>> {
@@ -185,21 +227,21 @@ impl GpuCompute {
         };
         self.buf(x, shape.cols)?;
         let abuf = self.buf(acc, dim)?;
-        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
-        let (xq, xd) = {
-            let ws = self.workspace()?;
-            (ws.xq, ws.xd)
-        };
+        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
         self.launch(
             label,
             shape.kernels.names[1],
-            shape.kernels.mv1,
-            [mv_grid(dim, self.warp), 1, 1],
+            shape.kernels.f32.map_or(shape.kernels.mv1, |f| f[0]),
+            [
+                mv_grid(dim.div_ceil(shape.kernels.rows_per_warp), self.warp),
+                1,
+                1,
+            ],
             [MV_THREADS, 1, 1],
             &[
                 Arg::Ptr(shape.bufs[0].ptr),
-                Arg::Ptr(xq.ptr),
-                Arg::Ptr(xd.ptr),
+                xq,
+                xd,
                 Arg::Ptr(abuf.ptr),
                 Arg::U64(0),
                 Arg::U32(dim as u32),
@@ -238,17 +280,17 @@ impl GpuCompute {
             }
         }
         let label = OpLabel::layer(layer, "attn_qkv");
-        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
-        let (xq, xd) = {
-            let ws = self.workspace()?;
-            (ws.xq, ws.xd)
-        };
+        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
         let total: usize = shape.rows.iter().sum();
         self.launch(
             label,
             shape.kernels.names[2],
-            shape.kernels.qkv,
-            [mv_grid(total, self.warp), 1, 1],
+            shape.kernels.f32.map_or(shape.kernels.qkv, |f| f[1]),
+            [
+                mv_grid(total.div_ceil(shape.kernels.rows_per_warp), self.warp),
+                1,
+                1,
+            ],
             [MV_THREADS, 1, 1],
             &[
                 Arg::Ptr(shape.bufs[0].ptr),
@@ -260,8 +302,8 @@ impl GpuCompute {
                 biases[0],
                 biases[1],
                 biases[2],
-                Arg::Ptr(xq.ptr),
-                Arg::Ptr(xd.ptr),
+                xq,
+                xd,
                 Arg::U32(shape.rows[0] as u32),
                 Arg::U32(shape.rows[1] as u32),
                 Arg::U32(shape.rows[2] as u32),
@@ -305,22 +347,18 @@ impl GpuCompute {
         self.buf(x, shape.cols)?;
         let g = self.buf(gate, ffn_dim)?;
         let label = OpLabel::layer(layer, "ffn_gate_up");
-        self.quantize_input(x, 1, shape.cols, shape.bs, false, label)?;
-        let (xq, xd) = {
-            let ws = self.workspace()?;
-            (ws.xq, ws.xd)
-        };
+        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
         self.launch(
             label,
             shape.kernels.names[3],
-            shape.kernels.swiglu,
+            shape.kernels.f32.map_or(shape.kernels.swiglu, |f| f[2]),
             [mv_grid(ffn_dim, self.warp), 1, 1],
             [MV_THREADS, 1, 1],
             &[
                 Arg::Ptr(shape.bufs[0].ptr),
                 Arg::Ptr(shape.bufs[1].ptr),
-                Arg::Ptr(xq.ptr),
-                Arg::Ptr(xd.ptr),
+                xq,
+                xd,
                 Arg::Ptr(g.ptr),
                 Arg::U32(ffn_dim as u32),
                 Arg::U32(shape.cols as u32),
@@ -465,27 +503,20 @@ impl GpuCompute {
             let w = &self.weights[gw_idx];
             (w.ty, w.rows, w.cols, w.buf)
         };
-        if let ActFormat::Q8 { bs } = tk.act {
-            self.quantize_input(x, n_tokens, cols, bs, false, label)?;
-        }
-        let (mv, _) = self.kernels.by_type[&ty];
-        let (xq, xd) = {
-            let ws = self.workspace()?;
-            (ws.xq, ws.xd)
-        };
-        if let (1, ActFormat::Q8 { .. }, Some(f)) = (n_tokens, tk.act, self.kernels.fused.get(&ty))
+        if let (1, ActFormat::Q8 { bs }, Some(f)) =
+            (n_tokens, tk.act, self.kernels.fused.get(&ty).copied())
         {
-            let f = *f;
+            let (xq, xd) = self.fused_input(&f, x, cols, bs, label)?;
             return self.launch(
                 label,
                 f.names[0],
-                f.mv1,
-                [mv_grid(rows, self.warp), 1, 1],
+                f.f32.map_or(f.mv1, |k| k[0]),
+                [mv_grid(rows.div_ceil(f.rows_per_warp), self.warp), 1, 1],
                 [MV_THREADS, 1, 1],
                 &[
                     Arg::Ptr(wbuf.ptr),
-                    Arg::Ptr(xq.ptr),
-                    Arg::Ptr(xd.ptr),
+                    xq,
+                    xd,
                     Arg::Ptr(out.ptr),
                     Arg::U64(0),
                     Arg::U32(rows as u32),
@@ -494,6 +525,14 @@ impl GpuCompute {
                 ],
             );
         }
+        if let ActFormat::Q8 { bs } = tk.act {
+            self.quantize_input(x, n_tokens, cols, bs, false, label)?;
+        }
+        let (mv, _) = self.kernels.by_type[&ty];
+        let (xq, xd) = {
+            let ws = self.workspace()?;
+            (ws.xq, ws.xd)
+        };
         let kname = mv_name(tk.suffix);
         let nblocks = match tk.act {
             ActFormat::Q8 { bs } => cols / bs as usize,

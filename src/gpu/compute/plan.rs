@@ -203,6 +203,20 @@ pub fn mv_grid(rows: usize, warp: u32) -> u32 {
     rows.div_ceil(per_block).clamp(1, u32::MAX as usize) as u32
 }
 
+/// Weight types whose one-token kernels (`hs_mv1_*`, `hs_mv_qkv_*`) are the wide ones of
+/// kernels/infer_matvec.hip: a lane per 32 elements, [`MV_WIDE_ROWS`] rows a warp (`MVW_ROWS`).
+pub const MV_WIDE_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"];
+pub const MV_WIDE_ROWS: usize = 2;
+
+/// Rows a warp of the one-token `hs_mv1_*` / `hs_mv_qkv_*` kernels of a type (by kernel suffix).
+pub fn mv1_rows_per_warp(suffix: &str) -> usize {
+    if MV_WIDE_TYPES.contains(&suffix) {
+        MV_WIDE_ROWS
+    } else {
+        1
+    }
+}
+
 /// Blocks of an element-wise launch of 256 threads over `n` elements (the kernels loop).
 pub fn elementwise_grid(n: u64) -> u32 {
     n.div_ceil(256).clamp(1, 4096) as u32
@@ -361,6 +375,14 @@ mod tests {
         assert_eq!(mv_grid(576, 32), 144);
         assert_eq!(mv_grid(576, 64), 288);
         assert_eq!(mv_grid(1, 32), 1);
+        // The wide one-token kernels take two rows a warp; the others one.
+        assert_eq!(mv1_rows_per_warp("q4_0"), 2);
+        assert_eq!(mv1_rows_per_warp("q4_k"), 2);
+        assert_eq!(mv1_rows_per_warp("q6_k"), 1);
+        assert_eq!(
+            mv_grid(4096usize.div_ceil(mv1_rows_per_warp("q8_0")), 32),
+            512
+        );
         assert_eq!(elementwise_grid(0), 1);
         assert_eq!(elementwise_grid(1000), 4);
         assert_eq!(elementwise_grid(u64::MAX), 4096);
