@@ -30,17 +30,29 @@ __device__ void infer_kv_store(const float *k, const float *v, KV *kc, KV *vc, h
     }
 }
 
+// pos_dev, in every kernel here that takes it, when not null holds the position instead of pos0
+// (a decode step replayed as a graph reads it from the device: src/gpu/handle/graph.rs).
+#define HS_POS_FROM_DEVICE()                                                                   \
+    do {                                                                                       \
+        if (pos_dev != 0) {                                                                    \
+            pos0 = *pos_dev;                                                                   \
+        }                                                                                      \
+    } while (0)
+
 HS_KERNEL void hs_kv_store_f32(HS_TRACK_PARAMS, const float *k, const float *v, float *kc,
-                               float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+                               float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n,
+                               const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_kv_store<float>(k, v, kc, vc, pos0, kv_dim, slots, n);
 }
 
 // As hs_kv_store_f32 into an f16 cache (rounded to nearest even).
 HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
                                unsigned short *kc, unsigned short *vc, hs_u32 pos0,
-                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_kv_store<unsigned short>(k, v, kc, vc, pos0, kv_dim, slots, n);
 }
 
@@ -82,8 +94,9 @@ HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const f
                                     float *kc, float *vc, hs_u32 n_heads, hs_u32 n_kv_heads,
                                     hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
-                                    float mscale, hs_u32 slots) {
+                                    float mscale, hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
                                freq_scale, theta_scale, factors, neox, mscale, slots);
 }
@@ -93,8 +106,9 @@ HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const f
                                     hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 n_rot,
                                     hs_u32 pos0, float freq_scale, float theta_scale,
                                     const float *factors, hs_u32 neox, float mscale,
-                                    hs_u32 slots) {
+                                    hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
                                         pos0, freq_scale, theta_scale, factors, neox, mscale,
                                         slots);
@@ -218,8 +232,9 @@ HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
                                 hs_u32 head_dim, hs_u32 pos0, float scale, hs_u32 window,
                                 hs_u32 slots, float softcap, signed char *xq, float *xd,
-                                hs_u32 bs) {
+                                hs_u32 bs, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, window,
                            slots, softcap, xq, xd, bs);
 }
@@ -228,8 +243,9 @@ HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned 
                                 const unsigned short *vc, float *out, hs_u32 n_heads,
                                 hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
                                 hs_u32 window, hs_u32 slots, float softcap, signed char *xq,
-                                float *xd, hs_u32 bs) {
+                                float *xd, hs_u32 bs, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
                                     window, slots, softcap, xq, xd, bs);
 }

@@ -3,6 +3,16 @@
 use super::*;
 
 impl GpuCompute {
+    /// The position a launch passes: `(pos0, pos_dev)`. Inside a decode step recorded for graph
+    /// replay the kernels read it from the step block (`pos_dev`), so one graph serves every
+    /// position; otherwise `pos_dev` is null and `pos0` is the position.
+    pub(super) fn step_position(&mut self, pos: usize) -> Result<(Arg, Arg)> {
+        match self.gpu_mut()?.graph_position(pos as u32).map_err(gpu_err)? {
+            Some(dev) => Ok((Arg::U32(0), Arg::Ptr(dev))),
+            None => Ok((Arg::U32(pos as u32), Arg::U64(0))),
+        }
+    }
+
     pub(super) fn launch_attention(
         &mut self,
         q: Buf,
@@ -40,6 +50,7 @@ impl GpuCompute {
         if p.n_tokens > MAX_GRID_Y {
             return Err(invalid(format!("{} query rows in one call", p.n_tokens)));
         }
+        let (pos0, pos_dev) = self.step_position(p.pos0)?;
         let qb = self.buf(q, p.n_tokens * q_dim)?;
         let kb = self.buf(k, p.n_tokens * kv_dim)?;
         let vb = self.buf(v, p.n_tokens * kv_dim)?;
@@ -96,13 +107,14 @@ impl GpuCompute {
                         Arg::U32(p.n_kv_heads as u32),
                         Arg::U32(p.head_dim as u32),
                         Arg::U32(r.n_rot as u32),
-                        Arg::U32(p.pos0 as u32),
+                        pos0,
                         Arg::F32(r.freq_scale),
                         Arg::F32(rope_theta_scale(r.base, r.n_rot)),
                         factors,
                         Arg::U32(r.neox as u32),
                         Arg::F32(r.attn_factor),
                         Arg::U32(slots as u32),
+                        pos_dev,
                     ],
                 )?;
                 self.wrote(q);
@@ -120,10 +132,11 @@ impl GpuCompute {
                         Arg::Ptr(vb.ptr),
                         Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
                         Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
-                        Arg::U32(p.pos0 as u32),
+                        pos0,
                         Arg::U32(kv_dim as u32),
                         Arg::U32(slots as u32),
                         Arg::U64(n),
+                        pos_dev,
                     ],
                 )?;
             }
@@ -161,7 +174,7 @@ impl GpuCompute {
                 Arg::U32(p.n_heads as u32),
                 Arg::U32(p.n_kv_heads as u32),
                 Arg::U32(p.head_dim as u32),
-                Arg::U32(p.pos0 as u32),
+                pos0,
                 Arg::F32(p.scale),
                 Arg::U32(p.window as u32),
                 Arg::U32(slots as u32),
@@ -169,6 +182,7 @@ impl GpuCompute {
                 xq,
                 xd,
                 Arg::U32(fuse_bs.unwrap_or(0)),
+                pos_dev,
             ],
         )?;
         self.wrote(out);

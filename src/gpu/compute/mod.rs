@@ -36,7 +36,7 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, MemoryPlan, OpLabel, Result,
     RopeParams, Weight, WeightData,
 };
-use crate::gpu::device::{Device, DeviceInfo, GemmF32, GpuError, Op, RuntimeKind};
+use crate::gpu::device::{Device, DeviceInfo, DevicePtr, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
 use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
@@ -249,6 +249,9 @@ impl GpuCompute {
                 return Err(e);
             }
         };
+        if !opts.graphs {
+            gpu.set_graphs(false, "turned off (--no-graphs or graphs = false)")?;
+        }
         gpu.start_event_prober(PROBE_INTERVAL);
         let warp = gpu.info().warp_size.max(1);
         let monitor = Arc::new(GpuMonitor {
@@ -402,6 +405,21 @@ impl GpuCompute {
         Ok(())
     }
 
+    /// Starts recording a decode step (`n_tokens == 1`) for graph replay when graphs are on;
+    /// the token goes to `tok` through the step's setter. `false`: not recorded (upload it).
+    fn begin_decode_step(&mut self, n_tokens: usize, tok: DevicePtr, token: u32) -> Result<bool> {
+        let g = self.gpu_mut()?;
+        // Whatever was recorded and not yet run goes first (an interrupted step, say).
+        g.graph_flush().map_err(gpu_err)?;
+        if n_tokens != 1 || !g.graph_mode().is_on() {
+            return Ok(false);
+        }
+        if !g.graph_begin_step(0).map_err(gpu_err)? {
+            return Ok(false);
+        }
+        Ok(g.graph_token(tok, token))
+    }
+
     fn refresh_arena(&mut self, force: bool) {
         let due = force || self.arena_at.is_none_or(|t| t.elapsed() >= ARENA_REFRESH);
         if !due {
@@ -430,6 +448,7 @@ impl Backend for GpuCompute {
                     compute_units: Some(i.compute_units),
                     warp_size: Some(i.warp_size),
                     reason: self.reason.clone(),
+                    graphs: Some(g.graph_mode().describe()),
                 }
             }
             None => DeviceSummary {
@@ -716,6 +735,8 @@ impl Backend for GpuCompute {
             .slice(offset as u64 * 4, out.len() as u64 * 4)
             .map_err(gpu_err)?;
         let l = self.label(OpLabel::global("read"), "logits")?;
+        // The end of a decode step recorded for graph replay: it runs now.
+        self.gpu_mut()?.graph_end_step().map_err(gpu_err)?;
         let mut bytes = std::mem::take(&mut self.host_bytes);
         bytes.resize(out.len() * 4, 0);
         // Through pinned staging, waiting with the configured deadline (never unbounded).
