@@ -265,6 +265,8 @@ struct Outcome {
     max_abs: f64,
     /// The same between the CPU and the CPU with norm weights nudged by one ulp.
     floor: f64,
+    /// Decode steps that ran as a graph replay (graphs are on by default where they work).
+    replays: u64,
 }
 
 impl Outcome {
@@ -321,6 +323,13 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         }
         Ok(out)
     })();
+    let replays = g
+        .backend_mut()
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .and_then(|c| c.gpu())
+        .map_or(0, |r| r.graph_stats().replays);
+    let result = result.map(|o| Outcome { replays, ..o });
     let release = g
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
@@ -415,9 +424,14 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         if !device_line {
             let d = gpu.device();
             outln!("device: {} [{}] — {}", d.name, d.arch, d.reason);
+            outln!(
+                "graphs: {} (the decode steps below replay a captured graph where on; \
+                 \"replays\" counts them)",
+                d.graphs.as_deref().unwrap_or("-")
+            );
             outln!();
             outln!(
-                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
+                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>7}  result",
                 "model",
                 "weights",
                 "kv",
@@ -428,7 +442,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 "floor",
                 "max|Δ|",
                 "worst op",
-                "secs"
+                "secs",
+                "replays"
             );
             device_line = true;
         }
@@ -447,7 +462,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let pass = ops_pass && matches!(&r, Ok(out) if out.worst() <= bound);
         match &r {
             Ok(out) => outln!(
-                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1}  {}",
+                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1} {:>7}  {}",
                 c.name,
                 c.quant,
                 c.kv.name(),
@@ -459,6 +474,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 out.max_abs,
                 worst_op,
                 secs,
+                out.replays,
                 if pass { "PASS" } else { "FAIL" }
             ),
             Err(e) => outln!(
