@@ -102,6 +102,8 @@ struct Workspace {
     xd: DeviceBuffer,
     xdq: Option<DeviceBuffer>,
     tile: Option<DeviceBuffer>,
+    /// Flash-decoding's partial results (`attention.rs`).
+    attn_part: Option<DeviceBuffer>,
 }
 
 /// Kernel handles, resolved once.
@@ -119,6 +121,9 @@ struct Kernels {
     rope_kv_store_f16: KernelFn,
     attention_f32: KernelFn,
     attention_f16: KernelFn,
+    attention_split_f32: KernelFn,
+    attention_split_f16: KernelFn,
+    attention_combine: KernelFn,
     quantize: KernelFn,
     /// RMS norm that also quantizes its output for the products that follow.
     rms_norm_q8: KernelFn,
@@ -160,6 +165,9 @@ impl Kernels {
             rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
             attention_f32: gpu.function("hs_attention_f32")?,
             attention_f16: gpu.function("hs_attention_f16")?,
+            attention_split_f32: gpu.function("hs_attention_split_f32")?,
+            attention_split_f16: gpu.function("hs_attention_split_f16")?,
+            attention_combine: gpu.function("hs_attention_combine")?,
             quantize: gpu.function("hs_quantize_act")?,
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,
@@ -469,7 +477,9 @@ impl Backend for GpuCompute {
                 plan.n_batch
             )));
         }
-        let ap = plan::arena_plan(plan, &self.opts);
+        let mut ap = plan::arena_plan(plan, &self.opts);
+        let part_bytes = attention::flash_part_bytes(plan.max_cols);
+        ap.add(Region::Workspace, part_bytes);
         let sizes = plan::workspace_sizes(plan, &self.opts);
         let g = self.gpu_mut()?;
         g.create_arena(&ap).map_err(gpu_err)?;
@@ -486,6 +496,7 @@ impl Backend for GpuCompute {
                 0 => None,
                 b => Some(alloc(Region::Workspace, b)?),
             },
+            attn_part: Some(alloc(Region::Workspace, part_bytes)?),
         };
         self.ws = Some(ws);
         self.plan = Some(*plan);

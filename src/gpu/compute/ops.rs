@@ -170,7 +170,7 @@ impl GpuCompute {
             Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
             None => Arg::U64(0),
         };
-        let (pos0, pos_dev) = self.step_position(pos0)?;
+        let (pos0, pos_dev) = self.step_position(pos0, None)?;
         let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
         let f = self.kernels.rope;
         self.launch(

@@ -251,9 +251,16 @@ impl Gpu {
     }
 
     /// Where the kernels of the step being recorded read the position (`None`: no step; pass
-    /// the position itself). All position-dependent launches of a step must share `pos`; another
-    /// value enqueues the step so far and ends it (the caller then passes its value directly).
-    pub fn graph_position(&mut self, pos: u32) -> Result<Option<DevicePtr>, GpuError> {
+    /// the position itself). `bucket`, where given, is the shape bucket the position falls in
+    /// (the launch grids that depend on it, such as the split count of flash-decoding): the
+    /// step's graph is the one captured for that bucket. All position-dependent launches of a step must share
+    /// `pos`; another value enqueues the step so far and ends it (the caller then passes its
+    /// value directly).
+    pub fn graph_position(
+        &mut self,
+        pos: u32,
+        bucket: Option<u64>,
+    ) -> Result<Option<DevicePtr>, GpuError> {
         let Some(step) = self.graphs.step.as_mut() else {
             return Ok(None);
         };
@@ -263,6 +270,34 @@ impl Gpu {
                 return Ok(None);
             }
             _ => step.pos = Some(pos),
+        }
+        let key = bucket.map_or(step.key, |b| b << 1 | (step.key & 1));
+        if key != step.key {
+            step.key = key;
+            let cache = &self.graphs.cache;
+            let other = cache.iter().position(|c| c.key == key);
+            if let Some(ci) = step.replaying {
+                // The launches so far are the same in every bucket; check it, then follow the
+                // bucket's own graph (or record afresh from here).
+                let n = step.matched;
+                let same_prefix = other.is_some_and(|oi| {
+                    let (a, b) = (&cache[ci].rec, &cache[oi].rec);
+                    b.items.len() >= n
+                        && (0..n).all(|i| b.same(i, a, &a.items[i]))
+                });
+                match other {
+                    Some(oi) if same_prefix => step.replaying = Some(oi),
+                    _ => {
+                        let c = &cache[ci].rec;
+                        for prev in &c.items[..n] {
+                            step.rec.push(c, prev);
+                        }
+                        step.replaying = None;
+                    }
+                }
+            } else if step.rec.items.is_empty() {
+                step.replaying = other;
+            }
         }
         Ok(self.graphs.block.map(|b| b.ptr.offset(POS_OFFSET)))
     }
