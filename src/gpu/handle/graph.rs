@@ -168,6 +168,8 @@ pub(crate) struct Graphs {
     uses: u64,
     stats: GraphStats,
     label: Option<LabelId>,
+    /// The key the last step ended with (a step starts from it: consecutive steps share it).
+    last_key: Option<u64>,
 }
 
 impl Graphs {
@@ -183,6 +185,7 @@ impl Graphs {
             uses: 0,
             stats: GraphStats::default(),
             label: None,
+            last_key: None,
         }
     }
 
@@ -236,8 +239,13 @@ impl Gpu {
             return Ok(false);
         }
         self.check_alive()?;
-        // Graphs captured with breadcrumbs write them: a change of tracking is another key.
-        let key = bucket << 1 | u64::from(self.stream.crumb_arg().is_null());
+        // Graphs captured with breadcrumbs write them: a change of tracking is another key. The
+        // bucket is the caller's, else the last step's (refined by `graph_position`).
+        let crumbs = u64::from(self.stream.crumb_arg().is_null());
+        let key = match self.graphs.last_key {
+            Some(k) if bucket == 0 => (k & !1) | crumbs,
+            _ => bucket << 1 | crumbs,
+        };
         let replaying = self.graphs.cache.iter().position(|c| c.key == key);
         self.graphs.step = Some(Step {
             key,
@@ -276,29 +284,29 @@ impl Gpu {
             step.key = key;
             let cache = &self.graphs.cache;
             let other = cache.iter().position(|c| c.key == key);
-            if let Some(ci) = step.replaying {
-                // The launches so far are the same in every bucket; check it, then follow the
-                // bucket's own graph (or record afresh from here).
-                let n = step.matched;
-                let same_prefix = other.is_some_and(|oi| {
-                    let (a, b) = (&cache[ci].rec, &cache[oi].rec);
-                    b.items.len() >= n
-                        && (0..n).all(|i| b.same(i, a, &a.items[i]))
-                });
-                match other {
-                    Some(oi) if same_prefix => step.replaying = Some(oi),
-                    _ => {
-                        let c = &cache[ci].rec;
-                        for prev in &c.items[..n] {
-                            step.rec.push(c, prev);
-                        }
-                        step.replaying = None;
-                    }
-                }
-            } else if step.rec.items.is_empty() {
+            // What the step holds so far: a matched prefix of a cached graph, or its recording.
+            let (have, n) = match step.replaying {
+                Some(ci) => (&cache[ci].rec, step.matched),
+                None => (&step.rec, step.rec.items.len()),
+            };
+            // The launches before the first position-dependent one are the same in every
+            // bucket; checked, the step follows the bucket's own graph, else it records.
+            let same = other.is_some_and(|oi| {
+                let b = &cache[oi].rec;
+                b.items.len() >= n && (0..n).all(|i| b.same(i, have, &have.items[i]))
+            });
+            if same {
                 step.replaying = other;
+                step.matched = n;
+                step.rec = Recording::default();
+            } else if let Some(ci) = step.replaying.take() {
+                let c = &cache[ci].rec;
+                for prev in &c.items[..step.matched] {
+                    step.rec.push(c, prev);
+                }
             }
         }
+        self.graphs.last_key = Some(step.key);
         Ok(self.graphs.block.map(|b| b.ptr.offset(POS_OFFSET)))
     }
 
