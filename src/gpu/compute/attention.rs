@@ -14,7 +14,7 @@ pub(super) const MAX_SPLITS: usize = 32;
 /// Splits of a decode token's attention over `n_keys` keys (0: not split). A power of two, so
 /// that a graph captured for it serves every length up to the next (the kernels divide the keys
 /// they read from the device among the grid's splits).
-pub(super) fn flash_splits(n_keys: usize) -> usize {
+pub fn flash_splits(n_keys: usize) -> usize {
     if n_keys < FLASH_MIN_KEYS {
         0
     } else {

@@ -46,6 +46,7 @@ use crate::gpu::snapshot::{
 use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::watchdog::{self, Watchdog};
 
+pub use attention::flash_splits;
 pub use plan::{ActFormat, ComputeOptions, KvType};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
