@@ -627,7 +627,13 @@ fn a_kernel_stuck_inside_a_replayed_graph_is_named_by_its_breadcrumb() {
     }
     let stats = gpu.graph_stats();
     assert_eq!((stats.captures, stats.replays, stats.flushed), (1, 1, 0));
-    assert_eq!(ctl.log().iter().filter(|l| l.starts_with("launch graph")).count(), 2);
+    assert_eq!(
+        ctl.log()
+            .iter()
+            .filter(|l| l.starts_with("launch graph"))
+            .count(),
+        2
+    );
     // A step that differs is captured afresh; this one holds a kernel that never finishes.
     assert!(gpu.graph_begin_step(0).expect("begin"));
     gpu.launch(
@@ -685,8 +691,15 @@ fn without_graphs_or_across_an_upload_the_step_runs_launch_by_launch() {
     let out = gpu.alloc(Region::Activations, 64).expect("buffer");
     let fill = gpu.function("hs_fill_u32").expect("fill");
     let l = gpu.label("fill");
-    gpu.launch(l, fill, [1, 1, 1], [256, 1, 1], 0, &[out.into(), Arg::U64(16), Arg::U32(3)])
-        .expect("launch");
+    gpu.launch(
+        l,
+        fill,
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+        &[out.into(), Arg::U64(16), Arg::U32(3)],
+    )
+    .expect("launch");
     assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
 
     let (mut gpu, ctl) = with_arena(
@@ -700,15 +713,25 @@ fn without_graphs_or_across_an_upload_the_step_runs_launch_by_launch() {
     let fill = gpu.function("hs_fill_u32").expect("fill");
     let l = gpu.label("fill");
     assert!(gpu.graph_begin_step(0).expect("begin"));
-    gpu.launch(l, fill, [1, 1, 1], [256, 1, 1], 0, &[out.into(), Arg::U64(16), Arg::U32(3)])
-        .expect("recorded");
+    gpu.launch(
+        l,
+        fill,
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+        &[out.into(), Arg::U64(16), Arg::U32(3)],
+    )
+    .expect("recorded");
     assert_eq!(launched(&ctl, "hs_fill_u32"), 0);
     // The upload must land after the recorded fill: the step is flushed first.
     gpu.upload(l, out, &5u32.to_le_bytes()).expect("upload");
     assert!(!gpu.graph_step_active());
     assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
     gpu.wait_idle(Duration::from_secs(5)).expect("idle");
-    assert_eq!(ctl.read(out.ptr, 8).expect("read"), [5, 0, 0, 0, 3, 0, 0, 0]);
+    assert_eq!(
+        ctl.read(out.ptr, 8).expect("read"),
+        [5, 0, 0, 0, 3, 0, 0, 0]
+    );
     assert_eq!(gpu.graph_stats().flushed, 1);
 }
 

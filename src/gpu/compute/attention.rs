@@ -18,7 +18,10 @@ pub fn flash_splits(n_keys: usize) -> usize {
     if n_keys < FLASH_MIN_KEYS {
         0
     } else {
-        n_keys.div_ceil(KEYS_PER_SPLIT).next_power_of_two().min(MAX_SPLITS)
+        n_keys
+            .div_ceil(KEYS_PER_SPLIT)
+            .next_power_of_two()
+            .min(MAX_SPLITS)
     }
 }
 
@@ -82,10 +85,17 @@ impl GpuCompute {
         }
         // One decode token over a long cache: split over the KV length (the bucket of graphs).
         let n_keys = p.pos0 + 1;
-        let eff = if p.window > 0 { n_keys.min(p.window) } else { n_keys };
+        let eff = if p.window > 0 {
+            n_keys.min(p.window)
+        } else {
+            n_keys
+        };
         let part = self.ws.as_ref().and_then(|w| w.attn_part);
         let splits = match part {
-            Some(b) if p.n_tokens == 1 && b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64 => {
+            Some(b)
+                if p.n_tokens == 1
+                    && b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64 =>
+            {
                 flash_splits(eff)
             }
             _ => 0,

@@ -527,9 +527,10 @@ impl Gpu {
         };
         let labels: Vec<LabelId> = step.rec.items.iter().map(|i| i.label).collect();
         self.stream.shared().set_graph_nodes(slot, &labels);
-        let label = *self.graphs.label.get_or_insert_with(|| {
-            self.stream.label("decode step · graph")
-        });
+        let label = *self
+            .graphs
+            .label
+            .get_or_insert_with(|| self.stream.label("decode step · graph"));
         // The graph's budget: the tightest any of its ops asked for, else the default.
         let budget = step
             .rec
@@ -639,7 +640,11 @@ impl Gpu {
             return Ok(());
         };
         let f = self.function("hs_graph_step")?;
-        let host_crumb = self.crumb.as_ref().and_then(|c| c.device).unwrap_or_default();
+        let host_crumb = self
+            .crumb
+            .as_ref()
+            .and_then(|c| c.device)
+            .unwrap_or_default();
         let (tok_dst, tok) = token.unwrap_or((DevicePtr::NULL, 0));
         let l = self.label("decode step · position, token");
         self.launch_now(

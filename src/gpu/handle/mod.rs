@@ -27,8 +27,8 @@ use crate::gpu::device::{
     RuntimeKind,
 };
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
-pub use graph::{GraphMode, GraphStats};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
+pub use graph::{GraphMode, GraphStats};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]

@@ -375,7 +375,11 @@ fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String>
             g.forward(&toks[pos..=pos], pos, Logits::Last, &mut lg)
                 .map_err(|e| format!("gpu decode: {e}"))?;
             let e = rel_l2(&lg, &lc);
-            worst = if e.is_nan() { f64::INFINITY } else { worst.max(e) };
+            worst = if e.is_nan() {
+                f64::INFINITY
+            } else {
+                worst.max(e)
+            };
         }
         Ok(worst)
     })();
