@@ -48,7 +48,10 @@ pub struct GraphCrumb {
 impl GraphCrumb {
     /// `None` for an ordinary breadcrumb (the seq of a kernel launched on its own).
     pub fn decode(crumb: u64) -> Option<GraphCrumb> {
-        (crumb & GRAPH_CRUMB != 0).then(|| GraphCrumb {
+        if crumb & GRAPH_CRUMB == 0 {
+            return None;
+        }
+        Some(GraphCrumb {
             seq: (crumb & !GRAPH_CRUMB) >> SEQ_SHIFT,
             slot: ((crumb >> NODE_BITS) & ((1 << SLOT_BITS) - 1)) as usize,
             node: (crumb & ((1 << NODE_BITS) - 1)) as usize,
@@ -84,8 +87,12 @@ impl GraphNodes {
 
     pub(crate) fn get(&self, slot: usize, node: usize) -> Option<LabelId> {
         let len = self.lens.get(slot)?.load(Ordering::Acquire) as usize;
-        (node < len)
-            .then(|| LabelId(self.labels[slot * MAX_GRAPH_NODES + node].load(Ordering::Relaxed)))
+        if node >= len {
+            return None;
+        }
+        Some(LabelId(
+            self.labels[slot * MAX_GRAPH_NODES + node].load(Ordering::Relaxed),
+        ))
     }
 
     pub(crate) fn len(&self, slot: usize) -> usize {
