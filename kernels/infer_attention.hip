@@ -30,17 +30,29 @@ __device__ void infer_kv_store(const float *k, const float *v, KV *kc, KV *vc, h
     }
 }
 
+// pos_dev, in every kernel here that takes it, when not null holds the position instead of pos0
+// (a decode step replayed as a graph reads it from the device: src/gpu/handle/graph.rs).
+#define HS_POS_FROM_DEVICE()                                                                   \
+    do {                                                                                       \
+        if (pos_dev != 0) {                                                                    \
+            pos0 = *pos_dev;                                                                   \
+        }                                                                                      \
+    } while (0)
+
 HS_KERNEL void hs_kv_store_f32(HS_TRACK_PARAMS, const float *k, const float *v, float *kc,
-                               float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+                               float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n,
+                               const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_kv_store<float>(k, v, kc, vc, pos0, kv_dim, slots, n);
 }
 
 // As hs_kv_store_f32 into an f16 cache (rounded to nearest even).
 HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
                                unsigned short *kc, unsigned short *vc, hs_u32 pos0,
-                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n) {
+                               hs_u32 kv_dim, hs_u32 slots, hs_u64 n, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_kv_store<unsigned short>(k, v, kc, vc, pos0, kv_dim, slots, n);
 }
 
@@ -82,8 +94,9 @@ HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const f
                                     float *kc, float *vc, hs_u32 n_heads, hs_u32 n_kv_heads,
                                     hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
-                                    float mscale, hs_u32 slots) {
+                                    float mscale, hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
                                freq_scale, theta_scale, factors, neox, mscale, slots);
 }
@@ -93,8 +106,9 @@ HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const f
                                     hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 n_rot,
                                     hs_u32 pos0, float freq_scale, float theta_scale,
                                     const float *factors, hs_u32 neox, float mscale,
-                                    hs_u32 slots) {
+                                    hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
                                         pos0, freq_scale, theta_scale, factors, neox, mscale,
                                         slots);
@@ -218,8 +232,9 @@ HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
                                 hs_u32 head_dim, hs_u32 pos0, float scale, hs_u32 window,
                                 hs_u32 slots, float softcap, signed char *xq, float *xd,
-                                hs_u32 bs) {
+                                hs_u32 bs, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, window,
                            slots, softcap, xq, xd, bs);
 }
@@ -228,8 +243,178 @@ HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned 
                                 const unsigned short *vc, float *out, hs_u32 n_heads,
                                 hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
                                 hs_u32 window, hs_u32 slots, float softcap, signed char *xq,
-                                float *xd, hs_u32 bs) {
+                                float *xd, hs_u32 bs, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
     infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
                                     window, slots, softcap, xq, xd, bs);
+}
+
+// ---- Flash-decoding: one query row's attention split over the KV length -------------------------
+//
+// For one decode token (t = 0) over a long cache: block (h, c) of gridDim.y splits takes keys
+// lo + c * len .. of head h (len = ceil((n_keys - lo) / gridDim.y), n_keys = pos0 + 1, read from
+// pos_dev inside a replayed graph, so one grid serves every length of its bucket) with the online
+// softmax of infer_attention, and writes its partial max, sum and weighted values to part:
+// [(h * gridDim.y + c) * (head_dim + 2)] = m, l, acc[head_dim]. A split that gets no key writes
+// l = 0. hs_attention_combine then merges the splits of each head, exactly as infer_attention
+// merges its warps.
+template <typename KV>
+__device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc, float *part,
+                                      hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
+                                      hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
+                                      float softcap) {
+    __shared__ float qs[HS_ATTN_MAX_HEAD_DIM];
+    __shared__ float wm[HS_ATTN_MAX_WARPS];
+    __shared__ float wl[HS_ATTN_MAX_WARPS];
+    __shared__ float wacc[HS_ATTN_MAX_WARPS][HS_ATTN_MAX_HEAD_DIM];
+    const hs_u32 h = blockIdx.x;
+    const hs_u32 c = blockIdx.y;
+    const hs_u32 kv_dim = n_kv_heads * head_dim;
+    const hs_u32 kvh = h / (n_heads / n_kv_heads);
+    const hs_u32 n_keys = pos0 + 1;
+    const hs_u32 lo0 = (window > 0 && n_keys > window) ? n_keys - window : 0;
+    const hs_u32 len = (n_keys - lo0 + gridDim.y - 1) / gridDim.y;
+    const hs_u32 lo = lo0 + c * len;
+    const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
+    const float *qh = q + (hs_u64)h * head_dim;
+    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        qs[d] = qh[d];
+    }
+    __syncthreads();
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 warp = threadIdx.x / warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    float m = HS_NEG_INF;
+    float l = 0.0f;
+    float acc[HS_ATTN_DIMS_PER_LANE];
+#pragma unroll
+    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
+        acc[i] = 0.0f;
+    }
+    for (hs_u32 j = lo + warp; j < hi; j += nwarps) {
+        const hs_u64 slot = j % slots;
+        const KV *kj = kc + slot * kv_dim + (hs_u64)kvh * head_dim;
+        const KV *vj = vc + slot * kv_dim + (hs_u64)kvh * head_dim;
+        float p_ = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
+            const hs_u32 d = lane + i * warpSize;
+            if (d < head_dim) {
+                p_ += qs[d] * infer_kv_load(kj, d);
+            }
+        }
+        float s = hs_warp_sum(p_) * scale;
+        if (softcap > 0.0f) {
+            s = softcap * tanhf(s / softcap);
+        }
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new);
+        const float p = expf(s - m_new);
+        l = l * corr + p;
+#pragma unroll
+        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
+            const hs_u32 d = lane + i * warpSize;
+            if (d < head_dim) {
+                acc[i] = acc[i] * corr + p * infer_kv_load(vj, d);
+            }
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        wm[warp] = m;
+        wl[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
+        const hs_u32 d = lane + i * warpSize;
+        if (d < head_dim) {
+            wacc[warp][d] = acc[i];
+        }
+    }
+    __syncthreads();
+    float mx = HS_NEG_INF;
+    for (hs_u32 w = 0; w < nwarps; ++w) {
+        mx = fmaxf(mx, wm[w]);
+    }
+    float total = 0.0f;
+    for (hs_u32 w = 0; w < nwarps; ++w) {
+        total += (wl[w] > 0.0f) ? wl[w] * expf(wm[w] - mx) : 0.0f;
+    }
+    float *ph = part + ((hs_u64)h * gridDim.y + c) * (head_dim + 2);
+    if (threadIdx.x == 0) {
+        ph[0] = mx;
+        ph[1] = total;
+    }
+    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (hs_u32 w = 0; w < nwarps; ++w) {
+            o += (wl[w] > 0.0f) ? wacc[w][d] * expf(wm[w] - mx) : 0.0f;
+        }
+        ph[2 + d] = o;
+    }
+}
+
+HS_KERNEL void hs_attention_split_f32(HS_TRACK_PARAMS, const float *q, const float *kc,
+                                      const float *vc, float *part, hs_u32 n_heads,
+                                      hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0,
+                                      float scale, hs_u32 window, hs_u32 slots, float softcap,
+                                      const hs_u32 *pos_dev) {
+    HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
+    infer_attention_split<float>(q, kc, vc, part, n_heads, n_kv_heads, head_dim, pos0, scale,
+                                 window, slots, softcap);
+}
+
+HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
+                                      const unsigned short *vc, float *part, hs_u32 n_heads,
+                                      hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0,
+                                      float scale, hs_u32 window, hs_u32 slots, float softcap,
+                                      const hs_u32 *pos_dev) {
+    HS_BREADCRUMB();
+    HS_POS_FROM_DEVICE();
+    infer_attention_split<unsigned short>(q, kc, vc, part, n_heads, n_kv_heads, head_dim, pos0,
+                                          scale, window, slots, softcap);
+}
+
+// Merges the `splits` partial results of head blockIdx.x (hs_attention_split_*) into out, and,
+// with bs != 0, Q8-quantizes the head's output as infer_attention does.
+HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
+                                    hs_u32 head_dim, hs_u32 splits, signed char *xq, float *xd,
+                                    hs_u32 bs) {
+    HS_BREADCRUMB();
+    const hs_u32 h = blockIdx.x;
+    const float *ph = part + (hs_u64)h * splits * (head_dim + 2);
+    float mx = HS_NEG_INF;
+    for (hs_u32 c = 0; c < splits; ++c) {
+        const float *p = ph + (hs_u64)c * (head_dim + 2);
+        if (p[1] > 0.0f) {
+            mx = fmaxf(mx, p[0]);
+        }
+    }
+    float total = 0.0f;
+    for (hs_u32 c = 0; c < splits; ++c) {
+        const float *p = ph + (hs_u64)c * (head_dim + 2);
+        total += (p[1] > 0.0f) ? p[1] * expf(p[0] - mx) : 0.0f;
+    }
+    const float inv = 1.0f / total;
+    float *oh = out + (hs_u64)h * head_dim;
+    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+        float o = 0.0f;
+        for (hs_u32 c = 0; c < splits; ++c) {
+            const float *p = ph + (hs_u64)c * (head_dim + 2);
+            o += (p[1] > 0.0f) ? p[2 + d] * expf(p[0] - mx) : 0.0f;
+        }
+        oh[d] = o * inv;
+    }
+    if (bs != 0) {
+        __syncthreads();
+        const hs_u32 warp = threadIdx.x / warpSize;
+        const hs_u32 nwarps = blockDim.x / warpSize;
+        const hs_u64 e0 = (hs_u64)h * head_dim;
+        for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
+            const hs_u64 e = e0 + (hs_u64)b * bs;
+            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0);
+        }
+    }
 }

@@ -130,12 +130,33 @@ HS_KERNEL void hs_scale_inplace(HS_TRACK_PARAMS, float *x, float s, hs_u64 n) {
 }
 
 // One block per token row of n_heads heads of head_dim (hs_rope_row, in the prelude).
+// pos_dev, when not null, holds the position instead of pos0 (a step replayed as a graph).
 HS_KERNEL void hs_rope(HS_TRACK_PARAMS, float *x, hs_u32 n_heads, hs_u32 head_dim, hs_u32 n_rot,
                        hs_u32 pos0, float freq_scale, float theta_scale, const float *factors,
-                       hs_u32 neox, float mscale) {
+                       hs_u32 neox, float mscale, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
+    if (pos_dev != 0) {
+        pos0 = *pos_dev;
+    }
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     hs_rope_row(x + (hs_u64)blockIdx.x * n_heads * head_dim, n_heads, head_dim, n_rot,
                 pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, mscale, cs, sn);
+}
+
+// The values of one decode step replayed as a graph (src/gpu/handle/graph.rs), written before the
+// replay into its step block: the replay's breadcrumb base and the host breadcrumb's address (read
+// by HS_BREADCRUMB inside the graph), the position the graph's kernels read, and the token the
+// embedding reads (when tok is not null).
+HS_KERNEL void hs_graph_step(HS_TRACK_PARAMS, hs_u64 *block, hs_u64 crumb_base, hs_u64 host_crumb,
+                             hs_u32 pos, hs_u32 *tok, hs_u32 token) {
+    HS_BREADCRUMB();
+    if (threadIdx.x == 0 && blockIdx.x == 0) {
+        block[0] = crumb_base;
+        block[1] = host_crumb;
+        ((hs_u32 *)block)[4] = pos;
+        if (tok != 0) {
+            *tok = token;
+        }
+    }
 }

@@ -34,11 +34,21 @@ typedef long long hs_i64;
 // this also proves that op hs_op - 1 has finished; the watchdog reads it without any runtime call.
 // No fence after the store: a late-visible value is still true, and a system fence would stall
 // the thread for a bus round trip in every kernel.
+//
+// Inside a replayed graph (src/gpu/handle/graph.rs) hs_op is baked into the graph, so it is
+// flagged (bit 63) and holds the kernel's node index; hs_crumb then points at the step block in
+// device memory, written before each replay: [0] the replay's base, [1] the host breadcrumb's
+// address. The kernel stores base + node there (decoded by src/gpu/stream/graph.rs).
 #define HS_BREADCRUMB()                                                                        \
     do {                                                                                       \
         if (hs_crumb != 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 &&      \
             blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {                           \
-            *hs_crumb = hs_op;                                                                 \
+            if (hs_op >> 63) {                                                                 \
+                const hs_u64 *hs_g = (const hs_u64 *)hs_crumb;                                 \
+                *(volatile hs_u64 *)hs_g[1] = hs_g[0] + (hs_op & 0x7fffffffffffffffULL);       \
+            } else {                                                                           \
+                *hs_crumb = hs_op;                                                             \
+            }                                                                                  \
         }                                                                                      \
     } while (0)
 

@@ -22,6 +22,7 @@ fn fake(total_memory: u64) -> (FakeDevice, FakeControl) {
         total_memory,
         auto_complete: true,
         blas: false,
+        graphs: false,
     });
     let c = f.control();
     (f, c)

@@ -290,6 +290,7 @@ fn a_clean_teardown_runs_every_step_in_order_and_frees_everything() {
     let (mut gpu, ctl) = with_arena(
         FakeScript {
             blas: true,
+            graphs: false,
             ..FakeScript::default()
         },
         small_cfg(),
@@ -576,4 +577,165 @@ fn a_failed_open_gives_back_what_it_made() {
     assert_eq!(ctl.live_events(), 0, "the event pool was destroyed");
     assert_eq!(ctl.live_pinned(), 0);
     assert!(!ctl.stream_alive());
+}
+
+/// A step recorded, captured into a graph and replayed as one op: the kernel that hangs inside
+/// the replay is named from its breadcrumb (the step block's base plus its node index) by the
+/// Streams snapshot and the watchdog's evaluation; released, the replay completes.
+#[test]
+fn a_kernel_stuck_inside_a_replayed_graph_is_named_by_its_breadcrumb() {
+    let (mut gpu, ctl) = with_arena(
+        FakeScript {
+            graphs: true,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    assert!(gpu.graph_mode().is_on(), "{}", gpu.graph_mode().describe());
+    let out = gpu.alloc(Region::Activations, 64).expect("buffer");
+    let fill = gpu.function("hs_fill_u32").expect("fill");
+    let fill_label = gpu.label("layer 0 · fill");
+    // Two identical steps: the first is captured, the second replays it.
+    for step in 0..2u32 {
+        assert!(gpu.graph_begin_step(0).expect("begin"));
+        gpu.launch(
+            fill_label,
+            fill,
+            [1, 1, 1],
+            [256, 1, 1],
+            0,
+            &[out.into(), Arg::U64(16), Arg::U32(7)],
+        )
+        .expect("recorded");
+        gpu.launch(
+            fill_label,
+            fill,
+            [1, 1, 1],
+            [256, 1, 1],
+            0,
+            &[out.into(), Arg::U64(16), Arg::U32(9)],
+        )
+        .expect("recorded");
+        assert_eq!(
+            launched(&ctl, "hs_fill_u32"),
+            0,
+            "step {step}: recorded, not launched"
+        );
+        gpu.graph_end_step().expect("end");
+        gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+        assert_eq!(ctl.read(out.ptr, 4).expect("read"), 9u32.to_le_bytes());
+    }
+    let stats = gpu.graph_stats();
+    assert_eq!((stats.captures, stats.replays, stats.flushed), (1, 1, 0));
+    assert_eq!(
+        ctl.log()
+            .iter()
+            .filter(|l| l.starts_with("launch graph"))
+            .count(),
+        2
+    );
+    // A step that differs is captured afresh; this one holds a kernel that never finishes.
+    assert!(gpu.graph_begin_step(0).expect("begin"));
+    gpu.launch(
+        fill_label,
+        fill,
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+        &[out.into(), Arg::U64(16), Arg::U32(7)],
+    )
+    .expect("recorded");
+    let budget = Budget {
+        slow: Duration::from_millis(20),
+        hung: Duration::from_millis(60),
+    };
+    let flag = gpu
+        .launch_spin_on_flag("layer 3 · stuck", Some(budget), 1 << 40)
+        .expect("recorded")
+        .flag;
+    gpu.graph_end_step().expect("end");
+    let shared = gpu.stream_shared();
+    let snap = gpu.stream_snapshot();
+    let (label, _) = snap.in_flight.expect("the graph is in flight");
+    assert_eq!(label, "decode step · graph › kernel 2/2 · layer 3 · stuck");
+    // The graph op carries the budget its stuck kernel asked for.
+    let (w, _) = evaluate(
+        &shared,
+        shared.now_ns() + 100_000_000,
+        Duration::from_secs(1),
+    );
+    assert_eq!(w.state, WatchState::Hung);
+    assert!(w.op_started);
+    assert_eq!(
+        w.op.as_deref(),
+        Some("decode step · graph › kernel 2/2 · layer 3 · stuck")
+    );
+    gpu.set_host_word(flag, 1).expect("release");
+    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    assert_eq!(gpu.graph_stats().captures, 2);
+    let outcome = gpu.teardown(Duration::from_secs(1), &mut |_| {});
+    assert!(outcome.clean, "{:?}", outcome.reason);
+    assert_eq!(ctl.live_graphs(), 0, "teardown destroys the graphs");
+}
+
+/// A device that cannot capture runs the step launch by launch, saying why graphs are off; an
+/// op that cannot join a step (an upload) enqueues what the step recorded first, in order.
+#[test]
+fn without_graphs_or_across_an_upload_the_step_runs_launch_by_launch() {
+    let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
+    assert_eq!(
+        gpu.graph_mode().describe(),
+        "off (the fake device was scripted without graphs)"
+    );
+    assert!(!gpu.graph_begin_step(0).expect("begin"));
+    let out = gpu.alloc(Region::Activations, 64).expect("buffer");
+    let fill = gpu.function("hs_fill_u32").expect("fill");
+    let l = gpu.label("fill");
+    gpu.launch(
+        l,
+        fill,
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+        &[out.into(), Arg::U64(16), Arg::U32(3)],
+    )
+    .expect("launch");
+    assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
+
+    let (mut gpu, ctl) = with_arena(
+        FakeScript {
+            graphs: true,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    let out = gpu.alloc(Region::Activations, 64).expect("buffer");
+    let fill = gpu.function("hs_fill_u32").expect("fill");
+    let l = gpu.label("fill");
+    assert!(gpu.graph_begin_step(0).expect("begin"));
+    gpu.launch(
+        l,
+        fill,
+        [1, 1, 1],
+        [256, 1, 1],
+        0,
+        &[out.into(), Arg::U64(16), Arg::U32(3)],
+    )
+    .expect("recorded");
+    assert_eq!(launched(&ctl, "hs_fill_u32"), 0);
+    // The upload must land after the recorded fill: the step is flushed first.
+    gpu.upload(l, out, &5u32.to_le_bytes()).expect("upload");
+    assert!(!gpu.graph_step_active());
+    assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
+    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    assert_eq!(
+        ctl.read(out.ptr, 8).expect("read"),
+        [5, 0, 0, 0, 3, 0, 0, 0]
+    );
+    assert_eq!(gpu.graph_stats().flushed, 1);
+}
+
+fn launched(c: &FakeControl, kernel: &str) -> usize {
+    let want = format!("launch {kernel}");
+    c.log().iter().filter(|l| **l == want).count()
 }

@@ -295,6 +295,7 @@ fn the_gpu_shift_launches_its_kernel_in_chunks_and_allocates_nothing() {
             total_memory: 1 << 30,
             auto_complete: true,
             blas: false,
+            graphs: false,
         });
         let ctl = dev.control();
         let gpu = GpuCompute::open(

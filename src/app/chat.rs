@@ -38,6 +38,8 @@ pub struct WorkerConfig {
     pub ctx_size: u32,
     pub threads: u32,
     pub device: Option<u32>,
+    /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
+    pub graphs: bool,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
     pub ctx_discard: u8,
@@ -121,6 +123,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         ctx_size: config.ctx_size,
         threads: config.threads,
         device: config.device,
+        graphs: config.graphs,
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
@@ -392,7 +395,10 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         choice: cfg.backend,
         device: cfg.device,
         threads: cfg.threads as usize,
-        compute: crate::gpu::compute::ComputeOptions::default(),
+        compute: crate::gpu::compute::ComputeOptions {
+            graphs: cfg.graphs,
+            ..Default::default()
+        },
     };
     let opts = WorkerOptions {
         source: match cfg.remote {

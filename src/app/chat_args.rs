@@ -93,6 +93,9 @@ pub struct ChatArgs {
     /// Leave the mouse to the terminal (text selection without Shift; no wheel scrolling).
     #[arg(long)]
     pub no_mouse: bool,
+    /// Run the GPU decode step launch by launch instead of replaying it as a graph.
+    #[arg(long)]
+    pub no_graphs: bool,
     /// More detail in the log file (-v debug, -vv trace).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -160,6 +163,9 @@ impl ChatArgs {
         }
         if self.no_mouse {
             config.ui.mouse = false;
+        }
+        if self.no_graphs {
+            config.graphs = false;
         }
         if self.verbose > 0 {
             config.log.level = config.log.level.max(LogLevel::Info).raised(self.verbose);

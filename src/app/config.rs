@@ -139,6 +139,8 @@ pub struct Config {
     pub threads: u32,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
     pub device: Option<u32>,
+    /// Replay the GPU decode step as a graph where the runtime can (`--no-graphs` overrides).
+    pub graphs: bool,
     pub system_prompt: String,
     pub sampler: SamplerConfig,
     pub ui: UiConfig,
@@ -159,6 +161,7 @@ impl Default for Config {
             backend: BackendChoice::Auto,
             ctx_size: 0,
             ctx_discard: 50,
+            graphs: true,
             threads: 0,
             device: None,
             system_prompt: String::new(),
@@ -341,6 +344,7 @@ const TOP_KEYS: &[&str] = &[
     "ctx_discard",
     "threads",
     "device",
+    "graphs",
     "system_prompt",
     "sampler",
     "ui",
@@ -424,6 +428,7 @@ impl Config {
         )? {
             c.device = u32::try_from(n).ok();
         }
+        top.boolean("graphs", &mut c.graphs)?;
         top.string("system_prompt", &mut c.system_prompt)?;
 
         if let Some(t) = top.table("sampler")? {

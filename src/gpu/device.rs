@@ -64,6 +64,9 @@ pub struct RawModule(pub u64);
 pub struct RawFunction(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RawBlas(pub u64);
+/// An instantiated graph (`CUgraphExec` / `hipGraphExec_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RawGraph(pub u64);
 
 /// Page-locked host memory from the runtime; `device` is its device-side address when mapped.
 #[derive(Debug)]
@@ -342,6 +345,42 @@ pub trait Device: Send {
     /// # Safety
     /// `h` is not used afterwards.
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError>;
+
+    /// Whether this runtime can capture the stream into a graph and replay it; `Err` says why
+    /// not (a runtime without the symbols, the fake device). Graphs are then off, with that reason.
+    fn graph_support(&self) -> Result<(), String> {
+        Err(format!("the {} runtime has no graph capture", self.kind()))
+    }
+    /// Starts capturing the stream: what is enqueued until [`Device::end_capture`] becomes a
+    /// graph's nodes instead of running.
+    fn begin_capture(&mut self) -> Result<(), GpuError> {
+        Err(GpuError::InvalidArgument(
+            self.graph_support().err().unwrap_or_default(),
+        ))
+    }
+    /// Ends the capture and instantiates what was captured (the graph template is destroyed at
+    /// once; the executable graph lives until [`Device::destroy_graph`]).
+    fn end_capture(&mut self) -> Result<RawGraph, GpuError> {
+        Err(GpuError::InvalidArgument(
+            self.graph_support().err().unwrap_or_default(),
+        ))
+    }
+    /// Enqueues one replay of `g` on the stream.
+    ///
+    /// # Safety
+    /// `g` came from `end_capture` on this backend, and every buffer its nodes use still lives.
+    unsafe fn launch_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        let _ = g;
+        Err(GpuError::InvalidArgument(
+            self.graph_support().err().unwrap_or_default(),
+        ))
+    }
+    /// # Safety
+    /// `g` came from `end_capture` and no enqueued replay of it is still running.
+    unsafe fn destroy_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        let _ = g;
+        Ok(())
+    }
 
     /// Destroys the stream; every enqueueing call fails afterwards.
     ///

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use crate::gpu::checksum::host_checksum;
 use crate::gpu::device::{
     BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
-    PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError, RuntimeKind,
+    PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
 use crate::gpu::kernels::{KernelCompiler, kernel_names};
 
@@ -26,6 +26,8 @@ pub struct FakeScript {
     /// Ops complete as soon as they reach the head of the queue (else only via `release`).
     pub auto_complete: bool,
     pub blas: bool,
+    /// Stream capture into graphs and their replay (off: the runtime "lacks" graphs).
+    pub graphs: bool,
 }
 
 impl Default for FakeScript {
@@ -34,10 +36,12 @@ impl Default for FakeScript {
             total_memory: 1 << 30,
             auto_complete: true,
             blas: false,
+            graphs: false,
         }
     }
 }
 
+#[derive(Clone)]
 enum FakeOp {
     H2D { dst: u64, src: usize, len: usize },
     D2H { dst: usize, src: u64, len: usize },
@@ -81,6 +85,10 @@ struct FakeState {
     queries_in_flight: usize,
     blas_handles: u64,
     log: Vec<String>,
+    /// Ops captured since `begin_capture` (they do not run).
+    capture: Option<Vec<FakeOp>>,
+    /// Instantiated graphs by handle.
+    graphs: HashMap<u64, Vec<FakeOp>>,
 }
 
 /// Test-side handle to a fake device's state.
@@ -154,6 +162,11 @@ impl FakeControl {
 
     pub fn live_blas_handles(&self) -> u64 {
         self.lock().blas_handles
+    }
+
+    /// Graphs instantiated and not destroyed.
+    pub fn live_graphs(&self) -> usize {
+        self.lock().graphs.len()
     }
 
     pub fn stream_alive(&self) -> bool {
@@ -278,6 +291,28 @@ fn wr_bytes(s: &mut FakeState, addr: u64, data: &[u8]) -> Option<()> {
     Some(())
 }
 
+/// A kernel's breadcrumb as `HS_BREADCRUMB` writes it: its op seq, or inside a replayed graph
+/// (bit 63 of `op`) the step block's base plus its node index, at the address the block names.
+fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
+    if crumb == 0 {
+        return;
+    }
+    if op >> 63 == 0 {
+        let _ = wr_bytes(s, crumb, &op.to_le_bytes());
+        return;
+    }
+    let word = |s: &mut FakeState, a: u64| {
+        resolve(s, a, 8).map(|p| {
+            // SAFETY: resolve checked 8 bytes.
+            unsafe { std::ptr::read_unaligned(p as *const u64) }
+        })
+    };
+    if let (Some(base), Some(host)) = (word(s, crumb), word(s, crumb + 8)) {
+        let v = base + (op & !(1 << 63));
+        let _ = wr_bytes(s, host, &v.to_le_bytes());
+    }
+}
+
 /// Whether the head op can run now, and if so runs it.
 fn try_execute(s: &mut FakeState) -> bool {
     let Some(head) = s.queue.front_mut() else {
@@ -288,9 +323,7 @@ fn try_execute(s: &mut FakeState) -> bool {
         // A kernel reaching the head has started: it writes its breadcrumb.
         if let FakeOp::Kernel { args, .. } = &head.op {
             let (crumb, op) = (args[0], args[1]);
-            if crumb != 0 {
-                let _ = wr_bytes(s, crumb, &op.to_le_bytes());
-            }
+            write_crumb(s, crumb, op);
         }
     }
     let manual = !s.script.auto_complete;
@@ -321,9 +354,7 @@ fn advance(s: &mut FakeState) {
         h.started = true;
         if let FakeOp::Kernel { args, .. } = &h.op {
             let (crumb, op) = (args[0], args[1]);
-            if crumb != 0 {
-                let _ = wr_bytes(s, crumb, &op.to_le_bytes());
-            }
+            write_crumb(s, crumb, op);
         }
     }
 }
@@ -387,6 +418,17 @@ fn run_kernel(s: &mut FakeState, name: &str, a: &[u64]) -> bool {
         }
         // A timing stand-in: the fake runs it as a no-op.
         "hs_busy" => {}
+        "hs_graph_step" => {
+            let (block, base, host, pos, tok, token) = (a[2], a[3], a[4], a[5] as u32, a[6], a[7]);
+            let mut b = [0u8; 20];
+            b[..8].copy_from_slice(&base.to_le_bytes());
+            b[8..16].copy_from_slice(&host.to_le_bytes());
+            b[16..].copy_from_slice(&pos.to_le_bytes());
+            let _ = wr_bytes(s, block, &b);
+            if tok != 0 {
+                let _ = wr_bytes(s, tok, &(token as u32).to_le_bytes());
+            }
+        }
         "hs_spin_on_flag" => {
             let (flag, result) = (a[2], a[4]);
             match rd_u32(s, flag) {
@@ -460,6 +502,7 @@ fn kernel_arity(name: &str) -> Option<usize> {
         "hs_fill_u32" => 5,
         "hs_busy" => 5,
         "hs_spin_on_flag" => 5,
+        "hs_graph_step" => 8,
         "hs_sgemm" => 15,
         _ => return None,
     })
@@ -472,6 +515,7 @@ fn kernel_widths(name: &str) -> Vec<usize> {
         "hs_fill_u32" => vec![8, 8, 8, 8, 4],
         "hs_busy" => vec![8, 8, 8, 4, 4],
         "hs_spin_on_flag" => vec![8, 8, 8, 8, 8],
+        "hs_graph_step" => vec![8, 8, 8, 8, 8, 4, 8, 4],
         "hs_sgemm" => vec![8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 4],
         _ => Vec::new(),
     }
@@ -757,14 +801,17 @@ impl Device for FakeDevice {
     ) -> Result<(), GpuError> {
         let mut s = self.lock();
         stream_check(&s)?;
-        s.queue.push_back(Queued {
-            op: FakeOp::D2D {
-                dst: dst.0,
-                src: src.0,
-                len: bytes,
-            },
-            started: false,
-        });
+        let op = FakeOp::D2D {
+            dst: dst.0,
+            src: src.0,
+            len: bytes,
+        };
+        if let Some(c) = s.capture.as_mut() {
+            c.push(op);
+            s.log.push("capture copy d2d".into());
+            return Ok(());
+        }
+        s.queue.push_back(Queued { op, started: false });
         advance(&mut s);
         Ok(())
     }
@@ -864,6 +911,14 @@ impl Device for FakeDevice {
             })
             .collect();
         let _ = grid;
+        if let Some(c) = s.capture.as_mut() {
+            c.push(FakeOp::Kernel {
+                name: name.clone(),
+                args,
+            });
+            s.log.push(format!("capture {name}"));
+            return Ok(());
+        }
         s.log.push(format!("launch {name}"));
         s.queue.push_back(Queued {
             op: FakeOp::Kernel { name, args },
@@ -925,6 +980,61 @@ impl Device for FakeDevice {
         let mut s = self.lock();
         s.log.push("destroy_blas".into());
         s.blas_handles = s.blas_handles.saturating_sub(1);
+        Ok(())
+    }
+
+    fn graph_support(&self) -> Result<(), String> {
+        if self.lock().script.graphs {
+            Ok(())
+        } else {
+            Err("the fake device was scripted without graphs".into())
+        }
+    }
+
+    fn begin_capture(&mut self) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        stream_check(&s)?;
+        fail(&mut s, "begin_capture")?;
+        if !s.script.graphs || s.capture.is_some() {
+            return Err(GpuError::InvalidArgument("fake: cannot capture".into()));
+        }
+        s.capture = Some(Vec::new());
+        Ok(())
+    }
+
+    fn end_capture(&mut self) -> Result<RawGraph, GpuError> {
+        let mut s = self.lock();
+        let ops = s
+            .capture
+            .take()
+            .ok_or_else(|| GpuError::InvalidArgument("fake: not capturing".into()))?;
+        fail(&mut s, "end_capture")?;
+        s.next_handle += 1;
+        let h = s.next_handle;
+        s.log.push(format!("graph {h}: {} ops", ops.len()));
+        s.graphs.insert(h, ops);
+        Ok(RawGraph(h))
+    }
+
+    unsafe fn launch_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        stream_check(&s)?;
+        fail(&mut s, "launch_graph")?;
+        let ops = s
+            .graphs
+            .get(&g.0)
+            .cloned()
+            .ok_or_else(|| GpuError::InvalidArgument(format!("fake: no graph {}", g.0)))?;
+        s.log.push(format!("launch graph {}", g.0));
+        for op in ops {
+            s.queue.push_back(Queued { op, started: false });
+        }
+        advance(&mut s);
+        Ok(())
+    }
+
+    unsafe fn destroy_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        self.lock().graphs.remove(&g.0);
         Ok(())
     }
 

@@ -109,6 +109,9 @@ pub struct DeviceSummary {
     pub warp_size: Option<u32>,
     /// Why this backend was chosen (`auto: no HIP runtime found (libamdhip64.so.*), CUDA device 0`).
     pub reason: String,
+    /// Graph replay of the decode step: `on`, or `off (why)`; `None` where it does not apply
+    /// (the CPU backend, a remote engine).
+    pub graphs: Option<String>,
 }
 
 /// Telemetry samples live with their sampler; re-exported here beside the other snapshots.

@@ -49,6 +49,9 @@ pub enum OpKind {
     /// Run by the host thread that issued it (the CPU backend): running as soon as it is in
     /// flight, finished when the call returns.
     Host = 6,
+    /// One replay of a captured graph (`stream/graph.rs`): its kernels write breadcrumbs that
+    /// name the kernel inside it.
+    Graph = 7,
 }
 
 impl OpKind {
@@ -60,6 +63,7 @@ impl OpKind {
             4 => OpKind::CopyD2D,
             5 => OpKind::Blas,
             6 => OpKind::Host,
+            7 => OpKind::Graph,
             _ => return None,
         })
     }
@@ -72,12 +76,13 @@ impl OpKind {
             OpKind::CopyD2D => "copy d2d",
             OpKind::Blas => "blas",
             OpKind::Host => "cpu",
+            OpKind::Graph => "graph",
         }
     }
 
     /// Kernels write breadcrumbs; copies and vendor BLAS calls are only seen through events.
     pub fn writes_breadcrumb(self) -> bool {
-        self == OpKind::Kernel
+        matches!(self, OpKind::Kernel | OpKind::Graph)
     }
 }
 
@@ -150,6 +155,7 @@ pub struct StreamShared {
     pub(crate) probe_busy_since_ns: AtomicU64,
     pub(crate) probe_error: OnceLock<String>,
     poisoned: OnceLock<String>,
+    graph_nodes: GraphNodes,
 }
 
 impl StreamShared {
@@ -187,6 +193,7 @@ impl StreamShared {
             probe_busy_since_ns: AtomicU64::new(0),
             probe_error: OnceLock::new(),
             poisoned: OnceLock::new(),
+            graph_nodes: GraphNodes::new(),
         }
     }
 
@@ -255,9 +262,12 @@ impl StreamShared {
         v
     }
 
-    /// Folds the breadcrumb into `completed`: kernel K started proves K−1 finished.
+    /// Folds the breadcrumb into `completed`: kernel K started proves K−1 finished. Returns the
+    /// seq of the op that has started (a replayed graph's own seq when one of its kernels wrote
+    /// the breadcrumb).
     pub fn fold_breadcrumb(&self) -> u64 {
-        let c = self.read_breadcrumb();
+        let raw = self.read_breadcrumb();
+        let c = GraphCrumb::decode(raw).map_or(raw, |g| g.seq);
         if c > 0 {
             self.advance_completed(c - 1);
         }
@@ -277,6 +287,37 @@ impl StreamShared {
         // Readers only do one memory load while counted: this wait is a few nanoseconds.
         while self.crumb_readers.load(Ordering::Acquire) != 0 {
             std::hint::spin_loop();
+        }
+    }
+
+    /// Publishes the node labels of the graph in `slot` (before its first replay).
+    pub(crate) fn set_graph_nodes(&self, slot: usize, nodes: &[LabelId]) {
+        self.graph_nodes.set(slot, nodes);
+    }
+
+    /// For a graph op in flight: the kernel inside it that has started, from the breadcrumb, as
+    /// `(node, of, label)`; `None` when the breadcrumb is not this replay's.
+    pub fn graph_kernel(&self, op: &OpRecord) -> Option<(usize, usize, String)> {
+        if op.kind != OpKind::Graph {
+            return None;
+        }
+        let g = GraphCrumb::decode(self.read_breadcrumb()).filter(|g| g.seq == op.seq)?;
+        let label = self.graph_nodes.get(g.slot, g.node)?;
+        Some((
+            g.node,
+            self.graph_nodes.len(g.slot),
+            self.label(label).unwrap_or("(unlabelled)").to_string(),
+        ))
+    }
+
+    /// The op's label, with the kernel running inside it when it is a replayed graph
+    /// (`decode step graph › kernel 41/302 · layer 4 · attention`).
+    pub fn op_label_now(&self, op: &OpRecord) -> String {
+        match self.graph_kernel(op) {
+            Some((node, of, label)) => {
+                format!("{} › kernel {}/{of} · {label}", op.label, node + 1)
+            }
+            None => op.label.clone(),
         }
     }
 
@@ -380,7 +421,7 @@ impl StreamShared {
             completed: comp,
             in_flight: head.map(|h| {
                 (
-                    h.label,
+                    self.op_label_now(&h),
                     Duration::from_nanos(now.saturating_sub(h.enqueued_ns)),
                 )
             }),
@@ -719,7 +760,9 @@ impl Default for Backoff {
     }
 }
 
+pub mod graph;
 mod host;
+use graph::{GraphCrumb, GraphNodes};
 pub use host::HostOp;
 #[cfg(test)]
 mod tests;

@@ -109,7 +109,8 @@ pub fn evaluate(
     // came later.
     let since = op.enqueued_ns.max(shared.completed_at_ns());
     let age = Duration::from_nanos(now_ns.saturating_sub(since));
-    snap.op = Some(op.label.clone());
+    // A replayed graph is named with the kernel inside it that has started (its breadcrumb).
+    snap.op = Some(shared.op_label_now(&op));
     snap.age = age;
     snap.budget = op.budget.hung;
     // A host op is run by the thread that issued it: in flight means running.

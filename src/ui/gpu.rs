@@ -306,6 +306,10 @@ impl GpuPanel {
                 }
             }
         }
+        // Whether the decode step is replayed as a graph, and why not.
+        if let Some(g) = &d.graphs {
+            lines.push(kv("graphs", &ellipsize(g, value_w), label_w, theme));
+        }
         // Why this backend: often long (which runtime was missing, which device won), and the
         // first thing to read when the GPU was not used; a few lines of it.
         for l in wrap_words(&d.reason, w, 6) {

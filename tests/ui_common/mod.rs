@@ -54,6 +54,7 @@ pub fn rx7900xtx() -> DeviceSummary {
         compute_units: Some(96),
         warp_size: Some(32),
         reason: "auto: libamdhip64.so.6 (ROCm 6.4.1), device 0".into(),
+        graphs: None,
     }
 }
 
@@ -67,6 +68,7 @@ pub fn cpu_device() -> DeviceSummary {
         compute_units: Some(16),
         warp_size: None,
         reason: "--backend cpu".into(),
+        graphs: None,
     }
 }
 

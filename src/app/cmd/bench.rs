@@ -76,6 +76,10 @@ pub struct BenchResult {
     pub samples_ts: Vec<f64>,
     pub avg_ts: f64,
     pub stddev_ts: f64,
+    /// Graph replay of the decode step on a GPU backend: `on`, or `off (why)`; read after the
+    /// test (graphs turn off by themselves where a step cannot be replayed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub graphs: Option<String>,
     /// The CPU backend's kernel instruction set (`Isa::describe`); absent on GPU backends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_kernels: Option<String>,
@@ -201,6 +205,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
             bw / 1e9
         )?;
     }
+    if !a.json
+        && let Some(g) = &device.graphs
+    {
+        writeln!(std::io::stdout().lock(), "graphs: {g}")?;
+    }
     let file = model.file().clone();
     let config = model.config.clone();
     let mut depths: Vec<usize> = a.n_depth.clone();
@@ -270,6 +279,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 avg_ts: avg,
                 stddev_ts: sd,
                 cpu_kernels: cpu_kernels.clone(),
+                graphs: model.backend().device().graphs,
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
             });
@@ -424,6 +434,7 @@ mod tests {
             avg_ts: 1234.56,
             stddev_ts: 12.3,
             cpu_kernels: None,
+            graphs: None,
             bound: None,
             bound_ts: None,
         };

@@ -73,6 +73,10 @@ pub struct ModelArgs {
     /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
     pub kv_type: KvType,
+    /// Run the GPU decode step launch by launch instead of replaying it as a graph (config
+    /// `graphs`).
+    #[arg(long)]
+    pub no_graphs: bool,
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -167,6 +171,7 @@ pub fn load_model_with(
 pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
     let mut o = ComputeOptions {
         kv: args.kv_type,
+        graphs: !args.no_graphs && configured_graphs(),
         ..ComputeOptions::default()
     };
     if let Some(n) = std::env::var("HIPSCOPE_GEMM_MIN_TOKENS")
@@ -176,6 +181,20 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
         o.gemm_min_tokens = n.max(1);
     }
     o
+}
+
+/// The config file's `graphs` (true when no config file or no key): headless commands follow it
+/// as the chat does, `--no-graphs` overriding.
+fn configured_graphs() -> bool {
+    let path = std::env::var_os("HIPSCOPE_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
+    // A config that does not load is reported by the command's own config read; here it
+    // leaves graphs at their default.
+    match path.map(|p| crate::app::config::Config::load(&p)) {
+        Some(Ok(c)) => c.graphs,
+        _ => true,
+    }
 }
 
 /// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.

@@ -1,8 +1,51 @@
-//! The KV-cache store and causal attention (`kernels/infer_attention.hip`).
+//! The KV-cache store and causal attention (`kernels/infer_attention.hip`); a decode token over a
+//! long cache is split over the KV length (flash-decoding: partial results per split, then a
+//! combine kernel), the split count chosen from the number of keys.
 
 use super::*;
 
+/// Keys from which a decode token's attention is split over the KV length.
+pub(super) const FLASH_MIN_KEYS: usize = 256;
+/// About this many keys per split (a power-of-two number of splits, at most [`MAX_SPLITS`]).
+const KEYS_PER_SPLIT: usize = 128;
+/// Most splits of one head.
+pub(super) const MAX_SPLITS: usize = 32;
+
+/// Splits of a decode token's attention over `n_keys` keys (0: not split). A power of two, so
+/// that a graph captured for it serves every length up to the next (the kernels divide the keys
+/// they read from the device among the grid's splits).
+pub fn flash_splits(n_keys: usize) -> usize {
+    if n_keys < FLASH_MIN_KEYS {
+        0
+    } else {
+        n_keys
+            .div_ceil(KEYS_PER_SPLIT)
+            .next_power_of_two()
+            .min(MAX_SPLITS)
+    }
+}
+
+/// Bytes of the partial results for `q_dim` query elements at most (`head_dim + 2` floats per
+/// head and split; a head has at least 16 dimensions).
+pub(super) fn flash_part_bytes(q_dim: usize) -> u64 {
+    ((q_dim + 2 * q_dim.div_ceil(16)) * MAX_SPLITS * 4) as u64
+}
+
 impl GpuCompute {
+    /// The position a launch passes: `(pos0, pos_dev)`. Inside a decode step recorded for graph
+    /// replay the kernels read it from the step block (`pos_dev`), so one graph serves every
+    /// position; otherwise `pos_dev` is null and `pos0` is the position.
+    pub(super) fn step_position(&mut self, pos: usize, bucket: Option<u64>) -> Result<(Arg, Arg)> {
+        match self
+            .gpu_mut()?
+            .graph_position(pos as u32, bucket)
+            .map_err(gpu_err)?
+        {
+            Some(dev) => Ok((Arg::U32(0), Arg::Ptr(dev))),
+            None => Ok((Arg::U32(pos as u32), Arg::U64(0))),
+        }
+    }
+
     pub(super) fn launch_attention(
         &mut self,
         q: Buf,
@@ -40,6 +83,24 @@ impl GpuCompute {
         if p.n_tokens > MAX_GRID_Y {
             return Err(invalid(format!("{} query rows in one call", p.n_tokens)));
         }
+        // One decode token over a long cache: split over the KV length (the bucket of graphs).
+        let n_keys = p.pos0 + 1;
+        let eff = if p.window > 0 {
+            n_keys.min(p.window)
+        } else {
+            n_keys
+        };
+        let part = self.ws.as_ref().and_then(|w| w.attn_part);
+        let splits = match part {
+            Some(b)
+                if p.n_tokens == 1
+                    && b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64 =>
+            {
+                flash_splits(eff)
+            }
+            _ => 0,
+        };
+        let (pos0, pos_dev) = self.step_position(p.pos0, Some(splits as u64))?;
         let qb = self.buf(q, p.n_tokens * q_dim)?;
         let kb = self.buf(k, p.n_tokens * kv_dim)?;
         let vb = self.buf(v, p.n_tokens * kv_dim)?;
@@ -96,13 +157,14 @@ impl GpuCompute {
                         Arg::U32(p.n_kv_heads as u32),
                         Arg::U32(p.head_dim as u32),
                         Arg::U32(r.n_rot as u32),
-                        Arg::U32(p.pos0 as u32),
+                        pos0,
                         Arg::F32(r.freq_scale),
                         Arg::F32(rope_theta_scale(r.base, r.n_rot)),
                         factors,
                         Arg::U32(r.neox as u32),
                         Arg::F32(r.attn_factor),
                         Arg::U32(slots as u32),
+                        pos_dev,
                     ],
                 )?;
                 self.wrote(q);
@@ -120,10 +182,11 @@ impl GpuCompute {
                         Arg::Ptr(vb.ptr),
                         Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
                         Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
-                        Arg::U32(p.pos0 as u32),
+                        pos0,
                         Arg::U32(kv_dim as u32),
                         Arg::U32(slots as u32),
                         Arg::U64(n),
+                        pos_dev,
                     ],
                 )?;
             }
@@ -143,34 +206,85 @@ impl GpuCompute {
             (Some(_), Some(ws)) => (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)),
             _ => (Arg::U64(0), Arg::U64(0)),
         };
-        self.launch(
-            OpLabel::layer(li, "attention"),
-            if fuse_bs.is_some() {
-                attn_q8_name
-            } else {
-                attn_name
-            },
-            attn,
-            [p.n_heads as u32, p.n_tokens as u32, 1],
-            [128, 1, 1],
-            &[
-                Arg::Ptr(qb.ptr),
-                Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
-                Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
-                Arg::Ptr(ob.ptr),
-                Arg::U32(p.n_heads as u32),
-                Arg::U32(p.n_kv_heads as u32),
-                Arg::U32(p.head_dim as u32),
-                Arg::U32(p.pos0 as u32),
-                Arg::F32(p.scale),
-                Arg::U32(p.window as u32),
-                Arg::U32(slots as u32),
-                Arg::F32(p.softcap),
-                xq,
-                xd,
-                Arg::U32(fuse_bs.unwrap_or(0)),
-            ],
-        )?;
+        if let (true, Some(part)) = (splits > 0, part) {
+            let (split, split_name) = match self.opts.kv {
+                KvType::F32 => (self.kernels.attention_split_f32, "attention_split_f32"),
+                KvType::F16 => (self.kernels.attention_split_f16, "attention_split_f16"),
+            };
+            self.launch(
+                OpLabel::layer(li, "attention"),
+                split_name,
+                split,
+                [p.n_heads as u32, splits as u32, 1],
+                [128, 1, 1],
+                &[
+                    Arg::Ptr(qb.ptr),
+                    Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(part.ptr),
+                    Arg::U32(p.n_heads as u32),
+                    Arg::U32(p.n_kv_heads as u32),
+                    Arg::U32(p.head_dim as u32),
+                    pos0,
+                    Arg::F32(p.scale),
+                    Arg::U32(p.window as u32),
+                    Arg::U32(slots as u32),
+                    Arg::F32(p.softcap),
+                    pos_dev,
+                ],
+            )?;
+            let combine = self.kernels.attention_combine;
+            self.launch(
+                OpLabel::layer(li, "attention"),
+                if fuse_bs.is_some() {
+                    "attention_combine + quantize_q8"
+                } else {
+                    "attention_combine"
+                },
+                combine,
+                [p.n_heads as u32, 1, 1],
+                [128, 1, 1],
+                &[
+                    Arg::Ptr(part.ptr),
+                    Arg::Ptr(ob.ptr),
+                    Arg::U32(p.head_dim as u32),
+                    Arg::U32(splits as u32),
+                    xq,
+                    xd,
+                    Arg::U32(fuse_bs.unwrap_or(0)),
+                ],
+            )?;
+        } else {
+            self.launch(
+                OpLabel::layer(li, "attention"),
+                if fuse_bs.is_some() {
+                    attn_q8_name
+                } else {
+                    attn_name
+                },
+                attn,
+                [p.n_heads as u32, p.n_tokens as u32, 1],
+                [128, 1, 1],
+                &[
+                    Arg::Ptr(qb.ptr),
+                    Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(ob.ptr),
+                    Arg::U32(p.n_heads as u32),
+                    Arg::U32(p.n_kv_heads as u32),
+                    Arg::U32(p.head_dim as u32),
+                    pos0,
+                    Arg::F32(p.scale),
+                    Arg::U32(p.window as u32),
+                    Arg::U32(slots as u32),
+                    Arg::F32(p.softcap),
+                    xq,
+                    xd,
+                    Arg::U32(fuse_bs.unwrap_or(0)),
+                    pos_dev,
+                ],
+            )?;
+        }
         self.wrote(out);
         if let Some(bs) = fuse_bs {
             self.quant = Some(QuantKey {

@@ -26,14 +26,18 @@ impl GpuCompute {
         }
         let o = self.buf(out, n * cols)?;
         let tok_buf = self.workspace()?.tokens;
-        self.host_bytes.clear();
-        self.host_bytes
-            .extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
-        let l = self.label(OpLabel::global("embed"), "tokens")?;
-        let bytes = std::mem::take(&mut self.host_bytes);
-        let r = self.gpu_mut()?.upload(l, tok_buf, &bytes).map_err(gpu_err);
-        self.host_bytes = bytes;
-        r?;
+        // A decode step (one token) is recorded for graph replay; its token is written by the
+        // step's own setter instead of an upload.
+        if !self.begin_decode_step(n, tok_buf.ptr, tokens[0])? {
+            self.host_bytes.clear();
+            self.host_bytes
+                .extend(tokens.iter().flat_map(|t| t.to_le_bytes()));
+            let l = self.label(OpLabel::global("embed"), "tokens")?;
+            let bytes = std::mem::take(&mut self.host_bytes);
+            let r = self.gpu_mut()?.upload(l, tok_buf, &bytes).map_err(gpu_err);
+            self.host_bytes = bytes;
+            r?;
+        }
         let tk = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no kernels")))?;
         let (_, dq) = self.kernels.by_type[&ty];
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;

@@ -37,7 +37,7 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, MemoryPlan, OpLabel, Result,
     RopeParams, Weight, WeightData,
 };
-use crate::gpu::device::{Device, DeviceInfo, GemmF32, GpuError, Op, RuntimeKind};
+use crate::gpu::device::{Device, DeviceInfo, DevicePtr, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
 use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
@@ -47,6 +47,7 @@ use crate::gpu::snapshot::{
 use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::watchdog::{self, Watchdog};
 
+pub use attention::flash_splits;
 pub use plan::{ActFormat, ComputeOptions, KvType};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
@@ -103,6 +104,8 @@ struct Workspace {
     xd: DeviceBuffer,
     xdq: Option<DeviceBuffer>,
     tile: Option<DeviceBuffer>,
+    /// Flash-decoding's partial results (`attention.rs`).
+    attn_part: Option<DeviceBuffer>,
 }
 
 /// Kernel handles, resolved once.
@@ -120,6 +123,9 @@ struct Kernels {
     rope_kv_store_f16: KernelFn,
     attention_f32: KernelFn,
     attention_f16: KernelFn,
+    attention_split_f32: KernelFn,
+    attention_split_f16: KernelFn,
+    attention_combine: KernelFn,
     quantize: KernelFn,
     /// RMS norm that also quantizes its output for the products that follow.
     rms_norm_q8: KernelFn,
@@ -163,6 +169,9 @@ impl Kernels {
             rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
             attention_f32: gpu.function("hs_attention_f32")?,
             attention_f16: gpu.function("hs_attention_f16")?,
+            attention_split_f32: gpu.function("hs_attention_split_f32")?,
+            attention_split_f16: gpu.function("hs_attention_split_f16")?,
+            attention_combine: gpu.function("hs_attention_combine")?,
             quantize: gpu.function("hs_quantize_act")?,
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,
@@ -253,6 +262,9 @@ impl GpuCompute {
                 return Err(e);
             }
         };
+        if !opts.graphs {
+            gpu.set_graphs(false, "turned off (--no-graphs or graphs = false)")?;
+        }
         gpu.start_event_prober(PROBE_INTERVAL);
         let warp = gpu.info().warp_size.max(1);
         let monitor = Arc::new(GpuMonitor {
@@ -406,6 +418,21 @@ impl GpuCompute {
         Ok(())
     }
 
+    /// Starts recording a decode step (`n_tokens == 1`) for graph replay when graphs are on;
+    /// the token goes to `tok` through the step's setter. `false`: not recorded (upload it).
+    fn begin_decode_step(&mut self, n_tokens: usize, tok: DevicePtr, token: u32) -> Result<bool> {
+        let g = self.gpu_mut()?;
+        // Whatever was recorded and not yet run goes first (an interrupted step, say).
+        g.graph_flush().map_err(gpu_err)?;
+        if n_tokens != 1 || !g.graph_mode().is_on() {
+            return Ok(false);
+        }
+        if !g.graph_begin_step(0).map_err(gpu_err)? {
+            return Ok(false);
+        }
+        Ok(g.graph_token(tok, token))
+    }
+
     fn refresh_arena(&mut self, force: bool) {
         let due = force || self.arena_at.is_none_or(|t| t.elapsed() >= ARENA_REFRESH);
         if !due {
@@ -434,6 +461,7 @@ impl Backend for GpuCompute {
                     compute_units: Some(i.compute_units),
                     warp_size: Some(i.warp_size),
                     reason: self.reason.clone(),
+                    graphs: Some(g.graph_mode().describe()),
                 }
             }
             None => DeviceSummary {
@@ -454,7 +482,9 @@ impl Backend for GpuCompute {
                 plan.n_batch
             )));
         }
-        let ap = plan::arena_plan(plan, &self.opts);
+        let mut ap = plan::arena_plan(plan, &self.opts);
+        let part_bytes = attention::flash_part_bytes(plan.max_cols);
+        ap.add(Region::Workspace, part_bytes);
         let sizes = plan::workspace_sizes(plan, &self.opts);
         let g = self.gpu_mut()?;
         g.create_arena(&ap).map_err(gpu_err)?;
@@ -471,6 +501,7 @@ impl Backend for GpuCompute {
                 0 => None,
                 b => Some(alloc(Region::Workspace, b)?),
             },
+            attn_part: Some(alloc(Region::Workspace, part_bytes)?),
         };
         self.ws = Some(ws);
         self.plan = Some(*plan);
@@ -724,6 +755,8 @@ impl Backend for GpuCompute {
             .slice(offset as u64 * 4, out.len() as u64 * 4)
             .map_err(gpu_err)?;
         let l = self.label(OpLabel::global("read"), "logits")?;
+        // The end of a decode step recorded for graph replay: it runs now.
+        self.gpu_mut()?.graph_end_step().map_err(gpu_err)?;
         let mut bytes = std::mem::take(&mut self.host_bytes);
         bytes.resize(out.len() * 4, 0);
         // Through pinned staging, waiting with the configured deadline (never unbounded).

@@ -170,6 +170,7 @@ impl GpuCompute {
             Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
             None => Arg::U64(0),
         };
+        let (pos0, pos_dev) = self.step_position(pos0, None)?;
         let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
         let f = self.kernels.rope;
         self.launch(
@@ -183,12 +184,13 @@ impl GpuCompute {
                 Arg::U32(n_heads as u32),
                 Arg::U32(head_dim as u32),
                 Arg::U32(p.n_rot as u32),
-                Arg::U32(pos0 as u32),
+                pos0,
                 Arg::F32(p.freq_scale),
                 Arg::F32(rope_theta_scale(p.base, p.n_rot)),
                 factors,
                 Arg::U32(p.neox as u32),
                 Arg::F32(p.attn_factor),
+                pos_dev,
             ],
         )?;
         self.wrote(x);

@@ -97,6 +97,8 @@ pub struct ComputeOptions {
     pub gemm_min_tokens: usize,
     /// Most bytes of one dequantized (f32) weight tile for the GEMM path.
     pub tile_bytes: u64,
+    /// Replay the decode step as a graph where the runtime can (`--no-graphs`, config `graphs`).
+    pub graphs: bool,
 }
 
 impl Default for ComputeOptions {
@@ -105,6 +107,7 @@ impl Default for ComputeOptions {
             kv: KvType::F16,
             gemm_min_tokens: 16,
             tile_bytes: 64 << 20,
+            graphs: true,
         }
     }
 }

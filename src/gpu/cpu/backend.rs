@@ -195,6 +195,7 @@ impl Backend for CpuBackend {
             compute_units: Some(self.pool.n_threads() as u32),
             warp_size: None,
             reason: self.reason.clone(),
+            graphs: None,
         }
     }
 

@@ -17,12 +17,23 @@ use cudarc::driver::sys as cu;
 
 use crate::gpu::device::{
     BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo,
-    PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeKind,
+    PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeKind,
 };
 
 use ffi::{check, cu_err, guarded};
 pub use ffi::{describe, device_count, driver_present, probe};
 pub use rtc::Nvrtc;
+
+/// The driver entry points graph replay needs (checked at open: a driver without them runs
+/// without graphs, saying so).
+const GRAPH_SYMBOLS: [&str; 6] = [
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+];
 
 /// One opened CUDA device: its primary context and one non-blocking stream.
 pub struct CudaDevice {
@@ -373,6 +384,80 @@ impl Device for CudaDevice {
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { self.cublas_destroy(h) }
+    }
+
+    fn graph_support(&self) -> Result<(), String> {
+        guarded("CUDA driver (libcuda)", || {
+            for sym in GRAPH_SYMBOLS {
+                // SAFETY: looks a symbol up in the already loaded driver library; nothing is
+                // called through it.
+                let found = unsafe {
+                    cu::culib()
+                        .get::<*const c_void>(format!("{sym}\0").as_bytes())
+                        .is_ok()
+                };
+                if !found {
+                    return Err(GpuError::InvalidArgument(format!(
+                        "the CUDA driver lacks {sym}"
+                    )));
+                }
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn begin_capture(&mut self) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // Thread-local mode: another thread's unrelated CUDA calls do not invalidate the capture.
+        // SAFETY: plain call on our live stream.
+        guarded("CUDA driver (libcuda)", || {
+            check("cuStreamBeginCapture", unsafe {
+                cu::cuStreamBeginCapture_v2(
+                    s,
+                    cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                )
+            })
+        })
+    }
+
+    fn end_capture(&mut self) -> Result<RawGraph, GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        guarded("CUDA driver (libcuda)", || {
+            let mut graph: cu::CUgraph = std::ptr::null_mut();
+            // SAFETY: ends the capture begun on our stream; writes one handle.
+            check("cuStreamEndCapture", unsafe {
+                cu::cuStreamEndCapture(s, &mut graph)
+            })?;
+            let mut exec: cu::CUgraphExec = std::ptr::null_mut();
+            // SAFETY: `graph` is the template just captured; writes one handle.
+            let r = check("cuGraphInstantiateWithFlags", unsafe {
+                cu::cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+            });
+            // The executable graph keeps what it needs; the template is not used again.
+            // SAFETY: `graph` came from the capture above and is not used afterwards.
+            let _ = unsafe { cu::cuGraphDestroy(graph) };
+            r.map(|()| RawGraph(exec as u64))
+        })
+    }
+
+    unsafe fn launch_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: the caller's contract: an executable graph of this backend.
+        check("cuGraphLaunch", unsafe {
+            cu::cuGraphLaunch(g.0 as cu::CUgraphExec, s)
+        })
+    }
+
+    unsafe fn destroy_graph(&mut self, g: RawGraph) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        // SAFETY: the caller's contract: no replay of it still runs.
+        check("cuGraphExecDestroy", unsafe {
+            cu::cuGraphExecDestroy(g.0 as cu::CUgraphExec)
+        })
     }
 
     unsafe fn destroy_stream(&mut self) -> Result<(), GpuError> {

@@ -170,11 +170,33 @@ impl Gpu {
         args: &[Arg],
         budget: Option<Budget>,
     ) -> Result<u64, GpuError> {
-        let raw = self
-            .functions
+        // Inside a step being recorded for graph replay, the launch is deferred (graph.rs).
+        if self.graph_record_kernel(label, f, grid, block, shared_bytes, args, budget)? {
+            return Ok(self.stream.last_seq());
+        }
+        self.launch_now(label, f, grid, block, shared_bytes, args, budget)
+    }
+
+    pub(super) fn raw_function(&self, f: KernelFn) -> Result<RawFunction, GpuError> {
+        self.functions
             .get(f.0 as usize)
             .map(|x| x.1)
-            .ok_or_else(|| GpuError::InvalidArgument(format!("kernel handle {}", f.0)))?;
+            .ok_or_else(|| GpuError::InvalidArgument(format!("kernel handle {}", f.0)))
+    }
+
+    /// Enqueues a launch now, tracked (never deferred into a graph).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_now(
+        &mut self,
+        label: LabelId,
+        f: KernelFn,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        args: &[Arg],
+        budget: Option<Budget>,
+    ) -> Result<u64, GpuError> {
+        let raw = self.raw_function(f)?;
         if args.len() + 2 > MAX_ARGS {
             return Err(GpuError::InvalidArgument(format!(
                 "{} kernel arguments (at most {})",
@@ -280,6 +302,19 @@ impl Gpu {
                 src.bytes, dst.bytes
             )));
         }
+        if self.graph_record_copy(label, dst, src, bytes)? {
+            return Ok(self.stream.last_seq());
+        }
+        self.copy_d2d_now(label, dst, src, bytes)
+    }
+
+    pub(super) fn copy_d2d_now(
+        &mut self,
+        label: LabelId,
+        dst: DeviceBuffer,
+        src: DeviceBuffer,
+        bytes: u64,
+    ) -> Result<u64, GpuError> {
         self.enqueue(OpKind::CopyD2D, label, None, |be, _, _| {
             // SAFETY: both ranges lie in arena buffers (checked sizes above).
             unsafe { be.copy_d2d(dst.ptr, src.ptr, bytes as usize) }
@@ -288,7 +323,7 @@ impl Gpu {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn launch_raw(
+pub(super) fn launch_raw(
     be: &mut dyn Device,
     f: RawFunction,
     grid: [u32; 3],

@@ -20,6 +20,7 @@ impl Gpu {
         let mut plan = *plan;
         plan.add(Region::Workspace, 256); // scalars
         plan.add(Region::Workspace, CHECKSUM_BLOCKS as u64 * 16);
+        plan.add(Region::Workspace, super::graph::STEP_BLOCK_BYTES);
         if blas {
             plan.add(Region::Workspace, self.cfg.blas_workspace);
         }
@@ -30,6 +31,7 @@ impl Gpu {
         arena.set_pinned_host_bytes(pinned);
         let scalars = arena.alloc(Region::Workspace, 8)?;
         let scratch = arena.alloc(Region::Workspace, CHECKSUM_BLOCKS as u64 * 16)?;
+        let step_block = arena.alloc(Region::Workspace, super::graph::STEP_BLOCK_BYTES)?;
         let workspace = if blas {
             Some(arena.alloc(Region::Workspace, self.cfg.blas_workspace)?)
         } else {
@@ -38,6 +40,7 @@ impl Gpu {
         self.arena = Some(arena);
         self.scalars = Some(scalars);
         self.verify_scratch = Some(scratch);
+        self.graphs.set_block(step_block);
         let l = self.label("init · scalars 0.0, 1.0");
         let mut bytes = [0u8; 8];
         bytes[4..].copy_from_slice(&1.0f32.to_le_bytes());

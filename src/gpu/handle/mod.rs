@@ -9,6 +9,7 @@
 //! `transfer.rs` (staged uploads and downloads, verified uploads), `teardown.rs` (the device half
 //! of the quit protocol and the event prober).
 
+mod graph;
 mod launch;
 mod memory;
 mod teardown;
@@ -27,6 +28,7 @@ use crate::gpu::device::{
 };
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
+pub use graph::{GraphMode, GraphStats};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]
@@ -180,6 +182,7 @@ pub struct Gpu {
     prober: Option<Prober>,
     state: State,
     mem_at_open: Option<MemInfo>,
+    graphs: graph::Graphs,
 }
 
 /// Partials the checksum kernel writes: one (sum, nonzero) pair per block.
@@ -194,7 +197,9 @@ impl Gpu {
         stream.default_budget = cfg.default_budget;
         stream.set_tracking(cfg.tracking);
         stream.set_breadcrumbs(cfg.breadcrumbs);
+        let graphs = graph::Graphs::new(backend.graph_support());
         let mut gpu = Gpu {
+            graphs,
             backend,
             stream,
             cfg,
@@ -336,6 +341,8 @@ impl Gpu {
         f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
         self.check_alive()?;
+        // An op that cannot join a recorded step runs after what the step recorded.
+        self.graph_flush()?;
         if !self.stream.has_room() {
             let target = self.stream.last_seq().saturating_sub(RING as u64 / 2);
             let d = self.deadline();
@@ -359,6 +366,7 @@ impl Gpu {
     /// observable even when no kernel follows.
     pub fn mark_phase(&mut self) -> Result<(), GpuError> {
         self.check_alive()?;
+        self.graph_flush()?;
         let d = self.deadline();
         let r = self.stream.record_event(self.backend.as_mut(), d);
         self.guard(r)
@@ -367,6 +375,7 @@ impl Gpu {
     /// Waits, polling events with backoff, until everything enqueued has finished.
     pub fn wait_idle(&mut self, timeout: Duration) -> Result<(), GpuError> {
         self.check_alive()?;
+        self.graph_flush()?;
         let last = self.stream.last_seq();
         let r = self
             .stream
@@ -410,6 +419,7 @@ impl Gpu {
             compute_units: Some(i.compute_units),
             warp_size: Some(i.warp_size),
             reason: reason.to_string(),
+            graphs: Some(self.graph_mode().describe()),
         }
     }
 

@@ -120,6 +120,11 @@ impl Gpu {
             Ok(())
         });
         step("unload modules", &mut failed, &mut || {
+            // The graphs launch these modules' kernels: they go first.
+            for g in self.graphs.take_all() {
+                // SAFETY: drained; no replay runs.
+                unsafe { self.backend.destroy_graph(g) }.map_err(|e| e.to_string())?;
+            }
             for (_, m) in self.modules.drain(..) {
                 // SAFETY: drained; nothing runs from these modules.
                 unsafe { self.backend.unload_module(m) }.map_err(|e| e.to_string())?;

@@ -143,6 +143,30 @@ symbol_table! {
     ) -> HipError;
 }
 
+pub type HipGraph = *mut c_void;
+pub type HipGraphExec = *mut c_void;
+/// `hipStreamCaptureModeThreadLocal`: other threads' HIP calls do not invalidate the capture.
+pub const HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL: c_int = 1;
+
+symbol_table! {
+    HipGraphApi, HIP_GRAPH_SYMBOLS, "libamdhip64 (graph entry points, ROCm >= 5.3)";
+    hipStreamBeginCapture: fn(HipStream, c_int) -> HipError;
+    hipStreamEndCapture: fn(HipStream, *mut HipGraph) -> HipError;
+    hipGraphInstantiate: fn(*mut HipGraphExec, HipGraph, *mut c_void, *mut c_char, usize) -> HipError;
+    hipGraphLaunch: fn(HipGraphExec, HipStream) -> HipError;
+    hipGraphExecDestroy: fn(HipGraphExec) -> HipError;
+    hipGraphDestroy: fn(HipGraph) -> HipError;
+}
+
+/// The graph entry points from the HIP library `name` (already loaded by [`load_hip`]), or why
+/// not: an older runtime lacks them, and graphs are then off with this reason.
+pub fn load_hip_graphs(name: &str) -> Result<HipGraphApi, String> {
+    // SAFETY: the library is already loaded in this process (a reference count); no symbol is
+    // used before its signature is checked by name.
+    let lib = unsafe { Library::new(name) }.map_err(|e| format!("{name}: {e}"))?;
+    HipGraphApi::resolve(lib, name).map_err(|e| e.to_string())
+}
+
 symbol_table! {
     HiprtcApi, HIPRTC_SYMBOLS, "hiprtc library";
     hiprtcVersion: fn(*mut c_int, *mut c_int) -> HiprtcResult;

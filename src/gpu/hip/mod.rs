@@ -12,7 +12,7 @@ use std::thread::ThreadId;
 
 use crate::gpu::device::{
     BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
-    PinnedRaw, RawBlas, RawEvent, RawFunction, RawModule, RuntimeError, RuntimeKind,
+    PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
 use ffi::{HIP_SUCCESS, HipApi, HipError, HipStream, hip_error_text};
 use rocblas::{RocblasApi, RocblasHandle, rocblas_status_text};
@@ -238,6 +238,7 @@ impl HipRuntime {
             allocations: 0,
             rocblas,
             blas_absent,
+            graphs: ffi::load_hip_graphs(&self.library).map(Arc::new),
         })
     }
 }
@@ -245,6 +246,14 @@ impl HipRuntime {
 /// Describes every HIP device, or says why there are none.
 pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
     HipRuntime::load()?.devices()
+}
+
+impl HipDevice {
+    fn graph_api(&self) -> Result<Arc<ffi::HipGraphApi>, GpuError> {
+        self.graphs
+            .clone()
+            .map_err(|why| GpuError::InvalidArgument(format!("no HIP graphs: {why}")))
+    }
 }
 
 /// One opened HIP device.
@@ -258,6 +267,8 @@ pub struct HipDevice {
     allocations: u64,
     rocblas: Option<RocblasApi>,
     blas_absent: Option<String>,
+    /// The graph entry points, or why this runtime has none.
+    graphs: Result<Arc<ffi::HipGraphApi>, String>,
 }
 
 // SAFETY: the HIP runtime is thread-safe; the stream handle is used by one owner at a time
@@ -634,6 +645,60 @@ impl Device for HipDevice {
         // SAFETY: caller guarantees h is unused afterwards.
         rocblas_check("rocblas_destroy_handle", unsafe {
             (r.rocblas_destroy_handle)(h.0 as RocblasHandle)
+        })
+    }
+
+    fn graph_support(&self) -> Result<(), String> {
+        self.graphs.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    fn begin_capture(&mut self) -> Result<(), GpuError> {
+        let g = self.graph_api()?;
+        let s = self.live_stream()?;
+        // SAFETY: plain call on our live stream.
+        check("hipStreamBeginCapture", unsafe {
+            (g.hipStreamBeginCapture)(s, ffi::HIP_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        })
+    }
+
+    fn end_capture(&mut self) -> Result<RawGraph, GpuError> {
+        let g = self.graph_api()?;
+        let s = self.live_stream()?;
+        let mut graph: ffi::HipGraph = std::ptr::null_mut();
+        // SAFETY: ends the capture begun on our stream; writes one handle.
+        check("hipStreamEndCapture", unsafe {
+            (g.hipStreamEndCapture)(s, &mut graph)
+        })?;
+        let mut exec: ffi::HipGraphExec = std::ptr::null_mut();
+        // SAFETY: `graph` is the template just captured; no error node or log is asked for.
+        let r = check("hipGraphInstantiate", unsafe {
+            (g.hipGraphInstantiate)(
+                &mut exec,
+                graph,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        });
+        // SAFETY: the template is not used again (the executable graph keeps what it needs).
+        let _ = unsafe { (g.hipGraphDestroy)(graph) };
+        r.map(|()| RawGraph(exec as u64))
+    }
+
+    unsafe fn launch_graph(&mut self, graph: RawGraph) -> Result<(), GpuError> {
+        let g = self.graph_api()?;
+        let s = self.live_stream()?;
+        // SAFETY: the caller's contract: an executable graph of this backend.
+        check("hipGraphLaunch", unsafe {
+            (g.hipGraphLaunch)(graph.0 as ffi::HipGraphExec, s)
+        })
+    }
+
+    unsafe fn destroy_graph(&mut self, graph: RawGraph) -> Result<(), GpuError> {
+        let g = self.graph_api()?;
+        // SAFETY: the caller's contract: no replay of it still runs.
+        check("hipGraphExecDestroy", unsafe {
+            (g.hipGraphExecDestroy)(graph.0 as ffi::HipGraphExec)
         })
     }
 

@@ -21,6 +21,9 @@ use crate::model::worker::{self, WorkerOptions};
 
 use super::setup::{SelftestOptions, print_flush};
 
+/// A phase with this suffix runs with graph replay on; without it, off.
+pub(super) const GRAPHS_SUFFIX: &str = "+graphs";
+
 /// The quit's drain deadline in the child.
 const DRAIN: Duration = Duration::from_secs(1);
 
@@ -28,11 +31,15 @@ const DRAIN: Duration = Duration::from_secs(1);
 pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
     let start = Instant::now();
     let ms = |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
+    let graphs = phase.ends_with(GRAPHS_SUFFIX);
     let request = BackendRequest {
         choice: opts.backend,
         device: opts.device,
         threads: 0,
-        compute: ComputeOptions::default(),
+        compute: ComputeOptions {
+            graphs,
+            ..ComputeOptions::default()
+        },
     };
     let q = QuitCoordinator::new(QuitConfig {
         drain_deadline: DRAIN,
@@ -59,9 +66,10 @@ pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
         match w.events.try_recv() {
             Ok(Event::ModelLoaded { device, .. }) => {
                 print_flush(&format!(
-                    "@loaded | backend={} | device={} | at_ms={:.0}",
+                    "@loaded | backend={} | device={} | graphs={} | at_ms={:.0}",
                     device.backend,
                     device.name,
+                    device.graphs.as_deref().unwrap_or("-"),
                     ms(Instant::now())
                 ));
                 if phase != "load" {
@@ -131,8 +139,14 @@ pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
     }
 }
 
-/// The parent's verdict on a child's output lines, exit code and quit time.
-pub(super) fn verdict(lines: &[String], code: Option<i32>, quit_ms: Option<f64>) -> (bool, String) {
+/// The parent's verdict on a child's output lines, exit code and quit time. With `graphs`, the
+/// stuck kernel must have been named from inside the replayed graph (its breadcrumb).
+pub(super) fn verdict(
+    lines: &[String],
+    code: Option<i32>,
+    quit_ms: Option<f64>,
+    graphs: bool,
+) -> (bool, String) {
     let field = |prefix: &str, key: &str| -> Option<String> {
         lines.iter().find(|l| l.starts_with(prefix)).and_then(|l| {
             l.split(" | ")
@@ -152,7 +166,10 @@ pub(super) fn verdict(lines: &[String], code: Option<i32>, quit_ms: Option<f64>)
     let deadline = num("@quit-begin", "deadline_ms");
     // A process leaves a few ms after its timer fires.
     let left_in_time = quit_ms.is_some_and(|q| q <= deadline + 250.0);
+    let graphs_on = field("@loaded", "graphs").as_deref() == Some("on");
+    let in_graph = op.contains("graph › kernel");
     let pass = op.ends_with("stuck op (HIPSCOPE_FAULT)")
+        && (!graphs || (graphs_on && in_graph))
         && age >= budget
         && age <= budget + 500.0
         && exists
@@ -161,8 +178,16 @@ pub(super) fn verdict(lines: &[String], code: Option<i32>, quit_ms: Option<f64>)
     (
         pass,
         format!(
-            "HUNG '{op}' at age {age:.0} ms (budget {budget:.0} ms); report {report} ({}); \
+            "{}HUNG '{op}' at age {age:.0} ms (budget {budget:.0} ms); report {report} ({}); \
              quit left in {:.0} ms (deadline {deadline:.0} ms), exit code {}",
+            if graphs && !graphs_on {
+                format!(
+                    "graphs {} (wanted on); ",
+                    field("@loaded", "graphs").unwrap_or_default()
+                )
+            } else {
+                String::new()
+            },
             if exists { "written" } else { "MISSING" },
             quit_ms.unwrap_or(f64::NAN),
             code.map(|c| c.to_string())

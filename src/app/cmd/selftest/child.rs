@@ -17,6 +17,7 @@ use crate::gpu::snapshot::QuitStepStatus;
 use crate::gpu::stream::Budget;
 use crate::gpu::watchdog::{WatchConfig, WatchEvent, Watchdog};
 
+use super::chat_hang::GRAPHS_SUFFIX;
 use super::setup::*;
 
 /// Runs a child scenario and turns its output and exit code into a row.
@@ -50,7 +51,9 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         cmd.arg("--no-cache");
     }
     if let Some(phase) = scenario.strip_prefix("chat-hang:") {
-        cmd.env("HIPSCOPE_FAULT", format!("hang:{phase}"));
+        // `decode+graphs`: the same fault, with the decode step replayed as a graph.
+        let fault = phase.strip_suffix(GRAPHS_SUFFIX).unwrap_or(phase);
+        cmd.env("HIPSCOPE_FAULT", format!("hang:{fault}"));
     }
     let t0 = Instant::now();
     let mut child = cmd
@@ -87,7 +90,12 @@ pub(super) fn run_child(scenario: &str, opts: &SelftestOptions) -> Result<(bool,
         })
     };
     match scenario {
-        s if s.starts_with("chat-hang:") => Ok(super::chat_hang::verdict(&lines, code, quit_ms)),
+        s if s.starts_with("chat-hang:") => Ok(super::chat_hang::verdict(
+            &lines,
+            code,
+            quit_ms,
+            s.ends_with(GRAPHS_SUFFIX),
+        )),
         "hang" => {
             let label = field("@hung", "op").unwrap_or_default();
             let detect: f64 = field("@hung", "detected_ms")

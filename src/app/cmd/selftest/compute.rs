@@ -277,6 +277,8 @@ struct Outcome {
     max_abs: f64,
     /// The same between the CPU and the CPU with norm weights nudged by one ulp.
     floor: f64,
+    /// Decode steps that ran as a graph replay (graphs are on by default where they work).
+    replays: u64,
 }
 
 impl Outcome {
@@ -333,6 +335,13 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         }
         Ok(out)
     })();
+    let replays = g
+        .backend_mut()
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .and_then(|c| c.gpu())
+        .map_or(0, |r| r.graph_stats().replays);
+    let result = result.map(|o| Outcome { replays, ..o });
     let release = g
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
@@ -340,6 +349,103 @@ fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
         return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
     }
     result
+}
+
+/// Prompt tokens before the long-context decode steps: past flash-decoding's threshold, so their
+/// attention is split over the KV length (and replayed as a graph where graphs are on).
+const LONG_PROMPT: usize = 700;
+const LONG_DECODE: usize = 3;
+
+/// Decode steps at a long context on both backends: the worst ‖gpu−cpu‖/‖cpu‖ of their logits
+/// and the graph replays among them.
+fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String> {
+    let opts = ModelOptions {
+        n_ctx: LONG_PROMPT + LONG_DECODE + 1,
+        n_batch: 64,
+        all_logits: false,
+    };
+    let load = |b: Box<dyn Backend>| {
+        Model::load(file.clone(), b, opts, &mut |_, _| {}).map_err(|e| e.to_string())
+    };
+    let mut g = load(Box::new(gpu))?;
+    let result = (|| {
+        let mut c = load(Box::new(CpuBackend::new(0)))?;
+        let mut rng = Rng::new(0x1096);
+        let vocab = c.config.vocab_size as u64;
+        let toks: Vec<u32> = (0..LONG_PROMPT + LONG_DECODE)
+            .map(|_| (rng.next_u64() % vocab) as u32)
+            .collect();
+        let (mut lc, mut lg) = (Vec::new(), Vec::new());
+        c.forward(&toks[..LONG_PROMPT], 0, Logits::Last, &mut lc)
+            .map_err(|e| format!("cpu prompt: {e}"))?;
+        g.forward(&toks[..LONG_PROMPT], 0, Logits::Last, &mut lg)
+            .map_err(|e| format!("gpu prompt: {e}"))?;
+        let mut worst = 0.0f64;
+        for pos in LONG_PROMPT..LONG_PROMPT + LONG_DECODE {
+            c.forward(&toks[pos..=pos], pos, Logits::Last, &mut lc)
+                .map_err(|e| format!("cpu decode: {e}"))?;
+            g.forward(&toks[pos..=pos], pos, Logits::Last, &mut lg)
+                .map_err(|e| format!("gpu decode: {e}"))?;
+            let e = rel_l2(&lg, &lc);
+            worst = if e.is_nan() {
+                f64::INFINITY
+            } else {
+                worst.max(e)
+            };
+        }
+        Ok(worst)
+    })();
+    let replays = g
+        .backend_mut()
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .and_then(|c| c.gpu())
+        .map_or(0, |r| r.graph_stats().replays);
+    let release = g
+        .backend_mut()
+        .shutdown(Duration::from_secs(5), &mut |_| {});
+    if release != DeviceRelease::Clean {
+        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
+    }
+    result.map(|w| (w, replays))
+}
+
+/// The long-context case (flash-decoding) on the app's default shape, weights and cache; prints
+/// its row and returns whether it passed.
+fn long_context(o: &ComputeCheckOptions) -> bool {
+    let source = ModelSource::Synthetic {
+        shape: "smollm2-135m".into(),
+        quant: "Q4_0".into(),
+        seed: 7,
+    };
+    let splits = crate::gpu::compute::flash_splits(LONG_PROMPT + 1);
+    let what = format!(
+        "smollm2-135m Q4_0 f16, {LONG_DECODE} decode steps at {}–{} keys ({splits} KV splits)",
+        LONG_PROMPT + 1,
+        LONG_PROMPT + LONG_DECODE
+    );
+    let r = loader::open(&source, &mut |_, _| {})
+        .map_err(|e| e.to_string())
+        .and_then(|file| {
+            let bound = end_to_end_tolerance(&file);
+            open_gpu(o, KvType::F16)
+                .and_then(|g| run_long(&file, g))
+                .map(|(e, replays)| (e, replays, bound))
+        });
+    match r {
+        Ok((e, replays, bound)) => {
+            let pass = e <= bound;
+            outln!(
+                "{what}: ‖Δ‖/‖cpu‖ {e:.2e} (bound {bound:.0e}), {replays} graph replays  {}",
+                if pass { "PASS" } else { "FAIL" }
+            );
+            pass
+        }
+        Err(e) => {
+            outln!("{what}: error: {e}");
+            false
+        }
+    }
 }
 
 /// The same steps op by op; returns the per-op table.
@@ -427,9 +533,14 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         if !device_line {
             let d = gpu.device();
             outln!("device: {} [{}] — {}", d.name, d.arch, d.reason);
+            outln!(
+                "graphs: {} (the decode steps below replay a captured graph where on; \
+                 \"replays\" counts them)",
+                d.graphs.as_deref().unwrap_or("-")
+            );
             outln!();
             outln!(
-                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
+                "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5} {:>7}  result",
                 "model",
                 "weights",
                 "kv",
@@ -440,7 +551,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 "floor",
                 "max|Δ|",
                 "worst op",
-                "secs"
+                "secs",
+                "replays"
             );
             device_line = true;
         }
@@ -459,7 +571,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let pass = ops_pass && matches!(&r, Ok(out) if out.worst() <= bound);
         match &r {
             Ok(out) => outln!(
-                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1}  {}",
+                "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1} {:>7}  {}",
                 c.name,
                 c.quant,
                 c.kv.name(),
@@ -471,6 +583,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 out.max_abs,
                 worst_op,
                 secs,
+                out.replays,
                 if pass { "PASS" } else { "FAIL" }
             ),
             Err(e) => outln!(
@@ -487,6 +600,12 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         }
         total += 1;
         if !pass {
+            failed += 1;
+        }
+    }
+    if o.shapes.iter().any(|s| s == "smollm2-135m") {
+        total += 1;
+        if !long_context(o) {
             failed += 1;
         }
     }

@@ -150,6 +150,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         GemmPath::Fallback { reason } => outln!("gemm      hipscope hs_sgemm ({reason})"),
         GemmPath::NotReady => outln!("gemm      not ready"),
     }
+    outln!("graphs    {}", gpu.graph_mode().describe());
     gpu.start_event_prober(PROBE_INTERVAL);
     let (tx, rx) = channel::<WatchEvent>();
     let tx = Mutex::new(tx);
@@ -264,6 +265,10 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         ("chat, hang in load: HUNG, report, quit", "load"),
         ("chat, hang in prefill: HUNG, report, quit", "prompt"),
         ("chat, hang in decode: HUNG, report, quit", "decode"),
+        (
+            "chat, hang inside a decode graph: HUNG by name",
+            "decode+graphs",
+        ),
     ] {
         rows.push(child_row(check, &format!("chat-hang:{phase}"), opts));
     }
