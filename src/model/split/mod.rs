@@ -18,7 +18,9 @@ use crate::gpu::backend::{
     Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams, Weight,
     WeightData,
 };
-use crate::gpu::budget::UsableMemory;
+use crate::gpu::budget::{UsableMemory, usable_memory};
+use crate::gpu::cpu::CpuBackend;
+use crate::gpu::telemetry::Roots;
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
 use crate::model::config::ModelConfig;
 use crate::model::forward::{Model, ModelError, ModelOptions};
@@ -421,4 +423,42 @@ pub fn choose(
             ))))
         }
     }
+}
+
+/// Puts a model on `backend` as `-ngl` asks: unchanged on the CPU backend or when every layer
+/// goes to the GPU; else a [`backend::SplitBackend`] over the GPU backend and a CPU backend of
+/// `cpu_threads` threads. Returns the sentence saying how it was placed (`None` on the CPU).
+pub fn arrange(
+    file: &Arc<GgufFile>,
+    gpu: Box<dyn Backend>,
+    config: &ModelConfig,
+    options: ModelOptions,
+    want: GpuLayers,
+    cpu_threads: usize,
+    roots: &Roots,
+) -> Result<(Box<dyn Backend>, Option<String>), ModelError> {
+    // Only a backend with device memory to plan is split.
+    if gpu.plan_bytes(&MemoryPlan::default()).is_none() {
+        return Ok((gpu, None));
+    }
+    let full = model_plan(file, options)?;
+    let usable = usable_memory(&gpu.device(), roots);
+    let n_ctx = options.n_ctx.max(1);
+    let choice = choose(want, &full, gpu.as_ref(), usable.as_ref(), file, config, n_ctx)?;
+    if choice.place.all_on_gpu() {
+        return Ok((gpu, Some(choice.said)));
+    }
+    let cpu = CpuBackend::with_reason(cpu_threads, "the CPU part of a split model (-ngl)");
+    let plan = gpu_plan(&full, &choice.place, file, config, n_ctx);
+    let said = choice.said.clone();
+    Ok((
+        Box::new(backend::SplitBackend::new(
+            gpu,
+            Box::new(cpu),
+            choice.place,
+            plan,
+            choice.said,
+        )),
+        Some(said),
+    ))
 }
