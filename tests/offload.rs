@@ -152,7 +152,10 @@ fn a_split_hands_the_activations_over_once_per_step() {
     assert_eq!(s.handovers, 5, "{s:?}");
     let dim = m.config.dim as u64;
     assert_eq!(s.handover_bytes, (16 + 16 + 8 + 1 + 1) * dim * 4, "{s:?}");
-    assert_eq!((s.gpu_layers, s.cpu_layers), (n / 2 + 1, n + 1 - (n / 2 + 1)));
+    assert_eq!(
+        (s.gpu_layers, s.cpu_layers),
+        (n / 2 + 1, n + 1 - (n / 2 + 1))
+    );
     // -ngl 0: nothing crosses.
     let mut m = split_model(&file, 0, false);
     m.forward(&prompt, 0, Logits::Last, &mut logits)
@@ -252,15 +255,16 @@ fn a_split_on_a_gpu_backend_uploads_only_its_layers_and_shows_both_lanes() {
             .map(|t| t.size)
             .sum()
     };
-    let gpu_bytes = size(&|n| {
-        n.starts_with("blk.1.") || n == "output_norm.weight" || n == "token_embd.weight"
-    });
-    let cpu_bytes = size(&|n| {
-        n.starts_with("blk.0.") || n == "output_norm.weight" || n == "token_embd.weight"
-    });
+    let gpu_bytes =
+        size(&|n| n.starts_with("blk.1.") || n == "output_norm.weight" || n == "token_embd.weight");
+    let cpu_bytes =
+        size(&|n| n.starts_with("blk.0.") || n == "output_norm.weight" || n == "token_embd.weight");
     let arena = m.backend().arena();
     let s = arena.split.clone().expect("split in the arena snapshot");
-    assert_eq!((s.gpu_weight_bytes, s.cpu_weight_bytes), (gpu_bytes, cpu_bytes));
+    assert_eq!(
+        (s.gpu_weight_bytes, s.cpu_weight_bytes),
+        (gpu_bytes, cpu_bytes)
+    );
     // The GPU's arena holds its part of the weights, not the whole model.
     let region = arena
         .regions
@@ -280,7 +284,10 @@ fn a_split_on_a_gpu_backend_uploads_only_its_layers_and_shows_both_lanes() {
     assert_eq!(lanes.len(), 2, "{lanes:?}");
     assert_eq!(lanes[1], "cpu", "{lanes:?}");
     let cpu_lane = &monitor.streams()[1];
-    assert!(cpu_lane.completed > 0, "the CPU's ops are counted: {cpu_lane:?}");
+    assert!(
+        cpu_lane.completed > 0,
+        "the CPU's ops are counted: {cpu_lane:?}"
+    );
     assert_eq!(
         m.backend_mut()
             .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
@@ -316,10 +323,18 @@ fn auto_fits_the_layers_the_device_can_hold() {
     let dev = fake_gpu(need(2) + 4096);
     let free = dev.device().free_memory.expect("free memory known");
     assert!(free >= need(2) && free < need(n + 1), "{free}");
-    let loaded = loader::load(file.clone(), dev, &load_opts(GpuLayers::Auto), &mut |_, _| {})
-        .expect("auto split");
+    let loaded = loader::load(
+        file.clone(),
+        dev,
+        &load_opts(GpuLayers::Auto),
+        &mut |_, _| {},
+    )
+    .expect("auto split");
     let said = loaded.offload.clone().expect("said");
-    assert!(said.starts_with("-ngl auto: 2/3 layers on the GPU"), "{said}");
+    assert!(
+        said.starts_with("-ngl auto: 2/3 layers on the GPU"),
+        "{said}"
+    );
     assert!(said.contains("VRAM free (runtime)"), "{said}");
     let mut session = loaded.session;
     session
@@ -336,7 +351,10 @@ fn auto_fits_the_layers_the_device_can_hold() {
     )
     .expect("all on the GPU");
     let said = loaded.offload.clone().expect("said");
-    assert!(said.starts_with("-ngl auto: 3/3 layers on the GPU"), "{said}");
+    assert!(
+        said.starts_with("-ngl auto: 3/3 layers on the GPU"),
+        "{said}"
+    );
     let mut session = loaded.session;
     assert!(session.model.backend().arena().split.is_none());
     session

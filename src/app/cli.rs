@@ -108,7 +108,9 @@ pub fn run() -> i32 {
 
 /// llama.cpp's multi-letter short flags, which clap cannot declare, as their long names:
 /// `-ngl N` → `--n-gpu-layers N` (up to a `--`, after which everything is a value).
-pub fn llama_spellings(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+pub fn llama_spellings(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
     let mut rest = false;
     args.into_iter()
         .map(|a| {

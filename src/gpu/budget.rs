@@ -49,14 +49,15 @@ pub fn apu_memory(card: &GpuReading, runtime: Option<UsableMemory>) -> Option<Us
         .map_or_else(String::new, |v| format!("; VRAM carve-out {} MiB", v >> 20));
     match runtime {
         Some(r) if r.bytes >= gtt_free => Some(UsableMemory {
-            source: format!("{} on an APU, more than GTT's free part{carve_out}", r.source),
+            source: format!(
+                "{} on an APU, more than GTT's free part{carve_out}",
+                r.source
+            ),
             ..r
         }),
         _ => Some(UsableMemory {
             bytes: gtt_free,
-            source: format!(
-                "GTT free on an APU (unified memory, sysfs mem_info_gtt_*){carve_out}"
-            ),
+            source: format!("GTT free on an APU (unified memory, sysfs mem_info_gtt_*){carve_out}"),
         }),
     }
 }
@@ -87,7 +88,11 @@ mod tests {
     use std::path::Path;
 
     fn fixture(name: &str) -> Roots {
-        Roots::under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sysfs").join(name))
+        Roots::under(
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/sysfs")
+                .join(name),
+        )
     }
 
     fn hip(arch: &str, free: u64) -> DeviceSummary {
@@ -112,7 +117,11 @@ mod tests {
     fn an_apu_whose_runtime_reports_more_keeps_the_runtime_figure() {
         let u = usable_memory(&hip("gfx1151", 100 << 30), &fixture("strix-halo")).expect("usable");
         assert_eq!(u.bytes, 100 << 30);
-        assert!(u.source.contains("on an APU, more than GTT"), "{}", u.source);
+        assert!(
+            u.source.contains("on an APU, more than GTT"),
+            "{}",
+            u.source
+        );
     }
 
     #[test]

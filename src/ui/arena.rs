@@ -6,9 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::gpu::snapshot::{
-    ArenaSnapshot, DeviceSummary, HostSample, REMOTE_ARENA, SplitSnapshot,
-};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample, REMOTE_ARENA, SplitSnapshot};
 
 use super::meter::{bar, ellipsize, history, lines_on_top, open_panel, text};
 use super::series::Series;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use super::{Placement, Side};
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, KvShift, MemoryPlan,
-    OpLabel, Result, RopeParams, Weight, WeightData,
+    AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, KvShift, MemoryPlan, OpLabel,
+    Result, RopeParams, Weight, WeightData,
 };
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::snapshot::{
@@ -370,14 +370,22 @@ impl Backend for SplitBackend {
     ) -> Result<()> {
         let s = self.weight_side(w[0], self.place.layer_side(layer as usize));
         self.need(x, s)?;
-        let ws = [self.w_on(w[0], s)?, self.w_on(w[1], s)?, self.w_on(w[2], s)?];
+        let ws = [
+            self.w_on(w[0], s)?,
+            self.w_on(w[1], s)?,
+            self.w_on(w[2], s)?,
+        ];
         let mut bs = [None; 3];
         for i in 0..3 {
             if let Some(b) = bias[i] {
                 bs[i] = Some(self.w_on(b, s)?);
             }
         }
-        let os = [self.on(out[0], s)?, self.on(out[1], s)?, self.on(out[2], s)?];
+        let os = [
+            self.on(out[0], s)?,
+            self.on(out[1], s)?,
+            self.on(out[2], s)?,
+        ];
         let xs = self.on(x, s)?;
         self.side(s).matmul_qkv(ws, bs, xs, os, n_tokens, layer)?;
         for i in 0..3 {

@@ -20,8 +20,8 @@ use crate::gpu::backend::{
 };
 use crate::gpu::budget::{UsableMemory, usable_memory};
 use crate::gpu::cpu::CpuBackend;
-use crate::gpu::telemetry::Roots;
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
+use crate::gpu::telemetry::Roots;
 use crate::model::config::ModelConfig;
 use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::GgufFile;
@@ -284,7 +284,13 @@ impl Backend for PlanProbe {
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
-    fn add_bias(&mut self, _: Buf, _: Weight, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
+    fn add_bias(
+        &mut self,
+        _: Buf,
+        _: Weight,
+        _: usize,
+        _: OpLabel,
+    ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
     fn rope(
@@ -444,7 +450,15 @@ pub fn arrange(
     let full = model_plan(file, options)?;
     let usable = usable_memory(&gpu.device(), roots);
     let n_ctx = options.n_ctx.max(1);
-    let choice = choose(want, &full, gpu.as_ref(), usable.as_ref(), file, config, n_ctx)?;
+    let choice = choose(
+        want,
+        &full,
+        gpu.as_ref(),
+        usable.as_ref(),
+        file,
+        config,
+        n_ctx,
+    )?;
     if choice.place.all_on_gpu() {
         return Ok((gpu, Some(choice.said)));
     }
