@@ -183,6 +183,11 @@ impl ChatArgs {
     }
 }
 
+/// `-ngl`'s value: `auto` or a number of layers.
+pub fn parse_gpu_layers(s: &str) -> Result<crate::model::split::GpuLayers, String> {
+    s.parse()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -252,9 +257,4 @@ mod tests {
         let mut v = vec!["hipscope", "a.gguf", "-m", "b.gguf"];
         assert!(Cli::try_parse_from(v.drain(..)).is_err(), "both at once");
     }
-}
-
-/// `-ngl`'s value: `auto` or a number of layers.
-pub fn parse_gpu_layers(s: &str) -> Result<crate::model::split::GpuLayers, String> {
-    s.parse()
 }
