@@ -140,39 +140,6 @@ fn arena_panel() {
     insta::assert_snapshot!(draw(&app, 120, 24));
 }
 
-/// A model split with `-ngl 16`: the layers and weights on each side above the regions, and the
-/// Streams panel with the CPU part as its own lane.
-#[test]
-fn arena_and_streams_of_a_split_model() {
-    let mut app = loaded_app();
-    feed_diagnostics(&mut app);
-    let mut a = arena();
-    a.split = Some(hipscope::gpu::snapshot::SplitSnapshot {
-        gpu_layers: 16,
-        cpu_layers: 17,
-        gpu_weight_bytes: 1_812_000_000,
-        cpu_weight_bytes: 1_974_000_000,
-        handovers: 40,
-        handover_bytes: 40 * 4096 * 4,
-        summary: "16/33 layers on the GPU (layers 17–31 and the output), 17 on the CPU (layers 0–16, the embedding)".into(),
-    });
-    worker(&mut app, Event::Arena(a));
-    let mut lanes = vec![stream(2, 4_120, 17)];
-    lanes.push(hipscope::gpu::snapshot::StreamSnapshot {
-        name: "cpu".into(),
-        queue_depth: 1,
-        enqueued: 912,
-        completed: 911,
-        in_flight: Some(("layer 9 · ffn_down".into(), Duration::from_micros(2_400))),
-        last_completed: Some("layer 9 · ffn_norm".into()),
-    });
-    worker(&mut app, Event::Streams(lanes));
-    only_panel(&mut app, 6);
-    insta::assert_snapshot!("split_arena", draw(&app, 120, 24));
-    only_panel(&mut app, 5);
-    insta::assert_snapshot!("split_streams", draw(&app, 120, 24));
-}
-
 #[test]
 fn watchdog_panel_slow() {
     let mut app = loaded_app();
