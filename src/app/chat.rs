@@ -37,6 +37,7 @@ pub struct WorkerConfig {
     pub backend: config::BackendChoice,
     pub ctx_size: u32,
     pub threads: u32,
+    pub n_gpu_layers: crate::model::split::GpuLayers,
     pub device: Option<u32>,
     /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
     pub graphs: bool,
@@ -122,6 +123,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         backend: config.backend,
         ctx_size: config.ctx_size,
         threads: config.threads,
+        n_gpu_layers: config.n_gpu_layers,
         device: config.device,
         graphs: config.graphs,
         sampler: config.sampler.clone(),
@@ -432,6 +434,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
+            gpu_layers: cfg.n_gpu_layers,
+            cpu_threads: cfg.threads as usize,
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

@@ -38,6 +38,11 @@ pub struct ChatArgs {
     #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true,
           value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_THREADS))]
     pub threads: Option<u32>,
+    /// Layers on the GPU, as llama.cpp counts them (the output layer first, then the last
+    /// layers); the rest run on the CPU. `auto`: as many as fit (also `-ngl N`).
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto",
+          value_parser = parse_gpu_layers)]
+    pub n_gpu_layers: Option<crate::model::split::GpuLayers>,
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
@@ -131,6 +136,9 @@ impl ChatArgs {
         if let Some(n) = self.threads {
             config.threads = n;
         }
+        if let Some(n) = self.n_gpu_layers {
+            config.n_gpu_layers = n;
+        }
         if let Some(d) = self.device {
             config.device = Some(d);
         }
@@ -179,6 +187,11 @@ impl ChatArgs {
         }
         Ok(())
     }
+}
+
+/// `-ngl`'s value: `auto` or a number of layers.
+pub fn parse_gpu_layers(s: &str) -> Result<crate::model::split::GpuLayers, String> {
+    s.parse()
 }
 
 #[cfg(test)]

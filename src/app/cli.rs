@@ -63,7 +63,7 @@ pub enum Commands {
 }
 
 pub fn run() -> i32 {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(llama_spellings(std::env::args_os()));
     let chat = match &cli.command {
         None => Some(&cli.chat),
         Some(Commands::Chat(a)) => Some(a),
@@ -104,6 +104,29 @@ pub fn run() -> i32 {
             exit_code::FAILED
         }
     }
+}
+
+/// llama.cpp's multi-letter short flags, which clap cannot declare, as their long names:
+/// `-ngl N` → `--n-gpu-layers N` (up to a `--`, after which everything is a value).
+pub fn llama_spellings(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut rest = false;
+    args.into_iter()
+        .map(|a| {
+            if a == "--" {
+                rest = true;
+            }
+            if rest {
+                return a;
+            }
+            match a.to_str() {
+                Some("-ngl") => "--n-gpu-layers".into(),
+                Some(s) if s.starts_with("-ngl=") => format!("--n-gpu-layers={}", &s[5..]).into(),
+                _ => a,
+            }
+        })
+        .collect()
 }
 
 /// The chat's model argument, checked before anything is written: a bare word that is neither a

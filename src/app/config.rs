@@ -15,6 +15,7 @@ use toml::Value;
 
 use super::remote_config;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
+use crate::model::split::GpuLayers;
 use crate::ui::sampler;
 use crate::ui::settings::Panels;
 use crate::ui::theme::ThemeName;
@@ -137,6 +138,8 @@ pub struct Config {
     pub ctx_discard: u8,
     /// 0: all cores.
     pub threads: u32,
+    /// Layers on the GPU (`-ngl`): `auto` fits as many as the device's memory holds.
+    pub n_gpu_layers: GpuLayers,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
     pub device: Option<u32>,
     /// Replay the GPU decode step as a graph where the runtime can (`--no-graphs` overrides).
@@ -163,6 +166,7 @@ impl Default for Config {
             ctx_discard: 50,
             graphs: true,
             threads: 0,
+            n_gpu_layers: GpuLayers::Auto,
             device: None,
             system_prompt: String::new(),
             sampler: SamplerConfig::default(),
@@ -343,6 +347,7 @@ const TOP_KEYS: &[&str] = &[
     "ctx_size",
     "ctx_discard",
     "threads",
+    "n_gpu_layers",
     "device",
     "graphs",
     "system_prompt",
@@ -419,6 +424,20 @@ impl Config {
             "0 (all cores) or a whole number up to 4096",
         )? {
             c.threads = n as u32;
+        }
+        if let Some(v) = top.get("n_gpu_layers") {
+            let text = match v {
+                Value::Integer(i) => i.to_string(),
+                Value::String(s) => s.clone(),
+                _ => String::new(),
+            };
+            c.n_gpu_layers = text.parse().map_err(|_| {
+                top.invalid(
+                    "n_gpu_layers",
+                    v,
+                    "\"auto\" or a whole number of layers from 0 (llama.cpp's -ngl)",
+                )
+            })?;
         }
         if let Some(n) = top.integer(
             "device",

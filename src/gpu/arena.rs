@@ -374,6 +374,7 @@ impl Arena {
             device_total: mem.map(|m| m.total),
             device_free: mem.map(|m| m.free),
             pinned_host_bytes: self.pinned_host_bytes,
+            split: None,
         }
     }
 

@@ -151,6 +151,9 @@ pub struct AttnParams {
 /// read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvLayout {
+    /// The model's layer number of this layout's first layer: 0, or where a split model's
+    /// part starts ([`KvLayout::part`]).
+    first: usize,
     n_ctx: usize,
     kv_dim: usize,
     slots: Vec<usize>,
@@ -178,6 +181,7 @@ impl KvLayout {
         }
         offsets.push(at);
         Ok(KvLayout {
+            first: 0,
             n_ctx,
             kv_dim,
             slots,
@@ -188,6 +192,19 @@ impl KvLayout {
     /// Every one of `n_layers` layers keeps the whole context.
     pub fn uniform(n_layers: usize, n_ctx: usize, kv_dim: usize) -> Result<KvLayout> {
         KvLayout::new(n_ctx, kv_dim, vec![n_ctx; n_layers])
+    }
+
+    /// The layers `layers` of this layout, still numbered as the model numbers them (a split
+    /// model's GPU part keeps layers 17.. as 17..); `None` for an empty or out-of-range part.
+    pub fn part(&self, layers: std::ops::Range<usize>) -> Option<KvLayout> {
+        let lo = layers.start.checked_sub(self.first)?;
+        let hi = layers.end.checked_sub(self.first)?;
+        if lo >= hi || hi > self.slots.len() {
+            return None;
+        }
+        let mut p = KvLayout::new(self.n_ctx, self.kv_dim, self.slots[lo..hi].to_vec()).ok()?;
+        p.first = layers.start;
+        Some(p)
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -202,14 +219,20 @@ impl KvLayout {
         self.slots.len()
     }
 
-    /// Positions layer `l` keeps (0 for a layer that does not exist).
+    /// Positions layer `l` keeps (0 for a layer that does not exist here).
     pub fn slots(&self, l: usize) -> usize {
-        self.slots.get(l).copied().unwrap_or(0)
+        l.checked_sub(self.first)
+            .and_then(|i| self.slots.get(i))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// First element of layer `l` in the keys (and in the values).
     pub fn offset(&self, l: usize) -> usize {
-        self.offsets.get(l).copied().unwrap_or(0)
+        l.checked_sub(self.first)
+            .and_then(|i| self.offsets.get(i))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Elements of the keys (as many again for the values).
@@ -561,6 +584,20 @@ pub trait Backend: Send {
 
     /// Waits for every op before it and copies `out.len()` elements from `buf[offset..]`.
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()>;
+
+    /// Overwrites `buf[offset..offset + data.len()]` with `data`, after every op before it (the
+    /// hand-over of activations between the two backends of a split model).
+    fn write(&mut self, _buf: Buf, _offset: usize, _data: &[f32]) -> Result<()> {
+        Err(BackendError::Unsupported(
+            "this backend cannot take activations from another".into(),
+        ))
+    }
+
+    /// Bytes of device memory this backend would set aside for `plan` (its arena), for deciding
+    /// how many layers fit (`-ngl auto`); `None` where the backend has no device memory.
+    fn plan_bytes(&self, _plan: &MemoryPlan) -> Option<u64> {
+        None
+    }
 
     /// The streams this backend owns, for the UI (the CPU has none).
     fn streams(&self) -> Vec<StreamSnapshot> {

@@ -16,6 +16,7 @@
 
 pub mod arena;
 pub mod backend;
+pub mod budget;
 pub mod checksum;
 pub mod compute;
 pub mod cpu;

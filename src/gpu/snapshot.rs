@@ -47,6 +47,23 @@ pub struct ArenaSnapshot {
     pub device_free: Option<u64>,
     /// Page-locked host memory held for staging and breadcrumbs (not part of `capacity`).
     pub pinned_host_bytes: u64,
+    /// A model split between the GPU and the CPU (`-ngl`): which part is where.
+    pub split: Option<SplitSnapshot>,
+}
+
+/// How a split model's layers and weights are divided (llama.cpp's count: the output layer is
+/// one of the layers).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SplitSnapshot {
+    pub gpu_layers: usize,
+    pub cpu_layers: usize,
+    pub gpu_weight_bytes: u64,
+    pub cpu_weight_bytes: u64,
+    /// Activations copied from one side to the other so far, and their bytes.
+    pub handovers: u64,
+    pub handover_bytes: u64,
+    /// `16/33 layers on the GPU (layers 17–31 and the output), …`
+    pub summary: String,
 }
 
 /// How an [`ArenaSnapshot`]'s `kind` starts when it is a remote server's KV cache: its amounts

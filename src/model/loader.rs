@@ -5,10 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::gpu::backend::Backend;
+use crate::gpu::telemetry::Roots;
 use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::protocol::{ModelSource, ModelSummary, SamplerConfig};
 use crate::model::session::Session;
+use crate::model::split::{self, GpuLayers};
 use crate::model::synthetic::{self, SynthError};
 use crate::model::template::ChatTemplate;
 use crate::model::tokenizer::{Tokenizer, TokenizerError};
@@ -42,6 +44,11 @@ pub struct LoadOptions {
     pub sampler: SamplerConfig,
     /// Share of the conversation after the system prompt a full context drops at once.
     pub discard: f32,
+    /// Layers on the GPU (`-ngl`); the rest run on the CPU backend with `cpu_threads` threads.
+    /// Ignored on the CPU backend.
+    pub gpu_layers: GpuLayers,
+    /// Threads of the CPU part of a split model (0: every core).
+    pub cpu_threads: usize,
 }
 
 impl Default for LoadOptions {
@@ -52,6 +59,8 @@ impl Default for LoadOptions {
             all_logits: false,
             sampler: SamplerConfig::default(),
             discard: crate::model::session::DEFAULT_DISCARD,
+            gpu_layers: GpuLayers::Auto,
+            cpu_threads: 0,
         }
     }
 }
@@ -87,6 +96,9 @@ pub struct Loaded {
     pub session: Session,
     pub summary: ModelSummary,
     pub warnings: Vec<String>,
+    /// How `-ngl` placed the layers on a GPU (`-ngl auto: 16/33 layers on the GPU …`); `None`
+    /// on the CPU backend.
+    pub offload: Option<String>,
 }
 
 pub fn load(
@@ -120,16 +132,21 @@ pub fn load(
             config.train_ctx
         ));
     }
-    let model = Model::load(
-        file.clone(),
+    let options = ModelOptions {
+        n_ctx,
+        n_batch: opts.n_batch,
+        all_logits: opts.all_logits,
+    };
+    let (backend, offload) = split::arrange(
+        &file,
         backend,
-        ModelOptions {
-            n_ctx,
-            n_batch: opts.n_batch,
-            all_logits: opts.all_logits,
-        },
-        progress,
+        &config,
+        options,
+        opts.gpu_layers,
+        opts.cpu_threads,
+        &Roots::from_env(),
     )?;
+    let model = Model::load(file.clone(), backend, options, progress)?;
     let summary = summarize(&file, &model);
     let mut session = Session::new(model, tokenizer, template, opts.sampler.clone());
     session.set_discard(opts.discard);
@@ -137,6 +154,7 @@ pub fn load(
         session,
         summary,
         warnings,
+        offload,
     })
 }
 

@@ -10,6 +10,7 @@ pub mod protocol;
 pub mod remote;
 pub mod sampler;
 pub mod session;
+pub mod split;
 pub mod synthetic;
 pub mod template;
 pub mod tokenizer;

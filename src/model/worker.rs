@@ -427,7 +427,6 @@ impl Worker {
             Ok(b) => b,
             Err(e) => return failed(self, "opening the device", e),
         };
-        let device = backend.device();
         match loader::load(file, backend, &self.opts.load, &mut |f, what| {
             progress("load", Some(f), what)
         }) {
@@ -438,6 +437,14 @@ impl Worker {
                     self.error("model", w);
                 }
                 let mut session = loaded.session;
+                // After the load: a split model's device says how it is split; `-ngl auto` with
+                // every layer on the GPU says so too.
+                let mut device = session.model.backend().device();
+                if let Some(o) = &loaded.offload
+                    && !device.reason.contains(o.as_str())
+                {
+                    device.reason = format!("{}; {o}", device.reason);
+                }
                 session.model.set_interrupt(self.interrupt.clone());
                 if let Some(sys) = &self.opts.system {
                     session.set_system(sys);

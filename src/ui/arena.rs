@@ -6,7 +6,7 @@ use ratatui::layout::Rect;
 use ratatui::text::Line;
 use ratatui::widgets::{Paragraph, Wrap};
 
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample, REMOTE_ARENA};
+use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, HostSample, REMOTE_ARENA, SplitSnapshot};
 
 use super::meter::{bar, ellipsize, history, lines_on_top, open_panel, text};
 use super::series::Series;
@@ -28,7 +28,7 @@ impl ArenaPanel {
     pub fn wanted_height(&self) -> u16 {
         match &self.arena {
             Some(a) if a.kind.starts_with(REMOTE_ARENA) => 2 + 3,
-            Some(a) => 2 + 6 + a.regions.len() as u16,
+            Some(a) => 2 + 6 + a.regions.len() as u16 + if a.split.is_some() { 2 } else { 0 },
             None => 5,
         }
     }
@@ -130,6 +130,9 @@ impl ArenaPanel {
                 text(units::bytes(a.largest_free), theme.text),
             ]),
         ];
+        if let Some(sp) = &a.split {
+            lines.extend(split_lines(sp, w, theme));
+        }
         let name_w = a
             .regions
             .iter()
@@ -217,6 +220,38 @@ impl ArenaPanel {
             );
         }
     }
+}
+
+/// A model split between the GPU and the CPU (`-ngl`): the layers and weight bytes on each
+/// side, and a bar of the GPU's share of the weights.
+fn split_lines(s: &SplitSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>> {
+    let gpu_share = ratio(s.gpu_weight_bytes, s.gpu_weight_bytes + s.cpu_weight_bytes);
+    vec![
+        Line::from(vec![
+            text("GPU ", theme.dim),
+            text(
+                format!(
+                    "{} layers · {}",
+                    s.gpu_layers,
+                    units::bytes(s.gpu_weight_bytes)
+                ),
+                theme.text,
+            ),
+            text(" │ CPU ", theme.dim),
+            text(
+                format!(
+                    "{} layers · {}",
+                    s.cpu_layers,
+                    units::bytes(s.cpu_weight_bytes)
+                ),
+                theme.text,
+            ),
+        ]),
+        Line::from(vec![
+            text("split ", theme.dim),
+            text(bar(gpu_share, w.saturating_sub(6).min(40)), theme.gauge),
+        ]),
+    ]
 }
 
 /// The host's memory in use, as one line.

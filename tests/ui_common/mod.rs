@@ -121,6 +121,7 @@ pub fn arena() -> ArenaSnapshot {
         device_total: Some(24 * GIB),
         device_free: Some(24 * GIB - 812 * MIB),
         pinned_host_bytes: 16 * MIB,
+        split: None,
     }
 }
 
@@ -280,6 +281,7 @@ pub fn cpu_arena() -> ArenaSnapshot {
         device_total: Some(64 * GIB),
         device_free: Some(55 * GIB),
         pinned_host_bytes: 0,
+        split: None,
     }
 }
 

@@ -89,6 +89,9 @@ pub struct BenchResult {
     pub bound: Option<DecodeBound>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_ts: Option<f64>,
+    /// How `-ngl` placed the layers on a GPU (`-ngl 16: 16/33 layers on the GPU …`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offload: Option<String>,
 }
 
 /// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
@@ -162,6 +165,12 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
 
 fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let s = loaded.summary.clone();
+    let offload = loaded.offload.clone();
+    if !a.json
+        && let Some(o) = &offload
+    {
+        writeln!(std::io::stdout().lock(), "offload: {o}")?;
+    }
     let device = loaded.session.model.backend().device();
     let vocab = loaded.session.model.config.vocab_size as u64;
     let model = loaded.session.model_mut();
@@ -282,6 +291,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 graphs: model.backend().device().graphs,
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
+                offload: offload.clone(),
             });
             let mut out = std::io::stdout().lock();
             if !a.json && results.len() == 1 {
@@ -437,6 +447,7 @@ mod tests {
             graphs: None,
             bound: None,
             bound_ts: None,
+            offload: None,
         };
         let [head, rule] = header_lines();
         let line = row(&r);

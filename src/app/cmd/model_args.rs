@@ -21,6 +21,7 @@ use crate::model::forward::Model;
 use crate::model::gguf::GgufFile;
 use crate::model::loader::{self, LoadOptions, Loaded};
 use crate::model::protocol::{ModelSource, SamplerConfig};
+use crate::model::split::GpuLayers;
 
 /// Where the model comes from and how it is set up; shared by every command that runs one.
 #[derive(Args, Debug, Clone)]
@@ -70,6 +71,12 @@ pub struct ModelArgs {
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// Layers on the GPU, as llama.cpp counts them (the output layer first, then the last
+    /// layers); the rest run on the CPU. `auto` (default: `n_gpu_layers` in config.toml, else
+    /// auto): as many as the device's memory holds. Also `-ngl N`.
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto",
+          value_parser = crate::app::chat_args::parse_gpu_layers)]
+    pub n_gpu_layers: Option<GpuLayers>,
     /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
     pub kv_type: KvType,
@@ -127,6 +134,21 @@ pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     )?)
 }
 
+/// `-ngl`: the flag, else `n_gpu_layers` in the config file (read as [`model_path`] reads it),
+/// else auto.
+pub fn gpu_layers(args: &ModelArgs) -> anyhow::Result<GpuLayers> {
+    if let Some(n) = args.n_gpu_layers {
+        return Ok(n);
+    }
+    let config = std::env::var_os("HIPSCOPE_CONFIG")
+        .map(PathBuf::from)
+        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
+    match config {
+        Some(path) => Ok(crate::app::config::Config::load(&path)?.n_gpu_layers),
+        None => Ok(GpuLayers::Auto),
+    }
+}
+
 /// Opens the model file (or builds the synthetic one), reporting progress on stderr.
 pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
     let src = model_source(args)?;
@@ -154,6 +176,8 @@ pub fn load_model_with(
         n_batch: args.batch_size.max(1),
         all_logits,
         sampler,
+        gpu_layers: gpu_layers(args)?,
+        cpu_threads: args.threads,
         ..LoadOptions::default()
     };
     let mut bar = ProgressLine::new("loading");
@@ -162,6 +186,9 @@ pub fn load_model_with(
     bar.finish();
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
+    }
+    if let Some(s) = &loaded.offload {
+        eprintln!("offload: {s}");
     }
     Ok(loaded)
 }

@@ -407,9 +407,15 @@ impl GpuCompute {
     /// Overwrites the first `data.len()` elements of buffer `b` (through pinned staging, on the
     /// stream). For checks that feed both backends the same inputs op by op.
     pub fn write_buffer(&mut self, b: Buf, data: &[f32]) -> Result<()> {
+        self.write_at(b, 0, data)
+    }
+
+    /// Overwrites elements `offset..offset + data.len()` of buffer `b`, as
+    /// [`GpuCompute::write_buffer`] does from 0.
+    fn write_at(&mut self, b: Buf, offset: usize, data: &[f32]) -> Result<()> {
         let dst = self
-            .buf(b, data.len())?
-            .slice(0, data.len() as u64 * 4)
+            .buf(b, offset + data.len())?
+            .slice(offset as u64 * 4, data.len() as u64 * 4)
             .map_err(gpu_err)?;
         let bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
         let l = self.label(OpLabel::global("write buffer"), "")?;
@@ -457,7 +463,12 @@ impl Backend for GpuCompute {
                     name: i.name.clone(),
                     arch: i.arch.clone(),
                     total_memory: Some(i.total_memory),
-                    free_memory: self.arena_cache.device_free,
+                    // Before the arena exists: what was free when the device was opened (what
+                    // `-ngl auto` fits the layers into).
+                    free_memory: self
+                        .arena_cache
+                        .device_free
+                        .or_else(|| g.mem_at_open().map(|m| m.free)),
                     compute_units: Some(i.compute_units),
                     warp_size: Some(i.warp_size),
                     reason: self.reason.clone(),
@@ -783,6 +794,15 @@ impl Backend for GpuCompute {
 
     fn arena(&self) -> ArenaSnapshot {
         self.arena_cache.clone()
+    }
+
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_at(buf, offset, data)
+    }
+
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
+        let g = self.gpu.as_ref()?;
+        Some(g.arena_needs(&plan::arena_plan(plan, &self.opts)))
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {

@@ -602,6 +602,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::global("write"));
+        let mut d = self.take(buf, offset + data.len())?;
+        d[offset..offset + data.len()].copy_from_slice(data);
+        self.put(buf, d);
+        Ok(())
+    }
+
     fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
         let d = self.device();
         Some((
@@ -666,6 +674,7 @@ impl Backend for CpuBackend {
             largest_free: 0,
             device_allocations: self.allocations,
             pinned_host_bytes: 0,
+            split: None,
             runtime_overhead: None,
             device_total: mem.map(|m| m.0),
             device_free: mem.map(|m| m.1),

@@ -6,13 +6,9 @@ use crate::gpu::arena::{Arena, ArenaPlan, DeviceBuffer, Region};
 use crate::gpu::device::{BlasAvailability, DevicePtr, GpuError};
 
 impl Gpu {
-    /// Makes the arena for `plan` (plus the workspace hipscope itself needs), refusing up front
-    /// if the device lacks the memory, then sets up the GEMM path.
-    pub fn create_arena(&mut self, plan: &ArenaPlan) -> Result<(), GpuError> {
-        self.check_alive()?;
-        if self.arena.is_some() {
-            return Err(GpuError::InvalidArgument("the arena already exists".into()));
-        }
+    /// `plan` with the workspace hipscope itself adds (scalars, checksum scratch, BLAS), and
+    /// whether the BLAS workspace is in it.
+    fn with_own_workspace(&self, plan: &ArenaPlan) -> (ArenaPlan, bool) {
         let blas = matches!(
             self.backend.blas_availability(),
             BlasAvailability::Present { .. }
@@ -24,6 +20,26 @@ impl Gpu {
         if blas {
             plan.add(Region::Workspace, self.cfg.blas_workspace);
         }
+        (plan, blas)
+    }
+
+    /// Device memory [`Gpu::create_arena`] would need free for `plan`: the arena with its own
+    /// workspace, and the reserve left to the runtime (what its fit check compares).
+    pub fn arena_needs(&self, plan: &ArenaPlan) -> u64 {
+        self.with_own_workspace(plan)
+            .0
+            .total()
+            .saturating_add(self.cfg.runtime_reserve)
+    }
+
+    /// Makes the arena for `plan` (plus the workspace hipscope itself needs), refusing up front
+    /// if the device lacks the memory, then sets up the GEMM path.
+    pub fn create_arena(&mut self, plan: &ArenaPlan) -> Result<(), GpuError> {
+        self.check_alive()?;
+        if self.arena.is_some() {
+            return Err(GpuError::InvalidArgument("the arena already exists".into()));
+        }
+        let (plan, blas) = self.with_own_workspace(plan);
         let r = Arena::create(self.backend.as_mut(), &plan, self.cfg.runtime_reserve);
         let mut arena = self.guard(r)?;
         let pinned: u64 = self.staging.iter().map(|s| s.mem.bytes as u64).sum::<u64>()

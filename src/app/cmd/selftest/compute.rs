@@ -41,11 +41,14 @@ use crate::gpu::kernels::KernelCache;
 use crate::gpu::quant::GgmlType;
 use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::DeviceRelease;
+use crate::gpu::telemetry::Roots;
+use crate::model::config::ModelConfig;
 use crate::model::forward::{Logits, Model, ModelOptions};
 use crate::model::gguf::GgufFile;
 use crate::model::loader;
 use crate::model::protocol::ModelSource;
 use crate::model::sampler::Rng;
+use crate::model::split::{self, GpuLayers};
 
 /// The default matrix: the synthetic shapes and weight types the task's table asks for.
 pub const SHAPES: &[&str] = &[
@@ -98,6 +101,9 @@ pub struct ComputeCheckOptions {
     pub files: Vec<PathBuf>,
     /// Run every case op by op as well (per-op error table).
     pub ops: bool,
+    /// Split each GPU model as `-ngl` asks (the op-by-op table stays all on the GPU); `None`:
+    /// all layers on the GPU.
+    pub gpu_layers: Option<GpuLayers>,
 }
 
 struct Case {
@@ -291,11 +297,32 @@ impl Outcome {
     }
 }
 
-fn run_case(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<Outcome, String> {
+fn run_case(
+    file: &Arc<GgufFile>,
+    gpu: GpuCompute,
+    ngl: Option<GpuLayers>,
+) -> Result<Outcome, String> {
     let load = |f: &Arc<GgufFile>, b: Box<dyn Backend>| {
         Model::load(f.clone(), b, model_options(), &mut |_, _| {}).map_err(|e| e.to_string())
     };
-    let mut g = load(file, Box::new(gpu))?;
+    let gpu: Box<dyn Backend> = match ngl {
+        Some(n) => {
+            let config = ModelConfig::from_gguf(file).map_err(|e| e.to_string())?;
+            split::arrange(
+                file,
+                Box::new(gpu),
+                &config,
+                model_options(),
+                n,
+                0,
+                &Roots::from_env(),
+            )
+            .map_err(|e| e.to_string())?
+            .0
+        }
+        None => Box::new(gpu),
+    };
+    let mut g = load(file, gpu)?;
     let result = (|| {
         let mut c = load(file, Box::new(CpuBackend::new(0)))?;
         let mut nudged_models = Vec::new();
@@ -556,7 +583,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
             );
             device_line = true;
         }
-        let r = run_case(&file, gpu);
+        let r = run_case(&file, gpu, o.gpu_layers);
         let ops = open_gpu(o, c.kv).and_then(|g| run_lockstep(&file, g));
         let secs = t.elapsed().as_secs_f64();
         let bound = end_to_end_tolerance(&file);

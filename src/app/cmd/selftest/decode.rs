@@ -65,6 +65,7 @@ impl DecodeModel {
             quants: Vec::new(),
             files: Vec::new(),
             ops: false,
+            gpu_layers: None,
         };
         // The cache type chat uses (the compute options' default).
         let gpu = open_gpu(&o, KvType::F16)?;

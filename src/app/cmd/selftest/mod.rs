@@ -72,6 +72,11 @@ pub struct SelftestArgs {
     /// With --compute: compare every op of every case (a per-op error table).
     #[arg(long, requires = "compute")]
     pub ops: bool,
+    /// With --compute: split each model between the GPU and the CPU as `-ngl N` does (llama.cpp's
+    /// count; also `-ngl`).
+    #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto", requires = "compute",
+          value_parser = crate::app::chat_args::parse_gpu_layers)]
+    pub n_gpu_layers: Option<crate::model::split::GpuLayers>,
     /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -99,6 +104,7 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
             quants: or_default(&args.quants, compute::QUANTS),
             files: args.models.clone(),
             ops: args.ops,
+            gpu_layers: args.n_gpu_layers,
         });
     }
     run(&SelftestOptions {
