@@ -439,6 +439,34 @@ impl Backend for SplitBackend {
         Ok(())
     }
 
+    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+        // The whole mixture runs on its layer's side: router, experts and the residual add.
+        let s = self.weight_side(m.router, self.place.layer_side(m.layer as usize));
+        self.need(m.x, s)?;
+        self.need(m.acc, s)?;
+        let on = crate::gpu::backend::MoeFfn {
+            router: self.w_on(m.router, s)?,
+            gate: self.w_on(m.gate, s)?,
+            up: self.w_on(m.up, s)?,
+            down: self.w_on(m.down, s)?,
+            x: self.on(m.x, s)?,
+            acc: self.on(m.acc, s)?,
+            logits: self.on(m.logits, s)?,
+            route: self.on(m.route, s)?,
+            xs: self.on(m.xs, s)?,
+            h: self.on(m.h, s)?,
+            y: self.on(m.y, s)?,
+            ..*m
+        };
+        self.side(s).moe_ffn(&on)?;
+        self.wrote(m.acc, s, m.n_tokens * m.dim);
+        // Scratch: written on this side, never read on the other.
+        for b in [m.logits, m.route, m.xs, m.h, m.y] {
+            self.wrote(b, s, 0);
+        }
+        Ok(())
+    }
+
     fn copy_bandwidth(&mut self) -> Option<f64> {
         self.gpu.copy_bandwidth()
     }
