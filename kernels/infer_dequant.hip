@@ -146,122 +146,129 @@ __device__ float dq_iq4_xs(const unsigned char *b, hs_u32 j) {
 
 // out[r * cols + c] = element c of source row (tokens ? tokens[r] : r) of `table`, for
 // blockIdx.y = r. A source row outside the table (the host checks token ids first) reads as 0.
+// `out` holds f32, or f16 (round to nearest even) when half_out is set: the weight tiles of the
+// f16 prefill GEMM.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
-__device__ void infer_dequant_rows(const unsigned char *table, const hs_u32 *tokens, float *out,
-                                   hs_u32 cols, hs_u64 row_bytes, hs_u32 n_src_rows) {
+__device__ void infer_dequant_rows(const unsigned char *table, const hs_u32 *tokens, void *out,
+                                   hs_u32 cols, hs_u64 row_bytes, hs_u32 n_src_rows,
+                                   hs_u32 half_out) {
     const hs_u32 r = blockIdx.y;
     const hs_u32 src = (tokens != 0) ? tokens[r] : r;
-    float *o = out + (hs_u64)r * cols;
     const unsigned char *row = table + (hs_u64)src * row_bytes;
     const hs_u32 stride = gridDim.x * blockDim.x;
     for (hs_u32 c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += stride) {
-        o[c] = (src < n_src_rows) ? DQ(row + (hs_u64)(c / BL) * BB, c % BL) : 0.0f;
+        const float v = (src < n_src_rows) ? DQ(row + (hs_u64)(c / BL) * BB, c % BL) : 0.0f;
+        if (half_out) {
+            ((unsigned short *)out)[(hs_u64)r * cols + c] = hs_float_to_half(v);
+        } else {
+            ((float *)out)[(hs_u64)r * cols + c] = v;
+        }
     }
 }
 
 HS_KERNEL void hs_dequant_rows_f32(HS_TRACK_PARAMS, const unsigned char *table,
-                                   const hs_u32 *tokens, float *out, hs_u32 cols,
-                                   hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                   const hs_u32 *tokens, void *out, hs_u32 cols,
+                                   hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_f32, 1, 4>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_f32, 1, 4>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_f16(HS_TRACK_PARAMS, const unsigned char *table,
-                                   const hs_u32 *tokens, float *out, hs_u32 cols,
-                                   hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                   const hs_u32 *tokens, void *out, hs_u32 cols,
+                                   hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_f16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_f16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_bf16(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_bf16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_bf16, 1, 2>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q4_0(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q4_0, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q4_0, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q4_1(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q4_1, 32, 20>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q4_1, 32, 20>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q5_0(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q5_0, 32, 22>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q5_0, 32, 22>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q5_1(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q5_1, 32, 24>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q5_1, 32, 24>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q8_0(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q8_0, 32, 34>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q8_0, 32, 34>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q4_k(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q4_k, 256, 144>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q4_k, 256, 144>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q5_k(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q5_k, 256, 176>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q5_k, 256, 176>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q6_k(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q6_k, 256, 210>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q6_k, 256, 210>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q2_k(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q2_k, 256, 84>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q2_k, 256, 84>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_q3_k(HS_TRACK_PARAMS, const unsigned char *table,
-                                    const hs_u32 *tokens, float *out, hs_u32 cols,
-                                    hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                    const hs_u32 *tokens, void *out, hs_u32 cols,
+                                    hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_q3_k, 256, 110>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_q3_k, 256, 110>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_iq4_nl(HS_TRACK_PARAMS, const unsigned char *table,
-                                      const hs_u32 *tokens, float *out, hs_u32 cols,
-                                      hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                      const hs_u32 *tokens, void *out, hs_u32 cols,
+                                      hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_iq4_nl, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_iq4_nl, 32, 18>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 HS_KERNEL void hs_dequant_rows_iq4_xs(HS_TRACK_PARAMS, const unsigned char *table,
-                                      const hs_u32 *tokens, float *out, hs_u32 cols,
-                                      hs_u64 row_bytes, hs_u32 n_src_rows) {
+                                      const hs_u32 *tokens, void *out, hs_u32 cols,
+                                      hs_u64 row_bytes, hs_u32 n_src_rows, hs_u32 half_out) {
     HS_BREADCRUMB();
-    infer_dequant_rows<dq_iq4_xs, 256, 136>(table, tokens, out, cols, row_bytes, n_src_rows);
+    infer_dequant_rows<dq_iq4_xs, 256, 136>(table, tokens, out, cols, row_bytes, n_src_rows, half_out);
 }
 
 // Q8 quantization of activations, one thread per block of `bs` (32 or 256) values, exactly as the

@@ -46,7 +46,8 @@ use crate::gpu::snapshot::{
 use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::watchdog::{self, Watchdog};
 
-pub use plan::{ActFormat, ComputeOptions, KvType};
+pub use dequant::{PrefillPath, choose_prefill, matrix_units};
+pub use plan::{ActFormat, ComputeOptions, KvType, PrefillGemm};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
     mv_grid, rope_theta_scale, tile_rows, type_kernels,
