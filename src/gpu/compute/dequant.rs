@@ -149,7 +149,6 @@ impl GpuCompute {
                 Arg::U32(cols as u32),
                 Arg::U64(row_bytes),
                 Arg::U32(rows as u32),
-                Arg::U32(0),
             ],
         )?;
         self.wrote(out);
@@ -255,7 +254,6 @@ impl GpuCompute {
                     Arg::U32(cols as u32),
                     Arg::U64(row_bytes),
                     Arg::U32(r as u32),
-                    Arg::U32(0),
                 ],
             )?;
             let g = gemm_args(tile, b, out, r, r0, rows, n_tokens, cols, one, zero);
@@ -290,9 +288,8 @@ impl GpuCompute {
         };
         let xh_bytes = f16_bytes(n_tokens * cols);
         let row_f16 = cols as u64 * 2;
-        let own = matches!(path, PrefillPath::Own { .. });
-        // hs_gemm_f16's contract: k a whole number of its 32-wide steps.
-        if xh_bytes + row_f16 > tile.bytes || (own && !cols.is_multiple_of(32)) {
+        // hs_dequant_tile_* and hs_gemm_f16 take whole 32-element chunks of a row.
+        if xh_bytes + row_f16 > tile.bytes || !cols.is_multiple_of(32) {
             return Ok(false);
         }
         let xh = tile.slice(0, xh_bytes).map_err(gpu_err)?;
@@ -317,29 +314,27 @@ impl GpuCompute {
             .min(MAX_GRID_Y)
             .max(1);
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
-        let (_, dq) = self.kernels.by_type[&ty];
-        let dq_name = dequant_name(tk.suffix);
+        let dq = self
+            .live_gpu()?
+            .function(&format!("hs_dequant_tile_{}", tk.suffix))
+            .map_err(gpu_err)?;
         let mut r0 = 0;
         while r0 < rows {
             let r = per.min(rows - r0);
+            // A thread per 32 elements (hs_dequant_tile_*; cols is a multiple of 32 here).
+            let threads = (r * cols / 32) as u64;
             self.launch(
                 label,
-                dq_name,
+                "dequant_f16",
                 dq,
-                [
-                    (cols as u64).div_ceil(256).clamp(1, 1024) as u32,
-                    r as u32,
-                    1,
-                ],
+                [threads.div_ceil(256).clamp(1, 65_535) as u32, 1, 1],
                 [256, 1, 1],
                 &[
                     Arg::Ptr(wbuf.ptr.offset(r0 as u64 * row_bytes)),
-                    Arg::U64(0),
                     Arg::Ptr(wtile.ptr),
                     Arg::U32(cols as u32),
                     Arg::U64(row_bytes),
                     Arg::U32(r as u32),
-                    Arg::U32(1),
                 ],
             )?;
             self.gemm_f16(path, wtile, xh, out, r, r0, rows, n_tokens, cols, label)?;
@@ -427,5 +422,22 @@ fn gemm_args(
         beta: zero,
         c: out.ptr.offset(r0 as u64 * 4),
         ldc: rows as i32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matrix_units_follow_the_kernels_arch_checks() {
+        assert!(matrix_units(RuntimeKind::Cuda, "sm_90").contains("mma.sync"));
+        assert!(matrix_units(RuntimeKind::Cuda, "sm_80").contains("mma.sync"));
+        assert!(matrix_units(RuntimeKind::Cuda, "sm_75").starts_with("plain"));
+        assert!(matrix_units(RuntimeKind::Hip, "gfx1100").starts_with("WMMA"));
+        assert!(matrix_units(RuntimeKind::Hip, "gfx1151").starts_with("WMMA"));
+        assert!(matrix_units(RuntimeKind::Hip, "gfx90a:sramecc+:xnack-").starts_with("MFMA"));
+        assert!(matrix_units(RuntimeKind::Hip, "gfx1030").starts_with("plain"));
+        assert!(matrix_units(RuntimeKind::Hip, "gfx110").starts_with("plain"));
     }
 }

@@ -263,6 +263,19 @@ mod tests {
     use super::*;
     use crate::gpu::quant;
 
+    #[test]
+    fn prefill_gemm_settings_parse_and_name_the_choices() {
+        assert_eq!("OWN".parse::<PrefillGemm>(), Ok(PrefillGemm::Own));
+        assert_eq!("blas".parse::<PrefillGemm>(), Ok(PrefillGemm::Blas));
+        assert_eq!("f32".parse::<PrefillGemm>(), Ok(PrefillGemm::F32));
+        assert_eq!("auto".parse::<PrefillGemm>(), Ok(PrefillGemm::Auto));
+        let e = "fast".parse::<PrefillGemm>().unwrap_err();
+        assert!(
+            e.contains("\"fast\"") && e.contains("auto, blas, own or f32"),
+            "{e}"
+        );
+    }
+
     fn smollm2_plan(n_batch: usize) -> MemoryPlan {
         // SmolLM2-135M: 30 layers, dim 576, 3 KV heads of 64, ffn 1536, vocab 49152.
         let (dim, kv_dim, ffn, vocab, layers, n_ctx) = (576, 192, 1536, 49152, 30, 4096);
