@@ -430,7 +430,11 @@ impl Backend for GpuCompute {
                     free_memory: self.arena_cache.device_free,
                     compute_units: Some(i.compute_units),
                     warp_size: Some(i.warp_size),
-                    reason: self.reason.clone(),
+                    // The GPU panel shows the reason: it says which prefill GEMM runs too.
+                    reason: match self.prefill_path() {
+                        Ok(p) => format!("{}; prefill {p}", self.reason),
+                        Err(_) => self.reason.clone(),
+                    },
                 }
             }
             None => DeviceSummary {

@@ -422,11 +422,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         };
         if !device_line {
             let d = gpu.device();
+            // The reason ends with the prefill GEMM (`; prefill f16 tiles × …`).
             outln!("device: {} [{}] — {}", d.name, d.arch, d.reason);
-            match gpu.prefill_path() {
-                Ok(p) => outln!("prefill GEMM: {p}"),
-                Err(e) => outln!("prefill GEMM: {e}"),
-            }
             outln!();
             outln!(
                 "{:<18} {:<7} {:<4} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>5}  result",
