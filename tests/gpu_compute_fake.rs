@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hipscope::gpu::backend::{Backend, BackendError};
-use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
+use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType, PrefillGemm, PrefillPath};
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
 use hipscope::gpu::snapshot::{DeviceRelease, QuitStepStatus};
@@ -57,6 +57,50 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
     c.log().iter().filter(|l| **l == want).count()
 }
 
+/// Where no BLAS serves (the fake has none), auto takes hipscope's own f16 kernel; `blas` is
+/// refused with the reason; `f32` keeps the prompt on f32 tiles and hs_sgemm.
+#[test]
+fn the_prefill_gemm_setting_picks_the_path() {
+    let open = |prefill| {
+        let (dev, ctl) = fake(1 << 30);
+        let gpu = GpuCompute::open(
+            Box::new(dev),
+            "fake: test device",
+            ComputeOptions {
+                prefill,
+                ..ComputeOptions::default()
+            },
+            &KernelCache::disabled(),
+        )
+        .expect("open");
+        (gpu, ctl)
+    };
+    let (gpu, _) = open(PrefillGemm::Auto);
+    assert!(matches!(
+        gpu.prefill_path().expect("auto"),
+        PrefillPath::Own { forced: false, .. }
+    ));
+    let (gpu, _) = open(PrefillGemm::Blas);
+    let e = gpu
+        .prefill_path()
+        .expect_err("no BLAS on the fake")
+        .to_string();
+    assert!(e.contains("HIPSCOPE_PREFILL_GEMM=blas"), "{e}");
+    let (gpu, ctl) = open(PrefillGemm::F32);
+    assert!(matches!(
+        gpu.prefill_path().expect("f32"),
+        PrefillPath::F32 { .. }
+    ));
+    let mut m = Model::load(tiny("Q4_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
+    let mut logits = Vec::new();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert!(launched(&ctl, "hs_sgemm") > 0);
+    assert_eq!(launched(&ctl, "hs_gemm_f16"), 0);
+    assert_eq!(launched(&ctl, "hs_f32_to_f16"), 0);
+}
+
 #[test]
 fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     let (dev, ctl) = fake(1 << 30);
@@ -98,10 +142,13 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
         "no device allocation while generating"
     );
 
-    // The prompt (20 ≥ 16 tokens) took the GEMM path: tiles dequantized, hs_sgemm (no BLAS on
-    // the fake); the short batch took the matrix-vector kernel, decode the fused one-token ones.
-    assert!(launched(&ctl, "hs_dequant_rows_q4_0") > 0);
-    assert!(launched(&ctl, "hs_sgemm") > 0);
+    // The prompt (20 ≥ 16 tokens) took the GEMM path: its activations to f16, f16 tiles
+    // dequantized, hipscope's own f16 matrix kernel (no BLAS on the fake); the short batch took
+    // the matrix-vector kernel, decode the fused one-token ones.
+    assert!(launched(&ctl, "hs_dequant_tile_q4_0") > 0);
+    assert!(launched(&ctl, "hs_f32_to_f16") > 0);
+    assert!(launched(&ctl, "hs_gemm_f16") > 0);
+    assert_eq!(launched(&ctl, "hs_sgemm"), 0);
     assert!(launched(&ctl, "hs_mv_q4_0") > 0);
     assert!(
         launched(&ctl, "hs_attention_f16") == 3 * 2,
@@ -137,8 +184,8 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
         "layer 1 · attn_q · mv_q4_0",
         "layer 0 · attention · attention_f16",
         "layer 1 · attention · attention_f16 + quantize_q8",
-        "layer 1 · ffn_down · gemm",
-        "layer 0 · ffn_down · dequant_q4_0",
+        "layer 1 · ffn_down · mm_f16",
+        "layer 0 · ffn_down · dequant_f16",
         "read · logits",
     ] {
         assert!(

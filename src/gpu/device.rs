@@ -342,6 +342,20 @@ pub trait Device: Send {
     /// # Safety
     /// All pointers in `g` are device memory large enough for the shapes.
     unsafe fn sgemm(&mut self, h: RawBlas, g: &GemmF32) -> Result<(), GpuError>;
+    /// Whether [`Device::gemm_f16`] works (cublasGemmEx; rocblas_gemm_ex where the library has
+    /// it).
+    fn blas_has_f16(&self) -> bool {
+        false
+    }
+    /// As [`Device::sgemm`] with A and B holding f16 (C, alpha and beta f32, f32 accumulation).
+    ///
+    /// # Safety
+    /// All pointers in `g` are device memory large enough for the shapes.
+    unsafe fn gemm_f16(&mut self, _h: RawBlas, _g: &GemmF32) -> Result<(), GpuError> {
+        Err(GpuError::InvalidArgument(
+            "this BLAS has no f16 GEMM".into(),
+        ))
+    }
     /// # Safety
     /// `h` is not used afterwards.
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError>;

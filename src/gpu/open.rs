@@ -83,7 +83,13 @@ fn open_backend(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), Stri
                 &KernelCache::default_location(),
             ) {
                 Ok(g) => {
-                    let said = format!("{reason}; KV cache {}", g.options().kv.name());
+                    let prefill = g
+                        .prefill_path()
+                        .map_or_else(|e| e.to_string(), |p| p.to_string());
+                    let said = format!(
+                        "{reason}; KV cache {}; prefill {prefill}",
+                        g.options().kv.name()
+                    );
                     Ok((Box::new(g), said))
                 }
                 Err(e) if req.choice == BackendChoice::Auto => Ok(cpu(format!(

@@ -13,7 +13,7 @@ use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
 use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
-use crate::gpu::compute::{ComputeOptions, KvType};
+use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
 use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
 use crate::gpu::snapshot::{DeviceRelease, QuitStepStatus};
@@ -194,11 +194,13 @@ pub fn load_model_with(
 }
 
 /// The GPU backend's settings from the command line, with `HIPSCOPE_GEMM_MIN_TOKENS` (the batch
-/// size from which matrix products take the GEMM path) for measuring the two paths.
-pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
+/// size from which matrix products take the GEMM path) for measuring the two paths, and
+/// `HIPSCOPE_PREFILL_GEMM` (which GEMM: [`PrefillGemm`]).
+pub fn compute_options(args: &ModelArgs) -> anyhow::Result<ComputeOptions> {
     let mut o = ComputeOptions {
         kv: args.kv_type,
         graphs: !args.no_graphs && configured_graphs(),
+        prefill: PrefillGemm::from_env().map_err(anyhow::Error::msg)?,
         ..ComputeOptions::default()
     };
     if let Some(n) = std::env::var("HIPSCOPE_GEMM_MIN_TOKENS")
@@ -207,7 +209,7 @@ pub fn compute_options(args: &ModelArgs) -> ComputeOptions {
     {
         o.gemm_min_tokens = n.max(1);
     }
-    o
+    Ok(o)
 }
 
 /// The config file's `graphs` (true when no config file or no key): headless commands follow it
@@ -231,7 +233,7 @@ pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
             choice: args.backend,
             device: args.device,
             threads: args.threads,
-            compute: compute_options(args),
+            compute: compute_options(args)?,
         },
         crate::gpu::open::hangs_to_stderr(),
     )

@@ -168,10 +168,12 @@ impl Backend for Lockstep {
         self.cpu.matmul(w, x, out, n_tokens, label)?;
         self.gpu.matmul(w, x, out, n_tokens, label)?;
         let (ty, rows, _) = self.weight_shapes[w.0 as usize];
-        let path = if n_tokens >= self.gpu.options().gemm_min_tokens {
-            "gemm"
-        } else {
+        let path = if n_tokens < self.gpu.options().gemm_min_tokens {
             "mv"
+        } else if self.gpu.prefill_is_f16(ty) {
+            "gemm f16"
+        } else {
+            "gemm"
         };
         let n = n_tokens * rows;
         self.check(out, n, format!("matmul {ty} ({path})"), label)

@@ -48,7 +48,8 @@ use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::watchdog::{self, Watchdog};
 
 pub use attention::flash_splits;
-pub use plan::{ActFormat, ComputeOptions, KvType};
+pub use dequant::{PrefillPath, choose_prefill, matrix_units};
+pub use plan::{ActFormat, ComputeOptions, KvType, PrefillGemm};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
     mv_grid, rope_theta_scale, tile_rows, type_kernels,
@@ -471,7 +472,11 @@ impl Backend for GpuCompute {
                         .or_else(|| g.mem_at_open().map(|m| m.free)),
                     compute_units: Some(i.compute_units),
                     warp_size: Some(i.warp_size),
-                    reason: self.reason.clone(),
+                    // The GPU panel shows the reason: it says which prefill GEMM runs too.
+                    reason: match self.prefill_path() {
+                        Ok(p) => format!("{}; prefill {p}", self.reason),
+                        Err(_) => self.reason.clone(),
+                    },
                     graphs: Some(g.graph_mode().describe()),
                 }
             }

@@ -88,14 +88,59 @@ impl std::str::FromStr for KvType {
     }
 }
 
+/// Which GEMM multiplies prompt batches (`HIPSCOPE_PREFILL_GEMM`, read by [`PrefillGemm::from_env`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PrefillGemm {
+    /// f16 tiles through the BLAS where it multiplies f16 (cuBLAS, rocBLAS with gemm_ex), else
+    /// hipscope's own f16 matrix kernel.
+    #[default]
+    Auto,
+    /// The BLAS's f16 GEMM; an error where there is none.
+    Blas,
+    /// hipscope's own f16 matrix kernel (`hs_gemm_f16`), even where a BLAS would serve.
+    Own,
+    /// The f32 path: f32 tiles through `gemm_f32` (as before the matrix units were used).
+    F32,
+}
+
+impl PrefillGemm {
+    pub const ENV: &'static str = "HIPSCOPE_PREFILL_GEMM";
+
+    /// The setting from `HIPSCOPE_PREFILL_GEMM` (auto when unset or empty).
+    pub fn from_env() -> Result<PrefillGemm, String> {
+        match std::env::var(Self::ENV) {
+            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("{}: {e}", Self::ENV)),
+            _ => Ok(PrefillGemm::Auto),
+        }
+    }
+}
+
+impl std::str::FromStr for PrefillGemm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(PrefillGemm::Auto),
+            "blas" => Ok(PrefillGemm::Blas),
+            "own" => Ok(PrefillGemm::Own),
+            "f32" => Ok(PrefillGemm::F32),
+            other => Err(format!(
+                "unknown prefill GEMM {other:?} (auto, blas, own or f32)"
+            )),
+        }
+    }
+}
+
 /// How the GPU backend computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ComputeOptions {
     pub kv: KvType,
+    /// Which GEMM multiplies prompt batches.
+    pub prefill: PrefillGemm,
     /// Matrix products of at least this many tokens dequantize weight tiles and run a GEMM;
     /// fewer run the matrix-vector kernels, up to [`MV_MAX_TOKENS`] tokens per launch.
     pub gemm_min_tokens: usize,
-    /// Most bytes of one dequantized (f32) weight tile for the GEMM path.
+    /// Most bytes of one dequantized weight tile for the GEMM path (the f16 path also keeps the
+    /// batch's f16 activations at its start).
     pub tile_bytes: u64,
     /// Replay the decode step as a graph where the runtime can (`--no-graphs`, config `graphs`).
     pub graphs: bool,
@@ -105,6 +150,7 @@ impl Default for ComputeOptions {
     fn default() -> Self {
         ComputeOptions {
             kv: KvType::F16,
+            prefill: PrefillGemm::Auto,
             gemm_min_tokens: 16,
             tile_bytes: 64 << 20,
             graphs: true,
@@ -234,6 +280,19 @@ pub fn rope_theta_scale(base: f32, n_rot: usize) -> f32 {
 mod tests {
     use super::*;
     use crate::gpu::quant;
+
+    #[test]
+    fn prefill_gemm_settings_parse_and_name_the_choices() {
+        assert_eq!("OWN".parse::<PrefillGemm>(), Ok(PrefillGemm::Own));
+        assert_eq!("blas".parse::<PrefillGemm>(), Ok(PrefillGemm::Blas));
+        assert_eq!("f32".parse::<PrefillGemm>(), Ok(PrefillGemm::F32));
+        assert_eq!("auto".parse::<PrefillGemm>(), Ok(PrefillGemm::Auto));
+        let e = "fast".parse::<PrefillGemm>().unwrap_err();
+        assert!(
+            e.contains("\"fast\"") && e.contains("auto, blas, own or f32"),
+            "{e}"
+        );
+    }
 
     fn smollm2_plan(n_batch: usize) -> MemoryPlan {
         // SmolLM2-135M: 30 layers, dim 576, 3 KV heads of 64, ffn 1536, vocab 49152.

@@ -122,6 +122,46 @@ impl CudaDevice {
         })
     }
 
+    /// cublasGemmEx: A and B f16, C f32, f32 accumulation (tensor cores where the device has
+    /// them); alpha and beta f32 in device memory.
+    pub(super) unsafe fn cublas_gemm_f16(
+        &mut self,
+        h: RawBlas,
+        g: &GemmF32,
+    ) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let op = |o: Op| match o {
+            Op::N => cublas::cublasOperation_t::CUBLAS_OP_N,
+            Op::T => cublas::cublasOperation_t::CUBLAS_OP_T,
+        };
+        let f16 = cublas::cudaDataType::CUDA_R_16F;
+        let f32 = cublas::cudaDataType::CUDA_R_32F;
+        // SAFETY: caller guarantees pointers and shapes; device pointer mode is set.
+        cublas_check("cublasGemmEx", unsafe {
+            cublas::cublasGemmEx(
+                h.0 as cublas::cublasHandle_t,
+                op(g.transa),
+                op(g.transb),
+                g.m,
+                g.n,
+                g.k,
+                g.alpha.0 as *const c_void,
+                g.a.0 as *const c_void,
+                f16,
+                g.lda,
+                g.b.0 as *const c_void,
+                f16,
+                g.ldb,
+                g.beta.0 as *const c_void,
+                g.c.0 as *mut c_void,
+                f32,
+                g.ldc,
+                cublas::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                cublas::cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+
     pub(super) unsafe fn cublas_destroy(&mut self, h: RawBlas) -> Result<(), GpuError> {
         self.ensure_current()?;
         // SAFETY: caller guarantees h unused afterwards.

@@ -381,6 +381,15 @@ impl Device for CudaDevice {
         unsafe { self.cublas_sgemm(h, g) }
     }
 
+    fn blas_has_f16(&self) -> bool {
+        self.cublas.is_ok()
+    }
+
+    unsafe fn gemm_f16(&mut self, h: RawBlas, g: &GemmF32) -> Result<(), GpuError> {
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe { self.cublas_gemm_f16(h, g) }
+    }
+
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { self.cublas_destroy(h) }

@@ -236,6 +236,79 @@ impl Gpu {
         }
     }
 
+    /// The BLAS library that multiplies f16 inputs into f32 (cublasGemmEx, rocblas_gemm_ex), if
+    /// the GEMM path is (or, before the arena exists, will be) that BLAS and it has one.
+    pub fn blas_f16(&self) -> Option<String> {
+        let library = match (&self.gemm_path, self.backend.blas_availability()) {
+            (GemmPath::Blas { library }, _) => library.clone(),
+            (GemmPath::NotReady, BlasAvailability::Present { library }) => library,
+            _ => return None,
+        };
+        self.backend.blas_has_f16().then_some(library)
+    }
+
+    /// `gemm_f32`'s contract with A and B holding f16 (f32 C, f32 accumulation), through the
+    /// BLAS; an error where [`Gpu::blas_f16`] is `None`.
+    pub fn gemm_f16_blas(&mut self, label: LabelId, g: &GemmF32) -> Result<u64, GpuError> {
+        g.validate().map_err(GpuError::InvalidArgument)?;
+        match (&self.gemm_path, self.blas) {
+            (GemmPath::Blas { .. }, Some(h)) if self.backend.blas_has_f16() => {
+                self.enqueue(OpKind::Blas, label, None, |be, _, _| {
+                    // SAFETY: the caller's buffers come from the arena; shapes were validated.
+                    unsafe { be.gemm_f16(h, g) }
+                })
+            }
+            _ => Err(GpuError::InvalidArgument(
+                "no BLAS with an f16 GEMM is set up on this device".into(),
+            )),
+        }
+    }
+
+    /// hipscope's own f16 matrix kernel (`hs_gemm_f16`, kernels/gemm.hip): `C = op(A)·op(B)` with
+    /// A and B f16, C f32, for transa = T and transb = N only (both operands k-contiguous), k a
+    /// multiple of 32, lda and ldb multiples of 8 and A and B 16-byte aligned; alpha and beta
+    /// are not read (1 and 0).
+    pub fn gemm_f16_own(&mut self, label: LabelId, g: &GemmF32) -> Result<u64, GpuError> {
+        g.validate().map_err(GpuError::InvalidArgument)?;
+        if g.transa != Op::T || g.transb != Op::N {
+            return Err(GpuError::InvalidArgument(format!(
+                "hs_gemm_f16 takes transa T and transb N, not {:?}{:?}",
+                g.transa, g.transb
+            )));
+        }
+        if g.k % 32 != 0 || g.lda % 8 != 0 || g.ldb % 8 != 0 || g.a.0 % 16 != 0 || g.b.0 % 16 != 0 {
+            return Err(GpuError::InvalidArgument(format!(
+                "hs_gemm_f16 needs k a multiple of 32 (got {}), lda and ldb multiples of 8 (got \
+                 {} and {}) and 16-byte aligned operands",
+                g.k, g.lda, g.ldb
+            )));
+        }
+        if g.m == 0 || g.n == 0 {
+            return Ok(self.stream.last_seq());
+        }
+        let f = self.function("hs_gemm_f16")?;
+        // A 64 × 64 block of C per 128 threads (HS_MM_BM, HS_MM_BN, HS_MM_THREADS).
+        let grid = [(g.m as u32).div_ceil(64), (g.n as u32).div_ceil(64), 1];
+        self.launch(
+            label,
+            f,
+            grid,
+            [128, 1, 1],
+            0,
+            &[
+                Arg::I32(g.m),
+                Arg::I32(g.n),
+                Arg::I32(g.k),
+                Arg::Ptr(g.a),
+                Arg::I32(g.lda),
+                Arg::Ptr(g.b),
+                Arg::I32(g.ldb),
+                Arg::Ptr(g.c),
+                Arg::I32(g.ldc),
+            ],
+        )
+    }
+
     /// hipscope's own GEMM kernel, whatever BLAS is available (also used to test it).
     pub fn gemm_f32_fallback(&mut self, label: LabelId, g: &GemmF32) -> Result<u64, GpuError> {
         g.validate().map_err(GpuError::InvalidArgument)?;

@@ -640,6 +640,21 @@ impl Device for HipDevice {
         })
     }
 
+    fn blas_has_f16(&self) -> bool {
+        self.rocblas().is_ok_and(|r| r.rocblas_gemm_ex.is_some())
+    }
+
+    unsafe fn gemm_f16(&mut self, h: RawBlas, g: &GemmF32) -> Result<(), GpuError> {
+        let r = self.rocblas()?;
+        let f = r.rocblas_gemm_ex.ok_or_else(|| {
+            GpuError::InvalidArgument(format!("{} has no rocblas_gemm_ex", r.path))
+        })?;
+        // SAFETY: the caller's guarantee, passed on.
+        rocblas_check("rocblas_gemm_ex", unsafe {
+            rocblas::gemm_ex_f16(f, h.0 as RocblasHandle, g)
+        })
+    }
+
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError> {
         let r = self.rocblas()?;
         // SAFETY: caller guarantees h is unused afterwards.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use libloading::Library;
 
-use crate::gpu::device::GpuError;
+use crate::gpu::device::{GemmF32, GpuError, Op};
 use crate::gpu::hip::ffi::{HipStream, library_path_of, open_first};
 
 pub type RocblasHandle = *mut c_void;
@@ -18,6 +18,81 @@ pub const ROCBLAS_STATUS_SUCCESS: RocblasStatus = 0;
 pub const ROCBLAS_OPERATION_NONE: c_int = 111;
 pub const ROCBLAS_OPERATION_TRANSPOSE: c_int = 112;
 pub const ROCBLAS_POINTER_MODE_DEVICE: c_int = 1;
+/// rocblas_datatype_f16_r, rocblas_datatype_f32_r; rocblas_gemm_algo_standard.
+pub const ROCBLAS_DATATYPE_F16_R: c_int = 150;
+pub const ROCBLAS_DATATYPE_F32_R: c_int = 151;
+pub const ROCBLAS_GEMM_ALGO_STANDARD: c_int = 0;
+
+/// rocblas_gemm_ex (rocblas-functions.h): handle, transA, transB, m, n, k, alpha, a, a_type,
+/// lda, b, b_type, ldb, beta, c, c_type, ldc, d, d_type, ldd, compute_type, algo,
+/// solution_index, flags.
+pub type RocblasGemmEx = unsafe extern "C" fn(
+    RocblasHandle,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    *const c_void,
+    c_int,
+    c_int,
+    *const c_void,
+    *const c_void,
+    c_int,
+    c_int,
+    *mut c_void,
+    c_int,
+    c_int,
+    c_int,
+    c_int,
+    i32,
+    u32,
+) -> RocblasStatus;
+
+/// `g` with A and B f16, C (and D, the same buffer) f32, f32 accumulation.
+///
+/// # Safety
+/// `h` is a live handle in device pointer mode; `g`'s pointers are device memory large enough
+/// for its shapes.
+pub unsafe fn gemm_ex_f16(f: RocblasGemmEx, h: RocblasHandle, g: &GemmF32) -> RocblasStatus {
+    let op = |o: Op| match o {
+        Op::N => ROCBLAS_OPERATION_NONE,
+        Op::T => ROCBLAS_OPERATION_TRANSPOSE,
+    };
+    // SAFETY: the caller's guarantee.
+    unsafe {
+        f(
+            h,
+            op(g.transa),
+            op(g.transb),
+            g.m,
+            g.n,
+            g.k,
+            g.alpha.0 as *const c_void,
+            g.a.0 as *const c_void,
+            ROCBLAS_DATATYPE_F16_R,
+            g.lda,
+            g.b.0 as *const c_void,
+            ROCBLAS_DATATYPE_F16_R,
+            g.ldb,
+            g.beta.0 as *const c_void,
+            g.c.0 as *const c_void,
+            ROCBLAS_DATATYPE_F32_R,
+            g.ldc,
+            g.c.0 as *mut c_void,
+            ROCBLAS_DATATYPE_F32_R,
+            g.ldc,
+            ROCBLAS_DATATYPE_F32_R,
+            ROCBLAS_GEMM_ALGO_STANDARD,
+            0,
+            0,
+        )
+    }
+}
 
 #[cfg(target_os = "linux")]
 pub const ROCBLAS_LIBRARY_NAMES: &[&str] =
@@ -58,6 +133,8 @@ pub struct RocblasApi {
         *mut c_float,
         c_int,
     ) -> RocblasStatus,
+    /// Absent from old rocBLAS builds: the prefill then uses hipscope's own f16 kernel.
+    pub rocblas_gemm_ex: Option<RocblasGemmEx>,
 }
 
 pub const ROCBLAS_SYMBOLS: &[&str] = &[
@@ -100,6 +177,10 @@ impl RocblasApi {
             rocblas_set_pointer_mode: sym!(lib, path, "rocblas_set_pointer_mode"),
             rocblas_set_workspace: sym!(lib, path, "rocblas_set_workspace"),
             rocblas_sgemm: sym!(lib, path, "rocblas_sgemm"),
+            // SAFETY: the type is the symbol's C signature (rocblas-functions.h).
+            rocblas_gemm_ex: unsafe { lib.get::<RocblasGemmEx>(b"rocblas_gemm_ex\0") }
+                .ok()
+                .map(|s| *s),
             _lib: std::mem::ManuallyDrop::new(lib),
             path,
         })

@@ -15,6 +15,7 @@ mod chat_hang;
 mod child;
 pub mod compute;
 mod decode;
+mod gemm_f16;
 mod mechanisms;
 mod setup;
 
@@ -157,6 +158,13 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         GemmPath::NotReady => outln!("gemm      not ready"),
     }
     outln!("graphs    {}", gpu.graph_mode().describe());
+
+    match crate::gpu::compute::PrefillGemm::from_env()
+        .and_then(|s| crate::gpu::compute::choose_prefill(s, &gpu))
+    {
+        Ok(p) => outln!("prefill   {p}"),
+        Err(e) => outln!("prefill   {e}"),
+    }
     gpu.start_event_prober(PROBE_INTERVAL);
     let (tx, rx) = channel::<WatchEvent>();
     let tx = Mutex::new(tx);
@@ -189,6 +197,10 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         slow_then_release(&mut gpu, &rx),
     ));
     rows.push(row("gemm: hs_sgemm and BLAS vs CPU", gemm(&mut gpu)));
+    rows.push(row(
+        "gemm f16: own kernel and BLAS vs CPU",
+        gemm_f16::gemm_f16(&mut gpu),
+    ));
     rows.push(row("upload verification", verify(&mut gpu)));
     match DecodeModel::open(opts) {
         Ok(mut model) => {
