@@ -313,10 +313,7 @@ impl GpuCompute {
             [256, 1, 1],
             &[Arg::Ptr(b.ptr), Arg::Ptr(xh.ptr), Arg::U64(elems)],
         )?;
-        let per = ((wtile.bytes / row_f16) as usize)
-            .min(rows)
-            .min(MAX_GRID_Y)
-            .max(1);
+        let per = ((wtile.bytes / row_f16) as usize).clamp(1, rows.clamp(1, MAX_GRID_Y));
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
         let dq = self
             .live_gpu()?

@@ -276,7 +276,12 @@ impl Gpu {
                 g.transa, g.transb
             )));
         }
-        if g.k % 32 != 0 || g.lda % 8 != 0 || g.ldb % 8 != 0 || g.a.0 % 16 != 0 || g.b.0 % 16 != 0 {
+        if g.k % 32 != 0
+            || g.lda % 8 != 0
+            || g.ldb % 8 != 0
+            || !g.a.0.is_multiple_of(16)
+            || !g.b.0.is_multiple_of(16)
+        {
             return Err(GpuError::InvalidArgument(format!(
                 "hs_gemm_f16 needs k a multiple of 32 (got {}), lda and ldb multiples of 8 (got \
                  {} and {}) and 16-byte aligned operands",
