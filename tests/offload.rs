@@ -201,6 +201,7 @@ fn fake_gpu(total_memory: u64) -> Box<dyn Backend> {
         total_memory,
         auto_complete: true,
         blas: false,
+        graphs: false,
     });
     Box::new(
         GpuCompute::open(
