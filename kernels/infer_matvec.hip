@@ -1024,6 +1024,31 @@ __device__ float mv_bf16(const unsigned char *w, hs_u32 c) {
 }
 
 // The kernels below; infer_moe.hip takes the templates above without them.
+// MXFP4 (17 bytes: e, qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values, the
+// E8M0 scale is halved to match). Blocks are byte-aligned, so the quants are read byte by byte.
+__constant__ signed char mv_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12,
+                                                 0, -1, -2, -3, -4, -6, -8, -12};
+
+__device__ __forceinline__ int mv_mxfp4_values(hs_u32 n) {
+    return (int)((hs_u32)(unsigned char)mv_kvalues_mxfp4[n & 0xF] |
+                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 8) & 0xF] << 8) |
+                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 16) & 0xF] << 16) |
+                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 24) & 0xF] << 24));
+}
+
+__device__ float mv_part_mxfp4(const unsigned char *b, hs_u32 s, const signed char *xb,
+                               const float *xd) {
+    const unsigned char *q = b + 1 + 4 * s;
+    const hs_u32 v = (hs_u32)q[0] | ((hs_u32)q[1] << 8) | ((hs_u32)q[2] << 16) |
+                     ((hs_u32)q[3] << 24);
+    const int sumi = HS_DP4A(mv_mxfp4_values(v), mv_i32((const unsigned char *)xb + 4 * s),
+                             HS_DP4A(mv_mxfp4_values(v >> 4),
+                                     mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
+    const hs_u32 e = b[0];
+    const float d = __int_as_float((int)(e < 2 ? 0x00200000u << e : (e - 1) << 23));
+    return d * xd[0] * (float)sumi;
+}
+
 #ifndef HS_MV_TEMPLATES_ONLY
 
 // Every matrix-vector kernel takes the same arguments: weights, Q8 activation (quants and
@@ -1411,31 +1436,6 @@ HS_KERNEL void hs_mv_swiglu_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
                                 float *y, hs_u32 rows, hs_u32 cols) {
     HS_BREADCRUMB();
     infer_mv_swiglu<mv_part_iq4_xs, 256, 136, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-// MXFP4 (17 bytes: e, qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values, the
-// E8M0 scale is halved to match). Blocks are byte-aligned, so the quants are read byte by byte.
-__constant__ signed char mv_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12,
-                                                 0, -1, -2, -3, -4, -6, -8, -12};
-
-__device__ __forceinline__ int mv_mxfp4_values(hs_u32 n) {
-    return (int)((hs_u32)(unsigned char)mv_kvalues_mxfp4[n & 0xF] |
-                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 8) & 0xF] << 8) |
-                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 16) & 0xF] << 16) |
-                 ((hs_u32)(unsigned char)mv_kvalues_mxfp4[(n >> 24) & 0xF] << 24));
-}
-
-__device__ float mv_part_mxfp4(const unsigned char *b, hs_u32 s, const signed char *xb,
-                               const float *xd) {
-    const unsigned char *q = b + 1 + 4 * s;
-    const hs_u32 v = (hs_u32)q[0] | ((hs_u32)q[1] << 8) | ((hs_u32)q[2] << 16) |
-                     ((hs_u32)q[3] << 24);
-    const int sumi = HS_DP4A(mv_mxfp4_values(v), mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(mv_mxfp4_values(v >> 4),
-                                     mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    const hs_u32 e = b[0];
-    const float d = __int_as_float((int)(e < 2 ? 0x00200000u << e : (e - 1) << 23));
-    return d * xd[0] * (float)sumi;
 }
 
 HS_KERNEL void hs_mv_mxfp4(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,

@@ -709,3 +709,35 @@ HS_KERNEL void hs_moe_down8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
     HS_BREADCRUMB();
     moe_down<mv_part_iq4_xs, 256, 136, 32, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
 }
+
+HS_KERNEL void hs_moe_gate_up1_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_mxfp4, 32, 17, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down1_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_mxfp4, 32, 17, 4, 1>(wd, hq, hd, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_gate_up8_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
+                                     const unsigned char *wu, const signed char *xq,
+                                     const float *xd, float *h, const float *route, hs_u32 n,
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+    HS_BREADCRUMB();
+    moe_gate_up<mv_part_mxfp4, 32, 17, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+}
+
+HS_KERNEL void hs_moe_down8_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
+                                  const signed char *hq, const float *hd, float *y,
+                                  const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
+                                  hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_down<mv_part_mxfp4, 32, 17, 4, HS_MV_MAX_TOK>(wd, hq, hd, y, route, n, k, dim, ff);
+}
