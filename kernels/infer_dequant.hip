@@ -436,3 +436,10 @@ HS_KERNEL void hs_dequant_rows_mxfp4(HS_TRACK_PARAMS, const unsigned char *table
     HS_BREADCRUMB();
     infer_dequant_rows<dq_mxfp4, 32, 17>(table, tokens, out, cols, row_bytes, n_src_rows);
 }
+
+HS_KERNEL void hs_dequant_tile_mxfp4(HS_TRACK_PARAMS, const unsigned char *table,
+                                     unsigned short *out, hs_u32 cols, hs_u64 row_bytes,
+                                     hs_u32 rows) {
+    HS_BREADCRUMB();
+    infer_dequant_tile<dq_mxfp4, 32, 17>(table, out, cols, row_bytes, rows);
+}
