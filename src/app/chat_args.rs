@@ -189,10 +189,7 @@ impl ChatArgs {
     }
 }
 
-/// `-ngl`'s value: `auto` or a number of layers.
-pub fn parse_gpu_layers(s: &str) -> Result<crate::model::split::GpuLayers, String> {
-    s.parse()
-}
+pub use crate::model::split::parse_gpu_layers;
 
 #[cfg(test)]
 mod tests {

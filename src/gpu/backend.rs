@@ -328,6 +328,9 @@ impl KvShift {
 /// backend keeps, such as the GPU's entries sorted by expert); `xs` (n_tokens × n_used × dim: the
 /// inputs as each expert takes them), `h` (n_tokens × n_used × ffn_dim) and `y` (n_tokens ×
 /// n_used × dim).
+/// Most experts llama.cpp loads (`LLAMA_MAX_EXPERTS`).
+pub const MAX_EXPERTS: usize = 512;
+
 #[derive(Clone, Copy, Debug)]
 pub struct MoeFfn {
     pub router: Weight,

@@ -91,8 +91,7 @@ pub struct Moe {
     pub ffn_dim: usize,
 }
 
-/// Most experts llama.cpp loads (`LLAMA_MAX_EXPERTS`).
-pub const MAX_EXPERTS: usize = 512;
+pub use crate::gpu::backend::MAX_EXPERTS;
 
 /// How RoPE positions are scaled for long contexts.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -75,7 +75,7 @@ pub struct ModelArgs {
     /// layers); the rest run on the CPU. `auto` (default: `n_gpu_layers` in config.toml, else
     /// auto): as many as the device's memory holds. Also `-ngl N`.
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto",
-          value_parser = crate::app::chat_args::parse_gpu_layers)]
+          value_parser = crate::model::split::parse_gpu_layers)]
     pub n_gpu_layers: Option<GpuLayers>,
     /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]

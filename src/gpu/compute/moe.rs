@@ -88,7 +88,7 @@ impl GpuCompute {
         if n == 0 {
             return Ok(());
         }
-        if k == 0 || k > ne || ne > crate::model::config::MAX_EXPERTS {
+        if k == 0 || k > ne || ne > crate::gpu::backend::MAX_EXPERTS {
             return Err(invalid(format!("MoE: {k} of {ne} experts asked for")));
         }
         let (gty, gact, wg) = self.expert_weight(m.gate, ne * ff, dim)?;

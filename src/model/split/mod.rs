@@ -476,3 +476,9 @@ pub fn arrange(
         Some(said),
     ))
 }
+
+/// `-ngl`'s value: `auto` or a number of layers (the flag's parser, shared by the chat's and the
+/// headless commands' arguments).
+pub fn parse_gpu_layers(s: &str) -> Result<GpuLayers, String> {
+    s.parse()
+}

@@ -130,7 +130,6 @@ fn op_tolerance(kind: &str, kv: KvType) -> f64 {
         // the op, which no input the lockstep feeds can prevent. The first full-size
         // Qwen3-30B-A3B run showed 4e-5..6e-5 from that; a wrong kernel gives errors of order 1.
         1e-3
-
     } else if kind.ends_with("(gemm f16)") {
         2e-3
     } else {
