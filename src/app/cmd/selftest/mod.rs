@@ -76,7 +76,7 @@ pub struct SelftestArgs {
     /// With --compute: split each model between the GPU and the CPU as `-ngl N` does (llama.cpp's
     /// count; also `-ngl`).
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto", requires = "compute",
-          value_parser = crate::app::chat_args::parse_gpu_layers)]
+          value_parser = crate::model::split::parse_gpu_layers)]
     pub n_gpu_layers: Option<crate::model::split::GpuLayers>,
     /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]

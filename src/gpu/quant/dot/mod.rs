@@ -43,6 +43,10 @@ mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod packed;
+/// The AVX2 kernel over `packed`'s layout, reached from `packed` through here so that the layout
+/// and the kernel reading it do not import each other.
+#[cfg(target_arch = "x86_64")]
+use avx2_packed::groups as packed_groups_avx2;
 mod scalar;
 
 pub use act::*;

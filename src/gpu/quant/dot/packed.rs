@@ -310,7 +310,7 @@ impl PackedMatrix {
         {
             assert!(Isa::Avx2.is_available(), "packed kernels need AVX2");
             // SAFETY: sizes checked above; AVX2/FMA/F16C checked just above.
-            unsafe { super::avx2_packed::groups(self, data, g1 - g0, act, t0, nt, out) }
+            unsafe { super::packed_groups_avx2(self, data, g1 - g0, act, t0, nt, out) }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
