@@ -291,7 +291,10 @@ __device__ float mv_part_iq4_xs(const unsigned char *b, hs_u32 s, const signed c
 // the part's own arithmetic, and decode is bound by instruction issue before bandwidth). U blocks
 // per lane are issued together. NT and U are template constants, so a one-token product keeps one
 // accumulator and no per-token branches. Every lane of the warp must call it (the staging
-// synchronises the warp).
+// synchronises the warp). Every function that calls it is __forceinline__ too: its `stage` must
+// belong to the kernel that uses it. Reached through a function that is not inlined, ROCm 5.2's
+// compiler puts the stage of every instantiation in the module into every such kernel (nine of
+// them, 72 KiB, over the 64 KiB a workgroup has on gfx1030).
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT, int U>
 __device__ __forceinline__ void mv_row_dots(const unsigned char *wr, const signed char *xq,
@@ -366,7 +369,7 @@ __device__ __forceinline__ void mv_row_dots(const unsigned char *wr, const signe
 // size works with any grid); BL elements and BB bytes per block, PARTS parts per block.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ void infer_mv_quant(const unsigned char *w, const signed char *xq, const float *xd,
+__device__ __forceinline__ void infer_mv_quant(const unsigned char *w, const signed char *xq, const float *xd,
                                float *y, hs_u32 rows, hs_u32 cols, hs_u32 ntok) {
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
@@ -390,7 +393,7 @@ __device__ void infer_mv_quant(const unsigned char *w, const signed char *xq, co
 // add kernels, term for term.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ void infer_mv1_quant(const unsigned char *w, const signed char *xq, const float *xd,
+__device__ __forceinline__ void infer_mv1_quant(const unsigned char *w, const signed char *xq, const float *xd,
                                 float *y, const float *bias, hs_u32 rows, hs_u32 cols,
                                 hs_u32 accumulate) {
     const hs_u32 lane = threadIdx.x % warpSize;
@@ -417,7 +420,7 @@ __device__ void infer_mv1_quant(const unsigned char *w, const signed char *xq, c
 // the next r2 W2's, each written (with its bias, where given) to its own output.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ void infer_mv_qkv(const unsigned char *w0, const unsigned char *w1,
+__device__ __forceinline__ void infer_mv_qkv(const unsigned char *w0, const unsigned char *w1,
                              const unsigned char *w2, float *y0, float *y1, float *y2,
                              const float *b0, const float *b1, const float *b2,
                              const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
@@ -455,7 +458,7 @@ __device__ void infer_mv_qkv(const unsigned char *w0, const unsigned char *w1,
 // computed as hs_swiglu_inplace computes it.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ void infer_mv_swiglu(const unsigned char *wg, const unsigned char *wu,
+__device__ __forceinline__ void infer_mv_swiglu(const unsigned char *wg, const unsigned char *wu,
                                 const signed char *xq, const float *xd, float *y, hs_u32 rows,
                                 hs_u32 cols) {
     const hs_u32 lane = threadIdx.x % warpSize;

@@ -156,7 +156,7 @@ __device__ __forceinline__ bool moe_chunk(const float *route, hs_u32 n, hs_u32 k
 // expert, inputs of `cols`.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
-__device__ void moe_gate_up(const unsigned char *wg, const unsigned char *wu,
+__device__ __forceinline__ void moe_gate_up(const unsigned char *wg, const unsigned char *wu,
                             const signed char *xq, const float *xd, float *h,
                             const float *route, hs_u32 n, hs_u32 k, hs_u32 ff, hs_u32 cols) {
     int e, s, c;
@@ -190,7 +190,7 @@ __device__ void moe_gate_up(const unsigned char *wg, const unsigned char *wu,
 // y[s + t] = down_e . h[s + t] for the chunk's entries; `dim` rows per expert, inputs of `ff`.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
-__device__ void moe_down(const unsigned char *wd, const signed char *hq, const float *hd,
+__device__ __forceinline__ void moe_down(const unsigned char *wd, const signed char *hq, const float *hd,
                          float *y, const float *route, hs_u32 n, hs_u32 k, hs_u32 dim,
                          hs_u32 ff) {
     int e, s, c;

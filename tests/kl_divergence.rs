@@ -66,11 +66,23 @@ fn hipscope_agrees_with_llama_cpp_far_more_closely_than_q4_0_with_q8_0() {
     let top = got["same_top"][0].as_f64().unwrap();
     let min_top = r["limits"]["same_top_min"].as_float().unwrap();
     assert!(top >= min_top, "same top token {top:.4} < {min_top}");
+    // Perplexity over 60 tokens is a noisy figure: two builds of llama.cpp itself (AVX2 and
+    // AVX-512) land 1.4% apart on it (kl-divergence.toml). What it must show is no bias beyond
+    // its own standard error, which `ln_ppl_ratio` carries next to the value.
     let ppl = got["ppl"][0].as_f64().unwrap();
     let want = base_rec["ppl"].as_float().unwrap();
     assert!(
-        (ppl / want - 1.0).abs() < 0.01,
-        "perplexity {ppl:.4} vs llama.cpp {want:.4}"
+        (got["ppl_base"][0].as_f64().unwrap() / want - 1.0).abs() < 1e-4,
+        "the base file's own perplexity {} vs the recorded {want}",
+        got["ppl_base"][0]
+    );
+    let (ln_ratio, ln_err) = (
+        got["ln_ppl_ratio"][0].as_f64().unwrap(),
+        got["ln_ppl_ratio"][1].as_f64().unwrap(),
+    );
+    assert!(
+        ln_ratio.abs() < 3.0 * ln_err && ln_ratio.abs() < 0.1,
+        "perplexity {ppl:.4} vs llama.cpp {want:.4}: ln ratio {ln_ratio:.4} ± {ln_err:.4}"
     );
     assert_eq!(
         got["tokens"].as_u64(),

@@ -109,13 +109,14 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     }
     // The table: one row per kernel module, one column per arch.
     let w = 28;
-    out!("{:<10}", "kernel");
+    let nw = sources.iter().map(|s| s.name.len()).max().unwrap_or(0).max(6);
+    out!("{:<nw$}", "kernel");
     for a in &args.arch {
         out!(" {a:<w$}");
     }
     outln!();
     for (i, s) in sources.iter().enumerate() {
-        out!("{:<10}", s.name);
+        out!("{:<nw$}", s.name);
         for builds in &all {
             let b = &builds[i];
             let cell = match (&b.status, &b.image) {
