@@ -109,7 +109,12 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     }
     // The table: one row per kernel module, one column per arch.
     let w = 28;
-    let nw = sources.iter().map(|s| s.name.len()).max().unwrap_or(0).max(6);
+    let nw = sources
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0)
+        .max(6);
     out!("{:<nw$}", "kernel");
     for a in &args.arch {
         out!(" {a:<w$}");

@@ -498,9 +498,7 @@ impl Backend for GpuCompute {
                 plan.n_batch
             )));
         }
-        let mut ap = plan::arena_plan(plan, &self.opts);
-        let part_bytes = attention::flash_part_bytes(plan.max_cols);
-        ap.add(Region::Workspace, part_bytes);
+        let ap = plan::arena_plan(plan, &self.opts);
         let sizes = plan::workspace_sizes(plan, &self.opts);
         let g = self.gpu_mut()?;
         g.create_arena(&ap).map_err(gpu_err)?;
@@ -517,7 +515,7 @@ impl Backend for GpuCompute {
                 0 => None,
                 b => Some(alloc(Region::Workspace, b)?),
             },
-            attn_part: Some(alloc(Region::Workspace, part_bytes)?),
+            attn_part: Some(alloc(Region::Workspace, sizes.attn_part)?),
         };
         self.ws = Some(ws);
         self.plan = Some(*plan);

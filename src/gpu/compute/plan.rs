@@ -182,6 +182,8 @@ pub struct WorkspaceSizes {
     pub xdq: u64,
     /// One dequantized weight tile; 0 when the GEMM path is never taken.
     pub tile: u64,
+    /// The partial results of decode attention split over the keys (flash-decoding).
+    pub attn_part: u64,
 }
 
 /// The backend's own buffers for a model of this plan.
@@ -199,6 +201,7 @@ pub fn workspace_sizes(plan: &MemoryPlan, opts: &ComputeOptions) -> WorkspaceSiz
         } else {
             0
         },
+        attn_part: super::attention::flash_part_bytes(plan.max_cols),
     }
 }
 
@@ -224,7 +227,7 @@ pub fn arena_plan(plan: &MemoryPlan, opts: &ComputeOptions) -> ArenaPlan {
             .saturating_add(64 * ALIGN),
     );
     let ws = workspace_sizes(plan, opts);
-    for b in [ws.tokens, ws.xq, ws.xd, ws.xdq, ws.tile] {
+    for b in [ws.tokens, ws.xq, ws.xd, ws.xdq, ws.tile, ws.attn_part] {
         if b > 0 {
             a.add(Region::Workspace, b);
         }
@@ -409,7 +412,10 @@ mod tests {
         assert_eq!(ws.xd, 512 * 48 * 8);
         assert_eq!(ws.xdq, 512 * 1536 * 4);
         assert_eq!(ws.tile, 64 << 20);
-        assert!(a.size(Region::Workspace) >= ws.tokens + ws.xq + ws.xd + ws.xdq + ws.tile);
+        assert!(
+            a.size(Region::Workspace)
+                >= ws.tokens + ws.xq + ws.xd + ws.xdq + ws.tile + ws.attn_part
+        );
         // Decode-only batches never take the GEMM path: no tile, no dequantized input.
         let small = workspace_sizes(&smollm2_plan(8), &opts);
         assert_eq!((small.xdq, small.tile), (0, 0));
