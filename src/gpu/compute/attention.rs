@@ -4,6 +4,15 @@
 
 use super::*;
 
+/// Head dimensions of the tiled prompt kernels (`hs_attention_tiled_{f32,f16}_{d}`).
+pub(super) const TILED_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+/// Query rows of one block of the tiled kernels (`HS_FA_BQ`), and its threads (`HS_FA_THREADS`).
+pub(super) const TILED_ROWS: usize = 16;
+const TILED_THREADS: u32 = 128;
+/// Query rows from which a batch takes the tiled kernel (a block of 16 rows then has work for
+/// most of its threads).
+const TILED_MIN_TOKENS: usize = 8;
+
 /// Keys from which a decode token's attention is split over the KV length.
 pub(super) const FLASH_MIN_KEYS: usize = 256;
 /// About this many keys per split (a power-of-two number of splits, at most [`MAX_SPLITS`]).
@@ -32,6 +41,18 @@ pub(super) fn flash_part_bytes(q_dim: usize) -> u64 {
 }
 
 impl GpuCompute {
+    /// The tiled prompt kernel for this call: a batch of at least [`TILED_MIN_TOKENS`] rows
+    /// whose head dimension has one, not fused with the quantization (the caller also keeps it
+    /// out of a recorded decode step: the tiled kernels take the position as an argument only).
+    fn tiled_kernel(&self, p: &AttnParams, fused: bool) -> Option<KernelFn> {
+        let i = TILED_HEAD_DIMS.iter().position(|&d| d == p.head_dim)?;
+        let kv = match self.opts.kv {
+            KvType::F32 => 0,
+            KvType::F16 => 1,
+        };
+        (p.n_tokens >= TILED_MIN_TOKENS && !fused).then_some(self.kernels.attention_tiled[kv][i])
+    }
+
     /// The position a launch passes: `(pos0, pos_dev)`. Inside a decode step recorded for graph
     /// replay the kernels read it from the step block (`pos_dev`), so one graph serves every
     /// position; otherwise `pos_dev` is null and `pos0` is the position.
@@ -252,6 +273,32 @@ impl GpuCompute {
                     xq,
                     xd,
                     Arg::U32(fuse_bs.unwrap_or(0)),
+                ],
+            )?;
+        } else if let (Some(f), Arg::U64(0)) = (self.tiled_kernel(p, fuse_bs.is_some()), pos_dev) {
+            self.launch(
+                OpLabel::layer(li, "attention"),
+                "attention_tiled",
+                f,
+                [
+                    p.n_heads as u32,
+                    p.n_tokens.div_ceil(TILED_ROWS) as u32,
+                    1,
+                ],
+                [TILED_THREADS, 1, 1],
+                &[
+                    Arg::Ptr(qb.ptr),
+                    Arg::Ptr(k_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(v_cache.ptr.offset(layer_off * eb)),
+                    Arg::Ptr(ob.ptr),
+                    Arg::U32(p.n_tokens as u32),
+                    Arg::U32(p.n_heads as u32),
+                    Arg::U32(p.n_kv_heads as u32),
+                    pos0,
+                    Arg::F32(p.scale),
+                    Arg::U32(p.window as u32),
+                    Arg::U32(slots as u32),
+                    Arg::F32(p.softcap),
                 ],
             )?;
         } else {

@@ -127,6 +127,8 @@ struct Kernels {
     attention_split_f32: KernelFn,
     attention_split_f16: KernelFn,
     attention_combine: KernelFn,
+    /// The tiled prompt kernels, per [`attention::TILED_HEAD_DIMS`]: f32 cache, f16 cache.
+    attention_tiled: [[KernelFn; 4]; 2],
     quantize: KernelFn,
     /// RMS norm that also quantizes its output for the products that follow.
     rms_norm_q8: KernelFn,
@@ -173,6 +175,14 @@ impl Kernels {
             attention_split_f32: gpu.function("hs_attention_split_f32")?,
             attention_split_f16: gpu.function("hs_attention_split_f16")?,
             attention_combine: gpu.function("hs_attention_combine")?,
+            attention_tiled: {
+                let f = |kv: &str, d: usize| gpu.function(&format!("hs_attention_tiled_{kv}_{d}"));
+                let [a, b, c, d] = attention::TILED_HEAD_DIMS;
+                [
+                    [f("f32", a)?, f("f32", b)?, f("f32", c)?, f("f32", d)?],
+                    [f("f16", a)?, f("f16", b)?, f("f16", c)?, f("f16", d)?],
+                ]
+            },
             quantize: gpu.function("hs_quantize_act")?,
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             by_type,

@@ -367,6 +367,12 @@ mod tests {
         ] {
             assert!(names.iter().any(|x| x == n), "{n} is not defined");
         }
+        for kv in ["f32", "f16"] {
+            for d in super::super::attention::TILED_HEAD_DIMS {
+                let n = format!("hs_attention_tiled_{kv}_{d}");
+                assert!(names.contains(&n), "{n} is not defined");
+            }
+        }
     }
 
     #[test]
