@@ -280,11 +280,7 @@ impl GpuCompute {
                 OpLabel::layer(li, "attention"),
                 "attention_tiled",
                 f,
-                [
-                    p.n_heads as u32,
-                    p.n_tokens.div_ceil(TILED_ROWS) as u32,
-                    1,
-                ],
+                [p.n_heads as u32, p.n_tokens.div_ceil(TILED_ROWS) as u32, 1],
                 [TILED_THREADS, 1, 1],
                 &[
                     Arg::Ptr(qb.ptr),

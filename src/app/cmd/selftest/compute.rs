@@ -29,9 +29,10 @@
 //!   first H100 run showed exactly that — cases either agree to 1e-7 or differ by 1e-3..3e-2 —
 //!   and the same happens between two CPU runs whose norm weights differ by one ulp (the `floor`
 //!   column, measured for every case). The bound there, 5e-2, is set from that observation: it
-//!   catches a wrong kernel (errors of order 1), not rounding. Mixture-of-experts models run
-//!   their end-to-end steps with the f32 prefill (see `end_to_end_prefill`): with random router
-//!   weights, f16 rounding flips an expert choice now and then, which no bound on rounding covers.
+//!   catches a wrong kernel (errors of order 1), not rounding. Mixture-of-experts models with
+//!   Q8-rounded activations are the exception ("PASS (per op)", see `end_to_end_bounded`): such a
+//!   step flips an expert choice now and then, which no bound on rounding covers; their F32 and
+//!   F16 cases bound the same shapes end to end.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -221,33 +222,22 @@ fn cases(o: &ComputeCheckOptions) -> Vec<Case> {
     v
 }
 
-pub(super) fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
-    open_gpu_with(o, kv, PrefillGemm::from_env()?)
-}
-
-/// The prefill GEMM of a case's end-to-end run: the setting, except that a mixture-of-experts
-/// model left on `auto` runs it in f32. Its random router weights leave near-ties between
-/// experts, and the f16 rounding of the prompt products (about 3e-4, checked op by op at 2e-3)
-/// flips one of them now and then on the GPU but not on the CPU; from there the two runs take
-/// different experts and differ by tens of percent, whatever the kernels. In f32 the same cases
-/// agree to 1e-7 (H100, 2026-11-26), so the end-to-end figure then tests the expert kernels.
-fn end_to_end_prefill(file: &GgufFile) -> Result<(PrefillGemm, bool), String> {
-    let setting = PrefillGemm::from_env()?;
+/// Whether the end-to-end figure of a case can be bounded: not for a mixture-of-experts model
+/// whose products take Q8-rounded activations. An activation that f32 rounding puts on the other
+/// side of a Q8 boundary moves by a whole step; in a dense model that stays noise (the 5e-2
+/// bound), but the random router weights of the synthetic MoE models leave near-ties between
+/// experts, and such a step flips one of them now and then: from there the GPU and the CPU take
+/// different experts and differ by tens of percent whatever the kernels (H100, 2026-11-26: with
+/// the f32 prefill one case in four still flipped). Those cases are decided op by op; the same
+/// shapes in F32 and F16, whose activations are not rounded, bound the wiring end to end at 1e-4.
+fn end_to_end_bounded(file: &GgufFile) -> bool {
     let moe = ModelConfig::from_gguf(file)
         .map(|c| c.moe.is_some())
         .unwrap_or(false);
-    Ok(if moe && setting == PrefillGemm::Auto {
-        (PrefillGemm::F32, true)
-    } else {
-        (setting, false)
-    })
+    !(moe && end_to_end_tolerance(file) > 1e-4)
 }
 
-fn open_gpu_with(
-    o: &ComputeCheckOptions,
-    kv: KvType,
-    prefill: PrefillGemm,
-) -> Result<GpuCompute, String> {
+pub(super) fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
     let (device, reason) = match select(o.backend, o.device).map_err(|e| e.to_string())? {
         Selected::Gpu { backend, reason } => (backend, reason),
         Selected::Cpu { reason } => return Err(format!("no GPU to test ({reason})")),
@@ -259,7 +249,7 @@ fn open_gpu_with(
     };
     let opts = ComputeOptions {
         kv,
-        prefill,
+        prefill: PrefillGemm::from_env()?,
         ..ComputeOptions::default()
     };
     GpuCompute::open(device, &reason, opts, &cache).map_err(|e| e.to_string())
@@ -584,16 +574,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 continue;
             }
         };
-        let (prefill, moe_f32) = match end_to_end_prefill(&file) {
-            Ok(p) => p,
-            Err(e) => {
-                outln!("{:<34} {:<7} {e}", c.name, c.quant);
-                failed += 1;
-                total += 1;
-                continue;
-            }
-        };
-        let gpu = match open_gpu_with(o, c.kv, prefill) {
+        let gpu = match open_gpu(o, c.kv) {
             Ok(g) => g,
             Err(e) => {
                 outln!("{:<34} {:<7} error opening the GPU: {e}", c.name, c.quant);
@@ -641,7 +622,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
             Err(_) => f64::INFINITY,
         };
         let ops_pass = worst_op <= 1.0;
-        let pass = ops_pass && matches!(&r, Ok(out) if out.worst() <= bound);
+        let bounded = end_to_end_bounded(&file);
+        let pass = ops_pass && matches!(&r, Ok(out) if !bounded || out.worst() <= bound);
         match &r {
             Ok(out) => outln!(
                 "{:<18} {:<7} {:<4} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>9.2e} {:>8.2}× {:>5.1} {:>7}  {}",
@@ -657,7 +639,11 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 worst_op,
                 secs,
                 out.replays,
-                if pass { "PASS" } else { "FAIL" }
+                match (pass, bounded) {
+                    (true, true) => "PASS",
+                    (true, false) => "PASS (per op)",
+                    (false, _) => "FAIL",
+                }
             ),
             Err(e) => outln!(
                 "{:<18} {:<7} {:<4} error: {e}",
@@ -665,12 +651,6 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
                 c.quant,
                 c.kv.name()
             ),
-        }
-        if moe_f32 {
-            outln!(
-                "    end to end with the f32 prefill (experts: near-ties flip on f16 rounding); \
-                 the f16 prompt products are checked op by op"
-            );
         }
         match &ops {
             Ok(errors) if !pass || o.ops => print_ops(errors, c.kv),
