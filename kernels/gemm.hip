@@ -288,13 +288,3 @@ HS_KERNEL void hs_gemm_f16(HS_TRACK_PARAMS, hs_i32 m, hs_i32 n, hs_i32 k,
             hs_mm_store(C, ldc, m, n, row0 + tr + 16 * i, col0 + tc + 8 * j, acc[i][j]);
 #endif
 }
-
-// y[i] = x[i] as f16 (round to nearest even), saturated to the f16 range (+-65504) so that an
-// outlier becomes large rather than infinite. The prefill GEMM's activations.
-HS_KERNEL void hs_f32_to_f16(HS_TRACK_PARAMS, const float *x, unsigned short *y, hs_u64 n) {
-    HS_BREADCRUMB();
-    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
-    for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        y[i] = hs_float_to_half(fminf(fmaxf(x[i], -65504.0f), 65504.0f));
-    }
-}

@@ -98,7 +98,7 @@ fn the_prefill_gemm_setting_picks_the_path() {
         .expect("prompt");
     assert!(launched(&ctl, "hs_sgemm") > 0);
     assert_eq!(launched(&ctl, "hs_gemm_f16"), 0);
-    assert_eq!(launched(&ctl, "hs_f32_to_f16"), 0);
+    assert_eq!(launched(&ctl, "hs_quantize_act_f16"), 0);
 }
 
 #[test]
@@ -146,12 +146,21 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     // dequantized, hipscope's own f16 matrix kernel (no BLAS on the fake); the short batch took
     // the matrix-vector kernel, decode the fused one-token ones.
     assert!(launched(&ctl, "hs_dequant_tile_q4_0") > 0);
-    assert!(launched(&ctl, "hs_f32_to_f16") > 0);
+    assert!(launched(&ctl, "hs_quantize_act_f16") > 0);
     assert!(launched(&ctl, "hs_gemm_f16") > 0);
     assert_eq!(launched(&ctl, "hs_sgemm"), 0);
     assert!(launched(&ctl, "hs_mv_q4_0") > 0);
-    assert!(
-        launched(&ctl, "hs_attention_f16") == 3 * 2,
+    // Attention: the prompt's tiled (20 ≥ 8 rows), the decode step's and the short batch's per
+    // query row; one launch per layer per step.
+    let tiled = ctl
+        .log()
+        .iter()
+        .filter(|l| l.starts_with("launch hs_attention_tiled_f16_"))
+        .count();
+    assert_eq!(tiled, 2, "the prompt's attention, tiled, once per layer");
+    assert_eq!(
+        launched(&ctl, "hs_attention_f16"),
+        2 * 2,
         "one per layer per step"
     );
     // RoPE of q and k and the KV-cache write: one launch per layer per step.

@@ -13,10 +13,13 @@ const TILED_THREADS: u32 = 128;
 /// most of its threads).
 const TILED_MIN_TOKENS: usize = 8;
 
-/// Keys from which a decode token's attention is split over the KV length.
-pub(super) const FLASH_MIN_KEYS: usize = 256;
+/// Keys from which a decode token's attention is split over the KV length. A block of the
+/// unsplit kernel walks a head's keys four at a time (a warp each), so with few heads (SmolLM2's
+/// 9) it is a long serial chain on a handful of the GPU's units: on the H100 SmolLM2's decode
+/// fell from 935 t/s at 16 keys to 573 at 128 with splits from 256 keys on.
+pub(super) const FLASH_MIN_KEYS: usize = 64;
 /// About this many keys per split (a power-of-two number of splits, at most [`MAX_SPLITS`]).
-const KEYS_PER_SPLIT: usize = 128;
+const KEYS_PER_SPLIT: usize = 32;
 /// Most splits of one head.
 pub(super) const MAX_SPLITS: usize = 32;
 

@@ -197,6 +197,16 @@ impl GpuCompute {
             let w = &self.weights[gw_idx];
             (w.ty, w.rows, w.cols, w.buf)
         };
+        // Q8-rounded batches go through f16 where the path is f16 (float weights multiply f32
+        // activations: their products are held to 1e-4 of the CPU backend's).
+        if let ActFormat::Q8 { bs } = tk.act {
+            let path = self.prefill_path()?;
+            if !matches!(path, PrefillPath::F32 { .. })
+                && self.matmul_f16(&path, gw_idx, tk, xbuf, bs, out, n_tokens, label)?
+            {
+                return Ok(());
+            }
+        }
         let b = match tk.act {
             ActFormat::Q8 { bs } => {
                 self.quantize_input(x, n_tokens, cols, bs, true, label)?;
@@ -213,16 +223,6 @@ impl GpuCompute {
                 g.scalar(0.0).map_err(gpu_err)?,
             )
         };
-        // Float weights multiply f32 activations (their products are held to 1e-4 of the CPU
-        // backend's): only the Q8-rounded batches go through f16.
-        if matches!(tk.act, ActFormat::Q8 { .. }) {
-            let path = self.prefill_path()?;
-            if !matches!(path, PrefillPath::F32 { .. })
-                && self.matmul_f16(&path, gw_idx, tk, b, out, n_tokens, label)?
-            {
-                return Ok(());
-            }
-        }
         let gemm_label = self.label(label, "gemm")?;
         if ty == GgmlType::F32 {
             // Row-major rows × cols is column-major cols × rows: used as it is.
@@ -267,18 +267,19 @@ impl GpuCompute {
         Ok(())
     }
 
-    /// The f16 GEMM path: the Q8-rounded f32 input `b` to f16 at the start of the tile buffer,
-    /// weight tiles dequantized to f16 after it, each tile times the batch by the BLAS or
-    /// `hs_gemm_f16`. `Ok(false)` (nothing launched) where the tile buffer cannot hold the
-    /// batch and one row, or `hs_gemm_f16` cannot take the shape: the caller then runs the f32
-    /// path.
+    /// The f16 GEMM path: the f32 batch `x` Q8-rounded (blocks of `bs`) and written as f16 at
+    /// the start of the tile buffer in one launch (`hs_quantize_act_f16`), weight tiles
+    /// dequantized to f16 after it, each tile times the batch by the BLAS or `hs_gemm_f16`.
+    /// `Ok(false)` (nothing launched) where the tile buffer cannot hold the batch and one row, or
+    /// `hs_gemm_f16` cannot take the shape: the caller then runs the f32 path.
     #[allow(clippy::too_many_arguments)]
     fn matmul_f16(
         &mut self,
         path: &PrefillPath,
         gw_idx: usize,
         tk: TypeKernels,
-        b: DeviceBuffer,
+        x: DeviceBuffer,
+        bs: u32,
         out: DeviceBuffer,
         n_tokens: usize,
         label: OpLabel,
@@ -293,25 +294,38 @@ impl GpuCompute {
         let xh_bytes = f16_bytes(n_tokens * cols);
         let row_f16 = cols as u64 * 2;
         // hs_dequant_tile_* and hs_gemm_f16 take whole 32-element chunks of a row.
-        if xh_bytes + row_f16 > tile.bytes || !cols.is_multiple_of(32) {
+        if xh_bytes + row_f16 > tile.bytes
+            || !cols.is_multiple_of(32)
+            || !bs.is_multiple_of(8)
+            || !(bs / 8).is_power_of_two()
+            || bs / 8 > 32
+            || !cols.is_multiple_of(bs as usize)
+        {
             return Ok(false);
         }
         let xh = tile.slice(0, xh_bytes).map_err(gpu_err)?;
         let wtile = tile
             .slice(xh_bytes, tile.bytes - xh_bytes)
             .map_err(gpu_err)?;
-        let conv = self
+        let quant = self
             .live_gpu()?
-            .function("hs_f32_to_f16")
+            .function("hs_quantize_act_f16")
             .map_err(gpu_err)?;
-        let elems = (n_tokens * cols) as u64;
+        let n_blocks = (n_tokens * cols) as u64 / bs as u64;
+        // bs / 8 lanes a block.
+        let lanes = n_blocks * (bs as u64 / 8);
         self.launch(
             label,
-            "to_f16",
-            conv,
-            [elems.div_ceil(256).clamp(1, 4096) as u32, 1, 1],
+            "quantize_q8_f16",
+            quant,
+            [lanes.div_ceil(256).clamp(1, 65_535) as u32, 1, 1],
             [256, 1, 1],
-            &[Arg::Ptr(b.ptr), Arg::Ptr(xh.ptr), Arg::U64(elems)],
+            &[
+                Arg::Ptr(x.ptr),
+                Arg::Ptr(xh.ptr),
+                Arg::U32(bs),
+                Arg::U64(n_blocks),
+            ],
         )?;
         let per = ((wtile.bytes / row_f16) as usize).clamp(1, rows.clamp(1, MAX_GRID_Y));
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
