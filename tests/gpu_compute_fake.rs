@@ -175,13 +175,13 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
     assert_eq!(launched(&ctl, "hs_mv1_q4_0"), 2 * 2 + 3);
     // The batches add the biases separately: 2 steps × 2 layers × q, k, v.
     assert_eq!(launched(&ctl, "hs_add_bias_rows"), 2 * 2 * 3);
-    // Quantized activations: the prompt (GEMM path) quantizes the attention input, the
-    // attention output, the FFN input and the SwiGLU output of each layer and the output head's
-    // input (2 × 4 + 1). From that first matrix-vector quantization on (the output head's), the
-    // RMS norms (5 a step) and the attention kernels (a Q8 block divides tiny-qwen2's heads of
-    // 64) quantize their own output, leaving the SwiGLU outputs (2 a step) for decode and the
-    // short batch.
-    assert_eq!(launched(&ctl, "hs_quantize_act"), (2 * 4 + 1) + 2 + 2);
+    // Quantized activations: the prompt (GEMM path) quantizes each product's input straight to
+    // f16 (q, k, v, o, gate, up, down: 7 a layer), and the output head's input for its
+    // matrix-vector kernel (1). From that first matrix-vector quantization on, the RMS norms (5 a
+    // step) and the attention kernels (a Q8 block divides tiny-qwen2's heads of 64) quantize their
+    // own output, leaving the SwiGLU outputs (2 a step) for decode and the short batch.
+    assert_eq!(launched(&ctl, "hs_quantize_act_f16"), 2 * 7);
+    assert_eq!(launched(&ctl, "hs_quantize_act"), 1 + 2 + 2);
     assert_eq!(launched(&ctl, "hs_rms_norm_q8"), 5 + 5);
 
     let labels: Vec<String> = shared
@@ -191,7 +191,7 @@ fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
         .collect();
     for want in [
         "layer 1 · attn_q · mv_q4_0",
-        "layer 0 · attention · attention_f16",
+        "layer 0 · attention · attention_tiled",
         "layer 1 · attention · attention_f16 + quantize_q8",
         "layer 1 · ffn_down · mm_f16",
         "layer 0 · ffn_down · dequant_f16",
