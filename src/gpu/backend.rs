@@ -1,3 +1,6 @@
+//! (Over 700 lines on purpose: the `Backend` trait and the parameter types of its methods are one
+//! interface, read top to bottom by whoever implements it.)
+//!
 //! The compute interface the forward pass is written against. The CPU backend implements it
 //! directly; the GPU backends implement it by enqueuing labelled kernels on their one stream.
 //!

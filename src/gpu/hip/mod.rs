@@ -1,3 +1,7 @@
+//! (Over 700 lines on purpose: the HIP runtime's loading and probing, then its one `Device`
+//! implementation, each method a thin checked call into libamdhip64; rocBLAS, hiprtc and the FFI
+//! table live in the files beside it.)
+//!
 //! The HIP runtime: libamdhip64 (+ hiprtc, rocBLAS) loaded at run time.
 
 pub mod ffi;
