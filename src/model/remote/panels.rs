@@ -299,14 +299,17 @@ pub fn streams(s: &RemoteSample) -> Vec<StreamSnapshot> {
         });
     }
     if s.running.is_some() || s.waiting.is_some() {
+        // A gauge is a float: a server may print `Inf` or a huge value; the casts saturate, and
+        // so must the sum (`cargo fuzz run metrics_parser` found `... Inf` overflowing it).
         let run = s.running.unwrap_or(0.0).max(0.0) as u32;
         let wait = s.waiting.unwrap_or(0.0).max(0.0) as u32;
+        let depth = run.saturating_add(wait);
         out.push(StreamSnapshot {
             name: format!("requests ({})", src("/metrics")),
-            queue_depth: run + wait,
-            in_flight: (run + wait > 0)
+            queue_depth: depth,
+            in_flight: (depth > 0)
                 .then(|| (format!("{run} running, {wait} waiting"), Duration::ZERO)),
-            last_completed: (run + wait == 0).then(|| "none running or waiting".into()),
+            last_completed: (depth == 0).then(|| "none running or waiting".into()),
             ..StreamSnapshot::default()
         });
     }
@@ -393,6 +396,20 @@ mod tests {
             .join("tests/data/remote")
             .join(name);
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    #[test]
+    fn infinite_gauges_saturate_the_queue_depth() {
+        let page = "vllm:num_requests_running{engine=\"0\"} Inf\n\
+                    vllm:num_requests_waiting{engine=\"0\"} 1.0\n";
+        let mut s = RemoteSample::default();
+        apply_vllm_metrics(&mut s, &Metrics::parse(page).unwrap());
+        let rows = streams(&s);
+        let req = rows
+            .iter()
+            .find(|r| r.name.starts_with("requests"))
+            .unwrap();
+        assert_eq!(req.queue_depth, u32::MAX);
     }
 
     #[test]
