@@ -2,11 +2,8 @@
 // computing what the CPU backend (src/gpu/cpu/backend.rs) computes.
 
 #define HS_ATTN_MAX_HEAD_DIM 256
+// Threads of a decode attention block (gpu::compute::attention launches it so).
 #define HS_ATTN_THREADS 128
-// Head dimensions per lane: HS_ATTN_MAX_HEAD_DIM / the smallest warp (32).
-#define HS_ATTN_DIMS_PER_LANE 8
-// Warps per attention block: HS_ATTN_THREADS / the smallest warp (32).
-#define HS_ATTN_MAX_WARPS 4
 // -inf without <math.h> (nvrtc and hiprtc get no includes).
 #define HS_NEG_INF __int_as_float(0xff800000)
 
@@ -119,12 +116,190 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
     return hs_half_to_float(p[i]);
 }
 
+// ---- One query row over a range of keys, a thread per key -------------------------------------
+//
+// The block (HS_ATTN_THREADS threads) walks keys lo..hi of one query row of head h (KV head kvh)
+// in chunks of blockDim.x keys. Thread i scores key c0 + i against the query (qs, in shared
+// memory) on its own, reading the key 16 bytes at a time (W = 4 f32 or 8 f16 elements), with no
+// reduction across lanes; the chunk's max and the sum of its weights are block reductions, so the
+// running max m and sum l are the whole block's (an online softmax a chunk at a time). The values
+// are then summed by groups of ceil(head_dim / W) threads: thread (g, c) adds p_j * v_j[Wc..]
+// for the chunk's keys j = g, g + groups, ..., so each value row is read coalesced by one group,
+// and the groups, sharing m, add their sums without rescaling. Scores are soft-capped as
+// cap * tanh(s / cap) where softcap > 0 (Gemma 2); key j sits in slot j % slots. A head_dim that
+// W does not divide is read element by element (the same loop, zeros beyond head_dim).
+//
+// The form before this one gave each warp every fourth key and reduced each score across the
+// warp: a serial chain of shuffles and exponentials per key, 11 us a SmolLM2 layer on an H100 at
+// 16-48 keys. Leaves the block synchronised; o (shared, head_dim) holds the unnormalised output.
+// Warps of a decode attention block at most (the narrowest warp is 32 lanes).
+#define HS_ATTN_RED (HS_ATTN_THREADS / 32)
+// Elements of a 16-byte cache load, and the most of any cache type.
+#define HS_ATTN_W_MAX 8
+
+template <typename KV> struct attn_w;
+template <> struct attn_w<float> {
+    static const hs_u32 W = 4;
+};
+template <> struct attn_w<unsigned short> {
+    static const hs_u32 W = 8;
+};
+
+// Elements d..d + W of a cache row into r: one 16-byte load where `vec` (W divides head_dim, so
+// the row and d are 16-byte aligned), else one by one, 0 beyond head_dim.
+__device__ __forceinline__ void attn_load(const float *row, hs_u32 d, hs_u32 head_dim, bool vec,
+                                          float *r) {
+    if (vec) {
+        const float4 a = *(const float4 *)(row + d);
+        r[0] = a.x;
+        r[1] = a.y;
+        r[2] = a.z;
+        r[3] = a.w;
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r[i] = (d + i < head_dim) ? row[d + i] : 0.0f;
+    }
+}
+__device__ __forceinline__ void attn_load(const unsigned short *row, hs_u32 d, hs_u32 head_dim,
+                                          bool vec, float *r) {
+    if (vec) {
+        const uint4 u = *(const uint4 *)(row + d);
+        const hs_u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            r[2 * i] = hs_half_to_float((unsigned short)(w[i] & 0xffffu));
+            r[2 * i + 1] = hs_half_to_float((unsigned short)(w[i] >> 16));
+        }
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        r[i] = (d + i < head_dim) ? hs_half_to_float(row[d + i]) : 0.0f;
+    }
+}
+
+template <typename KV>
+__device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const KV *vc,
+                                          hs_u32 kv_dim, hs_u32 kvh, hs_u32 head_dim,
+                                          hs_u32 lo, hs_u32 hi, hs_u32 slots, float scale,
+                                          float softcap, float *o, float *m_out, float *l_out) {
+    const hs_u32 W = attn_w<KV>::W;
+    __shared__ float qs[HS_ATTN_MAX_HEAD_DIM + HS_ATTN_W_MAX];
+    __shared__ float ps[HS_ATTN_THREADS];
+    __shared__ float red_m[HS_ATTN_RED];
+    __shared__ float red_l[HS_ATTN_RED];
+    __shared__ float oacc[HS_ATTN_THREADS * HS_ATTN_W_MAX];
+    const hs_u32 tid = threadIdx.x;
+    const hs_u32 lane = tid % warpSize;
+    const hs_u32 warp = tid / warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u32 nw = (head_dim + W - 1) / W;
+    const bool vec = (head_dim % W) == 0;
+    for (hs_u32 d = tid; d < W * nw; d += blockDim.x) {
+        qs[d] = (d < head_dim) ? qh[d] : 0.0f;
+    }
+    __syncthreads();
+    const hs_u32 groups = blockDim.x / nw;
+    const hs_u32 g = tid / nw;
+    const hs_u32 c = tid % nw;
+    const hs_u64 koff = (hs_u64)kvh * head_dim;
+    float m = HS_NEG_INF;
+    float l = 0.0f;
+    float acc[HS_ATTN_W_MAX];
+#pragma unroll
+    for (hs_u32 i = 0; i < W; ++i) {
+        acc[i] = 0.0f;
+    }
+    for (hs_u32 c0 = lo; c0 < hi; c0 += blockDim.x) {
+        const hs_u32 j = c0 + tid;
+        float s = HS_NEG_INF;
+        if (j < hi) {
+            const KV *kj = kc + (hs_u64)(j % slots) * kv_dim + koff;
+            float a = 0.0f;
+#pragma unroll 4
+            for (hs_u32 k = 0; k < nw; ++k) {
+                float r[HS_ATTN_W_MAX];
+                attn_load(kj, W * k, head_dim, vec, r);
+#pragma unroll
+                for (hs_u32 i = 0; i < W; ++i) {
+                    a = fmaf(qs[W * k + i], r[i], a);
+                }
+            }
+            s = a * scale;
+            if (softcap > 0.0f) {
+                s = softcap * tanhf(s / softcap);
+            }
+        }
+        const float wmax = hs_warp_max(s);
+        if (lane == 0) {
+            red_m[warp] = wmax;
+        }
+        __syncthreads();
+        float cmax = HS_NEG_INF;
+        for (hs_u32 w = 0; w < nwarps; ++w) {
+            cmax = fmaxf(cmax, red_m[w]);
+        }
+        const float m_new = fmaxf(m, cmax);
+        const float p = (j < hi) ? expf(s - m_new) : 0.0f;
+        ps[tid] = p;
+        const float wsum = hs_warp_sum(p);
+        if (lane == 0) {
+            red_l[warp] = wsum;
+        }
+        __syncthreads();
+        float csum = 0.0f;
+        for (hs_u32 w = 0; w < nwarps; ++w) {
+            csum += red_l[w];
+        }
+        // m = -inf before the first chunk: corr = 0 and the (zero) sums stay zero.
+        const float corr = expf(m - m_new);
+        l = l * corr + csum;
+        m = m_new;
+        if (g < groups) {
+            const hs_u32 n = (hi - c0 < blockDim.x) ? hi - c0 : blockDim.x;
+#pragma unroll
+            for (hs_u32 i = 0; i < W; ++i) {
+                acc[i] *= corr;
+            }
+#pragma unroll 8
+            for (hs_u32 k = g; k < n; k += groups) {
+                const float pk = ps[k];
+                float r[HS_ATTN_W_MAX];
+                attn_load(vc + (hs_u64)((c0 + k) % slots) * kv_dim + koff, W * c, head_dim, vec,
+                          r);
+#pragma unroll
+                for (hs_u32 i = 0; i < W; ++i) {
+                    acc[i] = fmaf(pk, r[i], acc[i]);
+                }
+            }
+        }
+        // The next chunk's first writes (red_m, then ps after a barrier) come after every
+        // thread has passed this chunk's second barrier and read ps: no barrier needed here.
+    }
+    if (g < groups) {
+#pragma unroll
+        for (hs_u32 i = 0; i < W; ++i) {
+            oacc[W * tid + i] = acc[i];
+        }
+    }
+    __syncthreads();
+    for (hs_u32 d = tid; d < head_dim; d += blockDim.x) {
+        float v = 0.0f;
+        for (hs_u32 k = 0; k < groups; ++k) {
+            v += oacc[W * (k * nw) + d];
+        }
+        o[d] = v;
+    }
+    *m_out = m;
+    *l_out = l;
+    __syncthreads();
+}
+
 // Causal attention of one query row (token blockIdx.y, head blockIdx.x) over keys lo..pos0+t of
-// its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer; key j in slot
-// j % slots), scores soft-capped as cap * tanh(s / cap) where softcap > 0 (Gemma 2). Each warp
-// takes every nwarps-th key with an online softmax (running max, sum and weighted values, lanes
-// splitting the head's dimensions); the warps' partial results are then merged. `kc`/`vc` point
-// at the layer's cache: positions of kv_dim elements.
+// its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer), by attn_keys.
+// `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
 //
 // With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
 // product that follows (hs_quantize_act's numbers and layout, without its launch).
@@ -133,93 +308,25 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                 hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
                                 float softcap, signed char *xq, float *xd, hs_u32 bs) {
-    __shared__ float qs[HS_ATTN_MAX_HEAD_DIM];
-    __shared__ float wm[HS_ATTN_MAX_WARPS];
-    __shared__ float wl[HS_ATTN_MAX_WARPS];
-    __shared__ float wacc[HS_ATTN_MAX_WARPS][HS_ATTN_MAX_HEAD_DIM];
+    __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
     const hs_u32 h = blockIdx.x;
     const hs_u32 t = blockIdx.y;
     const hs_u32 q_dim = n_heads * head_dim;
-    const hs_u32 kv_dim = n_kv_heads * head_dim;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
     const hs_u32 n_keys = pos0 + t + 1;
     const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
-    const float *qh = q + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
-    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        qs[d] = qh[d];
-    }
-    __syncthreads();
-    const hs_u32 lane = threadIdx.x % warpSize;
-    const hs_u32 warp = threadIdx.x / warpSize;
-    const hs_u32 nwarps = blockDim.x / warpSize;
-    float m = HS_NEG_INF;
-    float l = 0.0f;
-    float acc[HS_ATTN_DIMS_PER_LANE];
-#pragma unroll
-    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-        acc[i] = 0.0f;
-    }
-    for (hs_u32 j = lo + warp; j < n_keys; j += nwarps) {
-        const hs_u64 slot = j % slots;
-        const KV *kj = kc + slot * kv_dim + (hs_u64)kvh * head_dim;
-        const KV *vj = vc + slot * kv_dim + (hs_u64)kvh * head_dim;
-        float part = 0.0f;
-#pragma unroll
-        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-            const hs_u32 d = lane + i * warpSize;
-            if (d < head_dim) {
-                part += qs[d] * infer_kv_load(kj, d);
-            }
-        }
-        float s = hs_warp_sum(part) * scale;
-        if (softcap > 0.0f) {
-            s = softcap * tanhf(s / softcap);
-        }
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new);
-        const float p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-            const hs_u32 d = lane + i * warpSize;
-            if (d < head_dim) {
-                acc[i] = acc[i] * corr + p * infer_kv_load(vj, d);
-            }
-        }
-        m = m_new;
-    }
-    if (lane == 0) {
-        wm[warp] = m;
-        wl[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-        const hs_u32 d = lane + i * warpSize;
-        if (d < head_dim) {
-            wacc[warp][d] = acc[i];
-        }
-    }
-    __syncthreads();
-    float mx = HS_NEG_INF;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        mx = fmaxf(mx, wm[w]);
-    }
-    float total = 0.0f;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        // A warp that saw no key has l = 0 (and m = -inf): it contributes nothing.
-        total += (wl[w] > 0.0f) ? wl[w] * expf(wm[w] - mx) : 0.0f;
-    }
-    const float inv = 1.0f / total;
+    float m, l;
+    attn_keys<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
+                  kvh, head_dim, lo, n_keys, slots, scale, softcap, o, &m, &l);
+    const float inv = 1.0f / l;
     float *oh = out + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float o = 0.0f;
-        for (hs_u32 w = 0; w < nwarps; ++w) {
-            o += (wl[w] > 0.0f) ? wacc[w][d] * expf(wm[w] - mx) : 0.0f;
-        }
-        oh[d] = o * inv;
+        oh[d] = o[d] * inv;
     }
     if (bs != 0) {
         __syncthreads();
+        const hs_u32 warp = threadIdx.x / warpSize;
+        const hs_u32 nwarps = blockDim.x / warpSize;
         const hs_u64 e0 = (hs_u64)t * q_dim + (hs_u64)h * head_dim;
         for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
             const hs_u64 e = e0 + (hs_u64)b * bs;
@@ -254,104 +361,34 @@ HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned 
 //
 // For one decode token (t = 0) over a long cache: block (h, c) of gridDim.y splits takes keys
 // lo + c * len .. of head h (len = ceil((n_keys - lo) / gridDim.y), n_keys = pos0 + 1, read from
-// pos_dev inside a replayed graph, so one grid serves every length of its bucket) with the online
-// softmax of infer_attention, and writes its partial max, sum and weighted values to part:
+// pos_dev inside a replayed graph, so one grid serves every length of its bucket) by attn_keys,
+// and writes its max, sum and unnormalised values to part:
 // [(h * gridDim.y + c) * (head_dim + 2)] = m, l, acc[head_dim]. A split that gets no key writes
-// l = 0. hs_attention_combine then merges the splits of each head, exactly as infer_attention
-// merges its warps.
+// l = 0. hs_attention_combine then merges the splits of each head.
 template <typename KV>
 __device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc, float *part,
                                       hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                       hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
                                       float softcap) {
-    __shared__ float qs[HS_ATTN_MAX_HEAD_DIM];
-    __shared__ float wm[HS_ATTN_MAX_WARPS];
-    __shared__ float wl[HS_ATTN_MAX_WARPS];
-    __shared__ float wacc[HS_ATTN_MAX_WARPS][HS_ATTN_MAX_HEAD_DIM];
+    __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
     const hs_u32 h = blockIdx.x;
     const hs_u32 c = blockIdx.y;
-    const hs_u32 kv_dim = n_kv_heads * head_dim;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
     const hs_u32 n_keys = pos0 + 1;
     const hs_u32 lo0 = (window > 0 && n_keys > window) ? n_keys - window : 0;
     const hs_u32 len = (n_keys - lo0 + gridDim.y - 1) / gridDim.y;
     const hs_u32 lo = lo0 + c * len;
     const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
-    const float *qh = q + (hs_u64)h * head_dim;
-    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        qs[d] = qh[d];
-    }
-    __syncthreads();
-    const hs_u32 lane = threadIdx.x % warpSize;
-    const hs_u32 warp = threadIdx.x / warpSize;
-    const hs_u32 nwarps = blockDim.x / warpSize;
-    float m = HS_NEG_INF;
-    float l = 0.0f;
-    float acc[HS_ATTN_DIMS_PER_LANE];
-#pragma unroll
-    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-        acc[i] = 0.0f;
-    }
-    for (hs_u32 j = lo + warp; j < hi; j += nwarps) {
-        const hs_u64 slot = j % slots;
-        const KV *kj = kc + slot * kv_dim + (hs_u64)kvh * head_dim;
-        const KV *vj = vc + slot * kv_dim + (hs_u64)kvh * head_dim;
-        float p_ = 0.0f;
-#pragma unroll
-        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-            const hs_u32 d = lane + i * warpSize;
-            if (d < head_dim) {
-                p_ += qs[d] * infer_kv_load(kj, d);
-            }
-        }
-        float s = hs_warp_sum(p_) * scale;
-        if (softcap > 0.0f) {
-            s = softcap * tanhf(s / softcap);
-        }
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new);
-        const float p = expf(s - m_new);
-        l = l * corr + p;
-#pragma unroll
-        for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-            const hs_u32 d = lane + i * warpSize;
-            if (d < head_dim) {
-                acc[i] = acc[i] * corr + p * infer_kv_load(vj, d);
-            }
-        }
-        m = m_new;
-    }
-    if (lane == 0) {
-        wm[warp] = m;
-        wl[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < HS_ATTN_DIMS_PER_LANE; ++i) {
-        const hs_u32 d = lane + i * warpSize;
-        if (d < head_dim) {
-            wacc[warp][d] = acc[i];
-        }
-    }
-    __syncthreads();
-    float mx = HS_NEG_INF;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        mx = fmaxf(mx, wm[w]);
-    }
-    float total = 0.0f;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        total += (wl[w] > 0.0f) ? wl[w] * expf(wm[w] - mx) : 0.0f;
-    }
+    float m, l;
+    attn_keys<KV>(q + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim, kvh, head_dim, lo,
+                  hi, slots, scale, softcap, o, &m, &l);
     float *ph = part + ((hs_u64)h * gridDim.y + c) * (head_dim + 2);
     if (threadIdx.x == 0) {
-        ph[0] = mx;
-        ph[1] = total;
+        ph[0] = m;
+        ph[1] = l;
     }
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
-        float o = 0.0f;
-        for (hs_u32 w = 0; w < nwarps; ++w) {
-            o += (wl[w] > 0.0f) ? wacc[w][d] * expf(wm[w] - mx) : 0.0f;
-        }
-        ph[2 + d] = o;
+        ph[2 + d] = o[d];
     }
 }
 

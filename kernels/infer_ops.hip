@@ -43,20 +43,43 @@ HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w,
     }
 }
 
+// Lane l's elements l, l + warpSize, ... of Q8 block b of the row xr and of w (0 beyond bs, and
+// for b >= nb).
+__device__ __forceinline__ void infer_norm_block_load(const float *xr, const float *w, hs_u32 b,
+                                                      hs_u32 nb, hs_u32 bs, float *xv,
+                                                      float *wv) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        const bool in = b < nb && i < bs;
+        xv[k] = in ? xr[(hs_u64)b * bs + i] : 0.0f;
+        wv[k] = in ? w[(hs_u64)b * bs + i] : 0.0f;
+    }
+}
+
 // As hs_rms_norm_rows, then the row's Q8 quantization for `bs`-element blocks (the input of the
 // products that follow: hs_quantize_act's numbers, without its launch). dim is a multiple of bs.
 // Grid (rows, slices): every block of a row sums the row's squares (the same order as
 // hs_rms_norm_rows, so every block gets the same scale), then normalises and quantizes its
-// slice of the row's Q8 blocks, a warp per Q8 block; each lane quantizes the very elements it
-// wrote (hs_q8_block_warp's lane mapping), so no barrier separates the two. One block per row
-// left a decode step's norm a chain of dependent memory round trips (18-22 µs on an H100 at
-// dim 4096).
+// slice of the row's Q8 blocks, a warp per Q8 block, from registers (hs_q8_block_warp_regs).
+// A warp loads its first Q8 block's elements and weights before the sum of squares, so that
+// their memory round trip overlaps the sum's. One block per row left a decode step's norm a
+// chain of dependent memory round trips (18-22 us on an H100 at dim 4096).
 HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, float *y,
                               signed char *xq, float *xd, hs_u32 dim, float eps, hs_u32 bs) {
     HS_BREADCRUMB();
     __shared__ float s[64];
     const float *xr = x + (hs_u64)blockIdx.x * dim;
     float *yr = y + (hs_u64)blockIdx.x * dim;
+    const hs_u32 lane = threadIdx.x % warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u32 nb = dim / bs;
+    const hs_u64 b0 = (hs_u64)blockIdx.x * nb;
+    const hs_u32 first = blockIdx.y * nwarps + threadIdx.x / warpSize;
+    float xv[HS_Q8_MAX_BLOCK / 32];
+    float wv[HS_Q8_MAX_BLOCK / 32];
+    infer_norm_block_load(xr, w, first, nb, bs, xv, wv);
     float acc = 0.0f;
     // Unrolled so that the loads are in flight together; the additions keep their order.
 #pragma unroll 8
@@ -65,19 +88,20 @@ HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, f
     }
     const float total = infer_block_sum(acc, s);
     const float scale = 1.0f / sqrtf(total / (float)dim + eps);
-    const hs_u32 lane = threadIdx.x % warpSize;
-    const hs_u32 nwarps = blockDim.x / warpSize;
-    const hs_u32 nb = dim / bs;
-    const hs_u64 b0 = (hs_u64)blockIdx.x * nb;
-    for (hs_u32 b = blockIdx.y * nwarps + threadIdx.x / warpSize; b < nb;
-         b += gridDim.y * nwarps) {
-        float *yb = yr + (hs_u64)b * bs;
-        const float *xb = xr + (hs_u64)b * bs;
-        const float *wb = w + (hs_u64)b * bs;
-        for (hs_u32 i = lane; i < bs; i += warpSize) {
-            yb[i] = xb[i] * scale * wb[i];
+    for (hs_u32 b = first; b < nb; b += gridDim.y * nwarps) {
+        if (b != first) {
+            infer_norm_block_load(xr, w, b, nb, bs, xv, wv);
         }
-        hs_q8_block_warp(yb, bs, xq + (b0 + b) * bs, xd + 2 * (b0 + b), 0);
+        float *yb = yr + (hs_u64)b * bs;
+#pragma unroll
+        for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+            const hs_u32 i = lane + k * warpSize;
+            xv[k] = xv[k] * scale * wv[k];
+            if (i < bs) {
+                yb[i] = xv[k];
+            }
+        }
+        hs_q8_block_warp_regs(xv, bs, xq + (b0 + b) * bs, xd + 2 * (b0 + b), 0);
     }
 }
 

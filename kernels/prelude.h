@@ -128,24 +128,20 @@ __device__ __forceinline__ float hs_warp_max(float v) {
 }
 
 // Q8 quantization of one block of `bs` activations by the warp, exactly as the CPU backend
-// quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Lane l takes elements
-// l, l + warpSize, ...; max and the integer sum are exact in any order (|sum q| <= 256 * 128 is
-// exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
-// values (q * d) where dq is given. Shared by hs_quantize_act and the RMS norm that quantizes its
-// own output. bs is at most HS_Q8_MAX_BLOCK (K-quant super-blocks). Every lane of the warp must
-// call it; lane 0 writes dd.
+// quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Lane l holds elements
+// l, l + warpSize, ... in x[0], x[1], ... (0 beyond bs), so a kernel that has just computed them
+// quantizes from registers; max and the integer sum are exact in any order (|sum q| <= 256 * 128
+// is exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
+// values (q * d) where dq is given. Shared by hs_quantize_act, the RMS norm that quantizes its own
+// output and the attention that quantizes its output. bs is at most HS_Q8_MAX_BLOCK (K-quant
+// super-blocks). Every lane of the warp must call it; lane 0 writes dd.
 #define HS_Q8_MAX_BLOCK 256
-__device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
-                                                 float *dd, float *dq) {
+__device__ __forceinline__ void hs_q8_block_warp_regs(const float *x, hs_u32 bs, signed char *q,
+                                                      float *dd, float *dq) {
     const hs_u32 lane = threadIdx.x % warpSize;
-    // The lane's elements (at most HS_Q8_MAX_BLOCK / 32), loaded together before any use: the
-    // stores below may alias them (char), which would otherwise order each load after them.
-    float x[HS_Q8_MAX_BLOCK / 32];
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
-        const hs_u32 i = lane + k * warpSize;
-        x[k] = (i < bs) ? xb[i] : 0.0f;
         amax = fmaxf(amax, fabsf(x[k]));
     }
     amax = hs_warp_max(amax);
@@ -173,6 +169,21 @@ __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, sig
         dd[0] = d;
         dd[1] = d * sum;
     }
+}
+
+// As hs_q8_block_warp_regs, the block read from xb (lane l loads elements l, l + warpSize, ...).
+__device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
+                                                 float *dd, float *dq) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    // The lane's elements, loaded together before any use: the stores of the quantization may
+    // alias them (char), which would otherwise order each load after them.
+    float x[HS_Q8_MAX_BLOCK / 32];
+#pragma unroll
+    for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {
+        const hs_u32 i = lane + k * warpSize;
+        x[k] = (i < bs) ? xb[i] : 0.0f;
+    }
+    hs_q8_block_warp_regs(x, bs, q, dd, dq);
 }
 
 #define HS_ROPE_MAX_PAIRS 256

@@ -14,12 +14,12 @@ const TILED_THREADS: u32 = 128;
 const TILED_MIN_TOKENS: usize = 8;
 
 /// Keys from which a decode token's attention is split over the KV length. A block of the
-/// unsplit kernel walks a head's keys four at a time (a warp each), so with few heads (SmolLM2's
-/// 9) it is a long serial chain on a handful of the GPU's units: on the H100 SmolLM2's decode
-/// fell from 935 t/s at 16 keys to 573 at 128 with splits from 256 keys on.
-pub(super) const FLASH_MIN_KEYS: usize = 64;
-/// About this many keys per split (a power-of-two number of splits, at most [`MAX_SPLITS`]).
-const KEYS_PER_SPLIT: usize = 32;
+/// unsplit kernel scores a chunk of 128 keys at once (a thread each), so below this a split
+/// would only add the combine kernel's launch.
+pub(super) const FLASH_MIN_KEYS: usize = 256;
+/// About this many keys per split, one chunk of the kernel (a power-of-two number of splits, at
+/// most [`MAX_SPLITS`]).
+const KEYS_PER_SPLIT: usize = 128;
 /// Most splits of one head.
 pub(super) const MAX_SPLITS: usize = 32;
 

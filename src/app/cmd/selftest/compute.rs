@@ -407,12 +407,15 @@ fn run_case(
 /// attention is split over the KV length (and replayed as a graph where graphs are on).
 const LONG_PROMPT: usize = 700;
 const LONG_DECODE: usize = 3;
+/// A small batch after the decode steps: below the tiled kernel's rows, so each row's attention
+/// walks its 704+ keys in several chunks of one block (the chunks' online softmax).
+const LONG_BATCH: usize = 5;
 
-/// Decode steps at a long context on both backends: the worst ‖gpu−cpu‖/‖cpu‖ of their logits
-/// and the graph replays among them.
+/// Decode steps, then a small batch, at a long context on both backends: the worst
+/// ‖gpu−cpu‖/‖cpu‖ of their logits and the graph replays among them.
 fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String> {
     let opts = ModelOptions {
-        n_ctx: LONG_PROMPT + LONG_DECODE + 1,
+        n_ctx: LONG_PROMPT + LONG_DECODE + LONG_BATCH + 1,
         n_batch: 64,
         all_logits: false,
     };
@@ -424,7 +427,7 @@ fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String>
         let mut c = load(Box::new(CpuBackend::new(0)))?;
         let mut rng = Rng::new(0x1096);
         let vocab = c.config.vocab_size as u64;
-        let toks: Vec<u32> = (0..LONG_PROMPT + LONG_DECODE)
+        let toks: Vec<u32> = (0..LONG_PROMPT + LONG_DECODE + LONG_BATCH)
             .map(|_| (rng.next_u64() % vocab) as u32)
             .collect();
         let (mut lc, mut lg) = (Vec::new(), Vec::new());
@@ -433,11 +436,15 @@ fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String>
         g.forward(&toks[..LONG_PROMPT], 0, Logits::Last, &mut lg)
             .map_err(|e| format!("gpu prompt: {e}"))?;
         let mut worst = 0.0f64;
-        for pos in LONG_PROMPT..LONG_PROMPT + LONG_DECODE {
-            c.forward(&toks[pos..=pos], pos, Logits::Last, &mut lc)
-                .map_err(|e| format!("cpu decode: {e}"))?;
-            g.forward(&toks[pos..=pos], pos, Logits::Last, &mut lg)
-                .map_err(|e| format!("gpu decode: {e}"))?;
+        let end = LONG_PROMPT + LONG_DECODE;
+        let steps = (LONG_PROMPT..end)
+            .map(|p| (p, p + 1))
+            .chain([(end, end + LONG_BATCH)]);
+        for (pos, next) in steps {
+            c.forward(&toks[pos..next], pos, Logits::Last, &mut lc)
+                .map_err(|e| format!("cpu step at {pos}: {e}"))?;
+            g.forward(&toks[pos..next], pos, Logits::Last, &mut lg)
+                .map_err(|e| format!("gpu step at {pos}: {e}"))?;
             let e = rel_l2(&lg, &lc);
             worst = if e.is_nan() {
                 f64::INFINITY
@@ -472,7 +479,8 @@ fn long_context(o: &ComputeCheckOptions) -> bool {
     };
     let splits = crate::gpu::compute::flash_splits(LONG_PROMPT + 1);
     let what = format!(
-        "smollm2-135m Q4_0 f16, {LONG_DECODE} decode steps at {}–{} keys ({splits} KV splits)",
+        "smollm2-135m Q4_0 f16, {LONG_DECODE} decode steps at {}–{} keys ({splits} KV splits), \
+         a {LONG_BATCH}-token batch after them",
         LONG_PROMPT + 1,
         LONG_PROMPT + LONG_DECODE
     );
