@@ -516,6 +516,15 @@ fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8
     Ok(out)
 }
 
+/// The number of weights the shape's file holds (every tensor's elements), as llama.cpp counts a
+/// model's parameters; computed from the tensor list alone, without writing the file.
+pub fn n_params(s: &Shape) -> u64 {
+    tensors(s, GgmlType::F32)
+        .iter()
+        .map(|t| t.spec.dims.iter().product::<u64>())
+        .sum()
+}
+
 /// Writes the synthetic model `s` with weights of type `ty` (K-quants fall back for narrow rows)
 /// as GGUF to `out`.
 pub fn write<W: Write>(
