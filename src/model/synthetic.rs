@@ -516,15 +516,6 @@ fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8
     Ok(out)
 }
 
-/// The number of weights the shape's file holds (every tensor's elements), as llama.cpp counts a
-/// model's parameters; computed from the tensor list alone, without writing the file.
-pub fn n_params(s: &Shape) -> u64 {
-    tensors(s, GgmlType::F32)
-        .iter()
-        .map(|t| t.spec.dims.iter().product::<u64>())
-        .sum()
-}
-
 /// Writes the synthetic model `s` with weights of type `ty` (K-quants fall back for narrow rows)
 /// as GGUF to `out`.
 pub fn write<W: Write>(
@@ -547,6 +538,30 @@ pub fn write<W: Write>(
     }
     progress(1.0, "done");
     w.finish().map_err(io)
+}
+
+/// Writes the synthetic model's header to `path`, byte for byte the one `write` writes (its
+/// metadata, vocabulary and tensor table), and leaves the tensor data a hole of the right length
+/// (zeros; no disk blocks where the filesystem keeps sparse files). The file opens and reads as
+/// `write`'s does but for the weights, in moments for any shape: what a check of the shapes'
+/// hyperparameters and parameter counts needs without writing gigabytes.
+pub fn write_header_file(
+    s: &Shape,
+    ty: GgmlType,
+    seed: u64,
+    path: &Path,
+) -> Result<(), SynthError> {
+    let io = |cause| SynthError::Io {
+        path: path.display().to_string(),
+        cause,
+    };
+    let specs: Vec<TensorSpec> = tensors(s, ty).into_iter().map(|t| t.spec).collect();
+    let mut f = std::fs::File::create(path).map_err(io)?;
+    let w = GgufWriter::new(&mut f, &metadata(s, ty, seed), &specs).map_err(io)?;
+    let data = w.data_left();
+    drop(w);
+    let header = f.metadata().map_err(io)?.len();
+    f.set_len(header + data).map_err(io)
 }
 
 /// Builds the synthetic model in memory, ready to load.

@@ -121,6 +121,15 @@ impl<W: Write> GgufWriter<W> {
         Ok(())
     }
 
+    /// Bytes of tensor data (with each tensor's padding) still to be written: the length the
+    /// file grows by until `finish`.
+    pub fn data_left(&self) -> u64 {
+        self.sizes[self.next..]
+            .iter()
+            .map(|(_, size)| size.div_ceil(self.alignment) * self.alignment)
+            .sum()
+    }
+
     /// Checks that every declared tensor was written, flushes, and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         if self.next != self.sizes.len() {
