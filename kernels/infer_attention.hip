@@ -116,6 +116,53 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
     return hs_half_to_float(p[i]);
 }
 
+// Warps of a decode attention block at most (the narrowest warp is 32 lanes).
+#define HS_ATTN_RED (HS_ATTN_THREADS / 32)
+// Elements of a 16-byte cache load, and the most of any cache type.
+#define HS_ATTN_W_MAX 8
+
+template <typename KV> struct attn_w;
+template <> struct attn_w<float> {
+    static const hs_u32 W = 4;
+};
+template <> struct attn_w<unsigned short> {
+    static const hs_u32 W = 8;
+};
+
+// Elements d..d + W of a cache row, by one 16-byte load (the row and d 16-byte aligned).
+__device__ __forceinline__ void attn_load16(const float *row, hs_u32 d, float *r) {
+    const float4 a = *(const float4 *)(row + d);
+    r[0] = a.x;
+    r[1] = a.y;
+    r[2] = a.z;
+    r[3] = a.w;
+}
+__device__ __forceinline__ void attn_load16(const unsigned short *row, hs_u32 d, float *r) {
+    const uint4 u = *(const uint4 *)(row + d);
+    const hs_u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        r[2 * i] = hs_half_to_float((unsigned short)(w[i] & 0xffffu));
+        r[2 * i + 1] = hs_half_to_float((unsigned short)(w[i] >> 16));
+    }
+}
+
+// Elements d..d + W of a cache row into r: one 16-byte load where `vec` (W divides head_dim, so
+// the row and d are 16-byte aligned), else one by one, 0 beyond head_dim.
+template <typename KV>
+__device__ __forceinline__ void attn_load(const KV *row, hs_u32 d, hs_u32 head_dim, bool vec,
+                                          float *r) {
+    const hs_u32 W = attn_w<KV>::W;
+    if (vec) {
+        attn_load16(row, d, r);
+        return;
+    }
+#pragma unroll
+    for (hs_u32 i = 0; i < W; ++i) {
+        r[i] = (d + i < head_dim) ? infer_kv_load(row, d + i) : 0.0f;
+    }
+}
+
 // ---- One query row over a range of keys, a thread per key -------------------------------------
 //
 // The block (HS_ATTN_THREADS threads) walks keys lo..hi of one query row of head h (KV head kvh)
@@ -132,54 +179,6 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
 // The form before this one gave each warp every fourth key and reduced each score across the
 // warp: a serial chain of shuffles and exponentials per key, 11 us a SmolLM2 layer on an H100 at
 // 16-48 keys. Leaves the block synchronised; o (shared, head_dim) holds the unnormalised output.
-// Warps of a decode attention block at most (the narrowest warp is 32 lanes).
-#define HS_ATTN_RED (HS_ATTN_THREADS / 32)
-// Elements of a 16-byte cache load, and the most of any cache type.
-#define HS_ATTN_W_MAX 8
-
-template <typename KV> struct attn_w;
-template <> struct attn_w<float> {
-    static const hs_u32 W = 4;
-};
-template <> struct attn_w<unsigned short> {
-    static const hs_u32 W = 8;
-};
-
-// Elements d..d + W of a cache row into r: one 16-byte load where `vec` (W divides head_dim, so
-// the row and d are 16-byte aligned), else one by one, 0 beyond head_dim.
-__device__ __forceinline__ void attn_load(const float *row, hs_u32 d, hs_u32 head_dim, bool vec,
-                                          float *r) {
-    if (vec) {
-        const float4 a = *(const float4 *)(row + d);
-        r[0] = a.x;
-        r[1] = a.y;
-        r[2] = a.z;
-        r[3] = a.w;
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        r[i] = (d + i < head_dim) ? row[d + i] : 0.0f;
-    }
-}
-__device__ __forceinline__ void attn_load(const unsigned short *row, hs_u32 d, hs_u32 head_dim,
-                                          bool vec, float *r) {
-    if (vec) {
-        const uint4 u = *(const uint4 *)(row + d);
-        const hs_u32 w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            r[2 * i] = hs_half_to_float((unsigned short)(w[i] & 0xffffu));
-            r[2 * i + 1] = hs_half_to_float((unsigned short)(w[i] >> 16));
-        }
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        r[i] = (d + i < head_dim) ? hs_half_to_float(row[d + i]) : 0.0f;
-    }
-}
-
 template <typename KV>
 __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const KV *vc,
                                           hs_u32 kv_dim, hs_u32 kvh, hs_u32 head_dim,
