@@ -55,33 +55,35 @@ synth() {
     echo "$out"
 }
 
-# The llama-bench arguments of the wanted tests, split into prompt, generation and depth lists.
+# The llama-bench arguments of the wanted tests: the prompt and generation lengths of the plain
+# tests, then the generation lengths and depths of the depth tests, each list comma-separated (as
+# both tools take them, "0" for none) and the four space-separated.
 args_for() {
-    local p=() n=() d=()
+    local p=() n=() nd=() d=()
+    add() { local -n list=$1; [[ " ${list[*]} " == *" $2 "* ]] || list+=("$2"); }
     for t in $TESTS; do
         case $t in
-            pp*) p+=("${t#pp}") ;;
-            tg*@d*) local g=${t%@d*}; n+=("${g#tg}"); d+=("${t#*@d}") ;;
-            tg*) n+=("${t#tg}") ;;
+            pp*) add p "${t#pp}" ;;
+            tg*@d*) local g=${t%@d*}; add nd "${g#tg}"; add d "${t#*@d}" ;;
+            tg*) add n "${t#tg}" ;;
         esac
     done
-    echo "${p[*]:-0}" "${n[*]:-0}" "${d[*]:-}"
+    local IFS=,
+    echo "${p[*]:-0}" "${n[*]:-0}" "${nd[*]:-0}" "${d[*]:-0}"
 }
 
 # One JSON array (n_prompt, n_gen, n_depth, avg_ts) per tool and model; depth runs separately so
 # that the plain tests run at depth 0 and the depth ones only where asked.
 run_tool() { # tool file
-    local tool=$1 file=$2 p n d
-    read -r p n d < <(args_for)
-    local csv_p csv_n
-    csv_p=$(tr ' ' , <<<"$p"); csv_n=$(tr ' ' , <<<"$n")
+    local tool=$1 file=$2 csv_p csv_n csv_nd csv_d
+    read -r csv_p csv_n csv_nd csv_d < <(args_for)
     local common=(-m "$file" -t "$THREADS" -r "$REPS")
     if [[ $tool == llama ]]; then
-        "$LLAMA_BENCH" "${common[@]}" -p "$csv_p" -n "$csv_n" -o json 2>/dev/null
-        [[ -z $d ]] || "$LLAMA_BENCH" "${common[@]}" -p 0 -n "$csv_n" -d "$(tr ' ' , <<<"$d")" -o json 2>/dev/null
+        [[ $csv_p$csv_n == 00 ]] || "$LLAMA_BENCH" "${common[@]}" -p "$csv_p" -n "$csv_n" -o json 2>/dev/null
+        [[ $csv_d == 0 ]] || "$LLAMA_BENCH" "${common[@]}" -p 0 -n "$csv_nd" -d "$csv_d" -o json 2>/dev/null
     else
-        "$HIPSCOPE" bench --backend cpu "${common[@]}" -p "$csv_p" -n "$csv_n" --json
-        [[ -z $d ]] || "$HIPSCOPE" bench --backend cpu "${common[@]}" -p 0 -n "$csv_n" -d "$(tr ' ' , <<<"$d")" --json
+        [[ $csv_p$csv_n == 00 ]] || "$HIPSCOPE" bench --backend cpu "${common[@]}" -p "$csv_p" -n "$csv_n" --json
+        [[ $csv_d == 0 ]] || "$HIPSCOPE" bench --backend cpu "${common[@]}" -p 0 -n "$csv_nd" -d "$csv_d" --json
     fi | jq -c '.[] | select(.n_prompt > 0 or .n_gen > 0) | {p: .n_prompt, g: .n_gen, d: (.n_depth // 0), ts: .avg_ts}'
 }
 

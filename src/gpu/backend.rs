@@ -148,6 +148,42 @@ pub struct AttnParams {
     pub softcap: f32,
 }
 
+/// Element type of the KV cache, on every backend (`--kv-type`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    F32,
+    /// Half the memory and bandwidth of f32, as llama.cpp keeps it by default.
+    #[default]
+    F16,
+}
+
+impl KvType {
+    pub fn bytes(self) -> u64 {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            other => Err(format!("unknown KV cache type {other:?} (f32 or f16)")),
+        }
+    }
+}
+
 /// The KV cache's shape: for each layer, the positions it keeps, of `kv_dim` keys and as many
 /// values. A global layer keeps the whole context; a sliding-window layer keeps a ring of its
 /// window plus a batch (position p lives in slot p mod slots), which is all its attention can
@@ -603,6 +639,12 @@ pub trait Backend: Send {
     /// how many layers fit (`-ngl auto`); `None` where the backend has no device memory.
     fn plan_bytes(&self, _plan: &MemoryPlan) -> Option<u64> {
         None
+    }
+
+    /// The element type its KV cache is allocated in (so that the CPU part of a split model
+    /// keeps the GPU part's).
+    fn kv_type(&self) -> KvType {
+        KvType::F32
     }
 
     /// The streams this backend owns, for the UI (the CPU has none).

@@ -64,7 +64,7 @@ pub fn hangs_to_stderr() -> WatchSink {
 
 fn open_backend(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), String> {
     let cpu = |reason: String| -> (Box<dyn Backend>, String) {
-        let b = CpuBackend::with_reason(req.threads, &reason);
+        let b = CpuBackend::with_reason(req.threads, &reason).with_kv_type(req.compute.kv);
         let said = format!("cpu, {} threads ({reason})", b.n_threads());
         (Box::new(b), said)
     };

@@ -199,12 +199,8 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     } else {
         None
     };
-    // The CPU cache holds f32 keys and values; a GPU's, the `--kv-type` asked for.
-    let kv_bytes = if is_cpu {
-        4
-    } else {
-        a.model.kv_type.bytes() as usize
-    };
+    // Keys and values are kept in the `--kv-type` asked for, on either backend.
+    let kv_bytes = a.model.kv_type.bytes() as usize;
     if !a.json
         && let (Some(k), Some(bw)) = (&cpu_kernels, bandwidth)
     {

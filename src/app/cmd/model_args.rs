@@ -77,7 +77,8 @@ pub struct ModelArgs {
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto",
           value_parser = crate::model::split::parse_gpu_layers)]
     pub n_gpu_layers: Option<GpuLayers>,
-    /// Element type of the KV cache on a GPU (f16 or f32; the CPU keeps f32).
+    /// Element type of the KV cache (f16 or f32), on the GPU and the CPU alike; f16 halves its
+    /// memory and the bytes attention reads at depth, as llama.cpp keeps it.
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
     pub kv_type: KvType,
     /// Run the GPU decode step launch by launch instead of replaying it as a graph (config

@@ -47,9 +47,10 @@ use crate::gpu::snapshot::{
 use crate::gpu::stream::{Budget, LabelId, StreamShared};
 use crate::gpu::watchdog::{self, Watchdog};
 
+pub use crate::gpu::backend::KvType;
 pub use attention::flash_splits;
 pub use dequant::{PrefillPath, choose_prefill, matrix_units};
-pub use plan::{ActFormat, ComputeOptions, KvType, PrefillGemm};
+pub use plan::{ActFormat, ComputeOptions, PrefillGemm};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
     mv_grid, rope_theta_scale, tile_rows, type_kernels,
@@ -816,6 +817,10 @@ impl Backend for GpuCompute {
     fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
         let g = self.gpu.as_ref()?;
         Some(g.arena_needs(&plan::arena_plan(plan, &self.opts)))
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.opts.kv
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {

@@ -3,7 +3,7 @@
 //! a model, how a matrix product is cut into launches and tiles.
 
 use crate::gpu::arena::{ALIGN, ArenaPlan, Region};
-use crate::gpu::backend::MemoryPlan;
+use crate::gpu::backend::{KvType, MemoryPlan};
 use crate::gpu::quant::GgmlType;
 
 /// The activation a weight type multiplies with (what the CPU backend uses for the same type).
@@ -51,42 +51,6 @@ pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
 /// Every weight type the GPU kernels handle: all of the CPU backend's compute types, so that a
 /// model that runs on one runs on the other.
 pub const GPU_TYPES: &[GgmlType] = crate::gpu::quant::COMPUTE_TYPES;
-
-/// Element type of the KV cache.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum KvType {
-    F32,
-    /// Half the memory and bandwidth of f32, as llama.cpp keeps it by default.
-    #[default]
-    F16,
-}
-
-impl KvType {
-    pub fn bytes(self) -> u64 {
-        match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            KvType::F32 => "f32",
-            KvType::F16 => "f16",
-        }
-    }
-}
-
-impl std::str::FromStr for KvType {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "f32" => Ok(KvType::F32),
-            "f16" => Ok(KvType::F16),
-            other => Err(format!("unknown KV cache type {other:?} (f32 or f16)")),
-        }
-    }
-}
 
 /// Which GEMM multiplies prompt batches (`HIPSCOPE_PREFILL_GEMM`, read by [`PrefillGemm::from_env`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -11,7 +11,7 @@ use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, OpLabel, Result, RopeParams,
+    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, KvType, OpLabel, Result, RopeParams,
     SharedBytes, Weight, WeightData,
 };
 use crate::gpu::device::DeviceInfo;
@@ -51,24 +51,35 @@ impl CpuWeight {
 
 struct KvCache {
     layout: KvLayout,
-    /// `[layer][slot][kv_dim]`, layer `l` at `layout.offset(l)`.
-    k: Vec<f32>,
-    v: Vec<f32>,
+    data: KvData,
 }
 
-/// A raw pointer that threads write through at disjoint offsets.
-#[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
-// SAFETY: every user writes only its own disjoint range, and the pool joins before the owner
-// touches the buffer again.
-unsafe impl Send for SharedMut {}
-unsafe impl Sync for SharedMut {}
+/// Keys and values, `[layer][slot][kv_dim]` each, layer `l` at `layout.offset(l)`, in the
+/// element type `--kv-type` chose (f16 held as its bits).
+enum KvData {
+    F32 { k: Vec<f32>, v: Vec<f32> },
+    F16 { k: Vec<u16>, v: Vec<u16> },
+}
 
-impl SharedMut {
-    /// A method, so that closures capture the whole wrapper (not its raw field).
-    fn at(self, offset: usize) -> *mut f32 {
-        // SAFETY: callers stay inside the buffer the pointer came from.
-        unsafe { self.0.add(offset) }
+impl KvData {
+    fn new(ty: KvType, len: usize) -> KvData {
+        match ty {
+            KvType::F32 => KvData::F32 {
+                k: vec![0.0; len],
+                v: vec![0.0; len],
+            },
+            KvType::F16 => KvData::F16 {
+                k: vec![0; len],
+                v: vec![0; len],
+            },
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            KvData::F32 { k, v } => (k.len() + v.len()) as u64 * 4,
+            KvData::F16 { k, v } => (k.len() + v.len()) as u64 * 2,
+        }
     }
 }
 
@@ -80,6 +91,8 @@ pub struct CpuBackend {
     scratch: MatmulScratch,
     /// One attention-score row per thread.
     scores: Vec<Mutex<Vec<f32>>>,
+    /// Element type of the next KV cache allocated.
+    kv_type: KvType,
     allocations: u64,
     reason: String,
     /// Every op in the in-flight table while it runs, for the watchdog.
@@ -126,11 +139,19 @@ impl CpuBackend {
             kv: None,
             scratch: MatmulScratch::default(),
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
+            kv_type: KvType::F32,
             allocations: 0,
             reason: String::new(),
             ops: HostOps::new(),
             watchdog: None,
         }
+    }
+
+    /// The KV cache's element type (f32 unless set; the commands pass `--kv-type`, f16 by
+    /// default, as llama.cpp keeps it).
+    pub fn with_kv_type(mut self, kv: KvType) -> CpuBackend {
+        self.kv_type = kv;
+        self
     }
 
     pub fn n_threads(&self) -> usize {
@@ -239,7 +260,7 @@ impl Backend for CpuBackend {
     fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         let _op = self.ops.begin(OpLabel::global("alloc kv_cache"));
         let len = layout.elems();
-        let bytes = len as u64 * 8;
+        let bytes = len as u64 * 2 * self.kv_type.bytes();
         if let Some((_, avail)) = host_memory()
             && bytes > avail
         {
@@ -252,8 +273,7 @@ impl Backend for CpuBackend {
         }
         self.kv = Some(KvCache {
             layout: layout.clone(),
-            k: vec![0f32; len],
-            v: vec![0f32; len],
+            data: KvData::new(self.kv_type, len),
         });
         for s in &self.scores {
             if let Ok(mut s) = s.lock() {
@@ -452,52 +472,33 @@ impl Backend for CpuBackend {
             }
         };
         let mut kv = kv;
-        let res = (|| {
-            kv.layout.check_attention(p)?;
-            let slots = kv.layout.slots(p.layer);
-            let layer_base = kv.layout.offset(p.layer);
-            let (kn, vn) = (
-                self.buf(k, p.n_tokens * kv_dim)?,
-                self.buf(v, p.n_tokens * kv_dim)?,
+        let res = kv.layout.check_attention(p).and_then(|()| {
+            let (slots, base) = (kv.layout.slots(p.layer), kv.layout.offset(p.layer));
+            let layer = base..base + slots * kv_dim;
+            let n = p.n_tokens;
+            let (qv, kn, vn) = (
+                self.buf(q, n * q_dim)?,
+                self.buf(k, n * kv_dim)?,
+                self.buf(v, n * kv_dim)?,
             );
-            for t in 0..p.n_tokens {
-                let at = layer_base + (p.pos0 + t) % slots * kv_dim;
-                kv.k[at..at + kv_dim].copy_from_slice(&kn[t * kv_dim..(t + 1) * kv_dim]);
-                kv.v[at..at + kv_dim].copy_from_slice(&vn[t * kv_dim..(t + 1) * kv_dim]);
-            }
-            let qv = self.buf(q, p.n_tokens * q_dim)?;
-            let keys = &kv.k[layer_base..layer_base + slots * kv_dim];
-            let vals = &kv.v[layer_base..layer_base + slots * kv_dim];
-            let optr = SharedMut(o.as_mut_ptr());
-            let scores = &self.scores;
-            let split = attention::Split::new(p, self.pool.n_threads());
-            let isa = self.scratch.isa();
-            self.pool.run(&|ith, nth| {
-                let Ok(mut sc) = scores[ith].lock() else {
-                    return;
-                };
-                for job in (ith..split.jobs).step_by(nth) {
-                    // SAFETY: `o` holds n_tokens·q_dim floats; jobs own disjoint (token, head)
-                    // rows.
-                    unsafe {
-                        attention::run_job(
-                            isa,
-                            p,
-                            split,
-                            job,
-                            qv,
-                            keys,
-                            vals,
-                            kv_dim,
-                            slots,
-                            &mut sc,
-                            optr.at(0),
-                        )
-                    };
+            let run = attention::Run {
+                pool: &self.pool,
+                scores: &self.scores,
+                isa: self.scratch.isa(),
+                p,
+                slots,
+            };
+            let o = &mut o[..n * q_dim];
+            match &mut kv.data {
+                KvData::F32 { k, v } => {
+                    run.store_and_attend(qv, kn, vn, &mut k[layer.clone()], &mut v[layer], o)
                 }
-            });
+                KvData::F16 { k, v } => {
+                    run.store_and_attend(qv, kn, vn, &mut k[layer.clone()], &mut v[layer], o)
+                }
+            }
             Ok(())
-        })();
+        });
         self.kv = Some(kv);
         self.put(out, o);
         res
@@ -518,14 +519,12 @@ impl Backend for CpuBackend {
                 "a KV shift of a cache with sliding-window rings".into(),
             ));
         }
-        super::kv_shift::shift(
-            &mut kv.k,
-            &mut kv.v,
-            kv.layout.n_ctx(),
-            kv.layout.kv_dim(),
-            s,
-            factors.as_deref(),
-        )
+        let (n_ctx, kv_dim) = (kv.layout.n_ctx(), kv.layout.kv_dim());
+        let f = factors.as_deref();
+        match &mut kv.data {
+            KvData::F32 { k, v } => super::kv_shift::shift(k, v, n_ctx, kv_dim, s, f),
+            KvData::F16 { k, v } => super::kv_shift::shift(k, v, n_ctx, kv_dim, s, f),
+        }
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
@@ -640,13 +639,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn kv_type(&self) -> KvType {
+        self.kv_type
+    }
+
     fn arena(&self) -> ArenaSnapshot {
         let weights: u64 = self.weights.iter().map(|w| w.len as u64).sum();
         let acts: u64 = self.bufs.iter().map(|(_, b)| b.len() as u64 * 4).sum();
-        let kv: u64 = self
-            .kv
-            .as_ref()
-            .map_or(0, |kv| (kv.k.len() + kv.v.len()) as u64 * 4);
+        let kv: u64 = self.kv.as_ref().map_or(0, |kv| kv.data.bytes());
         let mem = host_memory();
         let total = weights + acts + kv;
         ArenaSnapshot {

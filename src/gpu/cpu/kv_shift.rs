@@ -4,6 +4,7 @@
 //! then repeated multiplication by `base^(-2/n_rot)`, then division by the llama-3 factor), once
 //! per shift: every row moves by the same delta.
 
+pub use super::attention::KvElem;
 use crate::gpu::backend::{KvShift, Result};
 
 /// (cos, sin) of the shift's angle for each rotated pair.
@@ -23,10 +24,11 @@ pub fn rotation(s: &KvShift, factors: Option<&[f32]>) -> Result<Vec<(f32, f32)>>
     Ok(cs)
 }
 
-/// Applies the shift to caches laid out `[layer][position][kv_dim]` with `n_ctx` positions.
-pub fn shift(
-    k: &mut [f32],
-    v: &mut [f32],
+/// Applies the shift to caches laid out `[layer][position][kv_dim]` with `n_ctx` positions (f32
+/// or f16 elements: an f16 key is rotated in f32 and rounded back once).
+pub fn shift<E: KvElem>(
+    k: &mut [E],
+    v: &mut [E],
     n_ctx: usize,
     kv_dim: usize,
     s: &KvShift,
@@ -51,9 +53,9 @@ pub fn shift(
                 } else {
                     (2 * i, 2 * i + 1)
                 };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * sn;
-                head[b] = x0 * sn + x1 * c;
+                let (x0, x1) = (head[a].to_f32(), head[b].to_f32());
+                head[a] = E::from_f32(x0 * c - x1 * sn);
+                head[b] = E::from_f32(x0 * sn + x1 * c);
             }
         }
     }

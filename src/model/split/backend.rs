@@ -267,6 +267,10 @@ impl Backend for SplitBackend {
         self.gpu.plan_bytes(plan)
     }
 
+    fn kv_type(&self) -> crate::gpu::backend::KvType {
+        self.gpu.kv_type()
+    }
+
     fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
         let (on_gpu, on_cpu) = self.place.tensor_sides(data.name);
         let gpu = if on_gpu {

@@ -462,7 +462,8 @@ pub fn arrange(
     if choice.place.all_on_gpu() {
         return Ok((gpu, Some(choice.said)));
     }
-    let cpu = CpuBackend::with_reason(cpu_threads, "the CPU part of a split model (-ngl)");
+    let cpu = CpuBackend::with_reason(cpu_threads, "the CPU part of a split model (-ngl)")
+        .with_kv_type(gpu.kv_type());
     let plan = gpu_plan(&full, &choice.place, file, config, n_ctx);
     let said = choice.said.clone();
     Ok((

@@ -159,11 +159,12 @@ impl PackedMatrix {
             .collect()
     }
 
-    /// Whether repacking is on: only where `HIPSCOPE_CPU_REPACK=1` asks for it, read once (off by
-    /// default until the merged suite's kl_divergence failure is understood).
+    /// Whether repacking is on: always, unless `HIPSCOPE_CPU_REPACK=0` turns it off (for
+    /// comparisons), read once. Its accuracy against llama.cpp's own logits equals the portable
+    /// kernels' (README, "Repacked weights").
     pub fn enabled() -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::env::var("HIPSCOPE_CPU_REPACK").is_ok_and(|v| v.trim() == "1"))
+        *ON.get_or_init(|| std::env::var("HIPSCOPE_CPU_REPACK").map_or(true, |v| v.trim() != "0"))
     }
 
     /// Whether weights of `ty` are repacked when the kernels run on `isa` (whether or not

@@ -8,14 +8,93 @@
 //! exponentials of `exp.rs`), then the weighted sum of value rows. The scores of a tile live in a
 //! per-thread buffer of (queries × keys) floats — never the whole score matrix of the prompt.
 //!
-//! The body is plain Rust compiled three times: for the portable target, and with AVX2+FMA and
-//! AVX-512 enabled, so that the compiler vectorizes the dot products, the exponentials and the
-//! value sums at the width of the instruction set `Isa::active` picked.
+//! The cache holds f32 or f16 elements ([`KvElem`]; `--kv-type`). On AVX2 and AVX-512 CPUs a job
+//! runs the hand-written kernel of `x86.rs` (head dimensions a multiple of 8); the
+//! plain-Rust body here is the portable path and the reference the tests hold that kernel to.
 
+use std::sync::Mutex;
+
+use super::pool::ThreadPool;
 use crate::gpu::backend::AttnParams;
 use crate::gpu::quant::dot::Isa;
 
 use super::exp::exp_shifted_sum;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// An element of the KV cache: f32, or an IEEE half held as its bits (`u16`).
+pub trait KvElem: Copy + Default + Send + Sync + 'static {
+    fn to_f32(self) -> f32;
+    /// Rounded to nearest even.
+    fn from_f32(v: f32) -> Self;
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> f32 {
+        v
+    }
+}
+
+impl KvElem for u16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        crate::gpu::quant::f16_to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> u16 {
+        crate::gpu::quant::f32_to_f16(v)
+    }
+}
+
+/// The kernel that runs on the CPU's instruction set.
+pub trait JobKernel: KvElem {
+    /// # Safety
+    /// As [`run_job`].
+    unsafe fn run(
+        isa: Isa,
+        a: &Job,
+        q: &[f32],
+        k: &[Self],
+        v: &[Self],
+        sc: &mut [f32],
+        out: *mut f32,
+    );
+}
+
+macro_rules! job_kernel {
+    ($t:ty) => {
+        impl JobKernel for $t {
+            unsafe fn run(
+                isa: Isa,
+                a: &Job,
+                q: &[f32],
+                k: &[$t],
+                v: &[$t],
+                sc: &mut [f32],
+                out: *mut f32,
+            ) {
+                // SAFETY: the ISA's presence was checked by Isa::active; the rest is the
+                // caller's contract.
+                unsafe {
+                    #[cfg(target_arch = "x86_64")]
+                    if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::fits(a.hd) {
+                        return x86::job(a, q, k, v, sc, out);
+                    }
+                    let _ = isa;
+                    job_body(a, q, k, v, sc, out)
+                }
+            }
+        }
+    };
+}
+job_kernel!(f32);
+job_kernel!(u16);
 
 /// Query tokens per job.
 pub const TOKEN_TILE: usize = 4;
@@ -46,6 +125,95 @@ impl Split {
     }
 }
 
+/// One attention op of the backend: where it runs and on what shape.
+pub struct Run<'a> {
+    pub pool: &'a ThreadPool,
+    /// One score buffer per pool thread.
+    pub scores: &'a [Mutex<Vec<f32>>],
+    pub isa: Isa,
+    pub p: &'a AttnParams,
+    /// Positions the layer's cache keeps (position j in slot j mod slots).
+    pub slots: usize,
+}
+
+impl Run<'_> {
+    /// Writes the batch's keys and values (`kn`, `vn`: `n_tokens` rows of `kv_dim`) into the
+    /// layer's cache (`keys`, `values`: `slots` positions), then attends: `out` gets
+    /// `n_tokens` rows of `n_heads·head_dim`.
+    ///
+    /// # Panics
+    /// Where a slice is shorter than the shape says (the backend sized them from it).
+    pub fn store_and_attend<E: JobKernel>(
+        &self,
+        q: &[f32],
+        kn: &[f32],
+        vn: &[f32],
+        keys: &mut [E],
+        values: &mut [E],
+        out: &mut [f32],
+    ) {
+        let p = self.p;
+        let kv_dim = p.n_kv_heads * p.head_dim;
+        assert_eq!(
+            out.len(),
+            p.n_tokens * p.n_heads * p.head_dim,
+            "attention output"
+        );
+        for t in 0..p.n_tokens {
+            let at = (p.pos0 + t) % self.slots * kv_dim;
+            let row = t * kv_dim..(t + 1) * kv_dim;
+            for (d, &x) in keys[at..at + kv_dim].iter_mut().zip(&kn[row.clone()]) {
+                *d = E::from_f32(x);
+            }
+            for (d, &x) in values[at..at + kv_dim].iter_mut().zip(&vn[row]) {
+                *d = E::from_f32(x);
+            }
+        }
+        let (keys, values) = (&*keys, &*values);
+        let split = Split::new(p, self.pool.n_threads());
+        let optr = OutPtr(out.as_mut_ptr());
+        let (scores, isa, slots) = (self.scores, self.isa, self.slots);
+        self.pool.run(&|ith, nth| {
+            let Ok(mut sc) = scores[ith].lock() else {
+                return;
+            };
+            for job in (ith..split.jobs).step_by(nth) {
+                // SAFETY: `out` holds n_tokens·q_dim floats (asserted above); jobs own
+                // disjoint (token, head) rows.
+                unsafe {
+                    run_job(
+                        isa,
+                        p,
+                        split,
+                        job,
+                        q,
+                        keys,
+                        values,
+                        kv_dim,
+                        slots,
+                        &mut sc,
+                        optr.get(),
+                    )
+                };
+            }
+        });
+    }
+}
+
+/// The output, which the jobs write at disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: every job writes only its own rows, and the pool joins before the owner reads them.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// A method, so that closures capture the whole wrapper (not its raw field).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Runs job `job` of `split`: its tokens' outputs for its heads.
 ///
 /// `q` holds `n_tokens` rows of `n_heads·head_dim`; `keys` and `values` hold this layer's cache,
@@ -57,14 +225,14 @@ impl Split {
 /// `out` points to `n_tokens·n_heads·head_dim` floats, and no other thread touches the rows of
 /// this job's (token, head) pairs while it runs.
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn run_job(
+pub unsafe fn run_job<E: JobKernel>(
     isa: Isa,
     p: &AttnParams,
     split: Split,
     job: usize,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     kv_dim: usize,
     slots: usize,
     sc: &mut Vec<f32>,
@@ -75,20 +243,12 @@ pub unsafe fn run_job(
     if sc.len() < need {
         sc.resize(need, 0.0);
     }
-    // SAFETY: the ISA's presence was checked by Isa::active; the rest is the caller's contract.
-    unsafe {
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => job_avx512(&a, q, keys, values, sc, out),
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => job_avx2(&a, q, keys, values, sc, out),
-            _ => job_body(&a, q, keys, values, sc, out),
-        }
-    }
+    // SAFETY: the caller's contract.
+    unsafe { E::run(isa, &a, q, keys, values, sc, out) }
 }
 
 /// One job's shape.
-struct Job {
+pub struct Job {
     t0: usize,
     t1: usize,
     h0: usize,
@@ -165,8 +325,12 @@ impl Job {
     }
 
     /// Where position `j` starts in the layer's cache.
+    #[inline(always)]
     fn at(&self, j: usize) -> usize {
-        j % self.slots * self.kv_dim + self.koff
+        // A global layer's positions never wrap: no division per key (it cost more than the
+        // key's dot product at depth).
+        let slot = if j < self.slots { j } else { j % self.slots };
+        slot * self.kv_dim + self.koff
     }
 
     fn nq(&self) -> usize {
@@ -174,26 +338,15 @@ impl Job {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn job_avx2(a: &Job, q: &[f32], k: &[f32], v: &[f32], sc: &mut [f32], out: *mut f32) {
-    // SAFETY: forwarded contract.
-    unsafe { job_body(a, q, k, v, sc, out) }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn job_avx512(a: &Job, q: &[f32], k: &[f32], v: &[f32], sc: &mut [f32], out: *mut f32) {
-    // SAFETY: forwarded contract.
-    unsafe { job_body(a, q, k, v, sc, out) }
-}
-
-#[inline(always)]
-unsafe fn job_body(
+/// The portable job (and the reference of `x86.rs`).
+///
+/// # Safety
+/// As [`run_job`].
+unsafe fn job_body<E: KvElem>(
     a: &Job,
     q: &[f32],
-    keys: &[f32],
-    values: &[f32],
+    keys: &[E],
+    values: &[E],
     sc: &mut [f32],
     out: *mut f32,
 ) {
@@ -240,7 +393,7 @@ unsafe fn job_body(
                 // SAFETY: as above.
                 let o = unsafe { out_row(a, out, t, h) };
                 for (o, &x) in o.iter_mut().zip(vj) {
-                    *o += w * x;
+                    *o += w * x.to_f32();
                 }
             }
         }
@@ -259,19 +412,19 @@ unsafe fn out_row<'a>(a: &Job, out: *mut f32, t: usize, h: usize) -> &'a mut [f3
 }
 
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
     // Eight partial sums let the compiler vectorise without reassociation flags.
     let mut acc = [0f32; 8];
     let (ac, ar) = a.as_chunks::<8>();
     let (bc, br) = b.as_chunks::<8>();
     for (x, y) in ac.iter().zip(bc) {
         for i in 0..8 {
-            acc[i] += x[i] * y[i];
+            acc[i] += x[i] * y[i].to_f32();
         }
     }
     let mut s: f32 = acc.iter().sum();
     for (x, y) in ar.iter().zip(br) {
-        s += x * y;
+        s += x * y.to_f32();
     }
     s
 }
