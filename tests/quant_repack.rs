@@ -8,7 +8,14 @@ use hipscope::gpu::cpu::pool::ThreadPool;
 use hipscope::gpu::quant::dot::{Activation, Isa, PACK_TILE, PackedMatrix};
 use hipscope::gpu::quant::{self, GgmlType, f32_to_f16};
 
-const PACKED: [GgmlType; 3] = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K];
+const PACKED: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+];
 
 struct Rng(u64);
 impl Rng {
@@ -36,7 +43,7 @@ fn random_blocks(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
         }
         let d = f32_to_f16(rng.f() * 0.02).to_le_bytes();
         blk[..2].copy_from_slice(&d);
-        if matches!(ty, GgmlType::Q4_1 | GgmlType::Q4K) {
+        if matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K) {
             let m = f32_to_f16(rng.f() * 0.1).to_le_bytes();
             blk[2..4].copy_from_slice(&m);
         }
@@ -156,12 +163,15 @@ fn packed_matrix_keeps_the_size_and_refuses_what_it_cannot_pack() {
             assert!(!Isa::Avx2.is_available());
             continue;
         };
-        // Two groups of 16 rows: exactly the file's bytes (rounded up to a 64-byte line); Q4_K
-        // keeps its six-bit scales and mins unpacked, one byte each (+2.8%).
-        let want = if ty == GgmlType::Q4K {
-            2 * 2368
-        } else {
-            q.len().div_ceil(128) * 128
+        // Two groups of 16 rows: exactly the file's bytes (rounded up to a 64-byte line) for
+        // Q4_0, Q4_1 and Q8_0; Q4_K keeps its six-bit scales and mins unpacked, one byte each
+        // (+2.8%); Q5_0 and Q5_1 widen their values to a byte (8 blocks × 16 rows × 32 bytes,
+        // plus the f16 d, and m for Q5_1).
+        let want = match ty {
+            GgmlType::Q4K => 2 * 2368,
+            GgmlType::Q5_0 => 2 * 8 * (512 + 32),
+            GgmlType::Q5_1 => 2 * 8 * (512 + 64),
+            _ => q.len().div_ceil(128) * 128,
         };
         assert_eq!(p.bytes(), want);
         assert_eq!((p.rows(), p.cols(), p.groups()), (32, 256, 2));
@@ -172,5 +182,5 @@ fn packed_matrix_keeps_the_size_and_refuses_what_it_cannot_pack() {
         assert!(PackedMatrix::new(Isa::Scalar, ty, 32, 256, &q).is_none());
     }
     assert!(!PackedMatrix::packs(Isa::Avx2, GgmlType::Q6K));
-    assert!(!PackedMatrix::packs(Isa::Avx2, GgmlType::Q8_0));
+    assert!(!PackedMatrix::packs(Isa::Avx2, GgmlType::Q5K));
 }

@@ -39,6 +39,9 @@ pub(super) unsafe fn groups(
                 $($t => match pm.fmt {
                     PackFmt::Q4_0 => groups_32::<false, $t>(pm, data, ng, act, t0, out),
                     PackFmt::Q4_1 => groups_32::<true, $t>(pm, data, ng, act, t0, out),
+                    PackFmt::Q5_0 => groups_8::<Q5_0, $t>(pm, data, ng, act, t0, out),
+                    PackFmt::Q5_1 => groups_8::<Q5_1, $t>(pm, data, ng, act, t0, out),
+                    PackFmt::Q8_0 => groups_8::<Q8_0, $t>(pm, data, ng, act, t0, out),
                     PackFmt::Q4K => groups_q4k::<$t>(pm, data, ng, act, t0, out),
                 },)*
                 _ => unreachable!("token tile {nt}"),
@@ -105,6 +108,92 @@ unsafe fn groups_32<const M: bool, const T: usize>(
                         let sd = _mm256_mul_ps(d, _mm256_set1_ps(*dsa));
                         acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, acc[t]);
                         acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(*dsa.add(1)), acc[t]);
+                    }
+                }
+                let o = out.as_mut_ptr().add(g * T * PACK_ROWS + half * HALF);
+                for t in 0..T {
+                    _mm256_storeu_ps(o.add(t * PACK_ROWS), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+/// The byte formats (`groups_8`'s `K`).
+const Q5_0: u8 = 0;
+const Q5_1: u8 = 1;
+const Q8_0: u8 = 2;
+
+/// Q5_0, Q5_1 (values 0..32 a byte; m = −16·d or stored) and Q8_0 (signed bytes, m = 0: the sign
+/// moves onto the activation so that `maddubs` sees |w|).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups_8<const K: u8, const T: usize>(
+    pm: &PackedMatrix,
+    data: &[u8],
+    ng: usize,
+    act: &Activation,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let nb = pm.cols() / QK;
+    let qb = pm.fmt.quant_bytes();
+    let qa = act.q32[t0 * nb..(t0 + T) * nb].as_ptr() as *const u8;
+    let ds = act.ds32[t0 * nb..(t0 + T) * nb].as_ptr() as *const f32;
+    let ones = _mm256_set1_epi16(1);
+    for g in 0..ng {
+        for half in 0..2 {
+            // SAFETY: group g spans group_bytes inside data: quants nb·qb, then nb·16 f16 d (and
+            // m); token k's block b is at qa + (k·nb + b)·32, its [d, d·Σq] at ds + (k·nb + b)·2.
+            unsafe {
+                let base = data.as_ptr().add(g * pm.group_bytes);
+                let dptr = base.add(nb * qb + half * 16);
+                let mut acc = [_mm256_setzero_ps(); T];
+                for b in 0..nb {
+                    let q = base.add(b * qb + half * 32);
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(q.wrapping_add(PREFETCH + 256) as *const i8);
+                    let w: [__m256i; 8] =
+                        std::array::from_fn(|j| _mm256_load_si256(q.add(64 * j) as *const __m256i));
+                    let aw: [__m256i; 8] = if K == Q8_0 {
+                        std::array::from_fn(|j| _mm256_sign_epi8(w[j], w[j]))
+                    } else {
+                        w
+                    };
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(dptr.add(b * 32) as *const __m128i));
+                    let m = match K {
+                        Q5_1 => _mm256_cvtph_ps(_mm_loadu_si128(
+                            dptr.add((nb + b) * 32) as *const __m128i
+                        )),
+                        Q5_0 => _mm256_mul_ps(d, _mm256_set1_ps(-16.0)),
+                        _ => _mm256_setzero_ps(),
+                    };
+                    for t in 0..T {
+                        let a = qa.add((t * nb + b) * QK);
+                        let mut s32 = _mm256_setzero_si256();
+                        // A Q8_0 pair may reach 2·128·127: each goes to 32 bits alone. Q5's
+                        // (2·31·127) add up four at a time in 16 bits first.
+                        let per = if K == Q8_0 { 1 } else { 4 };
+                        for j0 in (0..8).step_by(per) {
+                            let mut s16 = _mm256_setzero_si256();
+                            for j in j0..j0 + per {
+                                let av = _mm256_set1_epi32(
+                                    (a.add(4 * j) as *const i32).read_unaligned(),
+                                );
+                                let av = if K == Q8_0 {
+                                    _mm256_sign_epi8(av, w[j])
+                                } else {
+                                    av
+                                };
+                                s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(aw[j], av));
+                            }
+                            s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(s16, ones));
+                        }
+                        let dsa = ds.add((t * nb + b) * 2);
+                        let sd = _mm256_mul_ps(d, _mm256_set1_ps(*dsa));
+                        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s32), sd, acc[t]);
+                        if K != Q8_0 {
+                            acc[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(*dsa.add(1)), acc[t]);
+                        }
                     }
                 }
                 let o = out.as_mut_ptr().add(g * T * PACK_ROWS + half * HALF);

@@ -15,16 +15,21 @@
 //!   file has them); then the 16 rows' f16 `d` of every block; then, for Q4_1 only, their f16 `m`.
 //!   A value is `d·q + m`, with `m` = −8·d (Q4_0) or the stored `m` (Q4_1); the `m` term
 //!   multiplies the activation's `d·Σq`.
+//! - Q5_0/Q5_1/Q8_0: each row's 32 values widened to a byte each at the repack (Q5: the nibble
+//!   and its fifth bit, 0..32; Q8_0: as stored, signed), eight 64-byte chunks per block, chunk `j`
+//!   holding elements `4j..4j+4` of each row; then the f16 `d` of every block and, for Q5_1, the
+//!   f16 `m`. A value is `d·q + m` with `m` = −16·d (Q5_0), the stored `m` (Q5_1) or 0 (Q8_0).
 //! - Q4_K: per 256-element block, 32 quant chunks (chunk 8h + k holds `qs[32h + 4k..+4]` of each
 //!   row: low nibbles are sub-block 2h, high ones 2h+1), the rows' six-bit scales and mins
 //!   unpacked to a byte each, then their f16 d and dmin (offsets `Q4K_*`).
 //!
-//! Q4_0 and Q4_1 take exactly the file's bytes (a last group of fewer than 16 rows is padded with
-//! zero rows); Q4_K takes 2.8% more (its scales unpacked). The original stays in the file's
+//! Q4_0, Q4_1 and Q8_0 take exactly the file's bytes (a last group of fewer than 16 rows is padded
+//! with zero rows); Q4_K takes 2.8% more (its scales unpacked), Q5_0 55% and Q5_1 50% more (their
+//! five-bit values widened to bytes). The original stays in the file's
 //! mapping for row lookups (embeddings), so a repacked matrix costs its size in memory once.
 //!
-//! The kernel is AVX2 (`avx2_packed.rs`), used on AVX2 and AVX-512 CPUs alike; other types and the
-//! portable path compute on the file's layout.
+//! The kernel is AVX2 (`avx2_packed.rs`), used on AVX2 and AVX-512 CPUs alike; other types (the
+//! other K-quants, IQ4_*, MXFP4, floats) and the portable path compute on the file's layout.
 
 use super::{GgmlType, Isa};
 use crate::gpu::quant::blocks::{QK, QK_K, k_scale_min, k_scales};
@@ -55,6 +60,9 @@ pub const PACK_MIN_TOKENS: usize = PACK_TILE;
 pub(super) enum PackFmt {
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
+    Q8_0,
     Q4K,
 }
 
@@ -63,6 +71,9 @@ impl PackFmt {
         Some(match ty {
             GgmlType::Q4_0 => PackFmt::Q4_0,
             GgmlType::Q4_1 => PackFmt::Q4_1,
+            GgmlType::Q5_0 => PackFmt::Q5_0,
+            GgmlType::Q5_1 => PackFmt::Q5_1,
+            GgmlType::Q8_0 => PackFmt::Q8_0,
             GgmlType::Q4K => PackFmt::Q4K,
             _ => return None,
         })
@@ -73,6 +84,9 @@ impl PackFmt {
         match self {
             PackFmt::Q4_0 => 18,
             PackFmt::Q4_1 => 20,
+            PackFmt::Q5_0 => 22,
+            PackFmt::Q5_1 => 24,
+            PackFmt::Q8_0 => 34,
             PackFmt::Q4K => 144,
         }
     }
@@ -87,6 +101,7 @@ impl PackFmt {
     pub(super) fn quant_bytes(self) -> usize {
         match self {
             PackFmt::Q4_0 | PackFmt::Q4_1 => 256,
+            PackFmt::Q5_0 | PackFmt::Q5_1 | PackFmt::Q8_0 => 512,
             PackFmt::Q4K => Q4K_BLOCK,
         }
     }
@@ -95,7 +110,7 @@ impl PackFmt {
     /// scales sit in each block).
     pub(super) fn scale_arrays(self) -> usize {
         match self {
-            PackFmt::Q4_1 => 2,
+            PackFmt::Q4_1 | PackFmt::Q5_1 => 2,
             PackFmt::Q4K => 0,
             _ => 1,
         }
@@ -121,12 +136,30 @@ fn pack_q4k_row(src: &[u8], i: usize, q: &mut [u8]) {
     q[Q4K_DMIN + 2 * i..][..2].copy_from_slice(&src[2..4]);
 }
 
+/// The 32 values of one Q5_0/Q5_1/Q8_0 block `src`, a byte each (Q5: 0..32, unsigned; Q8_0: the
+/// stored signed bytes).
+fn widen_row(fmt: PackFmt, src: &[u8]) -> [u8; QK] {
+    let five = |qh: &[u8], qs: &[u8]| {
+        let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+        std::array::from_fn(|e| {
+            let low = if e < 16 { qs[e] & 0xF } else { qs[e - 16] >> 4 };
+            low | ((((h >> e) & 1) as u8) << 4)
+        })
+    };
+    match fmt {
+        PackFmt::Q5_0 => five(&src[2..6], &src[6..22]),
+        PackFmt::Q5_1 => five(&src[4..8], &src[8..24]),
+        PackFmt::Q8_0 => std::array::from_fn(|e| src[2 + e]),
+        _ => unreachable!("{fmt:?} is not a byte format"),
+    }
+}
+
 /// 64 bytes, so that every group starts on a cache line.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A weight matrix repacked for the AVX-512 kernels (see the module documentation).
+/// A weight matrix repacked for the packed AVX2 kernel (see the module documentation).
 pub struct PackedMatrix {
     ty: GgmlType,
     pub(super) fmt: PackFmt,
@@ -153,7 +186,8 @@ impl std::fmt::Debug for PackedMatrix {
 impl PackedMatrix {
     /// The weight types repacked when the kernels run on `isa` (none: the file's layout serves).
     pub fn packed_types(isa: Isa) -> Vec<GgmlType> {
-        [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q4K]
+        use GgmlType::*;
+        [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K]
             .into_iter()
             .filter(|&t| Self::enabled() && Self::packs(isa, t))
             .collect()
@@ -175,7 +209,7 @@ impl PackedMatrix {
 
     /// `rows` rows of `cols` elements of `ty` from `data` (as the file stores them) repacked for
     /// `isa`, or `None` where that instruction set has no packed kernel for the type (the portable
-    /// path, and types other than Q4_0, Q4_1 and Q4_K). `None` too
+    /// path, and types other than Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K). `None` too
     /// for a shape that is not whole blocks or a `data` of the wrong size (the caller checked the
     /// matrix already and runs the unpacked kernels on it).
     pub fn new(
@@ -225,12 +259,18 @@ impl PackedMatrix {
                                 q[j * 64 + i * 4..][..4]
                                     .copy_from_slice(&src[off + 4 * j..off + 4 * j + 4]);
                             }
-                            if fmt == PackFmt::Q4_1 {
-                                let m = &mut scales[(nb + b) * PACK_ROWS * 2 + i * 2..][..2];
-                                m.copy_from_slice(&src[2..4]);
+                        }
+                        PackFmt::Q5_0 | PackFmt::Q5_1 | PackFmt::Q8_0 => {
+                            let v = widen_row(fmt, src);
+                            for j in 0..8 {
+                                q[j * 64 + i * 4..][..4].copy_from_slice(&v[4 * j..4 * j + 4]);
                             }
                         }
                         PackFmt::Q4K => unreachable!("packed above"),
+                    }
+                    if fmt.scale_arrays() == 2 {
+                        let m = &mut scales[(nb + b) * PACK_ROWS * 2 + i * 2..][..2];
+                        m.copy_from_slice(&src[2..4]);
                     }
                 }
             }
