@@ -1,4 +1,5 @@
-//! AVX-512 kernels (F, BW, VL and VNNI) for the 32-element types against Q8x32. The K-quants
+//! AVX-512 kernels (F, BW, VL and VNNI) for Q4_1, Q5_1, Q8_0 and MXFP4 against Q8x32 (Q4_0, Q5_0
+//! and IQ4_NL measured faster on the AVX2 ones: see `kernel`). The K-quants
 //! and float weights run the AVX2 kernels on such a CPU (their cost is in unpacking, not in the
 //! multiply-add that VNNI fuses).
 //!
@@ -11,21 +12,24 @@
 
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
-use super::super::blocks::{KVALUES_IQ4NL, QK, layout};
+use super::super::blocks::{QK, layout};
 use super::super::mxfp4;
 use super::*;
 use std::arch::x86_64::*;
 
 /// The AVX-512 kernel for `ty`, or `None` where the AVX2 one serves.
+///
+/// Q4_0, Q5_0 and IQ4_NL take the AVX2 kernels: on the one AVX-512 CPU measured (the lent GPU
+/// host's Intel Xeon, 2 threads, `docs/cpu-avx512-2026-11-27.txt`) these kernels decoded a
+/// Qwen2.5-0.5B shape 20-40% slower than the AVX2 ones (Q4_0 tg32 33.6-41.8 t/s against
+/// 50.3-54.0, Q5_0 31.9 against 41.4-42.8, IQ4_NL 35.2-39.7 against 54.5-56.2), while Q4_1, Q5_1
+/// and Q8_0 came out level; no AMD AVX-512 CPU (Zen 4/5) has run them.
 pub(super) fn kernel(ty: GgmlType) -> Option<KernelFn> {
     use GgmlType::*;
     Some(match ty {
-        Q4_0 => rows::<B4_0>,
         Q4_1 => rows::<B4_1>,
-        Q5_0 => rows::<B5_0>,
         Q5_1 => rows::<B5_1>,
         Q8_0 => rows::<B8_0>,
-        Iq4Nl => rows::<BIq4Nl>,
         Mxfp4 => rows::<BMxfp4>,
         _ => return None,
     })
@@ -95,21 +99,6 @@ unsafe fn dm_pairs(p0: *const u8, p1: *const u8) -> __m128 {
     }
 }
 
-struct B4_0;
-impl Blk for B4_0 {
-    const BYTES: usize = layout::Q4_0;
-    const SIGNED: bool = false;
-    const HAS_M: bool = true;
-    #[inline(always)]
-    unsafe fn quants2(p0: *const u8, p1: *const u8) -> __m512i {
-        unsafe { nibbles2(p0.add(2), p1.add(2)) }
-    }
-    #[inline(always)]
-    unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
-        unsafe { d_scaled(p0, p1, -8.0) }
-    }
-}
-
 struct B4_1;
 impl Blk for B4_1 {
     const BYTES: usize = layout::Q4_1;
@@ -122,26 +111,6 @@ impl Blk for B4_1 {
     #[inline(always)]
     unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
         unsafe { dm_pairs(p0, p1) }
-    }
-}
-
-struct B5_0;
-impl Blk for B5_0 {
-    const BYTES: usize = layout::Q5_0;
-    const SIGNED: bool = false;
-    const HAS_M: bool = true;
-    #[inline(always)]
-    unsafe fn quants2(p0: *const u8, p1: *const u8) -> __m512i {
-        unsafe {
-            _mm512_or_si512(
-                nibbles2(p0.add(6), p1.add(6)),
-                fifth_bits2(p0.add(2), p1.add(2)),
-            )
-        }
-    }
-    #[inline(always)]
-    unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
-        unsafe { d_scaled(p0, p1, -16.0) }
     }
 }
 
@@ -162,25 +131,6 @@ impl Blk for B5_1 {
     #[inline(always)]
     unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
         unsafe { dm_pairs(p0, p1) }
-    }
-}
-
-struct BIq4Nl;
-impl Blk for BIq4Nl {
-    const BYTES: usize = layout::IQ4_NL;
-    const SIGNED: bool = true;
-    const HAS_M: bool = false;
-    #[inline(always)]
-    unsafe fn quants2(p0: *const u8, p1: *const u8) -> __m512i {
-        unsafe {
-            let table =
-                _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i));
-            _mm512_shuffle_epi8(table, nibbles2(p0.add(2), p1.add(2)))
-        }
-    }
-    #[inline(always)]
-    unsafe fn dm2(p0: *const u8, p1: *const u8) -> __m128 {
-        unsafe { d_scaled(p0, p1, 0.0) }
     }
 }
 
