@@ -4,13 +4,8 @@ mod common;
 
 use common::{run_ok, smollm2};
 
-#[test]
-fn greedy_chat_answer_names_paris() {
-    // With no system message, SmolLM2's template inserts its own ("You are a helpful AI assistant
-    // named SmolLM, trained by Hugging Face"), after which this 135M Q4_1 model answers in French
-    // without naming Paris — llama.cpp too (llama-completion --temp 0 on the rendered prompt:
-    // "L'Étoile, la Marseillaise, …"). With a plain system prompt both answer "The capital of
-    // France is Paris."
+/// The greedy answer of the real model to a chat question, with the KV cache in `kv`.
+fn greedy_answer(kv: &str) -> (String, String) {
     let out = run_ok(&[
         "generate",
         "--model",
@@ -26,10 +21,29 @@ fn greedy_chat_answer_names_paris() {
         "1",
         "--temp",
         "0",
+        "--kv-type",
+        kv,
     ]);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Paris"), "answer: {text}");
-    let err = String::from_utf8_lossy(&out.stderr);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn greedy_chat_answer_names_paris() {
+    // With no system message, SmolLM2's template inserts its own ("You are a helpful AI assistant
+    // named SmolLM, trained by Hugging Face"), after which this 135M Q4_1 model answers in French
+    // without naming Paris — llama.cpp too (llama-completion --temp 0 on the rendered prompt:
+    // "L'Étoile, la Marseillaise, …"). With a plain system prompt, llama.cpp b11434 (CPU,
+    // `llama-completion -p PROMPT -n 16 --temp 0 -t 2 -no-cnv`, PROMPT the rendered chat) answers
+    // "The capital of France is Paris." with an f32 cache (`-ctk f32 -ctv f32`, flash attention on
+    // or off) and with an f16 one under flash attention, but "La femme de France, le Grand Croix,
+    // est le Grand Croix …" with an f16 cache and `-fa off`: the first token is a near tie that the
+    // cache's rounding decides. hipscope's f16 cache is rounded as llama.cpp's non-flash path
+    // rounds it, and gives that same answer.
+    let (text, err) = greedy_answer("f32");
+    assert!(text.contains("Paris"), "answer with an f32 cache: {text}");
     for field in [
         "load time:",
         "prompt:",
@@ -38,6 +52,12 @@ fn greedy_chat_answer_names_paris() {
     ] {
         assert!(err.contains(field), "stderr lacks {field:?}:\n{err}");
     }
+    let (text, _) = greedy_answer("f16");
+    assert!(
+        text.trim_start()
+            .starts_with("La femme de France, le Grand Croix, est le Grand Croix"),
+        "answer with an f16 cache: {text}"
+    );
 }
 
 #[test]
