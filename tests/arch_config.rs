@@ -114,7 +114,8 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
         Some(Moe {
             n_expert: 8,
             n_used: 2,
-            ffn_dim: 256
+            ffn_dim: 256,
+            oai: false
         })
     );
     assert_eq!(
@@ -122,7 +123,8 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
         Some(Moe {
             n_expert: 16,
             n_used: 4,
-            ffn_dim: 128
+            ffn_dim: 128,
+            oai: false
         })
     );
     // Without expert_feed_forward_length llama.cpp takes n_ff / n_expert_used: 512 / 4 here,
