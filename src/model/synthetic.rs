@@ -332,6 +332,24 @@ fn chat(arch: &str) -> Chat {
             eos: "<|endoftext|>",
             eot: "<|end|>",
         },
+        // gpt-oss's harmony tokens (o200k_harmony's specials), in a short harmony template.
+        "gpt-oss" => Chat {
+            specials: &[
+                "<|startoftext|>",
+                "<|endoftext|>",
+                "<|start|>",
+                "<|message|>",
+                "<|channel|>",
+                "<|constrain|>",
+                "<|end|>",
+                "<|return|>",
+                "<|call|>",
+            ],
+            template: HARMONY,
+            bos: "<|startoftext|>",
+            eos: "<|return|>",
+            eot: "<|end|>",
+        },
         _ => Chat {
             specials: &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             template: CHATML,
@@ -345,6 +363,8 @@ fn chat(arch: &str) -> Chat {
 const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
 const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
+const HARMONY: &str = "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
