@@ -578,7 +578,8 @@ impl ModelConfig {
             rms_eps,
             vocab_size,
             train_ctx,
-            tied_embeddings: f.tensor("output.weight").is_none(),
+            // llama.cpp loads gpt-oss's `output.weight` as required: never tied.
+            tied_embeddings: arch != Arch::GptOss && f.tensor("output.weight").is_none(),
             ffn_act: if arch.gemma() {
                 FfnAct::GeluTanh
             } else {
