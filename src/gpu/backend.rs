@@ -859,3 +859,31 @@ pub fn rope_attention_separately<B: Backend + ?Sized>(
     )?;
     be.attention(q, k, v, out, p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Yarn, swiglu_oai};
+
+    /// gpt-oss-20b's YaRN (64 rotated dimensions, original context 4096, base 150000, beta_fast
+    /// 32, beta_slow 1): ggml's correction dimensions are floor(8.09) and ceil(17.40), worked out
+    /// by hand from `ggml_rope_yarn_corr_dim`: 64·ln(4096 / (β·2π)) / (2·ln 150000).
+    #[test]
+    fn yarn_correction_dims_as_ggml() {
+        let y = Yarn::new(64, 4096, 150_000.0, 32.0, 1.0);
+        assert_eq!(y.corr_dims, [8.0, 18.0]);
+        // Pairs below the first dimension keep the unscaled angle, those past the last the
+        // interpolated one; the magnitude is 1 + 0.1·ln 32.
+        assert_eq!(y.angle(3.0, 1.0 / 32.0, 2), 3.0);
+        assert!((y.angle(3.0, 1.0 / 32.0, 20) - 3.0 / 32.0).abs() < 1e-7);
+        assert!((y.mscale(1.0 / 32.0) - 1.346_574).abs() < 1e-5);
+    }
+
+    /// ggml's `swiglu_oai`: the gate clamped above at 7, up to ±7, x·σ(1.702x)·(y + 1).
+    #[test]
+    fn swiglu_oai_clamps_as_ggml() {
+        let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
+        assert!((swiglu_oai(10.0, -9.0) - 7.0 * sig(1.702 * 7.0) * -6.0).abs() < 1e-5);
+        assert!((swiglu_oai(-2.0, 0.5) - -2.0 * sig(-3.404) * 1.5).abs() < 1e-6);
+        assert!((swiglu_oai(1.0, 100.0) - sig(1.702) * 8.0).abs() < 1e-6);
+    }
+}
