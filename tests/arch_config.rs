@@ -114,7 +114,8 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
         Some(Moe {
             n_expert: 8,
             n_used: 2,
-            ffn_dim: 256
+            ffn_dim: 256,
+            oai: false
         })
     );
     assert_eq!(
@@ -122,7 +123,8 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
         Some(Moe {
             n_expert: 16,
             n_used: 4,
-            ffn_dim: 128
+            ffn_dim: 128,
+            oai: false
         })
     );
     // Without expert_feed_forward_length llama.cpp takes n_ff / n_expert_used: 512 / 4 here,
@@ -177,4 +179,70 @@ fn moe_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("qwen3moe.expert_count is missing"), "{e}");
+}
+
+/// gpt-oss as llama.cpp's `llama_model_openai_moe` reads it: every tensor it loads is required
+/// and named when missing (the output matrix included: never tied), the window and the experts'
+/// width are required keys, the even layers slide (pattern 2), YaRN comes from `rope.scaling.*`,
+/// queries are scaled by 1/√n_rot.
+#[test]
+fn gpt_oss_keys_and_tensors_are_read_as_llama_cpp_reads_them() {
+    use hipscope::model::config::{Arch, Moe, RopeScaling};
+    for tensor in [
+        "blk.0.attn_sinks.weight",
+        "blk.1.attn_output.bias",
+        "blk.0.attn_q.bias",
+        "blk.1.attn_v.bias",
+        "blk.0.post_attention_norm.weight",
+        "blk.1.ffn_gate_inp.bias",
+        "blk.0.ffn_gate_exps.bias",
+        "blk.0.ffn_up_exps.bias",
+        "blk.1.ffn_down_exps.bias",
+        "output.weight",
+    ] {
+        let e = check(&edited("tiny-gpt-oss", tensor, &[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("tensor {tensor} is missing")), "{e}");
+    }
+    for key in [
+        "gpt-oss.attention.sliding_window",
+        "gpt-oss.expert_feed_forward_length",
+        "gpt-oss.expert_count",
+    ] {
+        let e = check(&edited("tiny-gpt-oss", "", &[(key, None)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("{key} is missing")), "{e}");
+    }
+    let c = check(&edited("tiny-gpt-oss", "", &[])).unwrap();
+    assert_eq!(c.arch, Arch::GptOss);
+    assert_eq!(
+        (c.sliding_window, c.swa_layers.clone()),
+        (16, vec![true, false])
+    );
+    assert_eq!(
+        c.rope_scaling,
+        RopeScaling::Yarn {
+            factor: 32.0,
+            original_ctx: 128
+        }
+    );
+    assert_eq!(c.attn_scale, 0.125);
+    assert!(!c.tied_embeddings);
+    assert_eq!(
+        c.moe,
+        Some(Moe {
+            n_expert: 8,
+            n_used: 2,
+            ffn_dim: 256,
+            oai: true
+        })
+    );
+    assert!(
+        c.arch
+            .gpu_unsupported()
+            .unwrap()
+            .contains("CPU backend only")
+    );
 }

@@ -1,8 +1,8 @@
 //! The architectures of issue 15 (qwen3, gemma2, gemma3, phi3) and the mixtures of experts of
-//! issue 16 (Mixtral-style llama, qwen3moe) against llama.cpp: hipscope's synthetic models of
-//! each (the real architecture with a 512-token vocabulary), run by llama.cpp's
-//! `llama-perplexity` (b11434, CPU) and recorded in `tests/data/reference/arch/reference.toml`
-//! and `moe.toml` by `scripts/gen_arch_reference.sh`, with llama.cpp's logits of each Q8_0 file
+//! issue 16 (Mixtral-style llama, qwen3moe, gpt-oss on the CPU backend) against llama.cpp:
+//! hipscope's synthetic models of each (the real architecture with a 512-token vocabulary), run by llama.cpp's
+//! `llama-perplexity` (b11434, CPU) and recorded in `tests/data/reference/arch/reference.toml`,
+//! `moe.toml` and `gpt-oss.toml` by `scripts/gen_arch_reference.sh`, with llama.cpp's logits of each Q8_0 file
 //! (`SHAPE.kld`, its `--kl-divergence-base` format).
 //!
 //! Here: the synth files are the ones llama.cpp ran (same sha256); hipscope's perplexity of the
@@ -127,4 +127,47 @@ fn mixtral_style_moe_perplexity_matches_llama_cpp() {
 #[test]
 fn qwen3moe_perplexity_matches_llama_cpp() {
     check_in("moe.toml", "tiny-qwen3moe");
+}
+
+/// gpt-oss (attention sinks, alternating sliding-window layers, YaRN RoPE, biased MXFP4 experts
+/// with softmax-after-top-k routing and the clamped SwiGLU), on the CPU backend: `perplexity`'s
+/// `--backend auto` falls back to the CPU for gpt-oss where it finds a GPU.
+#[test]
+fn gpt_oss_perplexity_matches_llama_cpp() {
+    check_in("gpt-oss.toml", "tiny-gpt-oss");
+}
+
+/// The same in batches of 5 tokens: the sliding layers' rings (window 16 plus a batch) wrap
+/// within each 128-token chunk, and each batch's attention sees earlier batches' keys through
+/// them, sinks and YaRN included; llama.cpp's perplexity still, within 1%.
+#[test]
+fn gpt_oss_in_small_batches_matches_llama_cpp() {
+    let shape = "tiny-gpt-oss";
+    let case = reference("gpt-oss.toml")[shape].as_table().unwrap().clone();
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    let m = model.to_str().unwrap();
+    run_ok(&["synth", shape, "--quant", "Q8_0", "--seed", "1", "-o", m]);
+    let text = repo_path("tests/data/gpl-3.0.txt");
+    let out = run_ok(&[
+        "perplexity",
+        "-m",
+        m,
+        "-f",
+        text.to_str().unwrap(),
+        "-c",
+        "128",
+        "--chunks",
+        "4",
+        "-b",
+        "5",
+        "--json",
+    ]);
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ppl = got["ppl"].as_f64().unwrap();
+    let want = case["ppl_q8_0"].as_float().unwrap();
+    assert!(
+        (ppl / want - 1.0).abs() < 0.01,
+        "{shape} in batches of 5: perplexity {ppl:.4} vs llama.cpp {want:.4}"
+    );
 }

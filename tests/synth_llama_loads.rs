@@ -124,8 +124,9 @@ fn hipscope_facts(f: &GgufFile) -> BTreeMap<&'static str, u64> {
         ("n_params", f.parameter_count()),
         ("model_size", f.tensors().iter().map(|t| t.size).sum()),
     ]);
-    // llama.cpp's print_info prints the experts' own width for qwen3moe (its n_ff_exp).
-    if let Some(moe) = moe.filter(|_| c.arch_name == "qwen3moe") {
+    // llama.cpp's print_info prints the experts' own width for qwen3moe and gpt-oss (its
+    // n_ff_exp).
+    if let Some(moe) = moe.filter(|_| matches!(c.arch_name.as_str(), "qwen3moe" | "gpt-oss")) {
         m.insert("n_ff_exp", moe.ffn_dim as u64);
     }
     m

@@ -114,6 +114,54 @@ pub struct RopeParams {
     /// `rope.scaling.attn_factor`): 1 for a plain rotation. A KV shift ignores it: moving a
     /// key is a pure rotation.
     pub attn_factor: f32,
+    /// YaRN (gpt-oss): ggml's `rope_yarn` mixes each pair's interpolated and extrapolated angle
+    /// by its ramp and scales cosines and sines by 1 + 0.1·ln(1/freq_scale); `None` for none.
+    pub yarn: Option<Yarn>,
+}
+
+/// The YaRN part of RoPE, as llama.cpp passes it to `ggml_rope_ext`: `ext_factor` and the
+/// correction dimensions `ggml_rope_yarn_corr_dims` computes from the original context and
+/// `beta_fast`/`beta_slow`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Yarn {
+    pub ext_factor: f32,
+    pub corr_dims: [f32; 2],
+}
+
+impl Yarn {
+    /// ggml's `ggml_rope_yarn_corr_dims` for `n_rot` rotated dimensions.
+    pub fn new(n_rot: usize, n_ctx_orig: usize, base: f32, beta_fast: f32, beta_slow: f32) -> Yarn {
+        let dim = |beta: f32| {
+            n_rot as f32 * (n_ctx_orig as f32 / (beta * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * base.ln())
+        };
+        Yarn {
+            ext_factor: 1.0,
+            corr_dims: [
+                dim(beta_fast).floor().max(0.0),
+                dim(beta_slow).ceil().min(n_rot as f32 - 1.0),
+            ],
+        }
+    }
+
+    /// ggml's `rope_yarn` for pair `i` (dimension 2i): the angle from the extrapolated one
+    /// (`theta_extrap`, unscaled position) and the cosine/sine scale.
+    pub fn angle(&self, theta_extrap: f32, freq_scale: f32, i: usize) -> f32 {
+        let interp = freq_scale * theta_extrap;
+        let [lo, hi] = self.corr_dims;
+        let y = (i as f32 - lo) / (hi - lo).max(0.001);
+        let ramp = (1.0 - y.clamp(0.0, 1.0)) * self.ext_factor;
+        interp * (1.0 - ramp) + theta_extrap * ramp
+    }
+
+    /// The factor on cosines and sines: 1 + 0.1·ln(1/freq_scale).
+    pub fn mscale(&self, freq_scale: f32) -> f32 {
+        if self.ext_factor != 0.0 {
+            1.0 + 0.1 * (1.0 / freq_scale).ln()
+        } else {
+            1.0
+        }
+    }
 }
 
 impl RopeParams {
@@ -146,6 +194,10 @@ pub struct AttnParams {
     /// Attention logit soft-capping (Gemma 2): each score s becomes cap · tanh(s / cap); 0 for
     /// none.
     pub softcap: f32,
+    /// Attention sinks (gpt-oss's `attn_sinks`): one logit per query head that joins each
+    /// softmax's denominator, as llama.cpp's `soft_max` and flash attention take it, and adds no
+    /// value; `None` for none.
+    pub sinks: Option<Weight>,
 }
 
 /// Element type of the KV cache, on every backend (`--kv-type`).
@@ -389,6 +441,32 @@ pub struct MoeFfn {
     pub n_expert: usize,
     pub n_used: usize,
     pub layer: u32,
+    /// gpt-oss's experts (llama.cpp's `LLM_FFN_SWIGLU_OAI_MOE` with
+    /// `LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`): biases on the router and every expert
+    /// product, the softmax taken over the chosen experts' logits only, and the clamped SwiGLU;
+    /// `None`: the Mixtral-style op (softmax over all experts, chosen weights renormalized,
+    /// SwiGLU).
+    pub oai: Option<OaiMoe>,
+}
+
+/// The biases of gpt-oss's MoE: the router's (`n_expert`), and per expert the gate's and up's
+/// (`ffn_dim` each) and the down product's (`dim`), as `[n_expert]` rows of f32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OaiMoe {
+    pub router_bias: Weight,
+    pub gate_bias: Weight,
+    pub up_bias: Weight,
+    pub down_bias: Weight,
+}
+
+/// ggml's `swiglu_oai` (alpha 1.702, limit 7): x = min(gate, limit), y = clamp(up, ±limit),
+/// x·σ(alpha·x)·(y + 1).
+pub fn swiglu_oai(gate: f32, up: f32) -> f32 {
+    const ALPHA: f32 = 1.702;
+    const LIMIT: f32 = 7.0;
+    let x = gate.min(LIMIT);
+    let y = up.clamp(-LIMIT, LIMIT);
+    x / (1.0 + (ALPHA * -x).exp()) * (y + 1.0)
 }
 
 impl MoeFfn {
@@ -780,4 +858,32 @@ pub fn rope_attention_separately<B: Backend + ?Sized>(
         OpLabel::layer(l, "rope_k"),
     )?;
     be.attention(q, k, v, out, p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Yarn, swiglu_oai};
+
+    /// gpt-oss-20b's YaRN (64 rotated dimensions, original context 4096, base 150000, beta_fast
+    /// 32, beta_slow 1): ggml's correction dimensions are floor(8.09) and ceil(17.40), worked out
+    /// by hand from `ggml_rope_yarn_corr_dim`: 64·ln(4096 / (β·2π)) / (2·ln 150000).
+    #[test]
+    fn yarn_correction_dims_as_ggml() {
+        let y = Yarn::new(64, 4096, 150_000.0, 32.0, 1.0);
+        assert_eq!(y.corr_dims, [8.0, 18.0]);
+        // Pairs below the first dimension keep the unscaled angle, those past the last the
+        // interpolated one; the magnitude is 1 + 0.1·ln 32.
+        assert_eq!(y.angle(3.0, 1.0 / 32.0, 2), 3.0);
+        assert!((y.angle(3.0, 1.0 / 32.0, 20) - 3.0 / 32.0).abs() < 1e-7);
+        assert!((y.mscale(1.0 / 32.0) - 1.346_574).abs() < 1e-5);
+    }
+
+    /// ggml's `swiglu_oai`: the gate clamped above at 7, up to ±7, x·σ(1.702x)·(y + 1).
+    #[test]
+    fn swiglu_oai_clamps_as_ggml() {
+        let sig = |v: f32| 1.0 / (1.0 + (-v).exp());
+        assert!((swiglu_oai(10.0, -9.0) - 7.0 * sig(1.702 * 7.0) * -6.0).abs() < 1e-5);
+        assert!((swiglu_oai(-2.0, 0.5) - -2.0 * sig(-3.404) * 1.5).abs() < 1e-6);
+        assert!((swiglu_oai(1.0, 100.0) - sig(1.702) * 8.0).abs() < 1e-6);
+    }
 }

@@ -24,6 +24,10 @@ pub enum Arch {
     Phi3,
     /// Qwen3 MoE (Qwen3-30B-A3B): Qwen3's attention, a mixture of experts for every FFN.
     Qwen3Moe,
+    /// OpenAI gpt-oss (llama.cpp's `openai-moe`): biased Q/K/V/O, attention sinks, every other
+    /// layer sliding-window (the even ones), YaRN RoPE, and a biased mixture of experts with
+    /// softmax-after-top-k routing and the clamped SwiGLU. CPU backend only for now.
+    GptOss,
 }
 
 impl Arch {
@@ -36,6 +40,7 @@ impl Arch {
             "gemma3" => Some(Arch::Gemma3),
             "phi3" => Some(Arch::Phi3),
             "qwen3moe" => Some(Arch::Qwen3Moe),
+            "gpt-oss" => Some(Arch::GptOss),
             _ => None,
         }
     }
@@ -63,8 +68,26 @@ impl Arch {
     pub fn kv_shift_inexact(self) -> Option<&'static str> {
         match self {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe | Arch::Phi3 => None,
-            Arch::Gemma2 | Arch::Gemma3 => Some(
+            Arch::Gemma2 | Arch::Gemma3 | Arch::GptOss => Some(
                 "sliding-window layers keep only their window, and their windows move with the positions",
+            ),
+        }
+    }
+
+    /// Why the GPU backends cannot run this architecture yet, if they cannot (the model then
+    /// runs on the CPU backend; `--backend auto` falls back to it). Every architecture answers
+    /// explicitly, so a new one must decide.
+    pub fn gpu_unsupported(self) -> Option<&'static str> {
+        match self {
+            Arch::Llama
+            | Arch::Qwen2
+            | Arch::Qwen3
+            | Arch::Qwen3Moe
+            | Arch::Gemma2
+            | Arch::Gemma3
+            | Arch::Phi3 => None,
+            Arch::GptOss => Some(
+                "gpt-oss runs on the CPU backend only for now (the GPU kernels have no attention sinks, YaRN RoPE or clamped SwiGLU yet)",
             ),
         }
     }
@@ -89,6 +112,10 @@ pub struct Moe {
     pub n_used: usize,
     /// Each expert's hidden width (`expert_feed_forward_length`, else `feed_forward_length`).
     pub ffn_dim: usize,
+    /// gpt-oss's experts: biases on the router and on every expert product, the softmax taken
+    /// over the chosen experts' logits (`LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`), the
+    /// clamped SwiGLU (`LLM_FFN_SWIGLU_OAI_MOE`).
+    pub oai: bool,
 }
 
 pub use crate::gpu::backend::MAX_EXPERTS;
@@ -107,6 +134,15 @@ pub enum RopeScaling {
     /// context is at most `original_ctx` (`rope.scaling.original_context_length`), else from
     /// `rope_factors_long.weight`, as llama.cpp's `get_rope_factors` chooses.
     LongRope {
+        original_ctx: usize,
+    },
+    /// YaRN (`rope.scaling.type = yarn`, gpt-oss): positions divided by `factor` in the
+    /// low-frequency dimensions, kept in the high-frequency ones, blended between by ggml's ramp
+    /// over the correction dimensions of the `original_ctx` (`rope.scaling.original_context_length`)
+    /// with beta_fast 32 and beta_slow 1 (llama.cpp's defaults, which it does not read from the
+    /// file); cosines and sines scaled by 1 + 0.1·ln(factor).
+    Yarn {
+        factor: f32,
         original_ctx: usize,
     },
 }
@@ -173,7 +209,7 @@ pub enum ConfigError {
         why: String,
     },
     #[error(
-        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3 and their fine-tunes such as SmolLM and Mixtral)"
+        "{path}: architecture {arch:?} is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, gpt-oss and their fine-tunes such as SmolLM and Mixtral)"
     )]
     UnsupportedArch { path: PathBuf, arch: String },
     #[error("{path}: tensor {name} is missing")]
@@ -293,12 +329,12 @@ impl Reader<'_> {
             _ => self.count_opt(used_key)?.unwrap_or(0),
         };
         match arch {
-            Arch::Llama | Arch::Qwen3Moe => {}
+            Arch::Llama | Arch::Qwen3Moe | Arch::GptOss => {}
             _ => return Ok(None),
         }
         if n_expert == 0 {
             return match arch {
-                Arch::Qwen3Moe => Err(ConfigError::Missing {
+                Arch::Qwen3Moe | Arch::GptOss => Err(ConfigError::Missing {
                     path: self.path(),
                     key: self.key("expert_count"),
                 }),
@@ -324,6 +360,8 @@ impl Reader<'_> {
                 Some(n) => n,
                 None => ffn_dim / n_used,
             },
+            // llama.cpp reads `expert_feed_forward_length` as required for openai-moe.
+            Arch::GptOss => self.usize("expert_feed_forward_length")?,
             _ => ffn_dim,
         };
         if ffn_dim == 0 {
@@ -337,6 +375,7 @@ impl Reader<'_> {
             n_expert,
             n_used,
             ffn_dim,
+            oai: arch == Arch::GptOss,
         }))
     }
 
@@ -346,6 +385,16 @@ impl Reader<'_> {
             key: self.key(suffix),
             value: value.to_string(),
             why: why.into(),
+        }
+    }
+}
+
+impl RopeScaling {
+    /// ggml's `freq_scale`: 1 / the factor of linear and YaRN scaling, else 1.
+    pub fn freq_scale(self) -> f32 {
+        match self {
+            RopeScaling::Linear { factor } | RopeScaling::Yarn { factor, .. } => 1.0 / factor,
+            _ => 1.0,
         }
     }
 }
@@ -427,11 +476,19 @@ impl ModelConfig {
                     let factor = r.f32_opt("rope.scaling.factor")?.unwrap_or(1.0);
                     RopeScaling::Linear { factor }
                 }
+                Some("yarn") => RopeScaling::Yarn {
+                    factor: r.f32_opt("rope.scaling.factor")?.unwrap_or(1.0),
+                    // llama.cpp's `n_ctx_orig_yarn`: this key, else the trained context.
+                    original_ctx: match r.usize_opt("rope.scaling.original_context_length")? {
+                        Some(n) => n,
+                        None => r.usize_opt("context_length")?.unwrap_or(2048),
+                    },
+                },
                 Some(other) => {
                     return Err(r.invalid(
                         "rope.scaling.type",
                         other,
-                        "supported: none, linear, llama3-style rope_freqs and Phi-3 rope_factors_short/long",
+                        "supported: none, linear, yarn, llama3-style rope_freqs and Phi-3 rope_factors_short/long",
                     ));
                 }
             }
@@ -441,10 +498,7 @@ impl ModelConfig {
         let (mut sliding_window, mut swa_layers) = (0, vec![false; n_layers]);
         let (mut attn_softcap, mut final_softcap) = (None, None);
         let mut rope_base_swa = rope_base;
-        let mut rope_freq_scale_swa = match rope_scaling {
-            RopeScaling::Linear { factor } => 1.0 / factor,
-            _ => 1.0,
-        };
+        let mut rope_freq_scale_swa = rope_scaling.freq_scale();
         match arch {
             Arch::Gemma2 => {
                 sliding_window = r.usize_opt("attention.sliding_window")?.unwrap_or(4096);
@@ -470,6 +524,13 @@ impl ModelConfig {
             Arch::Phi3 => {
                 r.count_opt("attention.sliding_window")?;
             }
+            // llama.cpp's `llama_model_openai_moe::load_arch_hparams`: the window is required,
+            // the pattern defaults to 2 (even layers sliding).
+            Arch::GptOss => {
+                sliding_window = r.usize("attention.sliding_window")?;
+                swa_layers = r.swa_pattern(n_layers, 2)?;
+                rope_base_swa = r.f32_opt("rope.freq_base_swa")?.unwrap_or(rope_base);
+            }
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen3Moe => {}
         }
         let moe = r.moe(arch, ffn_dim)?;
@@ -482,6 +543,9 @@ impl ModelConfig {
         let big_gemma = matches!((arch, n_layers), (Arch::Gemma2, 46) | (Arch::Gemma3, 62));
         let attn_scale = if big_gemma {
             1.0 / ((dim / n_heads) as f32).sqrt()
+        } else if arch == Arch::GptOss {
+            // openai-moe.cpp: 1/√n_rot.
+            1.0 / (n_rot as f32).sqrt()
         } else {
             1.0 / (head_dim as f32).sqrt()
         };
@@ -514,7 +578,8 @@ impl ModelConfig {
             rms_eps,
             vocab_size,
             train_ctx,
-            tied_embeddings: f.tensor("output.weight").is_none(),
+            // llama.cpp loads gpt-oss's `output.weight` as required: never tied.
+            tied_embeddings: arch != Arch::GptOss && f.tensor("output.weight").is_none(),
             ffn_act: if arch.gemma() {
                 FfnAct::GeluTanh
             } else {
@@ -562,7 +627,7 @@ impl ModelConfig {
                 t.push(("rope_factors_long.weight".into(), pairs.clone(), true));
                 t.push(("rope_factors_short.weight".into(), pairs, true));
             }
-            RopeScaling::None | RopeScaling::Linear { .. } => {}
+            RopeScaling::None | RopeScaling::Linear { .. } | RopeScaling::Yarn { .. } => {}
         }
         t
     }
@@ -576,7 +641,8 @@ impl ModelConfig {
             self.ffn_dim as u64,
             self.head_dim as u64,
         );
-        let bias = self.arch == Arch::Qwen2;
+        let oss = self.arch == Arch::GptOss;
+        let bias = self.arch == Arch::Qwen2 || oss;
         let b = |s: &str| format!("blk.{l}.{s}");
         let mut t = vec![(b("attn_norm.weight"), vec![d], true)];
         if self.fused_qkv {
@@ -591,8 +657,17 @@ impl ModelConfig {
             (b("attn_q.bias"), vec![q], bias),
             (b("attn_k.bias"), vec![kv], bias),
             (b("attn_v.bias"), vec![kv], bias),
-            (b("ffn_norm.weight"), vec![d], true),
         ]);
+        if oss {
+            // The FFN's norm is the file's `post_attention_norm` (llama.cpp's `attn_post_norm`).
+            t.extend([
+                (b("attn_output.bias"), vec![d], true),
+                (b("attn_sinks.weight"), vec![self.n_heads as u64], true),
+                (b("post_attention_norm.weight"), vec![d], true),
+            ]);
+        } else {
+            t.push((b("ffn_norm.weight"), vec![d], true));
+        }
         if let Some(m) = self.moe {
             let (ne, eff) = (m.n_expert as u64, m.ffn_dim as u64);
             t.extend([
@@ -601,6 +676,14 @@ impl ModelConfig {
                 (b("ffn_up_exps.weight"), vec![d, eff, ne], true),
                 (b("ffn_down_exps.weight"), vec![eff, d, ne], true),
             ]);
+            if m.oai {
+                t.extend([
+                    (b("ffn_gate_inp.bias"), vec![ne], true),
+                    (b("ffn_gate_exps.bias"), vec![eff, ne], true),
+                    (b("ffn_up_exps.bias"), vec![eff, ne], true),
+                    (b("ffn_down_exps.bias"), vec![d, ne], true),
+                ]);
+            }
         } else if self.fused_gate_up {
             t.push((b("ffn_up.weight"), vec![d, 2 * ff], true));
         } else {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams,
-    Weight,
+    Weight, Yarn,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
@@ -221,16 +221,21 @@ impl Model {
             layers,
             freq_factors,
         } = weights::load(&file, backend.as_mut(), &config, n_ctx, progress)?;
+        // YaRN with llama.cpp's defaults: ext_factor 1, beta_fast 32, beta_slow 1.
+        let yarn_for = |base: f32| match config.rope_scaling {
+            RopeScaling::Yarn { original_ctx, .. } => {
+                Some(Yarn::new(config.n_rot, original_ctx, base, 32.0, 1.0))
+            }
+            _ => None,
+        };
         let rope = RopeParams {
             n_rot: config.n_rot,
             base: config.rope_base,
-            freq_scale: match config.rope_scaling {
-                RopeScaling::Linear { factor } => 1.0 / factor,
-                _ => 1.0,
-            },
+            freq_scale: config.rope_scaling.freq_scale(),
             neox: config.arch.neox_rope(),
             freq_factors,
             attn_factor: config.rope_attn_factor,
+            yarn: yarn_for(config.rope_base),
         };
         if fault::hang_now(Phase::Load) {
             backend.stuck_op(
@@ -241,6 +246,7 @@ impl Model {
         let rope_swa = RopeParams {
             base: config.rope_base_swa,
             freq_scale: config.rope_freq_scale_swa,
+            yarn: yarn_for(config.rope_base_swa),
             ..rope
         };
         backend.alloc_kv_cache(&kv_layout)?;
@@ -498,6 +504,7 @@ impl Model {
             scale: c.attn_scale,
             window: 0,
             softcap: c.attn_softcap.unwrap_or(0.0),
+            sinks: None,
         };
         for (l, w) in self.layers.iter().enumerate() {
             if self.interrupt.load(Ordering::Relaxed) {
@@ -561,11 +568,18 @@ impl Model {
                 &AttnParams {
                     layer: l,
                     window: if swa { c.sliding_window } else { 0 },
+                    sinks: w.sinks,
                     ..attn
                 },
             )?;
-            match w.post_attn_norm {
-                Some(post) => {
+            match (w.post_attn_norm, w.bo) {
+                // gpt-oss: the output projection's bias before the residual add.
+                (None, Some(bo)) => {
+                    be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
+                    be.add_bias(a.proj, bo, n, lab("attn_output_bias"))?;
+                    be.add(a.x, a.proj, n * c.dim, lab("attn_residual"))?;
+                }
+                (Some(post), _) => {
                     be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
                     be.rms_norm(
                         a.proj,
@@ -578,7 +592,7 @@ impl Model {
                     )?;
                     be.add(a.x, a.xn, n * c.dim, lab("attn_residual"))?;
                 }
-                None => be.matmul_add(
+                (None, None) => be.matmul_add(
                     w.wo,
                     a.att,
                     a.x,

@@ -137,6 +137,7 @@ pub fn load(
         n_batch: opts.n_batch,
         all_logits: opts.all_logits,
     };
+    let backend = cpu_if_gpu_cannot(backend, &config, opts.cpu_threads, &mut warnings)?;
     let (backend, offload) = split::arrange(
         &file,
         backend,
@@ -156,6 +157,44 @@ pub fn load(
         warnings,
         offload,
     })
+}
+
+/// An architecture the GPU backends cannot run yet ([`Arch::gpu_unsupported`]) on a GPU
+/// backend: with `--backend auto` (its reason says `auto:`) a CPU backend instead, with a warning
+/// saying why; with an explicit `--backend hip|cuda` an error saying so. Anything else passes.
+///
+/// [`Arch::gpu_unsupported`]: crate::model::config::Arch::gpu_unsupported
+fn cpu_if_gpu_cannot(
+    backend: Box<dyn Backend>,
+    config: &crate::model::config::ModelConfig,
+    cpu_threads: usize,
+    warnings: &mut Vec<String>,
+) -> Result<Box<dyn Backend>, LoadError> {
+    let Some(why) = config.arch.gpu_unsupported() else {
+        return Ok(backend);
+    };
+    let device = backend.device();
+    if device.backend == "cpu" {
+        return Ok(backend);
+    }
+    if !device.reason.starts_with("auto:") {
+        return Err(
+            ModelError::Backend(crate::gpu::backend::BackendError::Unsupported(format!(
+                "{why}: {} cannot run it; use --backend cpu (or auto)",
+                device.name
+            )))
+            .into(),
+        );
+    }
+    let said = format!(
+        "{why}; --backend auto uses the CPU instead of {}",
+        device.name
+    );
+    let cpu = crate::gpu::cpu::CpuBackend::with_reason(cpu_threads, &said)
+        .with_kv_type(backend.kv_type());
+    drop(backend);
+    warnings.push(said);
+    Ok(Box::new(cpu))
 }
 
 /// Bytes of KV cache per position, at most (f32 keys and values; a GPU's f16 cache takes half).

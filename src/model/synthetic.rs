@@ -86,7 +86,11 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
         scale,
         offset,
     };
-    let (phi3, gemma) = (s.arch == "phi3", s.arch.starts_with("gemma"));
+    let (phi3, gemma, oss) = (
+        s.arch == "phi3",
+        s.arch.starts_with("gemma"),
+        s.arch == "gpt-oss",
+    );
     let qk_norm = matches!(s.arch, "qwen3" | "qwen3moe" | "gemma3");
     // The router stays f32, as the converter keeps `ffn_gate_inp` (and llama-quantize leaves it).
     let router = |name: String, rows: u64| Tensor {
@@ -95,9 +99,23 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
         offset: 0.0,
     };
     let (ne, eff) = (s.n_expert as u64, s.expert_ffn() as u64);
+    // gpt-oss's experts are MXFP4 whatever the rest is, as the converter writes them.
+    let exps_ty = |cols: u64| {
+        if oss {
+            GgmlType::Mxfp4
+        } else {
+            type_for(ty, cols as usize)
+        }
+    };
     let exps = |name: String, cols: u64, rows: u64| Tensor {
-        spec: TensorSpec::new(name, &[cols, rows, ne], type_for(ty, cols as usize)),
+        spec: TensorSpec::new(name, &[cols, rows, ne], exps_ty(cols)),
         scale: (3.0 / cols as f32).sqrt(),
+        offset: 0.0,
+    };
+    // gpt-oss's biases and sinks: f32, as the converter keeps them.
+    let f32_2d = |name: String, cols: u64, rows: u64, scale: f32| Tensor {
+        spec: TensorSpec::new(name, &[cols, rows], GgmlType::F32),
+        scale,
         offset: 0.0,
     };
     let mut t = vec![mat("token_embd.weight".into(), d, v)];
@@ -121,16 +139,28 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
             t.push(vec_(n("attn_k_norm.weight"), hd, 1.0, 0.1));
         }
         t.push(mat(n("attn_output.weight"), q, d));
-        if gemma {
+        if oss {
+            t.push(vec_(n("attn_output.bias"), d, 0.0, 0.1));
+            t.push(vec_(n("attn_sinks.weight"), s.n_heads as u64, 0.0, 2.0));
+        }
+        if gemma || oss {
             t.push(vec_(n("post_attention_norm.weight"), d, 1.0, 0.1));
         }
-        t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
+        if !oss {
+            t.push(vec_(n("ffn_norm.weight"), d, 1.0, 0.1));
+        }
         if ne > 0 {
             // The router, then the merged experts in the order Qwen's converter writes them.
             t.push(router(n("ffn_gate_inp.weight"), ne));
             t.push(exps(n("ffn_down_exps.weight"), eff, d));
             t.push(exps(n("ffn_gate_exps.weight"), d, eff));
             t.push(exps(n("ffn_up_exps.weight"), d, eff));
+            if oss {
+                t.push(vec_(n("ffn_gate_inp.bias"), ne, 0.0, 0.5));
+                t.push(f32_2d(n("ffn_down_exps.bias"), d, ne, 0.1));
+                t.push(f32_2d(n("ffn_gate_exps.bias"), eff, ne, 0.1));
+                t.push(f32_2d(n("ffn_up_exps.bias"), eff, ne, 0.1));
+            }
         } else if phi3 {
             // gate_up_proj as the converter keeps it: gate rows, then up rows.
             t.push(mat(n("ffn_up.weight"), d, 2 * ff));
@@ -302,6 +332,24 @@ fn chat(arch: &str) -> Chat {
             eos: "<|endoftext|>",
             eot: "<|end|>",
         },
+        // gpt-oss's harmony tokens (o200k_harmony's specials), in a short harmony template.
+        "gpt-oss" => Chat {
+            specials: &[
+                "<|startoftext|>",
+                "<|endoftext|>",
+                "<|start|>",
+                "<|message|>",
+                "<|channel|>",
+                "<|constrain|>",
+                "<|end|>",
+                "<|return|>",
+                "<|call|>",
+            ],
+            template: HARMONY,
+            bos: "<|startoftext|>",
+            eos: "<|return|>",
+            eot: "<|end|>",
+        },
         _ => Chat {
             specials: &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
             template: CHATML,
@@ -315,6 +363,8 @@ fn chat(arch: &str) -> Chat {
 const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
 
 const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
+
+const HARMONY: &str = "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
@@ -393,6 +443,14 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
         m.push((
             k("expert_feed_forward_length"),
             Value::U32(s.expert_ffn_dim as u32),
+        ));
+    }
+    if let Some((factor, orig)) = s.yarn {
+        m.push((k("rope.scaling.type"), Value::from("yarn")));
+        m.push((k("rope.scaling.factor"), Value::F32(factor)));
+        m.push((
+            k("rope.scaling.original_context_length"),
+            Value::U32(orig as u32),
         ));
     }
     if s.sliding_window > 0 {

@@ -17,7 +17,8 @@ pub struct SynthArgs {
     /// Shape: tiny, tiny-qwen2, tiny-llama3, smollm2-135m, qwen2.5-0.5b, llama-3.2-1b, llama-2-7b,
     /// qwen3-0.6b, gemma3-1b, gemma2-2b, phi3-mini, phi4-mini, tiny-qwen3, tiny-gemma2,
     /// tiny-gemma3, tiny-phi3; mixtures of experts: qwen3-30b-a3b, qwen3-30b-a3b-2l (its first 2
-    /// layers), mixtral-tiny, mixtral-tiny-2l, tiny-qwen3moe.
+    /// layers), mixtral-tiny, mixtral-tiny-2l, tiny-qwen3moe; gpt-oss (MXFP4 experts, CPU backend
+    /// only): gpt-oss-20b, gpt-oss-20b-2l, tiny-gpt-oss.
     pub name: String,
     /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
     /// IQ4_NL, IQ4_XS, MXFP4).

@@ -429,14 +429,32 @@ impl Backend for CpuBackend {
         let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
         let mut cs = vec![(0f32, 0f32); half];
         for t in 0..n_tokens {
-            let mut theta = (pos0 + t) as f32 * p.freq_scale;
-            for (i, c) in cs.iter_mut().enumerate() {
-                let th = match &factors {
-                    Some(f) => theta / f[i],
-                    None => theta,
-                };
-                *c = (th.cos() * p.attn_factor, th.sin() * p.attn_factor);
-                theta *= theta_scale;
+            match &p.yarn {
+                // ggml's `rope_yarn`: the unscaled angle, then interpolation mixed in per pair.
+                Some(y) => {
+                    let mscale = p.attn_factor * y.mscale(p.freq_scale);
+                    let mut theta = (pos0 + t) as f32;
+                    for (i, c) in cs.iter_mut().enumerate() {
+                        let th = match &factors {
+                            Some(f) => theta / f[i],
+                            None => theta,
+                        };
+                        let th = y.angle(th, p.freq_scale, i);
+                        *c = (th.cos() * mscale, th.sin() * mscale);
+                        theta *= theta_scale;
+                    }
+                }
+                None => {
+                    let mut theta = (pos0 + t) as f32 * p.freq_scale;
+                    for (i, c) in cs.iter_mut().enumerate() {
+                        let th = match &factors {
+                            Some(f) => theta / f[i],
+                            None => theta,
+                        };
+                        *c = (th.cos() * p.attn_factor, th.sin() * p.attn_factor);
+                        theta *= theta_scale;
+                    }
+                }
             }
             let row = &mut xv[t * n_heads * head_dim..(t + 1) * n_heads * head_dim];
             for head in row.chunks_exact_mut(head_dim) {
@@ -481,12 +499,17 @@ impl Backend for CpuBackend {
                 self.buf(k, n * kv_dim)?,
                 self.buf(v, n * kv_dim)?,
             );
+            let sinks = match p.sinks {
+                Some(w) => self.vector(w, p.n_heads)?,
+                None => &[],
+            };
             let run = attention::Run {
                 pool: &self.pool,
                 scores: &self.scores,
                 isa: self.scratch.isa(),
                 p,
                 slots,
+                sinks,
             };
             let o = &mut o[..n * q_dim];
             match &mut kv.data {

@@ -99,6 +99,7 @@ mod tests {
             neox,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         };
         // Raw (unrotated) keys and values per position, two layers.
         let raw: Vec<f32> = (0..2 * n_ctx * kv_dim)
@@ -156,6 +157,7 @@ mod tests {
             neox: false,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         };
         let s = KvShift {
             dst: 2,

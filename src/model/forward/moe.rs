@@ -68,5 +68,6 @@ pub(super) fn ffn(
         n_expert: m.n_expert,
         n_used: m.n_used,
         layer,
+        oai: w.moe_bias,
     })
 }

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::ModelError;
-use crate::gpu::backend::{Backend, SharedBytes, Weight, WeightData};
+use crate::gpu::backend::{Backend, OaiMoe, SharedBytes, Weight, WeightData};
 use crate::gpu::quant;
-use crate::model::config::{ModelConfig, RopeScaling};
+use crate::model::config::{Arch, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 
 pub(super) struct LayerWeights {
@@ -29,6 +29,10 @@ pub(super) struct LayerWeights {
     /// A mixture-of-experts FFN: its router (`gate`, `up` and `down` are then the experts'
     /// `ffn_{gate,up,down}_exps`, every expert's rows in one weight).
     pub(super) router: Option<Weight>,
+    /// gpt-oss: the output projection's bias, the attention sinks and the MoE's biases.
+    pub(super) bo: Option<Weight>,
+    pub(super) sinks: Option<Weight>,
+    pub(super) moe_bias: Option<OaiMoe>,
 }
 
 /// Every weight of a model, on its backend.
@@ -147,7 +151,24 @@ pub(super) fn load(
             Some(name) => Some(load_rows(&name, None)?),
             None => None,
         };
-        let ffn_norm = load_rows(&n("ffn_norm.weight"), None)?;
+        let oss = config.arch == Arch::GptOss;
+        // gpt-oss's FFN norm is its `post_attention_norm` (llama.cpp's `attn_post_norm`).
+        let ffn_norm = load_rows(
+            &n(if oss {
+                "post_attention_norm.weight"
+            } else {
+                "ffn_norm.weight"
+            }),
+            None,
+        )?;
+        let (bo, sinks) = if oss {
+            (
+                Some(load_rows(&n("attn_output.bias"), None)?),
+                Some(load_rows(&n("attn_sinks.weight"), None)?),
+            )
+        } else {
+            (None, None)
+        };
         let router = match config.moe {
             Some(_) => Some(load_rows(&n("ffn_gate_inp.weight"), None)?),
             None => None,
@@ -178,6 +199,15 @@ pub(super) fn load(
             Some(name) => Some(load_rows(&name, None)?),
             None => None,
         };
+        let moe_bias = match config.moe {
+            Some(m) if m.oai => Some(OaiMoe {
+                router_bias: load_rows(&n("ffn_gate_inp.bias"), None)?,
+                gate_bias: load_rows(&n("ffn_gate_exps.bias"), None)?,
+                up_bias: load_rows(&n("ffn_up_exps.bias"), None)?,
+                down_bias: load_rows(&n("ffn_down_exps.bias"), None)?,
+            }),
+            _ => None,
+        };
         layers.push(LayerWeights {
             attn_norm,
             wq,
@@ -196,6 +226,9 @@ pub(super) fn load(
             down,
             post_ffn_norm,
             router,
+            bo,
+            sinks,
+            moe_bias,
         });
     }
     let output_norm = load_rows("output_norm.weight", None)?;

@@ -445,6 +445,11 @@ impl Backend for SplitBackend {
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
         // The whole mixture runs on its layer's side: router, experts and the residual add.
+        if m.oai.is_some() {
+            return Err(BackendError::Unsupported(
+                "gpt-oss's experts in a model split between GPU and CPU".into(),
+            ));
+        }
         let s = self.weight_side(m.router, self.place.layer_side(m.layer as usize));
         self.need(m.x, s)?;
         self.need(m.acc, s)?;
@@ -504,6 +509,11 @@ impl Backend for SplitBackend {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
+        if p.sinks.is_some() {
+            return Err(BackendError::Unsupported(
+                "attention sinks (gpt-oss) in a model split between GPU and CPU".into(),
+            ));
+        }
         let s = self.place.layer_side(p.layer);
         for b in [q, k, v] {
             self.need(b, s)?;
@@ -541,6 +551,11 @@ impl Backend for SplitBackend {
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
+        if p.sinks.is_some() {
+            return Err(BackendError::Unsupported(
+                "attention sinks (gpt-oss) in a model split between GPU and CPU".into(),
+            ));
+        }
         let s = self.place.layer_side(p.layer);
         for b in [q, k, v] {
             self.need(b, s)?;

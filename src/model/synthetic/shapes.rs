@@ -36,6 +36,9 @@ pub struct Shape {
     /// Each expert's width where it differs from `ffn_dim` (qwen3moe's
     /// `expert_feed_forward_length`); 0: `ffn_dim`.
     pub expert_ffn_dim: usize,
+    /// YaRN RoPE scaling (gpt-oss): `rope.scaling.factor` and
+    /// `rope.scaling.original_context_length`.
+    pub yarn: Option<(f32, usize)>,
 }
 
 /// The llama shape's defaults for the fields most shapes leave alone.
@@ -63,6 +66,7 @@ const LLAMA: Shape = Shape {
     n_expert: 0,
     n_expert_used: 0,
     expert_ffn_dim: 0,
+    yarn: None,
 };
 
 /// Every shape `--synthetic` knows.
@@ -349,7 +353,61 @@ pub const SHAPES: &[Shape] = &[
         n_layers: 2,
         ..QWEN3_30B_A3B
     },
+    // gpt-oss (issue 16): gpt-oss-20b in full, cut to its first 2 layers (one sliding, one
+    // global), and a small one of the same build for the llama.cpp reference test: 2 layers of
+    // width 256, 8 experts of which 2 are used, a window of 16.
+    Shape {
+        name: "gpt-oss-20b",
+        ..GPT_OSS_20B
+    },
+    Shape {
+        name: "gpt-oss-20b-2l",
+        n_layers: 2,
+        ..GPT_OSS_20B
+    },
+    Shape {
+        name: "tiny-gpt-oss",
+        n_layers: 2,
+        dim: 256,
+        ffn_dim: 256,
+        n_heads: 8,
+        n_kv_heads: 2,
+        head_dim: 64,
+        vocab: 512,
+        ctx: 4096,
+        sliding_window: 16,
+        n_expert: 8,
+        n_expert_used: 2,
+        expert_ffn_dim: 256,
+        yarn: Some((32.0, 128)),
+        ..GPT_OSS_20B
+    },
 ];
+
+/// gpt-oss-20b as llama.cpp's converter writes it (`GptOssModel`: `expert_feed_forward_length`
+/// = `intermediate_size`, `attention.sliding_window` = 128, YaRN factor 32 over an original
+/// context of 4096; 64 query heads of 64 over a width of 2880).
+const GPT_OSS_20B: Shape = Shape {
+    name: "",
+    arch: "gpt-oss",
+    n_layers: 24,
+    dim: 2880,
+    ffn_dim: 2880,
+    n_heads: 64,
+    n_kv_heads: 8,
+    head_dim: 64,
+    vocab: 201_088,
+    ctx: 131_072,
+    rope_base: 150_000.0,
+    rms_eps: 1e-5,
+    qkv_bias: true,
+    sliding_window: 128,
+    n_expert: 32,
+    n_expert_used: 4,
+    expert_ffn_dim: 2880,
+    yarn: Some((32.0, 4096)),
+    ..LLAMA
+};
 
 /// Qwen3-30B-A3B (as llama.cpp's converter writes it: `feed_forward_length` is the dense
 /// `intermediate_size`, the experts' width `expert_feed_forward_length`).

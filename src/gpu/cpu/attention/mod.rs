@@ -134,6 +134,8 @@ pub struct Run<'a> {
     pub p: &'a AttnParams,
     /// Positions the layer's cache keeps (position j in slot j mod slots).
     pub slots: usize,
+    /// Each query head's attention sink (gpt-oss); empty: none.
+    pub sinks: &'a [f32],
 }
 
 impl Run<'_> {
@@ -172,7 +174,7 @@ impl Run<'_> {
         let (keys, values) = (&*keys, &*values);
         let split = Split::new(p, self.pool.n_threads());
         let optr = OutPtr(out.as_mut_ptr());
-        let (scores, isa, slots) = (self.scores, self.isa, self.slots);
+        let (scores, isa, slots, sinks) = (self.scores, self.isa, self.slots, self.sinks);
         self.pool.run(&|ith, nth| {
             let Ok(mut sc) = scores[ith].lock() else {
                 return;
@@ -191,6 +193,7 @@ impl Run<'_> {
                         values,
                         kv_dim,
                         slots,
+                        sinks,
                         &mut sc,
                         optr.get(),
                     )
@@ -235,10 +238,11 @@ pub unsafe fn run_job<E: JobKernel>(
     values: &[E],
     kv_dim: usize,
     slots: usize,
+    sinks: &[f32],
     sc: &mut Vec<f32>,
     out: *mut f32,
 ) {
-    let a = Job::new(p, split, job, kv_dim, slots);
+    let a = Job::new(p, split, job, kv_dim, slots, sinks);
     let need = a.nq() * a.stride + a.nq();
     if sc.len() < need {
         sc.resize(need, 0.0);
@@ -248,7 +252,7 @@ pub unsafe fn run_job<E: JobKernel>(
 }
 
 /// One job's shape.
-pub struct Job {
+pub struct Job<'s> {
     t0: usize,
     t1: usize,
     h0: usize,
@@ -269,10 +273,19 @@ pub struct Job {
     jbase: usize,
     /// Key positions from `jbase` to the last token's; the row length of the score buffer.
     stride: usize,
+    /// Every query head's attention sink; empty: none.
+    sinks: &'s [f32],
 }
 
-impl Job {
-    fn new(p: &AttnParams, split: Split, job: usize, kv_dim: usize, slots: usize) -> Job {
+impl<'s> Job<'s> {
+    fn new(
+        p: &AttnParams,
+        split: Split,
+        job: usize,
+        kv_dim: usize,
+        slots: usize,
+        sinks: &'s [f32],
+    ) -> Job<'s> {
         let head_blocks = p.n_heads / split.heads_per_job;
         let (tile, hb) = (job / head_blocks, job % head_blocks);
         let t0 = tile * TOKEN_TILE;
@@ -300,7 +313,24 @@ impl Job {
             slots: slots.max(1),
             jbase,
             stride: p.pos0 + t1 - jbase,
+            sinks,
         }
+    }
+
+    /// 1 / the softmax denominator of query head `h0 + h` over `row` (its scores, turned into
+    /// exp(s − max) in place), the head's sink counted in as llama.cpp's `soft_max` counts it: in
+    /// the maximum and as one more term of the sum.
+    fn softmax_inv(&self, row: &mut [f32], h: usize) -> f32 {
+        let mut max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sink = self.sinks.get(self.h0 + h).copied();
+        if let Some(s) = sink {
+            max = max.max(s);
+        }
+        let mut sum = exp_shifted_sum(row, max);
+        if let Some(s) = sink {
+            sum += (s - max).exp();
+        }
+        1.0 / sum
     }
 
     /// The first key position token `t` sees.
@@ -377,8 +407,7 @@ unsafe fn job_body<E: KvElem>(
         for h in 0..a.heads {
             let i = qi(t, h);
             let row = &mut scores[i * stride + k0..i * stride + k1];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            inv[i] = 1.0 / exp_shifted_sum(row, max);
+            inv[i] = a.softmax_inv(row, h);
             // SAFETY: this job owns out row (t, h0 + h) (the caller's contract).
             unsafe { out_row(a, out, t, h) }.fill(0.0);
         }
@@ -444,6 +473,7 @@ mod tests {
             scale: 1.0,
             window: 0,
             softcap: 0.0,
+            sinks: None,
         }
     }
 

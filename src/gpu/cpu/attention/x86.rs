@@ -18,7 +18,6 @@
 use std::arch::x86_64::*;
 
 use super::{Job, KvElem};
-use crate::gpu::cpu::exp::exp_shifted_sum;
 
 /// Eight consecutive cache elements as f32.
 pub(super) trait Row8: KvElem {
@@ -150,8 +149,7 @@ pub(super) unsafe fn job<E: Row8>(
         let t = token(i);
         let (k0, k1) = (a.lo(t) - a.jbase, a.pos0 + t + 1 - a.jbase);
         let row = &mut scores[i * stride + k0..i * stride + k1];
-        let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        inv[i] = 1.0 / exp_shifted_sum(row, max);
+        inv[i] = a.softmax_inv(row, i % a.heads);
     }
 
     // Weighted values, query by query, 64 (else 32, else 8) dimensions at a time in registers.
@@ -248,7 +246,7 @@ mod tests {
         for n_threads in [1, 3] {
             let split = Split::new(p, n_threads);
             for j in 0..split.jobs {
-                let a = Job::new(p, split, j, kv_dim, slots);
+                let a = Job::new(p, split, j, kv_dim, slots, &[]);
                 let need = a.nq() * a.stride + a.nq();
                 sc.resize(need, 0.0);
                 // SAFETY: AVX2 checked by the caller; outputs sized for every row; jobs write
@@ -285,6 +283,7 @@ mod tests {
             scale: 0.125,
             window: 0,
             softcap: 0.0,
+            sinks: None,
         };
         let cases = [
             // Decode at depth, a key count that leaves a partial block of four.

@@ -5,11 +5,17 @@
 //! expert, so that each expert's weights are read once per batch), and the weighted outputs
 //! summed in the order they were chosen before the residual add.
 //!
+//! gpt-oss's variant ([`MoeFfn::oai`]): the router's bias added to its logits, the top k of the
+//! logits themselves chosen, their weights a softmax over those k logits
+//! (`LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`), each expert product plus its bias, and
+//! ggml's clamped `swiglu_oai` in place of SwiGLU.
+//!
 //! [`Backend::moe_ffn`]: crate::gpu::backend::Backend::moe_ffn
 
 use super::{CpuBackend, invalid};
-use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight};
+use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight, swiglu_oai};
 use crate::gpu::cpu::matmul::{QuantMatrix, matmul};
+use crate::gpu::quant;
 
 /// The routing of one token: its chosen experts, largest probability first, and their weights.
 pub(super) fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights: &mut Vec<f32>) {
@@ -41,6 +47,35 @@ pub(super) fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights:
     }
 }
 
+/// gpt-oss's routing of one token (`SOFTMAX_WEIGHT` gating): the k largest (biased) logits,
+/// largest first, weighted by the softmax of those k logits alone.
+pub(super) fn route_softmax_weight(
+    logits: &[f32],
+    k: usize,
+    experts: &mut Vec<usize>,
+    weights: &mut Vec<f32>,
+) {
+    experts.clear();
+    experts.extend(0..logits.len());
+    experts.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    experts.truncate(k);
+    let max = experts
+        .iter()
+        .map(|&e| logits[e])
+        .fold(f32::NEG_INFINITY, f32::max);
+    weights.clear();
+    let mut sum = 0f64;
+    for &e in experts.iter() {
+        let w = (logits[e] - max).exp();
+        sum += w as f64;
+        weights.push(w);
+    }
+    let inv = (1.0 / sum) as f32;
+    for w in weights.iter_mut() {
+        *w *= inv;
+    }
+}
+
 /// Expert `e` of an expert tensor: its `rows` rows of `cols`.
 fn view(w: &super::CpuWeight, e: usize, rows: usize, cols: usize) -> Result<QuantMatrix<'_>> {
     let rb = w.row_bytes();
@@ -54,6 +89,21 @@ fn view(w: &super::CpuWeight, e: usize, rows: usize, cols: usize) -> Result<Quan
 }
 
 impl CpuBackend {
+    /// The `rows` × `cols` f32 values of a bias tensor (gpt-oss's per-expert biases).
+    fn bias_rows(&self, w: Weight, rows: usize, cols: usize, what: &str) -> Result<Vec<f32>> {
+        let cw = self.weight(w)?;
+        if cw.rows * cw.cols != rows * cols || cw.cols != cols {
+            return Err(invalid(format!(
+                "{}: {} × {}, the MoE {what} needs {rows} × {cols}",
+                cw.name, cw.rows, cw.cols
+            )));
+        }
+        let mut v = vec![0f32; rows * cols];
+        quant::dequantize(cw.ty, cw.bytes(), &mut v)
+            .map_err(|e| invalid(format!("{}: {e}", cw.name)))?;
+        Ok(v)
+    }
+
     /// Checks that `w` has `rows` rows of `cols` (an expert tensor of the MoE op).
     fn moe_shape(&self, w: Weight, rows: usize, cols: usize, what: &str) -> Result<()> {
         let cw = self.weight(w)?;
@@ -82,13 +132,36 @@ impl CpuBackend {
             n,
             OpLabel::layer(m.layer, "ffn_moe_router"),
         )?;
+        // gpt-oss: the biases, as f32 rows (router; per expert gate, up, down).
+        let biases = match &m.oai {
+            Some(o) => {
+                self.add_bias(
+                    m.logits,
+                    o.router_bias,
+                    n,
+                    OpLabel::layer(m.layer, "ffn_moe_router_bias"),
+                )?;
+                Some((
+                    self.bias_rows(o.gate_bias, ne, ff, "gate bias")?,
+                    self.bias_rows(o.up_bias, ne, ff, "up bias")?,
+                    self.bias_rows(o.down_bias, ne, dim, "down bias")?,
+                ))
+            }
+            None => None,
+        };
+        let oai = biases.is_some();
         let _op = self.ops.begin(OpLabel::layer(m.layer, "ffn_moe_experts"));
         // Routing: each token's expert ids (as floats), then their weights.
         let mut sel = self.take(m.route, n * k * 2)?;
         let routed = self.buf(m.logits, n * ne).map(|logits| {
             let (mut ex, mut wt) = (Vec::new(), Vec::new());
             for t in 0..n {
-                route(&logits[t * ne..(t + 1) * ne], k, &mut ex, &mut wt);
+                let row = &logits[t * ne..(t + 1) * ne];
+                if oai {
+                    route_softmax_weight(row, k, &mut ex, &mut wt);
+                } else {
+                    route(row, k, &mut ex, &mut wt);
+                }
                 let (ids, ws) = sel[t * 2 * k..(t + 1) * 2 * k].split_at_mut(k);
                 for (id, &e) in ids.iter_mut().zip(&ex) {
                     *id = e as f32;
@@ -144,8 +217,20 @@ impl CpuBackend {
                     &mut hu,
                     &mut scratch,
                 );
-                for (gv, &uv) in hg.iter_mut().zip(&hu) {
-                    *gv = *gv / (1.0 + (-*gv).exp()) * uv;
+                match &biases {
+                    Some((gb, ub, _)) => {
+                        let (gb, ub) = (&gb[e * ff..(e + 1) * ff], &ub[e * ff..(e + 1) * ff]);
+                        for (gr, ur) in hg.chunks_exact_mut(ff).zip(hu.chunks_exact(ff)) {
+                            for (((gv, &uv), &gbv), &ubv) in gr.iter_mut().zip(ur).zip(gb).zip(ub) {
+                                *gv = swiglu_oai(*gv + gbv, uv + ubv);
+                            }
+                        }
+                    }
+                    None => {
+                        for (gv, &uv) in hg.iter_mut().zip(&hu) {
+                            *gv = *gv / (1.0 + (-*gv).exp()) * uv;
+                        }
+                    }
                 }
                 matmul(
                     &self.pool,
@@ -155,6 +240,14 @@ impl CpuBackend {
                     &mut yd,
                     &mut scratch,
                 );
+                if let Some((_, _, db)) = &biases {
+                    let db = &db[e * dim..(e + 1) * dim];
+                    for yr in yd.chunks_exact_mut(dim) {
+                        for (y, &b) in yr.iter_mut().zip(db) {
+                            *y += b;
+                        }
+                    }
+                }
                 for (j, &(t, i)) in toks.iter().enumerate() {
                     let w = sel_copy[t * 2 * k + k + i];
                     let dst = &mut y[(t * k + i) * dim..(t * k + i + 1) * dim];
@@ -215,5 +308,18 @@ mod tests {
         route(&l, 4, &mut ex, &mut wt);
         assert_eq!(ex, [2, 1, 0, 3]);
         assert!((wt.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    /// gpt-oss: the top two of logits 0, ln 2, ln 4, 5 are experts 3 and 2, weighted by the
+    /// softmax of (5, ln 4) alone: e^5 / (e^5 + 4) and 4 / (e^5 + 4).
+    #[test]
+    fn softmax_weight_routing_normalizes_over_the_chosen_logits_only() {
+        let (mut ex, mut wt) = (Vec::new(), Vec::new());
+        let l = [0.0, 2f32.ln(), 4f32.ln(), 5.0];
+        super::route_softmax_weight(&l, 2, &mut ex, &mut wt);
+        assert_eq!(ex, [3, 2]);
+        let e5 = 5f32.exp();
+        assert!((wt[0] - e5 / (e5 + 4.0)).abs() < 1e-6, "{wt:?}");
+        assert!((wt[1] - 4.0 / (e5 + 4.0)).abs() < 1e-6, "{wt:?}");
     }
 }
