@@ -1,4 +1,8 @@
 //! Model hyperparameters, read from a GGUF file's `{arch}.*` metadata.
+//!
+//! (Over 700 lines on purpose: every architecture's keys, their defaults and their refusals are
+//! one table read top to bottom against llama.cpp's loader; splitting it per architecture would
+//! scatter the shared keys.)
 
 use std::path::PathBuf;
 
