@@ -1,6 +1,6 @@
 //! [`SplitBackend`]: one [`Backend`] over two — the GPU backend for the layers [`Placement`]
 //! gives it, the CPU backend for the rest — so that the forward pass runs unchanged on a split
-//! model.
+//! model. (Just over 700 lines: one forwarding method per op of the `Backend` trait.)
 //!
 //! Every activation buffer exists on both sides; each remembers which side holds its latest
 //! contents and how far (the rows the last ops wrote). An op runs on the side of its layer (its
