@@ -95,7 +95,8 @@ impl Recording {
         }
     }
 
-    fn same(&self, i: usize, other: &Recording, it: &Item) -> bool {
+    /// Whether item `i` is `it`, whose arguments are `args`.
+    fn same(&self, i: usize, it: &Item, args: &[Arg]) -> bool {
         let Some(mine) = self.items.get(i) else {
             return false;
         };
@@ -119,12 +120,17 @@ impl Recording {
         same_kind
             && mine.label == it.label
             && mine.budget == it.budget
-            && self.args_of(mine) == other.args_of(it)
+            && self.args_of(mine) == args
     }
 
+    /// Appends `it` from recording `from`.
     fn push(&mut self, from: &Recording, it: &Item) {
+        self.push_with(it, from.args_of(it));
+    }
+
+    /// Appends `it`, whose arguments are `a`.
+    fn push_with(&mut self, it: &Item, a: &[Arg]) {
         let mut it = *it;
-        let a = from.args_of(&it);
         let start = self.args.len() as u32;
         let len = a.len() as u32;
         self.args.extend_from_slice(a);
@@ -293,7 +299,8 @@ impl Gpu {
             // bucket; checked, the step follows the bucket's own graph, else it records.
             let same = other.is_some_and(|oi| {
                 let b = &cache[oi].rec;
-                b.items.len() >= n && (0..n).all(|i| b.same(i, have, &have.items[i]))
+                b.items.len() >= n
+                    && (0..n).all(|i| b.same(i, &have.items[i], have.args_of(&have.items[i])))
             });
             if same {
                 step.replaying = other;
@@ -336,21 +343,18 @@ impl Gpu {
         if self.graphs.step.is_none() {
             return Ok(false);
         }
-        let one = Recording {
-            items: vec![Item {
-                kind: ItemKind::Kernel {
-                    f,
-                    grid,
-                    block,
-                    shared,
-                    args: (0, args.len() as u32),
-                },
-                label,
-                budget,
-            }],
-            args: args.to_vec(),
+        let it = Item {
+            kind: ItemKind::Kernel {
+                f,
+                grid,
+                block,
+                shared,
+                args: (0, args.len() as u32),
+            },
+            label,
+            budget,
         };
-        self.graph_record(one)
+        self.graph_record(it, args)
     }
 
     pub(super) fn graph_record_copy(
@@ -363,26 +367,24 @@ impl Gpu {
         if self.graphs.step.is_none() {
             return Ok(false);
         }
-        let one = Recording {
-            items: vec![Item {
-                kind: ItemKind::Copy { dst, src, bytes },
-                label,
-                budget: None,
-            }],
-            args: Vec::new(),
+        let it = Item {
+            kind: ItemKind::Copy { dst, src, bytes },
+            label,
+            budget: None,
         };
-        self.graph_record(one)
+        self.graph_record(it, &[])
     }
 
-    fn graph_record(&mut self, one: Recording) -> Result<bool, GpuError> {
-        let it = one.items[0];
+    /// Records one item of the step (no allocation while a cached graph keeps matching: a decode
+    /// step is a few hundred of these per token, all on the host before the replay starts).
+    fn graph_record(&mut self, it: Item, args: &[Arg]) -> Result<bool, GpuError> {
         let Graphs { step, cache, .. } = &mut self.graphs;
         let Some(step) = step.as_mut() else {
             return Ok(false);
         };
         if let Some(ci) = step.replaying {
             let c = &cache[ci].rec;
-            if c.same(step.matched, &one, &it) {
+            if c.same(step.matched, &it, args) {
                 step.matched += 1;
                 return Ok(true);
             }
@@ -396,7 +398,7 @@ impl Gpu {
             self.graph_flush()?;
             return Ok(false);
         }
-        step.rec.push(&one, &it);
+        step.rec.push_with(&it, args);
         Ok(true)
     }
 
