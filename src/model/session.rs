@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::model::forward::{Logits, Model, ModelError};
 pub use crate::model::protocol::Trim;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
+use crate::model::reasoning::{Part, ReasoningFormat};
 use crate::model::sampler::Sampler;
 use crate::model::template::{ChatTemplate, Message, TemplateError};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
@@ -38,6 +39,9 @@ pub enum Progress<'a> {
     PromptDone(&'a GenStats),
     /// Text of the answer (valid UTF-8, stop strings withheld).
     Text(&'a str),
+    /// Text of the reasoning before the answer (a reasoning model's, split off by
+    /// [`crate::model::reasoning`]).
+    Reasoning(&'a str),
     /// The oldest messages were dropped to fit the context.
     Trimmed(&'a Trim),
     /// Nothing new yet (a remote engine waiting on the server); the caller's answer is looked
@@ -71,7 +75,10 @@ pub enum SessionError {
 /// The result of one answer.
 #[derive(Clone, Debug)]
 pub struct Answer {
+    /// The answer proper (without the reasoning).
     pub text: String,
+    /// The reasoning before it (empty for a model that does not reason).
+    pub reasoning: String,
     pub tokens: Vec<u32>,
     pub stats: GenStats,
     pub reason: StopReason,
@@ -89,6 +96,8 @@ pub struct Session {
     logits: Vec<f32>,
     /// Share of the turns after the system prompt dropped when the context fills.
     discard: f32,
+    /// How the model's answers carry their reasoning (from its template and vocabulary).
+    reasoning: ReasoningFormat,
 }
 
 impl Session {
@@ -98,10 +107,12 @@ impl Session {
         template: ChatTemplate,
         sampler: SamplerConfig,
     ) -> Session {
+        let reasoning = ReasoningFormat::of(&template, &tokenizer);
         Session {
             model,
             tokenizer,
             template,
+            reasoning,
             system: None,
             messages: Vec::new(),
             cached: Vec::new(),
@@ -119,6 +130,11 @@ impl Session {
 
     pub fn discard(&self) -> f32 {
         self.discard
+    }
+
+    /// How this model's answers carry their reasoning.
+    pub fn reasoning_format(&self) -> &ReasoningFormat {
+        &self.reasoning
     }
 
     pub fn messages(&self) -> &[Message] {
@@ -218,10 +234,7 @@ impl Session {
     fn render(&self) -> Result<Vec<u32>, SessionError> {
         let mut all = Vec::with_capacity(self.messages.len() + 1);
         if let Some(s) = &self.system {
-            all.push(Message {
-                role: "system".into(),
-                content: s.clone(),
-            });
+            all.push(Message::new("system", s.as_str()));
         }
         all.extend(self.messages.iter().cloned());
         // The template's own BOS text is dropped when the model adds BOS, so that the prompt
@@ -276,10 +289,7 @@ impl Session {
     ) -> Result<Answer, SessionError> {
         self.check_fits(user)?;
         let t0 = Instant::now();
-        self.messages.push(Message {
-            role: "user".into(),
-            content: user.to_string(),
-        });
+        self.messages.push(Message::new("user", user));
         let n_ctx = self.model.n_ctx();
         // Room for at least a short answer; more if the sampler's limit asks for it.
         let room = self.answer_room();
@@ -295,13 +305,15 @@ impl Session {
                 n_ctx,
             });
         }
-        let result = self.generate(&prompt, t0, on);
+        let format = self.reasoning.clone();
+        let result = self.generate(&prompt, t0, &format, on);
         match result {
             Ok(answer) => {
-                self.messages.push(Message {
-                    role: "assistant".into(),
-                    content: answer.text.clone(),
-                });
+                // The answer and its reasoning apart, as the template expects them.
+                self.messages.push(
+                    Message::new("assistant", answer.text.as_str())
+                        .with_reasoning(&answer.reasoning),
+                );
                 Ok(answer)
             }
             Err(e) => {
@@ -421,14 +433,16 @@ impl Session {
                 n_ctx: self.model.n_ctx(),
             });
         }
-        self.generate(&prompt, t0, on)
+        self.generate(&prompt, t0, &ReasoningFormat::None, on)
     }
 
-    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition.
+    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition; the
+    /// text is split into reasoning and answer as `format` says.
     fn generate(
         &mut self,
         prompt: &[u32],
         t0: Instant,
+        format: &ReasoningFormat,
         on: &mut dyn FnMut(Progress) -> Control,
     ) -> Result<Answer, SessionError> {
         let common = self
@@ -467,6 +481,7 @@ impl Session {
                     // A stop during the prompt: an empty answer, stopped by the user.
                     return Ok(Answer {
                         text: String::new(),
+                        reasoning: String::new(),
                         tokens: Vec::new(),
                         stats: GenStats {
                             prompt_tokens: prompt.len(),
@@ -499,7 +514,9 @@ impl Session {
         let tg = Instant::now();
         let mut decoder = StreamDecoder::new();
         let mut stop = StopFilter::new(&cfg.stop);
+        let mut split = format.parser();
         let mut text = String::new();
+        let mut reasoning = String::new();
         let mut tokens = Vec::new();
         let n_ctx = self.model.n_ctx();
         let reason = loop {
@@ -518,12 +535,17 @@ impl Session {
             self.sampler.accept(tok);
             let piece = decoder.push(&self.tokenizer, tok, false);
             let (emit, hit) = stop.push(&piece);
-            text.push_str(&emit);
-            let control = if emit.is_empty() {
-                Control::Continue
-            } else {
-                on(Progress::Text(&emit))
-            };
+            let thinking = !split.answering();
+            let control = deliver(
+                split.push(&emit),
+                &mut text,
+                &mut reasoning,
+                on,
+            );
+            if thinking {
+                stats.reasoning_tokens += 1;
+                stats.reasoning_time = tg.elapsed();
+            }
             if let Some(s) = hit {
                 break StopReason::StopString(s);
             }
@@ -549,13 +571,18 @@ impl Session {
         };
         // Text held back (a possible stop-string prefix, or an incomplete character) is part of
         // the answer unless a stop string matched.
+        let mut parts = Vec::new();
         if !matches!(reason, StopReason::StopString(_)) {
             let mut rest = stop.flush();
             rest.push_str(&decoder.finish());
-            if !rest.is_empty() {
-                text.push_str(&rest);
-                on(Progress::Text(&rest));
-            }
+            parts = split.push(&rest);
+        }
+        parts.extend(split.finish());
+        deliver(parts, &mut text, &mut reasoning, on);
+        if reasoning.is_empty() {
+            // Tokens held while the parser looked for a header or `<think>` were the answer's.
+            stats.reasoning_tokens = 0;
+            stats.reasoning_time = Duration::ZERO;
         }
         stats.generated_tokens = tokens.len();
         stats.gen_time = tg.elapsed();
@@ -564,6 +591,7 @@ impl Session {
         }
         Ok(Answer {
             text,
+            reasoning,
             tokens,
             stats,
             reason,
@@ -577,6 +605,30 @@ impl Session {
         self.cached.clear();
         &mut self.model
     }
+}
+
+/// Hands the parts of the output to `on` and adds them to the answer and the reasoning; what
+/// `on` answered last (`Continue` when there was nothing to hand over).
+fn deliver(
+    parts: Vec<Part>,
+    text: &mut String,
+    reasoning: &mut String,
+    on: &mut dyn FnMut(Progress) -> Control,
+) -> Control {
+    let mut control = Control::Continue;
+    for part in parts {
+        control = match &part {
+            Part::Reasoning(t) => {
+                reasoning.push_str(t);
+                on(Progress::Reasoning(t))
+            }
+            Part::Answer(t) => {
+                text.push_str(t);
+                on(Progress::Text(t))
+            }
+        };
+    }
+    control
 }
 
 /// Withholds text that might be the start of a stop string until it is clear that it is not.

@@ -29,6 +29,9 @@ const NOW_VAR: &str = "__hipscope_now";
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// An assistant message's reasoning, apart from its content: templates see it as
+    /// `reasoning_content`, and a harmony template also as `thinking` (as llama.cpp passes it).
+    pub reasoning: Option<String>,
 }
 
 impl Message {
@@ -36,8 +39,21 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            reasoning: None,
         }
     }
+
+    /// The message with its reasoning (none if `reasoning` is empty).
+    pub fn with_reasoning(mut self, reasoning: &str) -> Message {
+        self.reasoning = (!reasoning.is_empty()).then(|| reasoning.to_string());
+        self
+    }
+}
+
+/// Whether a template is gpt-oss's harmony format: llama.cpp's test (`common/chat.cpp`), the
+/// source writes `<|channel|>`.
+pub fn is_harmony(source: &str) -> bool {
+    source.contains("<|channel|>")
 }
 
 /// A chat template that cannot be used: which template (the model file, or the built-in one),
@@ -150,6 +166,29 @@ impl ChatTemplate {
         self.fallback
     }
 
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        self.env
+            .get_template(NAME)
+            .map_or("", |t| t.source())
+    }
+
+    /// The text the template writes to open the assistant's turn (after a user message): the
+    /// rendering with the generation prompt less the one without; empty if it cannot render.
+    pub fn generation_prompt(&self) -> String {
+        let probe = [Message::new("user", "Hipscope probe")];
+        match (
+            self.raw_render(&probe, true, 0),
+            self.raw_render(&probe, false, 0),
+        ) {
+            (Ok(with), Ok(without)) => with
+                .strip_prefix(without.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        }
+    }
+
     /// Whether the template renders a system message (if not, `render` merges it into the
     /// first user message).
     pub fn supports_system_role(&self) -> bool {
@@ -217,9 +256,17 @@ impl ChatTemplate {
             detail: describe(&e),
         };
         let tmpl = self.env.get_template(NAME).map_err(render_err)?;
+        let harmony = is_harmony(tmpl.source());
         let messages: Vec<Value> = messages
             .iter()
-            .map(|m| context! { role => m.role.clone(), content => m.content.clone() })
+            .map(|m| match &m.reasoning {
+                // As llama.cpp: `reasoning_content`, and `thinking` for gpt-oss's template.
+                Some(r) if harmony => context! { role => m.role.clone(), content => m.content.clone(),
+                    reasoning_content => r.clone(), thinking => r.clone() },
+                Some(r) => context! { role => m.role.clone(), content => m.content.clone(),
+                    reasoning_content => r.clone() },
+                None => context! { role => m.role.clone(), content => m.content.clone() },
+            })
             .collect();
         let ctx = context! {
             messages => messages,

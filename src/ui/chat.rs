@@ -14,6 +14,7 @@ use crate::model::protocol::{GenStats, StopReason};
 
 use super::markdown;
 use super::meter::text;
+use super::reasoning;
 use super::theme::Theme;
 use super::units;
 
@@ -31,6 +32,8 @@ pub enum EntryKind {
         /// The model that wrote it (answers keep their model's name after a switch).
         model: String,
         text: String,
+        /// A reasoning model's reasoning before the answer (`ui/reasoning.rs` draws it).
+        reasoning: String,
         /// Set when the answer is done.
         stats: Option<GenStats>,
         reason: Option<StopReason>,
@@ -81,6 +84,8 @@ pub struct Chat {
     open_answer: Option<u64>,
     /// Name shown over the answers to come.
     pub assistant_name: String,
+    /// Finished answers show their reasoning whole (Alt-T), not as one line.
+    pub show_reasoning: bool,
     view: Cell<Viewport>,
     cache: RefCell<HashMap<u64, Cached>>,
     /// The answer streaming in, rendered up to its last finished block: (entry, bytes, width,
@@ -122,6 +127,7 @@ impl Chat {
             self.push(EntryKind::Assistant {
                 model: self.assistant_name.clone(),
                 text: String::new(),
+                reasoning: String::new(),
                 stats: None,
                 reason: None,
                 done: false,
@@ -143,6 +149,34 @@ impl Chat {
             text.push_str(piece);
             e.rev += 1;
         }
+    }
+
+    /// A piece of the open answer's reasoning.
+    pub fn append_reasoning(&mut self, piece: &str) {
+        self.begin_answer();
+        if let Some(e) = self.open_entry()
+            && let EntryKind::Assistant { reasoning, .. } = &mut e.kind
+        {
+            reasoning.push_str(piece);
+            e.rev += 1;
+        }
+    }
+
+    /// Alt-T: finished answers show their reasoning whole, or as one line again.
+    pub fn toggle_reasoning(&mut self) {
+        self.show_reasoning = !self.show_reasoning;
+        for e in &mut self.entries {
+            if matches!(&e.kind, EntryKind::Assistant { reasoning, .. } if !reasoning.is_empty()) {
+                e.rev += 1;
+            }
+        }
+    }
+
+    /// Whether any answer has reasoning (Alt-T has something to show).
+    pub fn has_reasoning(&self) -> bool {
+        self.entries.iter().any(
+            |e| matches!(&e.kind, EntryKind::Assistant { reasoning, .. } if !reasoning.trim().is_empty()),
+        )
     }
 
     pub fn finish_answer(&mut self, stats: GenStats, reason: StopReason) {
@@ -288,11 +322,25 @@ impl Chat {
             EntryKind::Assistant {
                 model,
                 text: body,
+                reasoning: thought,
                 stats,
                 reason,
                 done,
             } => {
                 out.push(Line::from(text(model.clone(), theme.assistant_label)));
+                let shown = match (*done, self.show_reasoning) {
+                    (false, _) => reasoning::Shown::Streaming {
+                        answering: !body.is_empty(),
+                    },
+                    (true, false) => reasoning::Shown::Collapsed,
+                    (true, true) => reasoning::Shown::Expanded,
+                };
+                let block = reasoning::lines(thought, stats.as_ref(), shown, width, theme);
+                let apart = block.len() > 1 && !body.trim().is_empty();
+                out.extend(block);
+                if apart {
+                    out.push(Line::default());
+                }
                 if !body.trim().is_empty() {
                     if *done {
                         out.extend(markdown::render(body, width, theme));
@@ -532,11 +580,18 @@ pub fn stats_line(s: &GenStats, reason: &str) -> String {
         ));
     }
     parts.push(prompt);
-    parts.push(format!(
+    let mut generated = format!(
         "gen {} tok {}",
         units::count(s.generated_tokens as u64),
         units::rate(s.gen_tps(), "t/s")
-    ));
+    );
+    if s.reasoning_tokens > 0 {
+        generated.push_str(&format!(
+            " ({} reasoning)",
+            units::count(s.reasoning_tokens as u64)
+        ));
+    }
+    parts.push(generated);
     parts.push(reason.to_string());
     parts.join(" · ")
 }
@@ -568,6 +623,7 @@ mod tests {
             generated_tokens: 42,
             gen_time: Duration::from_millis(200),
             time_to_first_token: Duration::from_millis(85),
+            ..GenStats::default()
         };
         assert_eq!(
             stats_line(&s, &reason_text(&StopReason::Eog)),
