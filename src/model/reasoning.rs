@@ -116,8 +116,9 @@ enum State {
     Done,
     /// think: before the first text; `open`: the prompt opened the reasoning.
     ThinkStart { open: bool },
-    /// think: inside the reasoning.
-    Thinking,
+    /// think: inside the reasoning; `started`: its first text came (white space before it is
+    /// dropped).
+    Thinking { started: bool },
     /// think: after `</think>`, white space before the answer is dropped.
     AnswerStart,
 }
@@ -149,7 +150,7 @@ impl ReasoningParser {
         let rest = std::mem::take(&mut self.pending);
         match self.state {
             State::Answer | State::Body(Body::Answer) => emit(&mut out, Body::Answer, &rest),
-            State::Body(Body::Reasoning) | State::Thinking => {
+            State::Body(Body::Reasoning) | State::Thinking { .. } => {
                 emit(&mut out, Body::Reasoning, &rest)
             }
             // An unfinished header is dropped unless it is plain text.
@@ -198,23 +199,33 @@ impl ReasoningParser {
             State::ThinkStart { open } => {
                 let t = self.pending.trim_start();
                 if let Some(rest) = t.strip_prefix(THINK_OPEN) {
-                    self.pending = rest.trim_start().to_string();
-                    self.state = State::Thinking;
+                    self.pending = rest.to_string();
+                    self.state = State::Thinking { started: false };
                     true
                 } else if THINK_OPEN.starts_with(t) {
                     // Empty, white space, or a start of `<think>`: wait.
                     false
                 } else {
                     self.state = if open {
-                        self.pending = t.to_string();
-                        State::Thinking
+                        State::Thinking { started: false }
                     } else {
                         State::Answer
                     };
                     true
                 }
             }
-            State::Thinking => match self.until(out, Body::Reasoning, &[THINK_CLOSE]) {
+            State::Thinking { started: false } => {
+                let t = self.pending.trim_start();
+                if t.is_empty() {
+                    self.pending.clear();
+                    false
+                } else {
+                    self.pending = t.to_string();
+                    self.state = State::Thinking { started: true };
+                    true
+                }
+            }
+            State::Thinking { started: true } => match self.until(out, Body::Reasoning, &[THINK_CLOSE]) {
                 Some(_) => {
                     self.state = State::AnswerStart;
                     true

@@ -92,6 +92,8 @@ pub struct ChatTemplate {
     add_eos: bool,
     fallback: bool,
     system_role: bool,
+    /// The Jinja source, as given.
+    source: String,
 }
 
 impl ChatTemplate {
@@ -141,7 +143,7 @@ impl ChatTemplate {
         add_eos: bool,
     ) -> Result<ChatTemplate, TemplateError> {
         let mut env = environment();
-        env.add_template_owned(NAME, source)
+        env.add_template_owned(NAME, source.clone())
             .map_err(|e| TemplateError::Parse {
                 origin: origin.clone(),
                 line: e.line(),
@@ -156,6 +158,7 @@ impl ChatTemplate {
             add_eos,
             fallback: false,
             system_role: true,
+            source,
         };
         t.system_role = t.probe_system_role();
         Ok(t)
@@ -168,9 +171,7 @@ impl ChatTemplate {
 
     /// The template's Jinja source.
     pub fn source(&self) -> &str {
-        self.env
-            .get_template(NAME)
-            .map_or("", |t| t.source())
+        &self.source
     }
 
     /// The text the template writes to open the assistant's turn (after a user message): the
@@ -256,7 +257,7 @@ impl ChatTemplate {
             detail: describe(&e),
         };
         let tmpl = self.env.get_template(NAME).map_err(render_err)?;
-        let harmony = is_harmony(tmpl.source());
+        let harmony = is_harmony(&self.source);
         let messages: Vec<Value> = messages
             .iter()
             .map(|m| match &m.reasoning {
