@@ -264,7 +264,10 @@ fn harmony_answer_is_split_stops_at_return_and_the_next_prompt_drops_the_analysi
     assert_eq!(stats.reasoning_tokens, ids(header).len());
     // `<|return|>` was drawn but never fed back; what follows it was never asked for.
     assert_eq!(
-        tok.decode(&script.lock().unwrap().next.drain(..).collect::<Vec<_>>(), true),
+        tok.decode(
+            &script.lock().unwrap().next.drain(..).collect::<Vec<_>>(),
+            true
+        ),
         "<|return|>never shown"
     );
 

@@ -54,9 +54,11 @@ fn reference() -> Reference {
 }
 
 fn template(c: &Case) -> ChatTemplate {
-    let src = PathBuf::from(std::env::var_os("HIPSCOPE_LLAMA_CPP_SRC").unwrap_or_else(|| {
-        panic!("HIPSCOPE_LLAMA_CPP_SRC is not set: it must name llama.cpp's source tree")
-    }));
+    let src = PathBuf::from(
+        std::env::var_os("HIPSCOPE_LLAMA_CPP_SRC").unwrap_or_else(|| {
+            panic!("HIPSCOPE_LLAMA_CPP_SRC is not set: it must name llama.cpp's source tree")
+        }),
+    );
     let path = src.join(&c.file);
     let source =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

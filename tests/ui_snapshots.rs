@@ -162,7 +162,10 @@ fn reasoning_collapsed_after_the_answer_and_expanded_with_alt_t() {
     assert!(text.contains("Mention all three briefly"), "{text}");
     insta::assert_snapshot!("reasoning_expanded", expanded);
     app.update(alt(KeyCode::Char('t')));
-    assert_eq!(format!("{:?}", draw(&app, 100, 30)), format!("{collapsed:?}"));
+    assert_eq!(
+        format!("{:?}", draw(&app, 100, 30)),
+        format!("{collapsed:?}")
+    );
     let fx = app.update(alt(KeyCode::Char('y')));
     let copied = format!("{fx:?}");
     assert!(copied.contains("Both are O(n)"), "{copied}");

@@ -79,9 +79,7 @@ impl ReasoningFormat {
         let state = match self {
             ReasoningFormat::None => State::Answer,
             ReasoningFormat::Harmony => State::Header,
-            ReasoningFormat::Think { starts_open } => State::ThinkStart {
-                open: *starts_open,
-            },
+            ReasoningFormat::Think { starts_open } => State::ThinkStart { open: *starts_open },
         };
         ReasoningParser {
             state,
@@ -225,13 +223,15 @@ impl ReasoningParser {
                     true
                 }
             }
-            State::Thinking { started: true } => match self.until(out, Body::Reasoning, &[THINK_CLOSE]) {
-                Some(_) => {
-                    self.state = State::AnswerStart;
-                    true
+            State::Thinking { started: true } => {
+                match self.until(out, Body::Reasoning, &[THINK_CLOSE]) {
+                    Some(_) => {
+                        self.state = State::AnswerStart;
+                        true
+                    }
+                    None => false,
                 }
-                None => false,
-            },
+            }
             State::AnswerStart => {
                 let t = self.pending.trim_start();
                 if t.is_empty() {

@@ -536,12 +536,7 @@ impl Session {
             let piece = decoder.push(&self.tokenizer, tok, false);
             let (emit, hit) = stop.push(&piece);
             let thinking = !split.answering();
-            let control = deliver(
-                split.push(&emit),
-                &mut text,
-                &mut reasoning,
-                on,
-            );
+            let control = deliver(split.push(&emit), &mut text, &mut reasoning, on);
             if thinking {
                 stats.reasoning_tokens += 1;
                 stats.reasoning_time = tg.elapsed();

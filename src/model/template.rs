@@ -262,10 +262,12 @@ impl ChatTemplate {
             .iter()
             .map(|m| match &m.reasoning {
                 // As llama.cpp: `reasoning_content`, and `thinking` for gpt-oss's template.
-                Some(r) if harmony => context! { role => m.role.clone(), content => m.content.clone(),
-                    reasoning_content => r.clone(), thinking => r.clone() },
+                Some(r) if harmony => {
+                    context! { role => m.role.clone(), content => m.content.clone(),
+                    reasoning_content => r.clone(), thinking => r.clone() }
+                }
                 Some(r) => context! { role => m.role.clone(), content => m.content.clone(),
-                    reasoning_content => r.clone() },
+                reasoning_content => r.clone() },
                 None => context! { role => m.role.clone(), content => m.content.clone() },
             })
             .collect();

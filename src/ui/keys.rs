@@ -124,7 +124,9 @@ impl App {
             Action::ToggleReasoning => {
                 self.chat.toggle_reasoning();
                 if !self.chat.has_reasoning() {
-                    self.hint = Some("no answer has reasoning to show (Alt-T is for reasoning models)".into());
+                    self.hint = Some(
+                        "no answer has reasoning to show (Alt-T is for reasoning models)".into(),
+                    );
                 }
             }
             Action::ScrollPageUp => self.chat.scroll_up(page),

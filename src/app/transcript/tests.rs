@@ -329,11 +329,11 @@ fn sampler_settings_are_kept_and_old_files_have_none() {
 fn reasoning_is_kept_apart_and_older_files_still_load() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Transcript::create(dir.path(), at(1_700_000_000));
-    t.command(&Command::Generate { user: "2+2?".into() });
+    t.command(&Command::Generate {
+        user: "2+2?".into(),
+    });
     for piece in ["Two plus ", "two is four."] {
-        t.event(&Event::Reasoning {
-            text: piece.into(),
-        });
+        t.event(&Event::Reasoning { text: piece.into() });
     }
     t.event(&Event::Token { text: "4".into() });
     t.event(&Event::AnswerDone {
@@ -353,19 +353,34 @@ fn reasoning_is_kept_apart_and_older_files_still_load() {
         text.contains(r#"{"t":"reasoning","text":"Two plus "}"#),
         "{text}"
     );
-    assert!(text.contains(r#""reasoning_tokens":10,"reasoning_ms":500.0"#), "{text}");
+    assert!(
+        text.contains(r#""reasoning_tokens":10,"reasoning_ms":500.0"#),
+        "{text}"
+    );
     let c = read(&path).unwrap();
     assert_eq!(c.turns[0].reasoning, "Two plus two is four.");
     assert_eq!(c.turns[0].answer, "4");
     assert!(
-        c.turns[0].summary.as_deref().unwrap().contains("gen 12 tok"),
+        c.turns[0]
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("gen 12 tok"),
         "{:?}",
         c.turns[0].summary
     );
-    assert!(c.turns[0].summary.as_deref().unwrap().contains("(10 reasoning)"));
+    assert!(
+        c.turns[0]
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("(10 reasoning)")
+    );
     let md = c.to_markdown(at(1_700_000_100));
     assert!(
-        md.contains("<details><summary>Reasoning</summary>\n\nTwo plus two is four.\n\n</details>\n\n4\n"),
+        md.contains(
+            "<details><summary>Reasoning</summary>\n\nTwo plus two is four.\n\n</details>\n\n4\n"
+        ),
         "{md}"
     );
     // A file written before reasoning records existed: a `done` without the reasoning counts.
@@ -381,6 +396,9 @@ fn reasoning_is_kept_apart_and_older_files_still_load() {
     )
     .unwrap();
     let c = read(&old).unwrap();
-    assert_eq!((c.turns[0].answer.as_str(), c.turns[0].reasoning.as_str()), ("Hello", ""));
+    assert_eq!(
+        (c.turns[0].answer.as_str(), c.turns[0].reasoning.as_str()),
+        ("Hello", "")
+    );
     assert!(!c.turns[0].summary.as_deref().unwrap().contains("reasoning"));
 }

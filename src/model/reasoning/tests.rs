@@ -26,7 +26,11 @@ fn run(format: &ReasoningFormat, pieces: &[&str]) -> (String, String) {
 fn check(format: &ReasoningFormat, text: &str, want: (&str, &str)) {
     let want = (want.0.to_string(), want.1.to_string());
     assert_eq!(run(format, &[text]), want, "whole: {text:?}");
-    let cuts: Vec<usize> = text.char_indices().map(|(i, _)| i).chain([text.len()]).collect();
+    let cuts: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
     for &i in &cuts {
         let got = run(format, &[&text[..i], &text[i..]]);
         assert_eq!(got, want, "cut at {i}: {:?} | {:?}", &text[..i], &text[i..]);
@@ -65,7 +69,10 @@ fn harmony_markers_that_end_the_output_are_not_shown() {
     check(
         &H,
         "<|channel|>analysis<|message|>need weather<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}<|call|>",
-        ("need weather\n\n→ functions.get_weather: {\"city\":\"Paris\"}", ""),
+        (
+            "need weather\n\n→ functions.get_weather: {\"city\":\"Paris\"}",
+            "",
+        ),
     );
 }
 
@@ -95,15 +102,27 @@ fn harmony_recipient_in_the_role_and_a_stray_commentary() {
 #[test]
 fn harmony_without_headers_is_plain_answer() {
     // A model (or a random-weight one) that writes no header: nothing is lost.
-    check(&H, "Just text, no channels.", ("", "Just text, no channels."));
+    check(
+        &H,
+        "Just text, no channels.",
+        ("", "Just text, no channels."),
+    );
     check(&H, "<b>bold</b> text", ("", "<b>bold</b> text"));
     // Stopped in the middle of a header: the unfinished header is not shown.
-    check(&H, "<|channel|>analysis<|message|>hmm<|end|><|start|>assis", ("hmm", ""));
+    check(
+        &H,
+        "<|channel|>analysis<|message|>hmm<|end|><|start|>assis",
+        ("hmm", ""),
+    );
 }
 
 #[test]
 fn harmony_stopped_mid_reasoning_keeps_it_as_reasoning() {
-    check(&H, "<|channel|>analysis<|message|>still thinking <|e", ("still thinking <|e", ""));
+    check(
+        &H,
+        "<|channel|>analysis<|message|>still thinking <|e",
+        ("still thinking <|e", ""),
+    );
 }
 
 #[test]

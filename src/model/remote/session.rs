@@ -407,9 +407,8 @@ impl RemoteSession {
                         if !chunk.reasoning.is_empty() {
                             acc.reasoning.push_str(&chunk.reasoning);
                             acc.stats.reasoning_tokens += 1;
-                            acc.stats.reasoning_time = now.saturating_duration_since(
-                                acc.first.unwrap_or(now),
-                            );
+                            acc.stats.reasoning_time =
+                                now.saturating_duration_since(acc.first.unwrap_or(now));
                             control = on(Progress::Reasoning(&chunk.reasoning));
                         }
                         if !chunk.text.is_empty() {
