@@ -86,39 +86,24 @@ const REASONING: &str = "The user wants to reverse a list. Options: slicing with
 copy; list.reverse() works in place and returns None; reversed() gives an iterator.\n\n\
 Mention all three briefly, with a short example.";
 
-/// A reasoning model's answer streaming: the reasoning in its dimmed block under "thinking…".
+/// A reasoning model's answer streaming: the reasoning in its dimmed block under "thinking…",
+/// then the answer streaming in below it.
 #[test]
-fn reasoning_streaming_before_the_answer() {
+fn reasoning_streaming_then_the_answer() {
     let mut app = loaded_app();
     asked(&mut app);
-    worker(
-        &mut app,
-        Event::AnswerStarted {
-            stats: stats(31, 0),
-        },
-    );
+    stream_answer(&mut app, "", 1);
     stream_reasoning(&mut app, REASONING, 6);
     tick(&mut app, 800);
-    insta::assert_snapshot!(draw(&app, 100, 30));
-}
-
-/// The answer streams in below the reasoning block.
-#[test]
-fn reasoning_block_then_the_answer_streaming() {
-    let mut app = loaded_app();
-    asked(&mut app);
-    worker(
-        &mut app,
-        Event::AnswerStarted {
-            stats: stats(31, 0),
-        },
-    );
-    stream_reasoning(&mut app, REASONING, 6);
+    insta::assert_snapshot!("reasoning_streaming_before_the_answer", draw(&app, 100, 30));
     for piece in ["You can reverse ", "a list **in place**"] {
         worker(&mut app, Event::Token { text: piece.into() });
     }
     tick(&mut app, 900);
-    insta::assert_snapshot!(draw(&app, 100, 30));
+    insta::assert_snapshot!(
+        "reasoning_block_then_the_answer_streaming",
+        draw(&app, 100, 30)
+    );
 }
 
 /// Done: the reasoning is one line saying how long it was; Alt-T opens it, and again closes it.
@@ -127,12 +112,7 @@ fn reasoning_block_then_the_answer_streaming() {
 fn reasoning_collapsed_after_the_answer_and_expanded_with_alt_t() {
     let mut app = loaded_app();
     asked(&mut app);
-    worker(
-        &mut app,
-        Event::AnswerStarted {
-            stats: stats(31, 0),
-        },
-    );
+    stream_answer(&mut app, "", 1);
     stream_reasoning(&mut app, REASONING, 6);
     stream_answer(&mut app, SHORT_ANSWER, 4);
     worker(
