@@ -3,7 +3,10 @@
 //! template) on the CPU backend, with its output scripted: the backend computes the forward pass
 //! as always, and the logits it hands back make the scripted token the only choice. So the
 //! worker, the session, the tokenizer's end-of-generation list, the streaming decoder and the
-//! reasoning parser run as in a chat, on output known in advance.
+//! reasoning parser run as in a chat, on output known in advance. Also a reopened transcript's
+//! answer with reasoning, as the view shows it.
+
+mod ui_common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -295,4 +298,32 @@ fn harmony_answer_is_split_stops_at_return_and_the_next_prompt_drops_the_analysi
         })
         .unwrap();
     until(&mut w, "exit", |e| matches!(e, Event::Exited { .. }));
+}
+
+/// A reopened answer with reasoning: the reasoning collapsed to its one line (without the
+/// statistics the transcript's stats line carries, it counts words), Alt-T opens it, Alt-Y
+/// copies the answer alone.
+#[test]
+fn a_resumed_answer_keeps_its_reasoning_collapsed() {
+    let mut app = ui_common::loaded_app();
+    app.restore_with_stats(
+        &[hipscope::ui::state::Reopened {
+            user: "2+2?".into(),
+            reasoning: "Two plus two is four.".into(),
+            answer: "4".into(),
+            summary: None,
+        }],
+        None,
+        "reopened 1 exchange",
+    );
+    let text = format!("{:?}", ui_common::draw(&app, 100, 30));
+    assert!(
+        text.contains("▸ reasoning · 5 words · Alt-T shows it"),
+        "{text}"
+    );
+    assert!(!text.contains("Two plus two"), "{text}");
+    app.update(ui_common::alt(crossterm::event::KeyCode::Char('t')));
+    let text = format!("{:?}", ui_common::draw(&app, 100, 30));
+    assert!(text.contains("┊ Two plus two is four."), "{text}");
+    assert_eq!(app.chat.last_answer(), Some("4"));
 }

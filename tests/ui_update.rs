@@ -709,31 +709,3 @@ fn item18_a_long_one_line_paste_says_1_line() {
     assert!(text.contains("(1 line)"), "{text}");
     assert!(!text.contains("(1 lines)"), "{text}");
 }
-
-/// A reopened answer with reasoning: the reasoning collapsed to its one line (without the
-/// statistics the transcript's stats line carries, it counts words), Alt-T opens it, Alt-Y
-/// copies the answer alone.
-#[test]
-fn a_resumed_answer_keeps_its_reasoning_collapsed() {
-    let mut app = loaded_app();
-    app.restore_with_stats(
-        &[hipscope::ui::state::Reopened {
-            user: "2+2?".into(),
-            reasoning: "Two plus two is four.".into(),
-            answer: "4".into(),
-            summary: None,
-        }],
-        None,
-        "reopened 1 exchange",
-    );
-    let text = format!("{:?}", draw(&app, 100, 30));
-    assert!(
-        text.contains("▸ reasoning · 5 words · Alt-T shows it"),
-        "{text}"
-    );
-    assert!(!text.contains("Two plus two"), "{text}");
-    app.update(alt(KeyCode::Char('t')));
-    let text = format!("{:?}", draw(&app, 100, 30));
-    assert!(text.contains("┊ Two plus two is four."), "{text}");
-    assert_eq!(app.chat.last_answer(), Some("4"));
-}
