@@ -135,11 +135,6 @@ impl Session {
         self.discard
     }
 
-    /// How this model's answers carry their reasoning.
-    pub fn reasoning_format(&self) -> &ReasoningFormat {
-        &self.reasoning
-    }
-
     pub fn messages(&self) -> &[Message] {
         &self.messages
     }
@@ -605,8 +600,8 @@ impl Session {
     }
 }
 
-/// Hands the parts of the output to `on` and adds them to the answer and the reasoning; what
-/// `on` answered last (`Continue` when there was nothing to hand over).
+/// Hands the parts of the output to `on` and adds them to the answer and the reasoning; `Stop`
+/// if `on` answered it to any of them.
 fn deliver(
     parts: Vec<Part>,
     text: &mut String,
@@ -615,7 +610,7 @@ fn deliver(
 ) -> Control {
     let mut control = Control::Continue;
     for part in parts {
-        control = match &part {
+        let c = match &part {
             Part::Reasoning(t) => {
                 reasoning.push_str(t);
                 on(Progress::Reasoning(t))
@@ -625,6 +620,9 @@ fn deliver(
                 on(Progress::Text(t))
             }
         };
+        if c == Control::Stop {
+            control = Control::Stop;
+        }
     }
     control
 }
