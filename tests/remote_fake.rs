@@ -1,7 +1,8 @@
 //! The remote engine against a scripted HTTP server on a local socket, for what a real
 //! llama-server will not do on demand: never answer (the request's watchdog goes HUNG and saying
 //! where, and a stop still returns at once), answer 503 with `Retry-After` (honoured), send a
-//! malformed event or close mid-answer (the partial answer kept, marked).
+//! malformed event or close mid-answer (the partial answer kept, marked); and reasoning split off
+//! by the server (`reasoning_content` deltas), shown as reasoning.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -20,11 +21,20 @@ enum Script {
     Busy,
     Malformed,
     Drop,
+    /// Reasoning split off by the server, as llama-server sends it (`reasoning_content`).
+    Reasoning,
 }
 
 fn chunk(text: &str) -> String {
     format!(
         "data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":{}}},\"finish_reason\":null}}]}}\n\n",
+        serde_json::to_string(text).unwrap()
+    )
+}
+
+fn reasoning_chunk(text: &str) -> String {
+    format!(
+        "data: {{\"choices\":[{{\"finish_reason\":null,\"index\":0,\"delta\":{{\"reasoning_content\":{}}}}}]}}\n\n",
         serde_json::to_string(text).unwrap()
     )
 }
@@ -106,6 +116,16 @@ fn answer(mut c: TcpStream, script: Script, calls: &Mutex<u32>) {
         }
         Script::Malformed => {
             let _ = write!(c, "{head}{}data: {{oops\n\n", chunk("Partial"));
+        }
+        Script::Reasoning => {
+            let _ = write!(
+                c,
+                "{head}{}{}{}{}data: [DONE]\n\n",
+                reasoning_chunk("Greeting;"),
+                reasoning_chunk(" reply."),
+                chunk("Hello"),
+                chunk(" there")
+            );
         }
         Script::Drop => {
             let _ = write!(c, "{head}{}{}", chunk("Half an"), chunk(" answer"));
@@ -217,4 +237,33 @@ fn a_malformed_event_or_a_dropped_stream_keeps_the_partial_answer() {
     let a = s.chat("hello", &mut |_| Control::Continue).unwrap();
     assert_eq!(a.text, "Half an answer");
     assert!(matches!(a.reason, StopReason::Dropped(_)), "{:?}", a.reason);
+}
+
+/// A server that splits the reasoning off (llama-server's `reasoning_content` deltas): the
+/// reasoning reaches the chat as reasoning, the answer as the answer.
+#[test]
+fn reasoning_deltas_are_reasoning() {
+    let (mut s, _) = session(Script::Reasoning);
+    let mut seen = Vec::new();
+    let a = s
+        .chat("hello", &mut |p| {
+            match p {
+                Progress::Reasoning(t) => seen.push(format!("r:{t}")),
+                Progress::Text(t) => seen.push(format!("a:{t}")),
+                _ => {}
+            }
+            Control::Continue
+        })
+        .unwrap();
+    assert_eq!(seen, ["r:Greeting;", "r: reply.", "a:Hello", "a: there"]);
+    assert_eq!(
+        (a.reasoning.as_str(), a.text.as_str()),
+        ("Greeting; reply.", "Hello there")
+    );
+    assert_eq!(a.stats.reasoning_tokens, 2);
+    // The history keeps the answer alone.
+    assert_eq!(
+        s.turns(),
+        [("hello".to_string(), "Hello there".to_string())]
+    );
 }

@@ -82,6 +82,76 @@ fn answer_done_with_stats() {
     insta::assert_snapshot!(draw(&app, 100, 30));
 }
 
+const REASONING: &str = "The user wants to reverse a list. Options: slicing with [::-1] makes a \
+copy; list.reverse() works in place and returns None; reversed() gives an iterator.\n\n\
+Mention all three briefly, with a short example.";
+
+/// A reasoning model's answer streaming: the reasoning in its dimmed block under "thinking…",
+/// then the answer streaming in below it.
+#[test]
+fn reasoning_streaming_then_the_answer() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, "", 1);
+    stream_reasoning(&mut app, REASONING, 6);
+    tick(&mut app, 800);
+    insta::assert_snapshot!("reasoning_streaming_before_the_answer", draw(&app, 100, 30));
+    for piece in ["You can reverse ", "a list **in place**"] {
+        worker(&mut app, Event::Token { text: piece.into() });
+    }
+    tick(&mut app, 900);
+    insta::assert_snapshot!(
+        "reasoning_block_then_the_answer_streaming",
+        draw(&app, 100, 30)
+    );
+}
+
+/// Done: the reasoning is one line saying how long it was; Alt-T opens it, and again closes it.
+/// Copying the answer copies the answer alone.
+#[test]
+fn reasoning_collapsed_after_the_answer_and_expanded_with_alt_t() {
+    let mut app = loaded_app();
+    asked(&mut app);
+    stream_answer(&mut app, "", 1);
+    stream_reasoning(&mut app, REASONING, 6);
+    stream_answer(&mut app, SHORT_ANSWER, 4);
+    worker(
+        &mut app,
+        Event::AnswerDone {
+            stats: hipscope::model::protocol::GenStats {
+                reasoning_tokens: 48,
+                reasoning_time: std::time::Duration::from_millis(2400),
+                ..stats(31, 119)
+            },
+            reason: StopReason::Eog,
+        },
+    );
+    tick(&mut app, 1200);
+    let collapsed = draw(&app, 100, 30);
+    let text = format!("{collapsed:?}");
+    assert!(
+        text.contains("▸ thought for 48 tokens · 2.40 s · Alt-T shows it"),
+        "{text}"
+    );
+    assert!(!text.contains("Mention all three"), "{text}");
+    insta::assert_snapshot!("reasoning_collapsed", collapsed);
+    app.update(alt(KeyCode::Char('t')));
+    let expanded = draw(&app, 100, 30);
+    let text = format!("{expanded:?}");
+    assert!(text.contains("▾ thought for 48 tokens"), "{text}");
+    assert!(text.contains("Mention all three briefly"), "{text}");
+    insta::assert_snapshot!("reasoning_expanded", expanded);
+    app.update(alt(KeyCode::Char('t')));
+    assert_eq!(
+        format!("{:?}", draw(&app, 100, 30)),
+        format!("{collapsed:?}")
+    );
+    let fx = app.update(alt(KeyCode::Char('y')));
+    let copied = format!("{fx:?}");
+    assert!(copied.contains("Both are O(n)"), "{copied}");
+    assert!(!copied.contains("The user wants"), "{copied}");
+}
+
 #[test]
 fn long_markdown_answer_scrolled() {
     let mut app = loaded_app();

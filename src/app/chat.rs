@@ -238,7 +238,12 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             let turns: Vec<_> = c
                 .turns
                 .iter()
-                .map(|t| (t.user.clone(), t.answer.clone(), t.summary.clone()))
+                .map(|t| crate::ui::state::Reopened {
+                    user: t.user.clone(),
+                    reasoning: t.reasoning.clone(),
+                    answer: t.answer.clone(),
+                    summary: t.summary.clone(),
+                })
                 .collect();
             app.restore_with_stats(
                 &turns,

@@ -50,6 +50,11 @@ pub enum Record {
     Token {
         text: String,
     },
+    /// A piece of a reasoning model's reasoning before its answer (added later: older files
+    /// have none).
+    Reasoning {
+        text: String,
+    },
     Done {
         reason: String,
         prompt_tokens: usize,
@@ -58,6 +63,11 @@ pub enum Record {
         prompt_ms: f64,
         gen_ms: f64,
         ttft_ms: f64,
+        /// Of the generated tokens, the reasoning's (written only when there was reasoning).
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reasoning_tokens: usize,
+        #[serde(default, skip_serializing_if = "is_zero_f")]
+        reasoning_ms: f64,
     },
     /// The last answer was dropped to be generated again.
     Regen,
@@ -69,11 +79,21 @@ pub enum Record {
     Clear,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_f(x: &f64) -> bool {
+    *x == 0.0
+}
+
 /// One question and its answer.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Turn {
     pub user: String,
     pub answer: String,
+    /// The reasoning before the answer (a reasoning model's; empty otherwise).
+    pub reasoning: String,
     /// The stats line, once the answer finished.
     pub summary: Option<String>,
     /// The system prompt in force when the question was asked.
@@ -112,6 +132,11 @@ impl Conversation {
                     t.answer.push_str(text);
                 }
             }
+            Record::Reasoning { text } => {
+                if let Some(t) = self.turns.last_mut() {
+                    t.reasoning.push_str(text);
+                }
+            }
             Record::Done {
                 reason,
                 prompt_tokens,
@@ -120,6 +145,8 @@ impl Conversation {
                 prompt_ms,
                 gen_ms,
                 ttft_ms,
+                reasoning_tokens,
+                reasoning_ms,
             } => {
                 if let Some(t) = self.turns.last_mut() {
                     let ms = |x: f64| std::time::Duration::from_secs_f64((x / 1e3).max(0.0));
@@ -130,6 +157,8 @@ impl Conversation {
                         generated_tokens: *generated_tokens,
                         gen_time: ms(*gen_ms),
                         time_to_first_token: ms(*ttft_ms),
+                        reasoning_tokens: *reasoning_tokens,
+                        reasoning_time: ms(*reasoning_ms),
                     };
                     t.summary = Some(stats_line(&stats, reason));
                 }
@@ -137,6 +166,7 @@ impl Conversation {
             Record::Regen => {
                 if let Some(t) = self.turns.last_mut() {
                     t.answer.clear();
+                    t.reasoning.clear();
                     t.summary = None;
                 }
             }
@@ -197,6 +227,12 @@ impl Conversation {
             md.push_str("\n\n");
             let speaker = t.model.as_deref().unwrap_or(model);
             md.push_str(&format!("## {speaker}\n\n"));
+            if !t.reasoning.trim().is_empty() {
+                // Folded, as chat sites export it; GitHub and most viewers render <details>.
+                md.push_str("<details><summary>Reasoning</summary>\n\n");
+                md.push_str(t.reasoning.trim());
+                md.push_str("\n\n</details>\n\n");
+            }
             if t.answer.trim().is_empty() {
                 md.push_str("_(no answer)_\n\n");
             } else {
@@ -518,6 +554,7 @@ impl Transcript {
     pub fn event(&mut self, e: &Event) {
         match e {
             Event::Token { text } => self.record(Record::Token { text: text.clone() }),
+            Event::Reasoning { text } => self.record(Record::Reasoning { text: text.clone() }),
             Event::AnswerDone { stats, reason } => {
                 let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
                 self.record(Record::Done {
@@ -528,6 +565,8 @@ impl Transcript {
                     prompt_ms: ms(stats.prompt_time),
                     gen_ms: ms(stats.gen_time),
                     ttft_ms: ms(stats.time_to_first_token),
+                    reasoning_tokens: stats.reasoning_tokens,
+                    reasoning_ms: ms(stats.reasoning_time),
                 });
                 // An answer is a natural point to make the file durable, not just written.
                 self.sync();

@@ -7,6 +7,7 @@ pub mod forward;
 pub mod gguf;
 pub mod loader;
 pub mod protocol;
+pub mod reasoning;
 pub mod remote;
 pub mod sampler;
 pub mod session;

@@ -151,6 +151,11 @@ pub struct GenStats {
     pub generated_tokens: usize,
     pub gen_time: Duration,
     pub time_to_first_token: Duration,
+    /// Of the generated tokens, those before the answer began (a reasoning model's reasoning,
+    /// with its markers); 0 for a model that does not reason.
+    pub reasoning_tokens: usize,
+    /// How long the reasoning took, from the first generated token.
+    pub reasoning_time: Duration,
 }
 
 impl GenStats {
@@ -210,6 +215,11 @@ pub enum Event {
     },
     /// A piece of text of the answer, valid UTF-8.
     Token {
+        text: String,
+    },
+    /// A piece of the reasoning a reasoning model writes before its answer (gpt-oss's
+    /// `analysis` channel, `<think>…</think>`), valid UTF-8.
+    Reasoning {
         text: String,
     },
     /// The answer ended.

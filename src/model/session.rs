@@ -18,9 +18,13 @@ use std::time::{Duration, Instant};
 use crate::model::forward::{Logits, Model, ModelError};
 pub use crate::model::protocol::Trim;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
+use crate::model::reasoning::{Part, ReasoningFormat};
 use crate::model::sampler::Sampler;
 use crate::model::template::{ChatTemplate, Message, TemplateError};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
+
+mod stop;
+use stop::StopFilter;
 
 /// What the caller wants after each piece of text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +42,9 @@ pub enum Progress<'a> {
     PromptDone(&'a GenStats),
     /// Text of the answer (valid UTF-8, stop strings withheld).
     Text(&'a str),
+    /// Text of the reasoning before the answer (a reasoning model's, split off by
+    /// [`crate::model::reasoning`]).
+    Reasoning(&'a str),
     /// The oldest messages were dropped to fit the context.
     Trimmed(&'a Trim),
     /// Nothing new yet (a remote engine waiting on the server); the caller's answer is looked
@@ -71,7 +78,10 @@ pub enum SessionError {
 /// The result of one answer.
 #[derive(Clone, Debug)]
 pub struct Answer {
+    /// The answer proper (without the reasoning).
     pub text: String,
+    /// The reasoning before it (empty for a model that does not reason).
+    pub reasoning: String,
     pub tokens: Vec<u32>,
     pub stats: GenStats,
     pub reason: StopReason,
@@ -89,6 +99,8 @@ pub struct Session {
     logits: Vec<f32>,
     /// Share of the turns after the system prompt dropped when the context fills.
     discard: f32,
+    /// How the model's answers carry their reasoning (from its template and vocabulary).
+    reasoning: ReasoningFormat,
 }
 
 impl Session {
@@ -98,10 +110,12 @@ impl Session {
         template: ChatTemplate,
         sampler: SamplerConfig,
     ) -> Session {
+        let reasoning = ReasoningFormat::of(&template, &tokenizer);
         Session {
             model,
             tokenizer,
             template,
+            reasoning,
             system: None,
             messages: Vec::new(),
             cached: Vec::new(),
@@ -218,10 +232,7 @@ impl Session {
     fn render(&self) -> Result<Vec<u32>, SessionError> {
         let mut all = Vec::with_capacity(self.messages.len() + 1);
         if let Some(s) = &self.system {
-            all.push(Message {
-                role: "system".into(),
-                content: s.clone(),
-            });
+            all.push(Message::new("system", s.as_str()));
         }
         all.extend(self.messages.iter().cloned());
         // The template's own BOS text is dropped when the model adds BOS, so that the prompt
@@ -276,10 +287,7 @@ impl Session {
     ) -> Result<Answer, SessionError> {
         self.check_fits(user)?;
         let t0 = Instant::now();
-        self.messages.push(Message {
-            role: "user".into(),
-            content: user.to_string(),
-        });
+        self.messages.push(Message::new("user", user));
         let n_ctx = self.model.n_ctx();
         // Room for at least a short answer; more if the sampler's limit asks for it.
         let room = self.answer_room();
@@ -295,13 +303,15 @@ impl Session {
                 n_ctx,
             });
         }
-        let result = self.generate(&prompt, t0, on);
+        let format = self.reasoning.clone();
+        let result = self.generate(&prompt, t0, &format, on);
         match result {
             Ok(answer) => {
-                self.messages.push(Message {
-                    role: "assistant".into(),
-                    content: answer.text.clone(),
-                });
+                // The answer and its reasoning apart, as the template expects them.
+                self.messages.push(
+                    Message::new("assistant", answer.text.as_str())
+                        .with_reasoning(&answer.reasoning),
+                );
                 Ok(answer)
             }
             Err(e) => {
@@ -421,14 +431,16 @@ impl Session {
                 n_ctx: self.model.n_ctx(),
             });
         }
-        self.generate(&prompt, t0, on)
+        self.generate(&prompt, t0, &ReasoningFormat::None, on)
     }
 
-    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition.
+    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition; the
+    /// text is split into reasoning and answer as `format` says.
     fn generate(
         &mut self,
         prompt: &[u32],
         t0: Instant,
+        format: &ReasoningFormat,
         on: &mut dyn FnMut(Progress) -> Control,
     ) -> Result<Answer, SessionError> {
         let common = self
@@ -467,6 +479,7 @@ impl Session {
                     // A stop during the prompt: an empty answer, stopped by the user.
                     return Ok(Answer {
                         text: String::new(),
+                        reasoning: String::new(),
                         tokens: Vec::new(),
                         stats: GenStats {
                             prompt_tokens: prompt.len(),
@@ -499,7 +512,9 @@ impl Session {
         let tg = Instant::now();
         let mut decoder = StreamDecoder::new();
         let mut stop = StopFilter::new(&cfg.stop);
+        let mut split = format.parser();
         let mut text = String::new();
+        let mut reasoning = String::new();
         let mut tokens = Vec::new();
         let n_ctx = self.model.n_ctx();
         let reason = loop {
@@ -518,12 +533,12 @@ impl Session {
             self.sampler.accept(tok);
             let piece = decoder.push(&self.tokenizer, tok, false);
             let (emit, hit) = stop.push(&piece);
-            text.push_str(&emit);
-            let control = if emit.is_empty() {
-                Control::Continue
-            } else {
-                on(Progress::Text(&emit))
-            };
+            let thinking = !split.answering();
+            let control = deliver(split.push(&emit), &mut text, &mut reasoning, on);
+            if thinking {
+                stats.reasoning_tokens += 1;
+                stats.reasoning_time = tg.elapsed();
+            }
             if let Some(s) = hit {
                 break StopReason::StopString(s);
             }
@@ -549,13 +564,18 @@ impl Session {
         };
         // Text held back (a possible stop-string prefix, or an incomplete character) is part of
         // the answer unless a stop string matched.
+        let mut parts = Vec::new();
         if !matches!(reason, StopReason::StopString(_)) {
             let mut rest = stop.flush();
             rest.push_str(&decoder.finish());
-            if !rest.is_empty() {
-                text.push_str(&rest);
-                on(Progress::Text(&rest));
-            }
+            parts = split.push(&rest);
+        }
+        parts.extend(split.finish());
+        deliver(parts, &mut text, &mut reasoning, on);
+        if reasoning.is_empty() {
+            // Tokens held while the parser looked for a header or `<think>` were the answer's.
+            stats.reasoning_tokens = 0;
+            stats.reasoning_time = Duration::ZERO;
         }
         stats.generated_tokens = tokens.len();
         stats.gen_time = tg.elapsed();
@@ -564,6 +584,7 @@ impl Session {
         }
         Ok(Answer {
             text,
+            reasoning,
             tokens,
             stats,
             reason,
@@ -579,78 +600,29 @@ impl Session {
     }
 }
 
-/// Withholds text that might be the start of a stop string until it is clear that it is not.
-struct StopFilter {
-    stops: Vec<String>,
-    pending: String,
-}
-
-impl StopFilter {
-    fn new(stops: &[String]) -> StopFilter {
-        StopFilter {
-            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
-            pending: String::new(),
+/// Hands the parts of the output to `on` and adds them to the answer and the reasoning; `Stop`
+/// if `on` answered it to any of them.
+fn deliver(
+    parts: Vec<Part>,
+    text: &mut String,
+    reasoning: &mut String,
+    on: &mut dyn FnMut(Progress) -> Control,
+) -> Control {
+    let mut control = Control::Continue;
+    for part in parts {
+        let c = match &part {
+            Part::Reasoning(t) => {
+                reasoning.push_str(t);
+                on(Progress::Reasoning(t))
+            }
+            Part::Answer(t) => {
+                text.push_str(t);
+                on(Progress::Text(t))
+            }
+        };
+        if c == Control::Stop {
+            control = Control::Stop;
         }
     }
-
-    /// Adds text; returns what can be shown now and the stop string, if one completed.
-    fn push(&mut self, piece: &str) -> (String, Option<String>) {
-        self.pending.push_str(piece);
-        if self.stops.is_empty() {
-            return (std::mem::take(&mut self.pending), None);
-        }
-        if let Some((at, s)) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.pending.find(s.as_str()).map(|i| (i, s.clone())))
-            .min_by_key(|(i, _)| *i)
-        {
-            let emit = self.pending[..at].to_string();
-            self.pending.clear();
-            return (emit, Some(s));
-        }
-        // Keep the longest tail that is a prefix of some stop string.
-        let keep = self
-            .pending
-            .char_indices()
-            .map(|(i, _)| i)
-            .find(|&i| {
-                let tail = &self.pending[i..];
-                self.stops.iter().any(|s| s.starts_with(tail))
-            })
-            .unwrap_or(self.pending.len());
-        let emit = self.pending[..keep].to_string();
-        self.pending.drain(..keep);
-        (emit, None)
-    }
-
-    fn flush(&mut self) -> String {
-        std::mem::take(&mut self.pending)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopFilter;
-
-    #[test]
-    fn stop_filter_withholds_prefixes_and_cuts_at_the_stop() {
-        let mut f = StopFilter::new(&["</end>".to_string()]);
-        assert_eq!(f.push("Hello <"), ("Hello ".to_string(), None));
-        assert_eq!(f.push("/en"), (String::new(), None));
-        assert_eq!(
-            f.push("d> tail"),
-            (String::new(), Some("</end>".to_string()))
-        );
-        let mut f = StopFilter::new(&["</end>".to_string()]);
-        assert_eq!(f.push("a <b"), ("a <b".to_string(), None));
-        assert_eq!(f.push("<"), (String::new(), None));
-        assert_eq!(f.flush(), "<");
-    }
-
-    #[test]
-    fn no_stop_strings_pass_everything() {
-        let mut f = StopFilter::new(&[]);
-        assert_eq!(f.push("x<"), ("x<".to_string(), None));
-    }
+    control
 }

@@ -364,7 +364,10 @@ const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model
 
 const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
 
-const HARMONY: &str = "{% for message in messages %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
+/// gpt-oss's template cut to its message loop: an assistant turn is its `final` channel, its
+/// `thinking` dropped unless it is the last message without a generation prompt (as the real
+/// template, `models/templates/openai-gpt-oss-120b.jinja` in llama.cpp, does).
+const HARMONY: &str = "{% for message in messages %}{% if message['role'] == 'assistant' %}{% if loop.last and not add_generation_prompt and message.thinking is defined %}{{ '<|start|>assistant<|channel|>analysis<|message|>' + message.thinking + '<|end|>' }}{% endif %}{{ '<|start|>assistant<|channel|>final<|message|>' + message['content'] + '<|end|>' }}{% else %}{{ '<|start|>' + message['role'] + '<|message|>' + message['content'] + '<|end|>' }}{% endif %}{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}";
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 

@@ -29,6 +29,9 @@ const NOW_VAR: &str = "__hipscope_now";
 pub struct Message {
     pub role: String,
     pub content: String,
+    /// An assistant message's reasoning, apart from its content: templates see it as
+    /// `reasoning_content`, and a harmony template also as `thinking` (as llama.cpp passes it).
+    pub reasoning: Option<String>,
 }
 
 impl Message {
@@ -36,8 +39,21 @@ impl Message {
         Message {
             role: role.into(),
             content: content.into(),
+            reasoning: None,
         }
     }
+
+    /// The message with its reasoning (none if `reasoning` is empty).
+    pub fn with_reasoning(mut self, reasoning: &str) -> Message {
+        self.reasoning = (!reasoning.is_empty()).then(|| reasoning.to_string());
+        self
+    }
+}
+
+/// Whether a template is gpt-oss's harmony format: llama.cpp's test (`common/chat.cpp`), the
+/// source writes `<|channel|>`.
+pub fn is_harmony(source: &str) -> bool {
+    source.contains("<|channel|>")
 }
 
 /// A chat template that cannot be used: which template (the model file, or the built-in one),
@@ -76,6 +92,8 @@ pub struct ChatTemplate {
     add_eos: bool,
     fallback: bool,
     system_role: bool,
+    /// The Jinja source, as given.
+    source: String,
 }
 
 impl ChatTemplate {
@@ -125,7 +143,7 @@ impl ChatTemplate {
         add_eos: bool,
     ) -> Result<ChatTemplate, TemplateError> {
         let mut env = environment();
-        env.add_template_owned(NAME, source)
+        env.add_template_owned(NAME, source.clone())
             .map_err(|e| TemplateError::Parse {
                 origin: origin.clone(),
                 line: e.line(),
@@ -140,6 +158,7 @@ impl ChatTemplate {
             add_eos,
             fallback: false,
             system_role: true,
+            source,
         };
         t.system_role = t.probe_system_role();
         Ok(t)
@@ -148,6 +167,27 @@ impl ChatTemplate {
     /// Whether this is the built-in ChatML, used because the model has no template.
     pub fn is_fallback(&self) -> bool {
         self.fallback
+    }
+
+    /// The template's Jinja source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The text the template writes to open the assistant's turn (after a user message): the
+    /// rendering with the generation prompt less the one without; empty if it cannot render.
+    pub fn generation_prompt(&self) -> String {
+        let probe = [Message::new("user", "Hipscope probe")];
+        match (
+            self.raw_render(&probe, true, 0),
+            self.raw_render(&probe, false, 0),
+        ) {
+            (Ok(with), Ok(without)) => with
+                .strip_prefix(without.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        }
     }
 
     /// Whether the template renders a system message (if not, `render` merges it into the
@@ -217,9 +257,19 @@ impl ChatTemplate {
             detail: describe(&e),
         };
         let tmpl = self.env.get_template(NAME).map_err(render_err)?;
+        let harmony = is_harmony(&self.source);
         let messages: Vec<Value> = messages
             .iter()
-            .map(|m| context! { role => m.role.clone(), content => m.content.clone() })
+            .map(|m| match &m.reasoning {
+                // As llama.cpp: `reasoning_content`, and `thinking` for gpt-oss's template.
+                Some(r) if harmony => {
+                    context! { role => m.role.clone(), content => m.content.clone(),
+                    reasoning_content => r.clone(), thinking => r.clone() }
+                }
+                Some(r) => context! { role => m.role.clone(), content => m.content.clone(),
+                reasoning_content => r.clone() },
+                None => context! { role => m.role.clone(), content => m.content.clone() },
+            })
             .collect();
         let ctx = context! {
             messages => messages,

@@ -295,6 +295,9 @@ impl Worker {
                 Progress::Text(t) => {
                     let _ = events.send(Event::Token { text: t.into() });
                 }
+                Progress::Reasoning(t) => {
+                    let _ = events.send(Event::Reasoning { text: t.into() });
+                }
                 Progress::Prompt { .. } | Progress::Trimmed(_) | Progress::Waiting => {}
             }
             let mut control = Control::Continue;
@@ -524,6 +527,9 @@ impl Worker {
                 }
                 Progress::Text(t) => {
                     let _ = events.send(Event::Token { text: t.into() });
+                }
+                Progress::Reasoning(t) => {
+                    let _ = events.send(Event::Reasoning { text: t.into() });
                 }
                 Progress::Trimmed(t) => {
                     let _ = events.send(Event::ContextTrimmed(t.clone()));

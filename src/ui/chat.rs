@@ -14,6 +14,7 @@ use crate::model::protocol::{GenStats, StopReason};
 
 use super::markdown;
 use super::meter::text;
+use super::reasoning;
 use super::theme::Theme;
 use super::units;
 
@@ -31,6 +32,8 @@ pub enum EntryKind {
         /// The model that wrote it (answers keep their model's name after a switch).
         model: String,
         text: String,
+        /// A reasoning model's reasoning before the answer (`ui/reasoning.rs` draws it).
+        reasoning: String,
         /// Set when the answer is done.
         stats: Option<GenStats>,
         reason: Option<StopReason>,
@@ -81,6 +84,8 @@ pub struct Chat {
     open_answer: Option<u64>,
     /// Name shown over the answers to come.
     pub assistant_name: String,
+    /// Finished answers show their reasoning whole (Alt-T), not as one line.
+    pub show_reasoning: bool,
     view: Cell<Viewport>,
     cache: RefCell<HashMap<u64, Cached>>,
     /// The answer streaming in, rendered up to its last finished block: (entry, bytes, width,
@@ -122,6 +127,7 @@ impl Chat {
             self.push(EntryKind::Assistant {
                 model: self.assistant_name.clone(),
                 text: String::new(),
+                reasoning: String::new(),
                 stats: None,
                 reason: None,
                 done: false,
@@ -143,6 +149,34 @@ impl Chat {
             text.push_str(piece);
             e.rev += 1;
         }
+    }
+
+    /// A piece of the open answer's reasoning.
+    pub fn append_reasoning(&mut self, piece: &str) {
+        self.begin_answer();
+        if let Some(e) = self.open_entry()
+            && let EntryKind::Assistant { reasoning, .. } = &mut e.kind
+        {
+            reasoning.push_str(piece);
+            e.rev += 1;
+        }
+    }
+
+    /// Alt-T: finished answers show their reasoning whole, or as one line again.
+    pub fn toggle_reasoning(&mut self) {
+        self.show_reasoning = !self.show_reasoning;
+        for e in &mut self.entries {
+            if matches!(&e.kind, EntryKind::Assistant { reasoning, .. } if !reasoning.is_empty()) {
+                e.rev += 1;
+            }
+        }
+    }
+
+    /// Whether any answer has reasoning (Alt-T has something to show).
+    pub fn has_reasoning(&self) -> bool {
+        self.entries.iter().any(
+            |e| matches!(&e.kind, EntryKind::Assistant { reasoning, .. } if !reasoning.trim().is_empty()),
+        )
     }
 
     pub fn finish_answer(&mut self, stats: GenStats, reason: StopReason) {
@@ -288,11 +322,25 @@ impl Chat {
             EntryKind::Assistant {
                 model,
                 text: body,
+                reasoning: thought,
                 stats,
                 reason,
                 done,
             } => {
                 out.push(Line::from(text(model.clone(), theme.assistant_label)));
+                let shown = match (*done, self.show_reasoning) {
+                    (false, _) => reasoning::Shown::Streaming {
+                        answering: !body.is_empty(),
+                    },
+                    (true, false) => reasoning::Shown::Collapsed,
+                    (true, true) => reasoning::Shown::Expanded,
+                };
+                let block = reasoning::lines(thought, stats.as_ref(), shown, width, theme);
+                let apart = block.len() > 1 && !body.trim().is_empty();
+                out.extend(block);
+                if apart {
+                    out.push(Line::default());
+                }
                 if !body.trim().is_empty() {
                     if *done {
                         out.extend(markdown::render(body, width, theme));
@@ -532,11 +580,18 @@ pub fn stats_line(s: &GenStats, reason: &str) -> String {
         ));
     }
     parts.push(prompt);
-    parts.push(format!(
+    let mut generated = format!(
         "gen {} tok {}",
         units::count(s.generated_tokens as u64),
         units::rate(s.gen_tps(), "t/s")
-    ));
+    );
+    if s.reasoning_tokens > 0 {
+        generated.push_str(&format!(
+            " ({} reasoning)",
+            units::count(s.reasoning_tokens as u64)
+        ));
+    }
+    parts.push(generated);
     parts.push(reason.to_string());
     parts.join(" · ")
 }
@@ -555,108 +610,4 @@ pub fn reason_text(r: &StopReason) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn stats_line_reports_ttft_rates_and_reason() {
-        let s = GenStats {
-            prompt_tokens: 41,
-            cached_tokens: 10,
-            prompt_time: Duration::from_millis(100),
-            generated_tokens: 42,
-            gen_time: Duration::from_millis(200),
-            time_to_first_token: Duration::from_millis(85),
-        };
-        assert_eq!(
-            stats_line(&s, &reason_text(&StopReason::Eog)),
-            "TTFT 85.0 ms · prompt 31 tok 310 t/s (+10 cached) · gen 42 tok 210 t/s · end of text"
-        );
-    }
-
-    #[test]
-    fn regenerate_drops_only_a_trailing_answer() {
-        let mut c = Chat::new("m");
-        c.push_user("q1");
-        c.append_token("a1");
-        c.finish_answer(GenStats::default(), StopReason::Eog);
-        assert!(c.drop_last_answer());
-        assert!(!c.drop_last_answer(), "the question stays");
-        assert_eq!(c.entries.len(), 1);
-        c.append_token("a1'");
-        c.push_user("q2");
-        assert!(
-            !c.drop_last_answer(),
-            "an answer followed by a question stays"
-        );
-    }
-
-    #[test]
-    fn tokens_go_to_one_open_answer() {
-        let mut c = Chat::new("m");
-        c.push_user("q");
-        c.begin_answer();
-        c.append_token("Hel");
-        c.append_token("lo");
-        c.begin_answer();
-        c.finish_answer(GenStats::default(), StopReason::User);
-        assert_eq!(c.entries.len(), 2);
-        assert_eq!(c.last_answer(), Some("Hello"));
-        // After the answer is done, new tokens start a new answer.
-        c.append_token("x");
-        assert_eq!(c.entries.len(), 3);
-    }
-
-    #[test]
-    fn any_window_is_the_same_slice_of_the_whole() {
-        let t = Theme::default();
-        let mut c = Chat::new("m");
-        c.push_user("first question, long enough to wrap at a narrow width");
-        c.append_token("An answer\n\n- with\n- a list\n\n```\ncode\n```");
-        c.finish_answer(GenStats::default(), StopReason::Eog);
-        c.notice("a notice", NoticeLevel::Warn);
-        c.push_user("second");
-        c.append_token("streaming now");
-        let segs = c.segments(20, &t, Activity::Streaming(0));
-        let total: usize = segs.iter().map(Segment::len).sum();
-        // The whole, built line by line without the window.
-        let mut whole: Vec<Line<'static>> = Vec::new();
-        for seg in &segs {
-            match seg {
-                Segment::Shared(lines, n) => whole.extend(lines[..*n].iter().cloned()),
-                Segment::Line(l) => whole.push(l.clone()),
-            }
-        }
-        assert_eq!(whole.len(), total);
-        assert!(whole.last().unwrap().to_string().ends_with("▍"));
-        for top in 0..=total {
-            for h in [1, 3, 7, total + 5] {
-                let end = (top + h).min(total);
-                assert_eq!(
-                    window(&segs, top, h),
-                    whole[top..end],
-                    "top {top} height {h}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn scrolling_leaves_and_regains_follow_mode() {
-        let mut c = Chat::new("m");
-        c.view.set(Viewport {
-            height: 10,
-            total: 100,
-        });
-        assert!(c.is_following());
-        c.scroll_up(5);
-        assert_eq!(c.scroll_top, Some(85));
-        c.scroll_up(100);
-        assert_eq!(c.scroll_top, Some(0));
-        c.scroll_down(50);
-        assert_eq!(c.scroll_top, Some(50));
-        c.scroll_down(40);
-        assert!(c.is_following(), "reaching the bottom follows again");
-    }
-}
+mod tests;

@@ -58,6 +58,8 @@ pub enum Action {
     Clear,
     CopyAnswer,
     CopyCode,
+    /// Show finished answers' reasoning whole, or as one line.
+    ToggleReasoning,
     ScrollPageUp,
     ScrollPageDown,
     ScrollLineUp,
@@ -272,6 +274,15 @@ pub const KEYMAP: &[Binding] = &[
         &[
             ch('c', Mods::Alt, A::CopyCode),
             ch('C', Mods::Alt, A::CopyCode),
+        ],
+    ),
+    bind(
+        Chat,
+        "Alt-T",
+        "show / hide the reasoning of finished answers (reasoning models)",
+        &[
+            ch('t', Mods::Alt, A::ToggleReasoning),
+            ch('T', Mods::Alt, A::ToggleReasoning),
         ],
     ),
     bind(

@@ -121,6 +121,14 @@ impl App {
             Action::Clear => return self.clear(),
             Action::CopyAnswer => return self.copy(CopyTarget::Answer),
             Action::CopyCode => return self.copy(CopyTarget::Code(None)),
+            Action::ToggleReasoning => {
+                self.chat.toggle_reasoning();
+                if !self.chat.has_reasoning() {
+                    self.hint = Some(
+                        "no answer has reasoning to show (Alt-T is for reasoning models)".into(),
+                    );
+                }
+            }
             Action::ScrollPageUp => self.chat.scroll_up(page),
             Action::ScrollPageDown => self.chat.scroll_down(page),
             Action::ScrollLineUp => self.chat.scroll_up(1),

@@ -30,6 +30,7 @@ pub mod meter;
 pub mod msg;
 pub mod picker;
 pub mod quit_screen;
+pub mod reasoning;
 pub mod remote_latency;
 pub mod remote_top;
 pub mod sampler;

@@ -121,6 +121,17 @@ pub struct App {
     pub hint: Option<String>,
 }
 
+/// An exchange reopened from a transcript (`--resume`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reopened {
+    pub user: String,
+    /// The reasoning before the answer (empty for a model that does not reason).
+    pub reasoning: String,
+    pub answer: String,
+    /// The stats line the transcript kept, shown under the answer.
+    pub summary: Option<String>,
+}
+
 /// How long after a first Ctrl-C at rest a second one quits.
 pub const QUIT_CONFIRM: Duration = Duration::from_secs(2);
 
@@ -181,26 +192,32 @@ impl App {
     pub fn restore(&mut self, turns: &[(String, String)], model: Option<&str>, note: &str) {
         let with: Vec<_> = turns
             .iter()
-            .map(|(u, a)| (u.clone(), a.clone(), None))
+            .map(|(u, a)| Reopened {
+                user: u.clone(),
+                answer: a.clone(),
+                ..Reopened::default()
+            })
             .collect();
         self.restore_with_stats(&with, model, note);
     }
 
-    /// As [`App::restore`], with each answer's stats line as the transcript kept it, shown under
-    /// the answer.
-    pub fn restore_with_stats(
-        &mut self,
-        turns: &[(String, String, Option<String>)],
-        model: Option<&str>,
-        note: &str,
-    ) {
+    /// As [`App::restore`], with each answer's reasoning and its stats line as the transcript
+    /// kept them.
+    pub fn restore_with_stats(&mut self, turns: &[Reopened], model: Option<&str>, note: &str) {
         let current = self.chat.assistant_name.clone();
         if let Some(m) = model {
             self.chat.assistant_name = m.to_string();
         }
-        for (user, answer, summary) in turns {
+        for Reopened {
+            user,
+            reasoning,
+            answer,
+            summary,
+        } in turns
+        {
             self.chat.push_user(user);
-            if !answer.is_empty() {
+            if !answer.is_empty() || !reasoning.is_empty() {
+                self.chat.append_reasoning(reasoning);
                 self.chat.append_token(answer);
                 self.chat.finish_restored_answer();
                 if let Some(s) = summary {

@@ -161,16 +161,11 @@ impl App {
             }
             Event::Token { text } => {
                 self.chat.append_token(&text);
-                match &mut self.generation {
-                    GenState::Streaming { tokens, .. } => *tokens += 1,
-                    GenState::Stopping => {}
-                    g => {
-                        *g = GenState::Streaming {
-                            since: self.now,
-                            tokens: 1,
-                        }
-                    }
-                }
+                self.streamed();
+            }
+            Event::Reasoning { text } => {
+                self.chat.append_reasoning(&text);
+                self.streamed();
             }
             Event::AnswerDone { stats, reason } => {
                 self.prompt_progress = None;
@@ -360,6 +355,22 @@ impl App {
                         units::count(lines as u64),
                         if lines == 1 { "" } else { "s" }
                     ));
+                }
+            }
+        }
+    }
+}
+
+impl App {
+    /// A piece of the answer (or its reasoning) arrived: the generation is streaming.
+    fn streamed(&mut self) {
+        match &mut self.generation {
+            GenState::Streaming { tokens, .. } => *tokens += 1,
+            GenState::Stopping => {}
+            g => {
+                *g = GenState::Streaming {
+                    since: self.now,
+                    tokens: 1,
                 }
             }
         }

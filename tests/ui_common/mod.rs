@@ -191,6 +191,7 @@ pub fn stats(prompt: usize, generated: usize) -> GenStats {
         generated_tokens: generated,
         gen_time: Duration::from_millis(generated as u64 * 5),
         time_to_first_token: Duration::from_millis(prompt as u64 * 2 + 5),
+        ..GenStats::default()
     }
 }
 
@@ -310,6 +311,20 @@ pub fn stream_answer(app: &mut App, text: &str, piece: usize) {
         worker(
             app,
             Event::Token {
+                text: chunk.iter().collect(),
+            },
+        );
+    }
+}
+
+/// Streams a reasoning model's reasoning `text` in pieces of about `piece` characters (after
+/// `stream_answer`'s `AnswerStarted`, or on its own: the answer opens with the first piece).
+pub fn stream_reasoning(app: &mut App, text: &str, piece: usize) {
+    let chars: Vec<char> = text.chars().collect();
+    for chunk in chars.chunks(piece.max(1)) {
+        worker(
+            app,
+            Event::Reasoning {
                 text: chunk.iter().collect(),
             },
         );

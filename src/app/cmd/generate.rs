@@ -215,6 +215,8 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                     write_error = Some(e);
                 }
             }
+            // A reasoning model's reasoning goes to stderr: stdout holds the answer alone.
+            Progress::Reasoning(t) => eprint!("{t}"),
             Progress::Trimmed(t) => eprintln!("\n[{t}]"),
             Progress::PromptDone(_) | Progress::Prompt { .. } | Progress::Waiting => {}
         }

@@ -324,3 +324,81 @@ fn sampler_settings_are_kept_and_old_files_have_none() {
     assert_eq!(old.sampler, None);
     assert_eq!(old.turns.len(), 1);
 }
+
+#[test]
+fn reasoning_is_kept_apart_and_older_files_still_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Transcript::create(dir.path(), at(1_700_000_000));
+    t.command(&Command::Generate {
+        user: "2+2?".into(),
+    });
+    for piece in ["Two plus ", "two is four."] {
+        t.event(&Event::Reasoning { text: piece.into() });
+    }
+    t.event(&Event::Token { text: "4".into() });
+    t.event(&Event::AnswerDone {
+        stats: GenStats {
+            prompt_tokens: 9,
+            generated_tokens: 12,
+            reasoning_tokens: 10,
+            reasoning_time: Duration::from_millis(500),
+            ..GenStats::default()
+        },
+        reason: StopReason::Eog,
+    });
+    let path = t.path().unwrap().to_path_buf();
+    drop(t);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(r#"{"t":"reasoning","text":"Two plus "}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""reasoning_tokens":10,"reasoning_ms":500.0"#),
+        "{text}"
+    );
+    let c = read(&path).unwrap();
+    assert_eq!(c.turns[0].reasoning, "Two plus two is four.");
+    assert_eq!(c.turns[0].answer, "4");
+    assert!(
+        c.turns[0]
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("gen 12 tok"),
+        "{:?}",
+        c.turns[0].summary
+    );
+    assert!(
+        c.turns[0]
+            .summary
+            .as_deref()
+            .unwrap()
+            .contains("(10 reasoning)")
+    );
+    let md = c.to_markdown(at(1_700_000_100));
+    assert!(
+        md.contains(
+            "<details><summary>Reasoning</summary>\n\nTwo plus two is four.\n\n</details>\n\n4\n"
+        ),
+        "{md}"
+    );
+    // A file written before reasoning records existed: a `done` without the reasoning counts.
+    let old = dir.path().join("old.jsonl");
+    std::fs::write(
+        &old,
+        format!(
+            "{START}{}\n{}\n{}\n",
+            r#"{"t":"user","text":"hi"}"#,
+            r#"{"t":"token","text":"Hello"}"#,
+            r#"{"t":"done","reason":"end of text","prompt_tokens":5,"cached_tokens":0,"generated_tokens":2,"prompt_ms":1.0,"gen_ms":2.0,"ttft_ms":3.0}"#
+        ),
+    )
+    .unwrap();
+    let c = read(&old).unwrap();
+    assert_eq!(
+        (c.turns[0].answer.as_str(), c.turns[0].reasoning.as_str()),
+        ("Hello", "")
+    );
+    assert!(!c.turns[0].summary.as_deref().unwrap().contains("reasoning"));
+}

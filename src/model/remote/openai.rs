@@ -134,6 +134,9 @@ pub fn chat_body(
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Chunk {
     pub text: String,
+    /// The reasoning the server split off: `delta.reasoning_content` (llama-server,
+    /// `tools/server/server-chat.cpp`), or `delta.reasoning` where a server names it so.
+    pub reasoning: String,
     pub finish: Option<StopReason>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
@@ -175,6 +178,13 @@ pub fn parse_chunk(data: &str) -> Result<Chunk, String> {
     if let Some(ch) = choices.and_then(|c| c.first()) {
         if let Some(t) = ch.pointer("/delta/content").and_then(Value::as_str) {
             c.text = t.to_string();
+        }
+        if let Some(t) = ch
+            .pointer("/delta/reasoning_content")
+            .or_else(|| ch.pointer("/delta/reasoning"))
+            .and_then(Value::as_str)
+        {
+            c.reasoning = t.to_string();
         }
         c.finish = match ch.get("finish_reason").and_then(Value::as_str) {
             Some("length") => Some(StopReason::Limit),
@@ -233,6 +243,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.text, "Hi");
+        // llama-server's reasoning delta (`delta["reasoning_content"]` in server-chat.cpp).
+        let c = parse_chunk(
+            r#"{"choices":[{"finish_reason":null,"index":0,"delta":{"reasoning_content":"Let me"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!((c.reasoning.as_str(), c.text.as_str()), ("Let me", ""));
         let c = parse_chunk(r#"{"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":3}}"#).unwrap();
         assert_eq!(c.finish, Some(StopReason::Limit));
         assert_eq!(c.completion_tokens, Some(3));

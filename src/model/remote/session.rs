@@ -380,7 +380,7 @@ impl RemoteSession {
                     if chunk.finish.is_some() {
                         reason = chunk.finish;
                     }
-                    if !chunk.text.is_empty() {
+                    if !chunk.text.is_empty() || !chunk.reasoning.is_empty() {
                         let now = Instant::now();
                         if acc.first.is_none() {
                             acc.first = Some(now);
@@ -403,8 +403,19 @@ impl RemoteSession {
                         }
                         acc.last = Some(now);
                         acc.pieces += 1;
-                        acc.text.push_str(&chunk.text);
-                        if on(Progress::Text(&chunk.text)) == Control::Stop {
+                        let mut control = Control::Continue;
+                        if !chunk.reasoning.is_empty() {
+                            acc.reasoning.push_str(&chunk.reasoning);
+                            acc.stats.reasoning_tokens += 1;
+                            acc.stats.reasoning_time =
+                                now.saturating_duration_since(acc.first.unwrap_or(now));
+                            control = on(Progress::Reasoning(&chunk.reasoning));
+                        }
+                        if !chunk.text.is_empty() {
+                            acc.text.push_str(&chunk.text);
+                            control = on(Progress::Text(&chunk.text));
+                        }
+                        if control == Control::Stop {
                             return Ok(acc.finish(StopReason::User));
                         }
                     }
@@ -418,6 +429,7 @@ impl RemoteSession {
 #[derive(Default)]
 struct Acc {
     text: String,
+    reasoning: String,
     stats: GenStats,
     first: Option<Instant>,
     last: Option<Instant>,
@@ -434,6 +446,7 @@ impl Acc {
         }
         Answer {
             text: std::mem::take(&mut self.text),
+            reasoning: std::mem::take(&mut self.reasoning),
             tokens: Vec::new(),
             stats: self.stats.clone(),
             reason,
