@@ -5,8 +5,11 @@
 //! - real templates shipped in llama.cpp's `models/templates/` (Llama 3.x, Qwen 2.5/3, Mistral
 //!   Nemo, Gemma 2, Phi-3.5, SmolLM3, DeepSeek-R1, Granite), read from `HIPSCOPE_LLAMA_CPP_SRC`,
 //!   against what Python's jinja2 renders with Hugging Face's settings; likewise real templates
-//!   that tree lacks, kept in `tests/data/tokenizer/templates/` (Phi-4-mini; sources and
-//!   licences in its SOURCES.md);
+//!   that tree lacks, kept in `tests/data/tokenizer/templates/` (Phi-4-mini, Gemma 3; sources
+//!   and licences in its SOURCES.md); each with the six-message conversation and five more (no
+//!   system message, a system message with one user message, a finished conversation with
+//!   padded texts, and two whose roles do not alternate, which Gemma's and Mistral's templates
+//!   refuse with `raise_exception`: hipscope must fail with that message and the template line);
 //! - the SmolLM2 model's own template, rendered and tokenized, against llama.cpp's tokens.
 //!
 //! All made by `scripts/gen_tokenizer_ref.py templates`.
@@ -14,7 +17,7 @@
 use std::path::PathBuf;
 
 use hipscope::model::gguf::GgufFile;
-use hipscope::model::template::{ChatTemplate, Message};
+use hipscope::model::template::{ChatTemplate, Message, TemplateError};
 use hipscope::model::tokenizer::Tokenizer;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -52,6 +55,18 @@ struct RealTemplate {
     messages: Vec<Msg>,
     system_merged: bool,
     expected: String,
+    more: Vec<MoreConversation>,
+}
+
+/// Another conversation rendered with a real template: what jinja2 printed, or the message of the
+/// `raise_exception` with which the template refused it.
+#[derive(Deserialize)]
+struct MoreConversation {
+    what: String,
+    messages: Vec<Msg>,
+    add_generation_prompt: bool,
+    expected: Option<String>,
+    raises: Option<String>,
 }
 
 fn reference() -> Reference {
@@ -161,14 +176,45 @@ fn real_templates_from_llama_cpp_tree() {
         );
         let got = t.render_at(&messages(&c.messages), true, r.now_unix);
         note_difference(&mut failures, &c.name, &c.expected, got);
+        for m in &c.more {
+            let name = format!("{} ({})", c.name, m.what);
+            let got = t.render_at(&messages(&m.messages), m.add_generation_prompt, r.now_unix);
+            match (&m.expected, &m.raises) {
+                (Some(want), None) => note_difference(&mut failures, &name, want, got),
+                (None, Some(why)) => note_refusal(&mut failures, &name, &path, why, got),
+                _ => panic!("{name}: the reference has neither `expected` nor `raises`"),
+            }
+        }
     }
     assert!(
         failures.is_empty(),
-        "{} of {} differ:\n{}",
+        "{} of {} real templates' renderings differ:\n{}",
         failures.len(),
-        r.real_templates.len(),
+        r.real_templates.iter().map(|c| 1 + c.more.len()).sum::<usize>(),
         failures.join("\n")
     );
+}
+
+/// Adds a line to `failures` unless the rendering failed as jinja2's did: with the template's
+/// own `raise_exception` message, naming the template and the line that raised it.
+fn note_refusal(
+    failures: &mut Vec<String>,
+    name: &str,
+    path: &std::path::Path,
+    why: &str,
+    got: Result<String, TemplateError>,
+) {
+    match got {
+        Ok(s) => failures.push(format!("{name}: rendered {s:?}, jinja2 raised {why:?}")),
+        Err(e @ TemplateError::Render { line: Some(_), .. }) => {
+            let text = e.to_string();
+            let origin = path.display().to_string();
+            if !text.contains(why) || !text.starts_with(&origin) || !text.contains("at template line") {
+                failures.push(format!("{name}: error {text:?} should name {origin}, the line and {why:?}"));
+            }
+        }
+        Err(e) => failures.push(format!("{name}: {e} (not a render error at a line)")),
+    }
 }
 
 #[test]
