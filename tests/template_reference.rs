@@ -285,3 +285,75 @@ fn smollm2_template_from_the_model() {
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     );
 }
+
+/// A synthetic gemma3 file (`hipscope synth tiny-gemma3`) carries Gemma 3's shipped template:
+/// hipscope renders it as jinja2 does (the reference above), and `<end_of_turn>`, which closes
+/// each turn of that template, is an end-of-generation token, so a chat answer stops there
+/// (`Session` stops on `Tokenizer::is_eog`).
+#[test]
+fn synthetic_gemma3_chats_with_the_shipped_template() {
+    use hipscope::model::loader;
+    use hipscope::model::protocol::ModelSource;
+    let file = loader::open(
+        &ModelSource::Synthetic {
+            shape: "tiny-gemma3".into(),
+            quant: "F32".into(),
+            seed: 1,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic model");
+    let tok = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));
+    let t = ChatTemplate::from_gguf(&file, &tok).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!t.is_fallback() && t.supports_system_role());
+
+    let r = reference();
+    let g = r
+        .real_templates
+        .iter()
+        .find(|c| c.name == "google-gemma-3-it")
+        .expect("the reference has Gemma 3");
+    let source = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/tokenizer/templates/google-gemma-3-it.jinja"
+    ))
+    .unwrap();
+    assert_eq!(
+        file.get("tokenizer.chat_template").and_then(|v| v.as_str()),
+        Some(source.as_str()),
+        "synth writes the shipped template"
+    );
+    // The file's BOS/EOS texts are the reference's; a BOS the tokenizer adds itself is dropped.
+    let got = t.render_at(&messages(&g.messages), true, r.now_unix).unwrap();
+    let want = if tok.add_bos() {
+        g.expected.strip_prefix("<bos>").unwrap().to_string()
+    } else {
+        g.expected.clone()
+    };
+    assert_eq!(got, want);
+    let e = t
+        .render(
+            &[Message::new("user", "Hi"), Message::new("user", "Hi again")],
+            true,
+        )
+        .expect_err("roles that do not alternate");
+    assert!(
+        e.to_string()
+            .contains("Conversation roles must alternate user/assistant/user/assistant/..."),
+        "{e}"
+    );
+
+    let end = tok.token_id("<end_of_turn>").expect("<end_of_turn> is a token");
+    assert_eq!(tok.eot(), Some(end));
+    assert!(tok.is_eog(end));
+    // The prompt tokenizes with the turn markers as single control tokens, ending on the opening
+    // of the model's turn.
+    let ids = t
+        .prompt_tokens(&tok, &[Message::new("user", "Hi")], true)
+        .unwrap();
+    let start = tok.token_id("<start_of_turn>").unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 2);
+    assert_eq!(ids.iter().filter(|&&i| i == end).count(), 1);
+    assert_eq!(ids.first().copied(), tok.bos(), "one BOS, first");
+    assert_eq!(ids.iter().filter(|&&i| Some(i) == tok.bos()).count(), 1);
+}
