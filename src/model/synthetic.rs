@@ -311,7 +311,7 @@ fn chat(arch: &str) -> Chat {
     match arch {
         "gemma2" | "gemma3" => Chat {
             specials: &["<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>"],
-            template: if arch == "gemma3" { GEMMA3 } else { GEMMA },
+            template: GEMMA,
             bos: "<bos>",
             eos: "<eos>",
             eot: "<end_of_turn>",
@@ -361,10 +361,6 @@ fn chat(arch: &str) -> Chat {
 }
 
 const GEMMA: &str = "{% for message in messages %}{{ '<start_of_turn>' + ('model' if message['role'] == 'assistant' else 'user') + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}";
-
-/// The template Gemma 3 instruct ships (its source and licence:
-/// tests/data/tokenizer/templates/SOURCES.md; rendered against jinja2 in tests/template_reference.rs).
-const GEMMA3: &str = include_str!("../../tests/data/tokenizer/templates/google-gemma-3-it.jinja");
 
 const PHI3: &str = "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}";
 
