@@ -62,7 +62,11 @@ fn naive(
         for r in 0..rows {
             let wr = &w[r * cols..(r + 1) * cols];
             let rb = q.len() / rows;
-            y[t * rows + r] = wr.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+            y[t * rows + r] = wr
+                .iter()
+                .zip(&xd)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
                 + q8_1_excess(ty, &q[r * rb..(r + 1) * rb], &act, t);
             mag[t * rows + r] = wr
                 .iter()

@@ -186,14 +186,22 @@ fn activation_quantization_matches_llama_cpp_cpu_backend() {
                     let d = f16_at(blk, 0);
                     let want_q: Vec<i8> = blk[bytes - 32..].iter().map(|&v| v as i8).collect();
                     let sum: i32 = want_q.iter().map(|&q| q as i32).sum();
-                    let s = if bytes == 36 { f16_at(blk, 2) } else { d * sum as f32 };
+                    let s = if bytes == 36 {
+                        f16_at(blk, 2)
+                    } else {
+                        d * sum as f32
+                    };
                     let got = (qs[b].qs.to_vec(), ds[b]);
                     if got != (want_q.clone(), [d, s]) {
                         failures.push(format!(
                             "{name} {ty} row {t} block {b}: [d, s] {:?} want {:?}{}",
                             ds[b],
                             [d, s],
-                            if got.0 == want_q { "" } else { ", quants differ" }
+                            if got.0 == want_q {
+                                ""
+                            } else {
+                                ", quants differ"
+                            }
                         ));
                     }
                 }

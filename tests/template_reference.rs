@@ -190,7 +190,10 @@ fn real_templates_from_llama_cpp_tree() {
         failures.is_empty(),
         "{} of {} real templates' renderings differ:\n{}",
         failures.len(),
-        r.real_templates.iter().map(|c| 1 + c.more.len()).sum::<usize>(),
+        r.real_templates
+            .iter()
+            .map(|c| 1 + c.more.len())
+            .sum::<usize>(),
         failures.join("\n")
     );
 }
@@ -209,8 +212,13 @@ fn note_refusal(
         Err(e @ TemplateError::Render { line: Some(_), .. }) => {
             let text = e.to_string();
             let origin = path.display().to_string();
-            if !text.contains(why) || !text.starts_with(&origin) || !text.contains("at template line") {
-                failures.push(format!("{name}: error {text:?} should name {origin}, the line and {why:?}"));
+            if !text.contains(why)
+                || !text.starts_with(&origin)
+                || !text.contains("at template line")
+            {
+                failures.push(format!(
+                    "{name}: error {text:?} should name {origin}, the line and {why:?}"
+                ));
             }
         }
         Err(e) => failures.push(format!("{name}: {e} (not a render error at a line)")),
@@ -341,7 +349,9 @@ fn gemma3_file_chats_with_the_shipped_template() {
         .find(|c| c.name == "google-gemma-3-it")
         .expect("the reference has Gemma 3");
     // The file's BOS/EOS texts are the reference's; a BOS the tokenizer adds itself is dropped.
-    let got = t.render_at(&messages(&g.messages), true, r.now_unix).unwrap();
+    let got = t
+        .render_at(&messages(&g.messages), true, r.now_unix)
+        .unwrap();
     let want = if tok.add_bos() {
         g.expected.strip_prefix("<bos>").unwrap().to_string()
     } else {
@@ -360,7 +370,9 @@ fn gemma3_file_chats_with_the_shipped_template() {
         "{e}"
     );
 
-    let end = tok.token_id("<end_of_turn>").expect("<end_of_turn> is a token");
+    let end = tok
+        .token_id("<end_of_turn>")
+        .expect("<end_of_turn> is a token");
     assert_eq!(tok.eot(), Some(end));
     assert!(tok.is_eog(end));
     // The prompt tokenizes with the turn markers as single control tokens, ending on the opening

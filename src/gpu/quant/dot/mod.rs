@@ -159,13 +159,7 @@ impl Isa {
 
 /// Q8x32 blocks of `x` (whole blocks) with Q8_0's or (`q8_1`) Q8_1's scales, on `isa` where
 /// available; identical results either way.
-pub fn quantize_q8x32(
-    isa: Isa,
-    x: &[f32],
-    q32: &mut [Q8x32],
-    ds32: &mut [[f32; 2]],
-    q8_1: bool,
-) {
+pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]], q8_1: bool) {
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) && Isa::Avx2.is_available() {
         // SAFETY: AVX2/FMA/F16C presence checked just above.
