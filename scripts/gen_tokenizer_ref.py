@@ -17,7 +17,10 @@ the special tokens llama.cpp reports when it loads the vocabulary (`print_info:`
 list of real templates with the prompts its Jinja engine must produce for a fixed conversation),
 and renders a selection of the real templates in `models/templates/*.jinja` with Python's jinja2
 configured as Hugging Face's `apply_chat_template` does (trim_blocks, lstrip_blocks,
-raise_exception, strftime_now), at a fixed time so that dated templates are reproducible.
+raise_exception, strftime_now), at a fixed time so that dated templates are reproducible: each on
+llama.cpp's six-message conversation and on MORE_CONVERSATIONS (a template's raise_exception is
+recorded as `raises`, its message). Real templates llama.cpp's tree lacks are read from
+tests/data/tokenizer/templates/ (REPO_TEMPLATES; sources and licences in its SOURCES.md).
 """
 
 import datetime
