@@ -400,7 +400,7 @@ HS_KERNEL void hs_dequant_tile_iq4_xs(HS_TRACK_PARAMS, const unsigned char *tabl
 }
 
 // Q8 quantization of activations, one thread per block of `bs` (32 or 256) values, exactly as the
-// CPU backend quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Writes the
+// CPU backend quantizes them: q = round-half-even(x * 127 / max|x|), d of hs_q8_scale. Writes the
 // quants and (d, d * sum q) per block where xq / xd are given, and the dequantized values
 // (q * d) where xdq is given: the GEMM of a prompt batch then multiplies the same numbers the
 // integer dot products of the matrix-vector kernels (and the CPU backend) multiply.
@@ -445,8 +445,8 @@ HS_KERNEL void hs_quantize_act_f16(HS_TRACK_PARAMS, const float *x, unsigned sho
         for (hs_u32 m = 1; m < g; m <<= 1) {
             amax = fmaxf(amax, HS_SHFL_XOR(amax, m));
         }
-        const float d = HS_DIV_RN(amax, 127.0f);
         const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+        const float d = hs_q8_scale(amax, id, bs);
         const float e[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         unsigned int h[8];
 #pragma unroll

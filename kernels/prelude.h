@@ -127,15 +127,29 @@ __device__ __forceinline__ float hs_warp_max(float v) {
     return v;
 }
 
+#define HS_Q8_MAX_BLOCK 256
+
+// The scale d of a Q8 activation block whose largest magnitude is amax, its quants rounded from
+// x * id (id = 127 / amax, 0 for an all-zero block), as the CPU backend (src/gpu/quant/dot/act.rs,
+// q8x32_scales / q8xk_scale) and llama.cpp store it: 32-element blocks amax / 127 rounded to f16
+// (Q8_0 / Q8_1 keep an f16 d), K-quant super-blocks 1 / id (Q8_K's f32 d).
+__device__ __forceinline__ float hs_q8_scale(float amax, float id, hs_u32 bs) {
+    if (bs == HS_Q8_MAX_BLOCK) {
+        return (amax != 0.0f) ? HS_DIV_RN(1.0f, id) : 0.0f;
+    }
+    return hs_half_to_float(hs_float_to_half(HS_DIV_RN(amax, 127.0f)));
+}
+
 // Q8 quantization of one block of `bs` activations by the warp, exactly as the CPU backend
-// quantizes them: d = max|x| / 127, q = round-half-even(x * 127 / max|x|). Lane l holds elements
+// quantizes them: q = round-half-even(x * 127 / max|x|), d of hs_q8_scale. Lane l holds elements
 // l, l + warpSize, ... in x[0], x[1], ... (0 beyond bs), so a kernel that has just computed them
 // quantizes from registers; max and the integer sum are exact in any order (|sum q| <= 256 * 128
-// is exact in f32). Writes the quants and (d, d * sum q) where q / dd are given, the dequantized
+// is exact in f32). Writes the quants and (d, d * sum q) where q / dd are given (d * sum q is exact
+// for the f16 d of 32-element blocks: Q8_0's integer offset term; the CPU backend rounds Q4_1 /
+// Q5_1's to f16 from the unrounded d, as llama.cpp's Q8_1 does, which this does not), the dequantized
 // values (q * d) where dq is given. Shared by hs_quantize_act, the RMS norm that quantizes its own
 // output and the attention that quantizes its output. bs is at most HS_Q8_MAX_BLOCK (K-quant
 // super-blocks). Every lane of the warp must call it; lane 0 writes dd.
-#define HS_Q8_MAX_BLOCK 256
 __device__ __forceinline__ void hs_q8_block_warp_regs(const float *x, hs_u32 bs, signed char *q,
                                                       float *dd, float *dq) {
     const hs_u32 lane = threadIdx.x % warpSize;
@@ -145,8 +159,8 @@ __device__ __forceinline__ void hs_q8_block_warp_regs(const float *x, hs_u32 bs,
         amax = fmaxf(amax, fabsf(x[k]));
     }
     amax = hs_warp_max(amax);
-    const float d = HS_DIV_RN(amax, 127.0f);
     const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+    const float d = hs_q8_scale(amax, id, bs);
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < HS_Q8_MAX_BLOCK / 32; ++k) {

@@ -29,6 +29,14 @@ own seed) and merges them into the existing manifest, leaving every other fixtur
 quantize cases come from the functions llama-quantize calls without an importance matrix:
 `quantize_row_q2_K_ref`, `quantize_row_q3_K_ref`, `quantize_iq4_nl` and `quantize_iq4_xs`.
 
+`--activations --ggml-cpu LIB` (re)makes only `act_*` (listed in `activations.json`, not in the
+manifest): rows of activations and what llama.cpp's CPU backend makes of them before a matrix
+product, `quantize_row_q8_0`, `quantize_row_q8_1` and `quantize_row_q8_K` of libggml-cpu (the
+x86 SIMD versions: run with a native build on an AVX2 machine, e.g. /work/llcpu/bin's), for
+tests/quant_reference.rs's check of hipscope's activation quantization (`quant::dot::act`).
+Inputs: Gaussian rows of scales 1e-3 to 1e3, heavy-tailed rows, rows with an outlier, an all-zero
+row, a row whose scale makes Q8_0's f16 d subnormal, and rows of exact rounding ties.
+
 `--mxfp4` (re)makes only MXFP4's cases the same way (its own seed): random blocks whose E8M0
 scales cover all 256 values, and `quantize_mxfp4` (what llama-quantize calls; gguf-py's quantizer
 must agree with it). Run with llama.cpp b11434's libggml-base from /work/llcpu/build/bin.
@@ -201,12 +209,19 @@ def ggml_quantize(lib, fn, ty, x, rows_api=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--ggml-base", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--ggml-base")
     ap.add_argument("--out", required=True)
     ap.add_argument("--lowbit", action="store_true", help="only the Q2_K/Q3_K/IQ4_NL/IQ4_XS cases")
     ap.add_argument("--mxfp4", action="store_true", help="only the MXFP4 cases")
+    ap.add_argument("--activations", action="store_true",
+                    help="only the act_* files (llama.cpp's CPU activation quantizers)")
+    ap.add_argument("--ggml-cpu", help="libggml-cpu.so, for --activations")
     args = ap.parse_args()
+    if args.activations:
+        return activations(args)
+    if not args.model or not args.ggml_base:
+        ap.error("--model and --ggml-base are required (except with --activations)")
     if args.lowbit:
         return lowbit(args)
     if args.mxfp4:
@@ -362,6 +377,66 @@ def mxfp4(args):
     with open(path, "w") as f:
         json.dump(manifest, f, indent=1)
     print(f"{len(cases)} cases in {path}")
+
+
+ACT_SEED = SEED + 61
+
+
+def activations(args):
+    rng = np.random.default_rng(ACT_SEED)
+    lib = ctypes.CDLL(args.ggml_cpu)
+    lib.ggml_cpu_init.restype = None
+    lib.ggml_cpu_init()
+    cols = 512
+    rows = []
+    for scale in [1e-3, 1e-2, 0.1, 1.0, 3.0, 10.0, 100.0, 1e3]:
+        rows.append(rng.normal(0.0, scale, cols))
+    for _ in range(4):  # heavy tails, as real activations have
+        rows.append(rng.standard_t(2.0, cols) * rng.uniform(0.1, 10.0))
+    r = rng.normal(0.0, 1.0, cols)
+    r[rng.integers(0, cols, 6)] = [80.0, -120.0, 300.0, -45.0, 1000.0, -7.0]
+    rows.append(r)
+    rows.append(np.zeros(cols))
+    rows.append(rng.normal(0.0, 1e-4, cols))  # Q8_0's d = max/127 is an f16 subnormal
+    # Exact ties: max 127 makes 127 / max exactly 1, so x = k + 0.5 rounds half to even.
+    t = rng.integers(-126, 126, cols) + 0.5
+    t[::32] = 127.0
+    rows.append(t)
+    t = -t
+    rows.append(t)
+    x = np.concatenate(rows).astype(np.float32)
+    n = x.size
+
+    def run(fn, block_bytes, block_len):
+        out = (ctypes.c_uint8 * (n // block_len * block_bytes))()
+        f = getattr(lib, fn)
+        f.restype = None
+        f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+        xs = np.ascontiguousarray(x)
+        for r in range(len(rows)):  # row by row, as ggml quantizes a matrix product's input
+            f(xs.ctypes.data + 4 * r * cols,
+              ctypes.addressof(out) + r * cols // block_len * block_bytes, cols)
+        return np.frombuffer(bytes(out), dtype=np.uint8)
+
+    def write(name, arr):
+        with open(os.path.join(args.out, name), "wb") as f:
+            f.write(np.ascontiguousarray(arr).tobytes())
+        return name
+
+    meta = {
+        "generated_by": "scripts/gen_quant_ref.py --activations (llama.cpp b11434 libggml-cpu, "
+                        "native x86-64 build with AVX2)",
+        "seed": ACT_SEED,
+        "rows": len(rows),
+        "cols": cols,
+        "input": write("act.in.f32", x),
+        "q8_0": write("act_q8_0.bytes", run("quantize_row_q8_0", 34, 32)),
+        "q8_1": write("act_q8_1.bytes", run("quantize_row_q8_1", 36, 32)),
+        "q8_K": write("act_q8_k.bytes", run("quantize_row_q8_K", 4 + 256 + 32, 256)),
+    }
+    with open(os.path.join(args.out, "activations.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    print(f"{len(rows)} rows of {cols} in {args.out}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ the special tokens llama.cpp reports when it loads the vocabulary (`print_info:`
 list of real templates with the prompts its Jinja engine must produce for a fixed conversation),
 and renders a selection of the real templates in `models/templates/*.jinja` with Python's jinja2
 configured as Hugging Face's `apply_chat_template` does (trim_blocks, lstrip_blocks,
-raise_exception, strftime_now), at a fixed time so that dated templates are reproducible.
+raise_exception, strftime_now), at a fixed time so that dated templates are reproducible: each on
+llama.cpp's six-message conversation and on MORE_CONVERSATIONS (a template's raise_exception is
+recorded as `raises`, its message). Real templates llama.cpp's tree lacks are read from
+tests/data/tokenizer/templates/ (REPO_TEMPLATES; sources and licences in its SOURCES.md).
 """
 
 import datetime
@@ -322,6 +325,7 @@ REAL_TEMPLATES = [
 # its source and licence in SOURCES.md there): (name, bos, eos).
 REPO_TEMPLATES = [
     ("microsoft-Phi-4-mini-instruct", "<|endoftext|>", "<|endoftext|>"),
+    ("google-gemma-3-it", "<bos>", "<end_of_turn>"),
 ]
 REPO_TEMPLATE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data",
                                  "tokenizer", "templates")
@@ -334,6 +338,26 @@ TWO_TURNS = [
     {"role": "user", "content": "Hello!"},
     {"role": "assistant", "content": "Hi there, how can I help?"},
     {"role": "user", "content": "What is the capital of France?"},
+]
+
+
+# More conversations every real template is rendered with, as (name, messages,
+# add_generation_prompt): no system message, a system message alone before one user message,
+# a finished conversation (no generation prompt) whose texts carry surrounding whitespace, and
+# roles that do not alternate (two user messages; an assistant first), which templates such as
+# Gemma's refuse with raise_exception.
+MORE_CONVERSATIONS = [
+    ("no system", [{"role": "user", "content": "Hello!"}], True),
+    ("system and one user", [{"role": "system", "content": "Answer in French."},
+                             {"role": "user", "content": "What is the capital of France?"}], True),
+    ("finished, padded texts", TWO_TURNS[1:] + [
+        {"role": "assistant", "content": "  Paris.\n"},
+        {"role": "user", "content": "\n Thanks! \t"},
+        {"role": "assistant", "content": "You're welcome."}], False),
+    ("two user messages", [{"role": "user", "content": "Hello!"},
+                           {"role": "user", "content": "Anyone there?"}], True),
+    ("assistant first", [{"role": "assistant", "content": "How can I help?"},
+                         {"role": "user", "content": "Hello!"}], True),
 ]
 
 
@@ -359,10 +383,11 @@ def hf_environment():
     return env
 
 
-def render_hf(env, source, messages, bos, eos):
+def render_hf(env, source, messages, bos, eos, add_generation_prompt=True):
     now = datetime.datetime.fromtimestamp(FIXED_TIME)
     return env.from_string(source).render(
-        messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos,
+        messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos,
+        eos_token=eos,
         tools=None, enable_thinking=True, date_string=now.strftime("%d %b %Y"),
         datetime=now.strftime("%b %d %Y"))
 
@@ -404,6 +429,20 @@ def cmd_templates(llama_dir):
         except Exception as e:  # the reference engine cannot render it: leave it out
             print(f"{name}: jinja2 cannot render it ({e}); skipped", file=sys.stderr)
             continue
+        more = []
+        for what, conv, gen in MORE_CONVERSATIONS:
+            case = {"what": what, "messages": conv, "add_generation_prompt": gen}
+            try:
+                case["expected"] = render_hf(env, source, conv if messages is TWO_TURNS
+                                             else merge_system(conv), bos, eos, gen)
+            except Exception as e:
+                import jinja2
+                if not isinstance(e, jinja2.exceptions.TemplateError):
+                    print(f"{name}, {what}: jinja2 fails ({e!r}); skipped", file=sys.stderr)
+                    continue
+                # raise_exception's message, which hipscope's error must quote.
+                case["raises"] = str(e)
+            more.append(case)
         real.append({
             "name": name,
             "file": file,
@@ -413,6 +452,7 @@ def cmd_templates(llama_dir):
             "messages": TWO_TURNS,
             "system_merged": messages is not TWO_TURNS,
             "expected": expected,
+            "more": more,
         })
     data = {
         "generated_by": "scripts/gen_tokenizer_ref.py templates (llama.cpp b11434 sources, jinja2 "

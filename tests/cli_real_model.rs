@@ -40,8 +40,12 @@ fn greedy_chat_answer_names_paris() {
     // "The capital of France is Paris." with an f32 cache (`-ctk f32 -ctv f32`, flash attention on
     // or off) and with an f16 one under flash attention, but "La femme de France, le Grand Croix,
     // est le Grand Croix …" with an f16 cache and `-fa off`: the first token is a near tie that the
-    // cache's rounding decides. hipscope's f16 cache is rounded as llama.cpp's non-flash path
-    // rounds it, and gives that same answer.
+    // cache's rounding decides (llama-server b11434, f16 cache, first token's log-probabilities:
+    // `-fa off` "La" -1.700, "The" -1.834; `-fa on` "The" -1.651, "La" -1.784). hipscope's f16
+    // cache is rounded as llama.cpp's non-flash path rounds it, and gave the `-fa off` answer
+    // until its activation scales were rounded as llama.cpp stores them (2026-11-27, which
+    // brought its distributions closer to llama.cpp's: docs/quant-lowbit.txt); since then it
+    // gives the flash-attention one. Either of llama.cpp's two f16 answers is accepted.
     let (text, err) = greedy_answer("f32");
     assert!(text.contains("Paris"), "answer with an f32 cache: {text}");
     for field in [
@@ -53,9 +57,10 @@ fn greedy_chat_answer_names_paris() {
         assert!(err.contains(field), "stderr lacks {field:?}:\n{err}");
     }
     let (text, _) = greedy_answer("f16");
+    let t = text.trim_start();
     assert!(
-        text.trim_start()
-            .starts_with("La femme de France, le Grand Croix, est le Grand Croix"),
+        t.starts_with("La femme de France, le Grand Croix, est le Grand Croix")
+            || t.starts_with("The capital of France is Paris."),
         "answer with an f16 cache: {text}"
     );
 }

@@ -18,8 +18,30 @@ fn noise(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// Q4_1/Q5_1 take llama.cpp's Q8_1 activation, whose sum term `s` is stored rounded to f16
+/// rather than as d·Σq: what the kernels add beyond the dequantized activation is m·(s − d·Σq)
+/// per block (m: the block's offset).
+fn q8_1_excess(ty: GgmlType, q_row: &[u8], act: &Activation, t: usize) -> f64 {
+    let bytes = match ty {
+        GgmlType::Q4_1 => 20,
+        GgmlType::Q5_1 => 24,
+        _ => return 0.0,
+    };
+    let (qs, ds) = act.q8x32(t);
+    q_row
+        .chunks_exact(bytes)
+        .zip(qs)
+        .zip(ds)
+        .map(|((b, a), ds)| {
+            let m = quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])) as f64;
+            let sum: i32 = a.qs.iter().map(|&v| v as i32).sum();
+            m * (ds[1] as f64 - ds[0] as f64 * sum as f64)
+        })
+        .sum()
+}
+
 /// Naive reference: dequantized weights times the activation exactly as the kernels see it
-/// (quantized and dequantized again), summed in f64. Returns y and Σ|w·x| per output.
+/// (quantized and dequantized again, and Q8_1's rounded sum term), summed in f64. Returns y and Σ|w·x| per output.
 fn naive(
     ty: GgmlType,
     q: &[u8],
@@ -39,7 +61,13 @@ fn naive(
         let xd = act.dequantized(t);
         for r in 0..rows {
             let wr = &w[r * cols..(r + 1) * cols];
-            y[t * rows + r] = wr.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64).sum();
+            let rb = q.len() / rows;
+            y[t * rows + r] = wr
+                .iter()
+                .zip(&xd)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum::<f64>()
+                + q8_1_excess(ty, &q[r * rb..(r + 1) * rb], &act, t);
             mag[t * rows + r] = wr
                 .iter()
                 .zip(&xd)

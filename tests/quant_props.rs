@@ -214,12 +214,23 @@ fn reference_dot(ty: GgmlType, w: &[f32], x: &[f32]) -> (f64, f64) {
         .zip(x)
         .map(|(&a, &b)| (a as f64 * b as f64).abs())
         .sum();
+    // Rounding to 8 bits moves each value by up to half a step, amax / 254. The 32-element
+    // blocks' scale is stored as an f16 (as llama.cpp's Q8_0/Q8_1 store it): a relative error up to
+    // 2^-11 on every q·d, i.e. up to amax · 2^-11 per value, and for Q4_1/Q5_1 (Q8_1) the same on
+    // the sum term d·Σq (|Σq| ≤ 32 · 127), which the block's offset m (|m| ≤ max|w|) multiplies.
+    let f16_rel = 2f64.powi(-11);
+    let q8_1 = matches!(ty, GgmlType::Q4_1 | GgmlType::Q5_1);
     let mut act_err = 0.0;
     if bl > 0 {
         for (wb, xb) in w.chunks(bl).zip(x.chunks(bl)) {
             let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-            let e = amax / 127.0 * 0.5001;
+            let scale_err = if bl == 32 { amax * f16_rel } else { 0.0 };
+            let e = amax / 127.0 * 0.5001 + scale_err;
             act_err += wb.iter().map(|v| v.abs() as f64 * e).sum::<f64>();
+            if q8_1 {
+                let wmax = wb.iter().fold(0f64, |m, v| m.max(v.abs() as f64));
+                act_err += wmax * 32.0 * amax * f16_rel;
+            }
         }
     }
     let n_blocks = (w.len() / bl.max(8)) as f64;

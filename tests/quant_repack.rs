@@ -51,8 +51,30 @@ fn random_blocks(ty: GgmlType, rows: usize, cols: usize, seed: u64) -> Vec<u8> {
     out
 }
 
+/// Q4_1/Q5_1 take llama.cpp's Q8_1 activation, whose sum term `s` is stored rounded to f16
+/// rather than as d·Σq: what the kernels add beyond the dequantized activation is m·(s − d·Σq)
+/// per block (m: the block's offset).
+fn q8_1_excess(ty: GgmlType, q_row: &[u8], act: &Activation, t: usize) -> f64 {
+    let bytes = match ty {
+        GgmlType::Q4_1 => 20,
+        GgmlType::Q5_1 => 24,
+        _ => return 0.0,
+    };
+    let (qs, ds) = act.q8x32(t);
+    q_row
+        .chunks_exact(bytes)
+        .zip(qs)
+        .zip(ds)
+        .map(|((b, a), ds)| {
+            let m = quant::f16_to_f32(u16::from_le_bytes([b[2], b[3]])) as f64;
+            let sum: i32 = a.qs.iter().map(|&v| v as i32).sum();
+            m * (ds[1] as f64 - ds[0] as f64 * sum as f64)
+        })
+        .sum()
+}
+
 /// y (f64) and Σ|w·x| per output, from the dequantized weights and the activation as the kernels
-/// see it (quantized, then dequantized again).
+/// see it (quantized, then dequantized again, and Q8_1's rounded sum term).
 fn naive(ty: GgmlType, q: &[u8], rows: usize, cols: usize, x: &[f32], nt: usize) -> [Vec<f64>; 2] {
     let mut w = vec![0f32; rows * cols];
     quant::dequantize(ty, q, &mut w).expect("dequantize");
@@ -66,7 +88,9 @@ fn naive(ty: GgmlType, q: &[u8], rows: usize, cols: usize, x: &[f32], nt: usize)
         for r in 0..rows {
             let wr = &w[r * cols..(r + 1) * cols];
             let p = wr.iter().zip(&xd).map(|(&a, &b)| a as f64 * b as f64);
-            y[t * rows + r] = p.clone().sum();
+            let rb = q.len() / rows;
+            y[t * rows + r] =
+                p.clone().sum::<f64>() + q8_1_excess(ty, &q[r * rb..(r + 1) * rb], &act, t);
             mag[t * rows + r] = p.map(f64::abs).sum();
         }
     }

@@ -289,7 +289,7 @@ mod tests {
             let same = matches!(
                 (k.act, cpu),
                 (ActFormat::F32, quant::dot::ActKind::F32)
-                    | (ActFormat::Q8 { bs: 32 }, quant::dot::ActKind::Q8x32)
+                    | (ActFormat::Q8 { bs: 32 }, quant::dot::ActKind::Q8x32 { .. })
                     | (ActFormat::Q8 { bs: 256 }, quant::dot::ActKind::Q8xK)
             );
             assert!(same, "{ty}: GPU {:?} vs CPU {cpu:?}", k.act);

@@ -1,6 +1,6 @@
 //! Activation formats (quantized once per matrix product) and the buffers that hold them.
 
-use super::super::blocks::{QK, QK_K};
+use super::super::blocks::{QK, QK_K, f16_to_f32, f32_to_f16};
 use super::{GgmlType, Isa, QuantError, quantize_q8x32, quantize_q8xk};
 
 /// 32 quantized activation values (aligned so that a SIMD load never splits a cache line).
@@ -46,8 +46,40 @@ pub const GROUP: usize = 4;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActKind {
     F32,
-    Q8x32,
+    /// 32-element blocks; `q8_1` when the weights are Q4_1/Q5_1, whose llama.cpp activation is
+    /// Q8_1 (the sum term stored as an f16), else Q8_0's (see [`q8x32_scales`]).
+    Q8x32 {
+        q8_1: bool,
+    },
     Q8xK,
+}
+
+/// The `[d, s]` of a 32-element activation block whose largest magnitude is `amax` and whose
+/// quants (rounded from `x · 127 / amax`) sum to `sum`, as llama.cpp stores them, so that both
+/// engines multiply the same numbers: `d = amax / 127` rounded to f16 (`quantize_row_q8_0` and
+/// `quantize_row_q8_1` keep an f16 `d`); `s` for Q8_1 is `(amax / 127) · sum` rounded to f16
+/// (the unrounded `d`, as ggml computes it); for Q8_0 the f16 `d` times `sum`, exact in f32
+/// (an f16 has 11 significant bits, |sum| ≤ 4096), which is what llama.cpp's integer offset term
+/// (Q4_0's -8, Q5_0's -16) amounts to. The one place the 32-element activation scales are made:
+/// the scalar and SIMD quantizers both call it.
+#[inline]
+pub fn q8x32_scales(amax: f32, sum: i32, q8_1: bool) -> [f32; 2] {
+    let d = amax / 127.0;
+    let d16 = f16_to_f32(f32_to_f16(d));
+    let s = if q8_1 {
+        f16_to_f32(f32_to_f16(d * sum as f32))
+    } else {
+        d16 * sum as f32
+    };
+    [d16, s]
+}
+
+/// The scale of a Q8xK activation block whose largest magnitude is `amax`, given `id`, the
+/// multiplier its quants were rounded from (`127 / amax`, 0 for an all-zero block): `1 / id`, as
+/// llama.cpp's `quantize_row_q8_K_ref` computes it (an f32, as Q8_K stores it).
+#[inline]
+pub fn q8xk_scale(amax: f32, id: f32) -> f32 {
+    if amax != 0.0 { 1.0 / id } else { 0.0 }
 }
 
 /// The activation format for weights of `ty`, or the unsupported-type error.
@@ -55,7 +87,8 @@ pub fn act_kind(ty: GgmlType) -> Result<ActKind, QuantError> {
     use GgmlType::*;
     match ty {
         F32 | F16 | Bf16 => Ok(ActKind::F32),
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Iq4Nl | Mxfp4 => Ok(ActKind::Q8x32),
+        Q4_0 | Q5_0 | Q8_0 | Iq4Nl | Mxfp4 => Ok(ActKind::Q8x32 { q8_1: false }),
+        Q4_1 | Q5_1 => Ok(ActKind::Q8x32 { q8_1: true }),
         Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Xs => Ok(ActKind::Q8xK),
         _ => Err(super::super::unsupported(ty)),
     }
@@ -99,8 +132,8 @@ impl ActivationParts<'_> {
     pub fn fill(self, isa: Isa, x: &[f32]) {
         match self.kind {
             ActKind::F32 => self.f.copy_from_slice(&x[..self.f.len()]),
-            ActKind::Q8x32 => {
-                quantize_q8x32(isa, x, self.q32, self.ds32);
+            ActKind::Q8x32 { q8_1 } => {
+                quantize_q8x32(isa, x, self.q32, self.ds32, q8_1);
                 let nb = self.cols / QK;
                 let ng = nb / GROUP;
                 if ng > 0 {
@@ -161,7 +194,7 @@ impl Activation {
         let kind = act_kind(ty)?;
         let bl = match kind {
             ActKind::F32 => 1,
-            ActKind::Q8x32 => QK,
+            ActKind::Q8x32 { .. } => QK,
             ActKind::Q8xK => QK_K,
         };
         if !cols.is_multiple_of(bl) {
@@ -182,14 +215,14 @@ impl Activation {
         self.cols = cols;
         let (f, q32, qk) = match kind {
             ActKind::F32 => (n, 0, 0),
-            ActKind::Q8x32 => (0, n / QK, 0),
+            ActKind::Q8x32 { .. } => (0, n / QK, 0),
             ActKind::Q8xK => (0, 0, n / QK_K),
         };
         // Grow only: shrinking and regrowing would reallocate between prompt and decode steps.
         grow(&mut self.f, f, 0.0);
         grow(&mut self.q32, q32, Q8x32 { qs: [0; QK] });
         grow(&mut self.ds32, q32, [0.0; 2]);
-        let g32 = if kind == ActKind::Q8x32 {
+        let g32 = if matches!(kind, ActKind::Q8x32 { .. }) {
             n_tokens * (cols / QK / GROUP)
         } else {
             0
@@ -239,7 +272,7 @@ impl Activation {
         Ok(())
     }
 
-    /// The Q8x32 blocks and their [d, d·Σq] of token `t`.
+    /// The Q8x32 blocks and their [d, s] of token `t` (see [`q8x32_scales`]).
     pub fn q8x32(&self, t: usize) -> (&[Q8x32], &[[f32; 2]]) {
         let nb = self.cols / QK;
         (
@@ -263,7 +296,7 @@ impl Activation {
     pub fn dequantized(&self, t: usize) -> Vec<f32> {
         match self.kind {
             ActKind::F32 => self.f32s(t).to_vec(),
-            ActKind::Q8x32 => {
+            ActKind::Q8x32 { .. } => {
                 let (qs, ds) = self.q8x32(t);
                 qs.iter()
                     .zip(ds)

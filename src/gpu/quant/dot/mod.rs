@@ -6,14 +6,19 @@
 //!
 //! | weights                        | activation                                             |
 //! |--------------------------------|--------------------------------------------------------|
-//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0   | `Q8x32`: 32 × i8 with an f32 scale `d` and `d·Σq`      |
+//! | Q4_0, Q4_1, Q5_0, Q5_1, Q8_0   | `Q8x32`: 32 × i8 with a scale `d` and a sum term `s`   |
 //! | Q4_K, Q5_K, Q6_K               | `Q8xK`: 256 × i8, f32 `d`, sums of each 16 quants      |
 //! | F32, F16, BF16                 | the f32 activation itself                              |
 //!
-//! Differences from llama.cpp, on purpose: the activation scales stay f32 (llama.cpp rounds the
-//! Q8_0/Q8_1 scale to f16), which is both more precise and saves a conversion per block; the
-//! 32-element activation always carries its sum (Q8_1-style), so that Q4_0/Q5_0 use the same
-//! unsigned multiply-add as Q4_1/Q5_1 and fold their offset (-8 / -16) into the sum term; and
+//! The activation is the one llama.cpp's x86 CPU backend makes (`quantize_row_q8_0`/`_q8_1`,
+//! `quantize_row_q8_K_ref`): the same quants, and the scales rounded as it stores them (the
+//! 32-element `d` to f16, Q8_1's sum term to f16 for Q4_1/Q5_1, Q8_K's `d` as `1 / iscale`;
+//! `act::q8x32_scales`, `act::q8xk_scale`). Kept f32, these scales gave pure-Q2_K/Q3_K
+//! perplexities about 1% away from llama.cpp's (docs/quant-lowbit.txt).
+//!
+//! Differences from llama.cpp, on purpose: the 32-element activation always carries its sum
+//! (Q8_1-style), so that Q4_0/Q5_0 use the same unsigned multiply-add as Q4_1/Q5_1 and fold
+//! their offset (-8 / -16) into the sum term (exact: see `act::q8x32_scales`); and
 //! float weights dot against the f32 activation (llama.cpp converts it to F16 first) because those
 //! types serve as the precision reference for perplexity checks, and their dot product is bound
 //! by memory, not arithmetic. Rounding is to nearest even in both the scalar and SIMD
@@ -152,17 +157,18 @@ impl Isa {
     }
 }
 
-/// Q8x32 blocks of `x` (whole blocks), on `isa` where available; identical results either way.
-pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]]) {
+/// Q8x32 blocks of `x` (whole blocks) with Q8_0's or (`q8_1`) Q8_1's scales, on `isa` where
+/// available; identical results either way.
+pub fn quantize_q8x32(isa: Isa, x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]], q8_1: bool) {
     #[cfg(target_arch = "x86_64")]
     if matches!(isa, Isa::Avx2 | Isa::Avx512) && Isa::Avx2.is_available() {
         // SAFETY: AVX2/FMA/F16C presence checked just above.
-        unsafe { avx2::quantize_q8x32(x, q32, ds32) };
+        unsafe { avx2::quantize_q8x32(x, q32, ds32, q8_1) };
         return;
     }
     let _ = isa;
     for ((xb, q), ds) in x.as_chunks::<QK>().0.iter().zip(q32).zip(ds32) {
-        *ds = scalar::quantize_q8x32_block(xb, &mut q.qs);
+        *ds = scalar::quantize_q8x32_block(xb, &mut q.qs, q8_1);
     }
 }
 

@@ -334,12 +334,8 @@ impl PackedMatrix {
         nt: usize,
         out: &mut [f32],
     ) {
-        let want = if self.fmt == PackFmt::Q4K {
-            super::ActKind::Q8xK
-        } else {
-            super::ActKind::Q8x32
-        };
-        assert_eq!(act.kind, want, "activation kind");
+        let want = super::act_kind(self.ty).ok();
+        assert_eq!(Some(act.kind), want, "activation kind");
         assert_eq!(act.cols, self.cols, "activation width");
         assert!(
             (1..=PACK_TILE).contains(&nt) && t0 + nt <= act.n_tokens,

@@ -4,11 +4,10 @@ use super::super::blocks::{self, QK, QK_K, f16_at, k_scale_min, layout};
 use super::super::mxfp4;
 use super::*;
 
-/// Scalar Q8x32: d = max|x| / 127, q = x · 127 / max|x| rounded to nearest even; returns
-/// [d, d·Σq].
-pub fn quantize_q8x32_block(x: &[f32; QK], qs: &mut [i8; QK]) -> [f32; 2] {
+/// Scalar Q8x32: q = x · 127 / max|x| rounded to nearest even; returns [d, s] of
+/// [`q8x32_scales`] (Q8_0's, or with `q8_1` Q8_1's).
+pub fn quantize_q8x32_block(x: &[f32; QK], qs: &mut [i8; QK], q8_1: bool) -> [f32; 2] {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
@@ -16,14 +15,14 @@ pub fn quantize_q8x32_block(x: &[f32; QK], qs: &mut [i8; QK]) -> [f32; 2] {
         *q = r.clamp(-128, 127) as i8;
         sum += *q as i32;
     }
-    [d, d * sum as f32]
+    q8x32_scales(amax, sum, q8_1)
 }
 
 /// Scalar Q8xK, with the same rounding as Q8x32 over 256 values.
 pub fn quantize_q8xk_block(x: &[f32; QK_K], b: &mut Q8xK) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    b.d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    b.d = q8xk_scale(amax, id);
     for (q, &v) in b.qs.iter_mut().zip(x) {
         *q = ((v * id).round_ties_even() as i32).clamp(-128, 127) as i8;
     }

@@ -43,7 +43,12 @@ unsafe fn hsum(v: __m256) -> f32 {
 
 /// Q8x32 blocks of x, the same numbers as `quantize_q8x32_block`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(in super::super) unsafe fn quantize_q8x32(x: &[f32], q32: &mut [Q8x32], ds32: &mut [[f32; 2]]) {
+pub(in super::super) unsafe fn quantize_q8x32(
+    x: &[f32],
+    q32: &mut [Q8x32],
+    ds32: &mut [[f32; 2]],
+    q8_1: bool,
+) {
     let sign = _mm256_set1_ps(-0.0);
     let perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for ((xb, q), ds) in x.as_chunks::<QK>().0.iter().zip(q32).zip(ds32) {
@@ -61,7 +66,6 @@ pub(in super::super) unsafe fn quantize_q8x32(x: &[f32], q32: &mut [Q8x32], ds32
                 _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
             );
             let amax = hmax(m);
-            let d = amax / 127.0;
             let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
             // cvtps rounds to nearest even under the default MXCSR, like round_ties_even.
             let i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], id));
@@ -74,7 +78,7 @@ pub(in super::super) unsafe fn quantize_q8x32(x: &[f32], q32: &mut [Q8x32], ds32
             let p16b = _mm256_packs_epi32(i2, i3);
             let p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), perm);
             _mm256_storeu_si256(q.qs.as_mut_ptr() as *mut __m256i, p8);
-            *ds = [d, d * sum as f32];
+            *ds = q8x32_scales(amax, sum, q8_1);
         }
     }
 }
@@ -92,8 +96,9 @@ pub(in super::super) unsafe fn quantize_q8xk(x: &[f32], qk: &mut [Q8xK]) {
                 m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * i))));
             }
             let amax = hmax(m);
-            b.d = amax / 127.0;
-            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let ids = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            b.d = q8xk_scale(amax, ids);
+            let id = _mm256_set1_ps(ids);
             for c in 0..8 {
                 let pc = p.add(32 * c);
                 let i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(pc), id));
