@@ -214,4 +214,3 @@ fn long_context(o: &ComputeCheckOptions) -> bool {
         }
     }
 }
-
