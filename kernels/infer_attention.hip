@@ -1,3 +1,6 @@
+// (Just over 700 lines: the entry points are one-line instantiations per cache type and head
+// dimension of the templates above them.)
+//
 // The KV-cache store and causal attention with GQA over an f32 or f16 cache (gpu::compute::attention),
 // computing what the CPU backend (src/gpu/cpu/backend.rs) computes.
 

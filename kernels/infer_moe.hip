@@ -1,3 +1,6 @@
+// (Over 700 lines on purpose: two entry points per weight type and chunk size, each a one-line
+// instantiation of the shared templates above them.)
+//
 // Mixture-of-experts feed-forward (llama.cpp's build_moe_ffn with softmax gating, top-k, the
 // chosen weights normalized to sum 1, SwiGLU experts), with the expert ids kept on the device:
 //
