@@ -1,3 +1,6 @@
+// (Just over 700 lines: the entry points are one-line instantiations per cache type and head
+// dimension of the templates above them.)
+//
 // The KV-cache store and causal attention with GQA over an f32 or f16 cache (gpu::compute::attention),
 // computing what the CPU backend (src/gpu/cpu/backend.rs) computes.
 
@@ -64,21 +67,23 @@ __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, 
                                     hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                     hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
-                                    float mscale, hs_u32 slots) {
+                                    float mscale, float ext_factor, float corr_lo,
+                                    float corr_hi, hs_u32 slots) {
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     const hs_u32 t = blockIdx.x;
     const hs_u32 h = blockIdx.y;
     if (h < n_heads) {
         hs_rope_row(q + ((hs_u64)t * n_heads + h) * head_dim, 1, head_dim, n_rot, pos0 + t,
-                    freq_scale, theta_scale, factors, neox, mscale, cs, sn);
+                    freq_scale, theta_scale, factors, neox, mscale, ext_factor, corr_lo, corr_hi,
+                    cs, sn);
         return;
     }
     const hs_u32 j = h - n_heads;
     const hs_u32 kv_dim = n_kv_heads * head_dim;
     float *kr = k + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
     hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, mscale,
-                cs, sn);
+                ext_factor, corr_lo, corr_hi, cs, sn);
     const hs_u64 dst = (hs_u64)((pos0 + t) % slots) * kv_dim + (hs_u64)j * head_dim;
     const float *vr = v + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
     for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
@@ -91,11 +96,13 @@ HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const f
                                     float *kc, float *vc, hs_u32 n_heads, hs_u32 n_kv_heads,
                                     hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
-                                    float mscale, hs_u32 slots, const hs_u32 *pos_dev) {
+                                    float mscale, float ext_factor, float corr_lo,
+                                    float corr_hi, hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
-                               freq_scale, theta_scale, factors, neox, mscale, slots);
+                               freq_scale, theta_scale, factors, neox, mscale, ext_factor,
+                               corr_lo, corr_hi, slots);
 }
 
 HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const float *v,
@@ -103,12 +110,13 @@ HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const f
                                     hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 n_rot,
                                     hs_u32 pos0, float freq_scale, float theta_scale,
                                     const float *factors, hs_u32 neox, float mscale,
+                                    float ext_factor, float corr_lo, float corr_hi,
                                     hs_u32 slots, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
                                         pos0, freq_scale, theta_scale, factors, neox, mscale,
-                                        slots);
+                                        ext_factor, corr_lo, corr_hi, slots);
 }
 
 __device__ __forceinline__ float infer_kv_load(const float *p, hs_u64 i) { return p[i]; }
@@ -296,9 +304,25 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     __syncthreads();
 }
 
+// The factor that normalises the output of query head h whose keys gave running max m and sum l
+// (attn_keys' online softmax): 1 / l, or with attention sinks (gpt-oss: one logit per query head,
+// `sinks` not null) the sink counted in as llama.cpp's soft_max and the CPU backend count it, in
+// the max and as one more term of the sum, adding no value.
+__device__ __forceinline__ float attn_norm(float m, float l, const float *sinks, hs_u32 h) {
+    if (sinks == 0) {
+        return 1.0f / l;
+    }
+    const float s = sinks[h];
+    const float mm = fmaxf(m, s);
+    const float c = expf(m - mm);
+    return c / (l * c + expf(s - mm));
+}
+
 // Causal attention of one query row (token blockIdx.y, head blockIdx.x) over keys lo..pos0+t of
 // its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer), by attn_keys.
 // `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
+//
+// sinks: attention sinks (attn_norm), or null.
 //
 // With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
 // product that follows (hs_quantize_act's numbers and layout, without its launch).
@@ -306,7 +330,8 @@ template <typename KV>
 __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, float *out,
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                 hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
-                                float softcap, signed char *xq, float *xd, hs_u32 bs) {
+                                float softcap, const float *sinks, signed char *xq, float *xd,
+                                hs_u32 bs) {
     __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
     const hs_u32 h = blockIdx.x;
     const hs_u32 t = blockIdx.y;
@@ -317,7 +342,7 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
     float m, l;
     attn_keys<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
                   kvh, head_dim, lo, n_keys, slots, scale, softcap, o, &m, &l);
-    const float inv = 1.0f / l;
+    const float inv = attn_norm(m, l, sinks, h);
     float *oh = out + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         oh[d] = o[d] * inv;
@@ -337,23 +362,24 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
 HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc,
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
                                 hs_u32 head_dim, hs_u32 pos0, float scale, hs_u32 window,
-                                hs_u32 slots, float softcap, signed char *xq, float *xd,
-                                hs_u32 bs, const hs_u32 *pos_dev) {
+                                hs_u32 slots, float softcap, const float *sinks,
+                                signed char *xq, float *xd, hs_u32 bs, const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, window,
-                           slots, softcap, xq, xd, bs);
+                           slots, softcap, sinks, xq, xd, bs);
 }
 
 HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                                 const unsigned short *vc, float *out, hs_u32 n_heads,
                                 hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
-                                hs_u32 window, hs_u32 slots, float softcap, signed char *xq,
-                                float *xd, hs_u32 bs, const hs_u32 *pos_dev) {
+                                hs_u32 window, hs_u32 slots, float softcap,
+                                const float *sinks, signed char *xq, float *xd, hs_u32 bs,
+                                const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
-                                    window, slots, softcap, xq, xd, bs);
+                                    window, slots, softcap, sinks, xq, xd, bs);
 }
 
 // ---- Flash-decoding: one query row's attention split over the KV length -------------------------
@@ -413,11 +439,12 @@ HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const uns
                                           scale, window, slots, softcap);
 }
 
-// Merges the `splits` partial results of head blockIdx.x (hs_attention_split_*) into out, and,
+// Merges the `splits` partial results of head blockIdx.x (hs_attention_split_*) into out, the
+// head's attention sink (sinks not null) counted in as one more split of sum 1 and no value, and,
 // with bs != 0, Q8-quantizes the head's output as infer_attention does.
 HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
-                                    hs_u32 head_dim, hs_u32 splits, signed char *xq, float *xd,
-                                    hs_u32 bs) {
+                                    hs_u32 head_dim, hs_u32 splits, const float *sinks,
+                                    signed char *xq, float *xd, hs_u32 bs) {
     HS_BREADCRUMB();
     const hs_u32 h = blockIdx.x;
     const float *ph = part + (hs_u64)h * splits * (head_dim + 2);
@@ -428,10 +455,16 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
             mx = fmaxf(mx, p[0]);
         }
     }
+    if (sinks != 0) {
+        mx = fmaxf(mx, sinks[h]);
+    }
     float total = 0.0f;
     for (hs_u32 c = 0; c < splits; ++c) {
         const float *p = ph + (hs_u64)c * (head_dim + 2);
         total += (p[1] > 0.0f) ? p[1] * expf(p[0] - mx) : 0.0f;
+    }
+    if (sinks != 0) {
+        total += expf(sinks[h] - mx);
     }
     const float inv = 1.0f / total;
     float *oh = out + (hs_u64)h * head_dim;
@@ -464,8 +497,8 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
 // 4c + 32i + 3 (i < NC, head_dim = 32 * NC) in registers, and the same dimensions of its output:
 // a score is the sum of the row's HS_FA_TPR partial dots (three shuffles), and every shared-memory
 // read is 16 bytes. The softmax is online as in infer_attention (running max and sum per row),
-// rescaled once per tile. Masking (causal, sliding window) and soft-capping are as there; the
-// block reads keys from the first any of its rows sees to the last. Not used inside a decode
+// rescaled once per tile. Masking (causal, sliding window), soft-capping and sinks are as there;
+// the block reads keys from the first any of its rows sees to the last. Not used inside a decode
 // graph and never fused with the Q8 quantization (a prompt batch's products dequantize anyway).
 #define HS_FA_BQ 16
 #define HS_FA_BK 16
@@ -494,7 +527,8 @@ __device__ __forceinline__ void infer_attention_tiled(const float *q, const KV *
                                                       float *out, hs_u32 n_tokens,
                                                       hs_u32 n_heads, hs_u32 n_kv_heads,
                                                       hs_u32 pos0, float scale, hs_u32 window,
-                                                      hs_u32 slots, float softcap) {
+                                                      hs_u32 slots, float softcap,
+                                                      const float *sinks) {
     __shared__ float4 ks[HS_FA_BK][HS_ATTN_MAX_HEAD_DIM / 4];
     __shared__ float4 vs[HS_FA_BK][HS_ATTN_MAX_HEAD_DIM / 4];
     const hs_u32 head_dim = 32 * NC;
@@ -600,7 +634,7 @@ __device__ __forceinline__ void infer_attention_tiled(const float *q, const KV *
         m = m_new;
     }
     if (live) {
-        const float inv = 1.0f / l;
+        const float inv = attn_norm(m, l, sinks, h);
         float *oh = out + (hs_u64)t * q_dim + (hs_u64)h * head_dim + 4 * c;
 #pragma unroll
         for (int i = 0; i < NC; ++i) {
@@ -619,71 +653,71 @@ __device__ __forceinline__ void infer_attention_tiled(const float *q, const KV *
 HS_KERNEL void hs_attention_tiled_f32_64(HS_TRACK_PARAMS, const float *q, const float *kc,
                              const float *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<float, 2>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f32_96(HS_TRACK_PARAMS, const float *q, const float *kc,
                              const float *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<float, 3>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f32_128(HS_TRACK_PARAMS, const float *q, const float *kc,
                              const float *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<float, 4>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f32_256(HS_TRACK_PARAMS, const float *q, const float *kc,
                              const float *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<float, 8>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f16_64(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                              const unsigned short *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<unsigned short, 2>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f16_96(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                              const unsigned short *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<unsigned short, 3>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f16_128(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                              const unsigned short *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<unsigned short, 4>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }
 
 HS_KERNEL void hs_attention_tiled_f16_256(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                              const unsigned short *vc, float *out, hs_u32 n_tokens, hs_u32 n_heads,
                              hs_u32 n_kv_heads, hs_u32 pos0, float scale, hs_u32 window,
-                             hs_u32 slots, float softcap) {
+                             hs_u32 slots, float softcap, const float *sinks) {
     HS_BREADCRUMB();
     infer_attention_tiled<unsigned short, 8>(q, kc, vc, out, n_tokens, n_heads, n_kv_heads, pos0, scale,
-                                      window, slots, softcap);
+                                      window, slots, softcap, sinks);
 }

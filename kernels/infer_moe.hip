@@ -1,3 +1,6 @@
+// (Over 700 lines on purpose: two entry points per weight type and chunk size, each a one-line
+// instantiation of the shared templates above them.)
+//
 // Mixture-of-experts feed-forward (llama.cpp's build_moe_ffn with softmax gating, top-k, the
 // chosen weights normalized to sum 1, SwiGLU experts), with the expert ids kept on the device:
 //
@@ -10,6 +13,12 @@
 //                     expert's weights found from the chunk table (one read of them per chunk);
 //   hs_moe_down*      per chunk, down_e . h;
 //   hs_moe_combine    acc[t] += sum_i w_i * y[entry (t, i)], summed in the order chosen.
+//
+// gpt-oss's variant (MoeFfn::oai; the bias pointers not null): the router's bias added to its
+// logits (in place, as the CPU backend's add_bias leaves them), the k largest logits chosen and
+// weighted by the softmax of those k alone (LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT); each
+// expert's gate and up rows plus their biases into ggml's clamped swiglu_oai; the down bias added
+// to each expert's output before its weight (ggml_add_id, then the weighting).
 //
 // The module is compiled with infer_matvec.hip's templates before it (gpu/kernels.rs), whose
 // row-dot routine (mv_row_dots) and per-type parts these kernels share.
@@ -24,14 +33,66 @@ __device__ __forceinline__ float moe_prob(const float *l, hs_u32 e, float mx, fl
     return expf(l[e] - mx) * inv;
 }
 
-HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, const float *logits, float *route, hs_u32 n,
-                            hs_u32 ne, hs_u32 k, hs_u32 nt) {
+// The k largest of l[0..ne) into ids (as floats), largest first, equal values to the lower id;
+// their values into ws.
+__device__ __forceinline__ void moe_top_k(const float *l, hs_u32 ne, hs_u32 k, float *ids,
+                                          float *ws) {
+    hs_u32 taken[MOE_MAX_EXPERTS / 32];
+    for (hs_u32 i = 0; i < MOE_MAX_EXPERTS / 32; ++i) {
+        taken[i] = 0;
+    }
+    for (hs_u32 i = 0; i < k; ++i) {
+        hs_u32 best = ne;
+        float bv = 0.0f;
+        for (hs_u32 e = 0; e < ne; ++e) {
+            if ((taken[e / 32] >> (e % 32)) & 1) {
+                continue;
+            }
+            if (best == ne || l[e] > bv) {
+                bv = l[e];
+                best = e;
+            }
+        }
+        taken[best / 32] |= 1u << (best % 32);
+        ids[i] = (float)best;
+        ws[i] = bv;
+    }
+}
+
+// gpt-oss's routing of token row l (biased in place by `bias`): the k largest logits, weighted
+// by their softmax (the exponentials in f32, their sum in f64, as the CPU backend).
+__device__ __forceinline__ void moe_route_oai(float *l, const float *bias, hs_u32 ne, hs_u32 k,
+                                              float *ids, float *ws) {
+    for (hs_u32 e = 0; e < ne; ++e) {
+        l[e] = l[e] + bias[e];
+    }
+    moe_top_k(l, ne, k, ids, ws);
+    const float mx = ws[0];
+    double sum = 0.0;
+    for (hs_u32 i = 0; i < k; ++i) {
+        ws[i] = expf(ws[i] - mx);
+        sum += (double)ws[i];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (hs_u32 i = 0; i < k; ++i) {
+        ws[i] = ws[i] * inv;
+    }
+}
+
+// bias: gpt-oss's router bias (moe_route_oai), or null.
+HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32 n, hs_u32 ne,
+                            hs_u32 k, hs_u32 nt, const float *bias) {
     HS_BREADCRUMB();
     __shared__ int cnt[MOE_MAX_EXPERTS];
     int *pos = (int *)(route + (hs_u64)n * k * 2);
     int *tok = pos + (hs_u64)n * k;
     int *chunks = tok + (hs_u64)n * k;
     for (hs_u32 t = threadIdx.x; t < n; t += blockDim.x) {
+        if (bias != 0) {
+            float *ids = route + (hs_u64)t * 2 * k;
+            moe_route_oai(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
+            continue;
+        }
         const float *l = logits + (hs_u64)t * ne;
         float mx = -3.402823466e+38f;
         for (hs_u32 e = 0; e < ne; ++e) {
@@ -120,8 +181,10 @@ HS_KERNEL void hs_moe_gather(HS_TRACK_PARAMS, const float *x, float *xs, const f
     }
 }
 
+// db: gpt-oss's down biases (dim per expert), added to each entry's output before its weight; or
+// null.
 HS_KERNEL void hs_moe_combine(HS_TRACK_PARAMS, float *acc, const float *y, const float *route,
-                              hs_u32 n, hs_u32 k, hs_u32 dim) {
+                              hs_u32 n, hs_u32 k, hs_u32 dim, const float *db) {
     HS_BREADCRUMB();
     const int *pos = (const int *)(route + (hs_u64)n * k * 2);
     const hs_u64 total = (hs_u64)n * dim;
@@ -129,10 +192,15 @@ HS_KERNEL void hs_moe_combine(HS_TRACK_PARAMS, float *acc, const float *y, const
     for (hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         const hs_u64 t = i / dim;
         const hs_u64 r = i % dim;
-        const float *ws = route + t * 2 * k + k;
-        float s = y[(hs_u64)pos[t * k] * dim + r] * ws[0];
-        for (hs_u32 j = 1; j < k; ++j) {
-            s += y[(hs_u64)pos[t * k + j] * dim + r] * ws[j];
+        const float *ids = route + t * 2 * k;
+        const float *ws = ids + k;
+        float s = 0.0f;
+        for (hs_u32 j = 0; j < k; ++j) {
+            float v = y[(hs_u64)pos[t * k + j] * dim + r];
+            if (db != 0) {
+                v = v + db[(hs_u64)ids[j] * dim + r];
+            }
+            s = (j == 0) ? v * ws[0] : s + v * ws[j];
         }
         acc[i] = acc[i] + s;
     }
@@ -152,13 +220,27 @@ __device__ __forceinline__ bool moe_chunk(const float *route, hs_u32 n, hs_u32 k
     return true;
 }
 
-// h[s + t] = silu(gate_e . xs[s + t]) * (up_e . xs[s + t]) for the chunk's entries; `ff` rows per
-// expert, inputs of `cols`.
+// The expert's activation of gate value g and up value u of hidden row i (e * ff + row):
+// silu(g) * u, or, with gpt-oss's biases (gb not null), ggml's swiglu_oai (alpha 1.702, limit 7)
+// of g + gb[i] and u + ub[i], as the CPU backend's `swiglu_oai`.
+__device__ __forceinline__ float moe_act(float g, float u, const float *gb, const float *ub,
+                                         hs_u64 i) {
+    if (gb == 0) {
+        return g / (1.0f + expf(-g)) * u;
+    }
+    const float x = fminf(g + gb[i], 7.0f);
+    const float y = fminf(fmaxf(u + ub[i], -7.0f), 7.0f);
+    return x / (1.0f + expf(1.702f * -x)) * (y + 1.0f);
+}
+
+// h[s + t] = act(gate_e . xs[s + t], up_e . xs[s + t]) for the chunk's entries (moe_act; gb, ub:
+// gpt-oss's gate and up biases, ff per expert, or null); `ff` rows per expert, inputs of `cols`.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
 __device__ __forceinline__ void moe_gate_up(const unsigned char *wg, const unsigned char *wu,
                             const signed char *xq, const float *xd, float *h,
-                            const float *route, hs_u32 n, hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                            const float *route, hs_u32 n, hs_u32 k, hs_u32 ff, hs_u32 cols,
+                            const float *gb, const float *ub) {
     int e, s, c;
     if (!moe_chunk(route, n, k, &e, &s, &c)) {
         return;
@@ -180,7 +262,7 @@ __device__ __forceinline__ void moe_gate_up(const unsigned char *wg, const unsig
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if (t < c) {
-                    h[((hs_u64)s + t) * ff + row] = g[t] / (1.0f + expf(-g[t])) * u[t];
+                    h[((hs_u64)s + t) * ff + row] = moe_act(g[t], u[t], gb, ub, r);
                 }
             }
         }
@@ -224,7 +306,8 @@ __device__ __forceinline__ void moe_down(const unsigned char *wd, const signed c
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
 __device__ void moe_gate_up_float(const unsigned char *wg, const unsigned char *wu,
                                   const float *xs, float *h, const float *route, hs_u32 n,
-                                  hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                  hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                  const float *ub) {
     int e, s, c;
     if (!moe_chunk(route, n, k, &e, &s, &c)) {
         return;
@@ -247,7 +330,7 @@ __device__ void moe_gate_up_float(const unsigned char *wg, const unsigned char *
             ga = hs_warp_sum(ga);
             ua = hs_warp_sum(ua);
             if (lane == 0) {
-                h[((hs_u64)s + t) * ff + row] = ga / (1.0f + expf(-ga)) * ua;
+                h[((hs_u64)s + t) * ff + row] = moe_act(ga, ua, gb, ub, r);
             }
         }
     }
@@ -282,9 +365,9 @@ __device__ void moe_down_float(const unsigned char *wd, const float *hv, float *
 HS_KERNEL void hs_moe_gate_up_f32(HS_TRACK_PARAMS, const unsigned char *wg,
                                   const unsigned char *wu, const float *xs, float *h,
                                   const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                  hs_u32 cols) {
+                                  hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up_float<mv_f32, 4>(wg, wu, xs, h, route, n, k, ff, cols);
+    moe_gate_up_float<mv_f32, 4>(wg, wu, xs, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down_f32(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
@@ -297,9 +380,9 @@ HS_KERNEL void hs_moe_down_f32(HS_TRACK_PARAMS, const unsigned char *wd, const f
 HS_KERNEL void hs_moe_gate_up_f16(HS_TRACK_PARAMS, const unsigned char *wg,
                                   const unsigned char *wu, const float *xs, float *h,
                                   const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                  hs_u32 cols) {
+                                  hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up_float<mv_f16, 2>(wg, wu, xs, h, route, n, k, ff, cols);
+    moe_gate_up_float<mv_f16, 2>(wg, wu, xs, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down_f16(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
@@ -312,9 +395,9 @@ HS_KERNEL void hs_moe_down_f16(HS_TRACK_PARAMS, const unsigned char *wd, const f
 HS_KERNEL void hs_moe_gate_up_bf16(HS_TRACK_PARAMS, const unsigned char *wg,
                                   const unsigned char *wu, const float *xs, float *h,
                                   const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                  hs_u32 cols) {
+                                  hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up_float<mv_bf16, 2>(wg, wu, xs, h, route, n, k, ff, cols);
+    moe_gate_up_float<mv_bf16, 2>(wg, wu, xs, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down_bf16(HS_TRACK_PARAMS, const unsigned char *wd, const float *hv,
@@ -329,9 +412,10 @@ HS_KERNEL void hs_moe_down_bf16(HS_TRACK_PARAMS, const unsigned char *wd, const 
 HS_KERNEL void hs_moe_gate_up1_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_0, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_0, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -345,9 +429,10 @@ HS_KERNEL void hs_moe_down1_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_0, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_0, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -361,9 +446,10 @@ HS_KERNEL void hs_moe_down8_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_1, 32, 20, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_1, 32, 20, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -377,9 +463,10 @@ HS_KERNEL void hs_moe_down1_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_1, 32, 20, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_1, 32, 20, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -393,9 +480,10 @@ HS_KERNEL void hs_moe_down8_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_0, 32, 22, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_0, 32, 22, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -409,9 +497,10 @@ HS_KERNEL void hs_moe_down1_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_0, 32, 22, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_0, 32, 22, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -425,9 +514,10 @@ HS_KERNEL void hs_moe_down8_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_1, 32, 24, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_1, 32, 24, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -441,9 +531,10 @@ HS_KERNEL void hs_moe_down1_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_1, 32, 24, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_1, 32, 24, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -457,9 +548,10 @@ HS_KERNEL void hs_moe_down8_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q8_0, 32, 34, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q8_0, 32, 34, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -473,9 +565,10 @@ HS_KERNEL void hs_moe_down1_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q8_0, 32, 34, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q8_0, 32, 34, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -489,9 +582,10 @@ HS_KERNEL void hs_moe_down8_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_k, 256, 144, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_k, 256, 144, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -505,9 +599,10 @@ HS_KERNEL void hs_moe_down1_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q4_k, 256, 144, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q4_k, 256, 144, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -521,9 +616,10 @@ HS_KERNEL void hs_moe_down8_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_k, 256, 176, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_k, 256, 176, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -537,9 +633,10 @@ HS_KERNEL void hs_moe_down1_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q5_k, 256, 176, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q5_k, 256, 176, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -553,9 +650,10 @@ HS_KERNEL void hs_moe_down8_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q6_k, 256, 210, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q6_k, 256, 210, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -569,9 +667,10 @@ HS_KERNEL void hs_moe_down1_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q6_k, 256, 210, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q6_k, 256, 210, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -585,9 +684,10 @@ HS_KERNEL void hs_moe_down8_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q2_k, 256, 84, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q2_k, 256, 84, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -601,9 +701,10 @@ HS_KERNEL void hs_moe_down1_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q2_k, 256, 84, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q2_k, 256, 84, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -617,9 +718,10 @@ HS_KERNEL void hs_moe_down8_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q3_k, 256, 110, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q3_k, 256, 110, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -633,9 +735,10 @@ HS_KERNEL void hs_moe_down1_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_q3_k, 256, 110, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_q3_k, 256, 110, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -649,9 +752,10 @@ HS_KERNEL void hs_moe_down8_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -665,9 +769,10 @@ HS_KERNEL void hs_moe_down1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_iq4_nl, 32, 18, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -681,9 +786,10 @@ HS_KERNEL void hs_moe_down8_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -697,9 +803,10 @@ HS_KERNEL void hs_moe_down1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_iq4_xs, 256, 136, 32, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -713,9 +820,10 @@ HS_KERNEL void hs_moe_down8_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up1_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_mxfp4, 32, 17, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_mxfp4, 32, 17, 4, 1>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down1_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -729,9 +837,10 @@ HS_KERNEL void hs_moe_down1_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
 HS_KERNEL void hs_moe_gate_up8_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
                                      const unsigned char *wu, const signed char *xq,
                                      const float *xd, float *h, const float *route, hs_u32 n,
-                                     hs_u32 k, hs_u32 ff, hs_u32 cols) {
+                                     hs_u32 k, hs_u32 ff, hs_u32 cols, const float *gb,
+                                     const float *ub) {
     HS_BREADCRUMB();
-    moe_gate_up<mv_part_mxfp4, 32, 17, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols);
+    moe_gate_up<mv_part_mxfp4, 32, 17, 4, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_down8_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,

@@ -157,7 +157,8 @@ HS_KERNEL void hs_scale_inplace(HS_TRACK_PARAMS, float *x, float s, hs_u64 n) {
 // pos_dev, when not null, holds the position instead of pos0 (a step replayed as a graph).
 HS_KERNEL void hs_rope(HS_TRACK_PARAMS, float *x, hs_u32 n_heads, hs_u32 head_dim, hs_u32 n_rot,
                        hs_u32 pos0, float freq_scale, float theta_scale, const float *factors,
-                       hs_u32 neox, float mscale, const hs_u32 *pos_dev) {
+                       hs_u32 neox, float mscale, float ext_factor, float corr_lo, float corr_hi,
+                       const hs_u32 *pos_dev) {
     HS_BREADCRUMB();
     if (pos_dev != 0) {
         pos0 = *pos_dev;
@@ -165,7 +166,8 @@ HS_KERNEL void hs_rope(HS_TRACK_PARAMS, float *x, hs_u32 n_heads, hs_u32 head_di
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     hs_rope_row(x + (hs_u64)blockIdx.x * n_heads * head_dim, n_heads, head_dim, n_rot,
-                pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, mscale, cs, sn);
+                pos0 + blockIdx.x, freq_scale, theta_scale, factors, neox, mscale, ext_factor,
+                corr_lo, corr_hi, cs, sn);
 }
 
 // The values of one decode step replayed as a graph (src/gpu/handle/graph.rs), written before the

@@ -202,23 +202,46 @@ __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, sig
 
 #define HS_ROPE_MAX_PAIRS 256
 
+// Products and sums that the compiler must not contract into one fused multiply-add (the YaRN
+// angle below is mixed exactly as the CPU backend mixes it). HIP: hiprtc gets no fast-math option
+// and these are left as written.
+#if defined(HS_BACKEND_CUDA)
+#define HS_MUL_RN(a, b) __fmul_rn((a), (b))
+#define HS_ADD_RN(a, b) __fadd_rn((a), (b))
+#else
+#define HS_MUL_RN(a, b) ((a) * (b))
+#define HS_ADD_RN(a, b) ((a) + (b))
+#endif
+
 // RoPE of one token row of n_heads heads of head_dim at position `pos`, by the block (cs / sn:
 // shared arrays of HS_ROPE_MAX_PAIRS). The angle of pair i is pos * freq_scale * theta_scale^i
 // (/ factors[i]), the power built by repeated multiplication in f32 exactly as the CPU backend
 // (and ggml) builds it; sin and cos are taken in double, because the fast single-precision ones
-// lose accuracy for angles of thousands of radians. Ends with the block synchronised.
+// lose accuracy for angles of thousands of radians. With YaRN the power starts from pos itself
+// (the extrapolated angle) and the interpolated one, freq_scale times it, is mixed in by the
+// pair's ramp, as ggml's rope_yarn and the CPU backend's `Yarn::angle` do (ext_factor != 0 turns
+// YaRN on; corr_lo, corr_hi: its correction dimensions). mscale multiplies cosines and sines
+// (attn_factor, times YaRN's 1 + 0.1 ln(1 / freq_scale)). Ends with the block synchronised.
 __device__ __forceinline__ void hs_rope_row(float *row, hs_u32 n_heads, hs_u32 head_dim,
                                             hs_u32 n_rot, hs_u32 pos, float freq_scale,
                                             float theta_scale, const float *factors, hs_u32 neox,
-                                            float mscale, float *cs, float *sn) {
+                                            float mscale, float ext_factor, float corr_lo,
+                                            float corr_hi, float *cs, float *sn) {
     const hs_u32 half = n_rot / 2;
+    const bool yarn = ext_factor != 0.0f;
     for (hs_u32 i = threadIdx.x; i < half && i < HS_ROPE_MAX_PAIRS; i += blockDim.x) {
-        float theta = (float)pos * freq_scale;
+        float theta = yarn ? (float)pos : (float)pos * freq_scale;
         for (hs_u32 k = 0; k < i; ++k) {
             theta *= theta_scale;
         }
         if (factors != 0) {
             theta = HS_DIV_RN(theta, factors[i]);
+        }
+        if (yarn) {
+            const float y = HS_DIV_RN((float)i - corr_lo, fmaxf(corr_hi - corr_lo, 0.001f));
+            const float ramp = (1.0f - fminf(fmaxf(y, 0.0f), 1.0f)) * ext_factor;
+            theta = HS_ADD_RN(HS_MUL_RN(HS_MUL_RN(freq_scale, theta), 1.0f - ramp),
+                              HS_MUL_RN(theta, ramp));
         }
         cs[i] = (float)cos((double)theta) * mscale;
         sn[i] = (float)sin((double)theta) * mscale;

@@ -1,5 +1,5 @@
 //! The architectures of issue 15 (qwen3, gemma2, gemma3, phi3) and the mixtures of experts of
-//! issue 16 (Mixtral-style llama, qwen3moe, gpt-oss on the CPU backend) against llama.cpp:
+//! issue 16 (Mixtral-style llama, qwen3moe, gpt-oss) against llama.cpp:
 //! hipscope's synthetic models of each (the real architecture with a 512-token vocabulary), run by llama.cpp's
 //! `llama-perplexity` (b11434, CPU) and recorded in `tests/data/reference/arch/reference.toml`,
 //! `moe.toml` and `gpt-oss.toml` by `scripts/gen_arch_reference.sh`, with llama.cpp's logits of each Q8_0 file
@@ -130,8 +130,9 @@ fn qwen3moe_perplexity_matches_llama_cpp() {
 }
 
 /// gpt-oss (attention sinks, alternating sliding-window layers, YaRN RoPE, biased MXFP4 experts
-/// with softmax-after-top-k routing and the clamped SwiGLU), on the CPU backend: `perplexity`'s
-/// `--backend auto` falls back to the CPU for gpt-oss where it finds a GPU.
+/// with softmax-after-top-k routing and the clamped SwiGLU), on the backend `perplexity`'s
+/// `--backend auto` picks (the CPU where CI runs; the GPU backends' gpt-oss is checked against the
+/// CPU by `hipscope selftest --compute`, docs/gpt-oss-gpu-h100.txt).
 #[test]
 fn gpt_oss_perplexity_matches_llama_cpp() {
     check_in("gpt-oss.toml", "tiny-gpt-oss");

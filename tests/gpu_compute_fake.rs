@@ -334,3 +334,105 @@ fn the_runtime_under_a_model_is_reachable_to_switch_tracking() {
     let mut c = hipscope::gpu::cpu::CpuBackend::new(1);
     assert!(c.as_any_mut().is_none());
 }
+
+/// gpt-oss on the GPU backend (issue 16): its sinks, YaRN RoPE, biased experts and output bias
+/// ride on the launches every model makes, so a decode step costs a fixed, counted number of
+/// launches per layer: the attention norm (Q8-quantizing), Q, K, V with their biases in one
+/// launch, RoPE (YaRN inside) + KV write, attention (sinks inside, Q8-quantizing), the output
+/// projection, its bias, the residual add, the FFN norm, the router product, and the MoE's route (the router
+/// bias inside), gather, input quantization, gate/up (biases and clamped SwiGLU inside), hidden
+/// quantization, down and combine (the down bias inside): 16. Prompt batches take the tiled
+/// attention and the chunked experts; nothing is allocated while generating.
+#[test]
+fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
+    let (dev, ctl) = fake(1 << 30);
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions {
+            kv: KvType::F16,
+            ..ComputeOptions::default()
+        },
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let file = loader::open(
+        &ModelSource::Synthetic {
+            shape: "tiny-gpt-oss".into(),
+            quant: "Q8_0".into(),
+            seed: 3,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic gpt-oss");
+    let mut m = Model::load(file, Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    assert_eq!(m.config.n_layers, 2);
+    let after_load = mallocs(&ctl);
+    let mut logits = Vec::new();
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(logits.len(), 512);
+    let tiled = ctl
+        .log()
+        .iter()
+        .filter(|l| l.starts_with("launch hs_attention_tiled_f16_64"))
+        .count();
+    assert_eq!(tiled, 2, "the prompt's attention, tiled, once per layer");
+    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2);
+    assert_eq!(launched(&ctl, "hs_moe_route"), 2);
+
+    let before = ctl.log().len();
+    m.forward(&[5], 20, Logits::Last, &mut logits)
+        .expect("decode");
+    let step: Vec<String> = ctl.log()[before..]
+        .iter()
+        .filter(|l| l.starts_with("launch ") && !l.contains("hs_checksum"))
+        .cloned()
+        .collect();
+    // Outside the layers: the embedding (a dequantized row), then the output norm (on a copy of
+    // the last row) and the output head.
+    assert_eq!(step[0], "launch hs_dequant_rows_q8_0", "{step:#?}");
+    assert_eq!(
+        step[step.len() - 2..],
+        ["launch hs_rms_norm_q8", "launch hs_mv1_q8_0"],
+        "{step:#?}"
+    );
+    let per_layer = [
+        "launch hs_mv_qkv_q8_0",
+        "launch hs_rope_kv_store_f16",
+        "launch hs_attention_f16",
+        "launch hs_add_bias_rows",
+        "launch hs_add_inplace",
+        "launch hs_moe_route",
+        "launch hs_moe_gather",
+        "launch hs_moe_gate_up1_mxfp4",
+        "launch hs_moe_down1_mxfp4",
+        "launch hs_moe_combine",
+    ];
+    for k in per_layer {
+        assert_eq!(
+            step.iter().filter(|l| *l == k).count(),
+            2,
+            "{k}: once per layer in a decode step: {step:#?}"
+        );
+    }
+    assert_eq!(
+        step.len() - 3,
+        2 * 16,
+        "16 launches a layer (and 3 outside them): {step:#?}"
+    );
+    m.forward(&[6, 7, 8], 21, Logits::Last, &mut logits)
+        .expect("short batch");
+    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2 * 2);
+    assert_eq!(
+        mallocs(&ctl),
+        after_load,
+        "no device allocation while generating"
+    );
+    assert_eq!(
+        m.backend_mut()
+            .shutdown(Duration::from_secs(2), &mut |_| {}),
+        DeviceRelease::Clean
+    );
+}

@@ -102,12 +102,14 @@ fn split_model(file: &Arc<GgufFile>, ngl: usize, all: bool) -> Model {
 #[test]
 fn every_split_gives_the_all_cpu_logits_bit_for_bit() {
     // Plain llama; biases (qwen2); sliding-window rings, tied embeddings, embedding scale
-    // (gemma3); a fused QKV and RoPE factors (phi3).
+    // (gemma3); a fused QKV and RoPE factors (phi3); attention sinks and the experts' biases,
+    // handed to the side that runs their layer (gpt-oss).
     for (shape, quant) in [
         ("tiny", "Q4_0"),
         ("tiny-qwen2", "Q8_0"),
         ("tiny-gemma3", "Q4_K"),
         ("tiny-phi3", "Q8_0"),
+        ("tiny-gpt-oss", "Q8_0"),
     ] {
         let file = synth(shape, quant);
         let n = ModelConfig::from_gguf(&file).expect("config").n_layers;

@@ -30,7 +30,7 @@ pub enum Arch {
     Qwen3Moe,
     /// OpenAI gpt-oss (llama.cpp's `openai-moe`): biased Q/K/V/O, attention sinks, every other
     /// layer sliding-window (the even ones), YaRN RoPE, and a biased mixture of experts with
-    /// softmax-after-top-k routing and the clamped SwiGLU. CPU backend only for now.
+    /// softmax-after-top-k routing and the clamped SwiGLU.
     GptOss,
 }
 
@@ -89,10 +89,8 @@ impl Arch {
             | Arch::Qwen3Moe
             | Arch::Gemma2
             | Arch::Gemma3
-            | Arch::Phi3 => None,
-            Arch::GptOss => Some(
-                "gpt-oss runs on the CPU backend only for now (the GPU kernels have no attention sinks, YaRN RoPE or clamped SwiGLU yet)",
-            ),
+            | Arch::Phi3
+            | Arch::GptOss => None,
         }
     }
 }

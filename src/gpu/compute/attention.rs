@@ -125,6 +125,11 @@ impl GpuCompute {
             _ => 0,
         };
         let (pos0, pos_dev) = self.step_position(p.pos0, Some(splits as u64))?;
+        // gpt-oss's attention sinks: one f32 per query head, or a null pointer.
+        let sinks = match p.sinks {
+            Some(w) => Arg::Ptr(self.vector(w, p.n_heads)?.ptr),
+            None => Arg::U64(0),
+        };
         let qb = self.buf(q, p.n_tokens * q_dim)?;
         let kb = self.buf(k, p.n_tokens * kv_dim)?;
         let vb = self.buf(v, p.n_tokens * kv_dim)?;
@@ -160,6 +165,7 @@ impl GpuCompute {
                     Some(f) => Arg::Ptr(self.vector(f, half)?.ptr),
                     None => Arg::U64(0),
                 };
+                let [mscale, ext_factor, corr_lo, corr_hi] = ops::rope_scaling_args(r);
                 let (f, name) = match self.opts.kv {
                     KvType::F32 => (self.kernels.rope_kv_store_f32, "rope + kv_store_f32"),
                     KvType::F16 => (self.kernels.rope_kv_store_f16, "rope + kv_store_f16"),
@@ -186,7 +192,10 @@ impl GpuCompute {
                         Arg::F32(rope_theta_scale(r.base, r.n_rot)),
                         factors,
                         Arg::U32(r.neox as u32),
-                        Arg::F32(r.attn_factor),
+                        mscale,
+                        ext_factor,
+                        corr_lo,
+                        corr_hi,
                         Arg::U32(slots as u32),
                         pos_dev,
                     ],
@@ -273,6 +282,7 @@ impl GpuCompute {
                     Arg::Ptr(ob.ptr),
                     Arg::U32(p.head_dim as u32),
                     Arg::U32(splits as u32),
+                    sinks,
                     xq,
                     xd,
                     Arg::U32(fuse_bs.unwrap_or(0)),
@@ -298,6 +308,7 @@ impl GpuCompute {
                     Arg::U32(p.window as u32),
                     Arg::U32(slots as u32),
                     Arg::F32(p.softcap),
+                    sinks,
                 ],
             )?;
         } else {
@@ -324,6 +335,7 @@ impl GpuCompute {
                     Arg::U32(p.window as u32),
                     Arg::U32(slots as u32),
                     Arg::F32(p.softcap),
+                    sinks,
                     xq,
                     xd,
                     Arg::U32(fuse_bs.unwrap_or(0)),

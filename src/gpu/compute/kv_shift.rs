@@ -33,6 +33,13 @@ impl GpuCompute {
             )
         };
         s.check(n_ctx, kv_dim)?;
+        if s.rope.yarn.is_some() {
+            // The kernel rotates by delta · freq_scale · theta_scale^i; YaRN mixes another angle
+            // in per pair. No YaRN model shifts (gpt-oss: `Arch::kv_shift_inexact`).
+            return Err(crate::gpu::backend::BackendError::Unsupported(
+                "a KV shift of keys rotated with YaRN RoPE".into(),
+            ));
+        }
         let half = s.rope.pairs(s.head_dim)?;
         if half > MAX_ROPE_PAIRS {
             return Err(invalid(format!(

@@ -675,9 +675,6 @@ impl Backend for GpuCompute {
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
-        if m.oai.is_some() {
-            return Err(cpu_only("gpt-oss's experts (biases, clamped SwiGLU)"));
-        }
         self.launch_moe(m)
     }
 
@@ -705,16 +702,10 @@ impl Backend for GpuCompute {
         p: &RopeParams,
         label: OpLabel,
     ) -> Result<()> {
-        if p.yarn.is_some() {
-            return Err(cpu_only("YaRN RoPE"));
-        }
         self.launch_rope(x, n_tokens, n_heads, head_dim, pos0, p, label)
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        if p.sinks.is_some() {
-            return Err(cpu_only("attention sinks"));
-        }
         self.launch_attention(q, k, v, out, p, None)
     }
 
@@ -727,9 +718,6 @@ impl Backend for GpuCompute {
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        if p.sinks.is_some() || rope.yarn.is_some() {
-            return Err(cpu_only("attention sinks and YaRN RoPE"));
-        }
         if q == k || k == v || q == v {
             return crate::gpu::backend::rope_attention_separately(self, q, k, v, out, rope, p);
         }
@@ -895,12 +883,4 @@ impl Drop for GpuCompute {
             );
         }
     }
-}
-
-/// The refusal of an op the GPU kernels do not have yet (gpt-oss's): the model runs on the CPU
-/// backend (`--backend cpu`; `--backend auto` falls back to it before loading).
-fn cpu_only(what: &str) -> BackendError {
-    BackendError::Unsupported(format!(
-        "{what}: the GPU backend has no kernel for this yet; gpt-oss runs on the CPU backend only for now (--backend cpu)"
-    ))
 }

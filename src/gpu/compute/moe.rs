@@ -4,7 +4,9 @@
 //! the residual — every expert id stays on the device, read by the kernels from the route
 //! buffer, so no step waits for the host (and a captured graph replays it as is). All experts
 //! are resident in the arena; a chunk reads only its own expert's rows, so decode reads the
-//! chosen experts' weights and no others.
+//! chosen experts' weights and no others. gpt-oss's variant ([`MoeFfn::oai`]: biases, routing by
+//! the softmax of the chosen logits, the clamped SwiGLU) runs in the same launches, its bias
+//! pointers passed where other models pass null.
 
 use super::*;
 use crate::gpu::backend::MoeFfn;
@@ -83,6 +85,26 @@ impl GpuCompute {
         }
     }
 
+    /// A bias tensor of gpt-oss's MoE: `rows` rows of `cols` f32 (a one-row tensor is kept as
+    /// f32 whatever its stored type; a wider one must be stored as F32, as the converter writes
+    /// them).
+    fn moe_bias(&self, w: Weight, rows: usize, cols: usize) -> Result<DeviceBuffer> {
+        let gw = self.weight(w)?;
+        if gw.rows * gw.cols != rows * cols || gw.cols != cols {
+            return Err(invalid(format!(
+                "{}: {} × {}, the MoE op needs {rows} × {cols}",
+                gw.name, gw.rows, gw.cols
+            )));
+        }
+        if gw.ty != GgmlType::F32 {
+            return Err(BackendError::Unsupported(format!(
+                "{}: an expert bias of type {} (the GPU reads expert biases as F32)",
+                gw.name, gw.ty
+            )));
+        }
+        Ok(gw.buf)
+    }
+
     pub(super) fn launch_moe(&mut self, m: &MoeFfn) -> Result<()> {
         let (n, dim, ff, ne, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_expert, m.n_used);
         if n == 0 {
@@ -107,6 +129,18 @@ impl GpuCompute {
         let h = self.buf(m.h, entries * ff)?;
         let y = self.buf(m.y, entries * dim)?;
         let acc = self.buf(m.acc, n * dim)?;
+        // gpt-oss: the router's bias, per expert the gate's, up's and down's (null pointers
+        // otherwise: the Mixtral-style op).
+        let [rb, gb, ub, db] = match &m.oai {
+            Some(o) => [
+                self.moe_bias(o.router_bias, 1, ne)?,
+                self.moe_bias(o.gate_bias, ne, ff)?,
+                self.moe_bias(o.up_bias, ne, ff)?,
+                self.moe_bias(o.down_bias, ne, dim)?,
+            ]
+            .map(|b| Arg::Ptr(b.ptr)),
+            None => [Arg::U64(0); 4],
+        };
         let lab = |name| OpLabel::layer(m.layer, name);
         self.launch_matmul(m.router, m.x, m.logits, n, lab("ffn_moe_router"))?;
         let nt = if n == 1 { 1 } else { CHUNK };
@@ -130,8 +164,10 @@ impl GpuCompute {
                 Arg::U32(ne as u32),
                 Arg::U32(k32),
                 Arg::U32(nt as u32),
+                rb,
             ],
         )?;
+        self.wrote(m.logits);
         self.wrote(m.route);
         self.launch(
             lab("ffn_moe_gather"),
@@ -171,6 +207,8 @@ impl GpuCompute {
             Arg::U32(k32),
             Arg::U32(ff32),
             Arg::U32(dim32),
+            gb,
+            ub,
         ]);
         self.launch(
             lab("ffn_moe_gate_up"),
@@ -221,6 +259,7 @@ impl GpuCompute {
                 Arg::U32(n32),
                 Arg::U32(k32),
                 Arg::U32(dim32),
+                db,
             ],
         )?;
         self.wrote(m.acc);

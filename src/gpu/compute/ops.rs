@@ -3,6 +3,26 @@
 
 use super::*;
 
+/// The arguments every rotating kernel takes after the RoPE factors' pointer and `neox` (see
+/// `hs_rope_row` in `kernels/prelude.h`): the cosine/sine scale (`attn_factor`, times YaRN's
+/// magnitude factor), then YaRN's `ext_factor` (0: no YaRN) and correction dimensions.
+pub(super) fn rope_scaling_args(p: &RopeParams) -> [Arg; 4] {
+    match &p.yarn {
+        Some(y) => [
+            Arg::F32(p.attn_factor * y.mscale(p.freq_scale)),
+            Arg::F32(y.ext_factor),
+            Arg::F32(y.corr_dims[0]),
+            Arg::F32(y.corr_dims[1]),
+        ],
+        None => [
+            Arg::F32(p.attn_factor),
+            Arg::F32(0.0),
+            Arg::F32(0.0),
+            Arg::F32(0.0),
+        ],
+    }
+}
+
 impl GpuCompute {
     /// `dst[i] = f(dst[i], src[i])` over `len` elements: one launch of an elementwise kernel.
     pub(super) fn elementwise(
@@ -172,6 +192,7 @@ impl GpuCompute {
         };
         let (pos0, pos_dev) = self.step_position(pos0, None)?;
         let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
+        let [mscale, ext_factor, corr_lo, corr_hi] = rope_scaling_args(p);
         let f = self.kernels.rope;
         self.launch(
             label,
@@ -189,7 +210,10 @@ impl GpuCompute {
                 Arg::F32(rope_theta_scale(p.base, p.n_rot)),
                 factors,
                 Arg::U32(p.neox as u32),
-                Arg::F32(p.attn_factor),
+                mscale,
+                ext_factor,
+                corr_lo,
+                corr_hi,
                 pos_dev,
             ],
         )?;

@@ -211,6 +211,17 @@ impl SplitBackend {
         })
     }
 
+    /// `p` with its attention sinks (gpt-oss) as side `s` holds them.
+    fn attn_on(&self, p: &AttnParams, s: Side) -> Result<AttnParams> {
+        Ok(AttnParams {
+            sinks: match p.sinks {
+                Some(w) => Some(self.w_on(w, s)?),
+                None => None,
+            },
+            ..*p
+        })
+    }
+
     /// The split for the Arena panel.
     fn split_snapshot(&self) -> SplitSnapshot {
         SplitSnapshot {
@@ -445,12 +456,16 @@ impl Backend for SplitBackend {
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
         // The whole mixture runs on its layer's side: router, experts and the residual add.
-        if m.oai.is_some() {
-            return Err(BackendError::Unsupported(
-                "gpt-oss's experts in a model split between GPU and CPU".into(),
-            ));
-        }
         let s = self.weight_side(m.router, self.place.layer_side(m.layer as usize));
+        let oai = match m.oai {
+            Some(o) => Some(crate::gpu::backend::OaiMoe {
+                router_bias: self.w_on(o.router_bias, s)?,
+                gate_bias: self.w_on(o.gate_bias, s)?,
+                up_bias: self.w_on(o.up_bias, s)?,
+                down_bias: self.w_on(o.down_bias, s)?,
+            }),
+            None => None,
+        };
         self.need(m.x, s)?;
         self.need(m.acc, s)?;
         let on = crate::gpu::backend::MoeFfn {
@@ -465,6 +480,7 @@ impl Backend for SplitBackend {
             xs: self.on(m.xs, s)?,
             h: self.on(m.h, s)?,
             y: self.on(m.y, s)?,
+            oai,
             ..*m
         };
         self.side(s).moe_ffn(&on)?;
@@ -509,12 +525,8 @@ impl Backend for SplitBackend {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        if p.sinks.is_some() {
-            return Err(BackendError::Unsupported(
-                "attention sinks (gpt-oss) in a model split between GPU and CPU".into(),
-            ));
-        }
         let s = self.place.layer_side(p.layer);
+        let p = &self.attn_on(p, s)?;
         for b in [q, k, v] {
             self.need(b, s)?;
         }
@@ -551,12 +563,8 @@ impl Backend for SplitBackend {
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        if p.sinks.is_some() {
-            return Err(BackendError::Unsupported(
-                "attention sinks (gpt-oss) in a model split between GPU and CPU".into(),
-            ));
-        }
         let s = self.place.layer_side(p.layer);
+        let p = &self.attn_on(p, s)?;
         for b in [q, k, v] {
             self.need(b, s)?;
         }

@@ -61,7 +61,8 @@ pub struct SelftestArgs {
     #[arg(long)]
     pub compute: bool,
     /// With --compute: synthetic shapes (default tiny,tiny-qwen2,tiny-llama3,smollm2-135m,
-    /// tiny-qwen3,tiny-gemma2,tiny-gemma3,tiny-phi3,mixtral-tiny-2l,tiny-qwen3moe).
+    /// tiny-qwen3,tiny-gemma2,tiny-gemma3,tiny-phi3,mixtral-tiny-2l,tiny-qwen3moe,tiny-gpt-oss,
+    /// gpt-oss-20b-2l; the last in Q8_0 and Q4_K only).
     #[arg(long, value_delimiter = ',', requires = "compute")]
     pub shapes: Vec<String>,
     /// With --compute: weight types (default F32,F16,Q4_0,Q4_1,Q8_0,Q4_K,Q6_K).
