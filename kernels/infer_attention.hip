@@ -325,14 +325,17 @@ __device__ __forceinline__ float attn_norm(float m, float l, const float *sinks,
 // sinks: attention sinks (attn_norm), or null.
 //
 // With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
-// product that follows (hs_quantize_act's numbers and layout, without its launch).
+// product that follows (hs_quantize_act's numbers and layout, without its launch; bs may carry
+// HS_Q8_1_SUMS).
 template <typename KV>
 __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, float *out,
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                 hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
                                 float softcap, const float *sinks, signed char *xq, float *xd,
-                                hs_u32 bs) {
+                                hs_u32 bs_arg) {
     __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
+    bool q8_1;
+    const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const hs_u32 h = blockIdx.x;
     const hs_u32 t = blockIdx.y;
     const hs_u32 q_dim = n_heads * head_dim;
@@ -354,7 +357,7 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
         const hs_u64 e0 = (hs_u64)t * q_dim + (hs_u64)h * head_dim;
         for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
             const hs_u64 e = e0 + (hs_u64)b * bs;
-            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0);
+            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0, q8_1);
         }
     }
 }
@@ -444,8 +447,10 @@ HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const uns
 // with bs != 0, Q8-quantizes the head's output as infer_attention does.
 HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
                                     hs_u32 head_dim, hs_u32 splits, const float *sinks,
-                                    signed char *xq, float *xd, hs_u32 bs) {
+                                    signed char *xq, float *xd, hs_u32 bs_arg) {
     HS_BREADCRUMB();
+    bool q8_1;
+    const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const hs_u32 h = blockIdx.x;
     const float *ph = part + (hs_u64)h * splits * (head_dim + 2);
     float mx = HS_NEG_INF;
@@ -483,7 +488,7 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
         const hs_u64 e0 = (hs_u64)h * head_dim;
         for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
             const hs_u64 e = e0 + (hs_u64)b * bs;
-            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0);
+            hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0, q8_1);
         }
     }
 }

@@ -405,14 +405,16 @@ HS_KERNEL void hs_dequant_tile_iq4_xs(HS_TRACK_PARAMS, const unsigned char *tabl
 // (q * d) where xdq is given: the GEMM of a prompt batch then multiplies the same numbers the
 // integer dot products of the matrix-vector kernels (and the CPU backend) multiply.
 HS_KERNEL void hs_quantize_act(HS_TRACK_PARAMS, const float *x, signed char *xq, float *xd,
-                               float *xdq, hs_u32 bs, hs_u64 n_blocks) {
+                               float *xdq, hs_u32 bs_arg, hs_u64 n_blocks) {
     HS_BREADCRUMB();
+    bool q8_1;
+    const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     // One warp per block (grid-stride over the warps): lanes read consecutive elements.
     const hs_u64 nwarps = (hs_u64)gridDim.x * (blockDim.x / warpSize);
     for (hs_u64 blk = (hs_u64)blockIdx.x * (blockDim.x / warpSize) + threadIdx.x / warpSize;
          blk < n_blocks; blk += nwarps) {
         hs_q8_block_warp(x + blk * bs, bs, (xq != 0) ? xq + blk * bs : 0,
-                         (xd != 0) ? xd + 2 * blk : 0, (xdq != 0) ? xdq + blk * bs : 0);
+                         (xd != 0) ? xd + 2 * blk : 0, (xdq != 0) ? xdq + blk * bs : 0, q8_1);
     }
 }
 

@@ -59,7 +59,8 @@ __device__ __forceinline__ void infer_norm_block_load(const float *xr, const flo
 }
 
 // As hs_rms_norm_rows, then the row's Q8 quantization for `bs`-element blocks (the input of the
-// products that follow: hs_quantize_act's numbers, without its launch). dim is a multiple of bs.
+// products that follow: hs_quantize_act's numbers, without its launch; bs may carry
+// HS_Q8_1_SUMS). dim is a multiple of bs.
 // Grid (rows, slices): every block of a row sums the row's squares (the same order as
 // hs_rms_norm_rows, so every block gets the same scale), then normalises and quantizes its
 // slice of the row's Q8 blocks, a warp per Q8 block, from registers (hs_q8_block_warp_regs).
@@ -67,9 +68,12 @@ __device__ __forceinline__ void infer_norm_block_load(const float *xr, const flo
 // their memory round trip overlaps the sum's. One block per row left a decode step's norm a
 // chain of dependent memory round trips (18-22 us on an H100 at dim 4096).
 HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, float *y,
-                              signed char *xq, float *xd, hs_u32 dim, float eps, hs_u32 bs) {
+                              signed char *xq, float *xd, hs_u32 dim, float eps,
+                              hs_u32 bs_arg) {
     HS_BREADCRUMB();
     __shared__ float s[64];
+    bool q8_1;
+    const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const float *xr = x + (hs_u64)blockIdx.x * dim;
     float *yr = y + (hs_u64)blockIdx.x * dim;
     const hs_u32 lane = threadIdx.x % warpSize;
@@ -101,7 +105,7 @@ HS_KERNEL void hs_rms_norm_q8(HS_TRACK_PARAMS, const float *x, const float *w, f
                 yb[i] = xv[k];
             }
         }
-        hs_q8_block_warp_regs(xv, bs, xq + (b0 + b) * bs, xd + 2 * (b0 + b), 0);
+        hs_q8_block_warp_regs(xv, bs, xq + (b0 + b) * bs, xd + 2 * (b0 + b), 0, q8_1);
     }
 }
 

@@ -140,18 +140,28 @@ __device__ __forceinline__ float hs_q8_scale(float amax, float id, hs_u32 bs) {
     return hs_half_to_float(hs_float_to_half(HS_DIV_RN(amax, 127.0f)));
 }
 
+// A quantizer's `bs` argument with this bit set: the block's sum term is Q8_1's, for Q4_1 / Q5_1
+// weights (see hs_q8_block_warp_regs). hs_q8_args splits such an argument.
+#define HS_Q8_1_SUMS 0x10000u
+
+__device__ __forceinline__ hs_u32 hs_q8_args(hs_u32 bs_arg, bool *q8_1) {
+    *q8_1 = (bs_arg & HS_Q8_1_SUMS) != 0;
+    return bs_arg & ~HS_Q8_1_SUMS;
+}
+
 // Q8 quantization of one block of `bs` activations by the warp, exactly as the CPU backend
 // quantizes them: q = round-half-even(x * 127 / max|x|), d of hs_q8_scale. Lane l holds elements
 // l, l + warpSize, ... in x[0], x[1], ... (0 beyond bs), so a kernel that has just computed them
 // quantizes from registers; max and the integer sum are exact in any order (|sum q| <= 256 * 128
-// is exact in f32). Writes the quants and (d, d * sum q) where q / dd are given (d * sum q is exact
-// for the f16 d of 32-element blocks: Q8_0's integer offset term; the CPU backend rounds Q4_1 /
-// Q5_1's to f16 from the unrounded d, as llama.cpp's Q8_1 does, which this does not), the dequantized
-// values (q * d) where dq is given. Shared by hs_quantize_act, the RMS norm that quantizes its own
-// output and the attention that quantizes its output. bs is at most HS_Q8_MAX_BLOCK (K-quant
-// super-blocks). Every lane of the warp must call it; lane 0 writes dd.
+// is exact in f32). Writes the quants and (d, s) where q / dd are given, the dequantized values
+// (q * d) where dq is given. s, as the CPU backend (act.rs, q8x32_scales) and llama.cpp store it:
+// for Q8_1 (q8_1, 32-element blocks for Q4_1 / Q5_1 weights) (amax / 127) * sum q rounded to
+// f16, from the unrounded d; else d * sum q, exact for the f16 d (Q8_0's integer offset term).
+// Shared by hs_quantize_act, the RMS norm that quantizes its own output and the attention that
+// quantizes its output. bs is at most HS_Q8_MAX_BLOCK (K-quant super-blocks). Every lane of the
+// warp must call it; lane 0 writes dd.
 __device__ __forceinline__ void hs_q8_block_warp_regs(const float *x, hs_u32 bs, signed char *q,
-                                                      float *dd, float *dq) {
+                                                      float *dd, float *dq, bool q8_1) {
     const hs_u32 lane = threadIdx.x % warpSize;
     float amax = 0.0f;
 #pragma unroll
@@ -181,13 +191,14 @@ __device__ __forceinline__ void hs_q8_block_warp_regs(const float *x, hs_u32 bs,
     sum = hs_warp_sum(sum);
     if (dd != 0 && lane == 0) {
         dd[0] = d;
-        dd[1] = d * sum;
+        dd[1] = q8_1 ? hs_half_to_float(hs_float_to_half(HS_DIV_RN(amax, 127.0f) * sum))
+                     : d * sum;
     }
 }
 
 // As hs_q8_block_warp_regs, the block read from xb (lane l loads elements l, l + warpSize, ...).
 __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, signed char *q,
-                                                 float *dd, float *dq) {
+                                                 float *dd, float *dq, bool q8_1) {
     const hs_u32 lane = threadIdx.x % warpSize;
     // The lane's elements, loaded together before any use: the stores of the quantization may
     // alias them (char), which would otherwise order each load after them.
@@ -197,7 +208,7 @@ __device__ __forceinline__ void hs_q8_block_warp(const float *xb, hs_u32 bs, sig
         const hs_u32 i = lane + k * warpSize;
         x[k] = (i < bs) ? xb[i] : 0.0f;
     }
-    hs_q8_block_warp_regs(x, bs, q, dd, dq);
+    hs_q8_block_warp_regs(x, bs, q, dd, dq, q8_1);
 }
 
 #define HS_ROPE_MAX_PAIRS 256

@@ -228,7 +228,7 @@ impl GpuCompute {
         // where the last product's Q8 block divides a head (a projection of another block size
         // quantizes again).
         let fuse_bs = self.norm_bs.filter(|&bs| {
-            p.head_dim.is_multiple_of(bs as usize)
+            p.head_dim.is_multiple_of(q8_block(bs) as usize)
                 && p.n_tokens < self.opts.gemm_min_tokens.max(1)
                 && self
                     .ws

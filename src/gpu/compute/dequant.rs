@@ -292,6 +292,8 @@ impl GpuCompute {
             return Ok(false);
         };
         let xh_bytes = f16_bytes(n_tokens * cols);
+        // The f16 rounding of the Q8 values uses no sum term: the plain block length.
+        let bs = q8_block(bs);
         let row_f16 = cols as u64 * 2;
         // hs_dequant_tile_* and hs_gemm_f16 take whole 32-element chunks of a row.
         if xh_bytes + row_f16 > tile.bytes

@@ -438,9 +438,10 @@ impl GpuCompute {
         if self.quant == Some(key) {
             return Ok(());
         }
-        if !cols.is_multiple_of(bs as usize) {
+        let blk = q8_block(bs);
+        if !cols.is_multiple_of(blk as usize) {
             return Err(invalid(format!(
-                "rows of {cols} are not whole blocks of {bs}"
+                "rows of {cols} are not whole blocks of {blk}"
             )));
         }
         let ws = self.workspace()?;
@@ -458,7 +459,7 @@ impl GpuCompute {
         } else {
             (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr), Arg::U64(0))
         };
-        let n_blocks = elems / bs as u64;
+        let n_blocks = elems / blk as u64;
         let f = self.kernels.quantize;
         self.launch(
             label,
@@ -535,7 +536,7 @@ impl GpuCompute {
         };
         let kname = mv_name(tk.suffix);
         let nblocks = match tk.act {
-            ActFormat::Q8 { bs } => cols / bs as usize,
+            ActFormat::Q8 { bs } => cols / q8_block(bs) as usize,
             ActFormat::F32 => 0,
         };
         for (t0, nt) in mv_chunks(n_tokens) {

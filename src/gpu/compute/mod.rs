@@ -53,7 +53,7 @@ pub use dequant::{PrefillPath, choose_prefill, matrix_units};
 pub use plan::{ActFormat, ComputeOptions, PrefillGemm};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
-    mv_grid, rope_theta_scale, tile_rows, type_kernels,
+    mv_grid, q8_block, rope_theta_scale, tile_rows, type_kernels,
 };
 
 /// How often the event prober asks the runtime about events (breadcrumbs show progress between).

@@ -71,7 +71,7 @@ impl GpuCompute {
         // Quantized for the matrix-vector products that follow, in the same launch, where the
         // last such product's block size divides the rows and the batch takes that path.
         let fuse_bs = self.norm_bs.filter(|&bs| {
-            dim.is_multiple_of(bs as usize)
+            dim.is_multiple_of(q8_block(bs) as usize)
                 && n_tokens < self.opts.gemm_min_tokens.max(1)
                 && self
                     .ws
@@ -86,7 +86,9 @@ impl GpuCompute {
             let f = self.kernels.rms_norm_q8;
             // Each row's Q8 blocks spread over blocks of 256 threads, a warp per Q8 block.
             let warps = (256 / self.warp.clamp(1, 256)).max(1) as usize;
-            let slices = (dim / bs as usize).div_ceil(warps).clamp(1, MAX_GRID_Y);
+            let slices = (dim / q8_block(bs) as usize)
+                .div_ceil(warps)
+                .clamp(1, MAX_GRID_Y);
             self.launch(
                 label,
                 "rms_norm + quantize_q8",

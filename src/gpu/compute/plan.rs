@@ -11,8 +11,21 @@ use crate::gpu::quant::GgmlType;
 pub enum ActFormat {
     /// f32 as computed (F32, F16, BF16 weights).
     F32,
-    /// Q8 blocks of `bs` values: 32 for the 32-element types, 256 for the K types.
+    /// Q8 blocks of `bs` values: 32 for the 32-element types, 256 for the K types; for Q4_1 and
+    /// Q5_1, `32 | Q8_1_SUMS` (see [`Q8_1_SUMS`]).
     Q8 { bs: u32 },
+}
+
+/// A bit of a Q8 format's `bs`: the blocks' sum term is Q8_1's, `(amax / 127) · Σq` rounded to
+/// f16 from the unrounded scale, as llama.cpp's `quantize_row_q8_1` and the CPU backend
+/// (`quant::dot::act::q8x32_scales`) store it for Q4_1 / Q5_1 weights; without it `d · Σq` with
+/// the f16 `d` (Q8_0's). The kernels' quantizers take `bs` with this bit (`HS_Q8_1_SUMS` in
+/// kernels/prelude.h), and the workspace's cache key keeps the two apart.
+pub const Q8_1_SUMS: u32 = 0x1_0000;
+
+/// The block length of a Q8 format's `bs` (without [`Q8_1_SUMS`]).
+pub fn q8_block(bs: u32) -> u32 {
+    bs & !Q8_1_SUMS
 }
 
 /// The kernels and activation format of one weight type.
@@ -31,9 +44,9 @@ pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
         F16 => ("f16", ActFormat::F32),
         Bf16 => ("bf16", ActFormat::F32),
         Q4_0 => ("q4_0", ActFormat::Q8 { bs: 32 }),
-        Q4_1 => ("q4_1", ActFormat::Q8 { bs: 32 }),
+        Q4_1 => ("q4_1", ActFormat::Q8 { bs: 32 | Q8_1_SUMS }),
         Q5_0 => ("q5_0", ActFormat::Q8 { bs: 32 }),
-        Q5_1 => ("q5_1", ActFormat::Q8 { bs: 32 }),
+        Q5_1 => ("q5_1", ActFormat::Q8 { bs: 32 | Q8_1_SUMS }),
         Q8_0 => ("q8_0", ActFormat::Q8 { bs: 32 }),
         Q4K => ("q4_k", ActFormat::Q8 { bs: 256 }),
         Q5K => ("q5_k", ActFormat::Q8 { bs: 256 }),
@@ -289,12 +302,21 @@ mod tests {
             let same = matches!(
                 (k.act, cpu),
                 (ActFormat::F32, quant::dot::ActKind::F32)
-                    | (ActFormat::Q8 { bs: 32 }, quant::dot::ActKind::Q8x32 { .. })
+                    | (
+                        ActFormat::Q8 { bs: 32 },
+                        quant::dot::ActKind::Q8x32 { q8_1: false }
+                    )
+                    | (
+                        ActFormat::Q8 {
+                            bs: 0x1_0020 // 32 | Q8_1_SUMS
+                        },
+                        quant::dot::ActKind::Q8x32 { q8_1: true }
+                    )
                     | (ActFormat::Q8 { bs: 256 }, quant::dot::ActKind::Q8xK)
             );
             assert!(same, "{ty}: GPU {:?} vs CPU {cpu:?}", k.act);
             if let ActFormat::Q8 { bs } = k.act {
-                assert_eq!(bs as usize, ty.block_len(), "{ty}");
+                assert_eq!(q8_block(bs) as usize, ty.block_len(), "{ty}");
             }
         }
         assert_eq!(GPU_TYPES, quant::COMPUTE_TYPES);
