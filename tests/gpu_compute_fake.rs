@@ -48,6 +48,19 @@ fn opts() -> ModelOptions {
     }
 }
 
+/// The compute backend on a fake device of `total_memory` bytes, and the device's control.
+fn open_fake(total_memory: u64, options: ComputeOptions) -> (GpuCompute, FakeControl) {
+    let (dev, ctl) = fake(total_memory);
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        options,
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    (gpu, ctl)
+}
+
 fn mallocs(c: &FakeControl) -> usize {
     c.log().iter().filter(|l| l.starts_with("malloc")).count()
 }
@@ -62,17 +75,13 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
 #[test]
 fn the_prefill_gemm_setting_picks_the_path() {
     let open = |prefill| {
-        let (dev, ctl) = fake(1 << 30);
-        let gpu = GpuCompute::open(
-            Box::new(dev),
-            "fake: test device",
+        let (gpu, ctl) = open_fake(
+            1 << 30,
             ComputeOptions {
                 prefill,
                 ..ComputeOptions::default()
             },
-            &KernelCache::disabled(),
-        )
-        .expect("open");
+        );
         (gpu, ctl)
     };
     let (gpu, _) = open(PrefillGemm::Auto);
@@ -103,17 +112,13 @@ fn the_prefill_gemm_setting_picks_the_path() {
 
 #[test]
 fn a_forward_pass_enqueues_labelled_kernels_and_allocates_nothing() {
-    let (dev, ctl) = fake(1 << 30);
-    let gpu = GpuCompute::open(
-        Box::new(dev),
-        "fake: test device",
+    let (gpu, ctl) = open_fake(
+        1 << 30,
         ComputeOptions {
             kv: KvType::F16,
             ..ComputeOptions::default()
         },
-        &KernelCache::disabled(),
-    )
-    .expect("open");
+    );
     let shared = gpu.gpu().expect("live").stream_shared();
     let monitor = gpu.monitor().expect("a GPU backend has a monitor");
     let mut m = Model::load(tiny("Q4_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
@@ -298,14 +303,7 @@ fn unsupported_calls_are_errors_not_panics() {
 
 #[test]
 fn the_runtime_under_a_model_is_reachable_to_switch_tracking() {
-    let (dev, _ctl) = fake(1 << 30);
-    let gpu = GpuCompute::open(
-        Box::new(dev),
-        "fake: test device",
-        ComputeOptions::default(),
-        &KernelCache::disabled(),
-    )
-    .expect("open");
+    let (gpu, _ctl) = open_fake(1 << 30, ComputeOptions::default());
     let shared = gpu.gpu().expect("live").stream_shared();
     let mut m = Model::load(tiny("Q4_0"), Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
     assert!(shared.tracking(), "tracking is on by default");
@@ -345,17 +343,13 @@ fn the_runtime_under_a_model_is_reachable_to_switch_tracking() {
 /// attention and the chunked experts; nothing is allocated while generating.
 #[test]
 fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
-    let (dev, ctl) = fake(1 << 30);
-    let gpu = GpuCompute::open(
-        Box::new(dev),
-        "fake: test device",
+    let (gpu, ctl) = open_fake(
+        1 << 30,
         ComputeOptions {
             kv: KvType::F16,
             ..ComputeOptions::default()
         },
-        &KernelCache::disabled(),
-    )
-    .expect("open");
+    );
     let file = loader::open(
         &ModelSource::Synthetic {
             shape: "tiny-gpt-oss".into(),

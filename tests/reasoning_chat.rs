@@ -8,9 +8,11 @@
 
 mod ui_common;
 
+mod common;
+use common::worker::until;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hipscope::gpu::backend::{
     AttnParams, Backend, Buf, KvLayout, KvShift, MemoryPlan, MoeFfn, OpLabel, Result, RopeParams,
@@ -183,27 +185,6 @@ fn start(tok: &Tokenizer, script: Arc<Mutex<Script>>) -> WorkerHandle {
         drain_deadline: Duration::from_secs(5),
         remote_poll: Duration::from_millis(500),
     })
-}
-
-/// Events until one that `stop` accepts (returned last); fails after 120 s.
-fn until(w: &mut WorkerHandle, what: &str, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen = Vec::new();
-    loop {
-        match w.events.try_recv() {
-            Ok(e) => {
-                let done = stop(&e);
-                seen.push(e);
-                if done {
-                    return seen;
-                }
-            }
-            Err(_) => {
-                assert!(Instant::now() < deadline, "no {what}; saw {seen:?}");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    }
 }
 
 /// One answer: (reasoning, answer, stats, why it ended), from the events as the UI gets them.

@@ -7,6 +7,7 @@
 //! shows it (which proves the fields reach it). Also which reasoning format each template makes
 //! hipscope read. The reference: `scripts/gen_reasoning_ref.py`.
 
+mod common;
 use std::path::PathBuf;
 
 use hipscope::model::loader;
@@ -45,12 +46,7 @@ struct Case {
 }
 
 fn reference() -> Reference {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/tokenizer/reasoning_history.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    common::read_json("tests/data/tokenizer/reasoning_history.json")
 }
 
 fn template(c: &Case) -> ChatTemplate {

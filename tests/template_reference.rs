@@ -14,6 +14,7 @@
 //!
 //! All made by `scripts/gen_tokenizer_ref.py templates`.
 
+mod common;
 use std::path::PathBuf;
 
 use hipscope::model::gguf::GgufFile;
@@ -70,12 +71,7 @@ struct MoreConversation {
 }
 
 fn reference() -> Reference {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/tokenizer/chat_templates.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    common::read_json("tests/data/tokenizer/chat_templates.json")
 }
 
 fn messages(m: &[Msg]) -> Vec<Message> {

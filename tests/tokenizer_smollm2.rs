@@ -5,6 +5,7 @@
 //!
 //! The model is read from `HIPSCOPE_TEST_MODEL`; the test fails when it is not set.
 
+mod common;
 use std::path::PathBuf;
 
 use hipscope::model::gguf::GgufFile;
@@ -50,12 +51,7 @@ fn model_path() -> PathBuf {
 }
 
 fn reference() -> Reference {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/data/tokenizer/smollm2.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+    common::read_json("tests/data/tokenizer/smollm2.json")
 }
 
 fn load() -> (Tokenizer, Reference) {

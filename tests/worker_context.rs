@@ -3,9 +3,11 @@
 //! in it: whole, where it fits; without its oldest exchanges (and saying how many), where it
 //! does not; and a reload that fails goes back to the context it had, conversation and all.
 
+mod common;
+use common::worker::until;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::model::loader::LoadOptions;
@@ -47,27 +49,6 @@ fn start(n_ctx: usize, fail_on: &'static [usize]) -> WorkerHandle {
         drain_deadline: Duration::from_secs(5),
         remote_poll: Duration::from_millis(500),
     })
-}
-
-/// Events until one that `stop` accepts (which is returned last); fails after 120 s.
-fn until(w: &mut WorkerHandle, what: &str, stop: impl Fn(&Event) -> bool) -> Vec<Event> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut seen = Vec::new();
-    loop {
-        match w.events.try_recv() {
-            Ok(e) => {
-                let done = stop(&e);
-                seen.push(e);
-                if done {
-                    return seen;
-                }
-            }
-            Err(_) => {
-                assert!(Instant::now() < deadline, "no {what}; saw {seen:?}");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-    }
 }
 
 fn loaded(w: &mut WorkerHandle) -> (usize, Vec<Event>) {

@@ -213,15 +213,7 @@ impl ReasoningParser {
                 }
             }
             State::Thinking { started: false } => {
-                let t = self.pending.trim_start();
-                if t.is_empty() {
-                    self.pending.clear();
-                    false
-                } else {
-                    self.pending = t.to_string();
-                    self.state = State::Thinking { started: true };
-                    true
-                }
+                self.skip_white_space_then(State::Thinking { started: true })
             }
             State::Thinking { started: true } => {
                 match self.until(out, Body::Reasoning, &[THINK_CLOSE]) {
@@ -232,17 +224,21 @@ impl ReasoningParser {
                     None => false,
                 }
             }
-            State::AnswerStart => {
-                let t = self.pending.trim_start();
-                if t.is_empty() {
-                    self.pending.clear();
-                    false
-                } else {
-                    self.pending = t.to_string();
-                    self.state = State::Answer;
-                    true
-                }
-            }
+            State::AnswerStart => self.skip_white_space_then(State::Answer),
+        }
+    }
+
+    /// Drops the white space at the start of `pending`; once text follows it, moves to `next`
+    /// (`true`: go on). All white space so far: kept waiting for more (`false`).
+    fn skip_white_space_then(&mut self, next: State) -> bool {
+        let t = self.pending.trim_start();
+        if t.is_empty() {
+            self.pending.clear();
+            false
+        } else {
+            self.pending = t.to_string();
+            self.state = next;
+            true
         }
     }
 

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod quant_ref;
+pub mod worker;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -44,4 +47,12 @@ pub fn run_ok(args: &[&str]) -> Output {
 
 pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The JSON file at `rel` in the repository (test data), read into `T`; a test failure naming
+/// the file if it is missing or does not parse.
+pub fn read_json<T: serde::de::DeserializeOwned>(rel: &str) -> T {
+    let path = repo_path(rel);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

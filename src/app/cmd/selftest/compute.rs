@@ -262,6 +262,15 @@ fn end_to_end_bounded(file: &GgufFile) -> bool {
     !(moe && end_to_end_tolerance(file) > 1e-4)
 }
 
+/// How many decode graphs the GPU backend under a model has replayed (0 for any other backend).
+pub(super) fn graph_replays(backend: &mut dyn Backend) -> u64 {
+    backend
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<GpuCompute>())
+        .and_then(|c| c.gpu())
+        .map_or(0, |r| r.graph_stats().replays)
+}
+
 pub(super) fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute, String> {
     let (device, reason) = match select(o.backend, o.device).map_err(|e| e.to_string())? {
         Selected::Gpu { backend, reason } => (backend, reason),
@@ -412,12 +421,7 @@ fn run_case(
         }
         Ok(out)
     })();
-    let replays = g
-        .backend_mut()
-        .as_any_mut()
-        .and_then(|a| a.downcast_mut::<GpuCompute>())
-        .and_then(|c| c.gpu())
-        .map_or(0, |r| r.graph_stats().replays);
+    let replays = graph_replays(g.backend_mut());
     let result = result.map(|o| Outcome { replays, ..o });
     let release = g
         .backend_mut()

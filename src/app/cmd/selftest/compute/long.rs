@@ -8,7 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{ComputeCheckOptions, end_to_end_tolerance, op_tolerance, open_gpu, print_ops};
+use super::{
+    ComputeCheckOptions, end_to_end_tolerance, graph_replays, op_tolerance, open_gpu, print_ops,
+};
 use crate::app::cmd::usage::outln;
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
@@ -83,12 +85,7 @@ fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String>
         }
         Ok(worst)
     })();
-    let replays = g
-        .backend_mut()
-        .as_any_mut()
-        .and_then(|a| a.downcast_mut::<GpuCompute>())
-        .and_then(|c| c.gpu())
-        .map_or(0, |r| r.graph_stats().replays);
+    let replays = graph_replays(g.backend_mut());
     let release = g
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
