@@ -85,10 +85,168 @@ __device__ __forceinline__ hs_u32 hs_mm_word(const unsigned short *s, hs_u32 i) 
     return *(const hs_u32 *)(s + i);
 }
 
-__device__ __forceinline__ void hs_mm_store(float *C, hs_i32 ldc, hs_i32 m, hs_i32 n, hs_i32 r,
-                                            hs_i32 c, float v) {
-    if (r < m && c < n) {
-        C[(hs_i64)c * ldc + r] = v;
+// The block's 64 x 64 tile of C as the matrix units hold it: HS_MM_ACC floats a thread, whatever
+// the units. hs_mm_zero clears it, hs_mm_tile adds the product of one staged step (As: 64 rows x
+// BK of A, Bs: 64 rows x BK of B, HS_MM_LDS halves apart), hs_mm_at names element i's value and
+// its row and column in the tile.
+#define HS_MM_ACC 32
+
+struct hs_mm_acc {
+#if defined(HS_MM_MMA_SYNC)
+    // Warp w: rows 32 (w / 2), columns 32 (w % 2); 2 x 4 fragments of 16 x 8.
+    float v[2][4][4];
+#elif defined(HS_MM_WMMA)
+    // Wave w: rows 32 (w / 2), columns 32 (w % 2); 2 x 2 fragments of 16 x 16.
+    hs_mm_float8 v[2][2];
+#elif defined(HS_MM_MFMA)
+    // Wave w (of 2): rows 32 w, all 64 columns; 2 x 4 fragments of 16 x 16.
+    hs_mm_float4 v[2][4];
+#else
+    // Thread: rows tr + 16 i (i < 4), columns tc + 8 j (j < 8).
+    float v[4][8];
+#endif
+};
+
+__device__ __forceinline__ void hs_mm_zero(hs_mm_acc &acc) {
+#if defined(HS_MM_MMA_SYNC)
+#pragma unroll
+    for (int e = 0; e < HS_MM_ACC; ++e) acc.v[e / 16][(e / 4) % 4][e % 4] = 0.0f;
+#elif defined(HS_MM_WMMA)
+#pragma unroll
+    for (int e = 0; e < HS_MM_ACC; ++e) acc.v[e / 16][(e / 8) % 2][e % 8] = 0.0f;
+#elif defined(HS_MM_MFMA)
+#pragma unroll
+    for (int e = 0; e < HS_MM_ACC; ++e) acc.v[e / 16][(e / 4) % 4][e % 4] = 0.0f;
+#else
+#pragma unroll
+    for (int e = 0; e < HS_MM_ACC; ++e) acc.v[e / 8][e % 8] = 0.0f;
+#endif
+}
+
+__device__ __forceinline__ void hs_mm_at(const hs_mm_acc &acc, int e, float *val, hs_i32 *r,
+                                         hs_i32 *c) {
+    const hs_u32 tid = threadIdx.x;
+    const hs_u32 lane = tid % warpSize;
+    const hs_u32 wave = tid / warpSize;
+#if defined(HS_MM_MMA_SYNC)
+    // c0, c1: row g, columns 2t, 2t + 1; c2, c3: row g + 8.
+    const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
+    const int i = e / 16, j = (e / 4) % 4, q = e % 4;
+    *val = acc.v[i][j][q];
+    *r = (hs_i32)(wm + 16 * i + lane / 4 + 8 * (q / 2));
+    *c = (hs_i32)(wn + 8 * j + 2 * (lane % 4) + q % 2);
+#elif defined(HS_MM_WMMA)
+    // Element q of lane l: row 2q + l / 16, column l % 16.
+    const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
+    const int i = e / 16, j = (e / 8) % 2, q = e % 8;
+    *val = acc.v[i][j][q];
+    *r = (hs_i32)(wm + 16 * i + 2 * q + lane / 16);
+    *c = (hs_i32)(wn + 16 * j + lane % 16);
+#elif defined(HS_MM_MFMA)
+    // Element q of lane l: row 4 (l / 16) + q, column l % 16.
+    const int i = e / 16, j = (e / 4) % 4, q = e % 4;
+    *val = acc.v[i][j][q];
+    *r = (hs_i32)(wave * 32 + 16 * i + 4 * (lane / 16) + q);
+    *c = (hs_i32)(16 * j + lane % 16);
+#else
+    const int i = e / 8, j = e % 8;
+    *val = acc.v[i][j];
+    *r = (hs_i32)(tid % 16 + 16 * i);
+    *c = (hs_i32)(tid / 16 + 8 * j);
+#endif
+}
+
+__device__ __forceinline__ void hs_mm_tile(const unsigned short *As, const unsigned short *Bs,
+                                           hs_mm_acc &acc) {
+    const hs_u32 tid = threadIdx.x;
+    const hs_u32 lane = tid % warpSize;
+    const hs_u32 wave = tid / warpSize;
+#pragma unroll
+    for (hs_u32 kk = 0; kk < HS_MM_BK; kk += 16) {
+#if defined(HS_MM_MMA_SYNC)
+        const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
+        const hs_u32 g = lane / 4, t = lane % 4;
+        hs_u32 a[2][4], b[4][2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const hs_u32 r = (wm + 16 * i + g) * HS_MM_LDS + kk + 2 * t;
+            a[i][0] = hs_mm_word(As, r);
+            a[i][1] = hs_mm_word(As, r + 8 * HS_MM_LDS);
+            a[i][2] = hs_mm_word(As, r + 8);
+            a[i][3] = hs_mm_word(As, r + 8 * HS_MM_LDS + 8);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const hs_u32 c = (wn + 8 * j + g) * HS_MM_LDS + kk + 2 * t;
+            b[j][0] = hs_mm_word(Bs, c);
+            b[j][1] = hs_mm_word(Bs, c + 8);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                             : "+f"(acc.v[i][j][0]), "+f"(acc.v[i][j][1]), "+f"(acc.v[i][j][2]),
+                               "+f"(acc.v[i][j][3])
+                             : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
+                               "r"(b[j][0]), "r"(b[j][1]));
+#elif defined(HS_MM_WMMA)
+        // Lane l holds row (A) / column (B) l % 16, all 16 k of the step.
+        const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
+        hs_mm_half16 a[2], b[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint4 *p = (const uint4 *)(As + (wm + 16 * i + lane % 16) * HS_MM_LDS + kk);
+            uint4 v[2] = {p[0], p[1]};
+            __builtin_memcpy(&a[i], v, 32);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            const uint4 *p = (const uint4 *)(Bs + (wn + 16 * j + lane % 16) * HS_MM_LDS + kk);
+            uint4 v[2] = {p[0], p[1]};
+            __builtin_memcpy(&b[j], v, 32);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+                acc.v[i][j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a[i], b[j], acc.v[i][j]);
+#elif defined(HS_MM_MFMA)
+        // Lane l holds row (A) / column (B) l % 16, k 4 (l / 16) .. + 4.
+        const hs_u32 wm = wave * 32;
+        hs_mm_half4 a[2], b[4];
+        const hs_u32 ko = kk + 4 * (lane / 16);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const uint2 v = *(const uint2 *)(As + (wm + 16 * i + lane % 16) * HS_MM_LDS + ko);
+            __builtin_memcpy(&a[i], &v, 8);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint2 v = *(const uint2 *)(Bs + (16 * j + lane % 16) * HS_MM_LDS + ko);
+            __builtin_memcpy(&b[j], &v, 8);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                acc.v[i][j] = __builtin_amdgcn_mfma_f32_16x16x16f16(a[i], b[j], acc.v[i][j], 0, 0, 0);
+#else
+        const hs_u32 tr = tid % 16, tc = tid / 16;
+#pragma unroll
+        for (hs_u32 q = kk; q < kk + 16; ++q) {
+            float a[4], b[8];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) a[i] = hs_half_to_float(As[(tr + 16 * i) * HS_MM_LDS + q]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) b[j] = hs_half_to_float(Bs[(tc + 8 * j) * HS_MM_LDS + q]);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) acc.v[i][j] = fmaf(a[i], b[j], acc.v[i][j]);
+        }
+#endif
     }
 }
 
@@ -101,50 +259,8 @@ HS_KERNEL void hs_gemm_f16(HS_TRACK_PARAMS, hs_i32 m, hs_i32 n, hs_i32 k,
     const hs_i32 row0 = blockIdx.x * HS_MM_BM;
     const hs_i32 col0 = blockIdx.y * HS_MM_BN;
     const hs_u32 tid = threadIdx.x;
-    const hs_u32 lane = tid % warpSize;
-    const hs_u32 wave = tid / warpSize;
-
-#if defined(HS_MM_MMA_SYNC)
-    // Warp w: rows 32 (w / 2), columns 32 (w % 2); 2 x 4 fragments of 16 x 8.
-    const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
-    const hs_u32 g = lane / 4, t = lane % 4;
-    float acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-#elif defined(HS_MM_WMMA)
-    // Wave w: rows 32 (w / 2), columns 32 (w % 2); 2 x 2 fragments of 16 x 16.
-    const hs_u32 wm = (wave / 2) * 32, wn = (wave % 2) * 32;
-    hs_mm_float8 acc[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[i][j][e] = 0.0f;
-#elif defined(HS_MM_MFMA)
-    // Wave w (of 2): rows 32 w, all 64 columns; 2 x 4 fragments of 16 x 16.
-    const hs_u32 wm = wave * 32;
-    hs_mm_float4 acc[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-#else
-    // Thread: rows tr + 16 i (i < 4), columns tc + 8 j (j < 8).
-    const hs_u32 tr = tid % 16, tc = tid / 16;
-    float acc[4][8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-#endif
-
+    hs_mm_acc acc;
+    hs_mm_zero(acc);
     for (hs_i32 kt = 0; kt < k; kt += HS_MM_BK) {
         // Stage 64 rows x 32 halves of each operand: 256 loads of 16 bytes, two a thread.
         for (hs_u32 i = tid; i < HS_MM_BM * (HS_MM_BK / 8); i += HS_MM_THREADS) {
@@ -162,129 +278,388 @@ HS_KERNEL void hs_gemm_f16(HS_TRACK_PARAMS, hs_i32 m, hs_i32 n, hs_i32 k,
             *(uint4 *)(Bs + r * HS_MM_LDS + c) = vb;
         }
         __syncthreads();
-#pragma unroll
-        for (hs_u32 kk = 0; kk < HS_MM_BK; kk += 16) {
-#if defined(HS_MM_MMA_SYNC)
-            hs_u32 a[2][4], b[4][2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const hs_u32 r = (wm + 16 * i + g) * HS_MM_LDS + kk + 2 * t;
-                a[i][0] = hs_mm_word(As, r);
-                a[i][1] = hs_mm_word(As, r + 8 * HS_MM_LDS);
-                a[i][2] = hs_mm_word(As, r + 8);
-                a[i][3] = hs_mm_word(As, r + 8 * HS_MM_LDS + 8);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const hs_u32 c = (wn + 8 * j + g) * HS_MM_LDS + kk + 2 * t;
-                b[j][0] = hs_mm_word(Bs, c);
-                b[j][1] = hs_mm_word(Bs, c + 8);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                                 : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
-                                   "+f"(acc[i][j][3])
-                                 : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),
-                                   "r"(b[j][0]), "r"(b[j][1]));
-#elif defined(HS_MM_WMMA)
-            // Lane l holds row (A) / column (B) l % 16, all 16 k of the step.
-            hs_mm_half16 a[2], b[2];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const uint4 *p = (const uint4 *)(As + (wm + 16 * i + lane % 16) * HS_MM_LDS + kk);
-                uint4 v[2] = {p[0], p[1]};
-                __builtin_memcpy(&a[i], v, 32);
-            }
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const uint4 *p = (const uint4 *)(Bs + (wn + 16 * j + lane % 16) * HS_MM_LDS + kk);
-                uint4 v[2] = {p[0], p[1]};
-                __builtin_memcpy(&b[j], v, 32);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    acc[i][j] = __builtin_amdgcn_wmma_f32_16x16x16_f16_w32(a[i], b[j], acc[i][j]);
-#elif defined(HS_MM_MFMA)
-            // Lane l holds row (A) / column (B) l % 16, k 4 (l / 16) .. + 4.
-            hs_mm_half4 a[2], b[4];
-            const hs_u32 ko = kk + 4 * (lane / 16);
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const uint2 v = *(const uint2 *)(As + (wm + 16 * i + lane % 16) * HS_MM_LDS + ko);
-                __builtin_memcpy(&a[i], &v, 8);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint2 v = *(const uint2 *)(Bs + (16 * j + lane % 16) * HS_MM_LDS + ko);
-                __builtin_memcpy(&b[j], &v, 8);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    acc[i][j] = __builtin_amdgcn_mfma_f32_16x16x16f16(a[i], b[j], acc[i][j], 0, 0, 0);
-#else
-#pragma unroll
-            for (hs_u32 q = kk; q < kk + 16; ++q) {
-                float a[4], b[8];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) a[i] = hs_half_to_float(As[(tr + 16 * i) * HS_MM_LDS + q]);
-#pragma unroll
-                for (int j = 0; j < 8; ++j) b[j] = hs_half_to_float(Bs[(tc + 8 * j) * HS_MM_LDS + q]);
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-            }
-#endif
-        }
+        hs_mm_tile(As, Bs, acc);
         __syncthreads();
     }
-
-#if defined(HS_MM_MMA_SYNC)
-    // c0, c1: row g, columns 2t, 2t + 1; c2, c3: row g + 8.
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const hs_i32 r = row0 + wm + 16 * i + g;
-            const hs_i32 c = col0 + wn + 8 * j + 2 * t;
-            hs_mm_store(C, ldc, m, n, r, c, acc[i][j][0]);
-            hs_mm_store(C, ldc, m, n, r, c + 1, acc[i][j][1]);
-            hs_mm_store(C, ldc, m, n, r + 8, c, acc[i][j][2]);
-            hs_mm_store(C, ldc, m, n, r + 8, c + 1, acc[i][j][3]);
+    for (int e = 0; e < HS_MM_ACC; ++e) {
+        float v;
+        hs_i32 r, c;
+        hs_mm_at(acc, e, &v, &r, &c);
+        if (row0 + r < m && col0 + c < n) {
+            C[(hs_i64)(col0 + c) * ldc + row0 + r] = v;
         }
-#elif defined(HS_MM_WMMA)
-    // Element e of lane l: row 2e + l / 16, column l % 16.
+    }
+}
+
+// ---- The grouped expert products of a prompt batch (mixture of experts) --------------------
+// The sorted entries of each expert times that expert's weights, on the matrix units, with the
+// weights dequantized to f16 as they are staged (per type: the element functions of
+// infer_dequant.hip, compiled before this file) and read once per chunk of up to 64 entries, as
+// the route's chunk table (blockIdx.y) gives them (infer_moe.hip routes and sorts). blockIdx.x: 64
+// rows of the expert's matrix. B rows are f16 activations already Q8-rounded
+// (hs_quantize_act_f16), so these products multiply the numbers the one-token kernels multiply,
+// as the dense prefill GEMM does. Before them, a prompt batch ran its experts as matrix-vector
+// products over 8 entries at a time: 1.6 ms of gate/up a layer for a 512-token Qwen3-30B-A3B
+// prompt on the H100 (llama.cpp's grouped mul_mat_q: 0.28 ms).
+
+// 16 elements c0 .. c0 + 15 of weight row `row` (BL-element blocks of BB bytes) as f16 into s.
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+__device__ __forceinline__ void moe_mm_dq16(const unsigned char *row, hs_u32 c0,
+                                            unsigned short *s) {
+    hs_u32 w[8];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (hs_u32 e = 0; e < 16; e += 2) {
+        const hs_u32 c = c0 + e;
+        const float a = DQ(row + (hs_u64)(c / BL) * BB, c % BL);
+        const float b = DQ(row + (hs_u64)((c + 1) / BL) * BB, (c + 1) % BL);
+        w[e / 2] = (hs_u32)hs_float_to_half(a) | ((hs_u32)hs_float_to_half(b) << 16);
+    }
+    uint4 *o = (uint4 *)s;
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+// The chunk's 64 activation rows (zeros past its entries) for step kt: two 16-byte loads a
+// thread, from the rows the thread was given (xr[0], xr[1]: null past the chunk).
+__device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, hs_u32 kt,
+                                               unsigned short *Bs) {
+    const hs_u32 tid = threadIdx.x;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+    for (int h = 0; h < 2; ++h) {
+        const hs_u32 i = tid + h * HS_MM_THREADS;
+        const hs_u32 r = i / (HS_MM_BK / 8);
+        const hs_u32 c = (i % (HS_MM_BK / 8)) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (xr[h] != 0) {
+            v = *(const uint4 *)(xr[h] + kt + c);
+        }
+        *(uint4 *)(Bs + r * HS_MM_LDS + c) = v;
+    }
+}
+
+// h[s + t][row] = act(gate_e[row] . x[tok[s + t]], up_e[row] . x[tok[s + t]]) (moe_act; gb, ub:
+// gpt-oss's biases or null) for the chunk's entries t and the block's 32 hidden rows: xh holds the
+// batch's tokens (f16, `cols` each); `ff` rows per expert. The block's A tile is those 32 rows of
+// gate (tile rows 0..31) over the same 32 of up (32..63), so one tile and one accumulator serve
+// both; the up half goes through shared memory to the threads holding the gate half. (Two
+// 64-row tiles and two accumulators a block ran at half the speed of the down product per row.)
+#define MOE_MM_HALF (HS_MM_BM / 2)
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+__device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const unsigned char *wu,
+                                               const unsigned short *xh, float *h,
+                                               const float *route, hs_u32 n, hs_u32 k,
+                                               hs_u32 ff, hs_u32 cols, const float *gb,
+                                               const float *ub) {
+    // As, Bs; after the products, the up half of the tile as floats (MOE_MM_HALF x 65).
+    __shared__ __attribute__((aligned(16))) unsigned short S[(HS_MM_BM + HS_MM_BN) * HS_MM_LDS];
+    unsigned short *As = S;
+    unsigned short *Bs = S + HS_MM_BM * HS_MM_LDS;
+    int e, s, c;
+    const hs_u32 row0 = blockIdx.x * MOE_MM_HALF;
+    if (row0 >= ff || !moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const int *tok = (const int *)(route + (hs_u64)n * k * 2) + (hs_u64)n * k;
+    const hs_u32 tid = threadIdx.x;
+    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    // A: thread tid dequantizes half tid % 2 of tile row tid / 2 (gate, then up).
+    const hs_u32 ar = tid / 2;
+    const hs_u32 ah = (tid % 2) * 16;
+    const hs_u32 hr = row0 + ar % MOE_MM_HALF;
+    const bool alive = hr < ff;
+    const unsigned char *arow =
+        (ar < MOE_MM_HALF ? wg : wu) + ((hs_u64)e * ff + (alive ? hr : 0)) * row_bytes;
+    const unsigned short *xr[2];
 #pragma unroll
-            for (int e = 0; e < 8; ++e)
-                hs_mm_store(C, ldc, m, n, row0 + wm + 16 * i + 2 * e + lane / 16,
-                            col0 + wn + 16 * j + lane % 16, acc[i][j][e]);
-#elif defined(HS_MM_MFMA)
-    // Element e of lane l: row 4 (l / 16) + e, column l % 16.
+    for (int q = 0; q < 2; ++q) {
+        const hs_u32 r = (tid + q * HS_MM_THREADS) / (HS_MM_BK / 8);
+        xr[q] = ((int)r < c) ? xh + (hs_u64)tok[s + r] * cols : 0;
+    }
+    hs_mm_acc acc;
+    hs_mm_zero(acc);
+    for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
+        if (alive) {
+            moe_mm_dq16<DQ, BL, BB>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+        } else {
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
+            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
+        }
+        moe_mm_stage_b(xr, kt, Bs);
+        __syncthreads();
+        hs_mm_tile(As, Bs, acc);
+        __syncthreads();
+    }
+    float *up = (float *)S;
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int q = 0; q < HS_MM_ACC; ++q) {
+        float v;
+        hs_i32 r, t;
+        hs_mm_at(acc, q, &v, &r, &t);
+        if (r >= MOE_MM_HALF) {
+            up[(r - MOE_MM_HALF) * (HS_MM_BN + 1) + t] = v;
+        }
+    }
+    __syncthreads();
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+    for (int q = 0; q < HS_MM_ACC; ++q) {
+        float g;
+        hs_i32 r, t;
+        hs_mm_at(acc, q, &g, &r, &t);
+        const hs_u32 row = row0 + (hs_u32)r;
+        if (r < MOE_MM_HALF && row < ff && t < c) {
+            const float u = up[r * (HS_MM_BN + 1) + t];
+            h[((hs_u64)s + t) * ff + row] = moe_act(g, u, gb, ub, (hs_u64)e * ff + row);
+        }
+    }
+}
+
+// y[s + t][row] = down_e[row] . hh[s + t] for the chunk's entries and the block's 64 rows; hh
+// holds the entries' hidden rows in sorted order (f16, `ff` each); `dim` rows per expert.
+template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+__device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsigned short *hh,
+                                            float *y, const float *route, hs_u32 n, hs_u32 k,
+                                            hs_u32 dim, hs_u32 ff) {
+    __shared__ __attribute__((aligned(16))) unsigned short As[HS_MM_BM * HS_MM_LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short Bs[HS_MM_BN * HS_MM_LDS];
+    int e, s, c;
+    const hs_u32 row0 = blockIdx.x * HS_MM_BM;
+    if (row0 >= dim || !moe_chunk(route, n, k, &e, &s, &c)) {
+        return;
+    }
+    const hs_u32 tid = threadIdx.x;
+    const hs_u64 row_bytes = (hs_u64)(ff / BL) * BB;
+    const hs_u32 ar = tid / 2;
+    const hs_u32 ah = (tid % 2) * 16;
+    const bool alive = row0 + ar < dim;
+    const unsigned char *arow = wd + ((hs_u64)e * dim + row0 + ar) * row_bytes;
+    const unsigned short *xr[2];
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                hs_mm_store(C, ldc, m, n, row0 + wm + 16 * i + 4 * (lane / 16) + e,
-                            col0 + 16 * j + lane % 16, acc[i][j][e]);
-#else
+    for (int q = 0; q < 2; ++q) {
+        const hs_u32 r = (tid + q * HS_MM_THREADS) / (HS_MM_BK / 8);
+        xr[q] = ((int)r < c) ? hh + ((hs_u64)s + r) * ff : 0;
+    }
+    hs_mm_acc acc;
+    hs_mm_zero(acc);
+    for (hs_u32 kt = 0; kt < ff; kt += HS_MM_BK) {
+        if (alive) {
+            moe_mm_dq16<DQ, BL, BB>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+        } else {
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
+            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
+        }
+        moe_mm_stage_b(xr, kt, Bs);
+        __syncthreads();
+        hs_mm_tile(As, Bs, acc);
+        __syncthreads();
+    }
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            hs_mm_store(C, ldc, m, n, row0 + tr + 16 * i, col0 + tc + 8 * j, acc[i][j]);
-#endif
+    for (int q = 0; q < HS_MM_ACC; ++q) {
+        float v;
+        hs_i32 r, t;
+        hs_mm_at(acc, q, &v, &r, &t);
+        const hs_u32 row = row0 + (hs_u32)r;
+        if (row < dim && t < c) {
+            y[((hs_u64)s + t) * dim + row] = v;
+        }
+    }
+}
+
+// Two entry points per quantized type (the suffixes of src/gpu/compute/plan.rs's type table).
+
+HS_KERNEL void hs_moe_mm_gate_up_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q4_0, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q4_0, 32, 18>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q4_1, 32, 20>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q4_1, 32, 20>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q5_0, 32, 22>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q5_0, 32, 22>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q5_1, 32, 24>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q5_1, 32, 24>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q8_0, 32, 34>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q8_0, 32, 34>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q4_k, 256, 144>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q4_k, 256, 144>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q5_k, 256, 176>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q5_k, 256, 176>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q6_k, 256, 210>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q6_k, 256, 210>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q2_k, 256, 84>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q2_k, 256, 84>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_q3_k, 256, 110>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_q3_k, 256, 110>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_iq4_nl, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_iq4_nl, 32, 18>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_iq4_xs, 256, 136>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_iq4_xs, 256, 136>(wd, hh, y, route, n, k, dim, ff);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<dq_mxfp4, 32, 17>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+}
+
+HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+    HS_BREADCRUMB();
+    moe_mm_down<dq_mxfp4, 32, 17>(wd, hh, y, route, n, k, dim, ff);
 }

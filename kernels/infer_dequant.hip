@@ -124,13 +124,10 @@ __device__ float dq_q3_k(const unsigned char *b, hs_u32 j) {
     return dq_half(b + 108) * (float)sc * (float)q;
 }
 
-__constant__ signed char dq_kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                                 1,    13,   25,  38,  53,  69,  89,  113};
-
-// IQ4_NL: d, qs[16] laid out as Q4_0's; a nibble indexes dq_kvalues_iq4nl.
+// IQ4_NL: d, qs[16] laid out as Q4_0's; a nibble indexes IQ4_NL's table (hs_lut16_1).
 __device__ float dq_iq4_nl(const unsigned char *b, hs_u32 j) {
     const hs_u32 q = (b[2 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
-    return dq_half(b) * (float)dq_kvalues_iq4nl[q];
+    return dq_half(b) * hs_lut16_1(q, HS_LUT_IQ4NL);
 }
 
 // IQ4_XS: d, scales_h (u16), scales_l[4], qs[128]; each 32 elements as IQ4_NL's with the six-bit
@@ -141,8 +138,23 @@ __device__ float dq_iq4_xs(const unsigned char *b, hs_u32 j) {
     const hs_u32 sh = (hs_u32)b[2] | ((hs_u32)b[3] << 8);
     const int ls = (int)(((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4));
     const hs_u32 q = (b[8 + 16 * ib + (e & 15)] >> ((e >> 4) * 4)) & 0xF;
-    return dq_half(b) * (float)(ls - 32) * (float)dq_kvalues_iq4nl[q];
+    return dq_half(b) * (float)(ls - 32) * hs_lut16_1(q, HS_LUT_IQ4NL);
 }
+
+// MXFP4: e (E8M0 scale), qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values and
+// the scale is halved to match (src/gpu/quant/mxfp4.rs). 17-byte blocks: byte loads only.
+__device__ __forceinline__ float dq_e8m0_half(unsigned char x) {
+    return __int_as_float((int)(x < 2 ? 0x00200000u << x : (hs_u32)(x - 1) << 23));
+}
+
+__device__ float dq_mxfp4(const unsigned char *b, hs_u32 j) {
+    const hs_u32 q = (b[1 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
+    return hs_lut16_1(q, HS_LUT_MXFP4) * dq_e8m0_half(b[0]);
+}
+
+// The kernels below; gemm.hip's grouped expert products take the element functions above
+// without them.
+#ifndef HS_DQ_TEMPLATES_ONLY
 
 // out[r * cols + c] = element c of source row (tokens ? tokens[r] : r) of `table`, for
 // blockIdx.y = r. A source row outside the table (the host checks token ids first) reads as 0.
@@ -468,20 +480,6 @@ HS_KERNEL void hs_quantize_act_f16(HS_TRACK_PARAMS, const float *x, unsigned sho
     }
 }
 
-// MXFP4: e (E8M0 scale), qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values and
-// the scale is halved to match (src/gpu/quant/mxfp4.rs). 17-byte blocks: byte loads only.
-__constant__ signed char dq_kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12,
-                                                 0, -1, -2, -3, -4, -6, -8, -12};
-
-__device__ __forceinline__ float dq_e8m0_half(unsigned char x) {
-    return __int_as_float((int)(x < 2 ? 0x00200000u << x : (hs_u32)(x - 1) << 23));
-}
-
-__device__ float dq_mxfp4(const unsigned char *b, hs_u32 j) {
-    const hs_u32 q = (b[1 + (j & 15)] >> ((j >> 4) * 4)) & 0xF;
-    return (float)dq_kvalues_mxfp4[q] * dq_e8m0_half(b[0]);
-}
-
 HS_KERNEL void hs_dequant_rows_mxfp4(HS_TRACK_PARAMS, const unsigned char *table,
                                      const hs_u32 *tokens, float *out, hs_u32 cols,
                                      hs_u64 row_bytes, hs_u32 n_src_rows) {
@@ -495,3 +493,5 @@ HS_KERNEL void hs_dequant_tile_mxfp4(HS_TRACK_PARAMS, const unsigned char *table
     HS_BREADCRUMB();
     infer_dequant_tile<dq_mxfp4, 32, 17>(table, out, cols, row_bytes, rows);
 }
+
+#endif // HS_DQ_TEMPLATES_ONLY

@@ -373,8 +373,13 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
         .filter(|l| l.starts_with("launch hs_attention_tiled_f16_64"))
         .count();
     assert_eq!(tiled, 2, "the prompt's attention, tiled, once per layer");
-    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2);
+    // A prompt batch's experts: grouped products on the matrix units, the 20 tokens routed by
+    // several blocks and sorted after; no chunked matrix-vector kernels.
+    assert_eq!(launched(&ctl, "hs_moe_mm_gate_up_mxfp4"), 2);
+    assert_eq!(launched(&ctl, "hs_moe_mm_down_mxfp4"), 2);
     assert_eq!(launched(&ctl, "hs_moe_route"), 2);
+    assert_eq!(launched(&ctl, "hs_moe_sort"), 2);
+    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 0);
 
     let before = ctl.log().len();
     m.forward(&[5], 20, Logits::Last, &mut logits)
@@ -418,7 +423,10 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
     );
     m.forward(&[6, 7, 8], 21, Logits::Last, &mut logits)
         .expect("short batch");
-    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2 * 2);
+    // A short batch (under the GEMM threshold): chunks of 8 through the matrix-vector kernels,
+    // routed and sorted in one launch.
+    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2);
+    assert_eq!(launched(&ctl, "hs_moe_sort"), 2);
     assert_eq!(
         mallocs(&ctl),
         after_load,

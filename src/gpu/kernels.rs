@@ -56,13 +56,17 @@ pub struct KernelSource {
     pub name: String,
     pub text: Cow<'static, str>,
     /// Another source's device templates compiled before this one (its kernels left out), as
-    /// `(name, text)`: `infer_moe` takes `infer_matvec`'s row-dot routine ([`USES`]).
+    /// `(name, text)`: `infer_moe` takes `infer_matvec`'s row-dot routine, `gemm` the element
+    /// functions of `infer_dequant` ([`USES`]).
     pub uses: Option<(String, Cow<'static, str>)>,
 }
 
 /// Sources compiled with another's templates before them: (source, the one it uses, the macro
 /// that leaves the used one's kernels out).
-pub const USES: &[(&str, &str, &str)] = &[("infer_moe", "infer_matvec", "HS_MV_TEMPLATES_ONLY")];
+pub const USES: &[(&str, &str, &str)] = &[
+    ("infer_moe", "infer_matvec", "HS_MV_TEMPLATES_ONLY"),
+    ("gemm", "infer_dequant", "HS_DQ_TEMPLATES_ONLY"),
+];
 
 impl KernelSource {
     /// The text handed to the compiler: the prelude, then the file with its own line numbers.

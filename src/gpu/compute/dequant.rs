@@ -292,43 +292,15 @@ impl GpuCompute {
             return Ok(false);
         };
         let xh_bytes = f16_bytes(n_tokens * cols);
-        // The f16 rounding of the Q8 values uses no sum term: the plain block length.
-        let bs = q8_block(bs);
         let row_f16 = cols as u64 * 2;
-        // hs_dequant_tile_* and hs_gemm_f16 take whole 32-element chunks of a row.
-        if xh_bytes + row_f16 > tile.bytes
-            || !cols.is_multiple_of(32)
-            || !bs.is_multiple_of(8)
-            || !(bs / 8).is_power_of_two()
-            || bs / 8 > 32
-            || !cols.is_multiple_of(bs as usize)
-        {
+        if xh_bytes + row_f16 > tile.bytes || !f16_input_fits(cols, bs) {
             return Ok(false);
         }
         let xh = tile.slice(0, xh_bytes).map_err(gpu_err)?;
         let wtile = tile
             .slice(xh_bytes, tile.bytes - xh_bytes)
             .map_err(gpu_err)?;
-        let quant = self
-            .live_gpu()?
-            .function("hs_quantize_act_f16")
-            .map_err(gpu_err)?;
-        let n_blocks = (n_tokens * cols) as u64 / bs as u64;
-        // bs / 8 lanes a block.
-        let lanes = n_blocks * (bs as u64 / 8);
-        self.launch(
-            label,
-            "quantize_q8_f16",
-            quant,
-            [lanes.div_ceil(256).clamp(1, 65_535) as u32, 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(x.ptr),
-                Arg::Ptr(xh.ptr),
-                Arg::U32(bs),
-                Arg::U64(n_blocks),
-            ],
-        )?;
+        self.quantize_f16(x, xh, n_tokens * cols, bs, label)?;
         let per = ((wtile.bytes / row_f16) as usize).clamp(1, rows.clamp(1, MAX_GRID_Y));
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
         let dq = self
@@ -358,6 +330,41 @@ impl GpuCompute {
             r0 += r;
         }
         Ok(true)
+    }
+
+    /// The f32 values `x` (`elems` of them, rows of a multiple of `bs`: [`f16_input_fits`])
+    /// Q8-rounded in blocks of `bs` and written as f16 to `xh`, in one launch
+    /// (`hs_quantize_act_f16`).
+    pub(super) fn quantize_f16(
+        &mut self,
+        x: DeviceBuffer,
+        xh: DeviceBuffer,
+        elems: usize,
+        bs: u32,
+        label: OpLabel,
+    ) -> Result<()> {
+        // The f16 rounding of the Q8 values uses no sum term: the plain block length.
+        let bs = q8_block(bs);
+        let quant = self
+            .live_gpu()?
+            .function("hs_quantize_act_f16")
+            .map_err(gpu_err)?;
+        let n_blocks = elems as u64 / bs as u64;
+        // bs / 8 lanes a block.
+        let lanes = n_blocks * (bs as u64 / 8);
+        self.launch(
+            label,
+            "quantize_q8_f16",
+            quant,
+            [lanes.div_ceil(256).clamp(1, 65_535) as u32, 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::Ptr(x.ptr),
+                Arg::Ptr(xh.ptr),
+                Arg::U32(bs),
+                Arg::U64(n_blocks),
+            ],
+        )
     }
 
     /// `out[t, r0 .. r0 + r] = A · x[t]` with A (`r × cols`) and x f16, on `path`.
@@ -392,6 +399,19 @@ impl GpuCompute {
         }
         Ok(())
     }
+}
+
+/// Whether rows of `cols` Q8-rounded in blocks of `bs` (an activation format's, sum flag and
+/// all) can go through `hs_quantize_act_f16` and the f16 matrix kernels: whole 32-element chunks
+/// (`hs_dequant_tile_*`, `hs_gemm_f16`, the grouped expert products) and bs / 8 lanes a block, a
+/// power of two within a warp.
+pub(super) fn f16_input_fits(cols: usize, bs: u32) -> bool {
+    let bs = q8_block(bs);
+    cols.is_multiple_of(32)
+        && bs.is_multiple_of(8)
+        && (bs / 8).is_power_of_two()
+        && bs / 8 <= 32
+        && cols.is_multiple_of(bs as usize)
 }
 
 fn dequant_name(suffix: &str) -> &'static str {

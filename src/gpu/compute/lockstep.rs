@@ -191,7 +191,13 @@ impl Backend for Lockstep {
             "moe router F32".into(),
             at,
         )?;
-        let path = if m.n_tokens == 1 { "1" } else { "chunks" };
+        let path = if m.n_tokens == 1 {
+            "1"
+        } else if self.gpu.moe_grouped(m.n_tokens, m.gate, m.down) {
+            "gemm f16"
+        } else {
+            "chunks"
+        };
         self.check(
             m.acc,
             m.n_tokens * m.dim,

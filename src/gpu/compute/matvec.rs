@@ -539,12 +539,18 @@ impl GpuCompute {
             ActFormat::Q8 { bs } => cols / q8_block(bs) as usize,
             ActFormat::F32 => 0,
         };
+        // Float weights: a block per row (`infer_mv_float`; a grid of at most 65,535 loops);
+        // quantized ones: a warp per row.
+        let grid = match tk.act {
+            ActFormat::F32 => rows.clamp(1, MAX_GRID_Y) as u32,
+            ActFormat::Q8 { .. } => mv_grid(rows, self.warp),
+        };
         for (t0, nt) in mv_chunks(n_tokens) {
             self.launch(
                 label,
                 kname,
                 mv,
-                [mv_grid(rows, self.warp), 1, 1],
+                [grid, 1, 1],
                 [MV_THREADS, 1, 1],
                 &[
                     Arg::Ptr(wbuf.ptr),

@@ -4,29 +4,46 @@
 //! the residual — every expert id stays on the device, read by the kernels from the route
 //! buffer, so no step waits for the host (and a captured graph replays it as is). All experts
 //! are resident in the arena; a chunk reads only its own expert's rows, so decode reads the
-//! chosen experts' weights and no others. gpt-oss's variant ([`MoeFfn::oai`]: biases, routing by
-//! the softmax of the chosen logits, the clamped SwiGLU) runs in the same launches, its bias
-//! pointers passed where other models pass null.
+//! chosen experts' weights and no others. A prompt batch (the dense GEMM path's token count) runs
+//! its experts as grouped products on the matrix units instead (`hs_moe_mm_*` in
+//! `kernels/gemm.hip`: chunks of [`MM_CHUNK`] entries, weights dequantized to f16 as they are
+//! staged). gpt-oss's variant ([`MoeFfn::oai`]: biases, routing by the softmax of the chosen
+//! logits, the clamped SwiGLU) runs in the same launches, its bias pointers passed where other
+//! models pass null.
 
 use super::*;
 use crate::gpu::backend::MoeFfn;
 
-/// Entries of one chunk in prompt batches (the matrix-vector kernels' token count).
+/// Entries of one chunk in short batches (the matrix-vector kernels' token count).
 const CHUNK: usize = 8;
+/// Entries of one chunk of the grouped products (their 64-column tile).
+const MM_CHUNK: usize = 64;
+/// Threads of a routing block; a batch of at most one token per warp routes and sorts in one
+/// launch.
+const ROUTE_THREADS: u32 = 256;
+/// Threads of a grouped-product block, rows of its down tile and hidden rows of its gate/up tile
+/// (`HS_MM_THREADS`, `HS_MM_BM`, `MOE_MM_HALF` in kernels/gemm.hip).
+const MM_THREADS: u32 = 128;
+const MM_ROWS: usize = 64;
+const MM_GATE_UP_ROWS: usize = 32;
 
-/// The MoE kernels: routing, gather, combine, and per quantized type the gate/up and down
-/// kernels for chunks of 1 and of [`CHUNK`] entries.
+/// The MoE kernels: routing, sorting, gather, combine, and per quantized type the gate/up and
+/// down kernels for chunks of 1 and of [`CHUNK`] entries, and the grouped products.
 pub(super) struct MoeKernels {
     route: KernelFn,
+    sort: KernelFn,
     gather: KernelFn,
     combine: KernelFn,
     /// gate_up (1), gate_up (8), down (1), down (8).
     by_type: HashMap<GgmlType, [KernelFn; 4]>,
+    /// The grouped products of quantized experts: gate_up, down.
+    mm: HashMap<GgmlType, [KernelFn; 2]>,
 }
 
 impl MoeKernels {
     pub(super) fn resolve(gpu: &Gpu) -> std::result::Result<MoeKernels, GpuError> {
         let mut by_type = HashMap::new();
+        let mut mm = HashMap::new();
         for &ty in plan::GPU_TYPES {
             let Some(k) = type_kernels(ty) else { continue };
             if k.act == ActFormat::F32 {
@@ -47,12 +64,16 @@ impl MoeKernels {
                     f("down", CHUNK)?,
                 ],
             );
+            let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{}", k.suffix));
+            mm.insert(ty, [g("gate_up")?, g("down")?]);
         }
         Ok(MoeKernels {
             route: gpu.function("hs_moe_route")?,
+            sort: gpu.function("hs_moe_sort")?,
             gather: gpu.function("hs_moe_gather")?,
             combine: gpu.function("hs_moe_combine")?,
             by_type,
+            mm,
         })
     }
 }
@@ -105,6 +126,31 @@ impl GpuCompute {
         Ok(gw.buf)
     }
 
+    /// Whether a batch of `n_tokens` with `gate` and `down` experts runs the grouped products
+    /// on the matrix units: a prompt batch (the dense GEMM path's threshold, its f32 input
+    /// buffer planned), a prefill path other than f32, quantized experts with grouped kernels
+    /// and rows whole 32-element chunks.
+    pub fn moe_grouped(&self, n_tokens: usize, gate: Weight, down: Weight) -> bool {
+        let fits = |w: Weight| {
+            self.weight(w).is_ok_and(|gw| match type_kernels(gw.ty) {
+                Some(TypeKernels {
+                    act: ActFormat::Q8 { bs },
+                    ..
+                }) => {
+                    self.kernels.moe.mm.contains_key(&gw.ty) && dequant::f16_input_fits(gw.cols, bs)
+                }
+                _ => false,
+            })
+        };
+        n_tokens >= self.opts.gemm_min_tokens.max(1)
+            && self.ws.as_ref().is_some_and(|w| w.xdq.is_some())
+            && self
+                .prefill_path()
+                .is_ok_and(|p| !matches!(p, dequant::PrefillPath::F32 { .. }))
+            && fits(gate)
+            && fits(down)
+    }
+
     pub(super) fn launch_moe(&mut self, m: &MoeFfn) -> Result<()> {
         let (n, dim, ff, ne, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_expert, m.n_used);
         if n == 0 {
@@ -124,10 +170,6 @@ impl GpuCompute {
         let entries = n * k;
         let route = self.buf(m.route, MoeFfn::route_len(n, k, ne))?;
         let logits = self.buf(m.logits, n * ne)?;
-        let x = self.buf(m.x, n * dim)?;
-        let xs = self.buf(m.xs, entries * dim)?;
-        let h = self.buf(m.h, entries * ff)?;
-        let y = self.buf(m.y, entries * dim)?;
         let acc = self.buf(m.acc, n * dim)?;
         // gpt-oss: the router's bias, per expert the gate's, up's and down's (null pointers
         // otherwise: the Mixtral-style op).
@@ -143,20 +185,29 @@ impl GpuCompute {
         };
         let lab = |name| OpLabel::layer(m.layer, name);
         self.launch_matmul(m.router, m.x, m.logits, n, lab("ffn_moe_router"))?;
-        let nt = if n == 1 { 1 } else { CHUNK };
-        let chunks = entries.min(entries.div_ceil(CHUNK) + ne);
+        let grouped = self.moe_grouped(n, m.gate, m.down);
+        let nt = match (n, grouped) {
+            (1, _) => 1,
+            (_, true) => MM_CHUNK,
+            _ => CHUNK,
+        };
+        let chunks = entries.min(entries.div_ceil(nt) + ne);
         if chunks > MAX_GRID_Y {
             return Err(invalid(format!(
                 "MoE: {chunks} expert chunks in one batch (at most {MAX_GRID_Y}); use a smaller batch"
             )));
         }
-        let (n32, k32, dim32, ff32) = (n as u32, k as u32, dim as u32, ff as u32);
+        let (n32, k32, dim32) = (n as u32, k as u32, dim as u32);
+        // Routing: a warp per token; a batch of one block's worth routes and sorts in one launch,
+        // a longer one routes over many blocks and sorts after.
+        let warps = (ROUTE_THREADS / self.warp.clamp(1, ROUTE_THREADS)) as usize;
+        let one = n <= warps;
         self.launch(
             lab("ffn_moe_route"),
             "moe_route",
             self.kernels.moe.route,
-            [1, 1, 1],
-            [256, 1, 1],
+            [n.div_ceil(warps).min(MAX_GRID_Y) as u32, 1, 1],
+            [ROUTE_THREADS, 1, 1],
             &[
                 Arg::Ptr(logits.ptr),
                 Arg::Ptr(route.ptr),
@@ -165,10 +216,158 @@ impl GpuCompute {
                 Arg::U32(k32),
                 Arg::U32(nt as u32),
                 rb,
+                Arg::U32(u32::from(one)),
             ],
         )?;
+        if !one {
+            self.launch(
+                lab("ffn_moe_route"),
+                "moe_sort",
+                self.kernels.moe.sort,
+                [1, 1, 1],
+                [ROUTE_THREADS, 1, 1],
+                &[
+                    Arg::Ptr(route.ptr),
+                    Arg::U32(n32),
+                    Arg::U32(ne as u32),
+                    Arg::U32(k32),
+                    Arg::U32(nt as u32),
+                ],
+            )?;
+        }
         self.wrote(m.logits);
         self.wrote(m.route);
+        if grouped {
+            self.moe_grouped_products(m, [wg, wu, wd], [gact, dact], [gb, ub], chunks)?;
+        } else {
+            self.moe_chunked_products(m, [gty, dty], [wg, wu, wd], [gact, dact], [gb, ub], chunks)?;
+        }
+        let y = self.buf(m.y, entries * dim)?;
+        self.launch(
+            lab("ffn_moe_combine"),
+            "moe_combine",
+            self.kernels.moe.combine,
+            [elementwise_grid((n * dim) as u64), 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::Ptr(acc.ptr),
+                Arg::Ptr(y.ptr),
+                Arg::Ptr(route.ptr),
+                Arg::U32(n32),
+                Arg::U32(k32),
+                Arg::U32(dim32),
+                db,
+            ],
+        )?;
+        self.wrote(m.acc);
+        Ok(())
+    }
+
+    /// The experts of a prompt batch as grouped products (`hs_moe_mm_*`): the batch's rows
+    /// Q8-rounded to f16, gate/up with the activation inside, the hidden rows Q8-rounded to f16,
+    /// down. The f16 rows live in the GEMM path's f32 input buffer (`xdq`, sized for every
+    /// entry's widest row in f32), so the workspace's quantization key is cleared after.
+    fn moe_grouped_products(
+        &mut self,
+        m: &MoeFfn,
+        [wg, wu, wd]: [DeviceBuffer; 3],
+        [gact, dact]: [ActFormat; 2],
+        [gb, ub]: [Arg; 2],
+        chunks: usize,
+    ) -> Result<()> {
+        let (n, dim, ff, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_used);
+        let entries = n * k;
+        let [ActFormat::Q8 { bs: gbs }, ActFormat::Q8 { bs: dbs }] = [gact, dact] else {
+            return Err(invalid(
+                "MoE grouped products need quantized experts".into(),
+            ));
+        };
+        let (gty, dty) = (self.weight(m.gate)?.ty, self.weight(m.down)?.ty);
+        let [gate_up, _] = self.kernels.moe.mm[&gty];
+        let [_, down] = self.kernels.moe.mm[&dty];
+        let x = self.buf(m.x, n * dim)?;
+        let h = self.buf(m.h, entries * ff)?;
+        let y = self.buf(m.y, entries * dim)?;
+        let route = self.buf(m.route, MoeFfn::route_len(n, k, m.n_expert))?;
+        let half = self
+            .workspace()?
+            .xdq
+            .ok_or_else(|| invalid("the GEMM path was not planned for this batch size".into()))?;
+        let need = (entries * ff.max(dim) * 2) as u64;
+        if need > half.bytes {
+            return Err(invalid(format!(
+                "MoE: {entries} entries of {} f16 exceed the planned batch",
+                ff.max(dim)
+            )));
+        }
+        let lab = |name| OpLabel::layer(m.layer, name);
+        let (n32, k32, dim32, ff32) = (n as u32, k as u32, dim as u32, ff as u32);
+        self.quant = None;
+        self.quantize_f16(x, half, n * dim, gbs, lab("ffn_moe_gate_up"))?;
+        self.launch(
+            lab("ffn_moe_gate_up"),
+            "moe_mm_gate_up",
+            gate_up,
+            [ff.div_ceil(MM_GATE_UP_ROWS) as u32, chunks as u32, 1],
+            [MM_THREADS, 1, 1],
+            &[
+                Arg::Ptr(wg.ptr),
+                Arg::Ptr(wu.ptr),
+                Arg::Ptr(half.ptr),
+                Arg::Ptr(h.ptr),
+                Arg::Ptr(route.ptr),
+                Arg::U32(n32),
+                Arg::U32(k32),
+                Arg::U32(ff32),
+                Arg::U32(dim32),
+                gb,
+                ub,
+            ],
+        )?;
+        self.wrote(m.h);
+        self.quantize_f16(h, half, entries * ff, dbs, lab("ffn_moe_down"))?;
+        self.launch(
+            lab("ffn_moe_down"),
+            "moe_mm_down",
+            down,
+            [dim.div_ceil(MM_ROWS) as u32, chunks as u32, 1],
+            [MM_THREADS, 1, 1],
+            &[
+                Arg::Ptr(wd.ptr),
+                Arg::Ptr(half.ptr),
+                Arg::Ptr(y.ptr),
+                Arg::Ptr(route.ptr),
+                Arg::U32(n32),
+                Arg::U32(k32),
+                Arg::U32(dim32),
+                Arg::U32(ff32),
+            ],
+        )?;
+        self.wrote(m.y);
+        Ok(())
+    }
+
+    /// The experts as matrix-vector products over chunks of 1 (decode) or [`CHUNK`] entries:
+    /// the entries' rows gathered in sorted order and Q8-quantized (float experts take them as
+    /// they are), gate/up with the activation inside, the hidden rows quantized, down.
+    fn moe_chunked_products(
+        &mut self,
+        m: &MoeFfn,
+        [gty, dty]: [GgmlType; 2],
+        [wg, wu, wd]: [DeviceBuffer; 3],
+        [gact, dact]: [ActFormat; 2],
+        [gb, ub]: [Arg; 2],
+        chunks: usize,
+    ) -> Result<()> {
+        let (n, dim, ff, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_used);
+        let entries = n * k;
+        let x = self.buf(m.x, n * dim)?;
+        let xs = self.buf(m.xs, entries * dim)?;
+        let h = self.buf(m.h, entries * ff)?;
+        let y = self.buf(m.y, entries * dim)?;
+        let route = self.buf(m.route, MoeFfn::route_len(n, k, m.n_expert))?;
+        let lab = |name| OpLabel::layer(m.layer, name);
+        let (n32, k32, dim32, ff32) = (n as u32, k as u32, dim as u32, ff as u32);
         self.launch(
             lab("ffn_moe_gather"),
             "moe_gather",
@@ -185,7 +384,7 @@ impl GpuCompute {
             ],
         )?;
         self.wrote(m.xs);
-        let which = usize::from(nt != 1);
+        let which = usize::from(n != 1);
         let gate_up = self.kernels.moe.by_type[&gty][which];
         let down = self.kernels.moe.by_type[&dty][2 + which];
         // The products' inputs: Q8 quants and scales in the workspace for quantized experts,
@@ -246,23 +445,6 @@ impl GpuCompute {
             &args,
         )?;
         self.wrote(m.y);
-        self.launch(
-            lab("ffn_moe_combine"),
-            "moe_combine",
-            self.kernels.moe.combine,
-            [elementwise_grid((n * dim) as u64), 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(acc.ptr),
-                Arg::Ptr(y.ptr),
-                Arg::Ptr(route.ptr),
-                Arg::U32(n32),
-                Arg::U32(k32),
-                Arg::U32(dim32),
-                db,
-            ],
-        )?;
-        self.wrote(m.acc);
         Ok(())
     }
 }

@@ -336,6 +336,12 @@ mod tests {
                 let n = format!("{prefix}{}", k.suffix);
                 assert!(names.contains(&n), "{n} is not defined in kernels/");
             }
+            if matches!(k.act, ActFormat::Q8 { .. }) {
+                for prefix in ["hs_moe_mm_gate_up_", "hs_moe_mm_down_"] {
+                    let n = format!("{prefix}{}", k.suffix);
+                    assert!(names.contains(&n), "{n} is not defined in kernels/");
+                }
+            }
         }
         for n in [
             "hs_rms_norm_rows",
@@ -350,6 +356,8 @@ mod tests {
             "hs_attention_f32",
             "hs_attention_f16",
             "hs_quantize_act",
+            "hs_moe_route",
+            "hs_moe_sort",
         ] {
             assert!(names.iter().any(|x| x == n), "{n} is not defined");
         }

@@ -18,9 +18,11 @@
 //!   each op's output may differ by f32 rounding only: 1e-5. With an f16 KV cache, attention reads
 //!   keys and values rounded to 11 significant bits (relative error up to 2⁻¹²): 1e-3 there.
 //!   Prompt-batch products on the matrix units (`matmul … (gemm f16)`, see
-//!   `src/gpu/compute/dequant.rs`) multiply the Q8-rounded activations and the dequantized
+//!   `src/gpu/compute/dequant.rs`; a MoE op's grouped expert products, `moe experts … (gemm
+//!   f16)`, see `src/gpu/compute/moe.rs`) multiply the Q8-rounded activations and the dequantized
 //!   weights both rounded to f16 (up to 2⁻¹¹ relative each, about 4e-4 rms on a product): 2e-3
-//!   there. `HIPSCOPE_PREFILL_GEMM=f32` keeps them in f32 and to 1e-5.
+//!   there, 4e-3 for the MoE op (two such products in a row). `HIPSCOPE_PREFILL_GEMM=f32` keeps
+//!   them in f32 and to 1e-5.
 //! - **End to end** (logits after all layers, the GPU on its own): weights that multiply f32
 //!   activations (F32, F16, BF16) stay within f32 rounding amplified by the layers: 1e-4. Weights
 //!   that multiply Q8-rounded activations are different: an activation that f32 rounding puts on
@@ -136,14 +138,20 @@ fn op_tolerance(kind: &str, kv: KvType) -> f64 {
         .any(|t| kind.starts_with(&format!("moe experts {t} ")));
     if kind.starts_with("attention") && kv == KvType::F16 {
         1e-3
+    } else if kind.starts_with("moe experts") && kind.ends_with("(gemm f16)") {
+        // A prompt batch's experts: two f16 products in a row (gate/up, then down), each
+        // bounded as a dense one (2e-3) — the first one's rounding also moves some hidden
+        // values across a Q8 step before the second (mixtral-tiny-2l Q4_K measured 2.35e-3 on
+        // the H100, the first run of these kernels).
+        4e-3
+    } else if kind.ends_with("(gemm f16)") {
+        2e-3
     } else if kind.starts_with("moe experts") && !float_experts {
         // The MoE op Q8-quantizes its own intermediate (silu(gate)·up) before the down product:
         // f32 rounding in gate/up can move an element of it across a Q8 rounding step inside
         // the op, which no input the lockstep feeds can prevent. The first full-size
         // Qwen3-30B-A3B run showed 4e-5..6e-5 from that; a wrong kernel gives errors of order 1.
         1e-3
-    } else if kind.ends_with("(gemm f16)") {
-        2e-3
     } else {
         1e-5
     }
@@ -482,7 +490,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
     );
     outln!(
         "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5 (attention over an f16 KV cache 1e-3, \
-         prompt products in f16 2e-3); logits 1e-4 for F32/F16/BF16 weights, 5e-2 where \
+         prompt products in f16 2e-3, a prompt's MoE experts in f16 4e-3); logits 1e-4 for F32/F16/BF16 weights, 5e-2 where \
          activations are Q8-rounded"
     );
     outln!(
