@@ -303,11 +303,12 @@ HS_KERNEL void hs_gemm_f16(HS_TRACK_PARAMS, hs_i32 m, hs_i32 n, hs_i32 k,
 // products over 8 entries at a time: 1.6 ms of gate/up a layer for a 512-token Qwen3-30B-A3B
 // prompt on the H100 (llama.cpp's grouped mul_mat_q: 0.28 ms).
 
-// 16 elements c0 .. c0 + 15 of weight row `row` (BL-element blocks of BB bytes) as f16 into s.
+// 16 elements c0 .. c0 + 15 (c0 a multiple of 16) of weight row `row` as f16 pairs into w: by the
+// element functions of infer_dequant.hip (BL-element blocks of BB bytes), or, for the common
+// expert types, from whole words of the block (below). A product's weights are dequantized once
+// per chunk that reads them, so this is most of a grouped product's work.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
-__device__ __forceinline__ void moe_mm_dq16(const unsigned char *row, hs_u32 c0,
-                                            unsigned short *s) {
-    hs_u32 w[8];
+__device__ __forceinline__ void mm_dq16(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
 #pragma unroll
     for (hs_u32 e = 0; e < 16; e += 2) {
         const hs_u32 c = c0 + e;
@@ -315,6 +316,63 @@ __device__ __forceinline__ void moe_mm_dq16(const unsigned char *row, hs_u32 c0,
         const float b = DQ(row + (hs_u64)((c + 1) / BL) * BB, (c + 1) % BL);
         w[e / 2] = (hs_u32)hs_float_to_half(a) | ((hs_u32)hs_float_to_half(b) << 16);
     }
+}
+
+__device__ __forceinline__ hs_u32 mm_half2(float a, float b) {
+    return (hs_u32)hs_float_to_half(a) | ((hs_u32)hs_float_to_half(b) << 16);
+}
+
+// Q4_0 (d, qs[16]; element j the low nibble of qs[j], j + 16 the high one): the 16 quant bytes
+// as 2-byte words (blocks are 18 bytes, so 2-aligned), the values as dq_q4_0 computes them.
+__device__ __forceinline__ void mm_dq16_q4_0(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 32) * 18;
+    const float d = dq_half(b);
+    const unsigned short *q = (const unsigned short *)(b + 2);
+    const hs_u32 sh = c0 & 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const hs_u32 u = q[i];
+        w[i] = mm_half2((float)((int)((u >> sh) & 0xF) - 8) * d,
+                        (float)((int)((u >> (8 + sh)) & 0xF) - 8) * d);
+    }
+}
+
+// Q8_0 (d, qs[32] signed; 34-byte blocks): 2-byte words of quants.
+__device__ __forceinline__ void mm_dq16_q8_0(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 32) * 34;
+    const float d = dq_half(b);
+    const unsigned short *q = (const unsigned short *)(b + 2 + (c0 & 16));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const hs_u32 u = q[i];
+        w[i] = mm_half2((float)(signed char)(u & 0xFF) * d, (float)(signed char)(u >> 8) * d);
+    }
+}
+
+// MXFP4 (e, qs[16] laid out as Q4_0's; 17-byte blocks, byte loads): four nibbles at a time
+// through the value table in registers (hs_lut16_4).
+__device__ __forceinline__ void mm_dq16_mxfp4(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 32) * 17;
+    const float d = dq_e8m0_half(b[0]);
+    const hs_u32 sh = c0 & 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned char *q = b + 1 + 4 * i;
+        const hs_u32 v = (hs_u32)q[0] | ((hs_u32)q[1] << 8) | ((hs_u32)q[2] << 16) |
+                         ((hs_u32)q[3] << 24);
+        const int t = hs_lut16_4(v >> sh, HS_LUT_MXFP4);
+        w[2 * i] = mm_half2((float)(signed char)t * d, (float)(signed char)(t >> 8) * d);
+        w[2 * i + 1] =
+            mm_half2((float)(signed char)(t >> 16) * d, (float)(signed char)(t >> 24) * d);
+    }
+}
+
+// The 16 elements through DQ16 into shared row position s (16-byte aligned).
+template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *)>
+__device__ __forceinline__ void moe_mm_dq16(const unsigned char *row, hs_u32 c0,
+                                            unsigned short *s) {
+    hs_u32 w[8];
+    DQ16(row, c0, w);
     uint4 *o = (uint4 *)s;
     o[0] = make_uint4(w[0], w[1], w[2], w[3]);
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -345,7 +403,7 @@ __device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, 
 // both; the up half goes through shared memory to the threads holding the gate half. (Two
 // 64-row tiles and two accumulators a block ran at half the speed of the down product per row.)
 #define MOE_MM_HALF (HS_MM_BM / 2)
-template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *), hs_u32 BL, hs_u32 BB>
 __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const unsigned char *wu,
                                                const unsigned short *xh, float *h,
                                                const float *route, hs_u32 n, hs_u32 k,
@@ -380,7 +438,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     hs_mm_zero(acc);
     for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
         if (alive) {
-            moe_mm_dq16<DQ, BL, BB>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+            moe_mm_dq16<DQ16>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
         } else {
             const uint4 z = make_uint4(0, 0, 0, 0);
             *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
@@ -417,7 +475,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
 
 // y[s + t][row] = down_e[row] . hh[s + t] for the chunk's entries and the block's 64 rows; hh
 // holds the entries' hidden rows in sorted order (f16, `ff` each); `dim` rows per expert.
-template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
+template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *), hs_u32 BL, hs_u32 BB>
 __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsigned short *hh,
                                             float *y, const float *route, hs_u32 n, hs_u32 k,
                                             hs_u32 dim, hs_u32 ff) {
@@ -444,7 +502,7 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     hs_mm_zero(acc);
     for (hs_u32 kt = 0; kt < ff; kt += HS_MM_BK) {
         if (alive) {
-            moe_mm_dq16<DQ, BL, BB>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+            moe_mm_dq16<DQ16>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
         } else {
             const uint4 z = make_uint4(0, 0, 0, 0);
             *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
@@ -474,14 +532,14 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q4_0, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_q4_0, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q4_0, 32, 18>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_q4_0, 32, 18>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -489,14 +547,14 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q4_1, 32, 20>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q4_1, 32, 20>, 32, 20>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q4_1, 32, 20>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q4_1, 32, 20>, 32, 20>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -504,14 +562,14 @@ HS_KERNEL void hs_moe_mm_gate_up_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q5_0, 32, 22>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q5_0, 32, 22>, 32, 22>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q5_0, 32, 22>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q5_0, 32, 22>, 32, 22>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -519,14 +577,14 @@ HS_KERNEL void hs_moe_mm_gate_up_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q5_1, 32, 24>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q5_1, 32, 24>, 32, 24>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q5_1, 32, 24>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q5_1, 32, 24>, 32, 24>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -534,14 +592,14 @@ HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q8_0, 32, 34>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_q8_0, 32, 34>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q8_0, 32, 34>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_q8_0, 32, 34>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -549,14 +607,15 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q4_k, 256, 144>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q4_k, 256, 144>, 256, 144>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q4_k, 256, 144>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q4_k, 256, 144>, 256, 144>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -564,14 +623,15 @@ HS_KERNEL void hs_moe_mm_gate_up_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q5_k, 256, 176>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q5_k, 256, 176>, 256, 176>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q5_k, 256, 176>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q5_k, 256, 176>, 256, 176>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -579,14 +639,15 @@ HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q6_k, 256, 210>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q6_k, 256, 210>, 256, 210>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q6_k, 256, 210>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q6_k, 256, 210>, 256, 210>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -594,14 +655,15 @@ HS_KERNEL void hs_moe_mm_gate_up_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q2_k, 256, 84>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q2_k, 256, 84>, 256, 84>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q2_k, 256, 84>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q2_k, 256, 84>, 256, 84>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -609,14 +671,15 @@ HS_KERNEL void hs_moe_mm_gate_up_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_q3_k, 256, 110>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_q3_k, 256, 110>, 256, 110>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_q3_k, 256, 110>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_q3_k, 256, 110>, 256, 110>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -624,14 +687,15 @@ HS_KERNEL void hs_moe_mm_gate_up_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_iq4_nl, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_iq4_nl, 32, 18>, 32, 18>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_iq4_nl, 32, 18>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_iq4_nl, 32, 18>, 32, 18>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -639,14 +703,15 @@ HS_KERNEL void hs_moe_mm_gate_up_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_iq4_xs, 256, 136>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16<dq_iq4_xs, 256, 136>, 256, 136>(
+        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_iq4_xs, 256, 136>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16<dq_iq4_xs, 256, 136>, 256, 136>(wd, hh, y, route, n, k, dim, ff);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -654,12 +719,12 @@ HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
                                     hs_u32 cols, const float *gb, const float *ub) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<dq_mxfp4, 32, 17>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_mxfp4, 32, 17>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
 }
 
 HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
     HS_BREADCRUMB();
-    moe_mm_down<dq_mxfp4, 32, 17>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_mxfp4, 32, 17>(wd, hh, y, route, n, k, dim, ff);
 }
