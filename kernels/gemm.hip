@@ -2,6 +2,9 @@
 // (no Debian rocBLAS ships gfx1151 kernels). Same contract as rocblas_sgemm / cublasSgemm in device
 // pointer mode: column-major, C = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T, alpha and
 // beta read from device memory, C not read when beta == 0. A 16x16 shared-memory tile per block.
+// Then the f16 matrix kernel of the prefill path (hs_gemm_f16) and the grouped expert products of
+// a prompt's mixture-of-experts op (hs_moe_mm_*), which share its matrix-unit core. The module is
+// compiled with infer_dequant.hip's element functions before it (gpu/kernels.rs, USES).
 
 #define HS_GEMM_TILE 16
 
@@ -324,7 +327,8 @@ __device__ __forceinline__ hs_u32 mm_half2(float a, float b) {
 
 // Q4_0 (d, qs[16]; element j the low nibble of qs[j], j + 16 the high one): the 16 quant bytes
 // as 2-byte words (blocks are 18 bytes, so 2-aligned), the values as dq_q4_0 computes them.
-__device__ __forceinline__ void mm_dq16_q4_0(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+__device__ __forceinline__ void mm_dq16_q4_0(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
     const unsigned char *b = row + (hs_u64)(c0 / 32) * 18;
     const float d = dq_half(b);
     const unsigned short *q = (const unsigned short *)(b + 2);
@@ -338,7 +342,8 @@ __device__ __forceinline__ void mm_dq16_q4_0(const unsigned char *row, hs_u32 c0
 }
 
 // Q8_0 (d, qs[32] signed; 34-byte blocks): 2-byte words of quants.
-__device__ __forceinline__ void mm_dq16_q8_0(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+__device__ __forceinline__ void mm_dq16_q8_0(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
     const unsigned char *b = row + (hs_u64)(c0 / 32) * 34;
     const float d = dq_half(b);
     const unsigned short *q = (const unsigned short *)(b + 2 + (c0 & 16));
@@ -351,7 +356,8 @@ __device__ __forceinline__ void mm_dq16_q8_0(const unsigned char *row, hs_u32 c0
 
 // MXFP4 (e, qs[16] laid out as Q4_0's; 17-byte blocks, byte loads): four nibbles at a time
 // through the value table in registers (hs_lut16_4).
-__device__ __forceinline__ void mm_dq16_mxfp4(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+__device__ __forceinline__ void mm_dq16_mxfp4(hs_u32, const unsigned char *row, hs_u32 c0,
+                                              hs_u32 *w) {
     const unsigned char *b = row + (hs_u64)(c0 / 32) * 17;
     const float d = dq_e8m0_half(b[0]);
     const hs_u32 sh = c0 & 16 ? 4 : 0;
@@ -367,12 +373,35 @@ __device__ __forceinline__ void mm_dq16_mxfp4(const unsigned char *row, hs_u32 c
     }
 }
 
+// Every other type by its element functions, the type (its ggml id) chosen at run time: one
+// kernel serves them all, which keeps this module's compile time (four targets in CI) from
+// growing by a matrix-unit body per type.
+__device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row, hs_u32 c0,
+                                            hs_u32 *w) {
+    switch (ty) {
+    case 3: mm_dq16<dq_q4_1, 32, 20>(row, c0, w); break;
+    case 6: mm_dq16<dq_q5_0, 32, 22>(row, c0, w); break;
+    case 7: mm_dq16<dq_q5_1, 32, 24>(row, c0, w); break;
+    case 10: mm_dq16<dq_q2_k, 256, 84>(row, c0, w); break;
+    case 11: mm_dq16<dq_q3_k, 256, 110>(row, c0, w); break;
+    case 12: mm_dq16<dq_q4_k, 256, 144>(row, c0, w); break;
+    case 13: mm_dq16<dq_q5_k, 256, 176>(row, c0, w); break;
+    case 14: mm_dq16<dq_q6_k, 256, 210>(row, c0, w); break;
+    case 20: mm_dq16<dq_iq4_nl, 32, 18>(row, c0, w); break;
+    case 23: mm_dq16<dq_iq4_xs, 256, 136>(row, c0, w); break;
+    default:
+        // The host sends only the types above here (src/gpu/compute/moe.rs, MM_ANY_TYPES).
+        for (int i = 0; i < 8; ++i) w[i] = 0;
+        break;
+    }
+}
+
 // The 16 elements through DQ16 into shared row position s (16-byte aligned).
-template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *)>
-__device__ __forceinline__ void moe_mm_dq16(const unsigned char *row, hs_u32 c0,
+template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
+__device__ __forceinline__ void moe_mm_dq16(hs_u32 ty, const unsigned char *row, hs_u32 c0,
                                             unsigned short *s) {
     hs_u32 w[8];
-    DQ16(row, c0, w);
+    DQ16(ty, row, c0, w);
     uint4 *o = (uint4 *)s;
     o[0] = make_uint4(w[0], w[1], w[2], w[3]);
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
@@ -403,12 +432,12 @@ __device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, 
 // both; the up half goes through shared memory to the threads holding the gate half. (Two
 // 64-row tiles and two accumulators a block ran at half the speed of the down product per row.)
 #define MOE_MM_HALF (HS_MM_BM / 2)
-template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *), hs_u32 BL, hs_u32 BB>
+template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
 __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const unsigned char *wu,
                                                const unsigned short *xh, float *h,
                                                const float *route, hs_u32 n, hs_u32 k,
                                                hs_u32 ff, hs_u32 cols, const float *gb,
-                                               const float *ub) {
+                                               const float *ub, hs_u32 ty, hs_u64 row_bytes) {
     // As, Bs; after the products, the up half of the tile as floats (MOE_MM_HALF x 65).
     __shared__ __attribute__((aligned(16))) unsigned short S[(HS_MM_BM + HS_MM_BN) * HS_MM_LDS];
     unsigned short *As = S;
@@ -420,7 +449,6 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     }
     const int *tok = (const int *)(route + (hs_u64)n * k * 2) + (hs_u64)n * k;
     const hs_u32 tid = threadIdx.x;
-    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
     // A: thread tid dequantizes half tid % 2 of tile row tid / 2 (gate, then up).
     const hs_u32 ar = tid / 2;
     const hs_u32 ah = (tid % 2) * 16;
@@ -438,7 +466,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     hs_mm_zero(acc);
     for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
         if (alive) {
-            moe_mm_dq16<DQ16>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
         } else {
             const uint4 z = make_uint4(0, 0, 0, 0);
             *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
@@ -475,10 +503,10 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
 
 // y[s + t][row] = down_e[row] . hh[s + t] for the chunk's entries and the block's 64 rows; hh
 // holds the entries' hidden rows in sorted order (f16, `ff` each); `dim` rows per expert.
-template <void (*DQ16)(const unsigned char *, hs_u32, hs_u32 *), hs_u32 BL, hs_u32 BB>
+template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
 __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsigned short *hh,
                                             float *y, const float *route, hs_u32 n, hs_u32 k,
-                                            hs_u32 dim, hs_u32 ff) {
+                                            hs_u32 dim, hs_u32 ff, hs_u32 ty, hs_u64 row_bytes) {
     __shared__ __attribute__((aligned(16))) unsigned short As[HS_MM_BM * HS_MM_LDS];
     __shared__ __attribute__((aligned(16))) unsigned short Bs[HS_MM_BN * HS_MM_LDS];
     int e, s, c;
@@ -487,7 +515,6 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
         return;
     }
     const hs_u32 tid = threadIdx.x;
-    const hs_u64 row_bytes = (hs_u64)(ff / BL) * BB;
     const hs_u32 ar = tid / 2;
     const hs_u32 ah = (tid % 2) * 16;
     const bool alive = row0 + ar < dim;
@@ -502,7 +529,7 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     hs_mm_zero(acc);
     for (hs_u32 kt = 0; kt < ff; kt += HS_MM_BK) {
         if (alive) {
-            moe_mm_dq16<DQ16>(arow, kt + ah, As + ar * HS_MM_LDS + ah);
+            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
         } else {
             const uint4 z = make_uint4(0, 0, 0, 0);
             *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
@@ -525,206 +552,73 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     }
 }
 
-// Two entry points per quantized type (the suffixes of src/gpu/compute/plan.rs's type table).
+// Two entry points for each of the types with their own dequantization above, and two for every
+// other quantized type (`any`: ty is its ggml id); row_bytes: one expert row's bytes.
 
 HS_KERNEL void hs_moe_mm_gate_up_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const unsigned char *wu, const unsigned short *xh, float *h,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q4_0, 32, 18>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_q4_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q4_0, 32, 18>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q4_1, 32, 20>, 32, 20>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q4_1(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q4_1, 32, 20>, 32, 20>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q5_0, 32, 22>, 32, 22>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q5_0(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q5_0, 32, 22>, 32, 22>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q5_1, 32, 24>, 32, 24>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q5_1(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q5_1, 32, 24>, 32, 24>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_q4_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const unsigned char *wu, const unsigned short *xh, float *h,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q8_0, 32, 34>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_q8_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q8_0, 32, 34>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q4_k, 256, 144>, 256, 144>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q4_k, 256, 144>, 256, 144>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q5_k, 256, 176>, 256, 176>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q5_k(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q5_k, 256, 176>, 256, 176>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q6_k, 256, 210>, 256, 210>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q6_k, 256, 210>, 256, 210>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q2_k, 256, 84>, 256, 84>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q2_k(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q2_k, 256, 84>, 256, 84>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_q3_k, 256, 110>, 256, 110>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_q3_k(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_q3_k, 256, 110>, 256, 110>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_iq4_nl, 32, 18>, 32, 18>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_iq4_nl, 32, 18>, 32, 18>(wd, hh, y, route, n, k, dim, ff);
-}
-
-HS_KERNEL void hs_moe_mm_gate_up_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
-                                    const unsigned char *wu, const unsigned short *xh, float *h,
-                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
-    HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16<dq_iq4_xs, 256, 136>, 256, 136>(
-        wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
-}
-
-HS_KERNEL void hs_moe_mm_down_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wd,
-                                 const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
-    HS_BREADCRUMB();
-    moe_mm_down<mm_dq16<dq_iq4_xs, 256, 136>, 256, 136>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_q8_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
                                     const unsigned char *wu, const unsigned short *xh, float *h,
                                     const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
-                                    hs_u32 cols, const float *gb, const float *ub) {
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_mxfp4, 32, 17>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub);
+    moe_mm_gate_up<mm_dq16_mxfp4>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
                                  const unsigned short *hh, float *y, const float *route,
-                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff) {
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_mxfp4, 32, 17>(wd, hh, y, route, n, k, dim, ff);
+    moe_mm_down<mm_dq16_mxfp4>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_any(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<mm_dq16_any>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_down_any(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_down<mm_dq16_any>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }

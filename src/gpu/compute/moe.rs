@@ -26,6 +26,9 @@ const ROUTE_THREADS: u32 = 256;
 const MM_THREADS: u32 = 128;
 const MM_ROWS: usize = 64;
 const MM_GATE_UP_ROWS: usize = 32;
+/// Quantized types with grouped kernels of their own; every other one takes `hs_moe_mm_*_any`,
+/// which picks its dequantization by the type's ggml id at run time.
+pub const MM_OWN: &[&str] = &["q4_0", "q8_0", "mxfp4"];
 
 /// The MoE kernels: routing, sorting, gather, combine, and per quantized type the gate/up and
 /// down kernels for chunks of 1 and of [`CHUNK`] entries, and the grouped products.
@@ -64,7 +67,12 @@ impl MoeKernels {
                     f("down", CHUNK)?,
                 ],
             );
-            let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{}", k.suffix));
+            let own = if MM_OWN.contains(&k.suffix) {
+                k.suffix
+            } else {
+                "any"
+            };
+            let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{own}"));
             mm.insert(ty, [g("gate_up")?, g("down")?]);
         }
         Ok(MoeKernels {
@@ -201,7 +209,7 @@ impl GpuCompute {
         // Routing: a warp per token; a batch of one block's worth routes and sorts in one launch,
         // a longer one routes over many blocks and sorts after.
         let warps = (ROUTE_THREADS / self.warp.clamp(1, ROUTE_THREADS)) as usize;
-        let one = n <= warps;
+        let sort_in_route = n <= warps;
         self.launch(
             lab("ffn_moe_route"),
             "moe_route",
@@ -216,10 +224,10 @@ impl GpuCompute {
                 Arg::U32(k32),
                 Arg::U32(nt as u32),
                 rb,
-                Arg::U32(u32::from(one)),
+                Arg::U32(u32::from(sort_in_route)),
             ],
         )?;
-        if !one {
+        if !sort_in_route {
             self.launch(
                 lab("ffn_moe_route"),
                 "moe_sort",
@@ -237,12 +245,36 @@ impl GpuCompute {
         }
         self.wrote(m.logits);
         self.wrote(m.route);
+        let io = Experts {
+            types: [gty, dty],
+            weights: [wg, wu, wd],
+            acts: [gact, dact],
+            x: self.buf(m.x, n * dim)?,
+            h: self.buf(m.h, entries * ff)?,
+            y: self.buf(m.y, entries * dim)?,
+            route,
+            chunks: chunks as u32,
+            gate_up_tail: [
+                Arg::U32(n32),
+                Arg::U32(k32),
+                Arg::U32(ff as u32),
+                Arg::U32(dim32),
+                gb,
+                ub,
+            ],
+            down_tail: [
+                Arg::U32(n32),
+                Arg::U32(k32),
+                Arg::U32(dim32),
+                Arg::U32(ff as u32),
+            ],
+        };
         if grouped {
-            self.moe_grouped_products(m, [wg, wu, wd], [gact, dact], [gb, ub], chunks)?;
+            self.moe_grouped_products(m, &io)?;
         } else {
-            self.moe_chunked_products(m, [gty, dty], [wg, wu, wd], [gact, dact], [gb, ub], chunks)?;
+            self.moe_chunked_products(m, &io)?;
         }
-        let y = self.buf(m.y, entries * dim)?;
+        let y = io.y;
         self.launch(
             lab("ffn_moe_combine"),
             "moe_combine",
@@ -266,82 +298,68 @@ impl GpuCompute {
     /// The experts of a prompt batch as grouped products (`hs_moe_mm_*`): the batch's rows
     /// Q8-rounded to f16, gate/up with the activation inside, the hidden rows Q8-rounded to f16,
     /// down. The f16 rows live in the GEMM path's f32 input buffer (`xdq`, sized for every
-    /// entry's widest row in f32), so the workspace's quantization key is cleared after.
-    fn moe_grouped_products(
-        &mut self,
-        m: &MoeFfn,
-        [wg, wu, wd]: [DeviceBuffer; 3],
-        [gact, dact]: [ActFormat; 2],
-        [gb, ub]: [Arg; 2],
-        chunks: usize,
-    ) -> Result<()> {
-        let (n, dim, ff, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_used);
-        let entries = n * k;
-        let [ActFormat::Q8 { bs: gbs }, ActFormat::Q8 { bs: dbs }] = [gact, dact] else {
+    /// entry's widest row in f32), so the workspace's quantization key is cleared first.
+    fn moe_grouped_products(&mut self, m: &MoeFfn, io: &Experts) -> Result<()> {
+        let (n, dim, ff, entries) = (m.n_tokens, m.dim, m.ffn_dim, m.n_tokens * m.n_used);
+        let [ActFormat::Q8 { bs: gbs }, ActFormat::Q8 { bs: dbs }] = io.acts else {
             return Err(invalid(
                 "MoE grouped products need quantized experts".into(),
             ));
         };
-        let (gty, dty) = (self.weight(m.gate)?.ty, self.weight(m.down)?.ty);
-        let [gate_up, _] = self.kernels.moe.mm[&gty];
-        let [_, down] = self.kernels.moe.mm[&dty];
-        let x = self.buf(m.x, n * dim)?;
-        let h = self.buf(m.h, entries * ff)?;
-        let y = self.buf(m.y, entries * dim)?;
-        let route = self.buf(m.route, MoeFfn::route_len(n, k, m.n_expert))?;
+        let [gate_up, _] = self.kernels.moe.mm[&io.types[0]];
+        let [_, down] = self.kernels.moe.mm[&io.types[1]];
         let half = self
             .workspace()?
             .xdq
             .ok_or_else(|| invalid("the GEMM path was not planned for this batch size".into()))?;
-        let need = (entries * ff.max(dim) * 2) as u64;
-        if need > half.bytes {
+        if (entries * ff.max(dim) * 2) as u64 > half.bytes {
             return Err(invalid(format!(
                 "MoE: {entries} entries of {} f16 exceed the planned batch",
                 ff.max(dim)
             )));
         }
         let lab = |name| OpLabel::layer(m.layer, name);
-        let (n32, k32, dim32, ff32) = (n as u32, k as u32, dim as u32, ff as u32);
+        let [wg, wu, wd] = io.weights;
         self.quant = None;
-        self.quantize_f16(x, half, n * dim, gbs, lab("ffn_moe_gate_up"))?;
+        self.quantize_f16(io.x, half, n * dim, gbs, lab("ffn_moe_gate_up"))?;
+        // The type (for the `any` kernels) and one expert row's bytes.
+        let row_bytes =
+            |ty: GgmlType, cols: usize| (cols / ty.block_len() * ty.block_bytes()) as u64;
+        let [gty, dty] = io.types;
+        let mut args = vec![
+            Arg::Ptr(wg.ptr),
+            Arg::Ptr(wu.ptr),
+            Arg::Ptr(half.ptr),
+            Arg::Ptr(io.h.ptr),
+            Arg::Ptr(io.route.ptr),
+        ];
+        args.extend(io.gate_up_tail);
+        args.extend([Arg::U32(gty.id()), Arg::U64(row_bytes(gty, dim))]);
         self.launch(
             lab("ffn_moe_gate_up"),
             "moe_mm_gate_up",
             gate_up,
-            [ff.div_ceil(MM_GATE_UP_ROWS) as u32, chunks as u32, 1],
+            [ff.div_ceil(MM_GATE_UP_ROWS) as u32, io.chunks, 1],
             [MM_THREADS, 1, 1],
-            &[
-                Arg::Ptr(wg.ptr),
-                Arg::Ptr(wu.ptr),
-                Arg::Ptr(half.ptr),
-                Arg::Ptr(h.ptr),
-                Arg::Ptr(route.ptr),
-                Arg::U32(n32),
-                Arg::U32(k32),
-                Arg::U32(ff32),
-                Arg::U32(dim32),
-                gb,
-                ub,
-            ],
+            &args,
         )?;
         self.wrote(m.h);
-        self.quantize_f16(h, half, entries * ff, dbs, lab("ffn_moe_down"))?;
+        self.quantize_f16(io.h, half, entries * ff, dbs, lab("ffn_moe_down"))?;
+        let mut args = vec![
+            Arg::Ptr(wd.ptr),
+            Arg::Ptr(half.ptr),
+            Arg::Ptr(io.y.ptr),
+            Arg::Ptr(io.route.ptr),
+        ];
+        args.extend(io.down_tail);
+        args.extend([Arg::U32(dty.id()), Arg::U64(row_bytes(dty, ff))]);
         self.launch(
             lab("ffn_moe_down"),
             "moe_mm_down",
             down,
-            [dim.div_ceil(MM_ROWS) as u32, chunks as u32, 1],
+            [dim.div_ceil(MM_ROWS) as u32, io.chunks, 1],
             [MM_THREADS, 1, 1],
-            &[
-                Arg::Ptr(wd.ptr),
-                Arg::Ptr(half.ptr),
-                Arg::Ptr(y.ptr),
-                Arg::Ptr(route.ptr),
-                Arg::U32(n32),
-                Arg::U32(k32),
-                Arg::U32(dim32),
-                Arg::U32(ff32),
-            ],
+            &args,
         )?;
         self.wrote(m.y);
         Ok(())
@@ -350,24 +368,10 @@ impl GpuCompute {
     /// The experts as matrix-vector products over chunks of 1 (decode) or [`CHUNK`] entries:
     /// the entries' rows gathered in sorted order and Q8-quantized (float experts take them as
     /// they are), gate/up with the activation inside, the hidden rows quantized, down.
-    fn moe_chunked_products(
-        &mut self,
-        m: &MoeFfn,
-        [gty, dty]: [GgmlType; 2],
-        [wg, wu, wd]: [DeviceBuffer; 3],
-        [gact, dact]: [ActFormat; 2],
-        [gb, ub]: [Arg; 2],
-        chunks: usize,
-    ) -> Result<()> {
-        let (n, dim, ff, k) = (m.n_tokens, m.dim, m.ffn_dim, m.n_used);
-        let entries = n * k;
-        let x = self.buf(m.x, n * dim)?;
+    fn moe_chunked_products(&mut self, m: &MoeFfn, io: &Experts) -> Result<()> {
+        let (n, dim, ff, entries) = (m.n_tokens, m.dim, m.ffn_dim, m.n_tokens * m.n_used);
         let xs = self.buf(m.xs, entries * dim)?;
-        let h = self.buf(m.h, entries * ff)?;
-        let y = self.buf(m.y, entries * dim)?;
-        let route = self.buf(m.route, MoeFfn::route_len(n, k, m.n_expert))?;
         let lab = |name| OpLabel::layer(m.layer, name);
-        let (n32, k32, dim32, ff32) = (n as u32, k as u32, dim as u32, ff as u32);
         self.launch(
             lab("ffn_moe_gather"),
             "moe_gather",
@@ -375,21 +379,22 @@ impl GpuCompute {
             [elementwise_grid((entries * dim) as u64), 1, 1],
             [256, 1, 1],
             &[
-                Arg::Ptr(x.ptr),
+                Arg::Ptr(io.x.ptr),
                 Arg::Ptr(xs.ptr),
-                Arg::Ptr(route.ptr),
-                Arg::U32(n32),
-                Arg::U32(k32),
-                Arg::U32(dim32),
+                Arg::Ptr(io.route.ptr),
+                Arg::U32(n as u32),
+                Arg::U32(m.n_used as u32),
+                Arg::U32(dim as u32),
             ],
         )?;
         self.wrote(m.xs);
         let which = usize::from(n != 1);
-        let gate_up = self.kernels.moe.by_type[&gty][which];
-        let down = self.kernels.moe.by_type[&dty][2 + which];
+        let gate_up = self.kernels.moe.by_type[&io.types[0]][which];
+        let down = self.kernels.moe.by_type[&io.types[1]][2 + which];
+        let [wg, wu, wd] = io.weights;
         // The products' inputs: Q8 quants and scales in the workspace for quantized experts,
         // the f32 rows themselves for float ones.
-        let gate_in = match gact {
+        let gate_in = match io.acts[0] {
             ActFormat::Q8 { bs } => {
                 self.quantize_input(m.xs, entries, dim, bs, false, lab("ffn_moe_gate_up"))?;
                 let ws = self.workspace()?;
@@ -399,52 +404,55 @@ impl GpuCompute {
         };
         let mut args = vec![Arg::Ptr(wg.ptr), Arg::Ptr(wu.ptr)];
         args.extend(gate_in);
-        args.extend([
-            Arg::Ptr(h.ptr),
-            Arg::Ptr(route.ptr),
-            Arg::U32(n32),
-            Arg::U32(k32),
-            Arg::U32(ff32),
-            Arg::U32(dim32),
-            gb,
-            ub,
-        ]);
+        args.extend([Arg::Ptr(io.h.ptr), Arg::Ptr(io.route.ptr)]);
+        args.extend(io.gate_up_tail);
         self.launch(
             lab("ffn_moe_gate_up"),
             "moe_gate_up",
             gate_up,
-            [mv_grid(ff, self.warp), chunks as u32, 1],
+            [mv_grid(ff, self.warp), io.chunks, 1],
             [MV_THREADS, 1, 1],
             &args,
         )?;
         self.wrote(m.h);
-        let down_in = match dact {
+        let down_in = match io.acts[1] {
             ActFormat::Q8 { bs } => {
                 self.quantize_input(m.h, entries, ff, bs, false, lab("ffn_moe_down"))?;
                 let ws = self.workspace()?;
                 vec![Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)]
             }
-            ActFormat::F32 => vec![Arg::Ptr(h.ptr)],
+            ActFormat::F32 => vec![Arg::Ptr(io.h.ptr)],
         };
         let mut args = vec![Arg::Ptr(wd.ptr)];
         args.extend(down_in);
-        args.extend([
-            Arg::Ptr(y.ptr),
-            Arg::Ptr(route.ptr),
-            Arg::U32(n32),
-            Arg::U32(k32),
-            Arg::U32(dim32),
-            Arg::U32(ff32),
-        ]);
+        args.extend([Arg::Ptr(io.y.ptr), Arg::Ptr(io.route.ptr)]);
+        args.extend(io.down_tail);
         self.launch(
             lab("ffn_moe_down"),
             "moe_down",
             down,
-            [mv_grid(dim, self.warp), chunks as u32, 1],
+            [mv_grid(dim, self.warp), io.chunks, 1],
             [MV_THREADS, 1, 1],
             &args,
         )?;
         self.wrote(m.y);
         Ok(())
     }
+}
+
+/// What both expert paths of one MoE op take, resolved once: the experts' types, buffers
+/// (gate, up, down) and activation formats, the input, hidden and output rows, the route, the
+/// chunk count (the launches' grid height), and the kernels' trailing arguments (gate/up: n, k,
+/// ff, dim, gpt-oss's gate and up biases; down: n, k, dim, ff).
+struct Experts {
+    types: [GgmlType; 2],
+    weights: [DeviceBuffer; 3],
+    acts: [ActFormat; 2],
+    x: DeviceBuffer,
+    h: DeviceBuffer,
+    y: DeviceBuffer,
+    route: DeviceBuffer,
+    chunks: u32,
+    gate_up_tail: [Arg; 6],
+    down_tail: [Arg; 4],
 }

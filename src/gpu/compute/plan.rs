@@ -336,11 +336,22 @@ mod tests {
                 let n = format!("{prefix}{}", k.suffix);
                 assert!(names.contains(&n), "{n} is not defined in kernels/");
             }
+            // A prompt's grouped expert products: a kernel of the type's own, or the `any` one,
+            // whose run-time switch must know the type.
             if matches!(k.act, ActFormat::Q8 { .. }) {
+                let own = super::super::moe::MM_OWN.contains(&k.suffix);
+                let sfx = if own { k.suffix } else { "any" };
                 for prefix in ["hs_moe_mm_gate_up_", "hs_moe_mm_down_"] {
-                    let n = format!("{prefix}{}", k.suffix);
+                    let n = format!("{prefix}{sfx}");
                     assert!(names.contains(&n), "{n} is not defined in kernels/");
                 }
+                let gemm = &src
+                    .iter()
+                    .find(|s| s.name == "gemm")
+                    .expect("gemm.hip")
+                    .text;
+                let case = format!("case {}: mm_dq16<", ty.id());
+                assert!(own || gemm.contains(&case), "mm_dq16_any has no {case}");
             }
         }
         for n in [
