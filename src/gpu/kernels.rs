@@ -55,14 +55,12 @@ pub struct KernelSource {
     /// The file stem: `gemm` for `kernels/gemm.hip`.
     pub name: String,
     pub text: Cow<'static, str>,
-    /// Another source's device templates compiled before this one (its kernels left out), as
-    /// `(name, text)`: `infer_moe` takes `infer_matvec`'s row-dot routine, `gemm` the element
-    /// functions of `infer_dequant` ([`USES`]).
+    /// Another source's device code compiled before this one, its kernels left out ([`USES`]).
     pub uses: Option<(String, Cow<'static, str>)>,
 }
 
-/// Sources compiled with another's templates before them: (source, the one it uses, the macro
-/// that leaves the used one's kernels out).
+/// (source, the one it uses, the macro that leaves the used one's kernels out): `infer_moe` takes
+/// `infer_matvec`'s row-dot routine, `gemm` the element functions of `infer_dequant`.
 pub const USES: &[(&str, &str, &str)] = &[
     ("infer_moe", "infer_matvec", "HS_MV_TEMPLATES_ONLY"),
     ("gemm", "infer_dequant", "HS_DQ_TEMPLATES_ONLY"),
@@ -99,8 +97,7 @@ fn link_uses(mut sources: Vec<KernelSource>) -> Vec<KernelSource> {
     sources
 }
 
-/// The kernel sources: `HIPSCOPE_KERNELS=DIR` if set (every `*.hip` there), else the embedded
-/// ones.
+/// The kernel sources: `HIPSCOPE_KERNELS=DIR` if set (its `*.hip`), else the embedded ones.
 pub fn sources() -> Result<Vec<KernelSource>, GpuError> {
     match std::env::var_os("HIPSCOPE_KERNELS") {
         Some(dir) if !dir.is_empty() => sources_from_dir(Path::new(&dir)),
