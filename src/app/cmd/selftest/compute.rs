@@ -430,14 +430,20 @@ fn run_case(
         Ok(out)
     })();
     let replays = graph_replays(g.backend_mut());
-    let result = result.map(|o| Outcome { replays, ..o });
-    let release = g
+    release_then(&mut g, result.map(|o| Outcome { replays, ..o }))
+}
+
+/// Shuts `m`'s device down (within 5 s), then hands back `result`: the run's own error first,
+/// else an error where the device had to be abandoned.
+pub(super) fn release_then<T>(m: &mut Model, result: Result<T, String>) -> Result<T, String> {
+    let release = m
         .backend_mut()
         .shutdown(Duration::from_secs(5), &mut |_| {});
+    let result = result?;
     if release != DeviceRelease::Clean {
         return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
     }
-    result
+    Ok(result)
 }
 
 /// The same steps op by op; returns the per-op table.
@@ -457,13 +463,7 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
             break;
         }
     }
-    let release = m
-        .backend_mut()
-        .shutdown(Duration::from_secs(5), &mut |_| {});
-    r?;
-    if release != DeviceRelease::Clean {
-        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
-    }
+    release_then(&mut m, r)?;
     Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
 }
 

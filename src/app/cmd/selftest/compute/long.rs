@@ -6,17 +6,16 @@
 //! and combine kernels are judged per op.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{
     ComputeCheckOptions, end_to_end_tolerance, graph_replays, op_tolerance, open_gpu, print_ops,
+    release_then,
 };
 use crate::app::cmd::usage::outln;
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
 use crate::gpu::compute::{GpuCompute, KvType};
 use crate::gpu::cpu::CpuBackend;
-use crate::gpu::snapshot::DeviceRelease;
 use crate::model::forward::{Logits, Model, ModelOptions};
 use crate::model::gguf::GgufFile;
 use crate::model::loader;
@@ -86,13 +85,7 @@ fn run_long(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<(f64, u64), String>
         Ok(worst)
     })();
     let replays = graph_replays(g.backend_mut());
-    let release = g
-        .backend_mut()
-        .shutdown(Duration::from_secs(5), &mut |_| {});
-    if release != DeviceRelease::Clean {
-        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
-    }
-    result.map(|w| (w, replays))
+    release_then(&mut g, result.map(|w| (w, replays)))
 }
 
 /// The long-context cases of the shapes asked for: smollm2-135m's end to end, tiny-gpt-oss's op
@@ -121,13 +114,7 @@ fn run_long_ops(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
             m.forward(&toks[pos..next], pos, Logits::Last, &mut logits)
                 .map_err(|e| format!("step at {pos}: {e}"))
         });
-    let release = m
-        .backend_mut()
-        .shutdown(Duration::from_secs(5), &mut |_| {});
-    r?;
-    if release != DeviceRelease::Clean {
-        return Err("GPU shutdown was not clean (the device had to be abandoned)".into());
-    }
+    release_then(&mut m, r)?;
     Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
 }
 
