@@ -390,8 +390,10 @@ __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row,
     case 20: mm_dq16<dq_iq4_nl, 32, 18>(row, c0, w); break;
     case 23: mm_dq16<dq_iq4_xs, 256, 136>(row, c0, w); break;
     default:
-        // The host sends only the types above here (src/gpu/compute/moe.rs, MM_ANY_TYPES).
-        for (int i = 0; i < 8; ++i) w[i] = 0;
+        // Unreachable: the host sends only the types above here (src/gpu/compute/plan.rs's test
+        // holds every quantized type to a case). Should one slip through, NaN halves, so that
+        // the result is visibly wrong (selftest --compute fails) rather than silently zero.
+        for (int i = 0; i < 8; ++i) w[i] = 0x7E007E00u;
         break;
     }
 }
