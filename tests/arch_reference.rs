@@ -132,7 +132,7 @@ fn qwen3moe_perplexity_matches_llama_cpp() {
 /// gpt-oss (attention sinks, alternating sliding-window layers, YaRN RoPE, biased MXFP4 experts
 /// with softmax-after-top-k routing and the clamped SwiGLU), on the backend `perplexity`'s
 /// `--backend auto` picks (the CPU where CI runs; the GPU backends' gpt-oss is checked against the
-/// CPU by `hipscope selftest --compute`, docs/gpt-oss-gpu-h100.txt).
+/// CPU by `hipscope selftest --compute`, docs/runs/gpt-oss-gpu-h100.txt).
 #[test]
 fn gpt_oss_perplexity_matches_llama_cpp() {
     check_in("gpt-oss.toml", "tiny-gpt-oss");

@@ -44,7 +44,7 @@ fn greedy_chat_answer_names_paris() {
     // `-fa off` "La" -1.700, "The" -1.834; `-fa on` "The" -1.651, "La" -1.784). hipscope's f16
     // cache is rounded as llama.cpp's non-flash path rounds it, and gave the `-fa off` answer
     // until its activation scales were rounded as llama.cpp stores them (2026-11-27, which
-    // brought its distributions closer to llama.cpp's: docs/quant-lowbit.txt); since then it
+    // brought its distributions closer to llama.cpp's: docs/runs/quant-lowbit.txt); since then it
     // gives the flash-attention one. Either of llama.cpp's two f16 answers is accepted.
     let (text, err) = greedy_answer("f32");
     assert!(text.contains("Paris"), "answer with an f32 cache: {text}");

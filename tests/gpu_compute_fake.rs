@@ -3,7 +3,7 @@
 //! uploaded and verified, a forward pass enqueues labelled launches of the right kernels and
 //! allocates nothing, and shutdown runs the quit protocol's steps. The fake runs the inference
 //! kernels as no-ops, so nothing here checks numbers: `hipscope selftest --compute` does that on a
-//! real GPU (docs/gpu-inference-h100.txt).
+//! real GPU (docs/runs/gpu-inference-h100.txt).
 
 use std::sync::Arc;
 use std::time::Duration;

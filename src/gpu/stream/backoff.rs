@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// sleep that the kernel's default timer slack stretches to ~100 µs: `selftest`'s tracking
 /// overhead without graphs then measured that quantum, not the tracking (+5.08% on the H100 with
 /// breadcrumbs, −0.06% without; +1.15% and +0.90% with this backoff, same binary and call,
-/// docs/h100-2026-11-27.txt). CUDA's own synchronize spins the same way by default. The waiting
+/// docs/runs/h100-2026-11-27.txt). CUDA's own synchronize spins the same way by default. The waiting
 /// thread's timer slack is set to 1 µs once (Linux), so that the 50 µs sleeps of longer waits (a
 /// prompt) end within a few µs of the work.
 pub struct Backoff {

@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 /// The AVX-512 kernel for `ty`, or `None` where the AVX2 one serves.
 ///
 /// Q4_0, Q5_0 and IQ4_NL take the AVX2 kernels: on the one AVX-512 CPU measured (the lent GPU
-/// host's Intel Xeon, 2 threads, `docs/cpu-avx512-2026-11-27.txt`) these kernels decoded a
+/// host's Intel Xeon, 2 threads, `docs/runs/cpu-avx512-2026-11-27.txt`) these kernels decoded a
 /// Qwen2.5-0.5B shape 20-40% slower than the AVX2 ones (Q4_0 tg32 33.6-41.8 t/s against
 /// 50.3-54.0, Q5_0 31.9 against 41.4-42.8, IQ4_NL 35.2-39.7 against 54.5-56.2), while Q4_1, Q5_1
 /// and Q8_0 came out level; no AMD AVX-512 CPU (Zen 4/5) has run them.

@@ -14,7 +14,7 @@
 //! `quantize_row_q8_K_ref`): the same quants, and the scales rounded as it stores them (the
 //! 32-element `d` to f16, Q8_1's sum term to f16 for Q4_1/Q5_1, Q8_K's `d` as `1 / iscale`;
 //! `act::q8x32_scales`, `act::q8xk_scale`). Kept f32, these scales gave pure-Q2_K/Q3_K
-//! perplexities about 1% away from llama.cpp's (docs/quant-lowbit.txt).
+//! perplexities about 1% away from llama.cpp's (docs/runs/quant-lowbit.txt).
 //!
 //! Differences from llama.cpp, on purpose: the 32-element activation always carries its sum
 //! (Q8_1-style), so that Q4_0/Q5_0 use the same unsigned multiply-add as Q4_1/Q5_1 and fold

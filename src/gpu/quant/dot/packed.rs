@@ -195,7 +195,7 @@ impl PackedMatrix {
 
     /// Whether repacking is on: always, unless `HIPSCOPE_CPU_REPACK=0` turns it off (for
     /// comparisons), read once. Its accuracy against llama.cpp's own logits equals the portable
-    /// kernels' (README, "Repacked weights").
+    /// kernels' (docs/PERFORMANCE.md, "Repacked weights").
     pub fn enabled() -> bool {
         static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *ON.get_or_init(|| std::env::var("HIPSCOPE_CPU_REPACK").map_or(true, |v| v.trim() != "0"))
