@@ -2,7 +2,7 @@
 //! llama.cpp's source (`$HIPSCOPE_LLAMA_CPP_SRC/gguf-py`) reads what our writer writes, and our
 //! reader reads what it wrote (fuzz/seeds/, made by scripts/gen_fuzz_seeds.py).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! own layout, on random raw blocks (every quant byte value, random Q4_K scales and mins), ragged row
 //! counts (a padded last group), odd block counts and every token tile size.
 
-mod common;
+use crate::common;
 use common::quant_ref::q8_1_excess;
 use hipscope::gpu::cpu::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use hipscope::gpu::cpu::pool::ThreadPool;

@@ -2,7 +2,7 @@
 //! the command sent, the notices, the context gauge, and one bar per fetch phase. (Beside
 //! `ui_update.rs`, which is long enough.)
 
-mod ui_common;
+use crate::ui_common;
 
 use hipscope::model::protocol::{Command, Event};
 use hipscope::ui::App;

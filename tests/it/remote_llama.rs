@@ -8,7 +8,7 @@
 //! The server comes from `HIPSCOPE_LLAMA_SERVER` and the model from `HIPSCOPE_TEST_MODEL`
 //! (`scripts/test.sh` exports both); without them these tests fail, they do not skip.
 
-mod pty;
+use crate::pty;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

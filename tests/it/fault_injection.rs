@@ -4,7 +4,7 @@
 //! disk); a crash is SIGKILL at a random point of a turn. After each, every complete record must
 //! be on disk and `--resume` must bring every completed turn back.
 
-mod pty;
+use crate::pty;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};

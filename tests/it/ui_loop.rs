@@ -5,7 +5,7 @@
 //! typing while the GPU is hung, /save, the clipboard, the model picker with a corrupt file,
 //! and a 100 KB paste.
 
-mod ui_common;
+use crate::ui_common;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! giving a model and a prompt. Exit codes are asserted (2: a usage error, as clap's own) and
 //! so is the absence of any file written.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::path::Path;

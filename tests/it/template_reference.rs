@@ -14,7 +14,7 @@
 //!
 //! All made by `scripts/gen_tokenizer_ref.py templates`.
 
-mod common;
+use crate::common;
 use std::path::PathBuf;
 
 use hipscope::model::gguf::GgufFile;

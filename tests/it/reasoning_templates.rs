@@ -7,7 +7,7 @@
 //! shows it (which proves the fields reach it). Also which reasoning format each template makes
 //! hipscope read. The reference: `scripts/gen_reasoning_ref.py`.
 
-mod common;
+use crate::common;
 use std::path::PathBuf;
 
 use hipscope::model::loader;

@@ -5,7 +5,7 @@
 //!
 //! The model is read from `HIPSCOPE_TEST_MODEL`; the test fails when it is not set.
 
-mod common;
+use crate::common;
 use std::path::PathBuf;
 
 use hipscope::model::gguf::GgufFile;

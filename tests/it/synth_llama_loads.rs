@@ -13,7 +13,7 @@ use hipscope::model::config::ModelConfig;
 use hipscope::model::gguf::GgufFile;
 use hipscope::model::synthetic;
 
-const RECORD: &str = include_str!("data/reference/synth-llama-cpp.toml");
+const RECORD: &str = include_str!("../data/reference/synth-llama-cpp.toml");
 
 /// The record's entries by shape name; a name recorded twice fails.
 fn record() -> BTreeMap<String, toml::Table> {

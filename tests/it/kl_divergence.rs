@@ -3,7 +3,7 @@
 //! tests/data/reference/kl-divergence.toml) is read by hipscope running the same model, and a
 //! base file hipscope writes carries the same header and tokens as llama.cpp's.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -17,8 +17,10 @@ const CHILD: &str = "HIPSCOPE_QUIT_CHILD";
 /// Runs this test again in a child with the scenario set; returns (exit code, stdout).
 fn spawn(test: &str, scenario: &str) -> (Option<i32>, String) {
     let exe = std::env::current_exe().expect("test binary");
+    // The test's name in this binary: its module path without the crate.
+    let name = format!("{}::{test}", module_path!().split_once("::").expect("a module").1);
     let out = Command::new(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
         .output()
         .expect("spawn child");

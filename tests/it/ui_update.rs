@@ -2,7 +2,7 @@
 //! reach the worker, what stays in the message box, when the app quits and when it leaves at
 //! once.
 
-mod ui_common;
+use crate::ui_common;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! The model comes from `HIPSCOPE_TEST_MODEL` (`.ci/run` sets it); without it these tests fail
 //! rather than pass without running.
 
-mod pty;
+use crate::pty;
 
 use std::time::{Duration, Instant};
 

@@ -3,7 +3,7 @@
 //! without `/save!`, never through a symbolic link, never onto a device; and leaves no temporary
 //! file behind. The exported text is checked against the conversation file the chat wrote.
 
-mod pty;
+use crate::pty;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The binary as a user runs it, on the real default model.
 
-mod common;
+use crate::common;
 
 use common::{run_ok, smollm2};
 

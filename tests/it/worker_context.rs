@@ -3,7 +3,7 @@
 //! in it: whole, where it fits; without its oldest exchanges (and saying how many), where it
 //! does not; and a reload that fails goes back to the context it had, conversation and all.
 
-mod common;
+use crate::common;
 use common::worker::until;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

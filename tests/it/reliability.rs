@@ -2,7 +2,7 @@
 //! as a user runs the binary. Each test names the item it covers; the chat's items are in
 //! `fault_injection.rs`.
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::path::Path;

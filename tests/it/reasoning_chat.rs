@@ -6,9 +6,9 @@
 //! reasoning parser run as in a chat, on output known in advance. Also a reopened transcript's
 //! answer with reasoning, as the view shows it.
 
-mod ui_common;
+use crate::ui_common;
 
-mod common;
+use crate::common;
 use common::worker::until;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! `hipscope doctor` and `hipscope top` as a user runs them: on this machine, on the fixture
 //! trees, and with the fake device, whose injected hang must be reported by name.
 
-mod common;
+use crate::common;
 
 use common::{hipscope, repo_path};
 

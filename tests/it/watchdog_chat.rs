@@ -5,7 +5,7 @@
 //! must call it HUNG once its budget (2 s) has passed, write a report whose path the banner shows,
 //! and the quit must leave within its deadline although the worker never comes back.
 
-mod pty;
+use crate::pty;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

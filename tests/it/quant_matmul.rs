@@ -1,7 +1,7 @@
 //! The threaded, tiled matrix product against a naive one, for every type, thread count and a
 //! spread of token counts (1 = decode; 3, 17 = ragged tiles; 64 = a prompt chunk).
 
-mod common;
+use crate::common;
 use common::quant_ref::q8_1_excess;
 use hipscope::gpu::cpu::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_prepared};
 use hipscope::gpu::cpu::pool::ThreadPool;

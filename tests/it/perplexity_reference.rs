@@ -2,7 +2,7 @@
 //! text, against llama-perplexity's figure on the same file and text
 //! (tests/data/reference/perplexity.toml records it with the command that produced it).
 
-mod common;
+use crate::common;
 
 use common::{repo_path, run_ok, smollm2};
 

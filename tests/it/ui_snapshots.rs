@@ -2,7 +2,7 @@
 //! drawn into ratatui's `TestBackend`. CI runs with `INSTA_UPDATE=no CI=true`: a new or changed
 //! snapshot fails the test instead of being written.
 
-mod ui_common;
+use crate::ui_common;
 
 use crossterm::event::KeyCode;
 use hipscope::gpu::snapshot::{QuitStepStatus, WatchState};

@@ -10,7 +10,7 @@
 //! chunks (`perplexity --kl-divergence-base SHAPE.kld --kl-divergence`) are at least 10× closer to
 //! llama.cpp's (mean KL divergence) than llama.cpp's Q4_0 file is to its Q8_0 file.
 
-mod common;
+use crate::common;
 
 use common::{repo_path, run_ok};
 

@@ -4,7 +4,7 @@
 //! tensor check list 786k names before refusing). The seeds the fuzzer started from must still get
 //! all the way through, so that a regression that refuses every file cannot pass unnoticed.
 
-mod common;
+use crate::common;
 
 use common::repo_path;
 use hipscope::model::untrusted::{Reach, exercise};
