@@ -238,7 +238,7 @@ fn item7_a_resumed_chat_has_its_own_sampler_settings_and_stats_lines() {
         std::thread::sleep(Duration::from_millis(50));
     }
     s.send(b"\x1b");
-    std::thread::sleep(Duration::from_millis(200));
+    s.gone("╭ Sampler", Duration::from_secs(30));
     s.send(b"\x04");
     assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
 }
@@ -307,8 +307,7 @@ fn item11_a_model_that_fails_to_load_is_in_the_log_at_the_default_level() {
     let mut s = Session::start_model(home.path(), &broken, &[]);
     s.sees("Enter/Esc dismiss", LOAD);
     s.sees("broken.gguf", Duration::from_secs(5));
-    s.send(b"\x1b");
-    std::thread::sleep(Duration::from_millis(300));
+    s.dismiss_error();
     s.type_line("/quit");
     assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
     let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap();

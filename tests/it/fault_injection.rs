@@ -284,8 +284,7 @@ fn item7_a_failed_model_switch_keeps_the_working_model() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // Close the error window (Esc alone, not as Alt with the next key).
-    s.send(b"\x1b");
-    std::thread::sleep(Duration::from_millis(300));
+    s.dismiss_error();
     s.type_line("Name a colour.");
     finished_turns(home.path(), 1, &s);
     let c = transcript::read(&Transcript::latest(&conversations(home.path())).unwrap()).unwrap();
@@ -356,8 +355,44 @@ fn paste_and_send(s: &mut Session, text: &str) {
     s.send(b"\x1b[200~");
     s.send(text.as_bytes());
     s.send(b"\x1b[201~");
-    std::thread::sleep(Duration::from_millis(200));
+    // Enter once the paste is in the message box (its last words show there).
+    let tail = flat(&text[text.len().saturating_sub(30)..]);
+    let start = Instant::now();
+    while !flat(&s.message_box()).contains(tail.trim()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the paste never reached the message box:\n{}",
+            s.contents()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     s.send(b"\r");
+}
+
+/// Waits until the prompt is being read and part of it, not all, is done ("reading the prompt:
+/// 512 / 4,063 tokens"): the point at which the stop tests act.
+fn mid_prompt(s: &Session) {
+    let start = Instant::now();
+    loop {
+        let c = s.contents();
+        let progress = c.lines().find_map(|l| {
+            let rest = l.split("reading the prompt: ").nth(1)?;
+            let mut n = rest
+                .split(" tokens")
+                .next()?
+                .split(" / ")
+                .map(|x| x.replace(',', "").trim().parse::<usize>().ok());
+            Some((n.next()??, n.next()??))
+        });
+        if progress.is_some_and(|(done, total)| done > 0 && done < total) {
+            return;
+        }
+        assert!(
+            start.elapsed() < LOAD,
+            "never saw the prompt part-read; the screen:\n{c}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -366,8 +401,7 @@ fn item9_stop_and_quit_during_a_long_prompt_take_effect_at_once() {
     let mut s = Session::start(home.path(), &["-n", "8", "-c", "8192"]);
     s.sees("Type a message and press Enter", LOAD);
     paste_and_send(&mut s, &long_prompt());
-    s.sees("reading the prompt", Duration::from_secs(10));
-    std::thread::sleep(Duration::from_secs(1));
+    mid_prompt(&s);
     let t = Instant::now();
     s.send(b"\x1b");
     s.sees("stopped", Duration::from_secs(30));
@@ -378,7 +412,7 @@ fn item9_stop_and_quit_during_a_long_prompt_take_effect_at_once() {
     );
     // SIGTERM during the next long prompt: a clean quit, exit code 0.
     paste_and_send(&mut s, &long_prompt());
-    std::thread::sleep(Duration::from_secs(2));
+    mid_prompt(&s);
     let t = Instant::now();
     // SAFETY: a signal to our own child.
     assert_eq!(unsafe { libc::kill(s.pid(), libc::SIGTERM) }, 0);

@@ -18,7 +18,10 @@ const CHILD: &str = "HIPSCOPE_QUIT_CHILD";
 fn spawn(test: &str, scenario: &str) -> (Option<i32>, String) {
     let exe = std::env::current_exe().expect("test binary");
     // The test's name in this binary: its module path without the crate.
-    let name = format!("{}::{test}", module_path!().split_once("::").expect("a module").1);
+    let name = format!(
+        "{}::{test}",
+        module_path!().split_once("::").expect("a module").1
+    );
     let out = Command::new(exe)
         .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD, scenario)
@@ -143,11 +146,23 @@ fn a_second_interrupt_forces_the_hard_exit() {
     if scenario().as_deref() == Some("sigint") {
         let (_gpu, _ctl) = gpu_with_stuck_kernel();
         let q = coordinator(60_000, 60_000);
-        q.set_interrupt_handler(|| println!("GRACEFUL quit requested"));
+        let handled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = handled.clone();
+        q.set_interrupt_handler(move || {
+            println!("GRACEFUL quit requested");
+            seen.store(true, std::sync::atomic::Ordering::Release);
+        });
         q.install_signal_handlers().expect("signals");
         // SAFETY: raising a signal at our own process; the handler thread takes it.
         unsafe { libc::raise(libc::SIGINT) };
-        std::thread::sleep(Duration::from_millis(300));
+        let start = std::time::Instant::now();
+        while !handled.load(std::sync::atomic::Ordering::Acquire) {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the first SIGINT was never handled"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         println!("FIRST handled");
         // SAFETY: as above.
         unsafe { libc::raise(libc::SIGINT) };

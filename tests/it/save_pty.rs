@@ -47,8 +47,7 @@ fn refused(s: &mut Session, command: &str, why: &str) {
         s.contents()
     );
     // The error window closes; the notice stays in the conversation.
-    s.send(b"\x1b");
-    std::thread::sleep(Duration::from_millis(300));
+    s.dismiss_error();
 }
 
 /// Types `/save…` expecting `path` to be written, and the chat to say so.

@@ -185,6 +185,42 @@ impl Session {
         }
     }
 
+    /// Waits until `text` is no longer on the screen.
+    pub fn gone(&self, text: &str, within: Duration) {
+        let start = Instant::now();
+        while self.contents().contains(text) {
+            assert!(
+                start.elapsed() < within,
+                "{text:?} still on the screen after {within:?}:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Esc on an error window, and waits until it has closed (so that the next keys are not
+    /// read as Alt with the Esc, and go to the message box).
+    pub fn dismiss_error(&mut self) {
+        self.sees(ERROR_WINDOW, Duration::from_secs(5));
+        self.send(b"\x1b");
+        self.gone(ERROR_WINDOW, Duration::from_secs(30));
+    }
+
+    /// The text in the message box (the rows below its top border).
+    pub fn message_box(&self) -> String {
+        let c = self.contents();
+        let rows: Vec<&str> = c.lines().collect();
+        match rows.iter().rposition(|l| l.starts_with("╭ Message")) {
+            Some(top) => rows[top + 1..]
+                .iter()
+                .take_while(|l| !l.starts_with('╰'))
+                .map(|l| l.trim_matches(|ch: char| ch == '│' || ch.is_whitespace()))
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => String::new(),
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         let w = self.writer.as_mut().expect("the terminal is open");
         w.write_all(bytes).expect("write to pty");
@@ -276,6 +312,9 @@ impl Drop for Session {
         }
     }
 }
+
+/// The border of an error window (`ui/error_dialog.rs`), on the screen while one is open.
+pub const ERROR_WINDOW: &str = "the app keeps running";
 
 pub const LOAD: Duration = Duration::from_secs(120);
 pub const ANSWER: Duration = Duration::from_secs(180);
