@@ -10,6 +10,11 @@
 #   - cmake and g++, to build llama-server from that sdist (the remote-engine tests).
 # Packages are installed with apt-get, through sudo when not root. Safe to run again: it installs
 # only what is missing. scripts/test.sh runs it first; so does CI (.ci/run).
+#
+# With HIPSCOPE_TEST_NO_ROOT=1 (scripts/test.sh sets it for a user who cannot become root) it
+# installs nothing that needs root: it names the Debian packages that are missing and exits 0,
+# writing them, one a line, to the file HIPSCOPE_SETUP_MISSING names (scripts/test.sh then leaves
+# out the tests that need them, and says so).
 set -euo pipefail
 
 fail() {
@@ -17,8 +22,11 @@ fail() {
     exit 1
 }
 
+no_root=${HIPSCOPE_TEST_NO_ROOT:-}
 as_root=()
-if [ "$(id -u)" != 0 ]; then
+if [ "$no_root" = 1 ]; then
+    as_root=(no-root)
+elif [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || as_root=(missing-sudo)
     [ ${#as_root[@]} -eq 0 ] && as_root=(sudo)
 fi
@@ -44,6 +52,11 @@ for p in "${packages[@]}"; do
         missing+=("$p")
     fi
 done
+if [ ${#missing[@]} -gt 0 ] && [ "$no_root" = 1 ]; then
+    echo "scripts/setup.sh: not installed (installing them needs root): ${missing[*]}" >&2
+    [ -n "${HIPSCOPE_SETUP_MISSING:-}" ] && printf '%s\n' "${missing[@]}" >"$HIPSCOPE_SETUP_MISSING"
+    exit 0
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null || fail "these packages are missing and there is no apt-get to install them: ${missing[*]} (the tests need Debian's or Ubuntu's ROCm 5 runtime packages)"
     [ "${as_root[0]:-}" = missing-sudo ] && fail "these packages are missing and installing them needs root: ${missing[*]}; run: sudo apt-get install ${missing[*]}"
