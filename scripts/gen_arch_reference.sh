@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records llama.cpp's view of the synthetic models of the architectures added for issue 15
-# (qwen3, gemma2, gemma3, phi3), for tests/arch_reference.rs:
+# (qwen3, gemma2, gemma3, phi3), for tests/it/arch_reference.rs:
 #
 #   for each tiny shape (the real architecture, a 512-token vocabulary so that the files stay small):
 #     hipscope synth SHAPE --quant Q8_0 --seed 1     (and Q4_0), sha256 recorded

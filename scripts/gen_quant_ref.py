@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference fixtures for hipscope's quant block code (tests/quant_reference.rs).
+"""Reference fixtures for hipscope's quant block code (tests/it/quant_reference.rs).
 
 Produced with (llama.cpp b11434 source tree, its CPU build under build/):
 
@@ -33,7 +33,7 @@ quantize cases come from the functions llama-quantize calls without an importanc
 manifest): rows of activations and what llama.cpp's CPU backend makes of them before a matrix
 product, `quantize_row_q8_0`, `quantize_row_q8_1` and `quantize_row_q8_K` of libggml-cpu (the
 x86 SIMD versions: run with a native build on an AVX2 machine, e.g. /work/llcpu/bin's), for
-tests/quant_reference.rs's check of hipscope's activation quantization (`quant::dot::act`).
+tests/it/quant_reference.rs's check of hipscope's activation quantization (`quant::dot::act`).
 Inputs: Gaussian rows of scales 1e-3 to 1e3, heavy-tailed rows, rows with an outlier, an all-zero
 row, a row whose scale makes Q8_0's f16 d subnormal, and rows of exact rounding ties.
 

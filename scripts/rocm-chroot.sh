@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds a minimal Debian trixie chroot with HIP/hiprtc 5.7.1 (LLVM 17), whose compiler knows the
-# gfx11 targets (gfx1100, gfx1151) that Debian bookworm's ROCm 5.2 aborts on. tests/hip_gfx11.rs
+# gfx11 targets (gfx1100, gfx1151) that Debian bookworm's ROCm 5.2 aborts on. tests/it/hip_gfx11.rs
 # runs `hipscope kernels --compile --arch gfx1100,gfx1151` inside it.
 #
 # usage: scripts/rocm-chroot.sh DIR        (as root; needs debootstrap and network access)

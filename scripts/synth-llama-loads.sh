@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Records that llama.cpp loads and runs every `hipscope synth` shape, and what it reads from each
-# file, for tests/synth_llama_loads.rs (issue 13 item 7):
+# file, for tests/it/synth_llama_loads.rs (issue 13 item 7):
 #
 #   for each shape (one at a time; the file is deleted after):
 #     hipscope synth SHAPE --quant Q4_0 --seed 1 -o SHAPE.gguf
@@ -37,7 +37,7 @@ export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     echo "# written by scripts/synth-llama-loads.sh. Per shape: the command llama.cpp ran"
     echo "# (SHAPE.gguf written by \`hipscope synth SHAPE --quant $quant --seed 1\`), whether the"
     echo "# model loaded and both tests (pp8, tg2) ran, llama.cpp's print_info lines and its JSON"
-    echo "# (model_type, model_size in bytes, model_n_params). tests/synth_llama_loads.rs checks"
+    echo "# (model_type, model_size in bytes, model_n_params). tests/it/synth_llama_loads.rs checks"
     echo "# the facts against what hipscope writes today."
     echo
 } > "$toml"

@@ -342,7 +342,7 @@ mod tests {
         assert_eq!(q.interrupt(), Interrupt::Graceful);
         assert_eq!(asked.load(Ordering::SeqCst), 1);
         // The second interrupt takes the hard path; that is tested in a child process
-        // (tests/gpu_quit.rs) because it ends the process.
+        // (tests/it/gpu_quit.rs) because it ends the process.
     }
 
     #[test]

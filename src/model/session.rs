@@ -10,7 +10,7 @@
 //! A shifted cache is llama.cpp's `--context-shift`: each kept token's keys are exactly those of
 //! its new position at the first layer; at deeper layers they still carry what the token saw of
 //! the dropped turns when it was computed (a recompute would not), so answers after a shift are
-//! the recompute's answers only for one-layer models (tests/kv_shift.rs checks exactly that) and
+//! the recompute's answers only for one-layer models (tests/it/kv_shift.rs checks exactly that) and
 //! close to them otherwise.
 
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! Everything that reads an untrusted GGUF file, run once over some bytes: the reader, tensor
 //! data access, metadata rendering, the model config check, the tokenizer and the chat template.
 //! The fuzz target (`fuzz/fuzz_targets/gguf_reader.rs`) calls it with libFuzzer's inputs, and
-//! `tests/fuzz_regressions.rs` replays the inputs kept from fuzzing; neither may ever panic.
+//! `tests/it/fuzz_regressions.rs` replays the inputs kept from fuzzing; neither may ever panic.
 
 use std::path::Path;
 

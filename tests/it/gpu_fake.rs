@@ -278,7 +278,7 @@ fn the_watchdog_works_from_breadcrumbs_when_event_queries_stop_returning() {
     assert!(snap.op_started);
     // The runtime recovers and the kernel is released: the stream drains and quits cleanly. (A
     // worker stuck inside a blocked query during the quit is the quit timer's case, tested in
-    // a child process in tests/gpu_quit.rs.)
+    // a child process in tests/it/gpu_quit.rs.)
     ctl.block_event_queries(false);
     gpu.set_host_word(flag, 1).expect("release");
     let out = gpu.teardown(Duration::from_secs(5), &mut |_| {});

@@ -126,7 +126,7 @@ fn check(isa: Isa, ty: GgmlType, rows: usize, cols: usize, nt: usize, pools: &[T
 #[test]
 fn packed_gemm_equals_naive_and_scalar_on_random_blocks() {
     if !Isa::Avx2.is_available() {
-        // Without AVX2 nothing is packed: the portable kernels serve (tests/quant_matmul.rs).
+        // Without AVX2 nothing is packed: the portable kernels serve (tests/it/quant_matmul.rs).
         for ty in PACKED {
             assert!(!PackedMatrix::packs(Isa::detect(), ty));
             assert!(PackedMatrix::new(Isa::Avx2, ty, 16, 256, &[0u8; 16 * 144]).is_none());

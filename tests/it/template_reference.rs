@@ -132,7 +132,7 @@ fn note_difference<E: std::fmt::Display>(
 fn real_templates_from_llama_cpp_tree() {
     let src = env_path(
         "HIPSCOPE_LLAMA_CPP_SRC",
-        "llama.cpp's source tree (models/templates/*.jinja); see tests/tokenizer_conformance.rs",
+        "llama.cpp's source tree (models/templates/*.jinja); see tests/it/tokenizer_conformance.rs",
     );
     let r = reference();
     assert!(r.real_templates.len() >= 10);
@@ -225,7 +225,7 @@ fn note_refusal(
 fn smollm2_template_from_the_model() {
     let path = env_path(
         "HIPSCOPE_TEST_MODEL",
-        "SmolLM2-135M-Instruct.Q4_1.gguf (see tests/tokenizer_smollm2.rs)",
+        "SmolLM2-135M-Instruct.Q4_1.gguf (see tests/it/tokenizer_smollm2.rs)",
     );
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{e}"));
     let tok = Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{e}"));

@@ -1,7 +1,7 @@
 //! Quantizers: the algorithms of llama.cpp's `quantize_row_*_ref` (`ggml-quants.c`), written
 //! again so that they produce the same bytes. The float operations keep the reference's order
 //! (no fused multiply-add, no reassociation), because the K-type searches compare errors and a
-//! last-bit difference can flip a choice; `tests/quant_reference.rs` checks byte equality against
+//! last-bit difference can flip a choice; `tests/it/quant_reference.rs` checks byte equality against
 //! blocks produced by llama.cpp itself.
 
 use super::GgmlType;

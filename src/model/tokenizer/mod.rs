@@ -2,7 +2,7 @@
 //! (`src/llama-vocab.cpp`, `src/unicode.cpp`): the same special-token splitting, the same
 //! SentencePiece-style bigram merging with byte fallback, the same byte-level BPE with each
 //! model's pre-tokenizer, and the same decoding. The conformance tests run llama.cpp's own
-//! vocabulary test files (`tests/tokenizer_conformance.rs`).
+//! vocabulary test files (`tests/it/tokenizer_conformance.rs`).
 //!
 //! Supported: `tokenizer.ggml.model` = `llama` (SPM), `gpt2` (byte-level BPE, most
 //! `tokenizer.ggml.pre` variants) and `gemma4` (BPE over raw UTF-8 with `▁` for spaces).
