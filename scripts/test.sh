@@ -19,20 +19,36 @@ cd "$(dirname "$0")/.."
 mkdir -p .ci-cache
 
 timings=()
-# timed NAME COMMAND...: runs COMMAND, noting its wall time.
+times_file=$(mktemp)
+# cpu_now: sets CPU to the CPU seconds (user and system) of the children this shell has waited
+# for so far. `times` must run in this shell: in a command substitution's subshell it would
+# count none.
+cpu_now() {
+    times >"$times_file"
+    CPU=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/)
+        printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$times_file")
+}
+# timed NAME COMMAND...: runs COMMAND, noting its wall time and CPU time.
 timed() {
-    local name=$1 start=$EPOCHREALTIME
+    local name=$1 start=$EPOCHREALTIME cpu
+    cpu_now
+    cpu=$CPU
     shift
     "$@"
-    note_time "$name" "$start"
+    note_time "$name" "$start" "$cpu"
 }
+# note_time NAME START_WALL START_CPU
 note_time() {
-    local took
+    local took cpu
     took=$(awk -v a="$2" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
-    timings+=("$(printf '%-26s %5d s   load %s' "$1" "$took" "$(cut -d' ' -f1 /proc/loadavg)")")
-    echo "scripts/test.sh: $1: ${took} s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    cpu_now
+    cpu=$((CPU - $3))
+    timings+=("$(printf '%-26s %5d s wall %6d s CPU   load %s' "$1" "$took" "$cpu" "$(cut -d' ' -f1 /proc/loadavg)")")
+    echo "scripts/test.sh: $1: ${took} s, ${cpu} s of CPU (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 }
 all_start=$EPOCHREALTIME
+cpu_now
+all_cpu=$CPU
 
 # Who may become root: uid 0, or sudo (which may ask for the password here, once).
 if [ "${HIPSCOPE_TEST_NO_ROOT:-}" != 1 ] && [ "$(id -u)" != 0 ]; then
@@ -48,7 +64,7 @@ bg=()
 # On the way out, early or not: the asset steps still running (each in a session of its own,
 # by setsid, with its children) end.
 cleanup() {
-    rm -f "$missing_file"
+    rm -f "$missing_file" "$times_file"
     for pid in "${bg[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
 }
 trap cleanup EXIT
@@ -67,6 +83,8 @@ done
 # dpkg), and llama.cpp's sources (a download) then llama-server (a C++ build, niced). The model is
 # fetched afterwards, by the binary just built. Each step's messages go to .ci-cache/assets-*.log.
 assets_start=$EPOCHREALTIME
+cpu_now
+assets_cpu=$CPU
 setsid scripts/test-assets.sh chroot >.ci-cache/assets-chroot.env 2>.ci-cache/assets-chroot.log &
 chroot_pid=$!
 bg+=("$chroot_pid")
@@ -88,7 +106,7 @@ model_env=$(scripts/test-assets.sh model) || assets_failed
 wait "$server_pid" || assets_failed .ci-cache/assets-server.log
 wait "$chroot_pid" || assets_failed .ci-cache/assets-chroot.log
 bg=()
-note_time "assets (beside the above)" "$assets_start"
+note_time "assets (beside the above)" "$assets_start" "$assets_cpu"
 eval "$model_env"
 for step in sources server chroot; do
     eval "$(cat ".ci-cache/assets-$step.env")"
@@ -129,14 +147,16 @@ args=("$@")
 case " $* " in *" -- "*) ;; *) args+=(--) ;; esac
 for s in "${skips[@]}"; do args+=(--skip "$s"); done
 tests_start=$EPOCHREALTIME
+cpu_now
+tests_cpu=$CPU
 status=0
 cargo test --locked "${args[@]}" || status=$?
-note_time tests "$tests_start"
+note_time tests "$tests_start" "$tests_cpu"
 
 echo >&2
 echo "scripts/test.sh: phases (wall time; the assets overlap fmt, clippy and build):" >&2
 printf '  %s\n' "${timings[@]}" >&2
-note_time total "$all_start"
+note_time total "$all_start" "$all_cpu"
 echo "  ${timings[-1]}" >&2
 if [ ${#skips[@]} -gt 0 ]; then
     # How many tests the leave-outs covered: the names `--skip` matches in the full list.
