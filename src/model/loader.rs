@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::gpu::backend::Backend;
+use crate::gpu::compute::{KernelNeeds, TypeSet};
 use crate::gpu::telemetry::Roots;
 use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::{GgufError, GgufFile};
@@ -88,6 +89,23 @@ pub fn check(file: &GgufFile) -> Result<(), LoadError> {
     let config = crate::model::config::ModelConfig::from_gguf(file).map_err(ModelError::from)?;
     config.check_tensors(file).map_err(ModelError::from)?;
     Ok(())
+}
+
+/// The GPU kernels a model launches: the types of its matrices (every tensor of more than one
+/// row; one-row tensors are kept as f32 vectors) and whether it has experts. The GPU backend
+/// compiles these when it opens, anything else when first needed
+/// (`gpu::compute::ComputeOptions::kernels`).
+pub fn kernel_needs(file: &GgufFile) -> KernelNeeds {
+    let matrices = file
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.iter().skip(1).product::<u64>() > 1);
+    KernelNeeds {
+        types: matrices.clone().map(|t| t.ty).collect::<TypeSet>(),
+        moe: matrices
+            .clone()
+            .any(|t| t.dims.len() >= 3 || t.name.contains("_exps")),
+    }
 }
 
 /// A session ready to chat, and anything the user should know about how it was set up (a

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::gpu::arena::{ArenaPlan, Region};
+use crate::gpu::compute::{KernelScope, scope_units};
 use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
 use crate::gpu::handle::{GemmPath, Gpu, GpuConfig};
 use crate::gpu::kernels::{CompileMode, KernelCache};
@@ -43,12 +44,16 @@ fn open(a: &ChildArgs) -> Result<Result<Gpu, String>, String> {
         Selected::Cpu { reason } => return Ok(Err(reason)),
     };
     let mut gpu = Gpu::open(backend, GpuConfig::default()).map_err(|e| e.to_string())?;
-    let mode = match gpu.kind() {
-        crate::gpu::device::RuntimeKind::Hip => CompileMode::isolated(),
-        _ => CompileMode::InProcess,
-    };
-    gpu.prepare_kernels(&KernelCache::default_location(), &mode)
-        .map_err(|e| e.to_string())?;
+    // Only what the device checks launch: the model's kernels are the `kernels` check's, with
+    // a budget of their own.
+    let units = scope_units(KernelScope::Doctor).map_err(|e| e.to_string())?;
+    gpu.prepare_kernels(
+        &KernelCache::default_location(),
+        &CompileMode::isolated(),
+        &units,
+        &mut |_| {},
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Ok(gpu))
 }
 

@@ -1,0 +1,266 @@
+//! The kernel handles of the GPU backend: those every model launches, resolved when the device
+//! opens; a weight type's and the experts', resolved when first needed — their units are loaded
+//! then, and compiled first if the model's scope (`ComputeOptions::kernels`) left them out, so a
+//! type or an expert op that was not foreseen still runs, one compile later.
+
+use std::collections::HashMap;
+
+use super::plan::{TypeKernels, type_kernels};
+use super::units::{self, KernelScope};
+use super::{BackendError, GpuCompute, Result, gpu_err, invalid};
+use crate::gpu::device::GpuError;
+use crate::gpu::handle::{Gpu, KernelFn};
+use crate::gpu::kernels::{self, CompileMode, CompileProgress, KernelCache, KernelSources};
+use crate::gpu::quant::GgmlType;
+
+/// Kernel handles resolved at open: the ones of the sources every model launches.
+pub(super) struct Kernels {
+    pub rms_norm: KernelFn,
+    pub add_bias: KernelFn,
+    pub add: KernelFn,
+    pub swiglu: KernelFn,
+    pub geglu: KernelFn,
+    pub scale: KernelFn,
+    pub rope: KernelFn,
+    pub kv_store_f32: KernelFn,
+    pub kv_store_f16: KernelFn,
+    pub rope_kv_store_f32: KernelFn,
+    pub rope_kv_store_f16: KernelFn,
+    pub attention_f32: KernelFn,
+    pub attention_f16: KernelFn,
+    pub attention_split_f32: KernelFn,
+    pub attention_split_f16: KernelFn,
+    pub attention_combine: KernelFn,
+    /// The tiled prompt kernels, per [`super::attention::TILED_HEAD_DIMS`]: f32 cache, f16 cache.
+    pub attention_tiled: [[KernelFn; 4]; 2],
+    pub quantize: KernelFn,
+    pub quantize_f16: KernelFn,
+    /// RMS norm that also quantizes its output for the products that follow.
+    pub rms_norm_q8: KernelFn,
+    /// Per weight type, once first needed.
+    pub types: HashMap<GgmlType, TypeFns>,
+    /// The mixture-of-experts kernels, once first needed.
+    pub moe: Option<MoeFns>,
+}
+
+impl Kernels {
+    pub fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
+        Ok(Kernels {
+            rms_norm: gpu.function("hs_rms_norm_rows")?,
+            add_bias: gpu.function("hs_add_bias_rows")?,
+            add: gpu.function("hs_add_inplace")?,
+            swiglu: gpu.function("hs_swiglu_inplace")?,
+            geglu: gpu.function("hs_geglu_inplace")?,
+            scale: gpu.function("hs_scale_inplace")?,
+            rope: gpu.function("hs_rope")?,
+            kv_store_f32: gpu.function("hs_kv_store_f32")?,
+            kv_store_f16: gpu.function("hs_kv_store_f16")?,
+            rope_kv_store_f32: gpu.function("hs_rope_kv_store_f32")?,
+            rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
+            attention_f32: gpu.function("hs_attention_f32")?,
+            attention_f16: gpu.function("hs_attention_f16")?,
+            attention_split_f32: gpu.function("hs_attention_split_f32")?,
+            attention_split_f16: gpu.function("hs_attention_split_f16")?,
+            attention_combine: gpu.function("hs_attention_combine")?,
+            attention_tiled: {
+                let f = |kv: &str, d: usize| gpu.function(&format!("hs_attention_tiled_{kv}_{d}"));
+                let [a, b, c, d] = super::attention::TILED_HEAD_DIMS;
+                [
+                    [f("f32", a)?, f("f32", b)?, f("f32", c)?, f("f32", d)?],
+                    [f("f16", a)?, f("f16", b)?, f("f16", c)?, f("f16", d)?],
+                ]
+            },
+            quantize: gpu.function("hs_quantize_act")?,
+            quantize_f16: gpu.function("hs_quantize_act_f16")?,
+            rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
+            types: HashMap::new(),
+            moe: None,
+        })
+    }
+}
+
+/// The one-token kernels of a quantized type: mv1, qkv, swiglu.
+#[derive(Clone, Copy)]
+pub(super) struct OneToken {
+    pub mv1: KernelFn,
+    pub qkv: KernelFn,
+    pub swiglu: KernelFn,
+    /// The activation-precision study's variants (`HIPSCOPE_MV_ACT=f32`, where the type has
+    /// them): they take the f32 input where the others take its Q8 quants.
+    pub f32: Option<[KernelFn; 3]>,
+}
+
+/// The kernels of one weight type, and its table row (names, labels, activation format).
+#[derive(Clone, Copy)]
+pub(super) struct TypeFns {
+    pub k: TypeKernels,
+    pub mv: KernelFn,
+    pub gate_up: KernelFn,
+    /// Quantized types only.
+    pub one: Option<OneToken>,
+    pub dequant_rows: KernelFn,
+    pub dequant_tile: KernelFn,
+}
+
+/// Whether the one-token products take f32 activations where a kernel for it exists
+/// (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement), instead of Q8 ones.
+fn f32_activations() -> bool {
+    std::env::var("HIPSCOPE_MV_ACT").is_ok_and(|v| v.eq_ignore_ascii_case("f32"))
+}
+
+impl TypeFns {
+    fn resolve(gpu: &Gpu, k: TypeKernels) -> std::result::Result<TypeFns, GpuError> {
+        let n = &k.names;
+        let one = if k.quantized() {
+            Some(OneToken {
+                mv1: gpu.function(n.mv1)?,
+                qkv: gpu.function(n.qkv)?,
+                swiglu: gpu.function(n.swiglu)?,
+                f32: if k.f32_study && f32_activations() {
+                    Some([
+                        gpu.function(n.mv1f)?,
+                        gpu.function(n.qkvf)?,
+                        gpu.function(n.swigluf)?,
+                    ])
+                } else {
+                    None
+                },
+            })
+        } else {
+            None
+        };
+        Ok(TypeFns {
+            k,
+            mv: gpu.function(n.mv)?,
+            gate_up: gpu.function(n.gate_up)?,
+            one,
+            dequant_rows: gpu.function(n.dequant_rows)?,
+            dequant_tile: gpu.function(n.dequant_tile)?,
+        })
+    }
+}
+
+/// Quantized types whose grouped expert products have kernels of their own; every other one
+/// takes `hs_moe_mm_*_any`, which picks its dequantization by the type's ggml id at run time.
+pub const MM_OWN: &[&str] = &["q4_0", "q8_0", "mxfp4"];
+
+/// The mixture-of-experts kernels: routing, sorting, gather, combine, and the grouped products
+/// (gate_up, down) of the types with their own and of the rest.
+#[derive(Clone)]
+pub(super) struct MoeFns {
+    pub route: KernelFn,
+    pub sort: KernelFn,
+    pub gather: KernelFn,
+    pub combine: KernelFn,
+    mm: HashMap<&'static str, [KernelFn; 2]>,
+}
+
+impl MoeFns {
+    fn resolve(gpu: &Gpu) -> std::result::Result<MoeFns, GpuError> {
+        let mut mm = HashMap::new();
+        for sfx in MM_OWN.iter().copied().chain(["any"]) {
+            let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{sfx}"));
+            mm.insert(sfx, [g("gate_up")?, g("down")?]);
+        }
+        Ok(MoeFns {
+            route: gpu.function("hs_moe_route")?,
+            sort: gpu.function("hs_moe_sort")?,
+            gather: gpu.function("hs_moe_gather")?,
+            combine: gpu.function("hs_moe_combine")?,
+            mm,
+        })
+    }
+
+    /// The grouped products (gate_up, down) of a quantized type.
+    pub fn mm(&self, k: &TypeKernels) -> [KernelFn; 2] {
+        let own = if MM_OWN.contains(&k.suffix) {
+            k.suffix
+        } else {
+            "any"
+        };
+        self.mm[own]
+    }
+}
+
+/// How the backend compiles what it loads after opening.
+#[derive(Clone, Debug)]
+pub(super) struct CompileCtx {
+    pub cache: KernelCache,
+    pub mode: CompileMode,
+}
+
+/// The units of `scope`, from the kernel sources this process compiles
+/// (`HIPSCOPE_KERNELS=DIR`, else the embedded ones).
+pub fn scope_units(scope: KernelScope) -> std::result::Result<Vec<kernels::KernelUnit>, GpuError> {
+    units::kernel_units(&KernelSources::load()?, scope)
+}
+
+/// Compiles (or takes from the cache) `units` for the device and loads them.
+pub(super) fn load_units(
+    gpu: &mut Gpu,
+    ctx: &CompileCtx,
+    units: &[kernels::KernelUnit],
+    progress: &mut dyn FnMut(&CompileProgress),
+) -> std::result::Result<Vec<kernels::KernelBuild>, GpuError> {
+    gpu.prepare_kernels(&ctx.cache, &ctx.mode, units, progress)
+}
+
+impl GpuCompute {
+    /// The kernels of weight type `ty`, loading (and compiling) its units at first need.
+    pub(super) fn type_fns(&mut self, ty: GgmlType) -> Result<TypeFns> {
+        if let Some(f) = self.kernels.types.get(&ty) {
+            return Ok(*f);
+        }
+        let k = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no GPU kernels")))?;
+        let fns = match TypeFns::resolve(self.live()?, k) {
+            Ok(f) => f,
+            Err(GpuError::UnknownKernel { .. }) => {
+                let u = units::type_units(&KernelSources::load().map_err(gpu_err)?, ty)
+                    .map_err(gpu_err)?;
+                self.load_more(&u)?;
+                TypeFns::resolve(self.live()?, k).map_err(gpu_err)?
+            }
+            Err(e) => return Err(gpu_err(e)),
+        };
+        self.kernels.types.insert(ty, fns);
+        Ok(fns)
+    }
+
+    /// The mixture-of-experts kernels, loading (and compiling) their units at first need.
+    pub(super) fn moe_fns(&mut self) -> Result<MoeFns> {
+        if let Some(m) = &self.kernels.moe {
+            return Ok(m.clone());
+        }
+        let fns = match MoeFns::resolve(self.live()?) {
+            Ok(f) => f,
+            Err(GpuError::UnknownKernel { .. }) => {
+                let u =
+                    units::moe_units(&KernelSources::load().map_err(gpu_err)?).map_err(gpu_err)?;
+                self.load_more(&u)?;
+                MoeFns::resolve(self.live()?).map_err(gpu_err)?
+            }
+            Err(e) => return Err(gpu_err(e)),
+        };
+        self.kernels.moe = Some(fns.clone());
+        Ok(fns)
+    }
+
+    fn live(&self) -> Result<&Gpu> {
+        self.gpu
+            .as_ref()
+            .ok_or_else(|| BackendError::Device("the device was shut down".into()))
+    }
+
+    /// Units the open did not load: compiled (a first need after the start, so said in the log)
+    /// and loaded.
+    fn load_more(&mut self, units: &[kernels::KernelUnit]) -> Result<()> {
+        let ctx = self.compile.clone();
+        let names: Vec<&str> = units.iter().map(|u| u.name.as_str()).collect();
+        tracing::info!("loading kernel units {names:?} at their first use");
+        let g = self.gpu_mut()?;
+        let builds = load_units(g, &ctx, units, &mut |p| tracing::info!("{}", p.describe()))
+            .map_err(gpu_err)?;
+        self.builds.extend(builds);
+        Ok(())
+    }
+}
