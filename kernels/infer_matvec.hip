@@ -10,16 +10,18 @@
 // sorted inputs, and the outputs go to those entries' rows.
 //
 // The kernels of each weight type are generated from the type lists that the host defines
-// before this file for each compile unit (src/gpu/compute/plan.rs's type table: a unit holds one
-// type, so a model compiles only its own types' kernels):
-//   HS_MV_TYPES(X)        X(type, BL, BB, PARTS): hs_mv_<type> (up to 8 tokens) and
-//                         hs_mv_gate_up_<type> (gate and up with the activation in the epilogue)
-//   HS_MV1_PART_TYPES(X)  X(type, BL, BB, PARTS): the one-token kernels hs_mv1_<type>,
-//                         hs_mv_swiglu_<type>, hs_mv_qkv_<type> on the part-per-lane loop
-//   HS_MV1_WIDE_TYPES(X)  X(type, BL, BB): the same three on the wide loop (a lane per item)
-//   HS_MVF_TYPES(X)       X(type, BL, BB): hs_mv1f_, hs_mv_swigluf_, hs_mv_qkvf_<type>, the
-//                         activation-precision study's f32-activation variants
-//   HS_MV_FLOAT_TYPES(X)  X(type, ES): hs_mv_<type> and hs_mv_gate_up_<type> of F32/F16/BF16
+// before this file for each compile unit (src/gpu/compute/units.rs, from plan.rs's type table: a
+// unit holds one type's kernels, or a part of them, so a model compiles only what it launches):
+//   HS_MV_TYPES(X)          X(type, BL, BB, PARTS): hs_mv_<type> (up to 8 tokens)
+//   HS_MV_GATE_UP_TYPES(X)  X(type, BL, BB, PARTS): hs_mv_gate_up_<type> (gate and up, the
+//                           activation in the epilogue, up to 8 tokens: the experts' chunks)
+//   HS_MV1_PART_TYPES(X)    X(type, BL, BB, PARTS): the one-token kernels hs_mv1_<type>,
+//                           hs_mv_swiglu_<type>, hs_mv_qkv_<type> on the part-per-lane loop
+//   HS_MV1_WIDE_TYPES(X)    X(type, BL, BB): the same three on the wide loop (a lane per item)
+//   HS_MVF_TYPES(X)         X(type, BL, BB): hs_mv1f_, hs_mv_swigluf_, hs_mv_qkvf_<type>, the
+//                           activation-precision study's f32-activation variants
+//   HS_MV_FLOAT_TYPES(X), HS_MV_FLOAT_GATE_UP_TYPES(X)
+//                           X(type, ES): hs_mv_<type>, hs_mv_gate_up_<type> of F32/F16/BF16
 // (BL elements and BB bytes per block, PARTS parts of 8 elements per block, ES bytes an element).
 
 #define HS_MV_MAX_TOK 8
@@ -558,7 +560,9 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
         HS_BREADCRUMB();                                                                       \
         mv_quant<mv_part_##T, BL, BB, PARTS, HS_MV_MAX_TOK>(w, xq, xd, y, 0, rows, cols, ntok, \
                                                             0, ids, n, k);                     \
-    }                                                                                          \
+    }
+
+#define HS_MV_GATE_UP_KERNELS(T, BL, BB, PARTS)                                                \
     HS_KERNEL void hs_mv_gate_up_##T(HS_TRACK_PARAMS, const unsigned char *wg,                 \
                                      const unsigned char *wu, const signed char *xq,           \
                                      const float *xd, const float *xf, float *h, hs_u32 rows,  \
@@ -661,7 +665,9 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
                              hs_u32 cols, hs_u32 ntok, const float *ids, hs_u32 n, hs_u32 k) { \
         HS_BREADCRUMB();                                                                       \
         mv_float<mv_##T, ES>(w, 0, xf, y, rows, cols, ntok, 0, 0, ids, n, k);                  \
-    }                                                                                          \
+    }
+
+#define HS_MV_FLOAT_GATE_UP_KERNELS(T, ES)                                                     \
     HS_KERNEL void hs_mv_gate_up_##T(HS_TRACK_PARAMS, const unsigned char *wg,                 \
                                      const unsigned char *wu, const signed char *xq,           \
                                      const float *xd, const float *xf, float *h, hs_u32 rows,  \
@@ -672,7 +678,9 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
     }
 
 HS_MV_TYPES(HS_MV_KERNELS)
+HS_MV_GATE_UP_TYPES(HS_MV_GATE_UP_KERNELS)
 HS_MV1_PART_TYPES(HS_MV1_PART_KERNELS)
 HS_MV1_WIDE_TYPES(HS_MV1_WIDE_KERNELS)
 HS_MVF_TYPES(HS_MVF_KERNELS)
 HS_MV_FLOAT_TYPES(HS_MV_FLOAT_KERNELS)
+HS_MV_FLOAT_GATE_UP_TYPES(HS_MV_FLOAT_GATE_UP_KERNELS)

@@ -122,6 +122,17 @@ fn the_backend_builds_the_models_units_and_the_rest_at_first_use() {
     let built = units_built(&g);
     assert!(built.iter().any(|u| u == "infer_matvec.q4_0"), "{built:?}");
     assert!(built.iter().any(|u| u == "infer_attention"), "{built:?}");
+    // tiny's heads are 64 wide; the cache f16 (the default).
+    assert!(
+        built.iter().any(|u| u == "infer_attention_tiled.f16_64"),
+        "{built:?}"
+    );
+    assert!(!built.iter().any(|u| u == "infer_attention_tiled.f32_64"));
+    assert!(
+        !built
+            .iter()
+            .any(|u| u.ends_with(".gate_up") || u.ends_with(".f32act"))
+    );
     for not in [
         "infer_matvec.q6_k",
         "infer_matvec.q8_0",
@@ -139,6 +150,8 @@ fn the_backend_builds_the_models_units_and_the_rest_at_first_use() {
     let wrong = KernelNeeds {
         types: [GgmlType::Q4K].into_iter().collect(),
         moe: false,
+        head_dim: 1,
+        ..KernelNeeds::default()
     };
     let g = open(ComputeOptions {
         kernels: Some(wrong),

@@ -29,6 +29,7 @@ pub const PRELUDE: &str = include_str!("../../kernels/prelude.h");
 
 /// The headers the sources share: (file name, text). Every `kernels/*.h` but the prelude.
 pub const HEADERS: &[(&str, &str)] = &[
+    ("attention.h", include_str!("../../kernels/attention.h")),
     ("dequant.h", include_str!("../../kernels/dequant.h")),
     ("mma.h", include_str!("../../kernels/mma.h")),
     ("vecdot.h", include_str!("../../kernels/vecdot.h")),
@@ -44,6 +45,10 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     (
         "infer_attention",
         include_str!("../../kernels/infer_attention.hip"),
+    ),
+    (
+        "infer_attention_tiled",
+        include_str!("../../kernels/infer_attention_tiled.hip"),
     ),
     (
         "infer_dequant",
@@ -66,6 +71,8 @@ pub const EMBEDDED: &[(&str, &str)] = &[
 /// The headers each source is compiled with, in this order, after the prelude (as ggml's
 /// `vecdotq.cuh` serves both `mmvq.cu` and `mmq.cuh`).
 pub const INCLUDES: &[(&str, &[&str])] = &[
+    ("infer_attention", &["attention.h"]),
+    ("infer_attention_tiled", &["attention.h"]),
     ("infer_matvec", &["vecdot.h"]),
     ("infer_dequant", &["dequant.h"]),
     ("gemm", &["mma.h"]),

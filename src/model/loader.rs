@@ -92,19 +92,21 @@ pub fn check(file: &GgufFile) -> Result<(), LoadError> {
 }
 
 /// The GPU kernels a model launches: the types of its matrices (every tensor of more than one
-/// row; one-row tensors are kept as f32 vectors) and whether it has experts. The GPU backend
-/// compiles these when it opens, anything else when first needed
-/// (`gpu::compute::ComputeOptions::kernels`).
+/// row; one-row tensors are kept as f32 vectors), whether it has experts, its heads' dimension
+/// (the cache type is the backend's own). The GPU backend compiles these when it opens, anything
+/// else when first needed (`gpu::compute::ComputeOptions::kernels`).
 pub fn kernel_needs(file: &GgufFile) -> KernelNeeds {
     let matrices = file
         .tensors()
         .iter()
         .filter(|t| t.dims.iter().skip(1).product::<u64>() > 1);
+    let config = crate::model::config::ModelConfig::from_gguf(file).ok();
     KernelNeeds {
         types: matrices.clone().map(|t| t.ty).collect::<TypeSet>(),
-        moe: matrices
-            .clone()
-            .any(|t| t.dims.len() >= 3 || t.name.contains("_exps")),
+        moe: config.as_ref().is_some_and(|c| c.moe.is_some())
+            || matrices.clone().any(|t| t.name.contains("_exps")),
+        head_dim: config.map_or(0, |c| c.head_dim),
+        ..KernelNeeds::default()
     }
 }
 

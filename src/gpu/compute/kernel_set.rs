@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use super::plan::{TypeKernels, type_kernels};
 use super::units::{self, KernelScope};
 use super::{BackendError, GpuCompute, Result, gpu_err, invalid};
+use crate::gpu::backend::KvType;
 use crate::gpu::device::GpuError;
 use crate::gpu::handle::{Gpu, KernelFn};
 use crate::gpu::kernels::{self, CompileMode, CompileProgress, KernelCache, KernelSources};
@@ -31,14 +32,16 @@ pub(super) struct Kernels {
     pub attention_split_f32: KernelFn,
     pub attention_split_f16: KernelFn,
     pub attention_combine: KernelFn,
-    /// The tiled prompt kernels, per [`super::attention::TILED_HEAD_DIMS`]: f32 cache, f16 cache.
-    pub attention_tiled: [[KernelFn; 4]; 2],
+    /// The tiled prompt kernels, per cache type and head dimension, once first needed.
+    pub attention_tiled: HashMap<(&'static str, usize), KernelFn>,
     pub quantize: KernelFn,
     pub quantize_f16: KernelFn,
     /// RMS norm that also quantizes its output for the products that follow.
     pub rms_norm_q8: KernelFn,
     /// Per weight type, once first needed.
     pub types: HashMap<GgmlType, TypeFns>,
+    /// Per weight type, the experts' gate/up kernel, once first needed.
+    pub gate_up: HashMap<GgmlType, KernelFn>,
     /// The mixture-of-experts kernels, once first needed.
     pub moe: Option<MoeFns>,
 }
@@ -62,18 +65,12 @@ impl Kernels {
             attention_split_f32: gpu.function("hs_attention_split_f32")?,
             attention_split_f16: gpu.function("hs_attention_split_f16")?,
             attention_combine: gpu.function("hs_attention_combine")?,
-            attention_tiled: {
-                let f = |kv: &str, d: usize| gpu.function(&format!("hs_attention_tiled_{kv}_{d}"));
-                let [a, b, c, d] = super::attention::TILED_HEAD_DIMS;
-                [
-                    [f("f32", a)?, f("f32", b)?, f("f32", c)?, f("f32", d)?],
-                    [f("f16", a)?, f("f16", b)?, f("f16", c)?, f("f16", d)?],
-                ]
-            },
+            attention_tiled: HashMap::new(),
             quantize: gpu.function("hs_quantize_act")?,
             quantize_f16: gpu.function("hs_quantize_act_f16")?,
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
             types: HashMap::new(),
+            gate_up: HashMap::new(),
             moe: None,
         })
     }
@@ -95,7 +92,6 @@ pub(super) struct OneToken {
 pub(super) struct TypeFns {
     pub k: TypeKernels,
     pub mv: KernelFn,
-    pub gate_up: KernelFn,
     /// Quantized types only.
     pub one: Option<OneToken>,
     pub dequant_rows: KernelFn,
@@ -116,15 +112,7 @@ impl TypeFns {
                 mv1: gpu.function(n.mv1)?,
                 qkv: gpu.function(n.qkv)?,
                 swiglu: gpu.function(n.swiglu)?,
-                f32: if k.f32_study && f32_activations() {
-                    Some([
-                        gpu.function(n.mv1f)?,
-                        gpu.function(n.qkvf)?,
-                        gpu.function(n.swigluf)?,
-                    ])
-                } else {
-                    None
-                },
+                f32: None,
             })
         } else {
             None
@@ -132,11 +120,20 @@ impl TypeFns {
         Ok(TypeFns {
             k,
             mv: gpu.function(n.mv)?,
-            gate_up: gpu.function(n.gate_up)?,
             one,
             dequant_rows: gpu.function(n.dequant_rows)?,
             dequant_tile: gpu.function(n.dequant_tile)?,
         })
+    }
+
+    /// The study's f32-activation variants of mv1, qkv, swiglu.
+    fn study(gpu: &Gpu, k: &TypeKernels) -> std::result::Result<[KernelFn; 3], GpuError> {
+        let n = &k.names;
+        Ok([
+            gpu.function(n.mv1f)?,
+            gpu.function(n.qkvf)?,
+            gpu.function(n.swigluf)?,
+        ])
     }
 }
 
@@ -212,18 +209,53 @@ impl GpuCompute {
             return Ok(*f);
         }
         let k = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no GPU kernels")))?;
-        let fns = match TypeFns::resolve(self.live()?, k) {
-            Ok(f) => f,
-            Err(GpuError::UnknownKernel { .. }) => {
-                let u = units::type_units(&KernelSources::load().map_err(gpu_err)?, ty)
-                    .map_err(gpu_err)?;
-                self.load_more(&u)?;
-                TypeFns::resolve(self.live()?, k).map_err(gpu_err)?
+        let mut fns = self.resolve_or_load(
+            |g| TypeFns::resolve(g, k),
+            |s| units::type_units(s, ty, false, false),
+        )?;
+        if k.f32_study && f32_activations() {
+            let study = self.resolve_or_load(
+                |g| TypeFns::study(g, &k),
+                |s| units::type_units(s, ty, false, true),
+            )?;
+            if let Some(one) = fns.one.as_mut() {
+                one.f32 = Some(study);
             }
-            Err(e) => return Err(gpu_err(e)),
-        };
+        }
         self.kernels.types.insert(ty, fns);
         Ok(fns)
+    }
+
+    /// The experts' gate/up kernel of weight type `ty` (`hs_mv_gate_up_*`: chunks of several
+    /// entries, and float experts), loading (and compiling) its unit at first need.
+    pub(super) fn gate_up_fn(&mut self, ty: GgmlType) -> Result<KernelFn> {
+        if let Some(f) = self.kernels.gate_up.get(&ty) {
+            return Ok(*f);
+        }
+        let k = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no GPU kernels")))?;
+        let f = self.resolve_or_load(
+            |g| g.function(k.names.gate_up),
+            |s| units::type_units(s, ty, true, false),
+        )?;
+        self.kernels.gate_up.insert(ty, f);
+        Ok(f)
+    }
+
+    /// The tiled prompt attention for a cache of `kv` and heads of `head_dim`, loading (and
+    /// compiling) its unit at first need.
+    pub(super) fn tiled_fn(&mut self, kv: KvType, head_dim: usize) -> Result<KernelFn> {
+        if let Some(f) = self.kernels.attention_tiled.get(&(kv.name(), head_dim)) {
+            return Ok(*f);
+        }
+        let name = format!("hs_attention_tiled_{}_{head_dim}", kv.name());
+        let f = self.resolve_or_load(
+            |g| g.function(&name),
+            |s| units::attention_unit(s, kv, head_dim).map(|u| vec![u]),
+        )?;
+        self.kernels
+            .attention_tiled
+            .insert((kv.name(), head_dim), f);
+        Ok(f)
     }
 
     /// The mixture-of-experts kernels, loading (and compiling) their units at first need.
@@ -231,18 +263,27 @@ impl GpuCompute {
         if let Some(m) = &self.kernels.moe {
             return Ok(m.clone());
         }
-        let fns = match MoeFns::resolve(self.live()?) {
-            Ok(f) => f,
-            Err(GpuError::UnknownKernel { .. }) => {
-                let u =
-                    units::moe_units(&KernelSources::load().map_err(gpu_err)?).map_err(gpu_err)?;
-                self.load_more(&u)?;
-                MoeFns::resolve(self.live()?).map_err(gpu_err)?
-            }
-            Err(e) => return Err(gpu_err(e)),
-        };
+        let fns = self.resolve_or_load(MoeFns::resolve, units::moe_units)?;
         self.kernels.moe = Some(fns.clone());
         Ok(fns)
+    }
+
+    /// `resolve` on the loaded kernels; where one is missing, the `units` that define them loaded
+    /// (compiled first where the cache has none) and `resolve` again.
+    fn resolve_or_load<T>(
+        &mut self,
+        resolve: impl Fn(&Gpu) -> std::result::Result<T, GpuError>,
+        units: impl FnOnce(&KernelSources) -> std::result::Result<Vec<kernels::KernelUnit>, GpuError>,
+    ) -> Result<T> {
+        match resolve(self.live()?) {
+            Ok(x) => Ok(x),
+            Err(GpuError::UnknownKernel { .. }) => {
+                let u = units(&KernelSources::load().map_err(gpu_err)?).map_err(gpu_err)?;
+                self.load_more(&u)?;
+                resolve(self.live()?).map_err(gpu_err)
+            }
+            Err(e) => Err(gpu_err(e)),
+        }
     }
 
     fn live(&self) -> Result<&Gpu> {

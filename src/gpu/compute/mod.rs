@@ -205,7 +205,9 @@ impl GpuCompute {
             mode,
         };
         let mut gpu = Gpu::open(device, GpuConfig::default())?;
-        let scope = opts.kernels.map_or(KernelScope::All, KernelScope::Model);
+        let scope = opts.kernels.map_or(KernelScope::All, |n| {
+            KernelScope::Model(KernelNeeds { kv: opts.kv, ..n })
+        });
         let prepared = scope_units(scope)
             .and_then(|u| kernel_set::load_units(&mut gpu, &compile, &u, progress))
             .and_then(|b| Kernels::resolve(&gpu).map(|k| (b, k)));

@@ -351,7 +351,7 @@ impl GpuCompute {
                 vec![Arg::Ptr(wg.ptr), Arg::Ptr(wu.ptr), gate_in[0], gate_in[1]],
             ),
             _ => (
-                gate_fns.gate_up,
+                self.gate_up_fn(io.types[0])?,
                 gate_fns.k.names.label_gate_up,
                 self.expert_grid(&gate_fns, ff),
                 vec![

@@ -188,10 +188,15 @@ impl FromIterator<GgmlType> for TypeSet {
 /// What a model launches on the GPU, as far as compiling goes: the types of its matrices (every
 /// tensor of more than one row: the products and the embedding lookup) and whether it has
 /// experts (routing, sorting and the grouped products of `infer_moe` and `gemm_moe`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KernelNeeds {
     pub types: TypeSet,
     pub moe: bool,
+    /// The attention heads' dimension (the tiled prompt attention has a unit per dimension and
+    /// cache type); 0 when unknown.
+    pub head_dim: usize,
+    /// The KV cache's element type (set from the backend's options when it opens).
+    pub kv: KvType,
 }
 
 /// Every weight type the GPU kernels handle: all of the CPU backend's compute types, so that a
