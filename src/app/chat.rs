@@ -434,7 +434,13 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
                 })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
+        backend: Box::new(move |watch, needs, progress| {
+            // The kernels this model launches are compiled as the device opens; the rest at
+            // their first use.
+            let mut r = request.clone();
+            r.compute.kernels = Some(needs);
+            crate::gpu::open::open(&r, watch, progress).map(|(b, _)| b)
+        }),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
             sampler: cfg.sampler,

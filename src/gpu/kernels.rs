@@ -324,11 +324,22 @@ pub struct CompileProgress {
     pub done: usize,
     pub total: usize,
     pub left: Option<Duration>,
+    /// Since the compile began.
+    pub elapsed: Duration,
 }
 
 impl CompileProgress {
-    /// "compiling GPU kernels for gfx1100 (first run only): 3 of 9, ~4 s left".
+    /// "compiling GPU kernels for gfx1100 (first run only): 3 of 9, ~4 s left"; at the end, how
+    /// long it took.
     pub fn describe(&self) -> String {
+        if self.done >= self.total {
+            return format!(
+                "compiled GPU kernels for {} in {:.1} s ({} units; cached for the next start)",
+                self.arch,
+                self.elapsed.as_secs_f64(),
+                self.total
+            );
+        }
         let left = match self.left {
             Some(d) => format!(", ~{} s left", d.as_secs_f64().ceil() as u64),
             None => String::new(),
@@ -404,6 +415,7 @@ pub fn build_all(
         done: 0,
         total: todo.len(),
         left: None,
+        elapsed: Duration::ZERO,
     });
     let mut report = |i: usize, b: KernelBuild, out: &mut Vec<KernelBuild>| {
         let (at, key) = &missing[i];
@@ -416,14 +428,16 @@ pub fn build_all(
         out[*at] = b;
         done += 1;
         done_weight += weight[i];
-        let elapsed = start.elapsed().as_secs_f64();
+        let elapsed = start.elapsed();
+        let secs = elapsed.as_secs_f64();
         progress(&CompileProgress {
             arch: arch.to_string(),
             done,
             total: todo.len(),
             left: (done_weight > 0.0).then(|| {
-                Duration::from_secs_f64(elapsed * (total_weight - done_weight) / done_weight)
+                Duration::from_secs_f64(secs * (total_weight - done_weight) / done_weight)
             }),
+            elapsed,
         });
     };
     match mode {

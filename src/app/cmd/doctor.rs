@@ -47,8 +47,8 @@ pub struct DoctorArgs {
     /// Add a check whose child hangs on purpose (to see the hang reported).
     #[arg(long, hide = true)]
     pub inject_hang: bool,
-    /// Run only these functional checks (roundtrip, ordering, gemm, bandwidth, clean-exit,
-    /// stress, hang), comma-separated.
+    /// Run only these functional checks (kernels, roundtrip, ordering, gemm, bandwidth,
+    /// clean-exit, stress, hang), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub only: Vec<String>,
     #[command(flatten)]
@@ -117,10 +117,23 @@ fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Durat
         s
     });
     let err_t = std::thread::spawn(move || {
+        // A child's progress lines (a first start's kernel compile) are shown as they come.
+        use std::io::BufRead;
         let mut s = String::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_string(&mut s);
+        let mut live = super::progress::LiveLine::new();
+        for l in err
+            .take()
+            .map(std::io::BufReader::new)
+            .into_iter()
+            .flat_map(|r| r.lines())
+        {
+            let Ok(l) = l else { break };
+            match l.strip_prefix(super::doctor_child::PROGRESS_PREFIX) {
+                Some(p) => live.update(p),
+                None => s.push_str(&format!("{l}\n")),
+            }
         }
+        live.finish();
         s
     });
     let status = loop {
@@ -181,6 +194,11 @@ fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Durat
 
 /// The functional checks: name, what it proves, and the upstream issue a hang names.
 const FUNCTIONAL: &[(&str, &str, &str)] = &[
+    (
+        "kernels",
+        "the model's GPU kernels compile and load",
+        "a compiler that never returns",
+    ),
     (
         "roundtrip",
         "host↔device round trip",
@@ -293,6 +311,12 @@ fn functional(a: &DoctorArgs, report: &mut Report) {
         list.retain(|(n, ..)| a.only.iter().any(|o| o == n));
     }
     for (name, what, issue) in list {
+        // A first start's compile has a budget of its own: slow is not hung (each unit's compile
+        // is bounded inside the check, which fails naming it).
+        let deadline = match name {
+            "kernels" => deadline.max(Duration::from_secs(1800)),
+            _ => deadline,
+        };
         let (o, t) = run_child(name, a, deadline);
         let mut c = match o {
             Outcome::Exited {

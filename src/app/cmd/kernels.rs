@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use clap::Args;
 
-use super::progress::ProgressLine;
+use super::progress::CompileLine;
 use crate::app::cmd::usage::{out, outln, stdout_gone};
 use crate::app::exit_code;
 use crate::gpu::compute::{KernelScope, units};
@@ -159,11 +159,11 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     let mut all = Vec::new();
     for arch in &args.arch {
         let t = Instant::now();
-        let mut bar = ProgressLine::new("kernels");
+        let mut line = CompileLine::new();
         let builds = kernels::build_all(compiler.as_ref(), arch, &units, &cache, &mode, &mut |p| {
-            bar.update(p.fraction(), &p.describe())
+            line.update(p)
         });
-        bar.finish();
+        line.finish();
         outln!("{arch}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
         all.push(builds);
     }
