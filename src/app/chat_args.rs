@@ -46,6 +46,13 @@ pub struct ChatArgs {
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// Most tokens per forward step when processing a prompt (default 512).
+    #[arg(short = 'b', long = "batch-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = super::cmd::usage::whole::<usize>(1, super::cmd::usage::MAX_CTX))]
+    pub batch_size: Option<usize>,
+    /// Element type of the KV cache: f16 (default) or f32.
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv)]
+    pub kv_type: Option<crate::gpu::compute::KvType>,
     /// System prompt.
     #[arg(long = "system-prompt", visible_alias = "sys", value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -115,6 +122,16 @@ impl ChatArgs {
     /// The model file named on the command line (MODEL or `-m`).
     pub fn model_path(&self) -> Option<&PathBuf> {
         self.model.as_ref().or(self.model_flag.as_ref())
+    }
+
+    /// The flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_to_worker(&self, w: &mut super::chat::WorkerConfig) {
+        if let Some(b) = self.batch_size {
+            w.n_batch = b;
+        }
+        if let Some(k) = self.kv_type {
+            w.kv_type = k;
+        }
     }
 
     /// Applies the flags on top of `config`; errors name the flag and what it accepts.
@@ -190,6 +207,10 @@ impl ChatArgs {
 }
 
 pub use crate::model::split::parse_gpu_layers;
+
+fn parse_kv(s: &str) -> Result<crate::gpu::compute::KvType, String> {
+    s.parse()
+}
 
 #[cfg(test)]
 mod tests {
