@@ -193,7 +193,12 @@ fn a_gemma_file_without_a_template_chats_in_gemmas_format_as_llama_cpp_writes_it
         let (file, tok) = open(&path);
         assert!(file.get("tokenizer.chat_template").is_none());
         let (t, note) = ChatTemplate::for_chat(&file, &tok);
-        assert_eq!(t.builtin_format(), Some(Format::Gemma), "{}", path.display());
+        assert_eq!(
+            t.builtin_format(),
+            Some(Format::Gemma),
+            "{}",
+            path.display()
+        );
         let note = note.expect("the user is told");
         assert!(
             note.contains("has no chat template") && note.contains("<start_of_turn>"),
@@ -266,7 +271,10 @@ fn a_file_without_known_markers_is_a_plain_continuation() {
         Message::new("assistant", " upon"),
         Message::new("user", " a time"),
     ];
-    assert_eq!(t.render(&conv, true).unwrap(), "A story.\n\nOnce upon a time");
+    assert_eq!(
+        t.render(&conv, true).unwrap(),
+        "A story.\n\nOnce upon a time"
+    );
     assert!(t.stop_tokens(&tok).is_empty());
 }
 
@@ -277,7 +285,16 @@ fn generate_chat_says_the_file_has_no_template() {
     let dir = tempfile::tempdir().unwrap();
     let path = without_template("tiny-gemma3", dir.path());
     let out = common::hipscope()
-        .args(["generate", "--chat", "--backend", "cpu", "-n", "8", "--temp", "0"])
+        .args([
+            "generate",
+            "--chat",
+            "--backend",
+            "cpu",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+        ])
         .arg("-m")
         .arg(&path)
         .args(["-p", "Hi"])

@@ -45,9 +45,11 @@ fn doctor_on_this_machine_ends_with_a_verdict() {
     let v = json(&out);
     let verdict = &v["verdict"];
     let summary = verdict["summary"].as_str().expect("a summary");
-    let opened = v["checks"].as_array().unwrap().iter().any(|c| {
-        c["name"] == "device opens, kernels compile" && c["status"] == "PASS"
-    });
+    let opened = v["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|c| c["name"] == "device opens, kernels compile" && c["status"] == "PASS");
     if opened {
         assert_eq!(verdict["runs_on"], "gpu", "{verdict}");
     } else {
@@ -83,11 +85,7 @@ fn doctor_on_this_machine_ends_with_a_verdict() {
 fn doctor_on_a_tree_without_a_gpu_says_the_cpu_runs_and_require_gpu_fails() {
     let dir = tempfile::tempdir().unwrap();
     let roots = empty_tree(dir.path());
-    let out = hipscope()
-        .arg("doctor")
-        .args(&roots)
-        .output()
-        .expect("run");
+    let out = hipscope().arg("doctor").args(&roots).output().expect("run");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "nothing failed:\n{stdout}");
     let last = stdout.lines().last().unwrap_or_default();

@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
 use crate::app::cmd::usage;
+use crate::app::discover::{self, Places, names};
 use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
@@ -63,13 +64,13 @@ pub enum Commands {
 }
 
 pub fn run() -> i32 {
-    let cli = Cli::parse_from(llama_spellings(std::env::args_os()));
-    let chat = match &cli.command {
-        None => Some(&cli.chat),
+    let mut cli = Cli::parse_from(llama_spellings(std::env::args_os()));
+    let chat = match &mut cli.command {
+        None => Some(&mut cli.chat),
         Some(Commands::Chat(a)) => Some(a),
         _ => None,
     };
-    if let Some(e) = chat.and_then(|a| refuse_chat_model(a).err()) {
+    if let Some(e) = chat.and_then(|a| resolve_chat_model(a).err()) {
         // Before anything is written: no config file, no conversation, no log.
         e.exit();
     }
@@ -129,27 +130,54 @@ pub fn llama_spellings(
         .collect()
 }
 
-/// The chat's model argument, checked before anything is written: a bare word that is neither a
-/// file nor a command (`hipscope serve`) is a mistyped command, and a model file that does not
-/// exist is refused here rather than in a chat that could never load it. Both are usage errors
-/// (exit 2). The commands are clap's own list, so a command added later is never "unknown".
-fn refuse_chat_model(args: &ChatArgs) -> Result<(), clap::Error> {
-    let Some(path) = args.model_path() else {
+/// The chat's model argument, checked before anything is written: a file is taken as it is; a
+/// name that is not a file is looked up among the models discovery finds (`hipscope llama3.2`:
+/// ollama's `llama3.2:latest`) and replaced by its file; a bare word that names neither a model
+/// nor a command (`hipscope serve`) is a mistyped command; anything else is a model that is not
+/// there, with the closest names found. The failures are usage errors (exit 2). The commands are
+/// clap's own list, so a command added later is never "unknown".
+fn resolve_chat_model(args: &mut ChatArgs) -> Result<(), clap::Error> {
+    let Some(path) = args.model_path().cloned() else {
         return Ok(());
     };
     if path.exists() {
         return Ok(());
     }
     let mut cmd = Cli::command();
-    let word = path.to_string_lossy();
+    let word = path.to_string_lossy().into_owned();
+    let lookup = names::may_be_a_name(&path).then(|| {
+        let places = Places::for_names(args.config.as_deref());
+        discover::find_named(&word, &places)
+    });
+    let not_found = match lookup {
+        Some(Ok(found)) => {
+            eprintln!("hipscope: {word}: {}", found.label);
+            match (&mut args.model, &mut args.model_flag) {
+                (Some(m), _) | (None, Some(m)) => *m = found.path,
+                (None, None) => {}
+            }
+            return Ok(());
+        }
+        Some(Err(e @ names::NameError::Ambiguous { .. })) => {
+            return Err(cmd.error(ErrorKind::InvalidValue, e.to_string()));
+        }
+        Some(Err(e)) => Some(e),
+        None => None,
+    };
     let is_bare_word = args.model.is_some()
         && !word.is_empty()
-        && !word.contains(['/', '.', std::path::MAIN_SEPARATOR]);
+        && !word.contains(['/', '.', ':', std::path::MAIN_SEPARATOR]);
+    let model_hint = not_found.as_ref().map(names::NameError::hint);
     if !is_bare_word {
-        return Err(cmd.error(
-            ErrorKind::InvalidValue,
-            format!("model file not found: {}", path.display()),
-        ));
+        let msg = match &not_found {
+            Some(e) if !word.to_lowercase().ends_with(".gguf") => e.to_string(),
+            _ => format!(
+                "model file not found: {}{}",
+                path.display(),
+                model_hint.unwrap_or_default()
+            ),
+        };
+        return Err(cmd.error(ErrorKind::InvalidValue, msg));
     }
     let names: Vec<String> = cmd
         .get_subcommands()
@@ -165,8 +193,9 @@ fn refuse_chat_model(args: &ChatArgs) -> Result<(), clap::Error> {
     Err(cmd.error(
         ErrorKind::InvalidSubcommand,
         format!(
-            "unknown command '{word}' (and no file of that name): {hint}\n  \
-             (`hipscope --help` lists the commands; a model file named so is given as ./{word})"
+            "unknown command '{word}' (and no file or model of that name): {hint}\n  \
+             (`hipscope --help` lists the commands; a model file named so is given as ./{word}; \
+             F2 in the chat lists the models found)"
         ),
     ))
 }

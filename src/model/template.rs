@@ -147,7 +147,10 @@ impl ChatTemplate {
     /// The format for `file` when its own template is missing or unusable: its architecture's,
     /// if the vocabulary has that format's markers, else plain continuation ([`Format`]).
     pub fn without_template(file: &GgufFile, tok: &Tokenizer) -> ChatTemplate {
-        ChatTemplate::builtin(Format::for_model(file.architecture().unwrap_or(""), tok), tok)
+        ChatTemplate::builtin(
+            Format::for_model(file.architecture().unwrap_or(""), tok),
+            tok,
+        )
     }
 
     /// The built-in ChatML template.

@@ -180,7 +180,10 @@ pub fn decide(f: &Facts, report: &Report, functional: bool) -> Verdict {
             ),
             next: Vec::new(),
         },
-        Some(_) => cpu_only(f, "a GPU is there but its runtime cannot open it (see [functional])"),
+        Some(_) => cpu_only(
+            f,
+            "a GPU is there but its runtime cannot open it (see [functional])",
+        ),
         None if f.gpus.is_empty() => cpu_only(f, NO_GPU),
         None => cpu_only(f, "no GPU opens"),
     }
@@ -218,12 +221,21 @@ mod tests {
         let mut r = Report::default();
         r.push(Check::new("functional", "device", Status::Skip, "no GPU"));
         let v = decide(&no_gpu_facts(), &r, true);
-        assert_eq!((v.outcome, v.runs_on, v.gpu_works()), (Outcome::Cpu, "cpu", false));
+        assert_eq!(
+            (v.outcome, v.runs_on, v.gpu_works()),
+            (Outcome::Cpu, "cpu", false)
+        );
         assert!(!v.summary.contains('\n'), "one line: {}", v.summary);
         assert!(v.summary.contains("models run on the CPU"), "{}", v.summary);
-        assert!(v.summary.contains("for AMD: load the amdgpu driver"), "{}", v.summary);
         assert!(
-            v.summary.contains("for NVIDIA: install the NVIDIA driver (libcuda.so.1 not found) and CUDA's nvrtc"),
+            v.summary.contains("for AMD: load the amdgpu driver"),
+            "{}",
+            v.summary
+        );
+        assert!(
+            v.summary.contains(
+                "for NVIDIA: install the NVIDIA driver (libcuda.so.1 not found) and CUDA's nvrtc"
+            ),
             "{}",
             v.summary
         );
@@ -242,8 +254,16 @@ mod tests {
         ];
         f.dev_kfd = Some(Access::Denied);
         let s = next_steps(&f);
-        assert!(s[0].step.contains("render and video groups"), "{}", s[0].step);
-        assert!(s[0].step.contains("install ROCm's HIP runtime"), "{}", s[0].step);
+        assert!(
+            s[0].step.contains("render and video groups"),
+            "{}",
+            s[0].step
+        );
+        assert!(
+            s[0].step.contains("install ROCm's HIP runtime"),
+            "{}",
+            s[0].step
+        );
         assert_eq!(s[1].step, "install CUDA's nvrtc (libnvrtc.so.12 or .13)");
         // Nothing probed (top, a captured tree): what each vendor needs, in general.
         let s = next_steps(&Facts::default());

@@ -60,7 +60,9 @@ impl Format {
     pub fn name(self) -> &'static str {
         match self {
             Format::Gemma => "Gemma's turn format (<start_of_turn>user … <end_of_turn>)",
-            Format::Llama3 => "Llama 3's header format (<|start_header_id|>user<|end_header_id|> …)",
+            Format::Llama3 => {
+                "Llama 3's header format (<|start_header_id|>user<|end_header_id|> …)"
+            }
             Format::ChatMl => "ChatML (<|im_start|>user … <|im_end|>)",
             Format::Plain => "plain text continuation",
         }
