@@ -267,15 +267,35 @@ mod tests {
         }
     }
 
-    /// The README's "Headless tools" table names every subcommand (the chat has its own
-    /// section), and every flag a row shows is one that subcommand takes.
+    /// The README's section "## Commands".
+    fn readme_commands_section() -> &'static str {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("\n## Commands\n").expect("a Commands section") + 1..];
+        &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)]
+    }
+
+    /// Whether `cmd` takes `flag` as the README writes it (`-c`, `--kv-type`, `-ngl`).
+    fn takes(cmd: &clap::Command, flag: &str) -> bool {
+        let spelled = llama_spellings([std::ffi::OsString::from(flag)]);
+        let flag = spelled[0].to_str().unwrap_or_default();
+        if let Some(long) = flag.strip_prefix("--") {
+            cmd.get_arguments().any(|a| {
+                a.get_long() == Some(long)
+                    || a.get_visible_aliases().is_some_and(|v| v.contains(&long))
+            })
+        } else if let Some(short) = flag.strip_prefix('-').filter(|s| s.len() == 1) {
+            let c = short.chars().next();
+            cmd.get_arguments().any(|a| a.get_short() == c)
+        } else {
+            false
+        }
+    }
+
+    /// The README's "Commands" table names every subcommand (the chat has its own section),
+    /// and every flag a row shows is one that subcommand takes.
     #[test]
     fn readme_command_table_matches_the_program() {
-        let readme = include_str!("../../README.md");
-        let section = &readme[readme
-            .find("## Headless tools")
-            .expect("a Headless tools section")..];
-        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let section = readme_commands_section();
         let cli = Cli::command();
         let mut listed = Vec::new();
         for row in section.lines().filter(|l| l.starts_with("| `hipscope ")) {
@@ -288,15 +308,9 @@ mod tests {
             listed.push(name.to_string());
             for word in words {
                 let flag = word.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')' | '\\' | '|'));
-                let takes = if let Some(long) = flag.strip_prefix("--") {
-                    cmd.get_arguments().any(|a| a.get_long() == Some(long))
-                } else if let Some(short) = flag.strip_prefix('-').filter(|s| s.len() == 1) {
-                    let c = short.chars().next();
-                    cmd.get_arguments().any(|a| a.get_short() == c)
-                } else {
-                    continue;
-                };
-                assert!(takes, "README: `hipscope {name}` has no {flag}");
+                if flag.starts_with('-') && flag.len() > 1 {
+                    assert!(takes(cmd, flag), "README: `hipscope {name}` has no {flag}");
+                }
             }
         }
         for c in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
@@ -307,6 +321,77 @@ mod tests {
                     "README's table lacks `hipscope {name}`"
                 );
             }
+        }
+    }
+
+    /// The README's paragraph "Flags of every command that runs a model": every command it names
+    /// (and no command that runs a model is left out) takes every flag of its first list, and
+    /// the flags it gives the headless commands alone are theirs and not the chat's (issue 32
+    /// item 7: it promised the chat `-b` and `--synthetic`, which the chat refused).
+    #[test]
+    fn readme_model_flags_match_every_command_that_runs_a_model() {
+        let section = readme_commands_section();
+        let start = section
+            .find("**Flags of every command that runs a model**")
+            .expect("the model flags paragraph");
+        let para = &section[start..];
+        let para = &para[..para.find("\n\n").unwrap_or(para.len())];
+        let (shared, rest) = para
+            .split_once("The headless ones also take")
+            .expect("the headless commands' own flags");
+        let (headless, _) = rest
+            .split_once("the chat does not")
+            .expect("the headless flags end with \"the chat does not\"");
+        let spans = |t: &'static str| t.split('`').skip(1).step_by(2).collect::<Vec<_>>();
+        let flags = |t: &'static str| -> Vec<String> {
+            spans(t)
+                .into_iter()
+                .filter(|s| s.starts_with('-'))
+                .map(|s| s.split_whitespace().next().unwrap_or_default().to_string())
+                .collect()
+        };
+        let cli = Cli::command();
+        let (names_part, _) = shared
+            .split_once(':')
+            .expect("the commands, then the flags");
+        let named: Vec<&str> = spans(names_part)
+            .into_iter()
+            .filter(|s| cli.find_subcommand(s).is_some())
+            .collect();
+        // Every command that runs a model (it takes --synthetic) is named.
+        for c in cli.get_subcommands() {
+            if c.get_arguments().any(|a| a.get_long() == Some("synthetic")) {
+                assert!(
+                    named.contains(&c.get_name()),
+                    "README's model flags leave out `{}`",
+                    c.get_name()
+                );
+            }
+        }
+        assert!(names_part.contains("the chat"), "{names_part}");
+        let chat = cli.find_subcommand("chat").expect("chat");
+        let shared = flags(shared);
+        let headless = flags(headless);
+        assert!(
+            shared.len() >= 8 && !headless.is_empty(),
+            "{shared:?} {headless:?}"
+        );
+        for name in &named {
+            let cmd = cli.find_subcommand(name).expect("named above");
+            for f in shared.iter().chain(&headless) {
+                assert!(takes(cmd, f), "README: `hipscope {name}` has no {f}");
+            }
+        }
+        for f in &shared {
+            assert!(takes(chat, f), "README: the chat has no {f}");
+            // `hipscope -b 256` as well as `hipscope chat -b 256`.
+            assert!(takes(&cli, f), "README: `hipscope` has no {f}");
+        }
+        for f in &headless {
+            assert!(
+                !takes(chat, f),
+                "README says the chat lacks {f}, but it takes it"
+            );
         }
     }
 }
