@@ -12,6 +12,7 @@
 //! server test fails, it does not skip.
 
 mod common;
+mod pty;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -309,4 +310,22 @@ fn generate_chat_says_the_file_has_no_template() {
         "{stderr}"
     );
     assert!(!stdout.contains("<|im_"), "{stdout}");
+}
+
+/// The chat in a terminal: the notice is on the screen once the model is loaded (a notice, not
+/// an error: the model is there and answers).
+#[test]
+fn the_chat_says_the_file_has_no_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = without_template("tiny-gemma3", dir.path());
+    let home = tempfile::tempdir().unwrap();
+    let mut s = pty::Session::start_model(home.path(), &path, &["-n", "4"]);
+    s.sees("has no chat template", pty::LOAD);
+    let flat = pty::flat(&s.contents());
+    assert!(flat.contains("Gemma's turn format"), "{flat}");
+    s.type_line("Hi");
+    // Answered, up to -n 4 tokens: the stats line under the answer.
+    s.sees("gen ", pty::ANSWER);
+    s.send(b"\x04");
+    assert_eq!(s.wait(std::time::Duration::from_secs(30)), 0);
 }
