@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 mod moe;
 
+use super::activation::gelu_tanh;
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
@@ -105,13 +106,6 @@ pub struct CpuBackend {
 /// How long [`Backend::stuck_op`] holds the thread: far past any budget, short enough that a
 /// forgotten fault ends by itself.
 const STUCK_HOLD: Duration = Duration::from_secs(60);
-
-/// GELU in its tanh form, as ggml writes it (`ggml_gelu_f32`): 0.5·x·(1 + tanh(√(2/π)·x·(1 +
-/// 0.044715·x²))).
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
-}
 
 fn invalid(msg: String) -> BackendError {
     BackendError::Invalid(msg)

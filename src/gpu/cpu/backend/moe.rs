@@ -13,7 +13,8 @@
 //! [`Backend::moe_ffn`]: crate::gpu::backend::Backend::moe_ffn
 
 use super::{CpuBackend, invalid};
-use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight, swiglu_oai};
+use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight};
+use crate::gpu::cpu::activation::swiglu_oai;
 use crate::gpu::cpu::matmul::{QuantMatrix, matmul};
 use crate::gpu::quant;
 
