@@ -1,10 +1,53 @@
-//! What a backend is told and given before it computes: the model's weights as stored
-//! ([`WeightData`]) and the memory plan made before the first of them ([`MemoryPlan`]).
+//! What a backend holds and how data gets in and out ([`Memory`]): the model's weights as
+//! stored ([`WeightData`]), the memory plan made before the first of them ([`MemoryPlan`]), the
+//! activation buffers and the KV cache.
 
 use std::sync::Arc;
 
-use super::{BackendError, Result};
+use super::kv_layout::{KvLayout, KvShift, KvType};
+use super::{BackendError, Buf, Result, Weight};
 use crate::gpu::quant::GgmlType;
+use crate::gpu::snapshot::ArenaSnapshot;
+
+/// The memory side of a backend: the plan, the weights, the activation buffers and the KV cache,
+/// and the copies between them and the host. No method has a default body, so that a wrapper
+/// passes each on to what it wraps.
+pub trait Memory {
+    /// Told once, before any weight or buffer, how much the model will need.
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()>;
+
+    /// Bytes of device memory this backend would set aside for `plan` (its arena), for deciding
+    /// how many layers fit (`-ngl auto`); `None` where the backend has no device memory.
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64>;
+
+    /// Takes a weight (checked: `len` matches the shape and type, the range lies in storage).
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight>;
+
+    /// An f32 buffer of `len` elements (zeroed).
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf>;
+
+    /// The KV cache, layer by layer as `layout` says.
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()>;
+
+    /// The element type its KV cache is allocated in (so that the CPU part of a split model
+    /// keeps the GPU part's).
+    fn kv_type(&self) -> KvType;
+
+    /// Moves cached keys and values down in every layer and re-rotates the keys for their new
+    /// positions (see [`KvShift`]).
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()>;
+
+    /// Waits for every op before it and copies `out.len()` elements from `buf[offset..]`.
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()>;
+
+    /// Overwrites `buf[offset..offset + data.len()]` with `data`, after every op before it (the
+    /// hand-over of activations between the two backends of a split model); an `Unsupported`
+    /// error from a backend that cannot take activations from another.
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()>;
+
+    /// Memory held by the backend, for the UI.
+    fn arena(&self) -> ArenaSnapshot;
+}
 
 /// Bytes that outlive any borrower: a memory-mapped model file, or one built in memory.
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;

@@ -41,7 +41,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::cmd::usage::{outln, stdout_gone};
-use crate::gpu::backend::Backend;
+use crate::gpu::backend::{Backend, Instrument};
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
 use crate::gpu::compute::plan::{ActFormat, type_kernels};
 use crate::gpu::compute::{ComputeOptions, GpuCompute, KvType, PrefillGemm};
