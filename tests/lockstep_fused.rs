@@ -29,12 +29,8 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
 
 #[test]
 fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
-    let dev = FakeDevice::new(FakeScript {
-        total_memory: 1 << 30,
-        auto_complete: true,
-        blas: false,
-        graphs: false,
-    });
+    // 1 GiB, ops complete at once, no BLAS, no graphs.
+    let dev = FakeDevice::new(FakeScript::default());
     let ctl = dev.control();
     let gpu = GpuCompute::open(
         Box::new(dev),
