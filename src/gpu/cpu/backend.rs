@@ -306,7 +306,7 @@ impl Ops for CpuBackend {
         res
     }
 
-    // The CPU runs the fused ops as the separate ones: nothing to gain from fusing here.
+    // The fused ops as their separate ops: the reference the GPU's fused kernels are held to.
     fn matmul_qkv(
         &mut self,
         w: [Weight; 3],

@@ -12,10 +12,12 @@ use crate::gpu::snapshot::{ArenaSnapshot, RegionSnapshot};
 use crate::gpu::telemetry::host::host_memory;
 
 impl Memory for CpuBackend {
+    /// Nothing to set aside: each weight stays in its file, each buffer is allocated as asked.
     fn plan(&mut self, _plan: &MemoryPlan) -> Result<()> {
         Ok(())
     }
 
+    /// No device memory (`-ngl auto` does not size the CPU).
     fn plan_bytes(&self, _plan: &MemoryPlan) -> Option<u64> {
         None
     }
