@@ -271,6 +271,27 @@ mod tests {
         assert!(e.starts_with("--backend metal"), "{e}");
     }
 
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let mut w = crate::app::chat::worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        args(&["-b", "256", "--kv-type", "f32"]).apply_to_worker(&mut w);
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        let mut v = vec!["hipscope", "-b", "0"];
+        assert!(
+            Cli::try_parse_from(v.drain(..)).is_err(),
+            "a batch of 0 tokens"
+        );
+    }
+
     #[test]
     fn the_model_is_given_as_an_argument_or_with_dash_m() {
         let mut c = Config::default();
