@@ -17,6 +17,15 @@ struct FusedShape {
     one: OneToken,
 }
 
+/// A fused launch's weights before its kernels are resolved.
+struct FusedPlan {
+    ty: GgmlType,
+    bs: u32,
+    cols: usize,
+    rows: Vec<usize>,
+    bufs: Vec<DeviceBuffer>,
+}
+
 impl FusedShape {
     /// Blocks of a one-token launch over `rows` rows (the wide kernels take two a warp).
     fn grid(&self, rows: usize, warp: u32) -> [u32; 3] {
@@ -51,16 +60,32 @@ impl GpuCompute {
     /// The fused one-token path for products of `ws` with one input, where it applies: one token,
     /// every weight a matrix of the same quantized type and width, the input planned for.
     fn fused_shape(&mut self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedShape>> {
+        let Some(p) = self.fused_plan(ws, n_tokens)? else {
+            return Ok(None);
+        };
+        let fns = self.type_fns(p.ty)?;
+        let Some(one) = fns.one else {
+            return Ok(None);
+        };
+        Ok(Some(FusedShape {
+            bs: p.bs,
+            cols: p.cols,
+            rows: p.rows,
+            bufs: p.bufs,
+            fns,
+            one,
+        }))
+    }
+
+    /// The common type and shape of `ws` where a fused one-token launch applies (every
+    /// quantized type has its one-token kernels: the type table generates them).
+    fn fused_plan(&self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedPlan>> {
         if n_tokens != 1 || self.n_batch() == 0 || self.ws.is_none() {
             return Ok(None);
         }
         let first = self.weight(ws[0])?;
         let (ty, cols) = (first.ty, first.cols);
         let Some(ActFormat::Q8 { bs }) = type_kernels(ty).map(|k| k.act) else {
-            return Ok(None);
-        };
-        let fns = self.type_fns(ty)?;
-        let Some(one) = fns.one else {
             return Ok(None);
         };
         let mut rows = Vec::with_capacity(ws.len());
@@ -73,14 +98,19 @@ impl GpuCompute {
             rows.push(gw.rows);
             bufs.push(gw.buf);
         }
-        Ok(Some(FusedShape {
+        Ok(Some(FusedPlan {
+            ty,
             bs,
             cols,
             rows,
             bufs,
-            fns,
-            one,
         }))
+    }
+
+    /// Whether a product of `ws` over `n_tokens` rows runs as one fused launch here (what the
+    /// lockstep of `selftest --compute` compares as a fused op).
+    pub(super) fn fuses(&self, ws: &[Weight], n_tokens: usize) -> bool {
+        matches!(self.fused_plan(ws, n_tokens), Ok(Some(_)))
     }
 
     /// acc += W · x for one token in one launch (the residual add in the product's epilogue);
