@@ -187,20 +187,24 @@ fn the_backend_builds_the_models_units_and_the_rest_at_first_use() {
 #[test]
 fn two_concurrent_compiles_into_one_cache_leave_it_whole() {
     let home = tempfile::tempdir().expect("temp home");
+    // `hipscope kernels --compile` for the fake compiler into the cache under `home`.
+    let command = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_hipscope"));
+        c.args([
+            "kernels",
+            "--compile",
+            "--backend",
+            "fake",
+            "--arch",
+            "fake1",
+        ])
+        .env("HIPSCOPE_HOME", home.path())
+        .env_remove("HIPSCOPE_KERNELS");
+        c
+    };
     let compile = || {
-        Command::new(env!("CARGO_BIN_EXE_hipscope"))
-            .args([
-                "kernels",
-                "--compile",
-                "--backend",
-                "fake",
-                "--arch",
-                "fake1",
-                "--jobs",
-                "3",
-            ])
-            .env("HIPSCOPE_HOME", home.path())
-            .env_remove("HIPSCOPE_KERNELS")
+        command()
+            .args(["--jobs", "3"])
             .spawn()
             .expect("run hipscope")
     };
@@ -240,19 +244,7 @@ fn two_concurrent_compiles_into_one_cache_leave_it_whole() {
             .is_some_and(|n| !n.to_string_lossy().contains(".tmp"))),
         "temporary files left: {dir:#?}"
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_hipscope"))
-        .args([
-            "kernels",
-            "--compile",
-            "--backend",
-            "fake",
-            "--arch",
-            "fake1",
-        ])
-        .env("HIPSCOPE_HOME", home.path())
-        .env_remove("HIPSCOPE_KERNELS")
-        .output()
-        .expect("run hipscope");
+    let out = command().output().expect("run hipscope");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert_eq!(text.matches("(cached)").count(), units.len(), "{text}");

@@ -81,6 +81,37 @@ pub struct KernelNames {
     pub label_dequant: &'static str,
 }
 
+impl KernelNames {
+    /// Every kernel name (empty where the type has no such kernel).
+    pub fn kernels(&self) -> [&'static str; 10] {
+        [
+            self.mv,
+            self.gate_up,
+            self.mv1,
+            self.swiglu,
+            self.qkv,
+            self.mv1f,
+            self.swigluf,
+            self.qkvf,
+            self.dequant_rows,
+            self.dequant_tile,
+        ]
+    }
+
+    /// Every launch label (empty where the type has no such kernel).
+    pub fn labels(&self) -> [&'static str; 7] {
+        [
+            self.label_mv,
+            self.label_gate_up,
+            self.label_mv1,
+            self.label_mv1_add,
+            self.label_swiglu,
+            self.label_qkv,
+            self.label_dequant,
+        ]
+    }
+}
+
 /// The type table's rows, each name made from the suffix at compile time.
 macro_rules! type_table {
     (@q $s:literal, $p:literal) => { concat!($p, $s) };
@@ -532,26 +563,7 @@ mod tests {
     #[test]
     fn every_types_labels_name_that_type() {
         for k in TYPE_TABLE {
-            let n = &k.names;
-            let all = [
-                n.mv,
-                n.gate_up,
-                n.mv1,
-                n.swiglu,
-                n.qkv,
-                n.mv1f,
-                n.swigluf,
-                n.qkvf,
-                n.dequant_rows,
-                n.dequant_tile,
-                n.label_mv,
-                n.label_gate_up,
-                n.label_mv1,
-                n.label_mv1_add,
-                n.label_swiglu,
-                n.label_qkv,
-                n.label_dequant,
-            ];
+            let all = k.names.kernels().into_iter().chain(k.names.labels());
             for name in all.into_iter().filter(|x| !x.is_empty()) {
                 let tail = name.trim_end_matches(" + residual");
                 assert!(
