@@ -226,8 +226,10 @@ pub fn kernel_units(
 ) -> Result<Vec<KernelUnit>, GpuError> {
     let typed =
         |name: &str| name == "infer_attention_tiled" || TYPED.iter().any(|t| t.source == name);
-    let mut out = Vec::new();
-    let (plain, tiled, types, when): (Vec<&str>, Vec<(KvType, usize)>, Vec<&TypeKernels>, &[When]) =
+    // The plain sources, the tiled attention's (cache type, head dimension) units, the types,
+    // and which of their typed units.
+    let all_when: &[When] = &[When::Always, When::Experts, When::OnDemand];
+    let (plain, tiled, types, when): (Vec<&str>, Vec<(KvType, usize)>, Vec<&TypeKernels>, _) =
         match scope {
             KernelScope::All => (
                 sources
@@ -241,7 +243,7 @@ pub fn kernel_units(
                     .flat_map(|kv| TILED_HEAD_DIMS.map(|d| (kv, d)))
                     .collect(),
                 TYPE_TABLE.iter().collect(),
-                &[When::Always, When::Experts, When::OnDemand],
+                all_when,
             ),
             KernelScope::Model(needs) => {
                 let mut p: Vec<&str> = MODEL_SOURCES.to_vec();
@@ -252,20 +254,20 @@ pub fn kernel_units(
                 let tiled = TILED_HEAD_DIMS
                     .contains(&needs.head_dim)
                     .then_some((needs.kv, needs.head_dim));
-                let when: &[When] = if needs.moe {
-                    &[When::Always, When::Experts]
-                } else {
-                    &[When::Always]
-                };
                 (
                     p,
                     tiled.into_iter().collect(),
                     needs.types.kernels().collect(),
-                    when,
+                    if needs.moe {
+                        &all_when[..2]
+                    } else {
+                        &all_when[..1]
+                    },
                 )
             }
-            KernelScope::Doctor => (DOCTOR_SOURCES.to_vec(), Vec::new(), Vec::new(), &[]),
+            KernelScope::Doctor => (DOCTOR_SOURCES.to_vec(), Vec::new(), Vec::new(), &[][..]),
         };
+    let mut out = Vec::new();
     for name in plain {
         out.push(sources.unit(name, None, "")?);
     }

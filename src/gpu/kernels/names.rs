@@ -64,8 +64,11 @@ fn balanced(s: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// The kernel definitions in `body`: (offset, name as written, which may hold `##T`, parameters).
-fn definitions(body: &str) -> Vec<(usize, String, String)> {
+/// A kernel definition: its offset, its name as written (which may hold `##T`) and parameters.
+type Definition = (usize, String, String);
+
+/// The kernel definitions in `body`.
+fn definitions(body: &str) -> Vec<Definition> {
     let mut out = Vec::new();
     let mut from = 0;
     while let Some(at) = body[from..].find(KERNEL) {
@@ -126,7 +129,8 @@ fn list_entries(body: &str, x: &str) -> Vec<String> {
 pub fn declarations(text: &str) -> Vec<KernelDecl> {
     let lines = logical_lines(text);
     // Families (macros that define kernels) and type lists (one-argument macros of entries).
-    let mut families: Vec<(String, String, Vec<(usize, String, String)>)> = Vec::new();
+    // (macro, its type parameter, the kernels it defines).
+    let mut families: Vec<(String, String, Vec<Definition>)> = Vec::new();
     let mut lists: Vec<(String, Vec<String>)> = Vec::new();
     for l in &lines {
         let Some((name, args, body)) = macro_def(l) else {
