@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::plan::{TypeKernels, type_kernels};
+use super::plan::{TYPE_TABLE, TypeKernels, type_kernels};
 use super::units::{self, KernelScope};
 use super::{BackendError, GpuCompute, Result, gpu_err, invalid};
 use crate::gpu::backend::KvType;
@@ -137,10 +137,6 @@ impl TypeFns {
     }
 }
 
-/// Quantized types whose grouped expert products have kernels of their own; every other one
-/// takes `hs_moe_mm_*_any`, which picks its dequantization by the type's ggml id at run time.
-pub const MM_OWN: &[&str] = &["q4_0", "q8_0", "mxfp4"];
-
 /// The mixture-of-experts kernels: routing, sorting, gather, combine, and the grouped products
 /// (gate_up, down) of the types with their own and of the rest.
 #[derive(Clone)]
@@ -155,7 +151,11 @@ pub(super) struct MoeFns {
 impl MoeFns {
     fn resolve(gpu: &Gpu) -> std::result::Result<MoeFns, GpuError> {
         let mut mm = HashMap::new();
-        for sfx in MM_OWN.iter().copied().chain(["any"]) {
+        let own = TYPE_TABLE
+            .iter()
+            .filter(|k| k.grouped_own)
+            .map(|k| k.suffix);
+        for sfx in own.chain(["any"]) {
             let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{sfx}"));
             mm.insert(sfx, [g("gate_up")?, g("down")?]);
         }
@@ -170,12 +170,7 @@ impl MoeFns {
 
     /// The grouped products (gate_up, down) of a quantized type.
     pub fn mm(&self, k: &TypeKernels) -> [KernelFn; 2] {
-        let own = if MM_OWN.contains(&k.suffix) {
-            k.suffix
-        } else {
-            "any"
-        };
-        self.mm[own]
+        self.mm[if k.grouped_own { k.suffix } else { "any" }]
     }
 }
 

@@ -46,6 +46,10 @@ pub struct TypeKernels {
     pub wide: bool,
     /// Has the activation-precision study's f32-activation kernels (`mvf_<suffix>`).
     pub f32_study: bool,
+    /// A quantized type's grouped expert products (a prompt's experts, `kernels/gemm_moe.hip`)
+    /// are kernels of its own (`hs_moe_mm_*_<suffix>`), not the `any` ones that pick the
+    /// dequantization by the type's ggml id at run time.
+    pub grouped_own: bool,
     pub names: KernelNames,
 }
 
@@ -119,7 +123,7 @@ macro_rules! type_table {
     (@study true, $s:literal, $p:literal) => { concat!($p, $s) };
     (@study false, $s:literal, $p:literal) => { "" };
     ($($kind:ident $ty:ident $sfx:literal $act:expr, parts $parts:literal, wide $wide:literal,
-       study $study:tt;)*) => {
+       study $study:tt, grouped_own $own:literal;)*) => {
         /// Every weight type the GPU kernels handle, and how (see [`TypeKernels`]).
         pub const TYPE_TABLE: &[TypeKernels] = &[$(TypeKernels {
             ty: GgmlType::$ty,
@@ -128,6 +132,7 @@ macro_rules! type_table {
             parts: $parts,
             wide: $wide,
             f32_study: $study,
+            grouped_own: $own,
             names: KernelNames {
                 mv: concat!("hs_mv_", $sfx),
                 gate_up: concat!("hs_mv_gate_up_", $sfx),
@@ -156,24 +161,24 @@ const Q8_1_32: ActFormat = ActFormat::Q8 { bs: 32 | Q8_1_SUMS };
 const Q8_K: ActFormat = ActFormat::Q8 { bs: 256 };
 
 // kind (q: quantized, f: float), type, suffix, activation, parts a block, wide one-token loop,
-// f32-activation study kernels.
+// f32-activation study kernels, grouped expert products of its own.
 type_table! {
-    f F32 "f32" ActFormat::F32, parts 0, wide false, study false;
-    f F16 "f16" ActFormat::F32, parts 0, wide false, study false;
-    f Bf16 "bf16" ActFormat::F32, parts 0, wide false, study false;
-    q Q4_0 "q4_0" Q8_32, parts 4, wide true, study true;
-    q Q4_1 "q4_1" Q8_1_32, parts 4, wide true, study true;
-    q Q5_0 "q5_0" Q8_32, parts 4, wide true, study false;
-    q Q5_1 "q5_1" Q8_1_32, parts 4, wide true, study false;
-    q Q8_0 "q8_0" Q8_32, parts 4, wide true, study false;
-    q Q4K "q4_k" Q8_K, parts 32, wide true, study false;
-    q Q5K "q5_k" Q8_K, parts 32, wide false, study false;
-    q Q6K "q6_k" Q8_K, parts 32, wide false, study false;
-    q Q2K "q2_k" Q8_K, parts 32, wide false, study false;
-    q Q3K "q3_k" Q8_K, parts 32, wide false, study false;
-    q Iq4Nl "iq4_nl" Q8_32, parts 4, wide false, study false;
-    q Iq4Xs "iq4_xs" Q8_K, parts 32, wide false, study false;
-    q Mxfp4 "mxfp4" Q8_32, parts 4, wide false, study false;
+    f F32 "f32" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    f F16 "f16" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    f Bf16 "bf16" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    q Q4_0 "q4_0" Q8_32, parts 4, wide true, study true, grouped_own true;
+    q Q4_1 "q4_1" Q8_1_32, parts 4, wide true, study true, grouped_own false;
+    q Q5_0 "q5_0" Q8_32, parts 4, wide true, study false, grouped_own false;
+    q Q5_1 "q5_1" Q8_1_32, parts 4, wide true, study false, grouped_own false;
+    q Q8_0 "q8_0" Q8_32, parts 4, wide true, study false, grouped_own true;
+    q Q4K "q4_k" Q8_K, parts 32, wide true, study false, grouped_own false;
+    q Q5K "q5_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q6K "q6_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q2K "q2_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q3K "q3_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Iq4Nl "iq4_nl" Q8_32, parts 4, wide false, study false, grouped_own false;
+    q Iq4Xs "iq4_xs" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Mxfp4 "mxfp4" Q8_32, parts 4, wide false, study false, grouped_own true;
 }
 
 /// What runs a weight type on the GPU, or `None` for a type the kernels do not handle.
@@ -495,66 +500,6 @@ mod tests {
         }
         assert_eq!(GPU_TYPES, quant::COMPUTE_TYPES);
         assert!(type_kernels(GgmlType::Q8K).is_none());
-    }
-
-    /// The names the launchers look up exist in the units that compile them (`units.rs` holds
-    /// each type's units to the table's names), and the grouped expert products know each type.
-    #[test]
-    fn kernel_names_exist_in_the_sources() {
-        let src = crate::gpu::kernels::KernelSources::embedded();
-        let units = super::super::units::kernel_units(&src, super::super::units::KernelScope::All)
-            .expect("units");
-        let names: Vec<String> = units.iter().flat_map(|u| u.kernels()).collect();
-        for &ty in GPU_TYPES {
-            let k = type_kernels(ty).expect("kernels");
-            for n in [k.names.mv, k.names.dequant_rows, k.names.dequant_tile] {
-                assert!(
-                    names.iter().any(|x| x == n),
-                    "{n} is not defined in kernels/"
-                );
-            }
-            // A prompt's grouped expert products: a kernel of the type's own, or the `any` one,
-            // whose run-time switch must know the type.
-            if k.quantized() {
-                let own = super::super::kernel_set::MM_OWN.contains(&k.suffix);
-                let sfx = if own { k.suffix } else { "any" };
-                for prefix in ["hs_moe_mm_gate_up_", "hs_moe_mm_down_"] {
-                    let n = format!("{prefix}{sfx}");
-                    assert!(names.contains(&n), "{n} is not defined in kernels/");
-                }
-                let gemm = &src.get("gemm_moe").expect("gemm_moe.hip").text;
-                let case = format!("case {}: mm_dq16<", ty.id());
-                assert!(own || gemm.contains(&case), "mm_dq16_any has no {case}");
-            }
-        }
-        for n in [
-            "hs_rms_norm_rows",
-            "hs_rms_norm_q8",
-            "hs_add_bias_rows",
-            "hs_add_inplace",
-            "hs_swiglu_inplace",
-            "hs_geglu_inplace",
-            "hs_scale_inplace",
-            "hs_rope",
-            "hs_kv_store_f32",
-            "hs_kv_store_f16",
-            "hs_attention_f32",
-            "hs_attention_f16",
-            "hs_quantize_act",
-            "hs_quantize_act_f16",
-            "hs_moe_route",
-            "hs_moe_sort",
-            "hs_moe_gather",
-            "hs_moe_combine",
-        ] {
-            assert!(names.iter().any(|x| x == n), "{n} is not defined");
-        }
-        for kv in ["f32", "f16"] {
-            for d in super::super::attention::TILED_HEAD_DIMS {
-                let n = format!("hs_attention_tiled_{kv}_{d}");
-                assert!(names.contains(&n), "{n} is not defined");
-            }
-        }
     }
 
     /// Every launch label and kernel name of a type names that type (before the table, a

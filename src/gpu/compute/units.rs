@@ -430,6 +430,65 @@ mod tests {
         assert!(d.len() <= 5, "{:?}", names(&d));
     }
 
+    /// The names the launchers look up exist in the units that compile them (`units.rs` holds
+    /// each type's units to the table's names), and the grouped expert products know each type.
+    #[test]
+    fn kernel_names_exist_in_the_sources() {
+        let src = KernelSources::embedded();
+        let units = kernel_units(&src, KernelScope::All).expect("units");
+        let names: Vec<String> = units.iter().flat_map(|u| u.kernels()).collect();
+        for &ty in super::super::plan::GPU_TYPES {
+            let k = type_kernels(ty).expect("kernels");
+            for n in [k.names.mv, k.names.dequant_rows, k.names.dequant_tile] {
+                assert!(
+                    names.iter().any(|x| x == n),
+                    "{n} is not defined in kernels/"
+                );
+            }
+            // A prompt's grouped expert products: a kernel of the type's own, or the `any` one,
+            // whose run-time switch must know the type.
+            if k.quantized() {
+                let own = k.grouped_own;
+                let sfx = if own { k.suffix } else { "any" };
+                for prefix in ["hs_moe_mm_gate_up_", "hs_moe_mm_down_"] {
+                    let n = format!("{prefix}{sfx}");
+                    assert!(names.contains(&n), "{n} is not defined in kernels/");
+                }
+                let gemm = &src.get("gemm_moe").expect("gemm_moe.hip").text;
+                let case = format!("case {}: mm_dq16<", ty.id());
+                assert!(own || gemm.contains(&case), "mm_dq16_any has no {case}");
+            }
+        }
+        for n in [
+            "hs_rms_norm_rows",
+            "hs_rms_norm_q8",
+            "hs_add_bias_rows",
+            "hs_add_inplace",
+            "hs_swiglu_inplace",
+            "hs_geglu_inplace",
+            "hs_scale_inplace",
+            "hs_rope",
+            "hs_kv_store_f32",
+            "hs_kv_store_f16",
+            "hs_attention_f32",
+            "hs_attention_f16",
+            "hs_quantize_act",
+            "hs_quantize_act_f16",
+            "hs_moe_route",
+            "hs_moe_sort",
+            "hs_moe_gather",
+            "hs_moe_combine",
+        ] {
+            assert!(names.iter().any(|x| x == n), "{n} is not defined");
+        }
+        for kv in ["f32", "f16"] {
+            for d in super::super::attention::TILED_HEAD_DIMS {
+                let n = format!("hs_attention_tiled_{kv}_{d}");
+                assert!(names.contains(&n), "{n} is not defined");
+            }
+        }
+    }
+
     /// The kernels each typed unit defines (read from its text, X-macros expanded over the type
     /// list written for it) are exactly the ones the type table names for its launchers.
     #[test]
