@@ -77,8 +77,8 @@ fn units_for(
     } else {
         model.clone()
     };
-    let file = crate::model::gguf::GgufFile::open(&path)
-        .map_err(|e| anyhow::anyhow!("--for {}: {e}", path.display()))?;
+    let file =
+        crate::model::gguf::GgufFile::open(&path).map_err(|e| anyhow::anyhow!("--for: {e}"))?;
     let needs = crate::model::loader::kernel_needs(&file);
     let types: Vec<&str> = needs.types.kernels().map(|k| k.ty.name()).collect();
     let said = format!(
