@@ -41,6 +41,10 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
     pub graphs: bool,
+    /// Most tokens per forward step of a prompt (`-b`).
+    pub n_batch: usize,
+    /// Element type of the KV cache (`--kv-type`).
+    pub kv_type: crate::gpu::compute::KvType,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
     pub ctx_discard: u8,
@@ -126,6 +130,8 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         n_gpu_layers: config.n_gpu_layers,
         device: config.device,
         graphs: config.graphs,
+        n_batch: crate::model::loader::LoadOptions::default().n_batch,
+        kv_type: crate::gpu::compute::KvType::default(),
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
@@ -297,7 +303,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
     };
 
-    let mut worker = spawn(worker_config(&config));
+    let mut wc = worker_config(&config);
+    opts.args.apply_to_worker(&mut wc);
+    let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
             .commands
@@ -404,6 +412,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         threads: cfg.threads as usize,
         compute: crate::gpu::compute::ComputeOptions {
             graphs: cfg.graphs,
+            kv: cfg.kv_type,
             ..Default::default()
         },
     };
@@ -434,9 +443,16 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
                 })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
+        backend: Box::new(move |watch, needs, progress| {
+            // The kernels this model launches are compiled as the device opens; the rest at
+            // their first use.
+            let mut r = request.clone();
+            r.compute.kernels = Some(needs);
+            crate::gpu::open::open(&r, watch, progress).map(|(b, _)| b)
+        }),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            n_batch: cfg.n_batch,
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,

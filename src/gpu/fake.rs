@@ -17,7 +17,7 @@ use crate::gpu::device::{
     BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
     PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
-use crate::gpu::kernels::{KernelCompiler, kernel_names};
+use crate::gpu::kernels::{KernelCompiler, declarations};
 
 /// How the fake behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -521,15 +521,21 @@ fn kernel_widths(name: &str) -> Vec<usize> {
     }
 }
 
-/// Widths in bytes of the parameters of kernel `name` as its source declares them
-/// (`HS_TRACK_PARAMS` is a pointer and a u64; pointers and 64-bit integers take 8, the rest 4).
+/// Widths in bytes of the parameters of kernel `name` as its source declares them (literally, or
+/// in a family generated per type: `kernels::declarations`).
+#[cfg(test)]
 fn param_widths(source: &str, name: &str) -> Option<Vec<usize>> {
-    let at = source.find(&format!("HS_KERNEL void {name}("))?;
-    let rest = &source[at..];
-    let open = rest.find('(')?;
-    let close = rest.find(')')?;
+    declarations(source)
+        .into_iter()
+        .find(|d| d.name == name)
+        .map(|d| widths_of(&d.params))
+}
+
+/// Widths in bytes of a parameter list (`HS_TRACK_PARAMS` is a pointer and a u64; pointers and
+/// 64-bit integers take 8, the rest 4).
+fn widths_of(params: &str) -> Vec<usize> {
     let mut widths = Vec::new();
-    for p in rest[open + 1..close].split(',') {
+    for p in params.split(',') {
         let p = p.trim();
         if p == "HS_TRACK_PARAMS" {
             widths.extend([8, 8]);
@@ -539,7 +545,7 @@ fn param_widths(source: &str, name: &str) -> Option<Vec<usize>> {
             widths.push(4);
         }
     }
-    Some(widths)
+    widths
 }
 
 struct FakeProbe {
@@ -820,11 +826,10 @@ impl Device for FakeDevice {
         let mut s = self.lock();
         fail(&mut s, "load_module")?;
         let text = String::from_utf8_lossy(image);
-        let names = kernel_names(&text);
-        for n in &names {
-            if let Some(w) = param_widths(&text, n) {
-                s.signatures.insert(n.clone(), w);
-            }
+        let mut names = Vec::new();
+        for d in declarations(&text) {
+            s.signatures.insert(d.name.clone(), widths_of(&d.params));
+            names.push(d.name);
         }
         let h = s.next_handle;
         s.next_handle += 1;
@@ -1085,7 +1090,7 @@ mod tests {
     #[test]
     fn parameter_widths_come_from_the_kernel_source() {
         for src in crate::gpu::kernels::embedded_sources() {
-            for k in kernel_names(&src.text) {
+            for k in crate::gpu::kernels::kernel_names(&src.text) {
                 let parsed = param_widths(&src.text, &k).expect("signature");
                 if kernel_arity(&k).is_some() {
                     assert_eq!(parsed, kernel_widths(&k), "{k}");
@@ -1099,5 +1104,8 @@ mod tests {
             ),
             Some(vec![8, 8, 8, 8, 4])
         );
+        // A kernel generated per type by a family macro over the host's type list.
+        let family = "#define L(X) X(q4_0, 32)\n#define F(T, BL) \\\n    HS_KERNEL void hs_a_##T(HS_TRACK_PARAMS, hs_u64 n, \\\n        hs_u32 m) {}\nL(F)\n";
+        assert_eq!(param_widths(family, "hs_a_q4_0"), Some(vec![8, 8, 8, 4]));
     }
 }

@@ -50,8 +50,14 @@ fn gpu_with_stuck_kernel() -> (Gpu, FakeControl) {
         },
     )
     .expect("open");
-    gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-        .expect("kernels");
+    gpu.prepare_kernels(
+        &KernelCache::disabled(),
+        &CompileMode::InProcess,
+        &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+            .expect("units"),
+        &mut |_| {},
+    )
+    .expect("kernels");
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
         .expect("arena");
     gpu.launch_spin_on_flag("stuck kernel", None, 1 << 40)
@@ -105,8 +111,14 @@ fn a_clean_quit_returns_zero_after_every_step() {
     if scenario().as_deref() == Some("clean") {
         let be = FakeDevice::new(FakeScript::default());
         let mut gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open");
-        gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-            .expect("kernels");
+        gpu.prepare_kernels(
+            &KernelCache::disabled(),
+            &CompileMode::InProcess,
+            &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+                .expect("units"),
+            &mut |_| {},
+        )
+        .expect("kernels");
         gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
             .expect("arena");
         let f = gpu.function("hs_busy").expect("busy");

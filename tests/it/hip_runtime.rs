@@ -145,14 +145,23 @@ fn device_discovery_reports_no_device_cleanly() {
     }
 }
 
+/// Every compile unit (every source, every weight type's).
+fn all_units() -> Vec<kernels::KernelUnit> {
+    hipscope::gpu::compute::units::kernel_units(
+        &kernels::KernelSources::embedded(),
+        hipscope::gpu::compute::KernelScope::All,
+    )
+    .expect("units")
+}
+
 /// ELF header of an AMDGPU code object: magic, 64-bit, e_machine EM_AMDGPU (224).
 fn is_amdgpu_elf(b: &[u8]) -> bool {
     b.len() > 20 && &b[..4] == b"\x7fELF" && b[4] == 2 && u16::from_le_bytes([b[18], b[19]]) == 224
 }
 
-// Each kernel module is compiled once per run for each arch (issue 30 item 11): gfx1030 here in
-// this process, gfx90a below through `hipscope kernels` and its compiler child; together they prove
-// both compile paths for every module, and each (module, arch) compile is done once.
+// Each compile unit is compiled once per run for each arch (issue 30 item 11): gfx1030 here in
+// this process, gfx90a below through `hipscope kernels` and its compiler children; together they
+// prove both compile paths for every unit, and each (unit, arch) compile is done once.
 
 #[test]
 fn hiprtc_compiles_every_kernel_for_gfx1030_in_process() {
@@ -161,17 +170,18 @@ fn hiprtc_compiles_every_kernel_for_gfx1030_in_process() {
         Ok(r) => r,
         Err(e) => panic!("{INSTALL}\n({e})"),
     };
-    let sources = kernels::embedded_sources();
+    let units = all_units();
     let arch = "gfx1030";
     let builds = kernels::build_all(
         &rtc,
         arch,
-        &sources,
+        &units,
         &KernelCache::disabled(),
         &CompileMode::InProcess,
+        &mut |_| {},
     );
-    assert_eq!(builds.len(), sources.len());
-    for b in &builds {
+    assert_eq!(builds.len(), units.len());
+    for (b, u) in builds.iter().zip(&units) {
         assert!(
             matches!(b.status, BuildStatus::Compiled { .. }),
             "{} for {arch}: {:?}",
@@ -179,11 +189,7 @@ fn hiprtc_compiles_every_kernel_for_gfx1030_in_process() {
             b.status
         );
         let img = b.image.as_deref().expect("image");
-        assert!(
-            is_amdgpu_elf(img),
-            "{} for {arch} is not an AMDGPU ELF",
-            b.name
-        );
+        assert_defines_its_kernels(img, u, arch);
     }
 }
 
@@ -201,33 +207,68 @@ fn the_kernels_subcommand_compiles_every_kernel_for_gfx90a_in_a_child_process() 
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "exit {:?}", out.status);
-    for s in kernels::embedded_sources() {
+    let units = all_units();
+    for u in &units {
         let row = text
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(s.name.as_str()))
-            .unwrap_or_else(|| panic!("no row for {}", s.name));
+            .find(|l| l.split_whitespace().next() == Some(u.name.as_str()))
+            .unwrap_or_else(|| panic!("no row for {}", u.name));
         assert_eq!(row.matches(" ok ").count(), 1, "{row}");
         assert!(
             row.contains(" ms") && !row.contains("(cached)"),
             "not compiled from source: {row}"
         );
     }
-    let n = kernels::embedded_sources().len();
+    let n = units.len();
     assert!(text.contains(&format!("{n} of {n} compiled")), "{text}");
-    // What the child compiled is a code object for the arch, in the cache.
-    let mut objects = Vec::new();
-    for e in walk(home.path()) {
-        if e.extension().is_some_and(|x| x == "co") {
-            objects.push(std::fs::read(&e).unwrap());
-        }
-    }
+    // What the children compiled is in the cache (`<unit>-<key>.co`), one code object per unit,
+    // each defining its unit's kernels.
+    let objects: Vec<std::path::PathBuf> = walk(home.path())
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|x| x == "co"))
+        .collect();
     assert_eq!(
         objects.len(),
         n,
         "code objects in {}",
         home.path().display()
     );
-    assert!(objects.iter().all(|b| is_amdgpu_elf(b)));
+    for u in &units {
+        // `<unit>-<key>.co`, the key 32 hex digits.
+        let prefix = format!("{}-", u.name);
+        let file = objects
+            .iter()
+            .find(|p| {
+                p.file_name()
+                    .and_then(|f| f.to_str())
+                    .and_then(|f| f.strip_prefix(&prefix)?.strip_suffix(".co"))
+                    .is_some_and(|key| {
+                        key.len() == 32 && key.chars().all(|c| c.is_ascii_hexdigit())
+                    })
+            })
+            .unwrap_or_else(|| panic!("no code object for {} in {objects:?}", u.name));
+        assert_defines_its_kernels(&std::fs::read(file).unwrap(), u, "gfx90a");
+    }
+}
+
+/// `img` is an AMDGPU code object that defines every kernel the host reads from the unit's text
+/// (and looks up by the type table's names): the compiler's own expansion of the X-macros.
+fn assert_defines_its_kernels(img: &[u8], u: &kernels::KernelUnit, arch: &str) {
+    assert!(
+        is_amdgpu_elf(img),
+        "{} for {arch} is not an AMDGPU ELF",
+        u.name
+    );
+    let kernels = u.kernels();
+    assert!(!kernels.is_empty(), "{}", u.name);
+    for k in kernels {
+        assert!(
+            img.windows(k.len() + 1)
+                .any(|w| &w[..k.len()] == k.as_bytes() && w[k.len()] == 0),
+            "{} for {arch} has no symbol {k}",
+            u.name
+        );
+    }
 }
 
 /// Every file under `dir`.

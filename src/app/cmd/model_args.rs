@@ -13,7 +13,7 @@ use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
 use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
-use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
+use crate::gpu::compute::{ComputeOptions, KernelNeeds, KvType, PrefillGemm};
 use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
 use crate::gpu::snapshot::{DeviceRelease, QuitStepStatus};
@@ -116,6 +116,16 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
 /// every command, the chat included (which reads the same config key).
 pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = named {
+        // A name, not a file (`-m llama3.2`): the model discovery finds under it, as the chat.
+        use crate::app::discover::{self, Places, names};
+        if !p.exists() && names::may_be_a_name(p) {
+            let config = std::env::var_os("HIPSCOPE_CONFIG").map(PathBuf::from);
+            let found =
+                discover::find_named(&p.to_string_lossy(), &Places::for_names(config.as_deref()))
+                    .map_err(|e| UsageError(e.to_string()))?;
+            eprintln!("model: {}", found.label);
+            return Ok(found.path);
+        }
         return Ok(p.clone());
     }
     let config = std::env::var_os("HIPSCOPE_CONFIG")
@@ -171,7 +181,7 @@ pub fn load_model_with(
     all_logits: bool,
 ) -> anyhow::Result<Loaded> {
     let file = open_model(args)?;
-    let backend = open_backend(args)?;
+    let backend = open_backend(args, Some(loader::kernel_needs(&file)))?;
     let opts = LoadOptions {
         n_ctx: args.ctx_size,
         n_batch: args.batch_size.max(1),
@@ -227,18 +237,29 @@ fn configured_graphs() -> bool {
     }
 }
 
-/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
-pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
+/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why; a GPU
+/// backend compiles the kernels of `needs` (every kernel for `None`) as it opens, a first start's
+/// compile shown on stderr.
+pub fn open_backend(
+    args: &ModelArgs,
+    needs: Option<KernelNeeds>,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let mut compile = super::progress::CompileLine::new();
     let (backend, said) = crate::gpu::open::open(
         &BackendRequest {
             choice: args.backend,
             device: args.device,
             threads: args.threads,
-            compute: compute_options(args)?,
+            compute: ComputeOptions {
+                kernels: needs,
+                ..compute_options(args)?
+            },
         },
         crate::gpu::open::hangs_to_stderr(),
+        &mut |p| compile.update(p),
     )
     .map_err(anyhow::Error::msg)?;
+    compile.finish();
     eprintln!("backend: {said}");
     Ok(backend)
 }
