@@ -20,35 +20,30 @@ mkdir -p .ci-cache
 
 timings=()
 times_file=$(mktemp)
-# cpu_now: sets CPU to the CPU seconds (user and system) of the children this shell has waited
-# for so far. `times` must run in this shell: in a command substitution's subshell it would
-# count none.
-cpu_now() {
-    times >"$times_file"
-    CPU=$(awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/)
-        printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$times_file")
+# cpu_of FILE: the CPU seconds (user and system) of the children, from the `times` output in FILE.
+cpu_of() {
+    awk 'NR == 2 { split($1, u, /[ms]/); split($2, s, /[ms]/)
+        printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }' "$1"
 }
-# timed NAME COMMAND...: runs COMMAND, noting its wall time and CPU time.
+# timed NAME COMMAND...: runs COMMAND, noting its wall time and CPU time. In a subshell, whose
+# `times` count its own children only (not the asset steps running beside it).
 timed() {
-    local name=$1 start=$EPOCHREALTIME cpu
-    cpu_now
-    cpu=$CPU
+    local name=$1 start=$EPOCHREALTIME
     shift
-    "$@"
-    note_time "$name" "$start" "$cpu"
+    (
+        "$@"
+        times >"$times_file"
+    )
+    note_time "$name" "$start" "$(cpu_of "$times_file")"
 }
-# note_time NAME START_WALL START_CPU
+# note_time NAME START_WALL CPU_SECONDS
 note_time() {
-    local took cpu
+    local took
     took=$(awk -v a="$2" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }')
-    cpu_now
-    cpu=$((CPU - $3))
-    timings+=("$(printf '%-26s %5d s wall %6d s CPU   load %s' "$1" "$took" "$cpu" "$(cut -d' ' -f1 /proc/loadavg)")")
-    echo "scripts/test.sh: $1: ${took} s, ${cpu} s of CPU (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+    timings+=("$(printf '%-26s %5d s wall %6d s CPU   load %s' "$1" "$took" "$3" "$(cut -d' ' -f1 /proc/loadavg)")")
+    echo "scripts/test.sh: $1: ${took} s, $3 s of CPU (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 }
 all_start=$EPOCHREALTIME
-cpu_now
-all_cpu=$CPU
 
 # Who may become root: uid 0, or sudo (which may ask for the password here, once).
 if [ "${HIPSCOPE_TEST_NO_ROOT:-}" != 1 ] && [ "$(id -u)" != 0 ]; then
@@ -83,13 +78,14 @@ done
 # dpkg), and llama.cpp's sources (a download) then llama-server (a C++ build, niced). The model is
 # fetched afterwards, by the binary just built. Each step's messages go to .ci-cache/assets-*.log.
 assets_start=$EPOCHREALTIME
-cpu_now
-assets_cpu=$CPU
-setsid scripts/test-assets.sh chroot >.ci-cache/assets-chroot.env 2>.ci-cache/assets-chroot.log &
+# Each step's own CPU time is written beside its log (`times` of its shell).
+setsid bash -c 'scripts/test-assets.sh chroot >.ci-cache/assets-chroot.env
+    rc=$?; times >.ci-cache/assets-chroot.times; exit $rc' 2>.ci-cache/assets-chroot.log &
 chroot_pid=$!
 bg+=("$chroot_pid")
 setsid bash -c 'scripts/test-assets.sh sources >.ci-cache/assets-sources.env &&
-    nice -n 5 scripts/test-assets.sh server >.ci-cache/assets-server.env' 2>.ci-cache/assets-server.log &
+    nice -n 5 scripts/test-assets.sh server >.ci-cache/assets-server.env
+    rc=$?; times >.ci-cache/assets-server.times; exit $rc' 2>.ci-cache/assets-server.log &
 server_pid=$!
 bg+=("$server_pid")
 
@@ -106,7 +102,8 @@ model_env=$(scripts/test-assets.sh model) || assets_failed
 wait "$server_pid" || assets_failed .ci-cache/assets-server.log
 wait "$chroot_pid" || assets_failed .ci-cache/assets-chroot.log
 bg=()
-note_time "assets (beside the above)" "$assets_start" "$assets_cpu"
+note_time "assets (beside the above)" "$assets_start" \
+    $(($(cpu_of .ci-cache/assets-chroot.times) + $(cpu_of .ci-cache/assets-server.times)))
 eval "$model_env"
 for step in sources server chroot; do
     eval "$(cat ".ci-cache/assets-$step.env")"
@@ -142,25 +139,36 @@ fi
 
 # A new or changed snapshot fails the run instead of being accepted.
 export INSTA_UPDATE=no CI=true
-# The leave-outs go to the test harness: after the caller's own `--`, if there is one.
-args=("$@")
-case " $* " in *" -- "*) ;; *) args+=(--) ;; esac
-for s in "${skips[@]}"; do args+=(--skip "$s"); done
+# The caller's arguments: cargo's, then (after `--`) the test harness's; the leave-outs go to
+# the harness.
+cargo_args=()
+harness_args=()
+while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    cargo_args+=("$1")
+    shift
+done
+[ $# -gt 0 ] && shift
+harness_args=("$@")
+skip_args=()
+for s in "${skips[@]}"; do skip_args+=(--skip "$s"); done
 tests_start=$EPOCHREALTIME
-cpu_now
-tests_cpu=$CPU
 status=0
-cargo test --locked "${args[@]}" || status=$?
-note_time tests "$tests_start" "$tests_cpu"
+(
+    cargo test --locked "${cargo_args[@]}" -- "${harness_args[@]}" "${skip_args[@]}" || status=$?
+    times >"$times_file"
+    exit "$status"
+) || status=$?
+note_time tests "$tests_start" "$(cpu_of "$times_file")"
 
 echo >&2
 echo "scripts/test.sh: phases (wall time; the assets overlap fmt, clippy and build):" >&2
 printf '  %s\n' "${timings[@]}" >&2
-note_time total "$all_start" "$all_cpu"
+times >"$times_file"
+note_time "total (this shell's children)" "$all_start" "$(cpu_of "$times_file")"
 echo "  ${timings[-1]}" >&2
 if [ ${#skips[@]} -gt 0 ]; then
     # How many tests the leave-outs covered: the names `--skip` matches in the full list.
-    not_run=$(cargo test --locked "$@" -- --list --format terse 2>/dev/null |
+    not_run=$(cargo test --locked "${cargo_args[@]}" -- --list --format terse "${harness_args[@]}" 2>/dev/null |
         grep ': test$' | grep -cF "$(printf '%s\n' "${skips[@]}")" || true)
     echo "scripts/test.sh: left out, and why:" >&2
     printf '  %s\n' "${reasons[@]}" | sort -u >&2

@@ -183,7 +183,13 @@ fn chown_tree(dir: &Path, uid: u32) {
 
 /// Runs `script` as a user who is not root: `nobody` through setpriv when this test is root,
 /// else as this (already unprivileged) user. The real `id` answers.
-fn run_unprivileged(script: &Path, tree: &Path, path: &Path, env: &[(&str, &str)]) -> Output {
+fn run_unprivileged(
+    script: &Path,
+    args: &[&str],
+    tree: &Path,
+    path: &Path,
+    env: &[(&str, &str)],
+) -> Output {
     const NOBODY: u32 = 65534;
     // SAFETY: geteuid only reads the process's credentials.
     let root = unsafe { libc::geteuid() } == 0;
@@ -203,6 +209,7 @@ fn run_unprivileged(script: &Path, tree: &Path, path: &Path, env: &[(&str, &str)
         Command::new("/bin/bash")
     };
     c.arg(script)
+        .args(args)
         .current_dir(tree)
         .env_clear()
         .env("PATH", path)
@@ -292,7 +299,7 @@ exit 0"#
     // Every test that ran passed: exit status 3, the leave-outs named with their reasons, and
     // the count of tests NOT RUN on the last line.
     stub(&bin, "cargo", &status(0));
-    let out = run_unprivileged(&scripts.join("test.sh"), &tree, &bin, &env);
+    let out = run_unprivileged(&scripts.join("test.sh"), &["--", "hip"], &tree, &bin, &env);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{err}");
     let last = err.lines().last().unwrap_or_default();
@@ -321,6 +328,11 @@ exit 0"#
         .lines()
         .find(|l| l.starts_with("cargo test --locked -- ") && !l.contains("--list"))
         .unwrap_or_else(|| panic!("the tests never ran:\n{calls}"));
+    // The caller's own filter reaches the harness, before the leave-outs.
+    assert!(
+        run.starts_with("cargo test --locked -- hip --skip "),
+        "{run}"
+    );
     for m in [
         "hip_runtime",
         "hip_gfx11",
@@ -333,7 +345,7 @@ exit 0"#
 
     // A failing test: exit status 1, FAILED, and the tests not run are still not counted.
     stub(&bin, "cargo", &status(101));
-    let out = run_unprivileged(&scripts.join("test.sh"), &tree, &bin, &env);
+    let out = run_unprivileged(&scripts.join("test.sh"), &[], &tree, &bin, &env);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

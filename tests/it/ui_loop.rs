@@ -399,8 +399,11 @@ async fn save_exports_markdown_and_alt_y_copies_the_answer() {
 
 #[tokio::test]
 async fn save_to_a_relative_name_says_the_full_path_it_wrote() {
-    // The tests run in the package root: a name relative to it, inside cargo's scratch folder.
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // The tests run in the package root: a name relative to it, in a scratch folder under
+    // target/ (there, not in CARGO_TARGET_TMPDIR, which CARGO_TARGET_DIR may put elsewhere).
+    let base = std::env::current_dir().unwrap().join("target/tmp");
+    std::fs::create_dir_all(&base).unwrap();
+    let scratch = tempfile::tempdir_in(&base).unwrap();
     let full = scratch.path().join("notes.md");
     let relative = full
         .strip_prefix(std::env::current_dir().unwrap())
