@@ -56,6 +56,18 @@ pub struct WorkerConfig {
     pub remote_poll: Duration,
 }
 
+impl WorkerConfig {
+    /// The chat's flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_flags(&mut self, args: &ChatArgs) {
+        if let Some(b) = args.batch_size {
+            self.n_batch = b;
+        }
+        if let Some(k) = args.kv_type {
+            self.kv_type = k;
+        }
+    }
+}
+
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
 #[derive(Clone, Debug)]
 pub struct ChatOptions {
@@ -304,7 +316,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     };
 
     let mut wc = worker_config(&config);
-    opts.args.apply_to_worker(&mut wc);
+    wc.apply_flags(&opts.args);
     let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
@@ -501,5 +513,45 @@ fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator
     #[cfg(not(unix))]
     {
         let _ = (tx, quit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    /// The chat's flags alone (the whole command line lives in `cli.rs`, above this file).
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        chat: ChatArgs,
+    }
+
+    fn args(list: &[&str]) -> ChatArgs {
+        let mut v = vec!["hipscope"];
+        v.extend_from_slice(list);
+        Flags::try_parse_from(v).expect("parses").chat
+    }
+
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let mut w = worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        w.apply_flags(&args(&["-b", "256", "--kv-type", "f32"]));
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        let mut v = vec!["hipscope", "-b", "0"];
+        assert!(
+            Flags::try_parse_from(v.drain(..)).is_err(),
+            "a batch of 0 tokens"
+        );
     }
 }
