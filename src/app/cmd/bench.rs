@@ -13,6 +13,7 @@ use super::model_args::{ModelArgs, load_model};
 use super::usage::{MAX_CTX, whole};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
 use crate::gpu::quant::dot::{Isa, PackedMatrix};
+use crate::gpu::trace::{self, ProfileTable};
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
@@ -58,6 +59,11 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// After each test, where its time went: each op family's calls, time and share of a step,
+    /// bytes, GB/s and share of the bound, and the host/launch gap (in `--json` too). Times are
+    /// taken with tracing on (docs/PROFILING.md says what that costs).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -92,6 +98,9 @@ pub struct BenchResult {
     /// How `-ngl` placed the layers on a GPU (`-ngl 16: 16/33 layers on the GPU …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<String>,
+    /// `--profile`: where the test's measured repetitions spent their time, op by op.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileTable>,
 }
 
 /// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
@@ -217,6 +226,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     let file = model.file().clone();
     let config = model.config.clone();
+    if a.profile {
+        trace::set_bandwidth(bandwidth);
+        // Every decode step of a test's repetitions (the profile's default is the last 32).
+        trace::enable_profile(PROFILE_STEPS, None);
+    }
     let mut depths: Vec<usize> = a.n_depth.clone();
     depths.dedup();
     if depths.is_empty() {
@@ -256,8 +270,14 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 let secs = t.elapsed().as_secs_f64();
                 if rep > 0 {
                     samples.push((np + ng) as f64 / secs);
+                } else if a.profile {
+                    // The warm-up run is not profiled.
+                    trace::reset_profile();
                 }
             }
+            let profile = a.profile.then(trace::profile_now).flatten().and_then(|p| {
+                if np > 0 { p.prompt } else { p.decode }
+            });
             let (avg, sd) = mean_sd(&samples);
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
                 bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
@@ -288,6 +308,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
                 offload: offload.clone(),
+                profile,
             });
             let mut out = std::io::stdout().lock();
             if !a.json && results.len() == 1 {
@@ -297,9 +318,17 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 && let Some(r) = results.last()
             {
                 print_row(&mut out, r)?;
+                if let Some(p) = &r.profile {
+                    for line in p.lines() {
+                        writeln!(out, "{line}")?;
+                    }
+                }
             }
             out.flush()?;
         }
+    }
+    if a.profile {
+        trace::disable_profile();
     }
     if a.json {
         let mut out = std::io::stdout().lock();
@@ -308,6 +337,9 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     Ok(0)
 }
+
+/// Decode steps a `--profile` table may cover (a test's repetitions, up to this many).
+const PROFILE_STEPS: usize = 100_000;
 
 fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
     for line in header_lines() {
@@ -444,6 +476,7 @@ mod tests {
             bound: None,
             bound_ts: None,
             offload: None,
+            profile: None,
         };
         let [head, rule] = header_lines();
         let line = row(&r);

@@ -7,8 +7,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::label::{OpCosts, parse_label};
@@ -63,11 +64,9 @@ pub struct TraceStatus {
 pub(crate) enum Control {
     StartFile(Box<TraceFile>, SyncSender<()>),
     StopFile(SyncSender<Result<(PathBuf, u64), TraceError>>),
-    Profile(bool, Option<ProfileSink>),
+    Profile(Option<(usize, Option<ProfileSink>)>, SyncSender<()>),
     Snapshot(SyncSender<ProfileSnapshot>),
     Reset,
-    Costs(Arc<OpCosts>),
-    Bandwidth(Option<f64>),
     Status(SyncSender<TraceStatus>),
 }
 
@@ -80,6 +79,11 @@ fn ask<T>(make: impl FnOnce(SyncSender<T>) -> Control) -> Result<T, TraceError> 
     let (tx, rx) = sync_channel(1);
     send(make(tx))?;
     rx.recv_timeout(ANSWER_WITHIN).map_err(|_| TraceError::Gone)
+}
+
+/// Whether the collector thread was ever started (nothing to ask it otherwise).
+fn collector_started() -> bool {
+    ring().rx.lock().unwrap_or_else(|e| e.into_inner()).is_none()
 }
 
 fn start_collector() {
@@ -109,16 +113,22 @@ pub fn start_file(path: &Path) -> Result<(), TraceError> {
 /// Stops the timeline: the rest is written and the file closed. Returns its path and the events
 /// written.
 pub fn stop_file() -> Result<(PathBuf, u64), TraceError> {
+    if !collector_started() {
+        return Err(TraceError::NotTracing);
+    }
     ask(Control::StopFile)?
 }
 
-/// Collects the profile; `sink` gets it as it changes.
-pub fn enable_profile(sink: Option<ProfileSink>) {
-    let _ = send(Control::Profile(true, sink));
+/// Collects the profile over the last `keep` decode steps (and the last prompt); `sink` gets it
+/// as it changes. Waits (bounded) until it is on, so that the next step counts.
+pub fn enable_profile(keep: usize, sink: Option<ProfileSink>) {
+    let _ = ask(|tx| Control::Profile(Some((keep, sink)), tx));
 }
 
 pub fn disable_profile() {
-    let _ = send(Control::Profile(false, None));
+    if collector_started() {
+        let _ = ask(|tx| Control::Profile(None, tx));
+    }
 }
 
 /// The profile now, every event pushed before the call counted.
@@ -131,17 +141,48 @@ pub fn reset_profile() {
     let _ = send(Control::Reset);
 }
 
+/// What the profile divides by, set by the model's load and the app; kept here (not sent) so
+/// that setting it starts no thread when nothing collects.
+struct Basis {
+    version: u64,
+    costs: Arc<OpCosts>,
+    bandwidth: Option<f64>,
+}
+
+fn basis() -> &'static Mutex<Basis> {
+    static BASIS: OnceLock<Mutex<Basis>> = OnceLock::new();
+    BASIS.get_or_init(|| {
+        Mutex::new(Basis {
+            version: 0,
+            costs: Arc::new(OpCosts::default()),
+            bandwidth: None,
+        })
+    })
+}
+
+static BASIS_VERSION: AtomicU64 = AtomicU64::new(0);
+
+fn set_basis(f: impl FnOnce(&mut Basis)) {
+    let mut b = basis().lock().unwrap_or_else(|e| e.into_inner());
+    f(&mut b);
+    b.version += 1;
+    BASIS_VERSION.store(b.version, Ordering::Release);
+}
+
 /// The bytes each op of the loaded model moves (`model::bound::op_costs`).
 pub fn set_op_costs(costs: OpCosts) {
-    let _ = send(Control::Costs(Arc::new(costs)));
+    set_basis(|b| b.costs = Arc::new(costs));
 }
 
 /// The device's memory bandwidth (bytes/s) the bound column divides by.
 pub fn set_bandwidth(bw: Option<f64>) {
-    let _ = send(Control::Bandwidth(bw));
+    set_basis(|b| b.bandwidth = bw);
 }
 
 pub fn status() -> Result<TraceStatus, TraceError> {
+    if !collector_started() {
+        return Ok(TraceStatus::default());
+    }
     ask(Control::Status)
 }
 
@@ -161,6 +202,7 @@ struct Collector {
     profiler: Profiler,
     costs: Arc<OpCosts>,
     bandwidth: Option<f64>,
+    basis_version: u64,
     tracks: HashMap<TrackId, TrackInfo>,
     steps: BTreeMap<u32, PendingStep>,
     newest_op_step: u32,
@@ -179,6 +221,7 @@ impl Collector {
             profiler: Profiler::default(),
             costs: Arc::new(OpCosts::default()),
             bandwidth: None,
+            basis_version: 0,
             tracks: HashMap::new(),
             steps: BTreeMap::new(),
             newest_op_step: 0,
@@ -256,13 +299,20 @@ impl Collector {
                 set_on(self.collecting());
                 let _ = reply.send(r);
             }
-            Control::Profile(on, sink) => {
-                self.profile = on;
-                self.sink = if on { sink } else { None };
-                if !on {
-                    self.profiler.reset();
+            Control::Profile(on, ack) => {
+                self.profile = on.is_some();
+                match on {
+                    Some((keep, sink)) => {
+                        self.profiler = Profiler::new(keep);
+                        self.sink = sink;
+                    }
+                    None => {
+                        self.profiler.reset();
+                        self.sink = None;
+                    }
                 }
                 set_on(self.collecting());
+                let _ = ack.send(());
             }
             Control::Snapshot(reply) => {
                 self.tick(true);
@@ -272,8 +322,6 @@ impl Collector {
                 self.tick(true);
                 self.profiler.reset();
             }
-            Control::Costs(c) => self.costs = c,
-            Control::Bandwidth(b) => self.bandwidth = b,
             Control::Status(reply) => {
                 let _ = reply.send(TraceStatus {
                     file: self.file.as_ref().map(|f| f.path().to_path_buf()),
@@ -315,6 +363,12 @@ impl Collector {
 
     /// Writes the steps that are over, flushes and publishes what is due.
     fn tick(&mut self, all: bool) {
+        if BASIS_VERSION.load(Ordering::Acquire) != self.basis_version {
+            let b = basis().lock().unwrap_or_else(|e| e.into_inner());
+            self.costs = b.costs.clone();
+            self.bandwidth = b.bandwidth;
+            self.basis_version = b.version;
+        }
         let newest_end = self
             .steps
             .iter()

@@ -83,6 +83,32 @@ const FUSED: &[(&str, &[&str])] = &[
         ],
     ),
     ("ffn_gate_up", &["ffn_gate", "ffn_up"]),
+    ("attn_output_bias", &["attn_output.bias"]),
+    // Mixture of experts: the CPU's two ops, the GPU's launches.
+    ("ffn_moe_router", &["ffn_gate_inp"]),
+    ("ffn_moe_router_bias", &["ffn_gate_inp.bias"]),
+    ("ffn_moe_route", &["ffn_gate_inp", "ffn_gate_inp.bias"]),
+    (
+        "ffn_moe_experts",
+        &[
+            "ffn_gate_exps",
+            "ffn_up_exps",
+            "ffn_down_exps",
+            "ffn_gate_exps.bias",
+            "ffn_up_exps.bias",
+            "ffn_down_exps.bias",
+        ],
+    ),
+    (
+        "ffn_moe_gate_up",
+        &[
+            "ffn_gate_exps",
+            "ffn_up_exps",
+            "ffn_gate_exps.bias",
+            "ffn_up_exps.bias",
+        ],
+    ),
+    ("ffn_moe_down", &["ffn_down_exps", "ffn_down_exps.bias"]),
 ];
 
 impl OpCosts {
