@@ -72,6 +72,8 @@ pub enum Action {
     SamplerForm,
     SystemEditor,
     TogglePanel(PanelId),
+    /// The Profile panel: in the column, full screen, hidden.
+    Profile,
     ToggleSidebar,
     SidebarNarrower,
     SidebarWider,
@@ -319,6 +321,12 @@ pub const KEYMAP: &[Binding] = &[
             on(K::F(7), Mods::Any, A::TogglePanel(PanelId::Watchdog)),
             on(K::F(8), Mods::Any, A::TogglePanel(PanelId::Gpu)),
         ],
+    ),
+    bind(
+        Windows,
+        "F10",
+        "Profile panel: each op's share of a step (again: full screen, again: hide)",
+        &[on(K::F(10), Mods::Any, A::Profile)],
     ),
     bind(
         Windows,

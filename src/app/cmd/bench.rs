@@ -107,7 +107,7 @@ pub struct BenchResult {
 /// measured before on a device of this name, else measured now and written there.
 fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
     let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
-    let mut table: std::collections::BTreeMap<String, f64> = path
+    let table: std::collections::BTreeMap<String, f64> = path
         .as_ref()
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -116,7 +116,22 @@ fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) 
         return Some(b);
     }
     let b = model.backend_mut().copy_bandwidth()?;
-    table.insert(device_key.to_string(), b);
+    remember_bandwidth(device_key, b);
+    Some(b)
+}
+
+/// Writes `bw` for `device_key` into `bandwidth.json` in the cache directory.
+fn remember_bandwidth(device_key: &str, bw: f64) {
+    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
+    let mut table: std::collections::BTreeMap<String, f64> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if table.get(device_key) == Some(&bw) {
+        return;
+    }
+    table.insert(device_key.to_string(), bw);
     if let Some(p) = &path {
         let written = p
             .parent()
@@ -126,7 +141,24 @@ fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) 
             tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
         }
     }
-    Some(b)
+}
+
+/// The bandwidth `bench` measured before on this device (`bandwidth.json`), for the chat's
+/// Profile panel: its bound column. Read only, never measured here.
+pub fn known_bandwidth(device: &crate::gpu::snapshot::DeviceSummary) -> Option<f64> {
+    let path = crate::gpu::dirs::cache_dir()?.join("bandwidth.json");
+    let table: std::collections::BTreeMap<String, f64> =
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    table.get(&bandwidth_key(device)).copied()
+}
+
+/// The key of a device in `bandwidth.json`: the CPU's is the host's.
+fn bandwidth_key(device: &crate::gpu::snapshot::DeviceSummary) -> String {
+    if device.backend == "cpu" {
+        "cpu · host".to_string()
+    } else {
+        format!("{} · {}", device.backend, device.name)
+    }
 }
 
 /// The test's name as llama-bench writes it: `pp512`, `tg128`, `tg64 @ d1536`.
@@ -202,9 +234,12 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
     // then kept in the cache directory.
     let bandwidth = if is_cpu {
-        Some(host_read_bandwidth(n_threads as usize))
+        let bw = host_read_bandwidth(n_threads as usize);
+        // Kept for the chat's Profile panel (bench itself measures the host every time).
+        remember_bandwidth(&bandwidth_key(&device), bw);
+        Some(bw)
     } else if decodes {
-        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+        cached_bandwidth(model, &bandwidth_key(&device))
     } else {
         None
     };
