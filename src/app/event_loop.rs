@@ -22,9 +22,9 @@ use super::exit_code;
 use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
+use crate::gpu::trace;
 use crate::model::protocol::{Command, Event};
 use crate::model::worker::WorkerHandle;
-use crate::gpu::trace;
 use crate::ui::msg::TraceRequest;
 use crate::ui::{App, Effect, Msg};
 

@@ -211,9 +211,13 @@ mod tests {
     fn op_costs_add_up_to_the_bound() {
         for shape in ["tiny", "mixtral-tiny-2l"] {
             let s = crate::model::synthetic::shape(shape).expect("shape");
-            let file =
-                crate::model::synthetic::build(s, crate::gpu::quant::GgmlType::Q8_0, 1, &mut |_, _| {})
-                    .expect("synthetic model");
+            let file = crate::model::synthetic::build(
+                s,
+                crate::gpu::quant::GgmlType::Q8_0,
+                1,
+                &mut |_, _| {},
+            )
+            .expect("synthetic model");
             let config = ModelConfig::from_gguf(&file).expect("config");
             let costs = op_costs(&file, &config, 2);
             let pos = 37;

@@ -311,6 +311,14 @@ mod tests {
         );
         assert_eq!(parse("/set"), Parsed::Command(Set(None)));
         assert_eq!(parse("/set save"), Parsed::Command(KeepSettings));
+        assert_eq!(parse("/trace on"), Parsed::Command(Trace(Some(None))));
+        assert_eq!(
+            parse("/trace on /tmp/t.json"),
+            Parsed::Command(Trace(Some(Some(PathBuf::from("/tmp/t.json")))))
+        );
+        assert_eq!(parse("/trace off"), Parsed::Command(Trace(None)));
+        assert!(matches!(parse("/trace"), Parsed::Invalid(_)));
+        assert!(matches!(parse("/trace off x"), Parsed::Invalid(_)));
         assert_eq!(
             parse("/set temp 0.7"),
             Parsed::Command(Set(Some(("temp".into(), "0.7".into()))))

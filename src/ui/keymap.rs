@@ -324,15 +324,15 @@ pub const KEYMAP: &[Binding] = &[
     ),
     bind(
         Windows,
-        "F10",
-        "Profile panel: each op's share of a step (again: full screen, again: hide)",
-        &[on(K::F(10), Mods::Any, A::Profile)],
-    ),
-    bind(
-        Windows,
         "F9",
         "show/hide the diagnostics column",
         &[on(K::F(9), Mods::Any, A::ToggleSidebar)],
+    ),
+    bind(
+        Windows,
+        "F10",
+        "Profile panel: each op's share of a step (again: full screen, again: hide)",
+        &[on(K::F(10), Mods::Any, A::Profile)],
     ),
     bind(
         Windows,

@@ -65,7 +65,9 @@ impl ProfilePanel {
             .snapshot
             .as_ref()
             .and_then(|s| s.decode.as_ref().or(s.prompt.as_ref()))
-            .map_or(2, |t| 3 + t.rows.len().min(COLUMN_ROWS + 1) + usize::from(t.note.is_some()));
+            .map_or(2, |t| {
+                3 + t.rows.len().min(COLUMN_ROWS + 1) + usize::from(t.note.is_some())
+            });
         rows as u16 + 2
     }
 
@@ -108,7 +110,15 @@ impl ProfilePanel {
                 lines.push(Line::default());
             }
             let left = room.saturating_sub(lines.len());
-            lines.extend(table_lines(t, w, left, full, inner.width >= WIDE, snap, theme));
+            lines.extend(table_lines(
+                t,
+                w,
+                left,
+                full,
+                inner.width >= WIDE,
+                snap,
+                theme,
+            ));
         }
         frame.render_widget(Paragraph::new(lines), inner);
     }
@@ -174,7 +184,11 @@ fn table_lines(
         ),
     ]));
     // Columns: op, [calls], µs, share, [bytes, GB/s], bound, sparkline.
-    let op_w = if wide { 26 } else { w.saturating_sub(24).clamp(6, 18) };
+    let op_w = if wide {
+        26
+    } else {
+        w.saturating_sub(24).clamp(6, 18)
+    };
     let fixed = if wide {
         op_w + 7 + 10 + 7 + 10 + 8 + 6
     } else {
@@ -201,7 +215,12 @@ fn table_lines(
     } else {
         COLUMN_ROWS.min(room.saturating_sub(out.len() + host.len()))
     };
-    let shown = ops.len().min(max_rows);
+    // A last row says how many did not fit.
+    let shown = if ops.len() > max_rows {
+        max_rows.saturating_sub(1)
+    } else {
+        ops.len()
+    };
     for r in ops.iter().take(shown).chain(host.iter()) {
         let is_host = r.op == HOST_ROW;
         let cells = if wide {
@@ -215,7 +234,8 @@ fn table_lines(
                 },
                 us(r.us),
                 100.0 * r.share,
-                r.bytes.map_or("—".into(), crate::gpu::trace::profile::human),
+                r.bytes
+                    .map_or("—".into(), crate::gpu::trace::profile::human),
                 r.gbps.map_or("—".into(), |g| format!("{g:.1}")),
                 pct(r.bound),
             )

@@ -310,9 +310,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                     trace::reset_profile();
                 }
             }
-            let profile = a.profile.then(trace::profile_now).flatten().and_then(|p| {
-                if np > 0 { p.prompt } else { p.decode }
-            });
+            let profile = a
+                .profile
+                .then(trace::profile_now)
+                .flatten()
+                .and_then(|p| if np > 0 { p.prompt } else { p.decode });
             let (avg, sd) = mean_sd(&samples);
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
                 bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),

@@ -396,13 +396,20 @@ impl Gpu {
             match DeviceTimer::new(self.backend.as_mut(), self.stream.shared()) {
                 Ok(t) => self.timer = Some(t),
                 Err(e) => {
-                    tracing::warn!("trace: no device times on {}: {e}", self.stream.shared().name);
+                    tracing::warn!(
+                        "trace: no device times on {}: {e}",
+                        self.stream.shared().name
+                    );
                     self.timer_failed = Some(e.to_string());
                     return Ok(None);
                 }
             }
         }
-        let idle = self.stream.shared().queue_depth() == 0;
+        let mut idle = self.stream.shared().queue_depth() == 0;
+        if !idle && self.timer.as_ref().is_some_and(|t| t.wants_anchor()) {
+            let r = self.stream.poll(self.backend.as_mut());
+            idle = self.guard(r)? >= self.stream.last_seq();
+        }
         let d = self.deadline();
         let Some(t) = self.timer.as_mut() else {
             return Ok(None);

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,9 @@ pub type ProfileSink = Box<dyn Fn(ProfileSnapshot) + Send>;
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(250);
 /// A step whose end arrived this long ago is written even if ops of it might still come.
 const STEP_GRACE: Duration = Duration::from_millis(300);
+/// How often the collector takes what the ring holds while something collects (the ring holds
+/// far more than arrives in this time).
+const POLL: Duration = Duration::from_millis(10);
 /// How long an order waits for the collector's answer.
 const ANSWER_WITHIN: Duration = Duration::from_secs(5);
 
@@ -83,7 +86,11 @@ fn ask<T>(make: impl FnOnce(SyncSender<T>) -> Control) -> Result<T, TraceError> 
 
 /// Whether the collector thread was ever started (nothing to ask it otherwise).
 fn collector_started() -> bool {
-    ring().rx.lock().unwrap_or_else(|e| e.into_inner()).is_none()
+    ring()
+        .rx
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .is_none()
 }
 
 fn start_collector() {
@@ -243,25 +250,24 @@ impl Collector {
 
     fn run(mut self, rx: Receiver<Msg>) {
         loop {
-            let first = if self.busy() {
-                match rx.recv_timeout(Duration::from_millis(50)) {
-                    Ok(m) => Some(m),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
+            if self.collecting() || self.busy() {
+                // Polled, not woken: a receiver blocked on the ring would be woken by every
+                // event pushed, a context switch per op on the threads that compute.
+                std::thread::sleep(POLL);
             } else {
+                // Nothing collects, so nothing but an order can come.
                 match rx.recv() {
-                    Ok(m) => Some(m),
+                    Ok(m) => self.handle(m),
                     Err(_) => return,
                 }
-            };
-            if let Some(m) = first {
-                self.handle(m);
             }
-            for _ in 0..16384 {
+            // At most a ring's worth at a time, so that files are flushed and orders answered
+            // even while events pour in.
+            for _ in 0..super::RING_EVENTS {
                 match rx.try_recv() {
                     Ok(m) => self.handle(m),
-                    Err(_) => break,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
                 }
             }
             self.tick(false);
@@ -357,6 +363,15 @@ impl Collector {
                 self.newest_op_step = self.newest_op_step.max(ev.step);
                 self.steps.entry(ev.step).or_default().ops.push(ev);
             }
+            // An op outside any step (the load's uploads): written as it comes.
+            Cat::Op(_) if self.file.is_some() => self.finish_step(
+                0,
+                PendingStep {
+                    ops: vec![ev],
+                    ..PendingStep::default()
+                },
+            ),
+            Cat::Op(_) => {}
             _ => self.write_plain(&ev),
         }
     }
@@ -458,20 +473,12 @@ impl Collector {
         }
     }
 
-    /// An event outside a step's bytes: written as it comes.
+    /// A pool thread's job or a host slice: written as it comes.
     fn write_plain(&mut self, ev: &Ev) {
         if self.file.is_none() {
             return;
         }
         let (cat, name, args) = match ev.cat {
-            Cat::Op(kind) => {
-                let name = self.name_of(ev.track, ev.name);
-                let mut args = op_args(&name).u("seq", ev.a);
-                if is_copy(kind) && ev.b > 0 {
-                    args = with_bytes(args, ev.b, 0, ev.dur_ns);
-                }
-                (kind.name(), name, args)
-            }
             Cat::Job => {
                 // Named by the CPU stream's label it works for.
                 let name = self.name_of(TrackId(ev.b as u16), ev.name);

@@ -22,6 +22,9 @@ use crate::gpu::stream::{Backoff, LabelId, OpKind, StreamShared};
 pub const POOL: usize = 2048;
 /// Ops between two harvests while the device runs ahead.
 const HARVEST_EVERY: usize = 64;
+/// An anchor older than this is replaced at the next idle moment (the two clocks drift, and
+/// `event_elapsed_ms`'s f32 loses precision far from its anchor).
+const ANCHOR_AGE_NS: u64 = 50_000_000;
 
 /// One op whose events are not read back yet.
 struct Pending {
@@ -105,6 +108,16 @@ impl DeviceTimer {
         self.pending.len()
     }
 
+    /// Whether the clocks want (re)anchoring: no anchor yet, or an old one. The caller then
+    /// polls the stream, so that an idle stream is seen as idle.
+    pub fn wants_anchor(&self) -> bool {
+        self.current.is_none_or(|a| {
+            self.anchors[a]
+                .as_ref()
+                .is_none_or(|a| a.host_ns + ANCHOR_AGE_NS < now_ns())
+        })
+    }
+
     fn take_event(
         &mut self,
         dev: &mut dyn Device,
@@ -136,12 +149,10 @@ impl DeviceTimer {
         if self.since_harvest >= HARVEST_EVERY || idle {
             self.harvest(dev)?;
         }
-        let fresh = self.current.is_none_or(|a| {
-            self.anchors[a]
-                .as_ref()
-                .is_some_and(|a| a.host_ns + 50_000_000 < now_ns())
-        });
-        if idle && fresh && let Some(ev) = self.take_event(dev, deadline)? {
+        if idle
+            && self.wants_anchor()
+            && let Some(ev) = self.take_event(dev, deadline)?
+        {
             // SAFETY: a timed event of this device, not in flight (taken from the free list).
             unsafe { dev.record_event(ev) }?;
             let a = Anchor {
@@ -175,7 +186,8 @@ impl DeviceTimer {
     }
 
     fn release_anchor_if_unused(&mut self, i: usize) {
-        let unused = self.current != Some(i) && self.anchors[i].as_ref().is_some_and(|a| a.users == 0);
+        let unused =
+            self.current != Some(i) && self.anchors[i].as_ref().is_some_and(|a| a.users == 0);
         if unused && let Some(a) = self.anchors[i].take() {
             self.free.push(a.ev);
         }
@@ -239,7 +251,7 @@ impl DeviceTimer {
                 Some(a) => (a.ev, a.host_ns),
                 None => continue,
             };
-            let to_ns = |ms: f32| (f64::from(ms) * 1e6).max(0.0) as u64;
+            let to_ns = |ms: f32| (f64::from(ms) * 1e6).round().max(0.0) as u64;
             let end_ns = anchor_ns + to_ns(dev.event_elapsed_ms(anchor_ev, p.end)?);
             let (start_ns, end_ns) = match p.start {
                 Some(s) => {

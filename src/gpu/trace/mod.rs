@@ -360,7 +360,11 @@ mod tests {
     #[test]
     fn an_event_is_small() {
         // The ring's stated size assumes it.
-        assert!(std::mem::size_of::<Msg>() <= 72, "{}", std::mem::size_of::<Msg>());
+        assert!(
+            std::mem::size_of::<Msg>() <= 72,
+            "{}",
+            std::mem::size_of::<Msg>()
+        );
     }
 
     #[test]

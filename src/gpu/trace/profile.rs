@@ -15,7 +15,7 @@ pub const DEFAULT_STEPS: usize = 32;
 pub const HOST_ROW: &str = "host/launch";
 
 /// One op family over the steps of a table.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProfileRow {
     pub op: String,
     /// Launches (GPU) or calls (CPU) per step.
@@ -35,7 +35,7 @@ pub struct ProfileRow {
 }
 
 /// One table: the last decode steps, or the last prompt's batches.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProfileTable {
     /// `decode` or `prompt`.
     pub kind: String,
@@ -131,7 +131,7 @@ pub fn human(b: u64) -> String {
 }
 
 /// What the profile shows: the two tables and what they were measured against.
-#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ProfileSnapshot {
     pub decode: Option<ProfileTable>,
     pub prompt: Option<ProfileTable>,
@@ -344,11 +344,11 @@ fn table(
             }
         }
         ops_ns += ns;
-        let bytes = bytes.filter(|&b| b > 0).map(|b| (b as f64 / n).round() as u64);
+        let bytes = bytes
+            .filter(|&b| b > 0)
+            .map(|b| (b as f64 / n).round() as u64);
         let us = ns as f64 / 1e3 / n;
-        let gbps = bytes
-            .filter(|_| us > 0.0)
-            .map(|b| b as f64 / (us * 1e3));
+        let gbps = bytes.filter(|_| us > 0.0).map(|b| b as f64 / (us * 1e3));
         rows.push(ProfileRow {
             op: name.to_string(),
             calls: calls as f64 / n,
@@ -489,7 +489,10 @@ mod tests {
         assert_eq!(pr.rows[0].bytes, None);
         p.op(6, "layer 0 · attn_q", 5_000, None);
         p.step_end(6, 19, 4, 6_000);
-        let pr = p.snapshot(&OpCosts::default(), None).prompt.expect("prompt");
+        let pr = p
+            .snapshot(&OpCosts::default(), None)
+            .prompt
+            .expect("prompt");
         assert_eq!((pr.steps, pr.tokens), (1, 4));
     }
 
@@ -518,7 +521,10 @@ mod tests {
             p.step_end(s, s as u64, 1, 2);
         }
         p.op(1, "late", 1, None);
-        let t = p.snapshot(&OpCosts::default(), None).decode.expect("decode");
+        let t = p
+            .snapshot(&OpCosts::default(), None)
+            .decode
+            .expect("decode");
         assert_eq!(t.steps, 1);
         assert!(t.rows.iter().all(|r| r.op != "late"));
     }
