@@ -331,7 +331,7 @@ pub const KEYMAP: &[Binding] = &[
     bind(
         Windows,
         "F10",
-        "Profile panel: each op's share of a step (again: full screen, again: hide)",
+        "Profile panel: time per op (again: full screen, again: hide)",
         &[on(K::F(10), Mods::Any, A::Profile)],
     ),
     bind(
