@@ -348,21 +348,8 @@ fn fake_device_times_come_from_its_timed_events() {
         gpu.label("layer 0 · a · fill"),
         gpu.label("layer 1 · b · fill"),
     ];
-    for &l in &labels {
-        gpu.launch(
-            l,
-            fill,
-            [1, 1, 1],
-            [256, 1, 1],
-            0,
-            &[out.into(), Arg::U64(16), Arg::U32(7)],
-        )
-        .expect("launch");
-    }
-    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
-    // Two identical steps: captured, then replayed.
-    for _ in 0..2 {
-        assert!(gpu.graph_begin_step(0).expect("begin"));
+    // Each layer's fill, launched (outside a step) or recorded (inside one).
+    let fills = |gpu: &mut Gpu, v: u32| {
         for &l in &labels {
             gpu.launch(
                 l,
@@ -370,10 +357,17 @@ fn fake_device_times_come_from_its_timed_events() {
                 [1, 1, 1],
                 [256, 1, 1],
                 0,
-                &[out.into(), Arg::U64(16), Arg::U32(9)],
+                &[out.into(), Arg::U64(16), Arg::U32(v)],
             )
-            .expect("recorded");
+            .expect("launch");
         }
+    };
+    fills(&mut gpu, 7);
+    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    // Two identical steps: captured, then replayed.
+    for _ in 0..2 {
+        assert!(gpu.graph_begin_step(0).expect("begin"));
+        fills(&mut gpu, 9);
         gpu.graph_end_step().expect("end");
         gpu.wait_idle(Duration::from_secs(5)).expect("idle");
     }
