@@ -110,6 +110,8 @@ pub(crate) enum Msg {
 static ON: AtomicBool = AtomicBool::new(false);
 /// The CPU op the pool's threads are working for: its track and label (`track << 32 | label`).
 static CPU_OP: AtomicU64 = AtomicU64::new(0);
+/// Steps numbered so far, and the one running now (0: none).
+static STEPS_SEEN: AtomicU32 = AtomicU32::new(0);
 static STEP: AtomicU32 = AtomicU32::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 
@@ -227,6 +229,10 @@ impl Slice {
 impl Drop for Slice {
     fn drop(&mut self) {
         if let Some(start) = self.start {
+            if self.cat == Cat::Step {
+                // Ops after the step (an upload, a reload) belong to no step.
+                STEP.store(0, Ordering::Relaxed);
+            }
             push(Ev {
                 track: self.track,
                 cat: self.cat,
@@ -260,6 +266,8 @@ pub fn slice(track: TrackId, name: &'static str) -> Slice {
 #[inline]
 pub fn step(pos0: usize, tokens: usize) -> Slice {
     if !on() {
+        // A step not traced: ops issued in it (tracing turned on halfway) belong to no step.
+        STEP.store(0, Ordering::Relaxed);
         return Slice {
             track: TrackId::STEPS,
             cat: Cat::Step,
@@ -270,7 +278,8 @@ pub fn step(pos0: usize, tokens: usize) -> Slice {
             b: 0,
         };
     }
-    let id = STEP.fetch_add(1, Ordering::Relaxed) + 1;
+    let id = STEPS_SEEN.fetch_add(1, Ordering::Relaxed) + 1;
+    STEP.store(id, Ordering::Relaxed);
     let start = now_ns();
     push(Ev {
         track: TrackId::STEPS,
