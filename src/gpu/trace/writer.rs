@@ -74,8 +74,22 @@ fn us(ns: u64) -> String {
 }
 
 impl TraceFile {
-    /// Creates (or truncates) `path` and writes the opening bracket and the process's name.
+    /// Creates `path` and writes the opening bracket and the process's name. An existing file is
+    /// replaced only when it is empty or an earlier trace of ours (so `--trace` can run again
+    /// into the same file), never anything else.
     pub fn create(path: &Path) -> std::io::Result<TraceFile> {
+        if let Ok(mut old) = File::open(path) {
+            use std::io::Read;
+            let mut head = [0u8; 64];
+            let n = old.read(&mut head).unwrap_or(0);
+            let ours = head[..n].starts_with(b"[\n{\"name\":\"process_name\"");
+            if n > 0 && !ours {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::AlreadyExists,
+                    "the file exists and is not a hipscope trace; not overwritten",
+                ));
+            }
+        }
         let file = File::create(path)?;
         let mut t = TraceFile {
             path: path.to_path_buf(),
@@ -361,6 +375,25 @@ mod tests {
             let p = parse_like_perfetto(&text[..end]).expect("perfetto");
             assert!(p.len() >= whole_lines.min(full), "at {end}");
         }
+    }
+
+    #[test]
+    fn only_an_earlier_trace_is_overwritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (path, _) = sample(dir.path());
+        // An earlier trace: replaced.
+        TraceFile::create(&path)
+            .expect("over a trace")
+            .finish()
+            .expect("finish");
+        let notes = dir.path().join("notes.md");
+        std::fs::write(&notes, "# my notes\n").expect("write");
+        let e = TraceFile::create(&notes).err().expect("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            std::fs::read_to_string(&notes).expect("read"),
+            "# my notes\n"
+        );
     }
 
     #[test]
