@@ -286,6 +286,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         app.update(Msg::Notice { text, error });
     }
 
+    // `--trace`: a file that cannot be written is said before the terminal is taken.
+    if let Some(p) = &opts.args.trace {
+        if let Err(e) = crate::gpu::trace::start_file(p) {
+            eprintln!("hipscope: --trace: {e}");
+            return exit_code::USAGE;
+        }
+        app.update(Msg::Tracing(Some(p.clone())));
+    }
+
     // The terminal and the runtime come first: if either cannot be had, no worker (and no
     // device) has been started that would need a quit.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -386,6 +395,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         drop(terminal);
     }
     transcript.sync();
+    // The timeline file (`--trace`, `/trace on`) gets its closing bracket.
+    super::cmd::model_args::stop_trace();
     match ending {
         Ending::Exited(code) => {
             tracing::info!("worker exited with code {code}");

@@ -108,6 +108,10 @@ pub struct ChatArgs {
     /// Run the GPU decode step launch by launch instead of replaying it as a graph.
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy, step and frame to FILE (Chrome trace-event JSON for
+    /// ui.perfetto.dev or chrome://tracing; also `/trace on|off`; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// More detail in the log file (-v debug, -vv trace).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,

@@ -22,8 +22,10 @@ use super::exit_code;
 use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
+use crate::gpu::trace;
 use crate::model::protocol::{Command, Event};
 use crate::model::worker::WorkerHandle;
+use crate::ui::msg::TraceRequest;
 use crate::ui::{App, Effect, Msg};
 
 /// Where the loop's inputs come from.
@@ -82,6 +84,9 @@ pub async fn event_loop<B: Backend>(
         }
     }
     let (found_tx, mut found_rx) = unbounded_channel();
+    // The profile while the Profile panel is shown, and the answers to `/trace`.
+    let (profile_tx, mut profile_rx) = unbounded_channel();
+    let (traced_tx, mut traced_rx) = unbounded_channel::<Msg>();
     let mut worker_open = true;
     let mut terminal_open = true;
     let mut signals_open = true;
@@ -161,6 +166,12 @@ pub async fn event_loop<B: Backend>(
             },
             Some(t) = tele_rx.recv() => {
                 msgs.push(Msg::Worker(Event::Telemetry(t)));
+            },
+            Some(p) = profile_rx.recv() => {
+                msgs.push(Msg::Profile(p));
+            },
+            Some(m) = traced_rx.recv() => {
+                msgs.push(m);
             },
             _ = hangup_check.tick() => {
                 // A terminal that went away without SIGHUP (the pty closed) reads EOF or EIO
@@ -253,6 +264,19 @@ pub async fn event_loop<B: Backend>(
                         let names = discover::complete_path(&typed);
                         app.update(Msg::Paths { typed, names });
                     }
+                    Effect::Trace(req) => {
+                        let tx = traced_tx.clone();
+                        let profile = profile_tx.clone();
+                        let device = app.device().cloned();
+                        let dir = io.export_dir.clone();
+                        // The collector answers within a bounded wait, and closing a file
+                        // writes what is left: off the UI thread.
+                        tokio::task::spawn_blocking(move || {
+                            for m in carry_out_trace(req, profile, device.as_ref(), &dir) {
+                                let _ = tx.send(m);
+                            }
+                        });
+                    }
                     Effect::ForceExit => {
                         draw(terminal, app);
                         return Ending::Forced("a second Ctrl-C during the quit".into());
@@ -284,8 +308,76 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+/// Starts or stops what `/trace` and the Profile panel ask for; returns what to tell the view.
+fn carry_out_trace(
+    req: TraceRequest,
+    profile: UnboundedSender<crate::gpu::trace::ProfileSnapshot>,
+    device: Option<&crate::gpu::snapshot::DeviceSummary>,
+    export_dir: &std::path::Path,
+) -> Vec<Msg> {
+    let notice = |text: String, error: bool| Msg::Notice { text, error };
+    match req {
+        TraceRequest::Profile(true) => {
+            trace::set_bandwidth(device.and_then(super::cmd::bench::known_bandwidth));
+            trace::enable_profile(
+                trace::profile::DEFAULT_STEPS,
+                Some(Box::new(move |s| {
+                    let _ = profile.send(s);
+                })),
+            );
+            Vec::new()
+        }
+        TraceRequest::Profile(false) => {
+            trace::disable_profile();
+            Vec::new()
+        }
+        TraceRequest::FileOn(path) => {
+            let path = path.unwrap_or_else(|| {
+                let secs = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                export_dir.join(format!("hipscope-trace-{secs}.json"))
+            });
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && let Err(e) = std::fs::create_dir_all(parent)
+            {
+                return vec![notice(format!("/trace: {}: {e}", parent.display()), true)];
+            }
+            match trace::start_file(&path) {
+                Ok(()) => vec![
+                    notice(
+                        format!(
+                            "tracing every op to {} (/trace off stops it; open it in \
+                             ui.perfetto.dev or chrome://tracing)",
+                            path.display()
+                        ),
+                        false,
+                    ),
+                    Msg::Tracing(Some(path)),
+                ],
+                Err(e) => vec![notice(format!("/trace: {e}"), true)],
+            }
+        }
+        TraceRequest::FileOff => match trace::stop_file() {
+            Ok((path, events)) => vec![
+                notice(
+                    format!(
+                        "trace: {events} events in {} (open it in ui.perfetto.dev or \
+                         chrome://tracing)",
+                        path.display()
+                    ),
+                    false,
+                ),
+                Msg::Tracing(None),
+            ],
+            Err(e) => vec![notice(format!("/trace off: {e}"), true), Msg::Tracing(None)],
+        },
+    }
+}
+
 /// Draws one frame of `app`; a failure is logged (the next frame tries again).
 pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
+    let _frame_slice = trace::slice(trace::TrackId::UI, "frame");
     // One frame at a time against `restore_terminal` (the hard exit's, on another thread): no
     // frame, and no hidden cursor, lands on the terminal after it was given back.
     let out = std::io::stdout();

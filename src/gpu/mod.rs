@@ -37,6 +37,7 @@ pub mod select;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
+pub mod trace;
 pub mod watchdog;
 
 pub use handle::{Gpu, GpuConfig};

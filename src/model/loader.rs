@@ -163,6 +163,12 @@ pub fn load(
         &Roots::from_env(),
     )?;
     let model = Model::load(file.clone(), backend, options, progress)?;
+    // What each op reads and writes, for a trace's and the profile's bytes columns.
+    crate::gpu::trace::set_op_costs(crate::model::bound::op_costs(
+        &file,
+        &model.config,
+        model.backend().kv_type().bytes() as usize,
+    ));
     let summary = summarize(&file, &model);
     let mut session = Session::new(model, tokenizer, template, opts.sampler.clone());
     session.set_discard(opts.discard);

@@ -72,6 +72,8 @@ pub enum Action {
     SamplerForm,
     SystemEditor,
     TogglePanel(PanelId),
+    /// The Profile panel: in the column, full screen, hidden.
+    Profile,
     ToggleSidebar,
     SidebarNarrower,
     SidebarWider,
@@ -325,6 +327,12 @@ pub const KEYMAP: &[Binding] = &[
         "F9",
         "show/hide the diagnostics column",
         &[on(K::F(9), Mods::Any, A::ToggleSidebar)],
+    ),
+    bind(
+        Windows,
+        "F10",
+        "Profile panel: time per op (again: full screen, again: hide)",
+        &[on(K::F(10), Mods::Any, A::Profile)],
     ),
     bind(
         Windows,

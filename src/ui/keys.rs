@@ -150,6 +150,7 @@ impl App {
                 PanelId::Watchdog => &mut p.watchdog,
                 PanelId::Gpu => &mut p.gpu,
             }),
+            Action::Profile => return self.toggle_profile(),
             Action::ToggleSidebar => {
                 let shown = self.sidebar_visible(self.size.0);
                 self.sidebar = Some(!shown);

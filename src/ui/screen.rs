@@ -10,6 +10,7 @@ use crate::gpu::snapshot::WatchState;
 use crate::model::remote::INSECURE_MARK;
 
 use super::meter::{bar, ellipsize, spinner, text};
+use super::profile::ProfileMode;
 use super::settings::PanelId;
 use super::state::{App, GenState, Overlay};
 use super::theme::Theme;
@@ -64,10 +65,14 @@ pub fn render(app: &App, frame: &mut Frame) {
         typing_here,
     );
     if let Some(r) = right {
+        let r = profile_in_column(app, frame, r, theme);
         render_sidebar(app, frame, r, theme);
     }
     render_footer(app, frame, footer, theme);
 
+    if app.profile.mode == ProfileMode::Full && matches!(app.overlay, Overlay::None) {
+        app.profile.render(frame, body, theme);
+    }
     match &app.overlay {
         Overlay::None => {}
         // The big windows take the whole middle of the screen, with nothing peeking around them.
@@ -334,6 +339,23 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
             resize_hint(frame, rect, theme);
         }
     }
+}
+
+/// Draws the Profile panel at the top of the column when it is shown there (up to two thirds of
+/// the column's rows); returns the rows left for the other panels.
+fn profile_in_column(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) -> Rect {
+    if app.profile.mode != ProfileMode::Column {
+        return area;
+    }
+    let most = if app.panels.visible().is_empty() {
+        area.height
+    } else {
+        area.height * 2 / 3
+    };
+    let h = app.profile.wanted_height().min(most);
+    app.profile
+        .render(frame, Rect::new(area.x, area.y, area.width, h), theme);
+    Rect::new(area.x, area.y + h, area.width, area.height - h)
 }
 
 /// The fewest rows a panel is given while there is room: its frame and one line.

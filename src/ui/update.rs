@@ -51,6 +51,14 @@ impl App {
                 self.models = Some((entries, searched));
                 Vec::new()
             }
+            Msg::Profile(p) => {
+                self.profile.apply(p);
+                Vec::new()
+            }
+            Msg::Tracing(file) => {
+                self.profile.trace_file = file.map(|f| f.display().to_string());
+                Vec::new()
+            }
             Msg::Paths { typed, names } => {
                 self.on_paths(&typed, &names);
                 Vec::new()

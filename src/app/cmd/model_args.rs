@@ -85,6 +85,10 @@ pub struct ModelArgs {
     /// `graphs`).
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy and step to FILE (Chrome trace-event JSON: open it in
+    /// ui.perfetto.dev or chrome://tracing; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -191,6 +195,9 @@ pub fn load_model_with(
         cpu_threads: args.threads,
         ..LoadOptions::default()
     };
+    if let Some(path) = &args.trace {
+        crate::gpu::trace::start_file(path).context("--trace")?;
+    }
     let mut bar = ProgressLine::new("loading");
     let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
         .context("loading the model")?;
@@ -276,6 +283,7 @@ pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<
                 eprintln!("shutdown: {}", describe_step(&s));
             }
         });
+    stop_trace();
     if release == DeviceRelease::Abandoned {
         if let Err(e) = &result {
             eprintln!("error: {e:#}");
@@ -284,4 +292,24 @@ pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<
         hard_exit_now(exit_code::after(release));
     }
     result
+}
+
+/// Closes the `--trace` file, if one is being written, saying where it is.
+pub fn stop_trace() {
+    match crate::gpu::trace::stop_file() {
+        Ok((path, events)) => {
+            let dropped = crate::gpu::trace::dropped();
+            let lost = if dropped > 0 {
+                format!(" ({dropped} dropped: the collector fell behind)")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "trace: {events} events{lost} in {} (open it in ui.perfetto.dev or chrome://tracing)",
+                path.display()
+            );
+        }
+        Err(crate::gpu::trace::TraceError::NotTracing) => {}
+        Err(e) => eprintln!("trace: {e}"),
+    }
 }
