@@ -334,8 +334,14 @@ fn fake_device_times_come_from_its_timed_events() {
     });
     let ctl = be.control();
     let mut gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open");
-    gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-        .expect("kernels");
+    gpu.prepare_kernels(
+        &KernelCache::disabled(),
+        &CompileMode::InProcess,
+        &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+            .expect("units"),
+        &mut |_| {},
+    )
+    .expect("kernels");
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
         .expect("arena");
     let out = gpu.alloc(Region::Activations, 64).expect("buffer");
