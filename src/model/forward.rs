@@ -154,7 +154,6 @@ impl Model {
         progress: &mut dyn FnMut(f32, &str),
     ) -> Result<Model, ModelError> {
         let t0 = Instant::now();
-        crate::gpu::fatal_signal::note_mapped_file(file.path());
         let config = ModelConfig::from_gguf(&file)?;
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);

@@ -34,6 +34,8 @@ pub struct Session {
     master: Option<Box<dyn portable_pty::MasterPty + Send>>,
     reader: Option<std::thread::JoinHandle<()>>,
     closing: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, nothing reads the terminal (a stalled SSH session, a frozen emulator).
+    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Which model a session's chat is started with.
@@ -138,10 +140,16 @@ impl Session {
         let sink = screen.clone();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stop = closing.clone();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let resting = stalled.clone();
         let reader = std::thread::spawn(move || {
             use std::os::fd::AsRawFd;
             let mut buf = [0u8; 8192];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if resting.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
                 let mut p = libc::pollfd {
                     fd: reader.as_raw_fd(),
                     events: libc::POLLIN,
@@ -165,7 +173,15 @@ impl Session {
             master: Some(pair.master),
             reader: Some(reader),
             closing,
+            stalled,
         }
+    }
+
+    /// Stops reading the terminal (its output piles up until the kernel's buffer is full and
+    /// the app's writes block), or reads it again.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled
+            .store(stalled, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn contents(&self) -> String {
@@ -235,6 +251,7 @@ impl Session {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.stall(false);
                 if let Some(r) = self.reader.take() {
                     let _ = r.join();
                 }
@@ -270,11 +287,37 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // A failed test must not leave the process behind.
+        // A failed test must not leave the process behind — nor what a wrapper started (`setsid
+        // -w hipscope`: killing the wrapper alone left the chat running at 100% for 23 minutes).
         if let Ok(None) = self.child.try_wait() {
+            if let Some(pid) = self.child.process_id() {
+                for p in descendants(pid) {
+                    // SAFETY: kill(2) on a process id; a stale one fails harmlessly.
+                    unsafe { libc::kill(p as i32, libc::SIGKILL) };
+                }
+            }
             let _ = self.child.kill();
         }
     }
+}
+
+/// Every process below `pid` (Linux: /proc/PID/task/*/children).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                found.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    found
 }
 
 pub const LOAD: Duration = Duration::from_secs(120);
