@@ -158,8 +158,8 @@ fn long_markdown_answer_scrolled() {
     asked(&mut app);
     stream_answer(&mut app, LONG_ANSWER, 5);
     finish(&mut app, 212);
-    // Draw once so the view knows its size, then scroll up a page and three lines.
-    draw(&app, 100, 30);
+    // The terminal's size, as the event loop reports it, then up a page and three lines.
+    app.update(Msg::Resize(100, 30));
     app.update(key(KeyCode::PageUp));
     app.update(wheel(true));
     insta::assert_snapshot!(draw(&app, 100, 30));

@@ -84,6 +84,10 @@ pub async fn event_loop<B: Backend>(
     let mut signals_open = true;
     let mut dirty = true;
     let mut reported_failure = false;
+    // The view lays itself out by the terminal's size (crossterm reports only changes of it).
+    if let Ok(s) = terminal.size() {
+        app.update(Msg::Resize(s.width, s.height));
+    }
 
     loop {
         if let Some(end) = app.worker_ended() {
