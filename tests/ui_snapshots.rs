@@ -239,6 +239,20 @@ fn cpu_backend_panels() {
     insta::assert_snapshot!(draw(&app, 140, 36));
 }
 
+/// A machine without a GPU, in a terminal too narrow for the diagnostics column: the header says
+/// the watchdog watches the CPU (no "GPU OK", no device queue).
+#[test]
+fn narrow_80x24_on_the_cpu() {
+    let mut app = loaded_cpu_app();
+    worker(&mut app, Event::Watchdog(cpu_watchdog()));
+    let screen = draw(&app, 80, 24);
+    let text = screen.to_string();
+    let header = text.lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("CPU OK"), "{header}");
+    assert!(!header.contains("GPU"), "{header}");
+    insta::assert_snapshot!(screen);
+}
+
 /// On the CPU with a conversation going: the Arena panel tells the fixed weights from the live
 /// KV cache (1,231 of 8,192 tokens) and scratch, never "100% used"; the Host panel shows the
 /// machine's CPU use and hipscope's own, each graph with its scale.

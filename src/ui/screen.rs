@@ -13,7 +13,7 @@ use super::meter::{bar, ellipsize, spinner, text};
 use super::settings::PanelId;
 use super::state::{App, GenState, Overlay};
 use super::theme::Theme;
-use super::watchdog::{state_label, state_style};
+use super::watchdog::{state_label, state_style, watched};
 use super::{error_dialog, help, quit_screen, units};
 
 /// The smallest terminal the screen is drawn in (columns, rows); below it, a note says so.
@@ -236,13 +236,13 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         } else {
             state_style(s.state, theme)
         };
+        // The CPU backend has no queue: its ops run as they are issued.
+        let queue = match watched(s) {
+            "CPU" => String::new(),
+            _ => format!(" q{}", s.queue_depth),
+        };
         right.push(Span::styled(
-            format!(
-                " {} {} q{} ",
-                if s.is_remote() { "SERVER" } else { "GPU" },
-                state_label(s.state),
-                s.queue_depth
-            ),
+            format!(" {} {}{queue} ", watched(s), state_label(s.state)),
             style,
         ));
     }

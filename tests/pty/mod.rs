@@ -177,6 +177,26 @@ impl Session {
         }
     }
 
+    /// Resizes the terminal to `rows` × `cols` (the app gets SIGWINCH), and the screen the test
+    /// reads with it.
+    pub fn resize(&self, rows: u16, cols: u16) {
+        self.master
+            .as_ref()
+            .expect("the terminal is open")
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("resize the pty");
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("non-zero size");
+        self.screen
+            .lock()
+            .expect("screen")
+            .set_size(size(rows), size(cols));
+    }
+
     /// Stops reading the terminal (its output piles up until the kernel's buffer is full and
     /// the app's writes block), or reads it again.
     pub fn stall(&self, stalled: bool) {
