@@ -85,3 +85,63 @@ fn sigterm_quits_while_the_terminal_does_not_read() {
 fn sighup_quits_while_the_terminal_does_not_read() {
     a_signal_quits(libc::SIGHUP);
 }
+
+/// The closing note of the last session: `item10` of tests/fault_injection.rs once left the chat
+/// running, still answering, 23 minutes after its terminal closed. The order that does it, made
+/// certain here: the chat is blocked writing to a terminal that does not read (a slow reader
+/// under load), a key it has read waits for the UI thread, and the terminal goes away. The
+/// write fails, the UI thread takes the key from crossterm's reader and asks it again — on the
+/// hung-up terminal, where read() gives 0 or EIO forever and neither ends crossterm's loop: the
+/// UI thread spun there, holding crossterm's lock, and never began the quit.
+#[test]
+fn a_terminal_that_closes_while_the_chat_is_blocked_writing_is_a_quit() {
+    let home = tempfile::tempdir().unwrap();
+    // Its own session, as in item10: closing the terminal sends no SIGHUP.
+    let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
+    let mut s = Session::start_wrapped(home.path(), &wrapper, &["-n", "-1"], &[]);
+    s.sees("Type a message and press Enter", LOAD);
+    s.type_line("Count from 1 to 500, separated by commas.");
+    sees_tokens(&s, 4);
+    let chat = descendants(s.child.process_id().expect("pid"))
+        .into_iter()
+        .find(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "hipscope")
+        })
+        .expect("the chat's process") as i32;
+    s.stall(true);
+    let start = Instant::now();
+    while !blocked_writing_to_the_terminal(chat) {
+        assert!(
+            start.elapsed() < ANSWER,
+            "the output never filled the terminal"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A key, read from the terminal by the chat before it goes away.
+    s.send(b"x");
+    let start = Instant::now();
+    while s.pending_input() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the key was never read"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.hang_up();
+    let start = Instant::now();
+    let code = loop {
+        if let Ok(Some(status)) = s.child.try_wait() {
+            break status.exit_code();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "still running 30 s after its terminal went away"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap_or_default();
+    assert_eq!(code, 0, "{log}");
+    let c = transcript(home.path());
+    assert_eq!(c.turns.len(), 1);
+    assert!(!c.turns[0].answer.is_empty());
+}

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -195,6 +196,32 @@ impl Session {
             .lock()
             .expect("screen")
             .set_size(size(rows), size(cols));
+    }
+
+    /// Bytes typed into the terminal that the app has not read yet.
+    pub fn pending_input(&self) -> usize {
+        let name = self
+            .master
+            .as_ref()
+            .expect("the terminal is open")
+            .tty_name()
+            .expect("the terminal's name");
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+            .open(&name)
+            .expect("open the terminal's other side");
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int for a valid descriptor.
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&tty),
+                libc::FIONREAD,
+                &mut n,
+            )
+        };
+        assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        n as usize
     }
 
     /// Stops reading the terminal (its output piles up until the kernel's buffer is full and
