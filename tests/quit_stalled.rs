@@ -27,9 +27,7 @@ fn blocked_writing_to_the_terminal(pid: i32) -> bool {
 /// in the kernel (a write of it blocks).
 fn answering_into_a_stalled_terminal(home: &std::path::Path) -> Session {
     let mut s = Session::start(home, &["-n", "-1"]);
-    s.sees("Type a message and press Enter", LOAD);
-    s.type_line("Count from 1 to 500, separated by commas.");
-    sees_tokens(&s, 4);
+    s.ask_for_a_long_answer();
     s.stall(true);
     let start = Instant::now();
     while !blocked_writing_to_the_terminal(s.pid()) {
@@ -50,27 +48,15 @@ fn a_signal_quits(signal: i32) {
     let t = Instant::now();
     // SAFETY: kill(2) on the chat's own process id.
     assert_eq!(unsafe { libc::kill(s.pid(), signal) }, 0);
-    let mut code = None;
-    while code.is_none() {
-        code = s
-            .child
-            .try_wait()
-            .expect("try_wait")
-            .map(|st| st.exit_code());
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "still running 30 s after the signal, with the terminal not reading"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // (It reads the terminal again once the chat has ended.)
+    let code = s.wait(Duration::from_secs(30));
     let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap_or_default();
-    assert_eq!(code, Some(0), "after {:?}; the log:\n{log}", t.elapsed());
+    assert_eq!(code, 0, "after {:?}; the log:\n{log}", t.elapsed());
     // The terminal's settings come back without the terminal reading; the escape sequences
     // that leave the alternate screen could not be written.
     let lflag = s.local_modes();
     assert_ne!(lflag & libc::ICANON, 0, "raw mode left on (no ICANON)");
     assert_ne!(lflag & libc::ECHO, 0, "raw mode left on (no ECHO)");
-    s.stall(false);
     let c = transcript(home.path());
     assert_eq!(c.turns.len(), 1, "{log}");
     assert!(!c.turns[0].answer.is_empty());
@@ -97,11 +83,8 @@ fn sighup_quits_while_the_terminal_does_not_read() {
 fn a_terminal_that_closes_while_the_chat_is_blocked_writing_is_a_quit() {
     let home = tempfile::tempdir().unwrap();
     // Its own session, as in item10: closing the terminal sends no SIGHUP.
-    let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
-    let mut s = Session::start_wrapped(home.path(), &wrapper, &["-n", "-1"], &[]);
-    s.sees("Type a message and press Enter", LOAD);
-    s.type_line("Count from 1 to 500, separated by commas.");
-    sees_tokens(&s, 4);
+    let mut s = Session::start_detached(home.path(), &["-n", "-1"]);
+    s.ask_for_a_long_answer();
     let chat = descendants(s.child.process_id().expect("pid"))
         .into_iter()
         .find(|p| {
@@ -128,17 +111,7 @@ fn a_terminal_that_closes_while_the_chat_is_blocked_writing_is_a_quit() {
         std::thread::sleep(Duration::from_millis(10));
     }
     s.hang_up();
-    let start = Instant::now();
-    let code = loop {
-        if let Ok(Some(status)) = s.child.try_wait() {
-            break status.exit_code();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "still running 30 s after its terminal went away"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let code = s.wait(Duration::from_secs(30));
     let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap_or_default();
     assert_eq!(code, 0, "{log}");
     let c = transcript(home.path());

@@ -57,6 +57,22 @@ impl Session {
         Session::start_wrapped(home, &[], extra, env)
     }
 
+    /// The chat in a session of its own (`setsid`): the pseudo-terminal is not its controlling
+    /// terminal, so closing it sends no SIGHUP, reads just end. `setsid -w` stays behind as the
+    /// terminal's session leader, waiting for hipscope and passing its exit code on; it must not
+    /// die of the SIGHUP that hipscope is spared.
+    pub fn start_detached(home: &Path, extra: &[&str]) -> Session {
+        let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
+        Session::start_wrapped(home, &wrapper, extra, &[])
+    }
+
+    /// Asks for an answer that runs long and waits until it streams.
+    pub fn ask_for_a_long_answer(&mut self) {
+        self.sees("Type a message and press Enter", LOAD);
+        self.type_line("Count from 1 to 500, separated by commas.");
+        sees_tokens(self, 4);
+    }
+
     /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
     pub fn start_model(home: &Path, model: &Path, extra: &[&str]) -> Session {
         Session::launch(home, &[], Model::File(model), extra, &[])
