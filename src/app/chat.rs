@@ -325,7 +325,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         interrupt.store(true, std::sync::atomic::Ordering::SeqCst);
         let _ = sig_tx.send(name);
     });
-    if let Err(e) = signals::listen(&quit) {
+    let q = quit.clone();
+    if let Err(e) = signals::listen(move |name| q.signal(name)) {
         tracing::warn!("cannot listen for SIGINT/SIGTERM/SIGHUP: {e}");
     }
     let mut clipboard = guard.output();

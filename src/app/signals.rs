@@ -1,7 +1,7 @@
 //! Every signal hipscope handles, in one place.
 //!
 //! - **SIGINT, SIGTERM, SIGHUP** are a quit. A thread of their own (`hipscope-signals`,
-//!   signal-hook) hands each to the quit coordinator ([`QuitCoordinator::signal`]), which starts
+//!   signal-hook) hands each to the quit coordinator (`QuitCoordinator::signal`), which starts
 //!   the quit's one deadline at the first whatever the UI thread is doing, raises the worker's
 //!   interrupt and tells the event loop; a second SIGINT or SIGTERM leaves at once. (In raw mode
 //!   Ctrl-C is a key, not SIGINT; SIGINT comes from `kill`.)
@@ -19,22 +19,20 @@
 //!   runtime), so a closed pipe is a write error.
 
 use std::path::Path;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
 
-use super::quit::QuitCoordinator;
-
-/// Hands SIGINT, SIGTERM and SIGHUP to `quit` from a thread of its own (see the module's note).
+/// Hands SIGINT, SIGTERM and SIGHUP, by name, to `on_signal` (the chat's: the quit coordinator's
+/// [`crate::app::quit::QuitCoordinator::signal`]) on a thread of its own.
 #[cfg(unix)]
-pub fn listen(quit: &Arc<QuitCoordinator>) -> std::io::Result<()> {
+pub fn listen(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    let quit = quit.clone();
     std::thread::Builder::new()
         .name("hipscope-signals".into())
         .spawn(move || {
             for sig in signals.forever() {
-                quit.signal(match sig {
+                on_signal(match sig {
                     SIGINT => "SIGINT",
                     SIGHUP => "SIGHUP",
                     _ => "SIGTERM",
@@ -45,7 +43,7 @@ pub fn listen(quit: &Arc<QuitCoordinator>) -> std::io::Result<()> {
 }
 
 #[cfg(not(unix))]
-pub fn listen(_quit: &Arc<QuitCoordinator>) -> std::io::Result<()> {
+pub fn listen(_on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
     Ok(())
 }
 

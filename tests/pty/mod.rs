@@ -264,6 +264,19 @@ impl Session {
         }
     }
 
+    /// Waits until `text` is no longer on the screen.
+    pub fn sees_no(&self, text: &str, within: Duration) {
+        let start = Instant::now();
+        while self.contents().contains(text) {
+            assert!(
+                start.elapsed() < within,
+                "{text:?} still there after {within:?}; the screen:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         let w = self.writer.as_mut().expect("the terminal is open");
         w.write_all(bytes).expect("write to pty");
