@@ -89,6 +89,16 @@ impl Session {
         Session::launch(home, wrapper, Model::Test, extra, env)
     }
 
+    /// As [`Session::start_model`], with `env` set (a fake `HOME` whose model stores name it).
+    pub fn start_model_with_env(
+        home: &Path,
+        model: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch(home, &[], Model::File(model), extra, env)
+    }
+
     /// The chat with no model named: the default model, fetched into `home` on first use.
     pub fn start_default_model(home: &Path, env: &[(&str, &str)]) -> Session {
         Session::launch(home, &[], Model::Default, &[], env)

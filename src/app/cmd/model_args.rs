@@ -116,6 +116,16 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
 /// every command, the chat included (which reads the same config key).
 pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = named {
+        // A name, not a file (`-m llama3.2`): the model discovery finds under it, as the chat.
+        use crate::app::discover::{self, Places, names};
+        if !p.exists() && names::may_be_a_name(p) {
+            let config = std::env::var_os("HIPSCOPE_CONFIG").map(PathBuf::from);
+            let found =
+                discover::find_named(&p.to_string_lossy(), &Places::for_names(config.as_deref()))
+                    .map_err(|e| UsageError(e.to_string()))?;
+            eprintln!("model: {}", found.label);
+            return Ok(found.path);
+        }
         return Ok(p.clone());
     }
     let config = std::env::var_os("HIPSCOPE_CONFIG")
