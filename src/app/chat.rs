@@ -119,6 +119,18 @@ pub fn settings(config: &Config, log: Option<PathBuf>) -> Settings {
     }
 }
 
+impl WorkerConfig {
+    /// The flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_flags(&mut self, args: &ChatArgs) {
+        if let Some(b) = args.batch_size {
+            self.n_batch = b;
+        }
+        if let Some(k) = args.kv_type {
+            self.kv_type = k;
+        }
+    }
+}
+
 pub fn worker_config(config: &Config) -> WorkerConfig {
     WorkerConfig {
         model: config.model.clone(),
@@ -312,7 +324,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         signals::note_mapped_file(m);
     }
     let mut wc = worker_config(&config);
-    opts.args.apply_to_worker(&mut wc);
+    wc.apply_flags(&opts.args);
     let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
@@ -463,4 +475,40 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         remote_poll: cfg.remote_poll,
     };
     worker::spawn(opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        chat: ChatArgs,
+    }
+
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let parse = |v: &[&str]| Cli::try_parse_from(v.iter().copied());
+        let mut w = worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        let args = parse(&["hipscope", "-b", "256", "--kv-type", "f32"])
+            .expect("parses")
+            .chat;
+        w.apply_flags(&args);
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        assert!(
+            parse(&["hipscope", "-b", "0"]).is_err(),
+            "a batch of 0 tokens"
+        );
+    }
 }

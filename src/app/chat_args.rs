@@ -124,16 +124,6 @@ impl ChatArgs {
         self.model.as_ref().or(self.model_flag.as_ref())
     }
 
-    /// The flags that set the worker alone (no config key): `-b`, `--kv-type`.
-    pub fn apply_to_worker(&self, w: &mut super::chat::WorkerConfig) {
-        if let Some(b) = self.batch_size {
-            w.n_batch = b;
-        }
-        if let Some(k) = self.kv_type {
-            w.kv_type = k;
-        }
-    }
-
     /// Applies the flags on top of `config`; errors name the flag and what it accepts.
     pub fn apply(&self, config: &mut Config) -> Result<(), String> {
         if let Some(m) = self.model_path() {
@@ -269,27 +259,6 @@ mod tests {
         assert_eq!(e, "--temp hot: not allowed; use a number from 0 to 5");
         let e = args(&["--backend", "metal"]).apply(&mut c).unwrap_err();
         assert!(e.starts_with("--backend metal"), "{e}");
-    }
-
-    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
-    /// reach the worker (they were "unexpected argument").
-    #[test]
-    fn batch_size_and_kv_type_reach_the_worker() {
-        let mut w = crate::app::chat::worker_config(&Config::default());
-        assert_eq!(
-            (w.n_batch, w.kv_type),
-            (512, crate::gpu::compute::KvType::F16)
-        );
-        args(&["-b", "256", "--kv-type", "f32"]).apply_to_worker(&mut w);
-        assert_eq!(
-            (w.n_batch, w.kv_type),
-            (256, crate::gpu::compute::KvType::F32)
-        );
-        let mut v = vec!["hipscope", "-b", "0"];
-        assert!(
-            Cli::try_parse_from(v.drain(..)).is_err(),
-            "a batch of 0 tokens"
-        );
     }
 
     #[test]
