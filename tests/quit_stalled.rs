@@ -50,6 +50,7 @@ fn a_signal_quits(signal: i32) {
     assert_eq!(unsafe { libc::kill(s.pid(), signal) }, 0);
     // (It reads the terminal again once the chat has ended.)
     let code = s.wait(Duration::from_secs(30));
+    eprintln!("signal {signal}: the chat ended {:?} after it", t.elapsed());
     let log = std::fs::read_to_string(home.path().join("state/hipscope.log")).unwrap_or_default();
     assert_eq!(code, 0, "after {:?}; the log:\n{log}", t.elapsed());
     // The terminal's settings come back without the terminal reading; the escape sequences
