@@ -153,8 +153,9 @@ fn a_second_interrupt_forces_the_hard_exit() {
     if scenario().as_deref() == Some("sigint") {
         let (_gpu, _ctl) = gpu_with_stuck_kernel();
         let q = coordinator(60_000, 60_000);
-        q.set_interrupt_handler(|| println!("GRACEFUL quit requested"));
-        q.install_signal_handlers().expect("signals");
+        q.set_interrupt_handler(|_| println!("GRACEFUL quit requested"));
+        let to = q.clone();
+        hipscope::app::signals::listen(move |name| to.signal(name)).expect("signals");
         // SAFETY: raising a signal at our own process; the handler thread takes it.
         unsafe { libc::raise(libc::SIGINT) };
         std::thread::sleep(Duration::from_millis(300));

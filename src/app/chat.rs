@@ -7,11 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossterm::event::EventStream;
-use futures_util::StreamExt;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
 use super::chat_args::ChatArgs;
 use super::config::{self, Config};
@@ -20,7 +18,8 @@ use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
-use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
+use super::signals;
+use super::terminal::{TerminalGuard, restore_terminal, spawn_input};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
 use crate::model::protocol::Command;
@@ -315,7 +314,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return exit_code::FAILED;
         }
     };
-    let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
+    let mut terminal = match Terminal::new(CrosstermBackend::new(guard.output())) {
         Ok(t) => t,
         Err(e) => {
             drop(guard);
@@ -323,7 +322,16 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return exit_code::FAILED;
         }
     };
+    let (term_tx, term_rx) = unbounded_channel();
+    if let Err(e) = spawn_input(term_tx) {
+        drop(guard);
+        eprintln!("hipscope: cannot read the terminal: {e}");
+        return exit_code::FAILED;
+    }
 
+    if let Some(m) = &config.model {
+        signals::note_mapped_file(m);
+    }
     let mut wc = worker_config(&config);
     wc.apply_flags(&opts.args);
     let mut worker = spawn(wc);
@@ -338,19 +346,21 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
 
     // A panic in the loop does not come back here: the panic hook restores the terminal, prints
     // the message and leaves with `_exit`, so that the worker's device is never waited on.
+    // A signal starts the quit's deadline on the signal thread, stops the worker's computation at
+    // once and tells the loop, which asks the worker to quit.
+    let (sig_tx, sig_rx) = unbounded_channel();
+    let interrupt = worker.interrupt.clone();
+    quit.set_interrupt_handler(move |name| {
+        interrupt.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = sig_tx.send(name);
+    });
+    let q = quit.clone();
+    if let Err(e) = signals::listen(move |name| q.signal(name)) {
+        tracing::warn!("cannot listen for SIGINT/SIGTERM/SIGHUP: {e}");
+    }
+    let mut clipboard = guard.output();
+
     let ending = runtime.block_on(async {
-        let (term_tx, term_rx) = unbounded_channel();
-        tokio::spawn(async move {
-            let mut stream = EventStream::new();
-            while let Some(ev) = stream.next().await {
-                if term_tx.send(ev).is_err() {
-                    break;
-                }
-            }
-        });
-        let (sig_tx, sig_rx) = unbounded_channel();
-        forward_signals(sig_tx, &quit);
-        let mut stdout = io::stdout();
         draw(&mut terminal, &app);
         if crate::gpu::fault::active() == Some(crate::gpu::fault::Fault::Panic) {
             // Fault injection for the end-to-end tests: a panic with the screen up.
@@ -358,7 +368,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
         let io = LoopIo {
             transcript: &mut transcript,
-            clipboard: &mut stdout,
+            clipboard: &mut clipboard,
             places: Places::from_env(
                 Some(opts.dirs.cache.clone()),
                 config.models.search_paths.clone(),
@@ -366,9 +376,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             ),
             export_dir: opts.dirs.data.join("exports"),
             config_file: config_path.clone(),
-            quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
-            quit: Some(quit.clone()),
+            quit: quit.clone(),
             telemetry: Some(crate::gpu::telemetry::interval(
                 config.telemetry.interval_ms,
             )),
@@ -387,13 +396,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .await
     });
     drop(guard);
-    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
-    // with `eprintln!`, which panics on a closed terminal: not dropped then.
-    if terminal_gone() {
-        std::mem::forget(terminal);
-    } else {
-        drop(terminal);
-    }
+    // After the restore nothing reaches the terminal (the writer takes no more): ratatui's drop,
+    // which shows the cursor, writes nothing.
+    drop(terminal);
     transcript.sync();
     // The timeline file (`--trace`, `/trace on`) gets its closing bracket.
     super::cmd::model_args::stop_trace();
@@ -489,79 +494,37 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     worker::spawn(opts)
 }
 
-/// SIGTERM and SIGINT go through the quit coordinator's signal thread, which leaves the process
-/// on the second one even if this thread is stuck; the first is passed on to the loop (a quit,
-/// as if the user asked) and starts the coordinator's backstop timer. SIGHUP (the terminal
-/// closed) is read here. The terminal is in raw mode, so Ctrl-C arrives as a key, not SIGINT.
-fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator>) {
-    #[cfg(unix)]
-    {
-        let handler_tx = tx.clone();
-        let q = Arc::downgrade(quit);
-        quit.set_interrupt_handler(move || {
-            let _ = handler_tx.send("SIGTERM/SIGINT");
-            if let Some(q) = q.upgrade() {
-                q.begin();
-            }
-        });
-        if let Err(e) = quit.install_signal_handlers() {
-            tracing::warn!("cannot listen for SIGTERM/SIGINT: {e}");
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::hangup()) {
-            Ok(mut s) => {
-                tokio::spawn(async move {
-                    while s.recv().await.is_some() {
-                        if tx.send("SIGHUP").is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("cannot listen for SIGHUP: {e}"),
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = (tx, quit);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
 
-    /// The chat's flags alone (the whole command line lives in `cli.rs`, above this file).
     #[derive(Parser)]
-    struct Flags {
+    struct Cli {
         #[command(flatten)]
         chat: ChatArgs,
-    }
-
-    fn args(list: &[&str]) -> ChatArgs {
-        let mut v = vec!["hipscope"];
-        v.extend_from_slice(list);
-        Flags::try_parse_from(v).expect("parses").chat
     }
 
     /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
     /// reach the worker (they were "unexpected argument").
     #[test]
     fn batch_size_and_kv_type_reach_the_worker() {
+        let parse = |v: &[&str]| Cli::try_parse_from(v.iter().copied());
         let mut w = worker_config(&Config::default());
         assert_eq!(
             (w.n_batch, w.kv_type),
             (512, crate::gpu::compute::KvType::F16)
         );
-        w.apply_flags(&args(&["-b", "256", "--kv-type", "f32"]));
+        let args = parse(&["hipscope", "-b", "256", "--kv-type", "f32"])
+            .expect("parses")
+            .chat;
+        w.apply_flags(&args);
         assert_eq!(
             (w.n_batch, w.kv_type),
             (256, crate::gpu::compute::KvType::F32)
         );
-        let mut v = vec!["hipscope", "-b", "0"];
         assert!(
-            Flags::try_parse_from(v.drain(..)).is_err(),
+            parse(&["hipscope", "-b", "0"]).is_err(),
             "a batch of 0 tokens"
         );
     }

@@ -23,7 +23,7 @@ use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
 use crate::gpu::trace;
-use crate::model::protocol::{Command, Event};
+use crate::model::protocol::{Command, Event, ModelSource};
 use crate::model::worker::WorkerHandle;
 use crate::ui::msg::TraceRequest;
 use crate::ui::{App, Effect, Msg};
@@ -46,15 +46,12 @@ pub struct LoopIo<'a> {
     pub export_dir: PathBuf,
     /// The config file `/set save` writes the sampler settings into.
     pub config_file: PathBuf,
-    /// How long after asking the worker to quit the app leaves without it: the chat passes
-    /// `QuitConfig::deadline()`, the same value the coordinator's timer runs on; tests, which
-    /// have no coordinator, pass a short one.
-    pub quit_deadline: Duration,
     /// Time between redraws while something changes.
     pub frame: Duration,
-    /// Started when the worker is asked to quit: its timer thread leaves the process if the
-    /// quit overruns even when this loop cannot (tests run without one).
-    pub quit: Option<Arc<QuitCoordinator>>,
+    /// The quit's deadline: started when the worker is asked to quit (or at a signal); its one
+    /// timer leaves the process if the quit overruns (tests use a reporting coordinator, whose
+    /// overrun ends the loop instead).
+    pub quit: Arc<QuitCoordinator>,
     /// The telemetry sampler's interval (`[telemetry] interval_ms`); `None`: no sampler.
     pub telemetry: Option<Duration>,
     /// The configured remote engines (`[remote.NAME]`), listed first in the model picker.
@@ -90,9 +87,12 @@ pub async fn event_loop<B: Backend>(
     let mut worker_open = true;
     let mut terminal_open = true;
     let mut signals_open = true;
-    let mut quit_deadline: Option<tokio::time::Instant> = None;
     let mut dirty = true;
     let mut reported_failure = false;
+    // The view lays itself out by the terminal's size (crossterm reports only changes of it).
+    if let Ok(s) = terminal.size() {
+        app.update(Msg::Resize(s.width, s.height));
+    }
 
     loop {
         if let Some(end) = app.worker_ended() {
@@ -121,15 +121,13 @@ pub async fn event_loop<B: Backend>(
             },
             ev = worker.events.recv(), if worker_open => match ev {
                 Some(e) => {
-                    log_event(&e);
-                    io.transcript.event(&e);
+                    note_event(&e, io.transcript);
                     msgs.push(Msg::Worker(e));
                     // Take what else is queued now, so a burst of tokens costs one redraw.
                     while msgs.len() < 256 {
                         match worker.events.try_recv() {
                             Ok(e) => {
-                                log_event(&e);
-                                io.transcript.event(&e);
+                                note_event(&e, io.transcript);
                                 msgs.push(Msg::Worker(e));
                             }
                             Err(_) => break,
@@ -142,10 +140,7 @@ pub async fn event_loop<B: Backend>(
                 }
             },
             sig = inputs.signals.recv(), if signals_open => match sig {
-                Some(name) => {
-                    tracing::info!("{name} received");
-                    msgs.push(Msg::Terminate(name));
-                }
+                Some(name) => msgs.push(Msg::Terminate(name)),
                 None => signals_open = false,
             },
             found = found_rx.recv() => {
@@ -153,12 +148,12 @@ pub async fn event_loop<B: Backend>(
                     msgs.push(Msg::Models { entries, searched });
                 }
             },
-            _ = sleep_until(quit_deadline), if quit_deadline.is_some() => {
+            _ = io.quit.overrun() => {
                 // The last frame, as the worker was left.
                 draw(terminal, app);
                 return Ending::Forced(format!(
                     "the worker did not finish quitting within {}",
-                    crate::ui::units::duration(io.quit_deadline)
+                    crate::ui::units::duration(io.quit.config().deadline())
                 ));
             },
             _ = ticker.tick() => {
@@ -175,7 +170,8 @@ pub async fn event_loop<B: Backend>(
             },
             _ = hangup_check.tick() => {
                 // A terminal that went away without SIGHUP (the pty closed) reads EOF or EIO
-                // forever: that is a quit.
+                // forever: that is a quit. (The input thread ends on it too; this is the
+                // backstop should that thread be caught in crossterm's reader.)
                 if terminal_open && super::terminal::terminal_gone() {
                     tracing::info!("the terminal went away");
                     terminal_open = false;
@@ -196,11 +192,14 @@ pub async fn event_loop<B: Backend>(
                 match effect {
                     Effect::Send(cmd) => {
                         io.transcript.command(&cmd);
-                        if let Command::Quit { .. } = cmd {
-                            quit_deadline = Some(tokio::time::Instant::now() + io.quit_deadline);
-                            if let Some(q) = &io.quit {
-                                q.begin();
+                        match &cmd {
+                            Command::Quit { .. } => {
+                                io.quit.begin();
                             }
+                            Command::LoadModel(ModelSource::File(path)) => {
+                                super::signals::note_mapped_file(path);
+                            }
+                            _ => {}
                         }
                         // A stop or a quit also stops a prompt between batches and layers; a
                         // new request lowers the flag first (same thread, so in order).
@@ -294,17 +293,9 @@ pub async fn event_loop<B: Backend>(
         // Terminal input redraws at once; worker events wait for the next tick, so that a burst
         // of tokens costs one frame. Spinners and progress bars redraw on every tick.
         let animating = app.generation.is_busy() || !app.progress.is_empty() || app.is_quitting();
-        if draw_now || (ticked && (dirty || animating)) {
-            draw(terminal, app);
+        if (draw_now || (ticked && (dirty || animating))) && draw(terminal, app) {
             dirty = false;
         }
-    }
-}
-
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -375,19 +366,18 @@ fn carry_out_trace(
     }
 }
 
-/// Draws one frame of `app`; a failure is logged (the next frame tries again).
-pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
+/// Draws one frame of `app`, unless the terminal has not yet taken the last one (it does not
+/// read: the frame is skipped, the view stays dirty and the next tick tries again). Returns
+/// whether it drew; a failure is logged (the next frame tries again).
+pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) -> bool {
     let _frame_slice = trace::slice(trace::TrackId::UI, "frame");
-    // One frame at a time against `restore_terminal` (the hard exit's, on another thread): no
-    // frame, and no hidden cursor, lands on the terminal after it was given back.
-    let out = std::io::stdout();
-    let _frame = out.lock();
-    if !super::terminal::draw_allowed() {
-        return;
+    if !super::terminal_out::frame_ready() {
+        return false;
     }
     if let Err(e) = terminal.draw(|f| crate::ui::render(app, f)) {
         tracing::warn!("drawing failed: {e:?}");
     }
+    true
 }
 
 fn command_name(c: &Command) -> &'static str {
@@ -403,6 +393,18 @@ fn command_name(c: &Command) -> &'static str {
         Command::LoadModel(_) => "load model",
         Command::Quit { .. } => "quit",
     }
+}
+
+/// What the loop keeps of a worker's event besides the view: the transcript's record, the mapped
+/// model file for a fault's message, and the log's line.
+fn note_event(e: &Event, transcript: &mut Transcript) {
+    if let Event::ModelLoaded { model, .. } = e
+        && let Some(p) = &model.path
+    {
+        super::signals::note_mapped_file(p);
+    }
+    log_event(e);
+    transcript.event(e);
 }
 
 /// What the log keeps of the worker's events at the default level: models loaded and every

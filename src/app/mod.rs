@@ -15,7 +15,9 @@ pub mod logging;
 pub mod quit;
 pub mod remote_config;
 pub mod shutdown;
+pub mod signals;
 pub mod terminal;
+pub mod terminal_out;
 pub mod transcript;
 
 /// Runs the program and returns its exit code.

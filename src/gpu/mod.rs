@@ -25,7 +25,6 @@ pub mod device;
 pub mod dirs;
 pub mod doctor;
 pub mod fake;
-pub mod fatal_signal;
 pub mod fault;
 pub mod handle;
 pub mod hip;

@@ -157,7 +157,6 @@ impl Model {
     ) -> Result<Model, ModelError> {
         let t0 = Instant::now();
         let _load = trace::slice(trace::TrackId::STEPS, "model load");
-        crate::gpu::fatal_signal::note_mapped_file(file.path());
         let config = ModelConfig::from_gguf(&file)?;
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
