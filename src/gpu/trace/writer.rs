@@ -1,6 +1,7 @@
 //! The timeline file: Chrome's trace-event format, JSON Array form (`[` then one event object a
 //! line), which Perfetto's UI and `chrome://tracing` open. Each event after the first starts its
-//! line with the comma, and the file only ever grows by whole lines, so a file cut off at any
+//! line with the comma, and the file only ever grows by whole lines (no line crosses a 4 KiB
+//! page of the file, where a write interrupted by SIGKILL can stop), so a file cut off at any
 //! flush — a killed process, a full disk — is still read by both: Chrome's importer
 //! (catapult's `trace_event_importer`) appends the missing `]` (and drops a trailing comma), and
 //! Perfetto's JSON tokenizer reads event by event and stops at the end of the data. A write
@@ -16,6 +17,10 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::TrackId;
+
+/// The page size a killed write can stop at (the smallest Linux page; larger pages and folios
+/// are multiples of it).
+const PAGE: usize = 4096;
 
 /// Flushed to the file at least this often while events arrive.
 pub const FLUSH_EVERY_MS: u64 = 100;
@@ -118,6 +123,17 @@ impl TraceFile {
     }
 
     fn line(&mut self, obj: &str) {
+        let len = obj.len() + 1 + usize::from(self.events > 0);
+        // A write cut short by SIGKILL stops at a page boundary of the file (the kernel's
+        // `generic_perform_write` checks for a fatal signal between pages and folios, which
+        // are whole pages): so no line may cross one. Blank padding (JSON whitespace) fills
+        // the rest of a page a line would not fit in.
+        let at = (self.good as usize + self.buf.len()) % PAGE;
+        if len <= PAGE && at + len > PAGE {
+            let pad = PAGE - at;
+            self.buf.extend(std::iter::repeat_n(' ', pad - 1));
+            self.buf.push('\n');
+        }
         if self.events > 0 {
             self.buf.push(',');
         }
@@ -374,6 +390,43 @@ mod tests {
             let whole_lines = text[..end].matches('\n').count().saturating_sub(1);
             let p = parse_like_perfetto(&text[..end]).expect("perfetto");
             assert!(p.len() >= whole_lines.min(full), "at {end}");
+        }
+    }
+
+    /// SIGKILL can stop a write at any page boundary of the file: there must be a line
+    /// boundary at each, so the cut-off file still opens.
+    #[test]
+    fn every_page_boundary_is_a_line_boundary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pages.json");
+        let mut f = TraceFile::create(&path).expect("create");
+        for i in 0..2000u64 {
+            let name = format!("layer {i} · {}", "x".repeat((i * 37 % 300) as usize));
+            f.complete(
+                TrackId(3),
+                "kernel",
+                &name,
+                i,
+                1,
+                &Args::default().u("i", i),
+            );
+            if i % 97 == 0 {
+                f.flush().expect("flush");
+            }
+        }
+        f.flush().expect("flush");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.len() > 8 * PAGE, "the sample spans many pages");
+        let full = parse_like_chrome(&text).expect("whole").len();
+        let mut page = PAGE;
+        while page < text.len() {
+            assert_eq!(&text[page - 1..page], "\n", "a line crosses byte {page}");
+            let cut = &text[..page];
+            let c = parse_like_chrome(cut).unwrap_or_else(|e| panic!("chrome at {page}: {e}"));
+            let p = parse_like_perfetto(cut).unwrap_or_else(|e| panic!("perfetto at {page}: {e}"));
+            assert_eq!(c.len(), p.len());
+            assert!(c.len() <= full);
+            page += PAGE;
         }
     }
 
