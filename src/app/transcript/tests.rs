@@ -1,6 +1,6 @@
 use super::*;
-use crate::model::protocol::StopReason;
-use std::time::Duration;
+use crate::model::protocol::{GenStats, StopReason};
+use std::time::{Duration, UNIX_EPOCH};
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
