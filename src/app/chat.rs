@@ -19,10 +19,12 @@ use super::discover::Places;
 use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
+
 use super::shutdown::{self, Ending};
 use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
 use crate::ui::theme::ThemeName;
@@ -35,7 +37,8 @@ pub struct WorkerConfig {
     /// A remote engine to connect to instead of loading `model`.
     pub remote: Option<crate::model::remote::client::RemoteSpec>,
     pub backend: config::BackendChoice,
-    pub ctx_size: u32,
+    /// `None`: the model's trained context, at most 4096; `Some(0)`: all of it that fits.
+    pub ctx_size: Option<u32>,
     pub threads: u32,
     pub n_gpu_layers: crate::model::split::GpuLayers,
     pub device: Option<u32>,
@@ -50,40 +53,31 @@ pub struct WorkerConfig {
     pub fetch: config::FetchConfig,
     /// How often a remote engine's panels are read (the telemetry interval).
     pub remote_poll: Duration,
+    /// The environment's switches for measuring code paths (`app/settings.rs`).
+    pub tuning: super::settings::Tuning,
 }
 
-/// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
+/// Everything `run_chat` needs: the flags, and the settings resolved as for every command
+/// (where hipscope keeps its files among them).
 #[derive(Clone, Debug)]
 pub struct ChatOptions {
     pub args: ChatArgs,
-    pub dirs: Dirs,
-}
-
-impl ChatOptions {
-    pub fn new(args: ChatArgs) -> ChatOptions {
-        ChatOptions {
-            args,
-            dirs: Dirs::from_env(),
-        }
-    }
+    pub settings: super::settings::Settings,
 }
 
 pub use crate::gpu::dirs::Dirs;
 
-/// The settings, from the config file and the flags; an error is for the user as is.
+/// The settings, from the config file and the flags; an error is for the user as is. The first
+/// start writes the documented defaults where the file is looked for, to edit.
 pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
-    let path = match &opts.args.config {
-        Some(p) => p.clone(),
-        None => {
-            let p = opts.dirs.config.join("config.toml");
-            if let Err(e) = config::write_default_if_missing(&p) {
-                // Not fatal: the defaults apply.
-                eprintln!("hipscope: could not write {}: {e}", p.display());
-            }
-            p
-        }
-    };
-    let mut config = Config::load(&path).map_err(|e| e.to_string())?;
+    let path = opts.settings.config_path.clone();
+    if !opts.settings.named
+        && let Err(e) = config::write_default_if_missing(&path)
+    {
+        // Not fatal: the defaults apply.
+        errln!("hipscope: could not write {}: {e}", path.display());
+    }
+    let mut config = opts.settings.config.clone();
     opts.args.apply(&mut config)?;
     if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         config.ui.theme = ThemeName::Mono;
@@ -132,6 +126,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         drain_deadline: config.quit.drain_deadline,
         fetch: config.fetch,
         remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
+        tuning: config.tuning,
     }
 }
 
@@ -152,14 +147,14 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let (config, config_path) = match load_config(&opts) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            errln!("hipscope: {e}");
             return exit_code::USAGE;
         }
     };
     // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
     // here, before the terminal is taken (`auto` falls back to the CPU instead).
     if let Err(e) = crate::gpu::select::preflight(config.backend, config.device) {
-        eprintln!(
+        errln!(
             "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
             config.backend
         );
@@ -168,7 +163,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     // The chat draws with escape sequences: into a file or a pipe they are noise, and the
     // terminal modes it sets cannot be set there. Refused before anything is started.
     if !io::stdout().is_terminal() {
-        eprintln!(
+        errln!(
             "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
              `hipscope generate -m MODEL -p TEXT`"
         );
@@ -178,8 +173,13 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .log
         .file
         .clone()
-        .unwrap_or_else(|| opts.dirs.state.join("hipscope.log"));
-    let mut notices: Vec<(String, bool)> = Vec::new();
+        .unwrap_or_else(|| opts.settings.dirs.state.join("hipscope.log"));
+    let mut notices: Vec<(String, bool)> = opts
+        .settings
+        .notes
+        .iter()
+        .map(|n| (n.clone(), false))
+        .collect();
     let log = match logging::init(&log_file, config.log.level) {
         Ok(g) => g,
         Err(e) => {
@@ -202,7 +202,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .ok()
         .and_then(|g| g.as_ref().and_then(|l| l.path.clone()));
 
-    let (mut transcript, transcript_note) = open_transcript(&config, &opts.dirs, opts.args.resume);
+    let (mut transcript, transcript_note) =
+        open_transcript(&config, &opts.settings.dirs, opts.args.resume);
     if let Some(n) = transcript_note {
         notices.push((n, true));
     }
@@ -276,7 +277,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("hipscope: cannot start the event loop: {e}");
+            errln!("hipscope: cannot start the event loop: {e}");
             return exit_code::FAILED;
         }
     };
@@ -284,7 +285,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let guard = match TerminalGuard::enter(config.ui.mouse) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("hipscope: cannot set up the terminal: {e}");
+            errln!("hipscope: cannot set up the terminal: {e}");
             return exit_code::FAILED;
         }
     };
@@ -292,7 +293,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(t) => t,
         Err(e) => {
             drop(guard);
-            eprintln!("hipscope: cannot draw on the terminal: {e}");
+            errln!("hipscope: cannot draw on the terminal: {e}");
             return exit_code::FAILED;
         }
     };
@@ -331,11 +332,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             transcript: &mut transcript,
             clipboard: &mut stdout,
             places: Places::from_env(
-                Some(opts.dirs.cache.clone()),
+                Some(opts.settings.dirs.cache.clone()),
                 config.models.search_paths.clone(),
                 config.models.scan_default_locations,
             ),
-            export_dir: opts.dirs.data.join("exports"),
+            export_dir: opts.settings.dirs.data.join("exports"),
             config_file: config_path.clone(),
             quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
@@ -359,7 +360,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     });
     drop(guard);
     // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
-    // with `eprintln!`, which panics on a closed terminal: not dropped then.
+    // with `errln!`, which panics on a closed terminal: not dropped then.
     if terminal_gone() {
         std::mem::forget(terminal);
     } else {
@@ -401,11 +402,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
-        threads: cfg.threads as usize,
-        compute: crate::gpu::compute::ComputeOptions {
-            graphs: cfg.graphs,
-            ..Default::default()
-        },
+        cpu: cfg.tuning.cpu(cfg.threads as usize),
+        compute: cfg.tuning.compute(Default::default(), cfg.graphs),
     };
     let opts = WorkerOptions {
         source: match cfg.remote {
@@ -436,11 +434,11 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         // Which backend and why reaches the GPU panel through the device summary's reason.
         backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
         load: LoadOptions {
-            n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            n_ctx: cfg.ctx_size.map(|n| n as usize),
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,
-            cpu_threads: cfg.threads as usize,
+            cpu: cfg.tuning.cpu(cfg.threads as usize),
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

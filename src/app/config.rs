@@ -14,6 +14,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::remote_config;
+use super::settings::Tuning;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::model::split::GpuLayers;
 use crate::ui::sampler;
@@ -132,8 +133,10 @@ pub struct Config {
     /// `None`: the default model.
     pub model: Option<PathBuf>,
     pub backend: BackendChoice,
-    /// 0: the model's own context length (at most 4096).
-    pub ctx_size: u32,
+    /// Context length in tokens; `None`: the model's trained context, at most 4096; `Some(0)`:
+    /// the whole trained context, as far as memory allows (llama.cpp's `-c 0`; the one meaning
+    /// of 0 for `-c`, `ctx_size` and `/set ctx`, carried out by `model::loader`).
+    pub ctx_size: Option<u32>,
     /// Percent of the conversation after the system prompt dropped when the context fills.
     pub ctx_discard: u8,
     /// 0: all cores.
@@ -155,6 +158,9 @@ pub struct Config {
     pub fetch: FetchConfig,
     /// Remote engines (`[remote]`, `[remote.NAME]`).
     pub remote: remote_config::RemoteConfig,
+    /// Switches for measuring one code path against another, from the environment only (never
+    /// the file): see `app/settings.rs`.
+    pub tuning: Tuning,
 }
 
 impl Default for Config {
@@ -162,7 +168,7 @@ impl Default for Config {
         Config {
             model: None,
             backend: BackendChoice::Auto,
-            ctx_size: 0,
+            ctx_size: None,
             ctx_discard: 50,
             graphs: true,
             threads: 0,
@@ -194,6 +200,7 @@ impl Default for Config {
             telemetry: TelemetryConfig { interval_ms: 500 },
             fetch: FetchConfig::default(),
             remote: Default::default(),
+            tuning: Tuning::default(),
         }
     }
 }
@@ -214,6 +221,12 @@ pub enum ConfigError {
     #[error("{path}: `{key}` = {got} is not allowed: {allowed}")]
     Invalid {
         path: PathBuf,
+        key: String,
+        got: String,
+        allowed: String,
+    },
+    #[error("{key}={got} is not allowed: {allowed} (an environment variable)")]
+    Env {
         key: String,
         got: String,
         allowed: String,
@@ -410,9 +423,9 @@ impl Config {
             "ctx_size",
             0,
             crate::model::loader::MAX_CTX as i64,
-            "0 (the model's own) or a whole number of tokens up to 16777216",
+            "0 (the model's whole trained context) or a whole number of tokens up to 16777216",
         )? {
-            c.ctx_size = n as u32;
+            c.ctx_size = Some(n as u32);
         }
         if let Some(n) = top.integer("ctx_discard", 1, 95, "a percent from 1 to 95")? {
             c.ctx_discard = n as u8;
@@ -630,33 +643,19 @@ impl Config {
     }
 }
 
-/// `[fetch]` of the user's settings file (`HIPSCOPE_CONFIG`, else config.toml in the config
-/// directory), for the commands that read nothing else of it; a file that cannot be used is an
-/// error naming the key, as in the chat.
-pub fn fetch_settings() -> Result<FetchConfig, ConfigError> {
-    let path = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            crate::gpu::dirs::Dirs::from_env()
-                .config
-                .join("config.toml")
-        });
-    Ok(Config::load(&path)?.fetch)
-}
-
 /// Writes the documented defaults as the user's config file if there is none yet, so that
 /// there is a file to edit. Failure is not an error: the defaults apply either way.
 pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
     if path.exists() {
         return Ok(false);
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::gpu::dirs::create_private_dir(dir)?;
     }
     // Whole or not at all: a full disk must not leave an empty config.toml behind.
-    match crate::app::atomic_file::write_bytes(
+    match crate::gpu::atomic_file::write_bytes(
         path,
-        crate::app::atomic_file::Replace::Never,
+        crate::gpu::atomic_file::Replace::Never,
         DEFAULT_CONFIG_TOML.as_bytes(),
     ) {
         Ok(()) => Ok(true),
@@ -666,24 +665,45 @@ pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
     }
 }
 
-/// Writes `sampler` into the `[sampler]` table of the config file at `path` (the documented
-/// defaults if there is none yet), changing only those values: comments, order and every other
-/// setting stay as the user left them (`toml_edit`). The result is checked to load before it
-/// replaces the file.
-pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
+/// `/set save`: writes the sampler settings that `/set` changed (those that differ between
+/// `start`, the session's settings after the flags, and `now`) into the `[sampler]` table of the
+/// config file at `path` (the documented defaults if there is none yet), and only those: a value
+/// that came from a flag (`-n 16`) stays out of the file, and comments, order and every other
+/// setting stay as the user left them (`toml_edit`). A symbolic link (a dotfiles link) is
+/// written through: its target is replaced atomically and the link stays. The result is checked
+/// to load before it replaces the file. Returns the names of the settings written (none: nothing
+/// was changed, and nothing is written).
+pub fn keep_sampler_defaults(
+    path: &Path,
+    start: &SamplerConfig,
+    now: &SamplerConfig,
+) -> Result<Vec<&'static str>, String> {
+    let mut changed: Vec<&'static str> = sampler::FIELDS
+        .iter()
+        .filter(|f| (f.get)(start) != (f.get)(now))
+        .map(|f| f.name)
+        .collect();
+    if start.stop != now.stop {
+        changed.push("stop");
+    }
+    if changed.is_empty() {
+        return Ok(changed);
+    }
+    let target = crate::gpu::atomic_file::through_links(path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = match std::fs::read_to_string(&target) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => DEFAULT_CONFIG_TOML.to_string(),
-        Err(e) => return Err(format!("{}: cannot read it: {e}", path.display())),
+        Err(e) => return Err(format!("{}: cannot read it: {e}", target.display())),
     };
     let mut doc: toml_edit::DocumentMut = text
         .parse()
-        .map_err(|e| format!("{}: not valid TOML: {e}", path.display()))?;
+        .map_err(|e| format!("{}: not valid TOML: {e}", target.display()))?;
     let table = doc
         .entry("sampler")
         .or_insert(toml_edit::table())
         .as_table_mut()
-        .ok_or_else(|| format!("{}: `sampler` is not a table", path.display()))?;
+        .ok_or_else(|| format!("{}: `sampler` is not a table", target.display()))?;
     let mut put = |key: &str, mut new: toml_edit::Value| match table
         .get_mut(key)
         .and_then(|i| i.as_value_mut())
@@ -695,8 +715,8 @@ pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(),
         }
         None => table[key] = toml_edit::value(new),
     };
-    for f in sampler::FIELDS {
-        let v = (f.get)(sampler);
+    for f in sampler::FIELDS.iter().filter(|f| changed.contains(&f.name)) {
+        let v = (f.get)(now);
         let value = if let Ok(i) = v.parse::<i64>() {
             toml_edit::Value::from(i)
         } else if let Ok(x) = v.parse::<f64>() {
@@ -706,27 +726,35 @@ pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(),
         };
         put(f.name, value);
     }
-    put(
-        "stop",
-        toml_edit::Value::Array(sampler.stop.iter().map(String::as_str).collect()),
-    );
+    if changed.contains(&"stop") {
+        put(
+            "stop",
+            toml_edit::Value::Array(now.stop.iter().map(String::as_str).collect()),
+        );
+    }
     let out = doc.to_string();
-    let check = Config::parse(&out, path).map_err(|e| e.to_string())?;
-    if check.sampler != *sampler {
+    let check = Config::parse(&out, &target).map_err(|e| e.to_string())?;
+    let same = sampler::FIELDS
+        .iter()
+        .filter(|f| changed.contains(&f.name))
+        .all(|f| (f.get)(&check.sampler) == (f.get)(now))
+        && (!changed.contains(&"stop") || check.sampler.stop == now.stop);
+    if !same {
         return Err(format!(
             "{}: the settings would not read back as they are",
-            path.display()
+            target.display()
         ));
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    if let Some(dir) = target.parent().filter(|d| !d.as_os_str().is_empty()) {
+        crate::gpu::dirs::create_private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    let tmp = path.with_extension("toml.partial");
-    std::fs::write(&tmp, out).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
+    crate::gpu::atomic_file::write_bytes(
+        &target,
+        crate::gpu::atomic_file::Replace::Allow,
+        out.as_bytes(),
+    )
+    .map_err(|e| format!("{}: {e}", target.display()))?;
+    Ok(changed)
 }
 
 #[cfg(test)]

@@ -224,12 +224,21 @@ pub async fn event_loop<B: Backend>(
                         app.update(Msg::Saved(r));
                     }
                     Effect::KeepSettings(s) => {
+                        // What `/set` changed: the settings since the start (flags included).
+                        let start = &app.settings.sampler;
+                        let file = &io.config_file;
                         let (text, error) =
-                            match super::config::keep_sampler_defaults(&io.config_file, &s) {
-                                Ok(()) => (
+                            match super::config::keep_sampler_defaults(file, start, &s) {
+                                Ok(keys) if keys.is_empty() => (
+                                    "no sampler setting was changed with /set: nothing to keep"
+                                        .to_string(),
+                                    false,
+                                ),
+                                Ok(keys) => (
                                     format!(
-                                        "kept the sampler settings as defaults in {}",
-                                        io.config_file.display()
+                                        "kept the sampler settings ({}) as defaults in {}",
+                                        keys.join(", "),
+                                        file.display()
                                     ),
                                     false,
                                 ),

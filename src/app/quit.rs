@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use super::terminal;
 use crate::app::exit_code::{self, HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
+use crate::app::stderr::errln;
 use crate::gpu::handle::TeardownOutcome;
 use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
@@ -237,7 +238,7 @@ impl QuitCoordinator {
         self.in_hooks.store(true, Ordering::Release);
         for (name, h) in hooks {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)).is_err() {
-                eprintln!("hipscope: exit hook {name:?} panicked");
+                errln!("hipscope: exit hook {name:?} panicked");
             }
         }
         self.in_hooks.store(false, Ordering::Release);
@@ -271,14 +272,14 @@ impl QuitCoordinator {
                 let _ = tx.send(());
             });
         let _ = rx.recv_timeout(self.cfg.hook_timeout);
-        eprintln!("hipscope: {reason}; exiting with code {code} without GPU cleanup");
+        errln!("hipscope: {reason}; exiting with code {code} without GPU cleanup");
         if let Some(note) = self
             .hard_exit_note
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_deref()
         {
-            eprintln!("{note}");
+            errln!("{note}");
         }
         hard_exit_now(code)
     }

@@ -1,7 +1,10 @@
 //! Files that appear whole or not at all: written to a uniquely named temporary file beside the
 //! target (`tempfile`, which removes it on every error path and on unwinding), pushed to disk,
 //! then renamed into place. A full disk, an interrupted command or two runs at once never leave a
-//! torn, empty or half-written target, and never a `.partial` file behind.
+//! torn, empty or half-written target, and never a `.partial` file behind. The one home of
+//! writing a whole file: synth, convert, fetch, `/save`, config.toml, the kernel cache and hang
+//! reports all come here. The file is created 0600 (`tempfile`'s mode), as it may hold the user's
+//! words.
 
 use std::fs::File;
 use std::io;
@@ -42,7 +45,36 @@ pub fn write<T, E: From<io::Error>>(
         Replace::Allow => tmp.persist(path).map_err(|e| e.error)?,
         Replace::Never => tmp.persist_noclobber(path).map_err(|e| e.error)?,
     };
+    // The rename is durable once the folder's entry is (best effort: not every filesystem
+    // syncs a folder).
+    if let Ok(d) = File::open(&dir) {
+        let _ = d.sync_all();
+    }
     Ok(value)
+}
+
+/// The file `path` names after following symbolic links (a dotfiles link to config.toml), so
+/// that a write replaces the target and leaves the link a link. A path that is not a link, or
+/// does not exist, is itself. A relative target is read from the link's folder.
+pub fn through_links(path: &Path) -> io::Result<PathBuf> {
+    let mut p = path.to_path_buf();
+    // As the kernel's own limit on links followed in one lookup (ELOOP).
+    for _ in 0..40 {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => {
+                let target = std::fs::read_link(&p)?;
+                p = match p.parent() {
+                    Some(dir) if target.is_relative() => dir.join(target),
+                    _ => target,
+                };
+            }
+            _ => return Ok(p),
+        }
+    }
+    Err(io::Error::other(format!(
+        "{}: too many levels of symbolic links",
+        path.display()
+    )))
 }
 
 /// [`write`] for bytes already in memory.
@@ -110,6 +142,29 @@ mod tests {
         write_bytes(&p, Replace::Allow, b"three").unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "three");
         assert_eq!(entries(dir.path()), ["out.md"]);
+    }
+
+    #[test]
+    fn a_write_through_a_link_replaces_its_target_and_keeps_the_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("dotfiles")).unwrap();
+        let target = dir.path().join("dotfiles/config.toml");
+        std::fs::write(&target, "old").unwrap();
+        let link = dir.path().join("config.toml");
+        std::os::unix::fs::symlink("dotfiles/config.toml", &link).unwrap();
+        let real = through_links(&link).unwrap();
+        assert!(same_file(&real, &target));
+        write_bytes(&real, Replace::Allow, b"new").unwrap();
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&target).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

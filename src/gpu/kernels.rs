@@ -193,10 +193,7 @@ impl KernelCache {
 
     /// `kernels/` in the cache dir (`~/.cache/hipscope/kernels`, or under `HIPSCOPE_HOME`).
     pub fn default_location() -> KernelCache {
-        match crate::gpu::dirs::cache_dir() {
-            Some(d) => KernelCache::at(d.join("kernels")),
-            None => KernelCache::disabled(),
-        }
+        KernelCache::at(crate::gpu::dirs::cache_dir().join("kernels"))
     }
 
     pub fn root(&self) -> Option<&Path> {
@@ -229,7 +226,7 @@ impl KernelCache {
         std::fs::read(p).ok().filter(|b| !b.is_empty())
     }
 
-    /// Writes atomically (temp file + rename), so a crash never leaves a truncated object.
+    /// Writes atomically (`atomic_file`), so a crash never leaves a truncated object.
     pub fn store(
         &self,
         backend: RuntimeKind,
@@ -246,12 +243,10 @@ impl KernelCache {
             move |source| GpuError::Io { path, source }
         };
         if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            crate::gpu::dirs::create_private_dir(dir).map_err(io(dir))?;
         }
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, image).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &p).map_err(io(&p))?;
-        Ok(())
+        crate::gpu::atomic_file::write_bytes(&p, crate::gpu::atomic_file::Replace::Allow, image)
+            .map_err(io(&p))
     }
 }
 
@@ -665,7 +660,7 @@ pub fn run_compile_child(compiler: &dyn KernelCompiler, arch: &str, dir: &Path) 
     let sources = match sources_from_dir(dir) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            let _ = writeln!(std::io::stderr(), "hipscope: {e}");
             return 2;
         }
     };

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::top::RootArgs;
+use crate::app::stderr::errln;
 use crate::gpu::doctor::report::{Check, EXIT_USAGE, Report, Status};
 use crate::gpu::doctor::{self, facts};
 use crate::gpu::select::BackendChoice;
@@ -465,9 +466,9 @@ pub fn run(a: DoctorArgs) -> i32 {
             Ok(n)
         });
         match r {
-            Ok(n) => eprintln!("captured {n} files and the report under {}", dir.display()),
+            Ok(n) => errln!("captured {n} files and the report under {}", dir.display()),
             Err(e) => {
-                eprintln!("error: writing the capture under {}: {e}", dir.display());
+                errln!("error: writing the capture under {}: {e}", dir.display());
                 return EXIT_USAGE;
             }
         }

@@ -8,6 +8,7 @@ use clap::Args;
 
 use crate::app::cmd::usage::{out, outln, stdout_gone};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
 
@@ -55,7 +56,7 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     let sources = match kernels::sources() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("hipscope kernels: {e}");
+            errln!("hipscope kernels: {e}");
             return exit_code::USAGE;
         }
     };
@@ -75,17 +76,17 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         return 0;
     }
     let Some(backend) = backend_kind(&args.backend) else {
-        eprintln!("hipscope kernels: --backend must be hip or cuda");
+        errln!("hipscope kernels: --backend must be hip or cuda");
         return exit_code::USAGE;
     };
     if args.arch.is_empty() {
-        eprintln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
+        errln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
         return exit_code::USAGE;
     }
     let compiler = match crate::gpu::select::compiler_for(backend) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hipscope kernels: {e}");
+            errln!("hipscope kernels: {e}");
             return exit_code::USAGE;
         }
     };
@@ -163,13 +164,13 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
 /// `hipscope __compile-kernels` (hidden): the child side of isolated compilation.
 pub fn compile_child(args: &CompileChildArgs) -> i32 {
     let Some(backend) = backend_kind(&args.backend) else {
-        eprintln!("hipscope: unknown backend {}", args.backend);
+        errln!("hipscope: unknown backend {}", args.backend);
         return exit_code::USAGE;
     };
     match crate::gpu::select::compiler_for(backend) {
         Ok(compiler) => kernels::run_compile_child(compiler.as_ref(), &args.arch, &args.dir),
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            errln!("hipscope: {e}");
             2
         }
     }

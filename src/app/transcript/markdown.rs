@@ -70,7 +70,8 @@ impl Conversation {
             }
         }
         md
-    }}
+    }
+}
 
 impl Transcript {
     /// Writes the conversation as Markdown to `path`, or to a fresh file in `default_dir` (or in

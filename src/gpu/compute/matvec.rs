@@ -16,15 +16,9 @@ pub(super) struct Fused {
     /// Rows a warp of mv1 and qkv (the wide kernels take two).
     rows_per_warp: usize,
     /// The f32-activation variants of mv1, qkv and swiglu (`hs_mv1f_*`, ...), when the
-    /// activation-precision study asks for them (`HIPSCOPE_MV_ACT=f32`, Q4_0 and Q4_1 only):
-    /// they take the f32 input where the others take its Q8 quants.
+    /// activation-precision study asks for them (`ComputeOptions::mv_act_f32`, Q4_0 and Q4_1
+    /// only): they take the f32 input where the others take its Q8 quants.
     f32: Option<[KernelFn; 3]>,
-}
-
-/// Whether the one-token products take f32 activations where a kernel for it exists
-/// (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement), instead of Q8 ones.
-fn f32_activations() -> bool {
-    std::env::var("HIPSCOPE_MV_ACT").is_ok_and(|v| v.eq_ignore_ascii_case("f32"))
 }
 
 /// Launch labels of the fused kernels, per type suffix.
@@ -104,10 +98,12 @@ const FUSED_NAMES: &[(&str, [&str; 4])] = &[
 ];
 
 impl Fused {
-    /// The fused kernels of a type with Q8 activations; `None` for float weights.
+    /// The fused kernels of a type with Q8 activations (and f32 ones where `f32_act` asks);
+    /// `None` for float weights.
     pub(super) fn resolve(
         gpu: &Gpu,
         k: TypeKernels,
+        f32_act: bool,
     ) -> std::result::Result<Option<Fused>, GpuError> {
         if k.act == ActFormat::F32 {
             return Ok(None);
@@ -115,7 +111,7 @@ impl Fused {
         let Some(&(_, names)) = FUSED_NAMES.iter().find(|(s, _)| *s == k.suffix) else {
             return Ok(None);
         };
-        let f32 = if f32_activations() && ["q4_0", "q4_1"].contains(&k.suffix) {
+        let f32 = if f32_act && ["q4_0", "q4_1"].contains(&k.suffix) {
             Some([
                 gpu.function(&format!("hs_mv1f_{}", k.suffix))?,
                 gpu.function(&format!("hs_mv_qkvf_{}", k.suffix))?,

@@ -142,12 +142,12 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
+    fn resolve(gpu: &Gpu, opts: &ComputeOptions) -> std::result::Result<Kernels, GpuError> {
         let mut by_type = HashMap::new();
         let mut fused = HashMap::new();
         for &ty in plan::GPU_TYPES {
             if let Some(k) = type_kernels(ty) {
-                if let Some(f) = matvec::Fused::resolve(gpu, k)? {
+                if let Some(f) = matvec::Fused::resolve(gpu, k, opts.mv_act_f32)? {
                     fused.insert(ty, f);
                 }
                 by_type.insert(
@@ -266,7 +266,7 @@ impl GpuCompute {
         let mut gpu = Gpu::open(device, GpuConfig::default())?;
         let prepared = gpu
             .prepare_kernels(cache, &mode)
-            .and_then(|b| Kernels::resolve(&gpu).map(|k| (b, k)));
+            .and_then(|b| Kernels::resolve(&gpu, &opts).map(|k| (b, k)));
         let (builds, kernels) = match prepared {
             Ok(x) => x,
             Err(e) => {

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 mod moe;
 
+use super::CpuOptions;
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
@@ -95,6 +96,8 @@ pub struct CpuBackend {
     scores: Vec<Mutex<Vec<f32>>>,
     /// Element type of the next KV cache allocated.
     kv_type: KvType,
+    /// Repack weights for the packed GEMM ([`CpuOptions::repack`]).
+    repack: bool,
     allocations: u64,
     reason: String,
     /// Every op in the in-flight table while it runs, for the watchdog.
@@ -127,6 +130,15 @@ impl CpuBackend {
         }
     }
 
+    /// A backend computing as `o` says, chosen for `reason` (shown with the device).
+    pub fn with_options(o: &CpuOptions, reason: &str) -> CpuBackend {
+        CpuBackend {
+            scratch: MatmulScratch::with_isa(o.isa),
+            repack: o.repack,
+            ..CpuBackend::with_reason(o.threads, reason)
+        }
+    }
+
     /// A backend with `threads` threads (0: one per available core).
     pub fn new(threads: usize) -> CpuBackend {
         let n = if threads == 0 {
@@ -142,6 +154,7 @@ impl CpuBackend {
             scratch: MatmulScratch::default(),
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             kv_type: KvType::F32,
+            repack: true,
             allocations: 0,
             reason: String::new(),
             ops: HostOps::new(),
@@ -366,10 +379,11 @@ impl Backend for CpuBackend {
             (cw.rows, cw.cols)
         };
         let isa = self.scratch.isa();
+        let repack = self.repack;
         let cw = &mut self.weights[w.0 as usize];
         let packs = n_tokens >= PACK_MIN_TOKENS;
         if packs && cw.packed.is_none() {
-            let packed = PackedMatrix::enabled()
+            let packed = repack
                 .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
                 .flatten();
             cw.packed = Some(packed);
