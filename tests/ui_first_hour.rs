@@ -21,7 +21,7 @@ fn item7_set_ctx_changes_the_context_and_says_what_was_kept() {
         assert!(sent(&submit(&mut app, bad)).is_empty(), "{bad}");
         let last = format!("{:?}", app.chat.entries.last().unwrap().kind);
         assert!(
-            last.contains("0 (the model's own context, at most 4096) or a whole number"),
+            last.contains("0 (the model's whole trained context) or a whole number"),
             "{last}"
         );
         app.input.set_text("");

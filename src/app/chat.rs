@@ -180,8 +180,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .iter()
         .map(|n| (n.clone(), false))
         .collect();
+    // Folders and files from before they were private: made so, and said once.
+    for t in opts.settings.dirs.tighten_private() {
+        notices.push((t.to_string(), false));
+    }
     let log = match logging::init(&log_file, config.log.level) {
-        Ok(g) => g,
+        Ok(mut g) => {
+            notices.extend(g.tightened.take().map(|t| (t, false)));
+            g
+        }
         Err(e) => {
             notices.push((format!("no log file: {e}"), true));
             LogGuard::none()
@@ -214,6 +221,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         ));
     }
     let mut config = config;
+    if opts.args.resume {
+        let named = opts.args.model_path().is_some();
+        let said = transcript::resume_model(transcript.conversation(), named, &mut config);
+        notices.extend(said.map(|n| (n, false)));
+    }
     if opts.args.resume
         && let Some(values) = &transcript.conversation().sampler
     {
@@ -367,6 +379,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         drop(terminal);
     }
     transcript.sync();
+    if let Some(what) = transcript.unsaved() {
+        errln!("hipscope: {what}");
+    }
     match ending {
         Ending::Exited(code) => {
             tracing::info!("worker exited with code {code}");

@@ -87,7 +87,8 @@ pub async fn event_loop<B: Backend>(
     let mut signals_open = true;
     let mut quit_deadline: Option<tokio::time::Instant> = None;
     let mut dirty = true;
-    let mut reported_failure = false;
+    // A quit the user asked for while turns are not saved is held once, to say so.
+    let mut unsaved_said = false;
 
     loop {
         if let Some(end) = app.worker_ended() {
@@ -184,6 +185,23 @@ pub async fn event_loop<B: Backend>(
             for effect in effects {
                 match effect {
                     Effect::Send(cmd) => {
+                        if let Command::Quit { .. } = cmd
+                            && !unsaved_said
+                            && app.quit.as_ref().is_some_and(|q| asked_by_user(&q.reason))
+                            && let Some(what) = io.transcript.unsaved()
+                        {
+                            // Not quitting yet: what would be lost, and the way to keep it.
+                            unsaved_said = true;
+                            app.quit = None;
+                            app.update(Msg::Notice {
+                                text: format!(
+                                    "{what}: /save PATH writes the conversation elsewhere; quit \
+                                     again to leave without it"
+                                ),
+                                error: true,
+                            });
+                            continue;
+                        }
                         io.transcript.command(&cmd);
                         if let Command::Quit { .. } = cmd {
                             quit_deadline = Some(tokio::time::Instant::now() + io.quit_deadline);
@@ -269,12 +287,8 @@ pub async fn event_loop<B: Backend>(
                 }
             }
         }
-        if !reported_failure && let Some(f) = io.transcript.failure() {
-            reported_failure = true;
-            app.update(Msg::Notice {
-                text: f.to_string(),
-                error: true,
-            });
+        while let Some((text, error)) = io.transcript.take_notice() {
+            app.update(Msg::Notice { text, error });
         }
         // Terminal input redraws at once; worker events wait for the next tick, so that a burst
         // of tokens costs one frame. Spinners and progress bars redraw on every tick.
@@ -305,6 +319,12 @@ pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
     if let Err(e) = terminal.draw(|f| crate::ui::render(app, f)) {
         tracing::warn!("drawing failed: {e:?}");
     }
+}
+
+/// Whether a quit was asked for by the user (a key or `/quit`), not by a signal or a terminal
+/// that went away: only those are held to warn about unsaved turns.
+fn asked_by_user(reason: &str) -> bool {
+    matches!(reason, "Ctrl-C" | "Ctrl-D" | "/quit")
 }
 
 fn command_name(c: &Command) -> &'static str {

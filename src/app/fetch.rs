@@ -175,7 +175,7 @@ pub fn fetch_with(
         let path = path.to_path_buf();
         move |cause| FetchError::Io { path, cause }
     };
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    crate::gpu::dirs::create_private_dir(dir).map_err(io_err(dir))?;
     // A unique name (two fetches never share one), removed when this returns or unwinds.
     let work = tempfile::Builder::new()
         .prefix(".fetch-")

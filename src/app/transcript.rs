@@ -1,26 +1,34 @@
 //! Conversations saved as they happen: one JSON record per line (JSONL), appended with one
 //! `write` per record to a file opened for appending. A record is on disk whole or not at all:
-//! after a failed write (a full disk) the file is cut back to the last complete record and
-//! recording stops, with a notice; the file is synced at the end of every answer. Reading back
-//! takes every complete record and says how many bytes of a torn end it skipped.
+//! after a failed write (a full disk) the file is cut back to the last complete record, with a
+//! notice, and the records from there on wait in memory; at each turn (a question, an answer's
+//! end, a regeneration, a clear) and at the quit they are tried again, in order, so that once
+//! there is room the file holds the whole conversation again (with a notice that says so). A
+//! quit with records still waiting is held once to say so and offer `/save` (`event_loop.rs`).
+//! The file is synced at the end of every answer. Reading back takes every complete record and
+//! says how many bytes of a torn end it skipped.
 //!
 //! The file is created at the first message (a session in which nothing was said leaves none),
-//! and held with an exclusive advisory lock (`flock`) so that two instances never write into one
-//! file. `/save` exports Markdown; `--resume` reopens the newest conversation with a turn in it.
+//! 0600 in a 0700 folder whatever the umask (`gpu::dirs`), and held with an exclusive advisory
+//! lock (`flock`, Unix) so that two instances never write into one file. `/save` exports
+//! Markdown; `--resume` reopens the newest conversation with a turn in it.
 //!
 //! The transcript is fed the same commands and events as the worker and the view, so it needs
 //! no state of its own beyond what it replays.
 //!
 //! This file is the journal (the file being written); beside it, by job: `record.rs` (the
 //! records and the conversation they replay to), `replay.rs` (reading a file back),
-//! `markdown.rs` (`/save`), `lock.rs` (`flock` and its holder), `calendar.rs` (dates).
+//! `markdown.rs` (`/save`), `lock.rs` (`flock` and its holder), `calendar.rs` (dates),
+//! `resume.rs` (the model `--resume` goes on with).
 
 mod calendar;
 mod lock;
 mod markdown;
 mod record;
 mod replay;
+mod resume;
 
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -30,6 +38,7 @@ pub use calendar::{file_stamp, format_utc, unix_secs};
 use lock::lock;
 pub use record::{Conversation, Record, Turn};
 pub use replay::{Replay, read, replay};
+pub use resume::resume_model;
 
 use crate::model::protocol::{Command, Event};
 use crate::ui::chat::reason_text;
@@ -60,12 +69,18 @@ pub struct Transcript {
     path: Option<PathBuf>,
     /// Where the file will be created at the first message (`None`: memory only, or created).
     dir: Option<PathBuf>,
-    /// Records made before the file exists (the start, the model, the system prompt).
-    pending: Vec<String>,
+    /// Records not on disk yet, in order, each with whether it starts a turn: those made before
+    /// the file exists (the start, the model, the system prompt) and, after a failed write,
+    /// every record since.
+    unwritten: VecDeque<(String, bool)>,
     /// The file's length up to the end of the last record written whole.
     committed: u64,
-    /// The first write error; recording to disk stops there, the conversation stays in memory.
+    /// Why the records in `unwritten` are not on disk, for the user: a write failed (tried
+    /// again at each turn); and the error alone.
     failed: Option<String>,
+    failed_why: String,
+    /// What the user should be told, oldest first (text, whether it is an error).
+    notices: VecDeque<(String, bool)>,
 }
 
 impl Transcript {
@@ -88,13 +103,13 @@ impl Transcript {
         t
     }
 
-    /// Creates the file (at the first message): a new name in `dir`, locked.
+    /// Creates the file (at the first message): a new name in `dir`, 0600, locked.
     fn create_file(dir: &Path, now: SystemTime) -> Result<(File, PathBuf), TranscriptError> {
         let io = |cause| TranscriptError::Io {
             path: dir.to_path_buf(),
             cause,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::gpu::dirs::create_private_dir(dir).map_err(io)?;
         let stamp = file_stamp(unix_secs(now));
         let mut n = 0;
         loop {
@@ -104,7 +119,11 @@ impl Transcript {
                 format!("conversation-{stamp}-{n}.jsonl")
             };
             let path = dir.join(name);
-            match OpenOptions::new().append(true).create_new(true).open(&path) {
+            let mut open = OpenOptions::new();
+            open.append(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut open, crate::gpu::dirs::FILE_MODE);
+            match open.open(&path) {
                 Ok(f) => {
                     lock(&f, &path)?;
                     return Ok((f, path));
@@ -138,16 +157,20 @@ impl Transcript {
             file.set_len(replay.complete_len).map_err(io)?;
             file.seek(SeekFrom::End(0)).map_err(io)?;
         }
-        Ok((
-            Transcript {
-                conversation: replay.conversation,
-                file: Some(file),
-                path: Some(path.to_path_buf()),
-                committed: replay.complete_len,
-                ..Transcript::default()
-            },
-            replay.skipped_bytes,
-        ))
+        let mut t = Transcript {
+            conversation: replay.conversation,
+            file: Some(file),
+            path: Some(path.to_path_buf()),
+            committed: replay.complete_len,
+            ..Transcript::default()
+        };
+        // A file from before conversations were private (0644): made 0600, and said.
+        match crate::gpu::dirs::tighten(path) {
+            Ok(Some(t2)) => t.notices.push_back((t2.to_string(), false)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{}: cannot make it private: {e}", path.display()),
+        }
+        Ok((t, replay.skipped_bytes))
     }
 
     /// The conversation files in `dir`, newest first.
@@ -227,14 +250,45 @@ impl Transcript {
         self.path.as_deref()
     }
 
-    /// The write error that stopped recording to disk, if one did.
+    /// The write error that keeps records from the disk now, if one does.
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
+    /// The next thing the user should be told: a write that failed (once per failure), the
+    /// conversation saved again, a file made private.
+    pub fn take_notice(&mut self) -> Option<(String, bool)> {
+        self.notices.pop_front()
+    }
+
+    /// What is not on disk, in words, after trying once more to write it; `None` when every
+    /// record is saved (or the conversation is kept in memory only, by choice).
+    pub fn unsaved(&mut self) -> Option<String> {
+        self.flush();
+        if self.failed.is_none() || self.unwritten.is_empty() {
+            return None;
+        }
+        // The turns with a record waiting: those that start in memory, and the one the first
+        // waiting record belongs to when it started on disk.
+        let starts = self.unwritten.iter().filter(|(_, turn)| *turn).count();
+        let torn = self.unwritten.front().is_some_and(|(_, turn)| !turn);
+        let turns = starts + usize::from(torn);
+        let why = &self.failed_why;
+        Some(format!(
+            "{} of this conversation {} not saved ({why})",
+            if turns <= 1 {
+                "the last turn".to_string()
+            } else {
+                format!("the last {turns} turns")
+            },
+            if turns <= 1 { "is" } else { "are" },
+        ))
+    }
+
     fn record(&mut self, r: Record) {
         self.conversation.apply(&r);
-        if self.failed.is_some() {
+        if self.file.is_none() && self.dir.is_none() {
+            // Kept in memory only.
             return;
         }
         let mut line = match serde_json::to_string(&r) {
@@ -245,40 +299,70 @@ impl Transcript {
             }
         };
         line.push('\n');
+        let starts_turn = matches!(r, Record::User { .. });
+        self.unwritten.push_back((line, starts_turn));
+        // The file comes with the first message; what came before waits for it. After a failed
+        // write, records wait for the next turn's try (not one failed write per token).
+        let turn = matches!(
+            r,
+            Record::User { .. } | Record::Done { .. } | Record::Regen | Record::Clear
+        );
+        let first = self.file.is_none() && self.failed.is_none();
+        if (first && !starts_turn) || (self.failed.is_some() && !turn) {
+            return;
+        }
+        self.flush();
+    }
+
+    /// Writes every waiting record, in order, creating the file first if it is not there yet;
+    /// stops at the first that fails (a notice says why, once).
+    fn flush(&mut self) {
+        if self.unwritten.is_empty() && self.failed.is_none() {
+            return;
+        }
         if self.file.is_none() {
             let Some(dir) = self.dir.clone() else {
                 return;
             };
-            // The file comes with the first message; what came before waits for it.
-            self.pending.push(line);
-            if !matches!(r, Record::User { .. }) {
-                return;
-            }
             match Transcript::create_file(&dir, SystemTime::now()) {
                 Ok((file, path)) => {
                     self.file = Some(file);
                     self.path = Some(path);
                     self.dir = None;
-                    for line in std::mem::take(&mut self.pending) {
-                        self.write_line(&line);
-                    }
                 }
-                Err(e) => self.fail(e.to_string()),
+                Err(e) => return self.fail(e.to_string()),
             }
-            return;
         }
-        self.write_line(&line);
+        while let Some((line, _)) = self.unwritten.front() {
+            let line = line.clone();
+            if let Err(why) = self.write_line(&line) {
+                return self.fail(why);
+            }
+            self.unwritten.pop_front();
+        }
+        if self.failed.take().is_some() {
+            let path = self.path.as_ref().map(|p| p.display().to_string());
+            let text = format!(
+                "saving the conversation again: what was missing is written to {}",
+                path.unwrap_or_default()
+            );
+            tracing::info!("{text}");
+            self.notices.push_back((text, false));
+        }
     }
 
     /// Appends one record. One write per record: on a file opened for appending, a record is
     /// never interleaved with another; a write that fails part-way (a full disk) is cut off
     /// again, so the file always ends with a whole record.
-    fn write_line(&mut self, line: &str) {
+    fn write_line(&mut self, line: &str) -> Result<(), String> {
         let Some(file) = self.file.as_mut() else {
-            return;
+            return Err("no file".into());
         };
         match file.write_all(line.as_bytes()) {
-            Ok(()) => self.committed += line.len() as u64,
+            Ok(()) => {
+                self.committed += line.len() as u64;
+                Ok(())
+            }
             Err(e) => {
                 // Through the path: the appending handle may be the one that cannot write.
                 let committed = self.committed;
@@ -294,19 +378,23 @@ impl Transcript {
                 if let Err(c) = cut {
                     why.push_str(&format!(" (and cutting the torn record off failed: {c})"));
                 }
-                self.fail(why);
+                Err(why)
             }
         }
     }
 
+    /// A write failed: the records wait in memory, and the user hears it once per failure.
     fn fail(&mut self, why: String) {
         let msg = format!(
-            "not saving the conversation any more: {why}; it is kept in memory (/save exports it)"
+            "not saving the conversation for now: {why}; it is kept in memory and saved again \
+             at the next turn once there is room (/save exports it elsewhere)"
         );
-        tracing::warn!("{msg}");
+        if self.failed.is_none() {
+            tracing::warn!("{msg}");
+            self.notices.push_back((msg.clone(), true));
+        }
         self.failed = Some(msg);
-        self.file = None;
-        self.pending.clear();
+        self.failed_why = why;
     }
 
     /// Notes what the UI sent to the worker.
@@ -361,7 +449,12 @@ impl Transcript {
             && let Err(e) = f.sync_data()
         {
             let path = self.path.as_ref().map(|p| p.display().to_string());
-            self.fail(format!("{}: syncing: {e}", path.unwrap_or_default()));
+            let text = format!(
+                "{}: syncing the conversation: {e}",
+                path.unwrap_or_default()
+            );
+            tracing::warn!("{text}");
+            self.notices.push_back((text, true));
         }
     }
 }

@@ -79,6 +79,16 @@ impl Dirs {
         }
     }
 
+    /// Takes others' permissions off the folders that hold the user's words (data: the
+    /// conversations, exports and hang reports; state: the log; config), where they exist with
+    /// wider ones (made by an older hipscope): what was changed, to be said once.
+    pub fn tighten_private(&self) -> Vec<Tightened> {
+        [&self.data, &self.state, &self.config]
+            .into_iter()
+            .filter_map(|d| tighten(d).ok().flatten())
+            .collect()
+    }
+
     pub fn under(root: &Path) -> Dirs {
         Dirs {
             config: root.join("config"),
@@ -117,7 +127,7 @@ impl std::fmt::Display for Tightened {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} was readable by others ({:o}); made it {:o}",
+            "{} was open to other users (mode {:o}); made it {:o}, as it holds your words",
             self.path.display(),
             self.was,
             self.now

@@ -69,7 +69,9 @@ impl Conversation {
                 md.push_str(&format!("_{s}_\n\n"));
             }
         }
-        md
+        // The model's words (and the user's) never carry a terminal's escape sequences into the
+        // file, as they never reach the screen: `cat` of an export runs nothing.
+        crate::ui::wrap::strip_controls(&md).into_owned()
     }
 }
 
@@ -92,7 +94,7 @@ impl Transcript {
             None => (default_dir.to_path_buf(), None),
         };
         let Some(path) = explicit else {
-            std::fs::create_dir_all(&dir)
+            crate::gpu::dirs::create_private_dir(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
             // A name of its own: two saves in one second get two files.
             let stamp = file_stamp(unix_secs(now));
@@ -111,6 +113,17 @@ impl Transcript {
             }
             return Err(format!("cannot find a free file name in {}", dir.display()));
         };
+        if let Some(live) = self.path()
+            && atomic_file::same_file(&path, live)
+        {
+            // `/save!` onto the journal (by its name or a hard link) would replace the
+            // conversation's own file with Markdown: the next turn would go to an unlinked file.
+            return Err(format!(
+                "{} is this conversation's own file ({}); /save writes Markdown to another path",
+                path.display(),
+                live.display()
+            ));
+        }
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(format!(
@@ -134,7 +147,7 @@ impl Transcript {
             _ => {}
         }
         if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)
+            crate::gpu::dirs::create_private_dir(d)
                 .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
         }
         let replace = if overwrite {

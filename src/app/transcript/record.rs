@@ -88,6 +88,8 @@ pub struct Turn {
 pub struct Conversation {
     pub started: Option<u64>,
     pub model: Option<String>,
+    /// The file of the model last loaded, as recorded (older files record none).
+    pub model_path: Option<String>,
     pub system: String,
     pub turns: Vec<Turn>,
     /// The last sampler settings recorded, by `/set` name.
@@ -100,7 +102,10 @@ impl Conversation {
             Record::Start { time, .. } => {
                 self.started.get_or_insert(*time);
             }
-            Record::Model { name, .. } => self.model = Some(name.clone()),
+            Record::Model { name, path } => {
+                self.model = Some(name.clone());
+                self.model_path = path.clone();
+            }
             Record::System { text } => self.system = text.clone(),
             Record::User { text } => self.turns.push(Turn {
                 user: text.clone(),
