@@ -414,7 +414,10 @@ fn a_full_disk_is_tried_again_each_turn_and_what_was_missing_is_written() {
     t.file = Some(File::open(&path).unwrap());
     exchange(&mut t, "two", &["2", "2"]);
     let (said, error) = t.take_notice().expect("said once");
-    assert!(error && said.contains("not saving the conversation"), "{said}");
+    assert!(
+        error && said.contains("not saving the conversation"),
+        "{said}"
+    );
     exchange(&mut t, "three", &["3"]);
     assert_eq!(t.take_notice(), None, "said once per failure");
     assert_eq!(read(&path).unwrap().turns.len(), 1);
@@ -423,7 +426,10 @@ fn a_full_disk_is_tried_again_each_turn_and_what_was_missing_is_written() {
     t.file = Some(OpenOptions::new().append(true).open(&path).unwrap());
     exchange(&mut t, "four", &["4"]);
     let (said, error) = t.take_notice().expect("said");
-    assert!(!error && said.contains("saving the conversation again"), "{said}");
+    assert!(
+        !error && said.contains("saving the conversation again"),
+        "{said}"
+    );
     assert_eq!(t.unsaved(), None);
     assert_eq!(t.failure(), None);
     let c = read(&path).unwrap();
@@ -441,7 +447,10 @@ fn a_conversation_started_without_room_is_saved_once_there_is_some() {
     std::fs::write(&blocked, "").unwrap();
     let mut t = Transcript::create(&blocked, at(0));
     exchange(&mut t, "one", &["1"]);
-    assert!(t.take_notice().is_some_and(|(s, e)| e && s.contains("not saving")));
+    assert!(
+        t.take_notice()
+            .is_some_and(|(s, e)| e && s.contains("not saving"))
+    );
     assert!(t.path().is_none());
     std::fs::remove_file(&blocked).unwrap();
     exchange(&mut t, "two", &["2"]);
@@ -525,7 +534,10 @@ fn resume_names_the_conversations_model_and_loads_it_when_it_is_there() {
     };
     // Named on the command line: kept, and said.
     let said = resume_model(&c, true, &mut config).unwrap();
-    assert!(said.contains("gemma") && said.contains("as asked"), "{said}");
+    assert!(
+        said.contains("gemma") && said.contains("as asked"),
+        "{said}"
+    );
     assert_eq!(config.model, Some(dir.path().join("smollm.gguf")));
     // Not named: the conversation's model.
     let said = resume_model(&c, false, &mut config).unwrap();
