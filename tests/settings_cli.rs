@@ -152,17 +152,12 @@ fn item9_an_explicit_gpu_backend_that_cannot_start_is_exit_2() {
     }
 }
 
-/// A prompt of a few thousand tokens: seconds of prompt processing on the CPU, reading every
-/// weight page again and again.
-fn long_prompt() -> String {
-    "The quick brown fox jumps over the lazy dog. ".repeat(300)
-}
-
 #[test]
 fn item9_a_model_truncated_while_mapped_ends_with_a_documented_code() {
     let t = tempfile::tempdir().unwrap();
     let copy = t.path().join("model-copy.gguf");
     std::fs::copy(smollm2(), &copy).unwrap();
+    let prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,";
     let mut child = hipscope(t.path())
         .args([
             "generate",
@@ -171,22 +166,23 @@ fn item9_a_model_truncated_while_mapped_ends_with_a_documented_code() {
             "-t",
             "2",
             "-n",
-            "8",
+            "2000",
         ])
-        .args(["-p", &long_prompt()])
-        .stdout(Stdio::null())
+        .args(["--temp", "0", "-p", prompt])
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Once loaded (its weights mapped), cut the file short as a copy onto it would.
-    let mut err = child.stderr.take().unwrap();
+    // Once it is generating (each decode step reads the weights from the map), cut the file
+    // short as a copy onto it would: the next page read past the end faults.
+    let mut out = child.stdout.take().unwrap();
     let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !String::from_utf8_lossy(&seen).contains("load time") {
-        let n = err.read(&mut buf).unwrap();
+    let mut buf = [0u8; 256];
+    while seen.len() < prompt.len() + 16 {
+        let n = out.read(&mut buf).unwrap();
         assert!(
             n > 0,
-            "ended before loading: {}",
+            "ended before generating: {}",
             String::from_utf8_lossy(&seen)
         );
         seen.extend_from_slice(&buf[..n]);
@@ -197,12 +193,13 @@ fn item9_a_model_truncated_while_mapped_ends_with_a_documented_code() {
         .unwrap()
         .set_len(4096)
         .unwrap();
-    err.read_to_end(&mut seen).unwrap();
-    let status = child.wait().unwrap();
-    let text = String::from_utf8_lossy(&seen);
-    // A documented code (1: failed, the message says why), whether the step's check saw the
-    // change first or a page fault (SIGBUS) did; never the shell's 135 for a death by signal.
-    assert_eq!(status.code(), Some(1), "{status}: {text}");
+    // Read on: a closed stdout would end the command quietly before it faulted.
+    out.read_to_end(&mut seen).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let text = stderr(&o);
+    // A documented code (1: failed, the message says why), whether a page fault (SIGBUS) or the
+    // step's check saw the change first; never the shell's 135 for a death by signal.
+    assert_eq!(o.status.code(), Some(1), "{}: {text}", o.status);
     assert!(
         text.contains("SIGBUS") || text.contains("changed on disk"),
         "{text}"

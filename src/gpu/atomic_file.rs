@@ -26,31 +26,71 @@ pub fn write<T, E: From<io::Error>>(
     replace: Replace,
     write: impl FnOnce(&mut File) -> Result<T, E>,
 ) -> Result<T, E> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    // Hidden and unique (random suffix), so that two writers never share one.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".partial")
-        .tempfile_in(&dir)?;
-    let value = write(tmp.as_file_mut())?;
-    tmp.as_file().sync_all()?;
-    match replace {
-        Replace::Allow => tmp.persist(path).map_err(|e| e.error)?,
-        Replace::Never => tmp.persist_noclobber(path).map_err(|e| e.error)?,
-    };
-    // The rename is durable once the folder's entry is (best effort: not every filesystem
-    // syncs a folder).
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
+    let mut p = Pending::create(path)?;
+    let value = write(p.tmp.as_file_mut())?;
+    p.commit(replace)?;
     Ok(value)
+}
+
+/// A file being written a piece at a time (a logits file of gigabytes): it appears under its name
+/// only at [`Pending::commit`]; dropped before that (an error, an interrupt), it is removed.
+pub struct Pending {
+    tmp: tempfile::NamedTempFile,
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl Pending {
+    /// A temporary file beside `path`, hidden and uniquely named, so that two writers never
+    /// share one.
+    pub fn create(path: &Path) -> io::Result<Pending> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{name}."))
+            .suffix(".partial")
+            .tempfile_in(&dir)?;
+        Ok(Pending {
+            tmp,
+            path: path.to_path_buf(),
+            dir,
+        })
+    }
+
+    /// Pushes the file to disk and renames it into place (the rename is atomic: readers see the
+    /// old file or the new one).
+    pub fn commit(self, replace: Replace) -> io::Result<()> {
+        self.tmp.as_file().sync_all()?;
+        match replace {
+            Replace::Allow => self.tmp.persist(&self.path).map_err(|e| e.error)?,
+            Replace::Never => self
+                .tmp
+                .persist_noclobber(&self.path)
+                .map_err(|e| e.error)?,
+        };
+        // The rename is durable once the folder's entry is (best effort: not every filesystem
+        // syncs a folder).
+        if let Ok(d) = File::open(&self.dir) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
+
+impl io::Write for Pending {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.tmp.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.tmp.flush()
+    }
 }
 
 /// The file `path` names after following symbolic links (a dotfiles link to config.toml), so
