@@ -114,18 +114,6 @@ fn dismiss(s: &mut Session) {
     std::thread::sleep(Duration::from_millis(200));
 }
 
-/// Waits until the model is loaded and the chat at rest (the header says `idle` beside the
-/// context gauge, which comes with a model): whether the welcome line shows depends on what
-/// else the chat had to say first.
-fn loaded(s: &Session) {
-    let start = Instant::now();
-    let ready = |h: &str| h.contains(" idle ") && h.contains(" ctx ");
-    while !ready(s.contents().lines().next().unwrap_or_default()) {
-        assert!(start.elapsed() < LOAD, "{}", s.contents());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn item3_a_full_disk_recovers_when_space_returns_and_a_quit_with_unsaved_turns_offers_save() {
     let home = tempfile::tempdir().unwrap();
@@ -133,7 +121,7 @@ fn item3_a_full_disk_recovers_when_space_returns_and_a_quit_with_unsaved_turns_o
     let disk = SmallDisk::mount(&convs);
     // Room for the conversation's first turn only.
     let mut s = Session::start(home.path(), &["-n", "6"]);
-    loaded(&s);
+    sees_loaded(&s);
     turn(&mut s, "Say one word.");
     saved_turns(&convs, 1, &s);
 
@@ -192,7 +180,7 @@ fn item3_a_chat_started_on_a_full_disk_saves_once_there_is_room() {
     disk.fill();
     let convs = data.join("conversations");
     let mut s = Session::start(home.path(), &["-n", "6"]);
-    loaded(&s);
+    sees_loaded(&s);
     turn(&mut s, "Say one word.");
     s.sees("not saving the conversation", NOTICE);
     dismiss(&mut s);

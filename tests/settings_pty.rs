@@ -55,18 +55,6 @@ fn trained_context() -> String {
     hipscope::ui::units::count(n)
 }
 
-/// Waits until the model is loaded and the chat at rest (the header says `idle` beside the
-/// context gauge, which comes with a model): whether the welcome line shows depends on what
-/// else the chat had to say first.
-fn loaded(s: &Session) {
-    let start = Instant::now();
-    let ready = |h: &str| h.contains(" idle ") && h.contains(" ctx ");
-    while !ready(s.contents().lines().next().unwrap_or_default()) {
-        assert!(start.elapsed() < LOAD, "{}", s.contents());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn issue31_item5_set_save_writes_through_a_link_and_only_what_set_changed() {
     let home = tempfile::tempdir().unwrap();
@@ -80,7 +68,7 @@ fn issue31_item5_set_save_writes_through_a_link_and_only_what_set_changed() {
     std::os::unix::fs::symlink("../dotfiles/hipscope.toml", &link).unwrap();
 
     let mut s = Session::start(h, &["-n", "16"]);
-    loaded(&s);
+    sees_loaded(&s);
     s.type_line("/set top_p 0.5");
     s.type_line("/set save");
     s.sees("kept the sampler settings", NOTICE);
