@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hipscope::gpu::backend::{Backend, BackendError};
+use hipscope::gpu::backend::{BackendError, Instrument, Memory};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType, PrefillGemm, PrefillPath};
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hipscope::gpu::backend::{
-    AttnParams, Backend, Buf, KvLayout, KvShift, MemoryPlan, MoeFfn, OpLabel, Result, RopeParams,
-    Weight, WeightData,
+    AttnParams, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn, OpLabel,
+    Ops, Result, RopeParams, Weight, WeightData,
 };
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
@@ -51,23 +51,7 @@ struct Scripted {
     n_vocab: usize,
     script: Arc<Mutex<Script>>,
 }
-
-impl Backend for Scripted {
-    fn device(&self) -> DeviceSummary {
-        self.inner.device()
-    }
-    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
-        self.inner.plan(plan)
-    }
-    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
-        self.inner.load_weight(data)
-    }
-    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
-        self.inner.alloc(name, len)
-    }
-    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
-        self.inner.alloc_kv_cache(layout)
-    }
+impl Ops for Scripted {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
         let mut s = self.script.lock().unwrap();
         s.fed.extend_from_slice(tokens);
@@ -93,6 +77,47 @@ impl Backend for Scripted {
     fn matmul(&mut self, w: Weight, x: Buf, out: Buf, n: usize, label: OpLabel) -> Result<()> {
         self.inner.matmul(w, x, out, n, label)
     }
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.inner.matmul_qkv(w, bias, x, out, n, layer)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.inner
+            .matmul_swiglu(w_gate, w_up, x, gate, up, n, ffn_dim, layer)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.inner
+            .matmul_add(w, x, acc, tmp, n, dim, label, add_label)
+    }
     fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
         self.inner.moe_ffn(m)
     }
@@ -115,8 +140,16 @@ impl Backend for Scripted {
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
         self.inner.attention(q, k, v, out, p)
     }
-    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
-        self.inner.kv_shift(s)
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        self.inner.rope_attention(q, k, v, out, rope, p)
     }
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         self.inner.swiglu(gate, up, len, label)
@@ -133,6 +166,30 @@ impl Backend for Scripted {
     fn copy(&mut self, src: Buf, so: usize, dst: Buf, d_off: usize, len: usize) -> Result<()> {
         self.inner.copy(src, so, dst, d_off, len)
     }
+}
+
+impl Memory for Scripted {
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
+        self.inner.plan(plan)
+    }
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
+        self.inner.plan_bytes(plan)
+    }
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
+        self.inner.load_weight(data)
+    }
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        self.inner.alloc(name, len)
+    }
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        self.inner.alloc_kv_cache(layout)
+    }
+    fn kv_type(&self) -> KvType {
+        self.inner.kv_type()
+    }
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        self.inner.kv_shift(s)
+    }
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
         self.inner.read(buf, offset, out)?;
         if out.len() == self.n_vocab
@@ -144,8 +201,17 @@ impl Backend for Scripted {
         }
         Ok(())
     }
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.inner.write(buf, offset, data)
+    }
     fn arena(&self) -> ArenaSnapshot {
         self.inner.arena()
+    }
+}
+
+impl Instrument for Scripted {
+    fn device(&self) -> DeviceSummary {
+        self.inner.device()
     }
 }
 

@@ -44,6 +44,10 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
     pub graphs: bool,
+    /// Most tokens per forward step of a prompt (`-b`).
+    pub n_batch: usize,
+    /// Element type of the KV cache (`--kv-type`).
+    pub kv_type: crate::gpu::compute::KvType,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
     pub ctx_discard: u8,
@@ -120,6 +124,8 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         n_gpu_layers: config.n_gpu_layers,
         device: config.device,
         graphs: config.graphs,
+        n_batch: crate::model::loader::LoadOptions::default().n_batch,
+        kv_type: crate::gpu::compute::KvType::default(),
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
@@ -310,7 +316,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
     };
 
-    let mut worker = spawn(worker_config(&config));
+    let mut wc = worker_config(&config);
+    opts.args.apply_to_worker(&mut wc);
+    let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
             .commands
@@ -418,7 +426,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         choice: cfg.backend,
         device: cfg.device,
         cpu: cfg.tuning.cpu(cfg.threads as usize),
-        compute: cfg.tuning.compute(Default::default(), cfg.graphs),
+        compute: cfg.tuning.compute(cfg.kv_type, cfg.graphs),
     };
     let opts = WorkerOptions {
         source: match cfg.remote {
@@ -450,6 +458,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: cfg.ctx_size.map(|n| n as usize),
+            n_batch: cfg.n_batch,
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,

@@ -44,6 +44,13 @@ pub struct ChatArgs {
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// Most tokens per forward step when processing a prompt (default 512).
+    #[arg(short = 'b', long = "batch-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = super::cmd::usage::whole::<usize>(1, super::cmd::usage::MAX_CTX))]
+    pub batch_size: Option<usize>,
+    /// Element type of the KV cache: f16 (default) or f32.
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv)]
+    pub kv_type: Option<crate::gpu::compute::KvType>,
     /// System prompt.
     #[arg(long = "system-prompt", visible_alias = "sys", value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -113,6 +120,16 @@ impl ChatArgs {
     /// The model file named on the command line (MODEL or `-m`).
     pub fn model_path(&self) -> Option<&PathBuf> {
         self.model.as_ref().or(self.model_flag.as_ref())
+    }
+
+    /// The flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_to_worker(&self, w: &mut super::chat::WorkerConfig) {
+        if let Some(b) = self.batch_size {
+            w.n_batch = b;
+        }
+        if let Some(k) = self.kv_type {
+            w.kv_type = k;
+        }
     }
 
     /// Applies the flags on top of `config`; errors name the flag and what it accepts.
@@ -189,6 +206,10 @@ impl ChatArgs {
 
 pub use crate::model::split::parse_gpu_layers;
 
+fn parse_kv(s: &str) -> Result<crate::gpu::compute::KvType, String> {
+    s.parse()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +267,27 @@ mod tests {
         assert_eq!(e, "--temp hot: not allowed; use a number from 0 to 5");
         let e = args(&["--backend", "metal"]).apply(&mut c).unwrap_err();
         assert!(e.starts_with("--backend metal"), "{e}");
+    }
+
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let mut w = crate::app::chat::worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        args(&["-b", "256", "--kv-type", "f32"]).apply_to_worker(&mut w);
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        let mut v = vec!["hipscope", "-b", "0"];
+        assert!(
+            Cli::try_parse_from(v.drain(..)).is_err(),
+            "a batch of 0 tokens"
+        );
     }
 
     #[test]

@@ -1,12 +1,21 @@
 //! Finds GGUF model files where people keep them: hipscope's cache, llama.cpp's cache, LM
 //! Studio's model folders, ollama's blob store (named from its manifests), the Hugging Face hub
-//! cache, and the folders named in the config. Each file's header is read for the picker.
+//! cache, and the folders named in the config. Each file's header is read for the picker. A model
+//! given by name on the command line is looked up among them (`names.rs`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::model::gguf::GgufFile;
 use crate::ui::picker::{ModelEntry, ModelHeader};
+
+pub mod names;
+
+/// The model called `name` among those found in `places` (see [`names::resolve`]).
+pub fn find_named(name: &str, places: &Places) -> Result<names::Found, names::NameError> {
+    let (entries, _) = scan(&places.roots());
+    names::resolve(name, &entries)
+}
 
 /// How a root is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +79,16 @@ impl Places {
             scan_defaults,
             current: None,
         }
+    }
+
+    /// Where a model named on the command line is looked up: where the picker looks, with the
+    /// search paths of the settings (`app/settings.rs`).
+    pub fn for_names(config: &crate::app::config::Config) -> Places {
+        Places::from_env(
+            Some(crate::gpu::dirs::cache_dir()),
+            config.models.search_paths.clone(),
+            config.models.scan_default_locations,
+        )
     }
 
     pub fn roots(&self) -> Vec<Root> {

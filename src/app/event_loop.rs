@@ -358,6 +358,7 @@ fn log_event(e: &Event) {
             device.backend
         ),
         Event::Error { context, message } => tracing::error!("{context}: {message}"),
+        Event::Notice { context, message } => tracing::warn!("{context}: {message}"),
         _ => {}
     }
 }

@@ -4,12 +4,12 @@
 //! - `panic`: the chat panics on its UI thread with the screen up;
 //! - `hang:load`, `hang:prompt`, `hang:decode`: once, while the model loads (after its weights),
 //!   during prompt processing (a batch of more than one token) or in a decode step (one token),
-//!   an op that does not finish is put on the device's stream ([`Backend::stuck_op`]: on a GPU
+//!   an op that does not finish is put on the device's stream ([`Instrument::stuck_op`]: on a GPU
 //!   the `hs_spin_on_flag` kernel, on the CPU the worker held inside the op), with the budget
 //!   [`STUCK_BUDGET`]. The watchdog must call it HUNG, write a report, and the quit must leave
 //!   within its deadline.
 //!
-//! [`Backend::stuck_op`]: crate::gpu::backend::Backend::stuck_op
+//! [`Instrument::stuck_op`]: crate::gpu::backend::Instrument::stuck_op
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -35,6 +35,7 @@ pub mod hip;
 pub mod kernels;
 pub mod open;
 pub mod quant;
+pub mod rope;
 pub mod select;
 pub mod snapshot;
 pub mod stream;

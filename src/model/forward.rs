@@ -18,9 +18,10 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams,
-    Weight, Yarn,
+    Weight,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
+use crate::gpu::rope::Yarn;
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 

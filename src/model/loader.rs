@@ -93,7 +93,7 @@ pub fn check(file: &GgufFile) -> Result<(), LoadError> {
 }
 
 /// A session ready to chat, and anything the user should know about how it was set up (a
-/// template that failed and was replaced by ChatML, say).
+/// file without a chat template, and the format used instead).
 pub struct Loaded {
     pub session: Session,
     pub summary: ModelSummary,
@@ -111,13 +111,8 @@ pub fn load(
 ) -> Result<Loaded, LoadError> {
     let mut warnings = Vec::new();
     let tokenizer = Tokenizer::from_gguf(&file)?;
-    let template = match ChatTemplate::from_gguf(&file, &tokenizer) {
-        Ok(t) => t,
-        Err(e) => {
-            warnings.push(format!("{e}; using ChatML instead"));
-            ChatTemplate::chatml(&tokenizer)
-        }
-    };
+    let (template, note) = ChatTemplate::for_chat(&file, &tokenizer);
+    warnings.extend(note);
     let config = crate::model::config::ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
     let n_ctx = match opts.n_ctx {
         None => config.train_ctx.clamp(8, 4096),

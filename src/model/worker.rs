@@ -436,8 +436,12 @@ impl Worker {
             Ok(loaded) => {
                 self.current = Some(src);
                 self.remote = None;
+                // Notices, not errors: an error during a load would end the load in the UI.
                 for w in &loaded.warnings {
-                    self.error("model", w);
+                    self.send(Event::Notice {
+                        context: "model".into(),
+                        message: w.clone(),
+                    });
                 }
                 let mut session = loaded.session;
                 // After the load: a split model's device says how it is split; `-ngl auto` with

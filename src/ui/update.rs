@@ -218,6 +218,10 @@ impl App {
                 }
             }
             Event::Telemetry(t) => self.gpu.apply(t),
+            Event::Notice { context, message } => {
+                self.chat
+                    .notice(format!("{context}: {message}"), NoticeLevel::Warn);
+            }
             Event::Error { context, message } => {
                 // A failed request ends what was waiting on it; a started answer still gets
                 // its AnswerDone from the worker.

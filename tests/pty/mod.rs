@@ -70,6 +70,16 @@ impl Session {
         Session::launch(home, wrapper, Model::Test, extra, env)
     }
 
+    /// As [`Session::start_model`], with `env` set (a fake `HOME` whose model stores name it).
+    pub fn start_model_with_env(
+        home: &Path,
+        model: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch(home, &[], Model::File(model), extra, env)
+    }
+
     /// The chat with no model named: the default model, fetched into `home` on first use.
     pub fn start_default_model(home: &Path, env: &[(&str, &str)]) -> Session {
         Session::launch(home, &[], Model::Default, &[], env)
@@ -287,7 +297,11 @@ pub fn sees_loaded(s: &Session) {
     let start = Instant::now();
     let ready = |h: &str| h.contains(" idle ") && h.contains(" ctx ");
     while !ready(s.contents().lines().next().unwrap_or_default()) {
-        assert!(start.elapsed() < LOAD, "never loaded; the screen:\n{}", s.contents());
+        assert!(
+            start.elapsed() < LOAD,
+            "never loaded; the screen:\n{}",
+            s.contents()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

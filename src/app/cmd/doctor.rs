@@ -3,8 +3,12 @@
 //! process (`hipscope __doctor-check NAME`) killed at its deadline, so that a hang or a crash is
 //! reported by name and the doctor goes on.
 //!
-//! Exit codes: 0 no check failed (warnings allowed), 1 a check failed or hung, 2 usage error
-//! (clap's own, or a `--capture` directory that cannot be written).
+//! The report ends with the verdict (`gpu::doctor::verdict`): whether GPU inference works here,
+//! and if not, that models run on the CPU and the next step for each vendor.
+//!
+//! Exit codes: 0 no check failed (warnings allowed), 1 a check failed or hung (or, with
+//! `--require-gpu`, GPU inference does not work here), 2 usage error (clap's own, or a
+//! `--capture` directory that cannot be written).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -15,8 +19,8 @@ use clap::Args;
 
 use super::top::RootArgs;
 use crate::app::stderr::errln;
-use crate::gpu::doctor::report::{Check, EXIT_USAGE, Report, Status};
-use crate::gpu::doctor::{self, facts};
+use crate::gpu::doctor::report::{Check, EXIT_FAIL, EXIT_USAGE, Report, Status};
+use crate::gpu::doctor::{self, facts, verdict};
 use crate::gpu::select::BackendChoice;
 use crate::gpu::telemetry::Roots;
 
@@ -52,6 +56,9 @@ pub struct DoctorArgs {
     /// stress, hang), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub only: Vec<String>,
+    /// Exit 1 unless GPU inference works here (for scripts that need a GPU).
+    #[arg(long)]
+    pub require_gpu: bool,
     #[command(flatten)]
     pub roots: RootArgs,
 }
@@ -457,8 +464,10 @@ pub fn run(a: DoctorArgs) -> i32 {
     } else {
         functional(&a, &mut report);
     }
-    let text = report.text();
-    let json = serde_json::json!({ "facts": &f, "checks": &report.checks }).to_string();
+    let verdict = verdict::decide(&f, &report, live && !a.no_functional);
+    let text = format!("{}verdict: {}\n", report.text(), verdict.summary);
+    let json = serde_json::json!({ "facts": &f, "checks": &report.checks, "verdict": &verdict })
+        .to_string();
     if let Some(dir) = &a.capture {
         let r = capture(&roots, dir).and_then(|n| {
             std::fs::write(dir.join("doctor.txt"), &text)?;
@@ -477,6 +486,9 @@ pub fn run(a: DoctorArgs) -> i32 {
         println!("{json}");
     } else {
         print!("hipscope doctor {}{text}", env!("CARGO_PKG_VERSION"));
+    }
+    if a.require_gpu && !verdict.gpu_works() {
+        return EXIT_FAIL;
     }
     report.exit_code()
 }

@@ -121,6 +121,14 @@ pub fn model_source(args: &ModelArgs, config: &Config) -> anyhow::Result<ModelSo
 /// command, the chat included (which reads the same config key).
 pub fn model_path(named: Option<&PathBuf>, config: &Config) -> anyhow::Result<PathBuf> {
     if let Some(p) = named.or(config.model.as_ref()) {
+        // A name, not a file (`-m llama3.2`): the model discovery finds under it, as the chat.
+        use crate::app::discover::{self, Places, names};
+        if !p.exists() && names::may_be_a_name(p) {
+            let found = discover::find_named(&p.to_string_lossy(), &Places::for_names(config))
+                .map_err(|e| UsageError(e.to_string()))?;
+            errln!("model: {}", found.label);
+            return Ok(found.path);
+        }
         return Ok(p.clone());
     }
     Ok(fetch::ensure_default_model(

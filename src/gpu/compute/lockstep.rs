@@ -1,16 +1,24 @@
-//! [`Lockstep`]: a [`Backend`] that runs every op on the CPU reference and on the GPU, compares
+//! [`Lockstep`]: a backend that runs every op on the CPU reference and on the GPU, compares
 //! what each op wrote, then copies the CPU's result into the GPU's buffer, so that every op is
 //! judged on identical inputs. It names the op (and kernel) whose output differs, where a
 //! comparison of final logits only says that something does. A diagnostic for
 //! `hipscope selftest --compute`, far too slow for anything else (a download per op).
+//!
+//! A fused op runs as the GPU runs it: where the GPU launches one fused kernel (a one-token
+//! `matmul_qkv`, `matmul_swiglu` or `matmul_add` of a quantized type, `GpuCompute::fuses`;
+//! every `rope_attention`), both sides run the fused op (the CPU as its separate ops) and each
+//! output is compared under the fused kernel's own kind (`matmul_qkv Q4_0 (mv fused)`,
+//! `rope + kv_store (fused)`); where the GPU would run the separate ops, so does the lockstep,
+//! comparing each. A scratch output that the fused kernel leaves untouched (`matmul_add`'s
+//! `tmp`, `matmul_swiglu`'s `up`) is copied across uncompared.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::gpu::backend::{
-    AttnParams, Backend, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, Result, RopeParams, Weight,
-    WeightData,
+    AttnParams, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn, OpLabel,
+    Ops, Result, RopeParams, Weight, WeightData, add_separately, qkv_separately, swiglu_separately,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
@@ -92,6 +100,43 @@ impl Lockstep {
         }
         self.gpu.write_buffer(b, &c)
     }
+
+    /// Makes the first `n` elements of `b` on the GPU equal the CPU's, uncompared (a scratch
+    /// output that a fused kernel leaves untouched).
+    fn sync(&mut self, b: Buf, n: usize) -> Result<()> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut c = vec![0f32; n];
+        self.cpu.read(b, 0, &mut c)?;
+        self.gpu.write_buffer(b, &c)
+    }
+
+    /// The GPU's path for a product of type `ty` over `n_tokens` rows, as the kinds name it.
+    fn matmul_path(&self, ty: GgmlType, n_tokens: usize) -> &'static str {
+        if n_tokens < self.gpu.options().gemm_min_tokens {
+            "mv"
+        } else if self.gpu.prefill_is_f16(ty) {
+            "gemm f16"
+        } else {
+            "gemm"
+        }
+    }
+
+    /// The kind of a fused product over weight `w`: `matmul_qkv Q4_0 (mv fused)`.
+    fn fused_kind(&self, op: &str, w: Weight) -> String {
+        format!("{op} {} (mv fused)", self.weight_shapes[w.0 as usize].0)
+    }
+}
+
+/// The kind of an attention call: prompt or decode, global or windowed.
+fn attention_kind(p: &AttnParams) -> &'static str {
+    match (p.n_tokens > 1, p.window > 0) {
+        (true, false) => "attention (prompt)",
+        (false, false) => "attention (decode)",
+        (true, true) => "attention (prompt, window)",
+        (false, true) => "attention (decode, window)",
+    }
 }
 
 fn same<T: PartialEq + std::fmt::Debug>(a: T, b: T, what: &str) -> Result<T> {
@@ -104,34 +149,7 @@ fn same<T: PartialEq + std::fmt::Debug>(a: T, b: T, what: &str) -> Result<T> {
     }
 }
 
-impl Backend for Lockstep {
-    fn device(&self) -> DeviceSummary {
-        self.gpu.device()
-    }
-
-    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
-        self.cpu.plan(plan)?;
-        self.gpu.plan(plan)
-    }
-
-    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
-        let a = self.cpu.load_weight(data)?;
-        let b = self.gpu.load_weight(data)?;
-        self.weight_shapes.push((data.ty, data.rows, data.cols));
-        same(a, b, "a weight")
-    }
-
-    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
-        let a = self.cpu.alloc(name, len)?;
-        let b = self.gpu.alloc(name, len)?;
-        same(a, b, "a buffer")
-    }
-
-    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
-        self.cpu.alloc_kv_cache(layout)?;
-        self.gpu.alloc_kv_cache(layout)
-    }
-
+impl Ops for Lockstep {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
         self.cpu.embed(table, tokens, out)?;
         self.gpu.embed(table, tokens, out)?;
@@ -168,18 +186,83 @@ impl Backend for Lockstep {
         self.cpu.matmul(w, x, out, n_tokens, label)?;
         self.gpu.matmul(w, x, out, n_tokens, label)?;
         let (ty, rows, _) = self.weight_shapes[w.0 as usize];
-        let path = if n_tokens < self.gpu.options().gemm_min_tokens {
-            "mv"
-        } else if self.gpu.prefill_is_f16(ty) {
-            "gemm f16"
-        } else {
-            "gemm"
-        };
+        let path = self.matmul_path(ty, n_tokens);
         let n = n_tokens * rows;
         self.check(out, n, format!("matmul {ty} ({path})"), label)
     }
 
-    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        if !self.gpu.fuses(&w, n_tokens) {
+            return qkv_separately(self, w, bias, x, out, n_tokens, layer);
+        }
+        self.cpu.matmul_qkv(w, bias, x, out, n_tokens, layer)?;
+        self.gpu.matmul_qkv(w, bias, x, out, n_tokens, layer)?;
+        let kind = self.fused_kind("matmul_qkv", w[0]);
+        for (i, name) in ["attn_q", "attn_k", "attn_v"].into_iter().enumerate() {
+            let rows = self.weight_shapes[w[i].0 as usize].1;
+            let at = OpLabel::layer(layer, name);
+            self.check(out[i], n_tokens * rows, kind.clone(), at)?;
+        }
+        Ok(())
+    }
+
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        let w = [w_gate, w_up];
+        if !self.gpu.fuses(&w, n_tokens) {
+            return swiglu_separately(self, w, x, gate, up, n_tokens, ffn_dim, layer);
+        }
+        self.cpu
+            .matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)?;
+        self.gpu
+            .matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)?;
+        let kind = self.fused_kind("matmul_swiglu", w_gate);
+        let n = n_tokens * ffn_dim;
+        self.check(gate, n, kind, OpLabel::layer(layer, "ffn_gate_up"))?;
+        self.sync(up, n)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        if !self.gpu.fuses(&[w], n_tokens) {
+            return add_separately(self, w, x, acc, tmp, n_tokens, dim, label, add_label);
+        }
+        self.cpu
+            .matmul_add(w, x, acc, tmp, n_tokens, dim, label, add_label)?;
+        self.gpu
+            .matmul_add(w, x, acc, tmp, n_tokens, dim, label, add_label)?;
+        let kind = self.fused_kind("matmul_add", w);
+        self.check(acc, n_tokens * dim, kind, label)?;
+        self.sync(tmp, n_tokens * dim)
+    }
+
+    fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
         self.cpu.moe_ffn(m)?;
         self.gpu.moe_ffn(m)?;
         let ty = self.weight_shapes[m.gate.0 as usize].0;
@@ -234,24 +317,48 @@ impl Backend for Lockstep {
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
         self.cpu.attention(q, k, v, out, p)?;
         self.gpu.attention(q, k, v, out, p)?;
-        let kind = match (p.n_tokens > 1, p.window > 0) {
-            (true, false) => "attention (prompt)",
-            (false, false) => "attention (decode)",
-            (true, true) => "attention (prompt, window)",
-            (false, true) => "attention (decode, window)",
-        };
         self.check(
             out,
             p.n_tokens * p.n_heads * p.head_dim,
-            kind.into(),
+            attention_kind(p).into(),
             OpLabel::layer(p.layer as u32, "attention"),
         )
     }
 
-    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
-        // The caches are not compared directly: the attention that reads them next is.
-        self.cpu.kv_shift(s)?;
-        self.gpu.kv_shift(s)
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        // The GPU rotates q and k in place in the launch that writes the cache (`rope +
+        // kv_store`), then attends: both rotations compared, then the attention's output.
+        self.cpu.rope_attention(q, k, v, out, rope, p)?;
+        self.gpu.rope_attention(q, k, v, out, rope, p)?;
+        let l = p.layer as u32;
+        let kind = if rope.neox {
+            "rope (neox) + kv_store (fused)"
+        } else {
+            "rope + kv_store (fused)"
+        };
+        let (q_len, k_len) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
+        self.check(
+            q,
+            p.n_tokens * q_len,
+            kind.into(),
+            OpLabel::layer(l, "rope_q"),
+        )?;
+        self.check(
+            k,
+            p.n_tokens * k_len,
+            kind.into(),
+            OpLabel::layer(l, "rope_k"),
+        )?;
+        let at = OpLabel::layer(l, "attention");
+        self.check(out, p.n_tokens * q_len, attention_kind(p).into(), at)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
@@ -290,14 +397,64 @@ impl Backend for Lockstep {
         self.gpu.copy(src, src_off, dst, dst_off, len)?;
         self.check(dst, dst_off + len, "copy".into(), OpLabel::global("copy"))
     }
+}
+
+impl Memory for Lockstep {
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
+        self.cpu.plan(plan)?;
+        self.gpu.plan(plan)
+    }
+
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
+        self.gpu.plan_bytes(plan)
+    }
+
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
+        let a = self.cpu.load_weight(data)?;
+        let b = self.gpu.load_weight(data)?;
+        self.weight_shapes.push((data.ty, data.rows, data.cols));
+        same(a, b, "a weight")
+    }
+
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        let a = self.cpu.alloc(name, len)?;
+        let b = self.gpu.alloc(name, len)?;
+        same(a, b, "a buffer")
+    }
+
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        self.cpu.alloc_kv_cache(layout)?;
+        self.gpu.alloc_kv_cache(layout)
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.gpu.kv_type()
+    }
+
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
+        // The caches are not compared directly: the attention that reads them next is.
+        self.cpu.kv_shift(s)?;
+        self.gpu.kv_shift(s)
+    }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
         // Every op was already compared and resynchronised: the CPU's values are the answer.
         self.cpu.read(buf, offset, out)
     }
 
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.cpu.write(buf, offset, data)?;
+        self.gpu.write(buf, offset, data)
+    }
+
     fn arena(&self) -> ArenaSnapshot {
         self.gpu.arena()
+    }
+}
+
+impl Instrument for Lockstep {
+    fn device(&self) -> DeviceSummary {
+        self.gpu.device()
     }
 
     fn shutdown(

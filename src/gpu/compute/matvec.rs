@@ -193,6 +193,12 @@ impl GpuCompute {
         }))
     }
 
+    /// Whether a product of `ws` over `n_tokens` rows runs as one fused launch here (what the
+    /// lockstep of `selftest --compute` compares as a fused op).
+    pub(super) fn fuses(&self, ws: &[Weight], n_tokens: usize) -> bool {
+        matches!(self.fused_shape(ws, n_tokens), Ok(Some(_)))
+    }
+
     /// acc += W · x for one token in one launch (the residual add in the product's epilogue);
     /// otherwise the product into `tmp` and a separate add.
     #[allow(clippy::too_many_arguments)]

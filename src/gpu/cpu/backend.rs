@@ -1,28 +1,31 @@
 //! The CPU implementation of [`Backend`]: weights stay in the memory-mapped file, activations are
 //! f32 vectors, the KV cache f32 or f16 (`--kv-type`), and the heavy ops run on a persistent
-//! thread pool. (Just over 700 lines: one method per op of the trait; the attention and MoE
-//! bodies live in `attention/` and `backend/moe.rs`.)
+//! thread pool. Here the [`Ops`] (the attention and MoE bodies live in `attention/` and
+//! `backend/moe.rs`); the [`Memory`] and [`Instrument`] sides in `backend/memory.rs` and
+//! `backend/instrument.rs`.
+//!
+//! [`Backend`]: crate::gpu::backend::Backend
+//! [`Memory`]: crate::gpu::backend::Memory
+//! [`Instrument`]: crate::gpu::backend::Instrument
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Mutex;
 
+mod instrument;
+mod memory;
 mod moe;
 
 use super::CpuOptions;
+use super::activation::gelu_tanh;
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, KvType, OpLabel, Result, RopeParams,
-    SharedBytes, Weight, WeightData,
+    AttnParams, BackendError, Buf, KvLayout, KvType, OpLabel, Ops, Result, RopeParams, SharedBytes,
+    Weight, add_separately, qkv_separately, rope_attention_separately, swiglu_separately,
 };
-use crate::gpu::device::DeviceInfo;
 use crate::gpu::quant::dot::{PACK_MIN_TOKENS, PackedMatrix};
 use crate::gpu::quant::{self, GgmlType};
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary, RegionSnapshot};
-use crate::gpu::stream::{Budget, StreamShared};
-use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 use crate::gpu::watchdog::Watchdog;
 
 struct CpuWeight {
@@ -103,17 +106,6 @@ pub struct CpuBackend {
     /// Every op in the in-flight table while it runs, for the watchdog.
     ops: HostOps,
     watchdog: Option<Watchdog>,
-}
-
-/// How long [`Backend::stuck_op`] holds the thread: far past any budget, short enough that a
-/// forgotten fault ends by itself.
-const STUCK_HOLD: Duration = Duration::from_secs(60);
-
-/// GELU in its tanh form, as ggml writes it (`ggml_gelu_f32`): 0.5·x·(1 + tanh(√(2/π)·x·(1 +
-/// 0.044715·x²))).
-pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044_715 * x * x)).tanh())
 }
 
 fn invalid(msg: String) -> BackendError {
@@ -218,87 +210,7 @@ impl CpuBackend {
         self.bufs[b.0 as usize].1 = v;
     }
 }
-
-impl Backend for CpuBackend {
-    fn device(&self) -> DeviceSummary {
-        let mem = host_memory();
-        DeviceSummary {
-            backend: "cpu".into(),
-            name: cpu_name(),
-            arch: simd_features(),
-            total_memory: mem.map(|m| m.0),
-            free_memory: mem.map(|m| m.1),
-            compute_units: Some(self.pool.n_threads() as u32),
-            warp_size: None,
-            reason: self.reason.clone(),
-            graphs: None,
-        }
-    }
-
-    fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
-        let _op = self.ops.begin_named(&format!("load · {}", d.name));
-        if !quant::is_supported(d.ty) {
-            return Err(BackendError::Unsupported(format!(
-                "tensor {}: type {} is not supported",
-                d.name, d.ty
-            )));
-        }
-        d.check()?;
-        let vector = if d.rows == 1 {
-            let mut v = vec![0f32; d.cols];
-            quant::dequantize(d.ty, d.bytes(), &mut v)
-                .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
-            Some(v)
-        } else {
-            None
-        };
-        self.weights.push(CpuWeight {
-            name: d.name.to_string(),
-            ty: d.ty,
-            rows: d.rows,
-            cols: d.cols,
-            storage: d.storage.clone(),
-            offset: d.offset,
-            len: d.len,
-            vector,
-            packed: None,
-        });
-        Ok(Weight(self.weights.len() as u32 - 1))
-    }
-
-    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
-        self.bufs.push((name, vec![0f32; len]));
-        self.allocations += 1;
-        Ok(Buf(self.bufs.len() as u32 - 1))
-    }
-
-    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
-        let _op = self.ops.begin(OpLabel::global("alloc kv_cache"));
-        let len = layout.elems();
-        let bytes = len as u64 * 2 * self.kv_type.bytes();
-        if let Some((_, avail)) = host_memory()
-            && bytes > avail
-        {
-            return Err(BackendError::OutOfMemory(format!(
-                "the KV cache for {} positions needs {} MiB, {} MiB are available; ask for a smaller context (-c)",
-                layout.n_ctx(),
-                bytes >> 20,
-                avail >> 20
-            )));
-        }
-        self.kv = Some(KvCache {
-            layout: layout.clone(),
-            data: KvData::new(self.kv_type, len),
-        });
-        for s in &self.scores {
-            if let Ok(mut s) = s.lock() {
-                s.resize(layout.n_ctx(), 0.0);
-            }
-        }
-        self.allocations += 2;
-        Ok(())
-    }
-
+impl Ops for CpuBackend {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
         let _op = self.ops.begin(OpLabel::global("embed"));
         let mut o = self.take(out, 0)?;
@@ -406,6 +318,47 @@ impl Backend for CpuBackend {
         self.scratch = scratch;
         self.put(out, o);
         res
+    }
+
+    // The fused ops as their separate ops: the reference the GPU's fused kernels are held to.
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        qkv_separately(self, w, bias, x, out, n_tokens, layer)
+    }
+
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        swiglu_separately(self, [w_gate, w_up], x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        add_separately(self, w, x, acc, tmp, n_tokens, dim, label, add_label)
     }
 
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
@@ -543,27 +496,16 @@ impl Backend for CpuBackend {
         res
     }
 
-    fn kv_shift(&mut self, s: &KvShift) -> Result<()> {
-        let _op = self.ops.begin(OpLabel::global("kv_shift"));
-        let factors = match s.rope.freq_factors {
-            Some(f) => Some(self.vector(f, s.rope.pairs(s.head_dim)?)?.to_vec()),
-            None => None,
-        };
-        let kv = self
-            .kv
-            .as_mut()
-            .ok_or_else(|| invalid("KV shift before the KV cache was allocated".into()))?;
-        if !kv.layout.is_uniform() {
-            return Err(BackendError::Unsupported(
-                "a KV shift of a cache with sliding-window rings".into(),
-            ));
-        }
-        let (n_ctx, kv_dim) = (kv.layout.n_ctx(), kv.layout.kv_dim());
-        let f = factors.as_deref();
-        match &mut kv.data {
-            KvData::F32 { k, v } => super::kv_shift::shift(k, v, n_ctx, kv_dim, s, f),
-            KvData::F16 { k, v } => super::kv_shift::shift(k, v, n_ctx, kv_dim, s, f),
-        }
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        rope_attention_separately(self, q, k, v, out, rope, p)
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
@@ -631,92 +573,5 @@ impl Backend for CpuBackend {
             .map(|s| d[dst_off..dst_off + len].copy_from_slice(&s[src_off..src_off + len]));
         self.put(dst, d);
         res
-    }
-
-    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
-        let _op = self.ops.begin(OpLabel::global("read"));
-        let b = self.buf(buf, offset + out.len())?;
-        out.copy_from_slice(&b[offset..]);
-        Ok(())
-    }
-
-    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
-        let _op = self.ops.begin(OpLabel::global("write"));
-        let mut d = self.take(buf, offset + data.len())?;
-        d[offset..offset + data.len()].copy_from_slice(data);
-        self.put(buf, d);
-        Ok(())
-    }
-
-    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
-        let d = self.device();
-        Some((
-            self.ops.shared(),
-            DeviceInfo {
-                name: d.name,
-                arch: d.arch,
-                arch_source: "cpuid".into(),
-                total_memory: d.total_memory.unwrap_or(0),
-                compute_units: self.pool.n_threads() as u32,
-                notes: vec![self.reason.clone()],
-                ..DeviceInfo::default()
-            },
-        ))
-    }
-
-    fn keep_watchdog(&mut self, dog: Watchdog) {
-        self.watchdog = Some(dog);
-    }
-
-    fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
-        let _op = self.ops.begin_budgeted(label, Some(budget));
-        tracing::warn!("{label}: holding this thread for {STUCK_HOLD:?} (HIPSCOPE_FAULT)");
-        let t = Instant::now();
-        while t.elapsed() < STUCK_HOLD {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(())
-    }
-
-    fn kv_type(&self) -> KvType {
-        self.kv_type
-    }
-
-    fn arena(&self) -> ArenaSnapshot {
-        let weights: u64 = self.weights.iter().map(|w| w.len as u64).sum();
-        let acts: u64 = self.bufs.iter().map(|(_, b)| b.len() as u64 * 4).sum();
-        let kv: u64 = self.kv.as_ref().map_or(0, |kv| kv.data.bytes());
-        let mem = host_memory();
-        let total = weights + acts + kv;
-        ArenaSnapshot {
-            kind: "host".into(),
-            capacity: total,
-            used: total,
-            high_water: total,
-            regions: vec![
-                RegionSnapshot {
-                    name: "weights (mapped)".into(),
-                    capacity: weights,
-                    used: weights,
-                },
-                RegionSnapshot {
-                    name: "kv_cache".into(),
-                    capacity: kv,
-                    used: kv,
-                },
-                RegionSnapshot {
-                    name: "activations".into(),
-                    capacity: acts,
-                    used: acts,
-                },
-            ],
-            largest_free: 0,
-            device_allocations: self.allocations,
-            pinned_host_bytes: 0,
-            split: None,
-            runtime_overhead: None,
-            device_total: mem.map(|m| m.0),
-            device_free: mem.map(|m| m.1),
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! The CPU backend: the numerical reference for the GPU backends, multi-threaded.
 
+mod activation;
 mod attention;
 mod backend;
 pub mod bandwidth;

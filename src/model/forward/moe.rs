@@ -1,6 +1,8 @@
 //! The mixture-of-experts feed-forward of the forward pass (Mixtral-style llama, qwen3moe): its
-//! scratch buffers and the one backend op ([`Backend::moe_ffn`]) that routes each token to its
+//! scratch buffers and the one backend op ([`Ops::moe_ffn`]) that routes each token to its
 //! experts and adds their weighted outputs to the residual.
+//!
+//! [`Ops::moe_ffn`]: crate::gpu::backend::Ops::moe_ffn
 
 use super::weights::LayerWeights;
 use crate::gpu::backend::{Backend, BackendError, Buf, MoeFfn, Weight};

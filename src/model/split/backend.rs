@@ -1,6 +1,7 @@
 //! [`SplitBackend`]: one [`Backend`] over two — the GPU backend for the layers [`Placement`]
 //! gives it, the CPU backend for the rest — so that the forward pass runs unchanged on a split
-//! model. (Just over 700 lines: one forwarding method per op of the `Backend` trait.)
+//! model. The ops and the memory side are here; the instrumentation (device, streams, watchdog,
+//! quit) is in `backend/instrument.rs`.
 //!
 //! Every activation buffer exists on both sides; each remembers which side holds its latest
 //! contents and how far (the rows the last ops wrote). An op runs on the side of its layer (its
@@ -11,21 +12,14 @@
 //! the first GPU layer, and the logits read back as without a split. Each side keeps the KV cache
 //! of its own layers only.
 
-use std::sync::Arc;
-use std::time::Duration;
+mod instrument;
 
 use super::{Placement, Side};
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, BackendMonitor, Buf, KvLayout, KvShift, MemoryPlan, OpLabel,
-    Result, RopeParams, Weight, WeightData,
+    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn,
+    OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
 };
-use crate::gpu::device::DeviceInfo;
-use crate::gpu::snapshot::{
-    ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, SplitSnapshot, StreamSnapshot,
-    WatchdogSnapshot,
-};
-use crate::gpu::stream::{Budget, StreamShared};
-use crate::gpu::watchdog::Watchdog;
+use crate::gpu::snapshot::{ArenaSnapshot, SplitSnapshot};
 
 /// Where a buffer's latest contents are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,93 +237,7 @@ fn side_name(s: Side) -> &'static str {
     }
 }
 
-/// The GPU side's streams and watchdog, and the CPU side's ops as a lane of their own.
-struct SplitMonitor {
-    gpu: Option<Arc<dyn BackendMonitor>>,
-    cpu: Option<Arc<StreamShared>>,
-}
-
-impl BackendMonitor for SplitMonitor {
-    fn streams(&self) -> Vec<StreamSnapshot> {
-        let mut v = self.gpu.as_ref().map(|m| m.streams()).unwrap_or_default();
-        v.extend(self.cpu.as_ref().map(|c| c.snapshot()));
-        v
-    }
-
-    fn watchdog(&self) -> Option<WatchdogSnapshot> {
-        self.gpu.as_ref().and_then(|m| m.watchdog())
-    }
-}
-
-impl Backend for SplitBackend {
-    fn device(&self) -> DeviceSummary {
-        let mut d = self.gpu.device();
-        d.reason = format!("{}; {}", d.reason, self.said);
-        d
-    }
-
-    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
-        self.cpu.plan(plan)?;
-        let g = self.gpu_plan;
-        self.gpu.plan(&g)
-    }
-
-    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
-        self.gpu.plan_bytes(plan)
-    }
-
-    fn kv_type(&self) -> crate::gpu::backend::KvType {
-        self.gpu.kv_type()
-    }
-
-    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
-        let (on_gpu, on_cpu) = self.place.tensor_sides(data.name);
-        let gpu = if on_gpu {
-            self.gpu_weight_bytes += data.len as u64;
-            Some(self.gpu.load_weight(data)?)
-        } else {
-            None
-        };
-        let cpu = if on_cpu {
-            self.cpu_weight_bytes += data.len as u64;
-            Some(self.cpu.load_weight(data)?)
-        } else {
-            None
-        };
-        self.weights.push(WeightSlot {
-            gpu,
-            cpu,
-            rows: data.rows,
-            cols: data.cols,
-            name: data.name.to_string(),
-        });
-        Ok(Weight(self.weights.len() as u32 - 1))
-    }
-
-    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
-        let gpu = self.gpu.alloc(name, len)?;
-        let cpu = self.cpu.alloc(name, len)?;
-        self.bufs.push(BufSlot {
-            gpu,
-            cpu,
-            home: Home::Both,
-            extent: 0,
-        });
-        Ok(Buf(self.bufs.len() as u32 - 1))
-    }
-
-    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
-        let n = layout.n_layers();
-        let g = self.place.gpu_from.min(n);
-        if let Some(part) = layout.part(0..g) {
-            self.cpu.alloc_kv_cache(&part)?;
-        }
-        if let Some(part) = layout.part(g..n) {
-            self.gpu.alloc_kv_cache(&part)?;
-        }
-        Ok(())
-    }
-
+impl Ops for SplitBackend {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
         // The input layer stays on the CPU, as llama.cpp keeps it.
         let s = self.weight_side(table, Side::Cpu);
@@ -454,11 +362,11 @@ impl Backend for SplitBackend {
         Ok(())
     }
 
-    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+    fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
         // The whole mixture runs on its layer's side: router, experts and the residual add.
         let s = self.weight_side(m.router, self.place.layer_side(m.layer as usize));
         let oai = match m.oai {
-            Some(o) => Some(crate::gpu::backend::OaiMoe {
+            Some(o) => Some(OaiMoe {
                 router_bias: self.w_on(o.router_bias, s)?,
                 gate_bias: self.w_on(o.gate_bias, s)?,
                 up_bias: self.w_on(o.up_bias, s)?,
@@ -468,7 +376,7 @@ impl Backend for SplitBackend {
         };
         self.need(m.x, s)?;
         self.need(m.acc, s)?;
-        let on = crate::gpu::backend::MoeFfn {
+        let on = MoeFfn {
             router: self.w_on(m.router, s)?,
             gate: self.w_on(m.gate, s)?,
             up: self.w_on(m.up, s)?,
@@ -490,10 +398,6 @@ impl Backend for SplitBackend {
             self.wrote(b, s, 0);
         }
         Ok(())
-    }
-
-    fn copy_bandwidth(&mut self) -> Option<f64> {
-        self.gpu.copy_bandwidth()
     }
 
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
@@ -538,19 +442,6 @@ impl Backend for SplitBackend {
         );
         self.side(s).attention(qs, ks, vs, o, p)?;
         self.wrote(out, s, p.n_tokens * p.n_heads * p.head_dim);
-        Ok(())
-    }
-
-    fn kv_shift(&mut self, sh: &KvShift) -> Result<()> {
-        let n = self.place.n_layers;
-        if self.place.gpu_from > 0 {
-            let r = self.rope_on(&sh.rope, Side::Cpu)?;
-            self.cpu.kv_shift(&KvShift { rope: r, ..*sh })?;
-        }
-        if self.place.gpu_from < n {
-            let r = self.rope_on(&sh.rope, Side::Gpu)?;
-            self.gpu.kv_shift(&KvShift { rope: r, ..*sh })?;
-        }
         Ok(())
     }
 
@@ -639,6 +530,83 @@ impl Backend for SplitBackend {
         self.wrote(dst, s, dst_off + len);
         Ok(())
     }
+}
+
+impl Memory for SplitBackend {
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
+        self.cpu.plan(plan)?;
+        let g = self.gpu_plan;
+        self.gpu.plan(&g)
+    }
+
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
+        self.gpu.plan_bytes(plan)
+    }
+
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
+        let (on_gpu, on_cpu) = self.place.tensor_sides(data.name);
+        let gpu = if on_gpu {
+            self.gpu_weight_bytes += data.len as u64;
+            Some(self.gpu.load_weight(data)?)
+        } else {
+            None
+        };
+        let cpu = if on_cpu {
+            self.cpu_weight_bytes += data.len as u64;
+            Some(self.cpu.load_weight(data)?)
+        } else {
+            None
+        };
+        self.weights.push(WeightSlot {
+            gpu,
+            cpu,
+            rows: data.rows,
+            cols: data.cols,
+            name: data.name.to_string(),
+        });
+        Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        let gpu = self.gpu.alloc(name, len)?;
+        let cpu = self.cpu.alloc(name, len)?;
+        self.bufs.push(BufSlot {
+            gpu,
+            cpu,
+            home: Home::Both,
+            extent: 0,
+        });
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        let n = layout.n_layers();
+        let g = self.place.gpu_from.min(n);
+        if let Some(part) = layout.part(0..g) {
+            self.cpu.alloc_kv_cache(&part)?;
+        }
+        if let Some(part) = layout.part(g..n) {
+            self.gpu.alloc_kv_cache(&part)?;
+        }
+        Ok(())
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.gpu.kv_type()
+    }
+
+    fn kv_shift(&mut self, sh: &KvShift) -> Result<()> {
+        let n = self.place.n_layers;
+        if self.place.gpu_from > 0 {
+            let r = self.rope_on(&sh.rope, Side::Cpu)?;
+            self.cpu.kv_shift(&KvShift { rope: r, ..*sh })?;
+        }
+        if self.place.gpu_from < n {
+            let r = self.rope_on(&sh.rope, Side::Gpu)?;
+            self.gpu.kv_shift(&KvShift { rope: r, ..*sh })?;
+        }
+        Ok(())
+    }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
         let s = match self.slot(buf)?.home {
@@ -659,56 +627,9 @@ impl Backend for SplitBackend {
         Ok(())
     }
 
-    fn streams(&self) -> Vec<StreamSnapshot> {
-        let mut v = self.gpu.streams();
-        v.extend(self.cpu.watch_target().map(|(s, _)| s.snapshot()));
-        v
-    }
-
     fn arena(&self) -> ArenaSnapshot {
         let mut a = self.gpu.arena();
         a.split = Some(self.split_snapshot());
         a
-    }
-
-    fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
-        Some(Arc::new(SplitMonitor {
-            gpu: self.gpu.monitor(),
-            cpu: self.cpu.watch_target().map(|(s, _)| s),
-        }))
-    }
-
-    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
-        self.gpu.watch_target()
-    }
-
-    fn keep_watchdog(&mut self, dog: Watchdog) {
-        self.gpu.keep_watchdog(dog);
-    }
-
-    fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
-        let s = match label.layer {
-            Some(l) => self.place.layer_side(l as usize),
-            None => self.place.output_side(),
-        };
-        self.side(s).stuck_op(label, budget)
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        self.gpu.as_any_mut()
-    }
-
-    fn shutdown(
-        &mut self,
-        drain_deadline: Duration,
-        on_step: &mut dyn FnMut(QuitStep),
-    ) -> DeviceRelease {
-        let g = self.gpu.shutdown(drain_deadline, on_step);
-        let c = self.cpu.shutdown(drain_deadline, on_step);
-        if g == DeviceRelease::Abandoned || c == DeviceRelease::Abandoned {
-            DeviceRelease::Abandoned
-        } else {
-            DeviceRelease::Clean
-        }
     }
 }

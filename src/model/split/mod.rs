@@ -15,8 +15,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::gpu::backend::{
-    Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams, Weight,
-    WeightData,
+    Backend, BackendError, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn,
+    OpLabel, Ops, RopeParams, Weight, WeightData,
 };
 use crate::gpu::budget::{UsableMemory, usable_memory};
 use crate::gpu::cpu::CpuBackend;
@@ -241,24 +241,7 @@ const PROBE_DONE: &str = "memory plan probe: done";
 struct PlanProbe {
     plan: Arc<Mutex<Option<MemoryPlan>>>,
 }
-
-impl Backend for PlanProbe {
-    fn device(&self) -> DeviceSummary {
-        DeviceSummary::default()
-    }
-    fn plan(&mut self, plan: &MemoryPlan) -> crate::gpu::backend::Result<()> {
-        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(*plan);
-        Err(BackendError::Unsupported(PROBE_DONE.into()))
-    }
-    fn load_weight(&mut self, _: &WeightData) -> crate::gpu::backend::Result<Weight> {
-        Err(probe())
-    }
-    fn alloc(&mut self, _: &'static str, _: usize) -> crate::gpu::backend::Result<Buf> {
-        Err(probe())
-    }
-    fn alloc_kv_cache(&mut self, _: &KvLayout) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
+impl Ops for PlanProbe {
     fn embed(&mut self, _: Weight, _: &[u32], _: Buf) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
@@ -282,6 +265,48 @@ impl Backend for PlanProbe {
         _: usize,
         _: OpLabel,
     ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    fn matmul_qkv(
+        &mut self,
+        _: [Weight; 3],
+        _: [Option<Weight>; 3],
+        _: Buf,
+        _: [Buf; 3],
+        _: usize,
+        _: u32,
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_swiglu(
+        &mut self,
+        _: Weight,
+        _: Weight,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: usize,
+        _: usize,
+        _: u32,
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_add(
+        &mut self,
+        _: Weight,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: usize,
+        _: usize,
+        _: OpLabel,
+        _: OpLabel,
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    fn moe_ffn(&mut self, _: &MoeFfn) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
     fn add_bias(
@@ -315,7 +340,15 @@ impl Backend for PlanProbe {
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
-    fn kv_shift(&mut self, _: &KvShift) -> crate::gpu::backend::Result<()> {
+    fn rope_attention(
+        &mut self,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: &RopeParams,
+        _: &crate::gpu::backend::AttnParams,
+    ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
     fn swiglu(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
@@ -340,11 +373,45 @@ impl Backend for PlanProbe {
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+}
+
+impl Memory for PlanProbe {
+    fn plan(&mut self, plan: &MemoryPlan) -> crate::gpu::backend::Result<()> {
+        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(*plan);
+        Err(BackendError::Unsupported(PROBE_DONE.into()))
+    }
+    fn plan_bytes(&self, _: &MemoryPlan) -> Option<u64> {
+        None
+    }
+    fn load_weight(&mut self, _: &WeightData) -> crate::gpu::backend::Result<Weight> {
+        Err(probe())
+    }
+    fn alloc(&mut self, _: &'static str, _: usize) -> crate::gpu::backend::Result<Buf> {
+        Err(probe())
+    }
+    fn alloc_kv_cache(&mut self, _: &KvLayout) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    fn kv_type(&self) -> KvType {
+        KvType::F32
+    }
+    fn kv_shift(&mut self, _: &KvShift) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
     fn read(&mut self, _: Buf, _: usize, _: &mut [f32]) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    fn write(&mut self, _: Buf, _: usize, _: &[f32]) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
     fn arena(&self) -> ArenaSnapshot {
         ArenaSnapshot::default()
+    }
+}
+
+impl Instrument for PlanProbe {
+    fn device(&self) -> DeviceSummary {
+        DeviceSummary::default()
     }
 }
 

@@ -15,7 +15,12 @@
 //!   CPU's inputs (a mixture-of-experts op with Q8-rounded activations: 1e-3, since it quantizes
 //!   its own intermediate, see `op_tolerance`). The GPU computes the CPU's arithmetic (the same Q8 activation rounding, the
 //!   same integer dot products, RoPE angles built the same way) in another summation order, so
-//!   each op's output may differ by f32 rounding only: 1e-5. With an f16 KV cache, attention reads
+//!   each op's output may differ by f32 rounding only: 1e-5. That holds for the fused decode
+//!   kernels too, which the lockstep runs as the GPU runs them and compares with the CPU's
+//!   separate ops: one-token Q/K/V with their biases, gate/up with SwiGLU and a product with the
+//!   residual add (`matmul_qkv|matmul_swiglu|matmul_add … (mv fused)`), and RoPE of q and k fused
+//!   with the KV-cache write (`rope + kv_store (fused)`; the attention after it is compared as
+//!   `attention (…)`). With an f16 KV cache, attention reads
 //!   keys and values rounded to 11 significant bits (relative error up to 2⁻¹²): 1e-3 there.
 //!   Prompt-batch products on the matrix units (`matmul … (gemm f16)`, see
 //!   `src/gpu/compute/dequant.rs`; a MoE op's grouped expert products, `moe experts … (gemm
@@ -41,7 +46,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::cmd::usage::{outln, stdout_gone};
-use crate::gpu::backend::Backend;
+use crate::gpu::backend::{Backend, Instrument};
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
 use crate::gpu::compute::plan::{ActFormat, type_kernels};
 use crate::gpu::compute::{ComputeOptions, GpuCompute, KvType};
@@ -496,9 +501,9 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
          instead); every logit compared"
     );
     outln!(
-        "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5 (attention over an f16 KV cache 1e-3, \
-         prompt products in f16 2e-3, a prompt's MoE experts in f16 4e-3); logits 1e-4 for F32/F16/BF16 weights, 5e-2 where \
-         activations are Q8-rounded"
+        "bounds on ‖gpu−cpu‖/‖cpu‖: each op 1e-5, the fused decode kernels too (attention over \
+         an f16 KV cache 1e-3, prompt products in f16 2e-3, a prompt's MoE experts in f16 4e-3); \
+         logits 1e-4 for F32/F16/BF16 weights, 5e-2 where activations are Q8-rounded"
     );
     outln!(
         "floor: the same measure between the CPU and the CPU with norm weights moved by one ulp"

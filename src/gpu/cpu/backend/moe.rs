@@ -1,4 +1,4 @@
-//! The mixture-of-experts feed-forward on the CPU ([`Backend::moe_ffn`]), as llama.cpp's CPU
+//! The mixture-of-experts feed-forward on the CPU ([`Ops::moe_ffn`]), as llama.cpp's CPU
 //! backend computes `build_moe_ffn`: the router product, softmax (ggml's: f32 exponentials, the
 //! sum in f64), top-k largest first, the chosen probabilities divided by their sum (clamped below
 //! at 2^-14), then each expert's SwiGLU FFN over the tokens routed to it (tokens grouped by
@@ -10,10 +10,11 @@
 //! (`LLAMA_EXPERT_GATING_FUNC_TYPE_SOFTMAX_WEIGHT`), each expert product plus its bias, and
 //! ggml's clamped `swiglu_oai` in place of SwiGLU.
 //!
-//! [`Backend::moe_ffn`]: crate::gpu::backend::Backend::moe_ffn
+//! [`Ops::moe_ffn`]: crate::gpu::backend::Ops::moe_ffn
 
 use super::{CpuBackend, invalid};
-use crate::gpu::backend::{Backend, MoeFfn, OpLabel, Result, Weight, swiglu_oai};
+use crate::gpu::backend::{MoeFfn, OpLabel, Ops, Result, Weight};
+use crate::gpu::cpu::activation::swiglu_oai;
 use crate::gpu::cpu::matmul::{QuantMatrix, matmul};
 use crate::gpu::quant;
 

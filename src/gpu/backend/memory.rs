@@ -1,0 +1,116 @@
+//! What a backend holds and how data gets in and out ([`Memory`]): the model's weights as
+//! stored ([`WeightData`]), the memory plan made before the first of them ([`MemoryPlan`]), the
+//! activation buffers and the KV cache.
+
+use std::sync::Arc;
+
+use super::kv_layout::{KvLayout, KvShift, KvType};
+use super::{BackendError, Buf, Result, Weight};
+use crate::gpu::quant::GgmlType;
+use crate::gpu::snapshot::ArenaSnapshot;
+
+/// The memory side of a backend: the plan, the weights, the activation buffers and the KV cache,
+/// and the copies between them and the host. No method has a default body, so that a wrapper
+/// passes each on to what it wraps.
+pub trait Memory {
+    /// Told once, before any weight or buffer, how much the model will need.
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()>;
+
+    /// Bytes of device memory this backend would set aside for `plan` (its arena), for deciding
+    /// how many layers fit (`-ngl auto`); `None` where the backend has no device memory.
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64>;
+
+    /// Takes a weight (checked: `len` matches the shape and type, the range lies in storage).
+    fn load_weight(&mut self, data: &WeightData) -> Result<Weight>;
+
+    /// An f32 buffer of `len` elements (zeroed).
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf>;
+
+    /// The KV cache, layer by layer as `layout` says.
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()>;
+
+    /// The element type its KV cache is allocated in (so that the CPU part of a split model
+    /// keeps the GPU part's).
+    fn kv_type(&self) -> KvType;
+
+    /// Moves cached keys and values down in every layer and re-rotates the keys for their new
+    /// positions (see [`KvShift`]).
+    fn kv_shift(&mut self, s: &KvShift) -> Result<()>;
+
+    /// Waits for every op before it and copies `out.len()` elements from `buf[offset..]`.
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()>;
+
+    /// Overwrites `buf[offset..offset + data.len()]` with `data`, after every op before it (the
+    /// hand-over of activations between the two backends of a split model); an `Unsupported`
+    /// error from a backend that cannot take activations from another.
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()>;
+
+    /// Memory held by the backend, for the UI.
+    fn arena(&self) -> ArenaSnapshot;
+}
+
+/// Bytes that outlive any borrower: a memory-mapped model file, or one built in memory.
+pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
+
+/// A weight as stored in the model file: `rows` rows of `cols` elements of type `ty` (GGUF dims
+/// `[cols, rows]`) at `storage[offset..offset + len]`. The CPU backend keeps pointing into the
+/// storage (no copy of a memory-mapped file); GPU backends upload it.
+#[derive(Clone)]
+pub struct WeightData<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub storage: &'a SharedBytes,
+    pub offset: usize,
+    pub len: usize,
+}
+
+impl WeightData<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        &(**self.storage).as_ref()[self.offset..self.offset + self.len]
+    }
+
+    /// Checks that `len` bytes hold `rows × cols` elements of `ty` and that the range lies in the
+    /// storage, before any backend trusts them.
+    pub fn check(&self) -> Result<()> {
+        let expected = self
+            .cols
+            .checked_mul(self.rows)
+            .and_then(|n| self.ty.bytes_for(n as u64));
+        let in_storage = self
+            .offset
+            .checked_add(self.len)
+            .is_some_and(|end| end <= (**self.storage).as_ref().len());
+        if expected != Some(self.len as u64) || !in_storage {
+            return Err(BackendError::Invalid(format!(
+                "tensor {}: {} bytes do not hold {} × {} {}",
+                self.name, self.len, self.rows, self.cols, self.ty
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a model will ask of a backend, known before its first weight is loaded, so that a GPU
+/// backend can make its few large allocations up front (and refuse at once, with the numbers, a
+/// model that does not fit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Bytes of all weights, as stored.
+    pub weights: u64,
+    /// Number of weight tensors.
+    pub weight_tensors: usize,
+    /// f32 elements of all activation buffers.
+    pub activation_elems: u64,
+    /// KV cache: the positions of every layer ([`KvLayout`]) × kv_dim, for keys and for values
+    /// each.
+    pub kv_elems: u64,
+    /// Most tokens in one forward step (the width of a prompt batch).
+    pub n_batch: usize,
+    /// The widest input of any matrix product (elements per token row).
+    pub max_cols: usize,
+    /// Elements of all one-row tensors (norms, biases, RoPE factors), which a backend may keep
+    /// as f32 whatever their stored type.
+    pub vector_elems: u64,
+}

@@ -1,0 +1,420 @@
+//! [`GpuCompute`]'s side of the [`Backend`] seam: each op a call into the launcher of its kernel
+//! family (`matvec`, `dequant`, `ops`, `attention`, `moe`, `kv_shift`), the memory side on the
+//! arena, the instrumentation on the runtime's stream.
+//!
+//! [`Backend`]: crate::gpu::backend::Backend
+
+use super::*;
+use crate::gpu::backend::{Instrument, Memory, Ops};
+
+impl Ops for GpuCompute {
+    fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
+        self.launch_embed(table, tokens, out)
+    }
+
+    fn rms_norm(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        out: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.launch_rms_norm(x, weight, out, n_tokens, dim, eps, label)
+    }
+
+    fn matmul(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        out: Buf,
+        n_tokens: usize,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.launch_matmul(w, x, out, n_tokens, label)
+    }
+
+    fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
+        self.launch_add_bias(x, bias, n_tokens, label)
+    }
+
+    fn matmul_qkv(
+        &mut self,
+        w: [Weight; 3],
+        bias: [Option<Weight>; 3],
+        x: Buf,
+        out: [Buf; 3],
+        n_tokens: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_qkv(w, bias, x, out, n_tokens, layer)
+    }
+
+    fn matmul_swiglu(
+        &mut self,
+        w_gate: Weight,
+        w_up: Weight,
+        x: Buf,
+        gate: Buf,
+        up: Buf,
+        n_tokens: usize,
+        ffn_dim: usize,
+        layer: u32,
+    ) -> Result<()> {
+        self.launch_matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)
+    }
+
+    fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
+        self.launch_moe(m)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: Weight,
+        x: Buf,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.launch_matmul_add(w, x, acc, tmp, n_tokens, dim, label, add_label)
+    }
+
+    fn rope(
+        &mut self,
+        x: Buf,
+        n_tokens: usize,
+        n_heads: usize,
+        head_dim: usize,
+        pos0: usize,
+        p: &RopeParams,
+        label: OpLabel,
+    ) -> Result<()> {
+        self.launch_rope(x, n_tokens, n_heads, head_dim, pos0, p, label)
+    }
+
+    fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
+        self.launch_attention(q, k, v, out, p, None)
+    }
+
+    fn rope_attention(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        rope: &RopeParams,
+        p: &AttnParams,
+    ) -> Result<()> {
+        if q == k || k == v || q == v {
+            return crate::gpu::backend::rope_attention_separately(self, q, k, v, out, rope, p);
+        }
+        self.launch_attention(q, k, v, out, p, Some(rope))
+    }
+
+    fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let f = self.kernels.swiglu;
+        self.elementwise(f, "swiglu", gate, up, len, label)
+    }
+
+    fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let f = self.kernels.geglu;
+        self.elementwise(f, "geglu", gate, up, len, label)
+    }
+
+    fn scale(&mut self, x: Buf, len: usize, factor: f32, label: OpLabel) -> Result<()> {
+        self.launch_scale(x, len, factor, label)
+    }
+
+    fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()> {
+        let f = self.kernels.add;
+        self.elementwise(f, "add", acc, x, len, label)
+    }
+
+    fn copy(
+        &mut self,
+        src: Buf,
+        src_off: usize,
+        dst: Buf,
+        dst_off: usize,
+        len: usize,
+    ) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let s = self
+            .buf(src, src_off + len)?
+            .slice(src_off as u64 * 4, len as u64 * 4)
+            .map_err(gpu_err)?;
+        let d = self
+            .buf(dst, dst_off + len)?
+            .slice(dst_off as u64 * 4, len as u64 * 4)
+            .map_err(gpu_err)?;
+        let l = self.label(OpLabel::global("copy"), "")?;
+        self.gpu_mut()?
+            .copy_d2d(l, d, s, len as u64 * 4)
+            .map_err(gpu_err)?;
+        self.wrote(dst);
+        Ok(())
+    }
+}
+
+impl Memory for GpuCompute {
+    fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
+        if self.plan.is_some() {
+            return Err(invalid("the memory plan was already made".into()));
+        }
+        if plan.n_batch > MAX_GRID_Y {
+            return Err(invalid(format!(
+                "batches of {} tokens (at most {MAX_GRID_Y})",
+                plan.n_batch
+            )));
+        }
+        let ap = plan::arena_plan(plan, &self.opts);
+        let sizes = plan::workspace_sizes(plan, &self.opts);
+        let g = self.gpu_mut()?;
+        g.create_arena(&ap).map_err(gpu_err)?;
+        let mut alloc = |r: Region, b: u64| g.alloc(r, b).map_err(gpu_err);
+        let ws = Workspace {
+            tokens: alloc(Region::Workspace, sizes.tokens)?,
+            xq: alloc(Region::Workspace, sizes.xq)?,
+            xd: alloc(Region::Workspace, sizes.xd)?,
+            xdq: match sizes.xdq {
+                0 => None,
+                b => Some(alloc(Region::Workspace, b)?),
+            },
+            tile: match sizes.tile {
+                0 => None,
+                b => Some(alloc(Region::Workspace, b)?),
+            },
+            attn_part: Some(alloc(Region::Workspace, sizes.attn_part)?),
+        };
+        self.ws = Some(ws);
+        self.plan = Some(*plan);
+        self.refresh_arena(true);
+        Ok(())
+    }
+
+    fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
+        let g = self.gpu.as_ref()?;
+        Some(g.arena_needs(&plan::arena_plan(plan, &self.opts)))
+    }
+
+    fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
+        if type_kernels(d.ty).is_none() || !quant::is_supported(d.ty) {
+            return Err(BackendError::Unsupported(format!(
+                "tensor {}: type {} is not supported on the GPU",
+                d.name, d.ty
+            )));
+        }
+        d.check()?;
+        let vector = d.rows == 1;
+        let converted;
+        let bytes: &[u8] = if vector && d.ty != GgmlType::F32 {
+            let mut v = vec![0f32; d.cols];
+            quant::dequantize(d.ty, d.bytes(), &mut v)
+                .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
+            converted = v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+            &converted
+        } else {
+            d.bytes()
+        };
+        let g = self.gpu_mut()?;
+        let buf = g
+            .alloc(Region::Weights, bytes.len() as u64)
+            .map_err(gpu_err)?;
+        // Checksummed on the device against the host (the gfx1151 zeroed-weights failure).
+        g.upload_tensor(d.name, buf, bytes).map_err(gpu_err)?;
+        self.weights.push(GpuWeight {
+            name: d.name.to_string(),
+            ty: if vector { GgmlType::F32 } else { d.ty },
+            rows: d.rows,
+            cols: d.cols,
+            buf,
+            vector,
+        });
+        Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
+        let g = self.gpu_mut()?;
+        let buf = g
+            .alloc(Region::Activations, (len.max(1) * 4) as u64)
+            .map_err(gpu_err)?;
+        let l = g.label(&format!("init · zero {name}"));
+        g.fill_u32(l, buf, 0).map_err(gpu_err)?;
+        self.next_version += 1;
+        self.bufs.push(GpuBuf {
+            name,
+            len,
+            buf,
+            version: self.next_version,
+        });
+        self.refresh_arena(true);
+        Ok(Buf(self.bufs.len() as u32 - 1))
+    }
+
+    fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
+        let bytes = layout.elems() as u64 * self.opts.kv.bytes();
+        let g = self.gpu_mut()?;
+        let k = g.alloc(Region::KvCache, bytes.max(4)).map_err(gpu_err)?;
+        let v = g.alloc(Region::KvCache, bytes.max(4)).map_err(gpu_err)?;
+        let l = g.label("init · zero kv_cache");
+        g.fill_u32(l, k, 0).map_err(gpu_err)?;
+        g.fill_u32(l, v, 0).map_err(gpu_err)?;
+        self.kv = Some(KvCache {
+            layout: layout.clone(),
+            k,
+            v,
+        });
+        self.refresh_arena(true);
+        Ok(())
+    }
+
+    fn kv_type(&self) -> KvType {
+        self.opts.kv
+    }
+
+    fn kv_shift(&mut self, s: &crate::gpu::backend::KvShift) -> Result<()> {
+        self.shift_kv(s)
+    }
+
+    fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        let src = self
+            .buf(buf, offset + out.len())?
+            .slice(offset as u64 * 4, out.len() as u64 * 4)
+            .map_err(gpu_err)?;
+        let l = self.label(OpLabel::global("read"), "logits")?;
+        // The end of a decode step recorded for graph replay: it runs now.
+        self.gpu_mut()?.graph_end_step().map_err(gpu_err)?;
+        // Through pinned staging, waiting with the configured deadline (never unbounded). The
+        // device's floats are little-endian: on a little-endian host the staging buffer is copied
+        // straight into `out` (one pass over the logits, a 600 KB vocabulary's worth a token).
+        let r = if cfg!(target_endian = "little") {
+            // SAFETY: `out` is `out.len() * 4` initialized bytes, u8 has alignment 1, and every
+            // bit pattern is a valid f32.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * 4)
+            };
+            self.gpu_mut()?.download(l, src, bytes).map_err(gpu_err)
+        } else {
+            let mut bytes = std::mem::take(&mut self.host_bytes);
+            bytes.resize(out.len() * 4, 0);
+            let r = self
+                .gpu_mut()?
+                .download(l, src, &mut bytes)
+                .map_err(gpu_err);
+            if r.is_ok() {
+                for (o, c) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            self.host_bytes = bytes;
+            r
+        };
+        self.refresh_arena(false);
+        r
+    }
+
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_at(buf, offset, data)
+    }
+
+    fn arena(&self) -> ArenaSnapshot {
+        self.arena_cache.clone()
+    }
+}
+
+impl Instrument for GpuCompute {
+    fn device(&self) -> DeviceSummary {
+        match &self.gpu {
+            Some(g) => {
+                let i = g.info();
+                DeviceSummary {
+                    backend: g.kind().name().into(),
+                    name: i.name.clone(),
+                    arch: i.arch.clone(),
+                    total_memory: Some(i.total_memory),
+                    // Before the arena exists: what was free when the device was opened (what
+                    // `-ngl auto` fits the layers into).
+                    free_memory: self
+                        .arena_cache
+                        .device_free
+                        .or_else(|| g.mem_at_open().map(|m| m.free)),
+                    compute_units: Some(i.compute_units),
+                    warp_size: Some(i.warp_size),
+                    // The GPU panel shows the reason: it says which prefill GEMM runs too.
+                    reason: match self.prefill_path() {
+                        Ok(p) => format!("{}; prefill {p}", self.reason),
+                        Err(_) => self.reason.clone(),
+                    },
+                    graphs: Some(g.graph_mode().describe()),
+                }
+            }
+            None => DeviceSummary {
+                backend: "gpu (shut down)".into(),
+                reason: self.reason.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn copy_bandwidth(&mut self) -> Option<f64> {
+        let g = self.gpu.as_mut()?;
+        match g.measure_copy_bandwidth() {
+            Ok(b) => Some(b),
+            Err(e) => {
+                tracing::warn!("bandwidth measurement failed: {e}");
+                None
+            }
+        }
+    }
+
+    fn streams(&self) -> Vec<StreamSnapshot> {
+        match &self.gpu {
+            Some(g) => vec![g.stream_snapshot()],
+            None => Vec::new(),
+        }
+    }
+
+    fn monitor(&self) -> Option<Arc<dyn BackendMonitor>> {
+        let m: Arc<dyn BackendMonitor> = self.monitor.clone();
+        self.gpu.as_ref().map(|_| m)
+    }
+
+    fn watch_target(&self) -> Option<(Arc<StreamShared>, DeviceInfo)> {
+        let g = self.gpu.as_ref()?;
+        Some((g.stream_shared(), g.info().clone()))
+    }
+
+    fn keep_watchdog(&mut self, dog: Watchdog) {
+        self.watchdog = Some(dog);
+    }
+
+    fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
+        // About 30 million polls of host memory: tens of seconds (a guard for a shared GPU).
+        self.gpu_mut()?
+            .launch_spin_on_flag(&label.to_string(), Some(budget), 30_000_000)
+            .map(|_| ())
+            .map_err(gpu_err)
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn shutdown(
+        &mut self,
+        drain_deadline: Duration,
+        on_step: &mut dyn FnMut(QuitStep),
+    ) -> DeviceRelease {
+        match self.gpu.take() {
+            Some(g) => g.teardown(drain_deadline, on_step).release(),
+            None => DeviceRelease::Clean,
+        }
+    }
+}

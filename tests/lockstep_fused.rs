@@ -1,0 +1,114 @@
+//! `selftest --compute`'s op-by-op check (`gpu/compute/lockstep.rs`) covers the fused decode
+//! kernels: in a decode step the lockstep hands each fused op (Q/K/V with their biases, gate and
+//! up with SwiGLU, a product with the residual add, RoPE with the KV-cache write) to the GPU as
+//! one call, so the GPU launches its fused kernel, and compares each output with the CPU's under
+//! the fused op's own kind. Before, the fused ops' default bodies split them into the separate
+//! ops, so no fused kernel ran in the lockstep.
+//!
+//! On the scripted fake device (no GPU): it launches the kernels as no-ops, so a fused op's
+//! output there is whatever its buffer held, and the comparison must call that wrong; the
+//! numbers themselves are `hipscope selftest --compute`'s job on a real GPU
+//! (`scripts/device/selftest-compute.sh`).
+
+use std::time::Duration;
+
+use hipscope::gpu::compute::lockstep::Lockstep;
+use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
+use hipscope::gpu::cpu::CpuBackend;
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
+use hipscope::gpu::kernels::KernelCache;
+use hipscope::gpu::snapshot::DeviceRelease;
+use hipscope::model::forward::{Logits, Model, ModelOptions};
+use hipscope::model::loader;
+use hipscope::model::protocol::ModelSource;
+
+fn launched(c: &FakeControl, kernel: &str) -> usize {
+    let want = format!("launch {kernel}");
+    c.log().iter().filter(|l| **l == want).count()
+}
+
+#[test]
+fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
+    // 1 GiB, ops complete at once, no BLAS, no graphs.
+    let dev = FakeDevice::new(FakeScript::default());
+    let ctl = dev.control();
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions {
+            kv: KvType::F32,
+            ..ComputeOptions::default()
+        },
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let (lockstep, errors) = Lockstep::new(CpuBackend::new(1), gpu);
+    // qwen2: biases on Q, K and V (the fused Q/K/V kernel adds them), NeoX RoPE.
+    let file = loader::open(
+        &ModelSource::Synthetic {
+            shape: "tiny-qwen2".into(),
+            quant: "Q4_0".into(),
+            seed: 3,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic model");
+    let opts = ModelOptions {
+        n_ctx: 64,
+        n_batch: 32,
+        all_logits: false,
+    };
+    let mut m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
+    let n_layers = m.config.n_layers;
+    let mut logits = Vec::new();
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    let prompt_kinds: Vec<String> = errors.lock().unwrap().keys().cloned().collect();
+    m.forward(&[5], 20, Logits::Last, &mut logits)
+        .expect("decode");
+
+    // The GPU ran its fused one-token kernels inside the lockstep: one Q/K/V launch and one
+    // gate/up launch per layer.
+    assert_eq!(launched(&ctl, "hs_mv_qkv_q4_0"), n_layers);
+    assert_eq!(launched(&ctl, "hs_mv_swiglu_q4_0"), n_layers);
+    // RoPE with the KV-cache write, for the prompt and the decode step, once per layer each;
+    // never the separate rotation.
+    assert_eq!(launched(&ctl, "hs_rope_kv_store_f32"), 2 * n_layers);
+    assert_eq!(launched(&ctl, "hs_rope"), 0);
+
+    let errors = errors.lock().unwrap().clone();
+    let kinds: Vec<&String> = errors.keys().collect();
+    // Each fused op compared under its own kind: Q, K and V each; the gated product; both
+    // products with the residual add (attention output and down); q and k after the rotation.
+    for (kind, calls) in [
+        ("matmul_qkv Q4_0 (mv fused)", 3 * n_layers),
+        ("matmul_swiglu Q4_0 (mv fused)", n_layers),
+        ("matmul_add Q4_0 (mv fused)", 2 * n_layers),
+        ("rope (neox) + kv_store (fused)", 2 * 2 * n_layers),
+    ] {
+        let e = errors
+            .get(kind)
+            .unwrap_or_else(|| panic!("no {kind:?} among the compared ops: {kinds:?}"));
+        assert_eq!(e.calls, calls, "{kind}");
+        // The fake computes nothing, so the GPU's side of a fused op is stale: a comparison
+        // that read the GPU's own output calls it wrong.
+        assert!(
+            e.rel_l2 > 0.1,
+            "{kind}: {} (the GPU's output was not the one compared)",
+            e.rel_l2
+        );
+    }
+    // A prompt batch fuses no product: its products are compared one by one, as before.
+    assert!(prompt_kinds.iter().all(|k| !k.contains("(mv fused)")));
+    assert!(
+        prompt_kinds
+            .iter()
+            .any(|k| k.starts_with("matmul Q4_0 (gemm"))
+    );
+
+    let release = m
+        .backend_mut()
+        .shutdown(Duration::from_secs(5), &mut |_| {});
+    assert_eq!(release, DeviceRelease::Clean);
+}
