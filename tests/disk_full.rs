@@ -105,7 +105,8 @@ fn turn(s: &mut Session, text: &str) {
 /// A message whose record is longer than a page of the tmpfs: appending it needs new space
 /// (tmpfs hands out whole pages, so a short record could still fit in the last page).
 fn long(q: &str) -> String {
-    format!("{q} Ignore this padding: {}", "filler ".repeat(650))
+    // (No space at the end: the chat sends a message trimmed.)
+    format!("{q} Ignore this padding: {}", "filler ".repeat(650).trim_end())
 }
 
 /// Closes the error window a failure opens, if one is up.

@@ -187,6 +187,11 @@ fn item9_a_model_truncated_while_mapped_ends_with_a_documented_code() {
         );
         seen.extend_from_slice(&buf[..n]);
     }
+    // A token has just been written: the next step's check of the file has run or is running.
+    // Cut the file a couple of milliseconds later, inside that step's reads of the weights (a
+    // decode step here takes several), where only a page fault can notice it: this picks the
+    // moment of the fault, it waits for nothing.
+    std::thread::sleep(Duration::from_millis(2));
     std::fs::OpenOptions::new()
         .write(true)
         .open(&copy)

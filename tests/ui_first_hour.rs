@@ -58,9 +58,10 @@ fn item7_set_ctx_changes_the_context_and_says_what_was_kept() {
     );
     assert_eq!(app.context_fill(), Some((Some(40), 1024)));
     // Smaller than the conversation: the notice says how many exchanges were left out.
+    // 0 is the whole trained context, as `-c 0` (issue 32 item 5): sent as itself.
     assert_eq!(
         sent(&submit(&mut app, "/set context 0")),
-        [Command::SetContext(None)]
+        [Command::SetContext(Some(0))]
     );
     worker(
         &mut app,
