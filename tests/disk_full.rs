@@ -106,7 +106,10 @@ fn turn(s: &mut Session, text: &str) {
 /// (tmpfs hands out whole pages, so a short record could still fit in the last page).
 fn long(q: &str) -> String {
     // (No space at the end: the chat sends a message trimmed.)
-    format!("{q} Ignore this padding: {}", "filler ".repeat(650).trim_end())
+    format!(
+        "{q} Ignore this padding: {}",
+        "filler ".repeat(650).trim_end()
+    )
 }
 
 /// Closes the error window a failure opens, if one is up.

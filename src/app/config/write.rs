@@ -120,4 +120,3 @@ pub fn keep_sampler_defaults(
     .map_err(|e| format!("{}: {e}", target.display()))?;
     Ok(changed)
 }
-
