@@ -320,6 +320,10 @@ impl Transcript {
         if self.unwritten.is_empty() && self.failed.is_none() {
             return;
         }
+        // No file before the first message: a session in which nothing was said leaves none.
+        if self.file.is_none() && !self.unwritten.iter().any(|(_, turn)| *turn) {
+            return;
+        }
         if self.file.is_none() {
             let Some(dir) = self.dir.clone() else {
                 return;

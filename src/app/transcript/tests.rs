@@ -554,3 +554,15 @@ fn resume_names_the_conversations_model_and_loads_it_when_it_is_there() {
     let said = resume_model(&c, false, &mut config).unwrap();
     assert!(said.contains("does not record the model file"), "{said}");
 }
+
+#[test]
+fn a_quit_with_nothing_said_writes_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let convs = dir.path().join("conversations");
+    let mut t = Transcript::create(&convs, at(0));
+    t.command(&Command::SetSystem("be brief".into()));
+    // What the quit asks before it leaves.
+    assert_eq!(t.unsaved(), None);
+    t.sync();
+    assert!(!convs.exists() || std::fs::read_dir(&convs).unwrap().next().is_none());
+}
