@@ -215,21 +215,13 @@ fn item9_a_model_truncated_while_mapped_ends_with_a_documented_code() {
 /// Runs hipscope with stderr a pipe whose reading end is closed at once; returns the exit code
 /// and what came on stdout.
 fn with_closed_stderr(home: &Path, args: &[&str]) -> (Option<i32>, String) {
-    let mut child = hipscope(home)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stderr.take());
-    let mut out = String::new();
-    child
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    (child.wait().unwrap().code(), out)
+    let mut cmd = hipscope(home);
+    cmd.args(args);
+    let o = common::with_closed(cmd, common::Stream::Stderr);
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
 }
 
 #[test]
