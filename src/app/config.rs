@@ -399,6 +399,9 @@ const LOG_KEYS: &[&str] = &["level", "file"];
 const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
 const TELEMETRY_KEYS: &[&str] = &["interval_ms"];
 const FETCH_KEYS: &[&str] = &["connect_timeout_s", "read_timeout_s", "tries"];
+/// `ctx_size` as the config.toml of older versions documented it (0 was the default).
+const OLD_CTX_0: &str =
+    "# Context length in tokens. 0 uses the model's own, at most 4096.\nctx_size = 0\n";
 const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
 
 impl Config {
@@ -426,6 +429,11 @@ impl Config {
             "0 (the model's whole trained context) or a whole number of tokens up to 16777216",
         )? {
             c.ctx_size = Some(n as u32);
+        }
+        // The copy older versions wrote at the first start says, beside `ctx_size = 0`, that 0
+        // is the model's own context at most 4096: what that file says it means, it keeps.
+        if c.ctx_size == Some(0) && text.contains(OLD_CTX_0) {
+            c.ctx_size = None;
         }
         if let Some(n) = top.integer("ctx_discard", 1, 95, "a percent from 1 to 95")? {
             c.ctx_discard = n as u8;

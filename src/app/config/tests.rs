@@ -196,3 +196,12 @@ fn kept_settings_are_only_what_set_changed_written_through_a_link() {
     assert!(keep_sampler_defaults(&link, &now, &now).unwrap().is_empty());
     assert_eq!(std::fs::read_to_string(&target).unwrap(), before);
 }
+
+#[test]
+fn ctx_size_0_is_the_whole_trained_context_unless_the_file_says_otherwise() {
+    assert_eq!(parse("ctx_size = 0\n").unwrap().ctx_size, Some(0));
+    assert_eq!(parse("").unwrap().ctx_size, None);
+    // The first-start copy of older versions documents 0 as "at most 4096": kept so.
+    let old = "# Context length in tokens. 0 uses the model's own, at most 4096.\nctx_size = 0\n";
+    assert_eq!(parse(old).unwrap().ctx_size, None);
+}
