@@ -17,11 +17,13 @@ use super::discover::Places;
 use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
+
 use super::shutdown::{self, Ending};
 use super::signals;
 use super::terminal::{TerminalGuard, restore_terminal, spawn_input};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
 use crate::ui::theme::ThemeName;
@@ -34,7 +36,8 @@ pub struct WorkerConfig {
     /// A remote engine to connect to instead of loading `model`.
     pub remote: Option<crate::model::remote::client::RemoteSpec>,
     pub backend: config::BackendChoice,
-    pub ctx_size: u32,
+    /// `None`: the model's trained context, at most 4096; `Some(0)`: all of it that fits.
+    pub ctx_size: Option<u32>,
     pub threads: u32,
     pub n_gpu_layers: crate::model::split::GpuLayers,
     pub device: Option<u32>,
@@ -53,6 +56,8 @@ pub struct WorkerConfig {
     pub fetch: config::FetchConfig,
     /// How often a remote engine's panels are read (the telemetry interval).
     pub remote_poll: Duration,
+    /// The environment's switches for measuring code paths (`app/settings.rs`).
+    pub tuning: super::settings::Tuning,
 }
 
 impl WorkerConfig {
@@ -67,38 +72,27 @@ impl WorkerConfig {
     }
 }
 
-/// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
+/// Everything `run_chat` needs: the flags, and the settings resolved as for every command
+/// (where hipscope keeps its files among them).
 #[derive(Clone, Debug)]
 pub struct ChatOptions {
     pub args: ChatArgs,
-    pub dirs: Dirs,
-}
-
-impl ChatOptions {
-    pub fn new(args: ChatArgs) -> ChatOptions {
-        ChatOptions {
-            args,
-            dirs: Dirs::from_env(),
-        }
-    }
+    pub settings: super::settings::Settings,
 }
 
 pub use crate::gpu::dirs::Dirs;
 
-/// The settings, from the config file and the flags; an error is for the user as is.
+/// The settings, from the config file and the flags; an error is for the user as is. The first
+/// start writes the documented defaults where the file is looked for, to edit.
 pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
-    let path = match &opts.args.config {
-        Some(p) => p.clone(),
-        None => {
-            let p = opts.dirs.config.join("config.toml");
-            if let Err(e) = config::write_default_if_missing(&p) {
-                // Not fatal: the defaults apply.
-                eprintln!("hipscope: could not write {}: {e}", p.display());
-            }
-            p
-        }
-    };
-    let mut config = Config::load(&path).map_err(|e| e.to_string())?;
+    let path = opts.settings.config_path.clone();
+    if !opts.settings.named
+        && let Err(e) = config::write_default_if_missing(&path)
+    {
+        // Not fatal: the defaults apply.
+        errln!("hipscope: could not write {}: {e}", path.display());
+    }
+    let mut config = opts.settings.config.clone();
     opts.args.apply(&mut config)?;
     if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         config.ui.theme = ThemeName::Mono;
@@ -149,6 +143,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         drain_deadline: config.quit.drain_deadline,
         fetch: config.fetch,
         remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
+        tuning: config.tuning,
     }
 }
 
@@ -169,14 +164,14 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let (config, config_path) = match load_config(&opts) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            errln!("hipscope: {e}");
             return exit_code::USAGE;
         }
     };
     // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
     // here, before the terminal is taken (`auto` falls back to the CPU instead).
     if let Err(e) = crate::gpu::select::preflight(config.backend, config.device) {
-        eprintln!(
+        errln!(
             "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
             config.backend
         );
@@ -185,7 +180,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     // The chat draws with escape sequences: into a file or a pipe they are noise, and the
     // terminal modes it sets cannot be set there. Refused before anything is started.
     if !io::stdout().is_terminal() {
-        eprintln!(
+        errln!(
             "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
              `hipscope generate -m MODEL -p TEXT`"
         );
@@ -195,10 +190,22 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .log
         .file
         .clone()
-        .unwrap_or_else(|| opts.dirs.state.join("hipscope.log"));
-    let mut notices: Vec<(String, bool)> = Vec::new();
+        .unwrap_or_else(|| opts.settings.dirs.state.join("hipscope.log"));
+    let mut notices: Vec<(String, bool)> = opts
+        .settings
+        .notes
+        .iter()
+        .map(|n| (n.clone(), false))
+        .collect();
+    // Folders and files from before they were private: made so, and said once.
+    for t in opts.settings.dirs.tighten_private() {
+        notices.push((t.to_string(), false));
+    }
     let log = match logging::init(&log_file, config.log.level) {
-        Ok(g) => g,
+        Ok(mut g) => {
+            notices.extend(g.tightened.take().map(|t| (t, false)));
+            g
+        }
         Err(e) => {
             notices.push((format!("no log file: {e}"), true));
             LogGuard::none()
@@ -219,7 +226,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .ok()
         .and_then(|g| g.as_ref().and_then(|l| l.path.clone()));
 
-    let (mut transcript, transcript_note) = open_transcript(&config, &opts.dirs, opts.args.resume);
+    let (mut transcript, transcript_note) =
+        open_transcript(&config, &opts.settings.dirs, opts.args.resume);
     if let Some(n) = transcript_note {
         notices.push((n, true));
     }
@@ -230,6 +238,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         ));
     }
     let mut config = config;
+    if opts.args.resume {
+        let named = opts.args.model_path().is_some();
+        let said = transcript::resume_model(transcript.conversation(), named, &mut config);
+        notices.extend(said.map(|n| (n, false)));
+    }
     if opts.args.resume
         && let Some(values) = &transcript.conversation().sampler
     {
@@ -302,7 +315,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("hipscope: cannot start the event loop: {e}");
+            errln!("hipscope: cannot start the event loop: {e}");
             return exit_code::FAILED;
         }
     };
@@ -310,7 +323,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let guard = match TerminalGuard::enter(config.ui.mouse) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("hipscope: cannot set up the terminal: {e}");
+            errln!("hipscope: cannot set up the terminal: {e}");
             return exit_code::FAILED;
         }
     };
@@ -318,7 +331,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         Ok(t) => t,
         Err(e) => {
             drop(guard);
-            eprintln!("hipscope: cannot draw on the terminal: {e}");
+            errln!("hipscope: cannot draw on the terminal: {e}");
             return exit_code::FAILED;
         }
     };
@@ -370,11 +383,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             transcript: &mut transcript,
             clipboard: &mut clipboard,
             places: Places::from_env(
-                Some(opts.dirs.cache.clone()),
+                Some(opts.settings.dirs.cache.clone()),
                 config.models.search_paths.clone(),
                 config.models.scan_default_locations,
             ),
-            export_dir: opts.dirs.data.join("exports"),
+            export_dir: opts.settings.dirs.data.join("exports"),
             config_file: config_path.clone(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
             quit: quit.clone(),
@@ -400,6 +413,9 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     // which shows the cursor, writes nothing.
     drop(terminal);
     transcript.sync();
+    if let Some(what) = transcript.unsaved() {
+        errln!("hipscope: {what}");
+    }
     // The timeline file (`--trace`, `/trace on`) gets its closing bracket.
     super::cmd::model_args::stop_trace();
     match ending {
@@ -437,12 +453,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
-        threads: cfg.threads as usize,
-        compute: crate::gpu::compute::ComputeOptions {
-            graphs: cfg.graphs,
-            kv: cfg.kv_type,
-            ..Default::default()
-        },
+        cpu: cfg.tuning.cpu(cfg.threads as usize),
+        compute: cfg.tuning.compute(cfg.kv_type, cfg.graphs),
     };
     let opts = WorkerOptions {
         source: match cfg.remote {
@@ -479,12 +491,12 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             crate::gpu::open::open(&r, watch, progress).map(|(b, _)| b)
         }),
         load: LoadOptions {
-            n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            n_ctx: cfg.ctx_size.map(|n| n as usize),
             n_batch: cfg.n_batch,
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,
-            cpu_threads: cfg.threads as usize,
+            cpu: cfg.tuning.cpu(cfg.threads as usize),
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

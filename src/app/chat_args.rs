@@ -24,13 +24,11 @@ pub struct ChatArgs {
         conflicts_with = "model"
     )]
     pub model_flag: Option<PathBuf>,
-    /// Settings file (default: config.toml in the platform config directory).
-    #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
-    pub config: Option<PathBuf>,
     /// Compute backend: auto, hip, cuda or cpu.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
-    /// Context size in tokens (0: the model's own, at most 4096).
+    /// Context size in tokens (default: the model's trained context, at most 4096; 0: the whole
+    /// trained context, as far as memory allows).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
           value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_CTX))]
     pub ctx_size: Option<u32>,
@@ -142,7 +140,7 @@ impl ChatArgs {
             })?;
         }
         if let Some(n) = self.ctx_size {
-            config.ctx_size = n;
+            config.ctx_size = Some(n);
         }
         if let Some(n) = self.threads {
             config.threads = n;
@@ -247,7 +245,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.model, Some(PathBuf::from("m.gguf")));
         assert_eq!(c.backend, BackendChoice::Cpu);
-        assert_eq!(c.ctx_size, 2048);
+        assert_eq!(c.ctx_size, Some(2048));
         assert_eq!(c.sampler.temp, 0.1);
         assert_eq!(c.sampler.top_k, 5);
         assert_eq!(c.sampler.n_predict, -1);

@@ -88,11 +88,12 @@ pub async fn event_loop<B: Backend>(
     let mut terminal_open = true;
     let mut signals_open = true;
     let mut dirty = true;
-    let mut reported_failure = false;
     // The view lays itself out by the terminal's size (crossterm reports only changes of it).
     if let Ok(s) = terminal.size() {
         app.update(Msg::Resize(s.width, s.height));
     }
+    // A quit the user asked for while turns are not saved is held once, to say so.
+    let mut unsaved_said = false;
 
     loop {
         if let Some(end) = app.worker_ended() {
@@ -191,6 +192,23 @@ pub async fn event_loop<B: Backend>(
             for effect in effects {
                 match effect {
                     Effect::Send(cmd) => {
+                        if let Command::Quit { .. } = cmd
+                            && !unsaved_said
+                            && app.quit.as_ref().is_some_and(|q| asked_by_user(&q.reason))
+                            && let Some(what) = io.transcript.unsaved()
+                        {
+                            // Not quitting yet: what would be lost, and the way to keep it.
+                            unsaved_said = true;
+                            app.quit = None;
+                            app.update(Msg::Notice {
+                                text: format!(
+                                    "{what}: /save PATH writes the conversation elsewhere; quit \
+                                     again to leave without it"
+                                ),
+                                error: true,
+                            });
+                            continue;
+                        }
                         io.transcript.command(&cmd);
                         match &cmd {
                             Command::Quit { .. } => {
@@ -234,12 +252,21 @@ pub async fn event_loop<B: Backend>(
                         app.update(Msg::Saved(r));
                     }
                     Effect::KeepSettings(s) => {
+                        // What `/set` changed: the settings since the start (flags included).
+                        let start = &app.settings.sampler;
+                        let file = &io.config_file;
                         let (text, error) =
-                            match super::config::keep_sampler_defaults(&io.config_file, &s) {
-                                Ok(()) => (
+                            match super::config::keep_sampler_defaults(file, start, &s) {
+                                Ok(keys) if keys.is_empty() => (
+                                    "no sampler setting was changed with /set: nothing to keep"
+                                        .to_string(),
+                                    false,
+                                ),
+                                Ok(keys) => (
                                     format!(
-                                        "kept the sampler settings as defaults in {}",
-                                        io.config_file.display()
+                                        "kept the sampler settings ({}) as defaults in {}",
+                                        keys.join(", "),
+                                        file.display()
                                     ),
                                     false,
                                 ),
@@ -283,12 +310,8 @@ pub async fn event_loop<B: Backend>(
                 }
             }
         }
-        if !reported_failure && let Some(f) = io.transcript.failure() {
-            reported_failure = true;
-            app.update(Msg::Notice {
-                text: f.to_string(),
-                error: true,
-            });
+        while let Some((text, error)) = io.transcript.take_notice() {
+            app.update(Msg::Notice { text, error });
         }
         // Terminal input redraws at once; worker events wait for the next tick, so that a burst
         // of tokens costs one frame. Spinners and progress bars redraw on every tick.
@@ -378,6 +401,12 @@ pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) -> bool {
         tracing::warn!("drawing failed: {e:?}");
     }
     true
+}
+
+/// Whether a quit was asked for by the user (a key or `/quit`), not by a signal or a terminal
+/// that went away: only those are held to warn about unsaved turns.
+fn asked_by_user(reason: &str) -> bool {
+    matches!(reason, "Ctrl-C" | "Ctrl-D" | "/quit")
 }
 
 fn command_name(c: &Command) -> &'static str {

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use super::terminal;
 use super::terminal_out::eprint_bounded;
 use crate::app::exit_code::{self, HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
+use crate::app::stderr::errln;
 use crate::gpu::handle::TeardownOutcome;
 use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 
@@ -264,7 +265,7 @@ impl QuitCoordinator {
         self.in_hooks.store(true, Ordering::Release);
         for (name, h) in hooks {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(h)).is_err() {
-                eprintln!("hipscope: exit hook {name:?} panicked");
+                errln!("hipscope: exit hook {name:?} panicked");
             }
         }
         self.in_hooks.store(false, Ordering::Release);

@@ -10,11 +10,13 @@
 //!   end, and the default action kills the process with the terminal raw and in the alternate
 //!   screen. The model's per-step check of the file (`GgufFile::check_unchanged`) catches most
 //!   changes first; a change in the middle of a step ends here. The handler does only
-//!   async-signal-safe things (`write`, `poll`, `tcsetattr`, `sigaction`): it puts the terminal
-//!   back as the app registered it, says which mapped file the process was reading, puts the
-//!   previous handler back (Rust's stack-overflow reporter, or the default) and returns, so the
-//!   faulting access runs again and the process ends by the same signal. The conversation needs
-//!   no flushing: its records are written as they happen.
+//!   async-signal-safe things (`write`, `poll`, `tcsetattr`, `sigaction`, `_exit`): it puts the
+//!   terminal back as the app registered it and says which mapped file the process was reading.
+//!   On SIGBUS (the file changed under the map) it then leaves with the exit code the app chose
+//!   ([`exit_on_bus`]: a documented code, not the shell's 135 for a death by signal); on SIGSEGV
+//!   (a bug) it puts the previous handler back (Rust's stack-overflow reporter, or the default)
+//!   and returns, so the faulting access runs again and the process ends by the signal. The
+//!   conversation needs no flushing: its records are written as they happen.
 //! - SIGWINCH stays crossterm's (it becomes a resize event); SIGPIPE stays ignored (Rust's
 //!   runtime), so a closed pipe is a write error.
 
@@ -75,6 +77,16 @@ static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 
 #[cfg(unix)]
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
+/// The exit code after a SIGBUS (negative: end by the signal).
+static BUS_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Installs the handler (once) for every command, not only the chat: a SIGBUS ends the process
+/// with `code` after saying which file changed.
+pub fn exit_on_bus(code: i32) {
+    BUS_EXIT.store(code, Ordering::SeqCst);
+    #[cfg(unix)]
+    install();
+}
 
 /// Notes the model file that is mapped now, for the message (the chat notes each model as it is
 /// asked for and as it is loaded).
@@ -181,6 +193,11 @@ extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut 
             unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
         }
     }
+    let code = BUS_EXIT.load(Ordering::SeqCst);
+    if sig == libc::SIGBUS && code >= 0 {
+        // SAFETY: _exit is async-signal-safe; nothing else runs after it.
+        unsafe { libc::_exit(code) };
+    }
     // The previous action runs when the access faults again on return.
     if let Some(old) = PREVIOUS.get() {
         let i = usize::from(sig != libc::SIGBUS);
@@ -192,9 +209,8 @@ extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut 
 /// Puts the terminal back and says which file the process was reading (the first faulting thread).
 #[cfg(unix)]
 fn last_word(sig: libc::c_int) {
-    if ARMED.swap(false, Ordering::SeqCst)
-        && let Some(t) = TERMINAL.get()
-    {
+    let chat = ARMED.swap(false, Ordering::SeqCst);
+    if chat && let Some(t) = TERMINAL.get() {
         write_all(t.out, t.restore);
         // SAFETY: tcsetattr is async-signal-safe; the settings were read by tcgetattr.
         unsafe { libc::tcsetattr(t.fd, libc::TCSANOW, &t.termios) };
@@ -218,8 +234,11 @@ fn last_word(sig: libc::c_int) {
         write_all(err, &buf[..len]);
         write_all(err, b")");
     }
-    write_all(
-        err,
-        b".\r\nThe conversation so far is saved; hipscope --resume reopens it.\r\n",
-    );
+    write_all(err, b".\r\n");
+    if chat {
+        write_all(
+            err,
+            b"The conversation so far is saved; hipscope --resume reopens it.\r\n",
+        );
+    }
 }

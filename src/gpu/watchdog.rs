@@ -44,7 +44,7 @@ impl Default for WatchConfig {
 
 /// `reports/` in the data dir (`~/.local/share/hipscope/reports`, or under `HIPSCOPE_HOME`).
 pub fn default_report_dir() -> Option<PathBuf> {
-    crate::gpu::dirs::data_dir().map(|d| d.join("reports"))
+    Some(crate::gpu::dirs::data_dir().join("reports"))
 }
 
 /// What the watchdog tells its sink.
@@ -290,13 +290,18 @@ pub fn report_text(
 
 /// Writes a report under `dir` and returns its path.
 pub fn write_report(dir: &Path, text: &str) -> std::io::Result<PathBuf> {
-    std::fs::create_dir_all(dir)?;
+    crate::gpu::dirs::create_private_dir(dir)?;
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
     let p = dir.join(format!("hang-{stamp}-{}.txt", std::process::id()));
-    std::fs::write(&p, text)?;
+    // 0600, whole or not at all: a report names the model and may quote the prompt's labels.
+    crate::gpu::atomic_file::write_bytes(
+        &p,
+        crate::gpu::atomic_file::Replace::Allow,
+        text.as_bytes(),
+    )?;
     Ok(p)
 }
 

@@ -253,8 +253,8 @@ impl App {
         vec![Effect::Send(Command::SetSampler(cfg))]
     }
 
-    /// `/set ctx N`: the model is loaded again with a context of `N` tokens (0: the model's own,
-    /// at most 4096), the conversation kept as far as it fits (the worker says how far).
+    /// `/set ctx N`: the model is loaded again with a context of `N` tokens (0: the whole
+    /// trained context, as far as memory allows), the conversation kept as far as it fits (the worker says how far).
     pub(super) fn set_context(&mut self, n: usize) -> Vec<Effect> {
         if self.generation.is_busy() {
             self.warn("an answer is being generated: stop it first (Esc), then change the context");
@@ -276,7 +276,7 @@ impl App {
                 "changing the context from {} to {}: loading {} again",
                 units::count(m.context_length as u64),
                 if n == 0 {
-                    "the model's own".to_string()
+                    "the whole trained context".to_string()
                 } else {
                     format!("{} tokens", units::count(n as u64))
                 },
@@ -286,9 +286,8 @@ impl App {
         } else {
             self.info("the context applies when the model is loaded");
         }
-        vec![Effect::Send(Command::SetContext(
-            Some(n).filter(|&n| n > 0),
-        ))]
+        // 0 is the whole trained context, as `-c 0` and `ctx_size = 0` (model::loader).
+        vec![Effect::Send(Command::SetContext(Some(n)))]
     }
 
     pub(super) fn open_picker(&mut self) -> Vec<Effect> {

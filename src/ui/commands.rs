@@ -13,7 +13,8 @@ pub enum SlashCommand {
     Set(Option<(String, String)>),
     /// `/set save`: keep the sampler settings as the defaults (in the config file).
     KeepSettings,
-    /// `/set ctx N`: load the model again with a context of N tokens (0: the model's own).
+    /// `/set ctx N`: load the model again with a context of N tokens (0: the whole trained
+    /// context, as far as memory allows).
     Context(usize),
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
@@ -183,7 +184,7 @@ fn parse_set(args: &str) -> Result<SlashCommand, String> {
         return match value.parse::<usize>() {
             Ok(n) if n <= max => Ok(SlashCommand::Context(n)),
             _ => Err(format!(
-                "/set {key}: `{value}` is not allowed: 0 (the model's own context, at most 4096) or a whole number of tokens up to {max}"
+                "/set {key}: `{value}` is not allowed: 0 (the model's whole trained context) or a whole number of tokens up to {max}"
             )),
         };
     }

@@ -409,6 +409,22 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 pub const LOAD: Duration = Duration::from_secs(120);
 pub const ANSWER: Duration = Duration::from_secs(180);
 
+/// Waits until the model is loaded and the chat at rest (the header says `idle` beside the
+/// context gauge, which comes with a model): whether the welcome line shows depends on what
+/// else the chat had to say first.
+pub fn sees_loaded(s: &Session) {
+    let start = Instant::now();
+    let ready = |h: &str| h.contains(" idle ") && h.contains(" ctx ");
+    while !ready(s.contents().lines().next().unwrap_or_default()) {
+        assert!(
+            start.elapsed() < LOAD,
+            "never loaded; the screen:\n{}",
+            s.contents()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits until the header shows an answer streaming (`N tok · R t/s`).
 pub fn sees_streaming(s: &Session) {
     let start = Instant::now();

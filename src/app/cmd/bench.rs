@@ -106,13 +106,7 @@ pub struct BenchResult {
 /// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
 /// measured before on a device of this name, else measured now and written there.
 fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
-    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
-    let table: std::collections::BTreeMap<String, f64> = path
-        .as_ref()
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    if let Some(&b) = table.get(device_key) {
+    if let Some(&b) = bandwidth_table().get(device_key) {
         return Some(b);
     }
     let b = model.backend_mut().copy_bandwidth()?;
@@ -120,36 +114,39 @@ fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) 
     Some(b)
 }
 
-/// Writes `bw` for `device_key` into `bandwidth.json` in the cache directory.
-fn remember_bandwidth(device_key: &str, bw: f64) {
-    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
-    let mut table: std::collections::BTreeMap<String, f64> = path
-        .as_ref()
-        .and_then(|p| std::fs::read(p).ok())
+/// `bandwidth.json` in the cache directory: each device's measured read bandwidth.
+fn bandwidth_table() -> std::collections::BTreeMap<String, f64> {
+    std::fs::read(crate::gpu::dirs::cache_dir().join("bandwidth.json"))
+        .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// Writes `bw` for `device_key` into `bandwidth.json` in the cache directory (atomically, 0600).
+fn remember_bandwidth(device_key: &str, bw: f64) {
+    let mut table = bandwidth_table();
     if table.get(device_key) == Some(&bw) {
         return;
     }
     table.insert(device_key.to_string(), bw);
-    if let Some(p) = &path {
-        let written = p
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::write(p, serde_json::to_vec_pretty(&table).unwrap_or_default()));
-        if let Err(e) = written {
-            tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
-        }
+    use crate::gpu::atomic_file::{Replace, write_bytes};
+    let p = crate::gpu::dirs::cache_dir().join("bandwidth.json");
+    let written = p
+        .parent()
+        .map_or(Ok(()), crate::gpu::dirs::create_private_dir)
+        .and_then(|_| {
+            let json = serde_json::to_vec_pretty(&table).unwrap_or_default();
+            write_bytes(&p, Replace::Allow, &json)
+        });
+    if let Err(e) = written {
+        tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
     }
 }
 
 /// The bandwidth `bench` measured before on this device (`bandwidth.json`), for the chat's
 /// Profile panel: its bound column. Read only, never measured here.
 pub fn known_bandwidth(device: &crate::gpu::snapshot::DeviceSummary) -> Option<f64> {
-    let path = crate::gpu::dirs::cache_dir()?.join("bandwidth.json");
-    let table: std::collections::BTreeMap<String, f64> =
-        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    table.get(&bandwidth_key(device)).copied()
+    bandwidth_table().get(&bandwidth_key(device)).copied()
 }
 
 /// The key of a device in `bandwidth.json`: the CPU's is the host's.
@@ -186,7 +183,7 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
+pub fn run(a: BenchArgs, settings: &crate::app::settings::Settings) -> anyhow::Result<i32> {
     let reps = a.repetitions.max(1);
     let mut args = a.model.clone();
     let longest = a
@@ -199,12 +196,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     let deepest = a.n_depth.iter().copied().max().unwrap_or(0);
     // Room for the deepest, longest test, as llama-bench sizes its context.
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(deepest + longest + 1));
-    let mut loaded = load_model(&args, SamplerConfig::default())?;
-    let r = run_loaded(&a, reps, &mut loaded);
+    let config = &settings.config;
+    let mut loaded = load_model(&args, config, SamplerConfig::default())?;
+    let r = run_loaded(
+        &a,
+        reps,
+        &mut loaded,
+        &super::model_args::cpu_options(&args, config),
+    );
     super::model_args::finish(loaded.session.model_mut(), r)
 }
 
-fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {
+fn run_loaded(
+    a: &BenchArgs,
+    reps: usize,
+    loaded: &mut Loaded,
+    cpu: &crate::gpu::cpu::CpuOptions,
+) -> anyhow::Result<i32> {
     let s = loaded.summary.clone();
     let offload = loaded.offload.clone();
     if !a.json
@@ -221,8 +229,16 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let is_cpu = device.backend == "cpu";
     let n_threads = device.compute_units.unwrap_or(1);
     let cpu_kernels = is_cpu.then(|| {
-        let isa = Isa::active();
-        let packed = PackedMatrix::packed_types(isa);
+        let isa = if cpu.isa.is_available() {
+            cpu.isa
+        } else {
+            Isa::Scalar
+        };
+        let packed = if cpu.repack {
+            PackedMatrix::packed_types(isa)
+        } else {
+            Vec::new()
+        };
         if packed.is_empty() {
             isa.describe()
         } else {
