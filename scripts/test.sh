@@ -126,6 +126,10 @@ fi
 if printf '%s\n' "${missing[@]}" | grep -qx -e python3-numpy -e python3-yaml -e python3; then
     leave_out "python3 with numpy and PyYAML is not installed; installing it needs root" gguf_interop quant_mxfp4
 fi
+if [ "$HIPSCOPE_TEST_NO_ROOT" = 1 ]; then
+    leave_out "reads hipscope's files as another user (setpriv), which needs root" private_files
+    leave_out "fills a small tmpfs it mounts, which needs root" disk_full
+fi
 if [ -z "${HIPSCOPE_TRIXIE_ROOT:-}" ]; then
     leave_out "compiles the gfx11 kernels in a Debian trixie chroot: debootstrap and chroot need root" hip_gfx11
 fi

@@ -7,11 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossterm::event::EventStream;
-use futures_util::StreamExt;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
 use super::chat_args::ChatArgs;
 use super::config::{self, Config};
@@ -19,10 +17,13 @@ use super::discover::Places;
 use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
+
 use super::shutdown::{self, Ending};
-use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
+use super::signals;
+use super::terminal::{TerminalGuard, restore_terminal, spawn_input};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::model::protocol::Command;
 use crate::model::worker::WorkerHandle;
 use crate::ui::theme::ThemeName;
@@ -35,7 +36,8 @@ pub struct WorkerConfig {
     /// A remote engine to connect to instead of loading `model`.
     pub remote: Option<crate::model::remote::client::RemoteSpec>,
     pub backend: config::BackendChoice,
-    pub ctx_size: u32,
+    /// `None`: the model's trained context, at most 4096; `Some(0)`: all of it that fits.
+    pub ctx_size: Option<u32>,
     pub threads: u32,
     pub n_gpu_layers: crate::model::split::GpuLayers,
     pub device: Option<u32>,
@@ -54,40 +56,43 @@ pub struct WorkerConfig {
     pub fetch: config::FetchConfig,
     /// How often a remote engine's panels are read (the telemetry interval).
     pub remote_poll: Duration,
+    /// The environment's switches for measuring code paths (`app/settings.rs`).
+    pub tuning: super::settings::Tuning,
 }
 
-/// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
-#[derive(Clone, Debug)]
-pub struct ChatOptions {
-    pub args: ChatArgs,
-    pub dirs: Dirs,
-}
-
-impl ChatOptions {
-    pub fn new(args: ChatArgs) -> ChatOptions {
-        ChatOptions {
-            args,
-            dirs: Dirs::from_env(),
+impl WorkerConfig {
+    /// The chat's flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_flags(&mut self, args: &ChatArgs) {
+        if let Some(b) = args.batch_size {
+            self.n_batch = b;
+        }
+        if let Some(k) = args.kv_type {
+            self.kv_type = k;
         }
     }
 }
 
+/// Everything `run_chat` needs: the flags, and the settings resolved as for every command
+/// (where hipscope keeps its files among them).
+#[derive(Clone, Debug)]
+pub struct ChatOptions {
+    pub args: ChatArgs,
+    pub settings: super::settings::Settings,
+}
+
 pub use crate::gpu::dirs::Dirs;
 
-/// The settings, from the config file and the flags; an error is for the user as is.
+/// The settings, from the config file and the flags; an error is for the user as is. The first
+/// start writes the documented defaults where the file is looked for, to edit.
 pub fn load_config(opts: &ChatOptions) -> Result<(Config, PathBuf), String> {
-    let path = match &opts.args.config {
-        Some(p) => p.clone(),
-        None => {
-            let p = opts.dirs.config.join("config.toml");
-            if let Err(e) = config::write_default_if_missing(&p) {
-                // Not fatal: the defaults apply.
-                eprintln!("hipscope: could not write {}: {e}", p.display());
-            }
-            p
-        }
-    };
-    let mut config = Config::load(&path).map_err(|e| e.to_string())?;
+    let path = opts.settings.config_path.clone();
+    if !opts.settings.named
+        && let Err(e) = config::write_default_if_missing(&path)
+    {
+        // Not fatal: the defaults apply.
+        errln!("hipscope: could not write {}: {e}", path.display());
+    }
+    let mut config = opts.settings.config.clone();
     opts.args.apply(&mut config)?;
     if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
         config.ui.theme = ThemeName::Mono;
@@ -138,6 +143,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         drain_deadline: config.quit.drain_deadline,
         fetch: config.fetch,
         remote_poll: crate::gpu::telemetry::interval(config.telemetry.interval_ms),
+        tuning: config.tuning,
     }
 }
 
@@ -158,14 +164,14 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let (config, config_path) = match load_config(&opts) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            errln!("hipscope: {e}");
             return exit_code::USAGE;
         }
     };
     // An explicit GPU that cannot start would leave the chat waiting for it forever: refuse it
     // here, before the terminal is taken (`auto` falls back to the CPU instead).
     if let Err(e) = crate::gpu::select::preflight(config.backend, config.device) {
-        eprintln!(
+        errln!(
             "hipscope: the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU can start)",
             config.backend
         );
@@ -174,7 +180,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     // The chat draws with escape sequences: into a file or a pipe they are noise, and the
     // terminal modes it sets cannot be set there. Refused before anything is started.
     if !io::stdout().is_terminal() {
-        eprintln!(
+        errln!(
             "hipscope: the chat needs a terminal on stdout; for text to a file or a pipe, use \
              `hipscope generate -m MODEL -p TEXT`"
         );
@@ -184,10 +190,22 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .log
         .file
         .clone()
-        .unwrap_or_else(|| opts.dirs.state.join("hipscope.log"));
-    let mut notices: Vec<(String, bool)> = Vec::new();
+        .unwrap_or_else(|| opts.settings.dirs.state.join("hipscope.log"));
+    let mut notices: Vec<(String, bool)> = opts
+        .settings
+        .notes
+        .iter()
+        .map(|n| (n.clone(), false))
+        .collect();
+    // Folders and files from before they were private: made so, and said once.
+    for t in opts.settings.dirs.tighten_private() {
+        notices.push((t.to_string(), false));
+    }
     let log = match logging::init(&log_file, config.log.level) {
-        Ok(g) => g,
+        Ok(mut g) => {
+            notices.extend(g.tightened.take().map(|t| (t, false)));
+            g
+        }
         Err(e) => {
             notices.push((format!("no log file: {e}"), true));
             LogGuard::none()
@@ -208,7 +226,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .ok()
         .and_then(|g| g.as_ref().and_then(|l| l.path.clone()));
 
-    let (mut transcript, transcript_note) = open_transcript(&config, &opts.dirs, opts.args.resume);
+    let (mut transcript, transcript_note) =
+        open_transcript(&config, &opts.settings.dirs, opts.args.resume);
     if let Some(n) = transcript_note {
         notices.push((n, true));
     }
@@ -219,6 +238,11 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         ));
     }
     let mut config = config;
+    if opts.args.resume {
+        let named = opts.args.model_path().is_some();
+        let said = transcript::resume_model(transcript.conversation(), named, &mut config);
+        notices.extend(said.map(|n| (n, false)));
+    }
     if opts.args.resume
         && let Some(values) = &transcript.conversation().sampler
     {
@@ -274,6 +298,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         app.update(Msg::Notice { text, error });
     }
 
+    // `--trace`: a file that cannot be written is said before the terminal is taken.
+    if let Some(p) = &opts.args.trace {
+        if let Err(e) = crate::gpu::trace::start_file(p) {
+            eprintln!("hipscope: --trace: {e}");
+            return exit_code::USAGE;
+        }
+        app.update(Msg::Tracing(Some(p.clone())));
+    }
+
     // The terminal and the runtime come first: if either cannot be had, no worker (and no
     // device) has been started that would need a quit.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -282,7 +315,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("hipscope: cannot start the event loop: {e}");
+            errln!("hipscope: cannot start the event loop: {e}");
             return exit_code::FAILED;
         }
     };
@@ -290,21 +323,30 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let guard = match TerminalGuard::enter(config.ui.mouse) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("hipscope: cannot set up the terminal: {e}");
+            errln!("hipscope: cannot set up the terminal: {e}");
             return exit_code::FAILED;
         }
     };
-    let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
+    let mut terminal = match Terminal::new(CrosstermBackend::new(guard.output())) {
         Ok(t) => t,
         Err(e) => {
             drop(guard);
-            eprintln!("hipscope: cannot draw on the terminal: {e}");
+            errln!("hipscope: cannot draw on the terminal: {e}");
             return exit_code::FAILED;
         }
     };
+    let (term_tx, term_rx) = unbounded_channel();
+    if let Err(e) = spawn_input(term_tx) {
+        drop(guard);
+        eprintln!("hipscope: cannot read the terminal: {e}");
+        return exit_code::FAILED;
+    }
 
+    if let Some(m) = &config.model {
+        signals::note_mapped_file(m);
+    }
     let mut wc = worker_config(&config);
-    opts.args.apply_to_worker(&mut wc);
+    wc.apply_flags(&opts.args);
     let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
@@ -317,19 +359,21 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
 
     // A panic in the loop does not come back here: the panic hook restores the terminal, prints
     // the message and leaves with `_exit`, so that the worker's device is never waited on.
+    // A signal starts the quit's deadline on the signal thread, stops the worker's computation at
+    // once and tells the loop, which asks the worker to quit.
+    let (sig_tx, sig_rx) = unbounded_channel();
+    let interrupt = worker.interrupt.clone();
+    quit.set_interrupt_handler(move |name| {
+        interrupt.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = sig_tx.send(name);
+    });
+    let q = quit.clone();
+    if let Err(e) = signals::listen(move |name| q.signal(name)) {
+        tracing::warn!("cannot listen for SIGINT/SIGTERM/SIGHUP: {e}");
+    }
+    let mut clipboard = guard.output();
+
     let ending = runtime.block_on(async {
-        let (term_tx, term_rx) = unbounded_channel();
-        tokio::spawn(async move {
-            let mut stream = EventStream::new();
-            while let Some(ev) = stream.next().await {
-                if term_tx.send(ev).is_err() {
-                    break;
-                }
-            }
-        });
-        let (sig_tx, sig_rx) = unbounded_channel();
-        forward_signals(sig_tx, &quit);
-        let mut stdout = io::stdout();
         draw(&mut terminal, &app);
         if crate::gpu::fault::active() == Some(crate::gpu::fault::Fault::Panic) {
             // Fault injection for the end-to-end tests: a panic with the screen up.
@@ -337,17 +381,16 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
         let io = LoopIo {
             transcript: &mut transcript,
-            clipboard: &mut stdout,
+            clipboard: &mut clipboard,
             places: Places::from_env(
-                Some(opts.dirs.cache.clone()),
+                Some(opts.settings.dirs.cache.clone()),
                 config.models.search_paths.clone(),
                 config.models.scan_default_locations,
             ),
-            export_dir: opts.dirs.data.join("exports"),
+            export_dir: opts.settings.dirs.data.join("exports"),
             config_file: config_path.clone(),
-            quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
-            quit: Some(quit.clone()),
+            quit: quit.clone(),
             telemetry: Some(crate::gpu::telemetry::interval(
                 config.telemetry.interval_ms,
             )),
@@ -366,14 +409,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .await
     });
     drop(guard);
-    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
-    // with `eprintln!`, which panics on a closed terminal: not dropped then.
-    if terminal_gone() {
-        std::mem::forget(terminal);
-    } else {
-        drop(terminal);
-    }
+    // After the restore nothing reaches the terminal (the writer takes no more): ratatui's drop,
+    // which shows the cursor, writes nothing.
+    drop(terminal);
     transcript.sync();
+    if let Some(what) = transcript.unsaved() {
+        errln!("hipscope: {what}");
+    }
+    // The timeline file (`--trace`, `/trace on`) gets its closing bracket.
+    super::cmd::model_args::stop_trace();
     match ending {
         Ending::Exited(code) => {
             tracing::info!("worker exited with code {code}");
@@ -409,12 +453,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     let request = crate::gpu::open::BackendRequest {
         choice: cfg.backend,
         device: cfg.device,
-        threads: cfg.threads as usize,
-        compute: crate::gpu::compute::ComputeOptions {
-            graphs: cfg.graphs,
-            kv: cfg.kv_type,
-            ..Default::default()
-        },
+        cpu: cfg.tuning.cpu(cfg.threads as usize),
+        compute: cfg.tuning.compute(cfg.kv_type, cfg.graphs),
     };
     let opts = WorkerOptions {
         source: match cfg.remote {
@@ -451,12 +491,12 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             crate::gpu::open::open(&r, watch, progress).map(|(b, _)| b)
         }),
         load: LoadOptions {
-            n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            n_ctx: cfg.ctx_size.map(|n| n as usize),
             n_batch: cfg.n_batch,
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,
-            cpu_threads: cfg.threads as usize,
+            cpu: cfg.tuning.cpu(cfg.threads as usize),
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),
@@ -466,40 +506,38 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     worker::spawn(opts)
 }
 
-/// SIGTERM and SIGINT go through the quit coordinator's signal thread, which leaves the process
-/// on the second one even if this thread is stuck; the first is passed on to the loop (a quit,
-/// as if the user asked) and starts the coordinator's backstop timer. SIGHUP (the terminal
-/// closed) is read here. The terminal is in raw mode, so Ctrl-C arrives as a key, not SIGINT.
-fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator>) {
-    #[cfg(unix)]
-    {
-        let handler_tx = tx.clone();
-        let q = Arc::downgrade(quit);
-        quit.set_interrupt_handler(move || {
-            let _ = handler_tx.send("SIGTERM/SIGINT");
-            if let Some(q) = q.upgrade() {
-                q.begin();
-            }
-        });
-        if let Err(e) = quit.install_signal_handlers() {
-            tracing::warn!("cannot listen for SIGTERM/SIGINT: {e}");
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::hangup()) {
-            Ok(mut s) => {
-                tokio::spawn(async move {
-                    while s.recv().await.is_some() {
-                        if tx.send("SIGHUP").is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("cannot listen for SIGHUP: {e}"),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        chat: ChatArgs,
     }
-    #[cfg(not(unix))]
-    {
-        let _ = (tx, quit);
+
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let parse = |v: &[&str]| Cli::try_parse_from(v.iter().copied());
+        let mut w = worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        let args = parse(&["hipscope", "-b", "256", "--kv-type", "f32"])
+            .expect("parses")
+            .chat;
+        w.apply_flags(&args);
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        assert!(
+            parse(&["hipscope", "-b", "0"]).is_err(),
+            "a batch of 0 tokens"
+        );
     }
 }

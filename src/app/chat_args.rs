@@ -24,13 +24,11 @@ pub struct ChatArgs {
         conflicts_with = "model"
     )]
     pub model_flag: Option<PathBuf>,
-    /// Settings file (default: config.toml in the platform config directory).
-    #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
-    pub config: Option<PathBuf>,
     /// Compute backend: auto, hip, cuda or cpu.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
-    /// Context size in tokens (0: the model's own, at most 4096).
+    /// Context size in tokens (default: the model's trained context, at most 4096; 0: the whole
+    /// trained context, as far as memory allows).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
           value_parser = super::cmd::usage::whole::<u32>(0, super::cmd::usage::MAX_CTX))]
     pub ctx_size: Option<u32>,
@@ -108,6 +106,10 @@ pub struct ChatArgs {
     /// Run the GPU decode step launch by launch instead of replaying it as a graph.
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy, step and frame to FILE (Chrome trace-event JSON for
+    /// ui.perfetto.dev or chrome://tracing; also `/trace on|off`; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// More detail in the log file (-v debug, -vv trace).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -124,16 +126,6 @@ impl ChatArgs {
         self.model.as_ref().or(self.model_flag.as_ref())
     }
 
-    /// The flags that set the worker alone (no config key): `-b`, `--kv-type`.
-    pub fn apply_to_worker(&self, w: &mut super::chat::WorkerConfig) {
-        if let Some(b) = self.batch_size {
-            w.n_batch = b;
-        }
-        if let Some(k) = self.kv_type {
-            w.kv_type = k;
-        }
-    }
-
     /// Applies the flags on top of `config`; errors name the flag and what it accepts.
     pub fn apply(&self, config: &mut Config) -> Result<(), String> {
         if let Some(m) = self.model_path() {
@@ -148,7 +140,7 @@ impl ChatArgs {
             })?;
         }
         if let Some(n) = self.ctx_size {
-            config.ctx_size = n;
+            config.ctx_size = Some(n);
         }
         if let Some(n) = self.threads {
             config.threads = n;
@@ -253,7 +245,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.model, Some(PathBuf::from("m.gguf")));
         assert_eq!(c.backend, BackendChoice::Cpu);
-        assert_eq!(c.ctx_size, 2048);
+        assert_eq!(c.ctx_size, Some(2048));
         assert_eq!(c.sampler.temp, 0.1);
         assert_eq!(c.sampler.top_k, 5);
         assert_eq!(c.sampler.n_predict, -1);
@@ -269,27 +261,6 @@ mod tests {
         assert_eq!(e, "--temp hot: not allowed; use a number from 0 to 5");
         let e = args(&["--backend", "metal"]).apply(&mut c).unwrap_err();
         assert!(e.starts_with("--backend metal"), "{e}");
-    }
-
-    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
-    /// reach the worker (they were "unexpected argument").
-    #[test]
-    fn batch_size_and_kv_type_reach_the_worker() {
-        let mut w = crate::app::chat::worker_config(&Config::default());
-        assert_eq!(
-            (w.n_batch, w.kv_type),
-            (512, crate::gpu::compute::KvType::F16)
-        );
-        args(&["-b", "256", "--kv-type", "f32"]).apply_to_worker(&mut w);
-        assert_eq!(
-            (w.n_batch, w.kv_type),
-            (256, crate::gpu::compute::KvType::F32)
-        );
-        let mut v = vec!["hipscope", "-b", "0"];
-        assert!(
-            Cli::try_parse_from(v.drain(..)).is_err(),
-            "a batch of 0 tokens"
-        );
     }
 
     #[test]

@@ -9,7 +9,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
 use crate::app::cmd::usage;
+use crate::app::config::ConfigError;
 use crate::app::discover::{self, Places, names};
+use crate::app::settings::Settings;
+use crate::app::stderr::errln;
 use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
@@ -24,6 +27,10 @@ pub struct Cli {
     pub command: Option<Commands>,
     #[command(flatten)]
     pub chat: ChatArgs,
+    /// Settings file, before or after the command (default: `HIPSCOPE_CONFIG`, else config.toml
+    /// in the platform config directory).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -64,47 +71,68 @@ pub enum Commands {
 }
 
 pub fn run() -> i32 {
-    let mut cli = Cli::parse_from(llama_spellings(std::env::args_os()));
-    let chat = match &mut cli.command {
-        None => Some(&mut cli.chat),
-        Some(Commands::Chat(a)) => Some(a),
-        _ => None,
+    let cli = Cli::parse_from(llama_spellings(std::env::args_os()));
+    // Every command that reads a setting resolves them here, the one way (`app/settings.rs`);
+    // the chat shows the notes on its screen instead of stderr.
+    let flag = cli.config.as_deref();
+    let settings = || -> anyhow::Result<Settings> {
+        let s = Settings::resolve(flag)?;
+        for n in &s.notes {
+            errln!("hipscope: {n}");
+        }
+        Ok(s)
     };
-    if let Some(e) = chat.and_then(|a| resolve_chat_model(a).err()) {
-        // Before anything is written: no config file, no conversation, no log.
-        e.exit();
-    }
     let result = match cli.command {
-        Some(Commands::Generate(a)) => cmd::generate::run(a),
-        Some(Commands::Tokenize(a)) => cmd::tokenize::run(a),
-        Some(Commands::Perplexity(a)) => cmd::perplexity::run(a),
-        Some(Commands::Bench(a)) => cmd::bench::run(a),
-        Some(Commands::Soak(a)) => cmd::soak::run(a),
-        Some(Commands::Fetch(a)) => cmd::fetch_cmd::run(a),
+        Some(Commands::Generate(a)) => settings().and_then(|s| cmd::generate::run(a, &s)),
+        Some(Commands::Tokenize(a)) => settings().and_then(|s| cmd::tokenize::run(a, &s)),
+        Some(Commands::Perplexity(a)) => settings().and_then(|s| cmd::perplexity::run(a, &s)),
+        Some(Commands::Bench(a)) => settings().and_then(|s| cmd::bench::run(a, &s)),
+        Some(Commands::Soak(a)) => settings().and_then(|s| cmd::soak::run(a, &s)),
+        Some(Commands::Fetch(a)) => settings().and_then(|s| cmd::fetch_cmd::run(a, &s)),
         Some(Commands::Synth(a)) => cmd::synth::run(a),
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
-        Some(Commands::Top(a)) => cmd::top::run(a),
+        Some(Commands::Top(a)) => settings().and_then(|s| cmd::top::run(a, &s)),
         Some(Commands::Doctor(a)) => Ok(cmd::doctor::run(a)),
         Some(Commands::DoctorCheck(a)) => Ok(cmd::doctor_child::run(a)),
         Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),
-        Some(Commands::Kernels(a)) => Ok(cmd::kernels::kernels(&a)),
+        Some(Commands::Kernels(a)) => settings().map(|s| cmd::kernels::kernels(&a, &s)),
         Some(Commands::CompileKernels(a)) => Ok(cmd::kernels::compile_child(&a)),
-        Some(Commands::Chat(a)) => Ok(run_chat(ChatOptions::new(a))),
-        None => Ok(run_chat(ChatOptions::new(cli.chat))),
+        Some(Commands::Chat(a)) => Ok(chat(a, flag)),
+        None => Ok(chat(cli.chat, flag)),
     };
     match result {
         Ok(code) => code,
         Err(e) if usage::is_broken_pipe(&e) => exit_code::OK,
-        Err(e) if e.downcast_ref::<usage::UsageError>().is_some() => {
-            eprintln!("error: {e:#}");
+        Err(e)
+            if e.downcast_ref::<usage::UsageError>().is_some()
+                || e.downcast_ref::<ConfigError>().is_some() =>
+        {
+            errln!("error: {e:#}");
             exit_code::USAGE
         }
         Err(e) => {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
             exit_code::FAILED
         }
     }
+}
+
+/// The chat, with the settings resolved as every command resolves them; a file that cannot be
+/// used stops it before anything is started (exit code 2), as does a model that is not there.
+fn chat(mut args: ChatArgs, config: Option<&std::path::Path>) -> i32 {
+    let settings = match Settings::resolve(config) {
+        Ok(s) => s,
+        Err(e) => {
+            errln!("hipscope: {e}");
+            return exit_code::USAGE;
+        }
+    };
+    if let Err(e) = resolve_chat_model(&mut args, &settings) {
+        // Before anything is written: no config file, no conversation, no log.
+        e.exit();
+    }
+    run_chat(ChatOptions { args, settings })
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot declare, as their long names:
@@ -136,7 +164,7 @@ pub fn llama_spellings(
 /// nor a command (`hipscope serve`) is a mistyped command; anything else is a model that is not
 /// there, with the closest names found. The failures are usage errors (exit 2). The commands are
 /// clap's own list, so a command added later is never "unknown".
-fn resolve_chat_model(args: &mut ChatArgs) -> Result<(), clap::Error> {
+fn resolve_chat_model(args: &mut ChatArgs, settings: &Settings) -> Result<(), clap::Error> {
     let Some(path) = args.model_path().cloned() else {
         return Ok(());
     };
@@ -146,12 +174,12 @@ fn resolve_chat_model(args: &mut ChatArgs) -> Result<(), clap::Error> {
     let mut cmd = Cli::command();
     let word = path.to_string_lossy().into_owned();
     let lookup = names::may_be_a_name(&path).then(|| {
-        let places = Places::for_names(args.config.as_deref());
+        let places = Places::for_names(&settings.config);
         discover::find_named(&word, &places)
     });
     let not_found = match lookup {
         Some(Ok(found)) => {
-            eprintln!("hipscope: {word}: {}", found.label);
+            errln!("hipscope: {word}: {}", found.label);
             match (&mut args.model, &mut args.model_flag) {
                 (Some(m), _) | (None, Some(m)) => *m = found.path,
                 (None, None) => {}

@@ -1,12 +1,12 @@
-//! Settings: built-in defaults, then the user's `config.toml` (in the platform config directory,
-//! or `--config FILE`), then command-line flags. `config.toml` at the repository root documents
-//! every key with its default; a test checks that it parses to exactly [`Config::default`].
+//! Settings: built-in defaults, then the user's `config.toml` (found by `app/settings.rs`: the
+//! config folder, `HIPSCOPE_CONFIG` or `--config FILE`), then command-line flags. `config.toml`
+//! at the repository root documents every key with its default; a test checks that it parses to
+//! exactly [`Config::default`].
 //!
 //! The file is read key by key rather than through serde so that every mistake names the key,
-//! the value found and what is allowed there.
-//!
-//! Just over 700 lines on purpose: one home for every setting's reading and range check (the
-//! remote endpoints' tables live in `app/remote_config.rs`); its tests are beside it.
+//! the value found and what is allowed there: one home for every setting's reading and range
+//! check (the remote endpoints' tables live in `app/remote_config.rs`); writing the file back
+//! (the first start's copy, `/set save`) is in `config/write.rs`; the tests in `config/tests.rs`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -14,6 +14,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::remote_config;
+use super::settings::Tuning;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::model::split::GpuLayers;
 use crate::ui::sampler;
@@ -132,8 +133,10 @@ pub struct Config {
     /// `None`: the default model.
     pub model: Option<PathBuf>,
     pub backend: BackendChoice,
-    /// 0: the model's own context length (at most 4096).
-    pub ctx_size: u32,
+    /// Context length in tokens; `None`: the model's trained context, at most 4096; `Some(0)`:
+    /// the whole trained context, as far as memory allows (llama.cpp's `-c 0`; the one meaning
+    /// of 0 for `-c`, `ctx_size` and `/set ctx`, carried out by `model::loader`).
+    pub ctx_size: Option<u32>,
     /// Percent of the conversation after the system prompt dropped when the context fills.
     pub ctx_discard: u8,
     /// 0: all cores.
@@ -155,6 +158,9 @@ pub struct Config {
     pub fetch: FetchConfig,
     /// Remote engines (`[remote]`, `[remote.NAME]`).
     pub remote: remote_config::RemoteConfig,
+    /// Switches for measuring one code path against another, from the environment only (never
+    /// the file): see `app/settings.rs`.
+    pub tuning: Tuning,
 }
 
 impl Default for Config {
@@ -162,7 +168,7 @@ impl Default for Config {
         Config {
             model: None,
             backend: BackendChoice::Auto,
-            ctx_size: 0,
+            ctx_size: None,
             ctx_discard: 50,
             graphs: true,
             threads: 0,
@@ -194,6 +200,7 @@ impl Default for Config {
             telemetry: TelemetryConfig { interval_ms: 500 },
             fetch: FetchConfig::default(),
             remote: Default::default(),
+            tuning: Tuning::default(),
         }
     }
 }
@@ -214,6 +221,12 @@ pub enum ConfigError {
     #[error("{path}: `{key}` = {got} is not allowed: {allowed}")]
     Invalid {
         path: PathBuf,
+        key: String,
+        got: String,
+        allowed: String,
+    },
+    #[error("{key}={got} is not allowed: {allowed} (an environment variable)")]
+    Env {
         key: String,
         got: String,
         allowed: String,
@@ -386,6 +399,9 @@ const LOG_KEYS: &[&str] = &["level", "file"];
 const QUIT_KEYS: &[&str] = &["drain_timeout_ms", "grace_ms"];
 const TELEMETRY_KEYS: &[&str] = &["interval_ms"];
 const FETCH_KEYS: &[&str] = &["connect_timeout_s", "read_timeout_s", "tries"];
+/// `ctx_size` as the config.toml of older versions documented it (0 was the default).
+const OLD_CTX_0: &str =
+    "# Context length in tokens. 0 uses the model's own, at most 4096.\nctx_size = 0\n";
 const PANEL_NAMES: &str = "\"streams\", \"arena\", \"watchdog\", \"gpu\"";
 
 impl Config {
@@ -410,9 +426,14 @@ impl Config {
             "ctx_size",
             0,
             crate::model::loader::MAX_CTX as i64,
-            "0 (the model's own) or a whole number of tokens up to 16777216",
+            "0 (the model's whole trained context) or a whole number of tokens up to 16777216",
         )? {
-            c.ctx_size = n as u32;
+            c.ctx_size = Some(n as u32);
+        }
+        // The copy older versions wrote at the first start says, beside `ctx_size = 0`, that 0
+        // is the model's own context at most 4096: what that file says it means, it keeps.
+        if c.ctx_size == Some(0) && text.contains(OLD_CTX_0) {
+            c.ctx_size = None;
         }
         if let Some(n) = top.integer("ctx_discard", 1, 95, "a percent from 1 to 95")? {
             c.ctx_discard = n as u8;
@@ -630,104 +651,8 @@ impl Config {
     }
 }
 
-/// `[fetch]` of the user's settings file (`HIPSCOPE_CONFIG`, else config.toml in the config
-/// directory), for the commands that read nothing else of it; a file that cannot be used is an
-/// error naming the key, as in the chat.
-pub fn fetch_settings() -> Result<FetchConfig, ConfigError> {
-    let path = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            crate::gpu::dirs::Dirs::from_env()
-                .config
-                .join("config.toml")
-        });
-    Ok(Config::load(&path)?.fetch)
-}
-
-/// Writes the documented defaults as the user's config file if there is none yet, so that
-/// there is a file to edit. Failure is not an error: the defaults apply either way.
-pub fn write_default_if_missing(path: &Path) -> std::io::Result<bool> {
-    if path.exists() {
-        return Ok(false);
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    // Whole or not at all: a full disk must not leave an empty config.toml behind.
-    match crate::app::atomic_file::write_bytes(
-        path,
-        crate::app::atomic_file::Replace::Never,
-        DEFAULT_CONFIG_TOML.as_bytes(),
-    ) {
-        Ok(()) => Ok(true),
-        // Another instance wrote it first: theirs stays.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// Writes `sampler` into the `[sampler]` table of the config file at `path` (the documented
-/// defaults if there is none yet), changing only those values: comments, order and every other
-/// setting stay as the user left them (`toml_edit`). The result is checked to load before it
-/// replaces the file.
-pub fn keep_sampler_defaults(path: &Path, sampler: &SamplerConfig) -> Result<(), String> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => DEFAULT_CONFIG_TOML.to_string(),
-        Err(e) => return Err(format!("{}: cannot read it: {e}", path.display())),
-    };
-    let mut doc: toml_edit::DocumentMut = text
-        .parse()
-        .map_err(|e| format!("{}: not valid TOML: {e}", path.display()))?;
-    let table = doc
-        .entry("sampler")
-        .or_insert(toml_edit::table())
-        .as_table_mut()
-        .ok_or_else(|| format!("{}: `sampler` is not a table", path.display()))?;
-    let mut put = |key: &str, mut new: toml_edit::Value| match table
-        .get_mut(key)
-        .and_then(|i| i.as_value_mut())
-    {
-        Some(old) => {
-            // The old value's surroundings (a trailing comment) stay.
-            *new.decor_mut() = old.decor().clone();
-            *old = new;
-        }
-        None => table[key] = toml_edit::value(new),
-    };
-    for f in sampler::FIELDS {
-        let v = (f.get)(sampler);
-        let value = if let Ok(i) = v.parse::<i64>() {
-            toml_edit::Value::from(i)
-        } else if let Ok(x) = v.parse::<f64>() {
-            toml_edit::Value::from(x)
-        } else {
-            toml_edit::Value::from(v)
-        };
-        put(f.name, value);
-    }
-    put(
-        "stop",
-        toml_edit::Value::Array(sampler.stop.iter().map(String::as_str).collect()),
-    );
-    let out = doc.to_string();
-    let check = Config::parse(&out, path).map_err(|e| e.to_string())?;
-    if check.sampler != *sampler {
-        return Err(format!(
-            "{}: the settings would not read back as they are",
-            path.display()
-        ));
-    }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let tmp = path.with_extension("toml.partial");
-    std::fs::write(&tmp, out).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("{}: {e}", path.display())
-    })
-}
+mod write;
+pub use write::{keep_sampler_defaults, write_default_if_missing};
 
 #[cfg(test)]
 mod tests;

@@ -82,18 +82,12 @@ impl Places {
     }
 
     /// Where a model named on the command line is looked up: where the picker looks, with the
-    /// search paths of the config file at `config` (default: the chat's); a file that cannot be
-    /// read is left to the command to report.
-    pub fn for_names(config: Option<&Path>) -> Places {
-        let dirs = crate::gpu::dirs::Dirs::from_env();
-        let path = config.map_or_else(|| dirs.config.join("config.toml"), Path::to_path_buf);
-        let models = crate::app::config::Config::load(&path)
-            .map(|c| c.models)
-            .unwrap_or_else(|_| crate::app::config::Config::default().models);
+    /// search paths of the settings (`app/settings.rs`).
+    pub fn for_names(config: &crate::app::config::Config) -> Places {
         Places::from_env(
-            Some(dirs.cache),
-            models.search_paths,
-            models.scan_default_locations,
+            Some(crate::gpu::dirs::cache_dir()),
+            config.models.search_paths.clone(),
+            config.models.scan_default_locations,
         )
     }
 

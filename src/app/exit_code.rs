@@ -6,7 +6,8 @@ use crate::ui::quit_screen::WorkerEnd;
 
 /// Everything finished and the device was released cleanly.
 pub const OK: i32 = 0;
-/// A command failed (its message says why), or `doctor` found a failing check.
+/// A command failed (its message says why), or `doctor` found a failing check; also a model
+/// file truncated or overwritten while mapped (SIGBUS: `app/signals.rs` says which file).
 pub const FAILED: i32 = 1;
 /// A configuration or command-line error: nothing was started.
 pub const USAGE: i32 = 2;

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::app::atomic_file::{self, Replace};
 use crate::app::config::FetchConfig;
+use crate::gpu::atomic_file::{self, Replace};
 
 use sha2::{Digest, Sha256};
 
@@ -108,8 +108,6 @@ pub enum FetchError {
         "{what}: sha256 {got} does not match the expected {SHA256}; the download is corrupt or was tampered with"
     )]
     Checksum { what: String, got: String },
-    #[error("no cache directory could be determined (is $HOME set?)")]
-    NoCacheDir,
 }
 
 /// How patient a fetch is.
@@ -145,10 +143,7 @@ impl Default for FetchOptions {
 
 /// Where the default model lives once fetched.
 pub fn default_model_path() -> Result<PathBuf, FetchError> {
-    Ok(crate::gpu::dirs::cache_dir()
-        .ok_or(FetchError::NoCacheDir)?
-        .join("models")
-        .join(FILE_NAME))
+    Ok(crate::gpu::dirs::cache_dir().join("models").join(FILE_NAME))
 }
 
 /// The default model, fetching it first if it is not in the cache yet.
@@ -180,7 +175,7 @@ pub fn fetch_with(
         let path = path.to_path_buf();
         move |cause| FetchError::Io { path, cause }
     };
-    std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+    crate::gpu::dirs::create_private_dir(dir).map_err(io_err(dir))?;
     // A unique name (two fetches never share one), removed when this returns or unwinds.
     let work = tempfile::Builder::new()
         .prefix(".fetch-")

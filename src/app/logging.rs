@@ -1,5 +1,6 @@
 //! Logging to a file (never to the screen, which belongs to the UI): `tracing` events go through
-//! a background writer to `hipscope.log` in the state directory, or the configured file.
+//! a background writer to `hipscope.log` in the state directory, or the configured file, 0600 in
+//! a 0700 folder.
 
 use std::path::{Path, PathBuf};
 
@@ -13,6 +14,8 @@ use super::config::LogLevel;
 pub struct LogGuard {
     _guard: Option<WorkerGuard>,
     pub path: Option<PathBuf>,
+    /// The log file made private (0600) at this start, said once.
+    pub tightened: Option<String>,
 }
 
 impl LogGuard {
@@ -20,6 +23,7 @@ impl LogGuard {
         LogGuard {
             _guard: None,
             path: None,
+            tightened: None,
         }
     }
 }
@@ -42,13 +46,21 @@ pub fn init(file: &Path, level: LogLevel) -> Result<LogGuard, String> {
         return Ok(LogGuard::none());
     }
     if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        crate::gpu::dirs::create_private_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
+    // The log may quote the user's words (errors, a model's path): 0600 whatever the umask, and
+    // an older, wider one made so.
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, crate::gpu::dirs::FILE_MODE);
+    let f = open
         .open(file)
         .map_err(|e| format!("{}: {e}", file.display()))?;
+    let tightened = crate::gpu::dirs::tighten(file)
+        .ok()
+        .flatten()
+        .map(|t| t.to_string());
     let (writer, guard) = tracing_appender::non_blocking(f);
     let subscriber = tracing_subscriber::fmt()
         .with_writer(writer)
@@ -68,5 +80,6 @@ pub fn init(file: &Path, level: LogLevel) -> Result<LogGuard, String> {
     Ok(LogGuard {
         _guard: Some(guard),
         path: Some(file.to_path_buf()),
+        tightened,
     })
 }

@@ -1,6 +1,5 @@
 //! The application edge: CLI, config, start-up, the event loop and the quit protocol.
 
-pub mod atomic_file;
 pub mod chat;
 pub mod chat_args;
 pub mod cli;
@@ -14,11 +13,17 @@ pub mod fetch;
 pub mod logging;
 pub mod quit;
 pub mod remote_config;
+pub mod settings;
 pub mod shutdown;
+pub mod signals;
+pub mod stderr;
 pub mod terminal;
+pub mod terminal_out;
 pub mod transcript;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {
+    // A model file truncated under its map ends every command with a documented code.
+    crate::app::signals::exit_on_bus(exit_code::FAILED);
     cli::run()
 }

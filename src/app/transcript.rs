@@ -1,251 +1,47 @@
-//! (Over 700 lines on purpose: the writer and the reader of one file format stay in one file so
-//! that they cannot drift apart; the tests are in `transcript/tests.rs`.)
-//!
 //! Conversations saved as they happen: one JSON record per line (JSONL), appended with one
 //! `write` per record to a file opened for appending. A record is on disk whole or not at all:
-//! after a failed write (a full disk) the file is cut back to the last complete record and
-//! recording stops, with a notice; the file is synced at the end of every answer. Reading back
-//! takes every complete record and says how many bytes of a torn end it skipped.
+//! after a failed write (a full disk) the file is cut back to the last complete record, with a
+//! notice, and the records from there on wait in memory; at each turn (a question, an answer's
+//! end, a regeneration, a clear) and at the quit they are tried again, in order, so that once
+//! there is room the file holds the whole conversation again (with a notice that says so). A
+//! quit with records still waiting is held once to say so and offer `/save` (`event_loop.rs`).
+//! The file is synced at the end of every answer. Reading back takes every complete record and
+//! says how many bytes of a torn end it skipped.
 //!
 //! The file is created at the first message (a session in which nothing was said leaves none),
-//! and held with an exclusive advisory lock (`flock`) so that two instances never write into one
-//! file. `/save` exports Markdown; `--resume` reopens the newest conversation with a turn in it.
+//! 0600 in a 0700 folder whatever the umask (`gpu::dirs`), and held with an exclusive advisory
+//! lock (`flock`, Unix) so that two instances never write into one file. `/save` exports
+//! Markdown; `--resume` reopens the newest conversation with a turn in it.
 //!
 //! The transcript is fed the same commands and events as the worker and the view, so it needs
 //! no state of its own beyond what it replays.
+//!
+//! This file is the journal (the file being written); beside it, by job: `record.rs` (the
+//! records and the conversation they replay to), `replay.rs` (reading a file back),
+//! `markdown.rs` (`/save`), `lock.rs` (`flock` and its holder), `calendar.rs` (dates),
+//! `resume.rs` (the model `--resume` goes on with).
 
+mod calendar;
+mod lock;
+mod markdown;
+mod record;
+mod replay;
+mod resume;
+
+use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use serde::{Deserialize, Serialize};
+pub use calendar::{file_stamp, format_utc, unix_secs};
+use lock::lock;
+pub use record::{Conversation, Record, Turn};
+pub use replay::{Replay, read, replay};
+pub use resume::resume_model;
 
-use crate::app::atomic_file::{self, Replace};
-use crate::model::protocol::{Command, Event, GenStats};
-use crate::ui::chat::{reason_text, stats_line};
-
-/// One line of the file.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "snake_case")]
-pub enum Record {
-    Start {
-        version: u32,
-        /// Seconds since the Unix epoch.
-        time: u64,
-        app: String,
-    },
-    Model {
-        name: String,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        path: Option<String>,
-    },
-    System {
-        text: String,
-    },
-    User {
-        text: String,
-    },
-    /// A piece of the answer being generated.
-    Token {
-        text: String,
-    },
-    /// A piece of a reasoning model's reasoning before its answer (added later: older files
-    /// have none).
-    Reasoning {
-        text: String,
-    },
-    Done {
-        reason: String,
-        prompt_tokens: usize,
-        cached_tokens: usize,
-        generated_tokens: usize,
-        prompt_ms: f64,
-        gen_ms: f64,
-        ttft_ms: f64,
-        /// Of the generated tokens, the reasoning's (written only when there was reasoning).
-        #[serde(default, skip_serializing_if = "is_zero")]
-        reasoning_tokens: usize,
-        #[serde(default, skip_serializing_if = "is_zero_f")]
-        reasoning_ms: f64,
-    },
-    /// The last answer was dropped to be generated again.
-    Regen,
-    /// The sampler settings from here on, by their `/set` names (added later: older files have
-    /// none, and a resumed conversation then keeps the configured settings).
-    Sampler {
-        values: std::collections::BTreeMap<String, String>,
-    },
-    Clear,
-}
-
-fn is_zero(n: &usize) -> bool {
-    *n == 0
-}
-
-fn is_zero_f(x: &f64) -> bool {
-    *x == 0.0
-}
-
-/// One question and its answer.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Turn {
-    pub user: String,
-    pub answer: String,
-    /// The reasoning before the answer (a reasoning model's; empty otherwise).
-    pub reasoning: String,
-    /// The stats line, once the answer finished.
-    pub summary: Option<String>,
-    /// The system prompt in force when the question was asked.
-    pub system: String,
-    /// The model that answered (its name when the question was asked).
-    pub model: Option<String>,
-}
-
-/// A conversation, as replayed from its records.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Conversation {
-    pub started: Option<u64>,
-    pub model: Option<String>,
-    pub system: String,
-    pub turns: Vec<Turn>,
-    /// The last sampler settings recorded, by `/set` name.
-    pub sampler: Option<std::collections::BTreeMap<String, String>>,
-}
-
-impl Conversation {
-    pub fn apply(&mut self, r: &Record) {
-        match r {
-            Record::Start { time, .. } => {
-                self.started.get_or_insert(*time);
-            }
-            Record::Model { name, .. } => self.model = Some(name.clone()),
-            Record::System { text } => self.system = text.clone(),
-            Record::User { text } => self.turns.push(Turn {
-                user: text.clone(),
-                system: self.system.clone(),
-                model: self.model.clone(),
-                ..Turn::default()
-            }),
-            Record::Token { text } => {
-                if let Some(t) = self.turns.last_mut() {
-                    t.answer.push_str(text);
-                }
-            }
-            Record::Reasoning { text } => {
-                if let Some(t) = self.turns.last_mut() {
-                    t.reasoning.push_str(text);
-                }
-            }
-            Record::Done {
-                reason,
-                prompt_tokens,
-                cached_tokens,
-                generated_tokens,
-                prompt_ms,
-                gen_ms,
-                ttft_ms,
-                reasoning_tokens,
-                reasoning_ms,
-            } => {
-                if let Some(t) = self.turns.last_mut() {
-                    let ms = |x: f64| std::time::Duration::from_secs_f64((x / 1e3).max(0.0));
-                    let stats = GenStats {
-                        prompt_tokens: *prompt_tokens,
-                        cached_tokens: *cached_tokens,
-                        prompt_time: ms(*prompt_ms),
-                        generated_tokens: *generated_tokens,
-                        gen_time: ms(*gen_ms),
-                        time_to_first_token: ms(*ttft_ms),
-                        reasoning_tokens: *reasoning_tokens,
-                        reasoning_time: ms(*reasoning_ms),
-                    };
-                    t.summary = Some(stats_line(&stats, reason));
-                }
-            }
-            Record::Regen => {
-                if let Some(t) = self.turns.last_mut() {
-                    t.answer.clear();
-                    t.reasoning.clear();
-                    t.summary = None;
-                }
-            }
-            Record::Clear => self.turns.clear(),
-            Record::Sampler { values } => self.sampler = Some(values.clone()),
-        }
-    }
-
-    /// The turns as (question, answer) pairs, for the worker and the view.
-    pub fn pairs(&self) -> Vec<(String, String)> {
-        self.turns
-            .iter()
-            .map(|t| (t.user.clone(), t.answer.clone()))
-            .collect()
-    }
-
-    /// The conversation as a Markdown document.
-    pub fn to_markdown(&self, now: SystemTime) -> String {
-        let model = self.model.as_deref().unwrap_or("the assistant");
-        let mut md = format!("# Conversation with {model}\n\n");
-        let when = match self.started {
-            Some(t) => format!("started {}", format_utc(t)),
-            None => String::new(),
-        };
-        md.push_str(&format!(
-            "_Exported by hipscope {} on {}{}._\n\n",
-            env!("CARGO_PKG_VERSION"),
-            format_utc(unix_secs(now)),
-            if when.is_empty() {
-                String::new()
-            } else {
-                format!("; {when}")
-            }
-        ));
-        // The system prompt at the top is the one the first question was asked under; where it
-        // changed between questions, the new one is shown there (as the model's name is).
-        let quote = |md: &mut String, title: &str, text: &str| {
-            md.push_str(&format!("**{title}:**\n\n"));
-            for line in text.lines() {
-                md.push_str(&format!("> {line}\n"));
-            }
-            md.push('\n');
-        };
-        let first = self.turns.first().map_or(&self.system, |t| &t.system);
-        if !first.is_empty() {
-            quote(&mut md, "System prompt", first);
-        }
-        for (i, t) in self.turns.iter().enumerate() {
-            if i > 0 && t.system != self.turns[i - 1].system {
-                if t.system.is_empty() {
-                    md.push_str("_The system prompt was removed here._\n\n");
-                } else {
-                    quote(&mut md, "System prompt from here on", &t.system);
-                }
-            }
-            md.push_str("## You\n\n");
-            md.push_str(t.user.trim_end());
-            md.push_str("\n\n");
-            let speaker = t.model.as_deref().unwrap_or(model);
-            md.push_str(&format!("## {speaker}\n\n"));
-            if !t.reasoning.trim().is_empty() {
-                // Folded, as chat sites export it; GitHub and most viewers render <details>.
-                md.push_str("<details><summary>Reasoning</summary>\n\n");
-                md.push_str(t.reasoning.trim());
-                md.push_str("\n\n</details>\n\n");
-            }
-            if t.answer.trim().is_empty() {
-                md.push_str("_(no answer)_\n\n");
-            } else {
-                md.push_str(t.answer.trim_end());
-                md.push_str("\n\n");
-            }
-            if let Some(s) = &t.summary {
-                md.push_str(&format!("_{s}_\n\n"));
-            }
-        }
-        md
-    }
-}
+use crate::model::protocol::{Command, Event};
+use crate::ui::chat::reason_text;
 
 /// Why a transcript could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -273,23 +69,18 @@ pub struct Transcript {
     path: Option<PathBuf>,
     /// Where the file will be created at the first message (`None`: memory only, or created).
     dir: Option<PathBuf>,
-    /// Records made before the file exists (the start, the model, the system prompt).
-    pending: Vec<String>,
+    /// Records not on disk yet, in order, each with whether it starts a turn: those made before
+    /// the file exists (the start, the model, the system prompt) and, after a failed write,
+    /// every record since.
+    unwritten: VecDeque<(String, bool)>,
     /// The file's length up to the end of the last record written whole.
     committed: u64,
-    /// The first write error; recording to disk stops there, the conversation stays in memory.
+    /// Why the records in `unwritten` are not on disk, for the user: a write failed (tried
+    /// again at each turn); and the error alone.
     failed: Option<String>,
-}
-
-/// What a conversation file held: every complete record, replayed.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Replay {
-    pub conversation: Conversation,
-    /// Bytes up to the end of the last complete record.
-    pub complete_len: u64,
-    /// Bytes that were not a complete record (a torn end, or lines torn by an older version):
-    /// skipped.
-    pub skipped_bytes: u64,
+    failed_why: String,
+    /// What the user should be told, oldest first (text, whether it is an error).
+    notices: VecDeque<(String, bool)>,
 }
 
 impl Transcript {
@@ -312,13 +103,13 @@ impl Transcript {
         t
     }
 
-    /// Creates the file (at the first message): a new name in `dir`, locked.
+    /// Creates the file (at the first message): a new name in `dir`, 0600, locked.
     fn create_file(dir: &Path, now: SystemTime) -> Result<(File, PathBuf), TranscriptError> {
         let io = |cause| TranscriptError::Io {
             path: dir.to_path_buf(),
             cause,
         };
-        std::fs::create_dir_all(dir).map_err(io)?;
+        crate::gpu::dirs::create_private_dir(dir).map_err(io)?;
         let stamp = file_stamp(unix_secs(now));
         let mut n = 0;
         loop {
@@ -328,7 +119,11 @@ impl Transcript {
                 format!("conversation-{stamp}-{n}.jsonl")
             };
             let path = dir.join(name);
-            match OpenOptions::new().append(true).create_new(true).open(&path) {
+            let mut open = OpenOptions::new();
+            open.append(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut open, crate::gpu::dirs::FILE_MODE);
+            match open.open(&path) {
                 Ok(f) => {
                     lock(&f, &path)?;
                     return Ok((f, path));
@@ -362,16 +157,20 @@ impl Transcript {
             file.set_len(replay.complete_len).map_err(io)?;
             file.seek(SeekFrom::End(0)).map_err(io)?;
         }
-        Ok((
-            Transcript {
-                conversation: replay.conversation,
-                file: Some(file),
-                path: Some(path.to_path_buf()),
-                committed: replay.complete_len,
-                ..Transcript::default()
-            },
-            replay.skipped_bytes,
-        ))
+        let mut t = Transcript {
+            conversation: replay.conversation,
+            file: Some(file),
+            path: Some(path.to_path_buf()),
+            committed: replay.complete_len,
+            ..Transcript::default()
+        };
+        // A file from before conversations were private (0644): made 0600, and said.
+        match crate::gpu::dirs::tighten(path) {
+            Ok(Some(t2)) => t.notices.push_back((t2.to_string(), false)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{}: cannot make it private: {e}", path.display()),
+        }
+        Ok((t, replay.skipped_bytes))
     }
 
     /// The conversation files in `dir`, newest first.
@@ -451,14 +250,45 @@ impl Transcript {
         self.path.as_deref()
     }
 
-    /// The write error that stopped recording to disk, if one did.
+    /// The write error that keeps records from the disk now, if one does.
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
     }
 
+    /// The next thing the user should be told: a write that failed (once per failure), the
+    /// conversation saved again, a file made private.
+    pub fn take_notice(&mut self) -> Option<(String, bool)> {
+        self.notices.pop_front()
+    }
+
+    /// What is not on disk, in words, after trying once more to write it; `None` when every
+    /// record is saved (or the conversation is kept in memory only, by choice).
+    pub fn unsaved(&mut self) -> Option<String> {
+        self.flush();
+        if self.failed.is_none() || self.unwritten.is_empty() {
+            return None;
+        }
+        // The turns with a record waiting: those that start in memory, and the one the first
+        // waiting record belongs to when it started on disk.
+        let starts = self.unwritten.iter().filter(|(_, turn)| *turn).count();
+        let torn = self.unwritten.front().is_some_and(|(_, turn)| !turn);
+        let turns = starts + usize::from(torn);
+        let why = &self.failed_why;
+        Some(format!(
+            "{} of this conversation {} not saved ({why})",
+            if turns <= 1 {
+                "the last turn".to_string()
+            } else {
+                format!("the last {turns} turns")
+            },
+            if turns <= 1 { "is" } else { "are" },
+        ))
+    }
+
     fn record(&mut self, r: Record) {
         self.conversation.apply(&r);
-        if self.failed.is_some() {
+        if self.file.is_none() && self.dir.is_none() {
+            // Kept in memory only.
             return;
         }
         let mut line = match serde_json::to_string(&r) {
@@ -469,40 +299,74 @@ impl Transcript {
             }
         };
         line.push('\n');
+        let starts_turn = matches!(r, Record::User { .. });
+        self.unwritten.push_back((line, starts_turn));
+        // The file comes with the first message; what came before waits for it. After a failed
+        // write, records wait for the next turn's try (not one failed write per token).
+        let turn = matches!(
+            r,
+            Record::User { .. } | Record::Done { .. } | Record::Regen | Record::Clear
+        );
+        let first = self.file.is_none() && self.failed.is_none();
+        if (first && !starts_turn) || (self.failed.is_some() && !turn) {
+            return;
+        }
+        self.flush();
+    }
+
+    /// Writes every waiting record, in order, creating the file first if it is not there yet;
+    /// stops at the first that fails (a notice says why, once).
+    fn flush(&mut self) {
+        if self.unwritten.is_empty() && self.failed.is_none() {
+            return;
+        }
+        // No file before the first message: a session in which nothing was said leaves none.
+        if self.file.is_none() && !self.unwritten.iter().any(|(_, turn)| *turn) {
+            return;
+        }
         if self.file.is_none() {
             let Some(dir) = self.dir.clone() else {
                 return;
             };
-            // The file comes with the first message; what came before waits for it.
-            self.pending.push(line);
-            if !matches!(r, Record::User { .. }) {
-                return;
-            }
             match Transcript::create_file(&dir, SystemTime::now()) {
                 Ok((file, path)) => {
                     self.file = Some(file);
                     self.path = Some(path);
                     self.dir = None;
-                    for line in std::mem::take(&mut self.pending) {
-                        self.write_line(&line);
-                    }
                 }
-                Err(e) => self.fail(e.to_string()),
+                Err(e) => return self.fail(e.to_string()),
             }
-            return;
         }
-        self.write_line(&line);
+        while let Some((line, _)) = self.unwritten.front() {
+            let line = line.clone();
+            if let Err(why) = self.write_line(&line) {
+                return self.fail(why);
+            }
+            self.unwritten.pop_front();
+        }
+        if self.failed.take().is_some() {
+            let path = self.path.as_ref().map(|p| p.display().to_string());
+            let text = format!(
+                "saving the conversation again: what was missing is written to {}",
+                path.unwrap_or_default()
+            );
+            tracing::info!("{text}");
+            self.notices.push_back((text, false));
+        }
     }
 
     /// Appends one record. One write per record: on a file opened for appending, a record is
     /// never interleaved with another; a write that fails part-way (a full disk) is cut off
     /// again, so the file always ends with a whole record.
-    fn write_line(&mut self, line: &str) {
+    fn write_line(&mut self, line: &str) -> Result<(), String> {
         let Some(file) = self.file.as_mut() else {
-            return;
+            return Err("no file".into());
         };
         match file.write_all(line.as_bytes()) {
-            Ok(()) => self.committed += line.len() as u64,
+            Ok(()) => {
+                self.committed += line.len() as u64;
+                Ok(())
+            }
             Err(e) => {
                 // Through the path: the appending handle may be the one that cannot write.
                 let committed = self.committed;
@@ -518,19 +382,23 @@ impl Transcript {
                 if let Err(c) = cut {
                     why.push_str(&format!(" (and cutting the torn record off failed: {c})"));
                 }
-                self.fail(why);
+                Err(why)
             }
         }
     }
 
+    /// A write failed: the records wait in memory, and the user hears it once per failure.
     fn fail(&mut self, why: String) {
         let msg = format!(
-            "not saving the conversation any more: {why}; it is kept in memory (/save exports it)"
+            "not saving the conversation for now: {why}; it is kept in memory and saved again \
+             at the next turn once there is room (/save exports it elsewhere)"
         );
-        tracing::warn!("{msg}");
+        if self.failed.is_none() {
+            tracing::warn!("{msg}");
+            self.notices.push_back((msg.clone(), true));
+        }
         self.failed = Some(msg);
-        self.file = None;
-        self.pending.clear();
+        self.failed_why = why;
     }
 
     /// Notes what the UI sent to the worker.
@@ -585,249 +453,14 @@ impl Transcript {
             && let Err(e) = f.sync_data()
         {
             let path = self.path.as_ref().map(|p| p.display().to_string());
-            self.fail(format!("{}: syncing: {e}", path.unwrap_or_default()));
+            let text = format!(
+                "{}: syncing the conversation: {e}",
+                path.unwrap_or_default()
+            );
+            tracing::warn!("{text}");
+            self.notices.push_back((text, true));
         }
     }
-
-    /// Writes the conversation as Markdown to `path`, or to a fresh file in `default_dir` (or in
-    /// `path` when it is a folder). Only a new path or, with `overwrite` (`/save!`), an existing
-    /// regular file is written: never through a symbolic link, never onto a device or a pipe.
-    /// The file appears whole or not at all (a temporary file beside it, renamed into place).
-    pub fn export_markdown(
-        &self,
-        path: Option<PathBuf>,
-        overwrite: bool,
-        default_dir: &Path,
-        now: SystemTime,
-    ) -> Result<PathBuf, String> {
-        let text = self.conversation.to_markdown(now);
-        let (dir, explicit) = match path {
-            Some(p) if p.is_dir() && !p.is_symlink() => (p, None),
-            Some(p) => (PathBuf::new(), Some(p)),
-            None => (default_dir.to_path_buf(), None),
-        };
-        let Some(path) = explicit else {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-            // A name of its own: two saves in one second get two files.
-            let stamp = file_stamp(unix_secs(now));
-            for n in 0..1000 {
-                let name = if n == 0 {
-                    format!("conversation-{stamp}.md")
-                } else {
-                    format!("conversation-{stamp}-{n}.md")
-                };
-                let p = dir.join(name);
-                match atomic_file::write_bytes(&p, Replace::Never, text.as_bytes()) {
-                    Ok(()) => return Ok(p),
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                    Err(e) => return Err(format!("cannot write {}: {e}", p.display())),
-                }
-            }
-            return Err(format!("cannot find a free file name in {}", dir.display()));
-        };
-        match std::fs::symlink_metadata(&path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(format!(
-                    "{} is a symbolic link; /save writes only to a regular file or a new path",
-                    path.display()
-                ));
-            }
-            Ok(m) if !m.is_file() => {
-                return Err(format!(
-                    "{} is not a regular file; /save writes only to a regular file or a new path",
-                    path.display()
-                ));
-            }
-            Ok(_) if !overwrite => {
-                return Err(format!(
-                    "{} exists; `/save! {}` replaces it",
-                    path.display(),
-                    path.display()
-                ));
-            }
-            _ => {}
-        }
-        if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)
-                .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
-        }
-        let replace = if overwrite {
-            Replace::Allow
-        } else {
-            Replace::Never
-        };
-        atomic_file::write_bytes(&path, replace, text.as_bytes()).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                format!(
-                    "{} exists; `/save! {}` replaces it",
-                    path.display(),
-                    path.display()
-                )
-            } else {
-                format!("cannot write {}: {e}", path.display())
-            }
-        })?;
-        Ok(path)
-    }
-}
-
-/// Replays a conversation file; see [`replay`].
-pub fn read(path: &Path) -> Result<Conversation, TranscriptError> {
-    let bytes = std::fs::read(path).map_err(|cause| TranscriptError::Io {
-        path: path.to_path_buf(),
-        cause,
-    })?;
-    Ok(replay(path, &bytes)?.conversation)
-}
-
-/// Replays the records in `bytes` (`path` labels errors). Every complete record (a line that
-/// parses and ends with a newline) is taken; a torn end, and lines torn by a crash in an older
-/// version that appended after a torn line, are skipped and counted. A first line that is not a
-/// record means the file is not a transcript at all.
-pub fn replay(path: &Path, bytes: &[u8]) -> Result<Replay, TranscriptError> {
-    let mut out = Replay::default();
-    let mut at = 0usize;
-    let mut seen_record = false;
-    for (i, line) in bytes.split_inclusive(|&b| b == b'\n').enumerate() {
-        let start = at;
-        at += line.len();
-        let Some(body) = line.strip_suffix(b"\n") else {
-            // No newline: the write of this record never finished.
-            out.skipped_bytes += line.len() as u64;
-            break;
-        };
-        if body.iter().all(u8::is_ascii_whitespace) {
-            out.complete_len = at as u64;
-            continue;
-        }
-        match serde_json::from_slice::<Record>(body) {
-            Ok(r) => {
-                out.conversation.apply(&r);
-                seen_record = true;
-                out.complete_len = at as u64;
-            }
-            Err(e) if !seen_record => {
-                return Err(TranscriptError::Malformed {
-                    path: path.to_path_buf(),
-                    line: i + 1,
-                    message: e.to_string(),
-                });
-            }
-            Err(_) => {
-                tracing::warn!(
-                    "{}: skipping line {} (byte {start}): not a whole record",
-                    path.display(),
-                    i + 1
-                );
-                out.skipped_bytes += line.len() as u64;
-                out.complete_len = at as u64;
-            }
-        }
-    }
-    if out.skipped_bytes > 0 {
-        tracing::warn!(
-            "{}: skipped {} bytes that were not whole records",
-            path.display(),
-            out.skipped_bytes
-        );
-    }
-    Ok(out)
-}
-
-/// Takes the exclusive advisory lock on a conversation file, or says who holds it.
-fn lock(file: &File, path: &Path) -> Result<(), TranscriptError> {
-    #[cfg(unix)]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor this `File` owns; no memory is passed.
-        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if rc != 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(TranscriptError::Locked {
-                    path: path.to_path_buf(),
-                    holder: lock_holder(file),
-                });
-            }
-            return Err(TranscriptError::Io {
-                path: path.to_path_buf(),
-                cause: e,
-            });
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (file, path);
-    Ok(())
-}
-
-/// The process holding a `flock` on `file`, from `/proc/locks` (Linux: `1: FLOCK  ADVISORY
-/// WRITE 1234 08:01:56789 0 EOF`, the device as hex major:minor, then the inode).
-fn lock_holder(file: &File) -> Option<u32> {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::fs::MetadataExt;
-        let m = file.metadata().ok()?;
-        let (major, minor) = (libc::major(m.dev()), libc::minor(m.dev()));
-        let locks = std::fs::read_to_string("/proc/locks").ok()?;
-        locks.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            if f.len() < 6 || f[1] != "FLOCK" {
-                return None;
-            }
-            let id: Vec<&str> = f[5].split(':').collect();
-            let same = id.len() == 3
-                && u32::from_str_radix(id[0], 16).ok() == Some(major)
-                && u32::from_str_radix(id[1], 16).ok() == Some(minor)
-                && id[2].parse::<u64>().ok() == Some(m.ino());
-            same.then(|| f[4].parse().ok()).flatten()
-        })
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = file;
-        None
-    }
-}
-
-pub fn unix_secs(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
-}
-
-fn parts(secs: u64) -> (i64, u32, u32, u64, u64, u64) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    (y, m, d, rem / 3600, (rem % 3600) / 60, rem % 60)
-}
-
-/// `2026-11-22 14:15 UTC`
-pub fn format_utc(secs: u64) -> String {
-    let (y, m, d, h, min, _) = parts(secs);
-    format!("{y:04}-{m:02}-{d:02} {h:02}:{min:02} UTC")
-}
-
-/// `20261122-141503`, for file names that sort by time.
-pub fn file_stamp(secs: u64) -> String {
-    let (y, m, d, h, min, s) = parts(secs);
-    format!("{y:04}{m:02}{d:02}-{h:02}{min:02}{s:02}")
 }
 
 #[cfg(test)]

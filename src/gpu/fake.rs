@@ -89,7 +89,16 @@ struct FakeState {
     capture: Option<Vec<FakeOp>>,
     /// Instantiated graphs by handle.
     graphs: HashMap<u64, Vec<FakeOp>>,
+    /// The device's clock: each executed op advances it by its time (`op_ns`).
+    clock_ns: u64,
+    /// Time of an op by kernel name (`copy` for copies); others take `DEFAULT_OP_NS`.
+    op_ns: HashMap<String, u64>,
+    /// Timed events → the clock when the device reached them.
+    timed: HashMap<u64, Option<u64>>,
 }
+
+/// The fake's time for an op without one of its own.
+pub const DEFAULT_OP_NS: u64 = 1_000;
 
 /// Test-side handle to a fake device's state.
 #[derive(Clone)]
@@ -162,6 +171,17 @@ impl FakeControl {
 
     pub fn live_blas_handles(&self) -> u64 {
         self.lock().blas_handles
+    }
+
+    /// Makes every later run of kernel `name` (or `copy`, for copies) take `ns` on the device's
+    /// clock (timed events read that clock).
+    pub fn set_op_time(&self, name: &str, ns: u64) {
+        self.lock().op_ns.insert(name.to_string(), ns);
+    }
+
+    /// The device clock now.
+    pub fn clock_ns(&self) -> u64 {
+        self.lock().clock_ns
     }
 
     /// Graphs instantiated and not destroyed.
@@ -361,6 +381,19 @@ fn advance(s: &mut FakeState) {
 
 /// Executes one op; false if it cannot finish yet (a spinning kernel).
 fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
+    let ns = match op {
+        FakeOp::Kernel { name, .. } => s.op_ns.get(name).copied(),
+        FakeOp::Record { .. } => Some(0),
+        _ => s.op_ns.get("copy").copied(),
+    };
+    let done = run_op_inner(s, op);
+    if done {
+        s.clock_ns += ns.unwrap_or(DEFAULT_OP_NS);
+    }
+    done
+}
+
+fn run_op_inner(s: &mut FakeState, op: &FakeOp) -> bool {
     match op {
         FakeOp::H2D { dst, src, len } => {
             let mut data = vec![0u8; *len];
@@ -389,6 +422,11 @@ fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
         FakeOp::Record { event } => {
             let at = s.executed + 1;
             s.events.insert(*event, Some(at));
+            if s.timed.contains_key(event) {
+                let now = s.clock_ns;
+                s.timed.insert(*event, Some(now));
+            }
+            return true;
         }
         FakeOp::Gemm(g) => sgemm(s, g),
         FakeOp::Kernel { name, args } => return run_kernel(s, name, args),
@@ -732,7 +770,35 @@ impl Device for FakeDevice {
         let mut s = self.lock();
         s.log.push("destroy_event".into());
         s.events.remove(&e.0);
+        s.timed.remove(&e.0);
         Ok(())
+    }
+
+    fn create_timed_event(&mut self) -> Result<RawEvent, GpuError> {
+        let mut s = self.lock();
+        fail(&mut s, "create_timed_event")?;
+        let id = s.next_event;
+        s.next_event += 1;
+        s.events.insert(id, None);
+        s.timed.insert(id, None);
+        Ok(RawEvent(id))
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError> {
+        let s = self.lock();
+        let at = |e: RawEvent| -> Result<u64, GpuError> {
+            match s.timed.get(&e.0) {
+                Some(Some(t)) => Ok(*t),
+                _ => Err(GpuError::Runtime(RuntimeError {
+                    backend: RuntimeKind::Fake,
+                    call: "eventElapsedTime",
+                    code: 600,
+                    message: "event not timed or not reached".into(),
+                })),
+            }
+        };
+        let (a, b) = (at(start)?, at(end)?);
+        Ok((b as f64 - a as f64) as f32 / 1e6)
     }
 
     unsafe fn record_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
@@ -742,6 +808,9 @@ impl Device for FakeDevice {
         s.recorded += 1;
         // Until the record op executes, the event is not reached.
         s.events.insert(e.0, Some(u64::MAX));
+        if s.timed.contains_key(&e.0) {
+            s.timed.insert(e.0, None);
+        }
         s.queue.push_back(Queued {
             op: FakeOp::Record { event: e.0 },
             started: false,

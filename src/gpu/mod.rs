@@ -1,6 +1,8 @@
 //! The device layer, bottom to top:
 //! - plain types: `snapshot` (what the UI is shown), `device` (the runtime interface, its ids and
-//!   errors), `checksum`, `dirs`, `quant` (block formats and their CPU reference);
+//!   errors), `checksum`, `dirs` and `atomic_file` (hipscope's folders, and how every file it
+//!   writes is written: whole or not at all, private), `quant` (block formats and their CPU
+//!   reference);
 //! - runtimes, one folder or file each: `hip/`, `cuda/`, `fake` (the scripted test device), with
 //!   `kernels` (the `.hip` sources, run-time compilation and its cache);
 //! - mechanisms on one opened device: `stream`, `arena`, `watchdog`, and `handle/` ([`Gpu`], the
@@ -15,6 +17,7 @@
 //! Imports nothing from `model/`, `ui/` or `app/`; no file here imports one above it.
 
 pub mod arena;
+pub mod atomic_file;
 pub mod backend;
 pub mod budget;
 pub mod checksum;
@@ -25,7 +28,6 @@ pub mod device;
 pub mod dirs;
 pub mod doctor;
 pub mod fake;
-pub mod fatal_signal;
 pub mod fault;
 pub mod handle;
 pub mod hip;
@@ -37,6 +39,7 @@ pub mod select;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
+pub mod trace;
 pub mod watchdog;
 
 pub use handle::{Gpu, GpuConfig};

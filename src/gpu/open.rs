@@ -7,9 +7,11 @@
 //! GPU's, or the CPU backend's own ops), owned by the backend, so that it watches everything the
 //! device does — load, prompts, answers, idle, the quit's drain — until the backend is dropped.
 
+use std::io::Write;
+
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, GpuCompute};
-use crate::gpu::cpu::CpuBackend;
+use crate::gpu::cpu::{CpuBackend, CpuOptions};
 use crate::gpu::kernels::{CompileProgress, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::WatchState;
@@ -21,8 +23,8 @@ pub struct BackendRequest {
     pub choice: BackendChoice,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
     pub device: Option<u32>,
-    /// CPU threads (0: every core).
-    pub threads: usize,
+    /// How the CPU backend computes (threads, kernels), where the CPU runs the model.
+    pub cpu: CpuOptions,
     pub compute: ComputeOptions,
 }
 
@@ -57,7 +59,9 @@ pub fn hangs_to_stderr() -> WatchSink {
                 (None, Some(e)) => format!("no report: {e}"),
                 (None, None) => "no report".into(),
             };
-            eprintln!(
+            // Not `eprintln!`: on a closed stderr that panics, here on the watchdog's thread.
+            let _ = writeln!(
+                std::io::stderr(),
                 "hipscope: HUNG: {} has not finished after {:.1} s (budget {:.1} s) on {}; {report}",
                 s.op.as_deref().unwrap_or("an op"),
                 s.age.as_secs_f64(),
@@ -73,7 +77,7 @@ fn open_backend(
     progress: &mut dyn FnMut(&CompileProgress),
 ) -> Result<(Box<dyn Backend>, String), String> {
     let cpu = |reason: String| -> (Box<dyn Backend>, String) {
-        let b = CpuBackend::with_reason(req.threads, &reason).with_kv_type(req.compute.kv);
+        let b = CpuBackend::with_options(&req.cpu, &reason).with_kv_type(req.compute.kv);
         let said = format!("cpu, {} threads ({reason})", b.n_threads());
         (Box::new(b), said)
     };

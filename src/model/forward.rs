@@ -22,6 +22,7 @@ use crate::gpu::backend::{
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::rope::Yarn;
+use crate::gpu::trace;
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 
@@ -155,7 +156,7 @@ impl Model {
         progress: &mut dyn FnMut(f32, &str),
     ) -> Result<Model, ModelError> {
         let t0 = Instant::now();
-        crate::gpu::fatal_signal::note_mapped_file(file.path());
+        let _load = trace::slice(trace::TrackId::STEPS, "model load");
         let config = ModelConfig::from_gguf(&file)?;
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
@@ -422,6 +423,8 @@ impl Model {
                 lo: lo.max((at + n).saturating_sub(self.ring_slots)),
                 end: at + n,
             };
+            // The step's slice in a trace: its ops, and the logits read, belong to it.
+            let _step = trace::step(at, n);
             self.layers_forward(batch, at)?;
             match want {
                 Logits::All => {

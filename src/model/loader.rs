@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{KernelNeeds, TypeSet};
+use crate::gpu::cpu::CpuOptions;
 use crate::gpu::telemetry::Roots;
 use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::{GgufError, GgufFile};
@@ -45,11 +46,12 @@ pub struct LoadOptions {
     pub sampler: SamplerConfig,
     /// Share of the conversation after the system prompt a full context drops at once.
     pub discard: f32,
-    /// Layers on the GPU (`-ngl`); the rest run on the CPU backend with `cpu_threads` threads.
+    /// Layers on the GPU (`-ngl`); the rest run on a CPU backend computing as `cpu` says.
     /// Ignored on the CPU backend.
     pub gpu_layers: GpuLayers,
-    /// Threads of the CPU part of a split model (0: every core).
-    pub cpu_threads: usize,
+    /// How a CPU backend made here computes: the CPU part of a split model, or the CPU in place
+    /// of a GPU that cannot run the architecture.
+    pub cpu: CpuOptions,
 }
 
 impl Default for LoadOptions {
@@ -61,7 +63,7 @@ impl Default for LoadOptions {
             sampler: SamplerConfig::default(),
             discard: crate::model::session::DEFAULT_DISCARD,
             gpu_layers: GpuLayers::Auto,
-            cpu_threads: 0,
+            cpu: CpuOptions::default(),
         }
     }
 }
@@ -152,17 +154,23 @@ pub fn load(
         n_batch: opts.n_batch,
         all_logits: opts.all_logits,
     };
-    let backend = cpu_if_gpu_cannot(backend, &config, opts.cpu_threads, &mut warnings)?;
+    let backend = cpu_if_gpu_cannot(backend, &config, &opts.cpu, &mut warnings)?;
     let (backend, offload) = split::arrange(
         &file,
         backend,
         &config,
         options,
         opts.gpu_layers,
-        opts.cpu_threads,
+        &opts.cpu,
         &Roots::from_env(),
     )?;
     let model = Model::load(file.clone(), backend, options, progress)?;
+    // What each op reads and writes, for a trace's and the profile's bytes columns.
+    crate::gpu::trace::set_op_costs(crate::model::bound::op_costs(
+        &file,
+        &model.config,
+        model.backend().kv_type().bytes() as usize,
+    ));
     let summary = summarize(&file, &model);
     let mut session = Session::new(model, tokenizer, template, opts.sampler.clone());
     session.set_discard(opts.discard);
@@ -182,7 +190,7 @@ pub fn load(
 fn cpu_if_gpu_cannot(
     backend: Box<dyn Backend>,
     config: &crate::model::config::ModelConfig,
-    cpu_threads: usize,
+    cpu: &CpuOptions,
     warnings: &mut Vec<String>,
 ) -> Result<Box<dyn Backend>, LoadError> {
     let Some(why) = config.arch.gpu_unsupported() else {
@@ -205,8 +213,7 @@ fn cpu_if_gpu_cannot(
         "{why}; --backend auto uses the CPU instead of {}",
         device.name
     );
-    let cpu = crate::gpu::cpu::CpuBackend::with_reason(cpu_threads, &said)
-        .with_kv_type(backend.kv_type());
+    let cpu = crate::gpu::cpu::CpuBackend::with_options(cpu, &said).with_kv_type(backend.kv_type());
     drop(backend);
     warnings.push(said);
     Ok(Box::new(cpu))

@@ -78,7 +78,8 @@ pub enum Command {
     SetSystem(String),
     SetSampler(SamplerConfig),
     /// `/set ctx N`: the model is loaded again with a KV cache of `N` positions (`None`: the
-    /// model's own context, at most 4096); the conversation is kept as far as it fits.
+    /// trained context, at most 4096; `Some(0)`: all of it that memory allows, as `-c 0`); the
+    /// conversation is kept as far as it fits.
     SetContext(Option<usize>),
     /// Take these (question, answer) turns as the conversation so far: a conversation reopened
     /// from its transcript (`--resume`). Replaces the current conversation.

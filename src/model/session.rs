@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::gpu::trace::{self, TrackId};
 use crate::model::forward::{Logits, Model, ModelError};
 pub use crate::model::protocol::Trim;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
@@ -526,7 +527,10 @@ impl Session {
             if cfg.n_predict >= 0 && tokens.len() >= cfg.n_predict as usize {
                 break StopReason::Limit;
             }
-            let tok = self.sampler.sample(&self.logits);
+            let tok = {
+                let _s = trace::slice(TrackId::WORKER, "sample");
+                self.sampler.sample(&self.logits)
+            };
             if tokens.is_empty() {
                 stats.time_to_first_token = t0.elapsed();
             }
@@ -535,10 +539,12 @@ impl Session {
             }
             tokens.push(tok);
             self.sampler.accept(tok);
+            let detok = trace::slice(TrackId::WORKER, "detokenize");
             let piece = decoder.push(&self.tokenizer, tok, false);
             let (emit, hit) = stop.push(&piece);
             let thinking = !split.answering();
             let control = deliver(split.push(&emit), &mut text, &mut reasoning, on);
+            drop(detok);
             if thinking {
                 stats.reasoning_tokens += 1;
                 stats.reasoning_time = tg.elapsed();

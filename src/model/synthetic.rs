@@ -640,7 +640,8 @@ pub fn build(
     })
 }
 
-/// Writes the synthetic model to a file.
+/// Writes the synthetic model to a file, whole or not at all (`gpu::atomic_file`): an
+/// interrupted or failed write never leaves a torn model under the name.
 pub fn write_file(
     s: &Shape,
     ty: GgmlType,
@@ -652,12 +653,21 @@ pub fn write_file(
         path: path.display().to_string(),
         cause,
     };
-    let f = std::fs::File::create(path).map_err(io)?;
-    let w = write(s, ty, seed, std::io::BufWriter::new(f), progress)?;
-    w.into_inner()
-        .map_err(|e| io(e.into_error()))?
-        .sync_all()
-        .map_err(io)
+    let mut failed = None;
+    let r = crate::gpu::atomic_file::write(
+        path,
+        crate::gpu::atomic_file::Replace::Allow,
+        |f| -> std::io::Result<()> {
+            match write(s, ty, seed, std::io::BufWriter::new(f), progress) {
+                Ok(w) => w.into_inner().map(|_| ()).map_err(|e| e.into_error()),
+                Err(e) => {
+                    failed = Some(e);
+                    Err(std::io::Error::other("not written"))
+                }
+            }
+        },
+    );
+    r.map_err(|e| failed.take().unwrap_or_else(|| io(e)))
 }
 
 #[cfg(test)]

@@ -75,7 +75,7 @@ pub fn spawn(opts: WorkerOptions) -> WorkerHandle {
         .spawn(move || Worker::new(opts, crx, etx, flag).run())
         .unwrap_or_else(|e| {
             // Without a thread there is no worker; the UI sees the channel close at once.
-            eprintln!("could not start the inference worker: {e}");
+            tracing::error!("could not start the inference worker: {e}");
             std::thread::spawn(|| {})
         });
     WorkerHandle {

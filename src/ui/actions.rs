@@ -7,7 +7,7 @@ use crate::model::protocol::{Command, ModelSource, SamplerConfig};
 
 use super::commands::{self, CopyTarget, Parsed, SlashCommand};
 use super::markdown;
-use super::msg::Effect;
+use super::msg::{Effect, TraceRequest};
 use super::picker::{ModelEntry, Picker};
 use super::quit_screen::{QuitState, WorkerEnd};
 use super::sampler::{self, SamplerForm};
@@ -17,6 +17,19 @@ use super::system_editor::SystemEditor;
 use super::units;
 
 impl App {
+    /// F10: the Profile panel in the column, full screen, hidden; profiling runs while shown.
+    pub(super) fn toggle_profile(&mut self) -> Vec<Effect> {
+        let was = self.profile.mode != super::profile::ProfileMode::Hidden;
+        let now = self.profile.cycle();
+        if now && self.profile.mode == super::profile::ProfileMode::Column {
+            self.sidebar = Some(true);
+        }
+        if was == now {
+            return Vec::new();
+        }
+        vec![Effect::Trace(TraceRequest::Profile(now))]
+    }
+
     /// Moves the resize focus `step` panels down (negative: up) among the shown ones, showing
     /// the diagnostics column if it was hidden.
     pub(super) fn focus_panel(&mut self, step: isize) {
@@ -162,6 +175,8 @@ impl App {
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
             SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
+            SlashCommand::Trace(Some(path)) => vec![Effect::Trace(TraceRequest::FileOn(path))],
+            SlashCommand::Trace(None) => vec![Effect::Trace(TraceRequest::FileOff)],
             SlashCommand::Copy(t) => self.copy(t),
             SlashCommand::Help => {
                 self.overlay = Overlay::Help { scroll: 0 };
@@ -238,8 +253,8 @@ impl App {
         vec![Effect::Send(Command::SetSampler(cfg))]
     }
 
-    /// `/set ctx N`: the model is loaded again with a context of `N` tokens (0: the model's own,
-    /// at most 4096), the conversation kept as far as it fits (the worker says how far).
+    /// `/set ctx N`: the model is loaded again with a context of `N` tokens (0: the whole
+    /// trained context, as far as memory allows), the conversation kept as far as it fits (the worker says how far).
     pub(super) fn set_context(&mut self, n: usize) -> Vec<Effect> {
         if self.generation.is_busy() {
             self.warn("an answer is being generated: stop it first (Esc), then change the context");
@@ -261,7 +276,7 @@ impl App {
                 "changing the context from {} to {}: loading {} again",
                 units::count(m.context_length as u64),
                 if n == 0 {
-                    "the model's own".to_string()
+                    "the whole trained context".to_string()
                 } else {
                     format!("{} tokens", units::count(n as u64))
                 },
@@ -271,9 +286,8 @@ impl App {
         } else {
             self.info("the context applies when the model is loaded");
         }
-        vec![Effect::Send(Command::SetContext(
-            Some(n).filter(|&n| n > 0),
-        ))]
+        // 0 is the whole trained context, as `-c 0` and `ctx_size = 0` (model::loader).
+        vec![Effect::Send(Command::SetContext(Some(n)))]
     }
 
     pub(super) fn open_picker(&mut self) -> Vec<Effect> {

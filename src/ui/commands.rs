@@ -13,7 +13,8 @@ pub enum SlashCommand {
     Set(Option<(String, String)>),
     /// `/set save`: keep the sampler settings as the defaults (in the config file).
     KeepSettings,
-    /// `/set ctx N`: load the model again with a context of N tokens (0: the model's own).
+    /// `/set ctx N`: load the model again with a context of N tokens (0: the whole trained
+    /// context, as far as memory allows).
     Context(usize),
     /// `/model` alone opens the picker; with a path it loads that file.
     Model(Option<PathBuf>),
@@ -25,6 +26,9 @@ pub enum SlashCommand {
     },
     /// `/copy` copies the last answer; `/copy code [N]` its N-th code block (1-based, default last).
     Copy(CopyTarget),
+    /// `/trace on [FILE]` (`Some`: start the timeline file, to FILE or a fresh one) or
+    /// `/trace off` (`None`).
+    Trace(Option<Option<PathBuf>>),
     Help,
     Quit,
 }
@@ -79,6 +83,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "/copy [code [N]]",
         "copy the last answer, or its N-th code block (OSC 52)",
     ),
+    (
+        "/trace on|off [FILE]",
+        "write a timeline of every op to FILE (Perfetto / chrome://tracing; docs/PROFILING.md)",
+    ),
     ("/help", "show keys and commands"),
     ("/quit", "quit (also /exit)"),
 ];
@@ -108,6 +116,7 @@ pub fn parse(input: &str) -> Parsed {
             overwrite: name.ends_with('!'),
         }),
         "copy" => parse_copy(args),
+        "trace" => parse_trace(args),
         "help" | "?" => Ok(SlashCommand::Help),
         "quit" | "exit" | "q" => no_args(name, args, SlashCommand::Quit),
         "" => Err(
@@ -121,6 +130,21 @@ pub fn parse(input: &str) -> Parsed {
     match cmd {
         Ok(c) => Parsed::Command(c),
         Err(e) => Parsed::Invalid(e),
+    }
+}
+
+fn parse_trace(args: &str) -> Result<SlashCommand, String> {
+    let (what, file) = match args.split_once(char::is_whitespace) {
+        Some((w, f)) => (w, Some(f.trim())),
+        None => (args, None),
+    };
+    match (what, file) {
+        ("on", f) => Ok(SlashCommand::Trace(Some(
+            f.filter(|f| !f.is_empty()).map(expand_home),
+        ))),
+        ("off", None) => Ok(SlashCommand::Trace(None)),
+        ("off", Some(_)) => Err("/trace off takes no file".to_string()),
+        _ => Err("/trace on [FILE] starts a timeline file, /trace off stops it".to_string()),
     }
 }
 
@@ -160,7 +184,7 @@ fn parse_set(args: &str) -> Result<SlashCommand, String> {
         return match value.parse::<usize>() {
             Ok(n) if n <= max => Ok(SlashCommand::Context(n)),
             _ => Err(format!(
-                "/set {key}: `{value}` is not allowed: 0 (the model's own context, at most 4096) or a whole number of tokens up to {max}"
+                "/set {key}: `{value}` is not allowed: 0 (the model's whole trained context) or a whole number of tokens up to {max}"
             )),
         };
     }
@@ -288,6 +312,14 @@ mod tests {
         );
         assert_eq!(parse("/set"), Parsed::Command(Set(None)));
         assert_eq!(parse("/set save"), Parsed::Command(KeepSettings));
+        assert_eq!(parse("/trace on"), Parsed::Command(Trace(Some(None))));
+        assert_eq!(
+            parse("/trace on /tmp/t.json"),
+            Parsed::Command(Trace(Some(Some(PathBuf::from("/tmp/t.json")))))
+        );
+        assert_eq!(parse("/trace off"), Parsed::Command(Trace(None)));
+        assert!(matches!(parse("/trace"), Parsed::Invalid(_)));
+        assert!(matches!(parse("/trace off x"), Parsed::Invalid(_)));
         assert_eq!(
             parse("/set temp 0.7"),
             Parsed::Command(Set(Some(("temp".into(), "0.7".into()))))

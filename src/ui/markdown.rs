@@ -50,6 +50,7 @@ struct Renderer<'t> {
 
 /// Renders `text` as Markdown into lines at most `width` columns wide.
 pub fn render(text: &str, width: u16, theme: &Theme) -> Vec<Line<'static>> {
+    let text = &super::wrap::strip_controls(text);
     let width = usize::from(width.max(8));
     let mut r = Renderer {
         theme,
@@ -94,6 +95,7 @@ pub fn render(text: &str, width: u16, theme: &Theme) -> Vec<Line<'static>> {
 
 /// Wraps plain text (no Markdown: the user's own words are shown as typed).
 pub fn render_plain(text: &str, width: u16, style: Style) -> Vec<Line<'static>> {
+    let text = &super::wrap::strip_controls(text);
     let width = usize::from(width.max(8));
     let theme = Theme::default();
     let mut lines = Vec::new();

@@ -28,6 +28,58 @@ pub enum LineKind {
     Blank,
 }
 
+/// `s` without terminal control sequences: escape sequences whole (CSI such as `ESC[2J`, OSC
+/// such as a window title or an OSC 52 clipboard write, DCS/SOS/PM/APC strings, two-byte `ESC x`
+/// ones, and their C1 forms) and every other control character but newline and tab. A model's
+/// text goes through this before it is drawn and before `/save` writes it, so that neither the
+/// screen nor a `cat` of an export runs what the model wrote.
+pub fn strip_controls(s: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| c == '\n' || c == '\t' || !(c.is_control());
+    if s.chars().all(keep) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    // A string sequence (OSC, DCS, ...) ends with BEL or ST (`ESC \` or U+009C).
+    fn skip_string(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        while let Some(c) = it.next() {
+            match c {
+                '\u{7}' | '\u{9c}' => return,
+                '\u{1b}' => {
+                    if it.peek() == Some(&'\\') {
+                        it.next();
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
+    }
+    // A control sequence (CSI) ends with a final byte from `@` to `~`.
+    fn skip_csi(it: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+        for c in it.by_ref() {
+            if ('\u{40}'..='\u{7e}').contains(&c) {
+                return;
+            }
+        }
+    }
+    while let Some(c) = it.next() {
+        match c {
+            '\u{1b}' => match it.next() {
+                Some('[') => skip_csi(&mut it),
+                Some(']' | 'P' | 'X' | '^' | '_') => skip_string(&mut it),
+                // Two-byte sequences (`ESC c`, `ESC 7`, ...): both bytes go.
+                _ => {}
+            },
+            '\u{9b}' => skip_csi(&mut it),
+            '\u{9d}' | '\u{90}' | '\u{98}' | '\u{9e}' | '\u{9f}' => skip_string(&mut it),
+            c if keep(c) => out.push(c),
+            _ => {}
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 pub fn expand_tabs(s: &str) -> String {
     s.replace('\t', "    ")
 }
@@ -226,5 +278,23 @@ pub fn wrap_logical(l: &Logical, width: usize, theme: &Theme, out: &mut Vec<Line
                 first = false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_controls;
+
+    #[test]
+    fn escape_sequences_go_whole_and_text_stays() {
+        let hostile = "a\x1b]0;pwned\x07b\x1b]52;c;ZWNobyBoaQ==\x1b\\c\x1b[2Jd\x1b[1;31me\u{9b}31mf\x1bcg\rh\u{7}i\u{7f}";
+        assert_eq!(strip_controls(hostile), "abcdefghi");
+        assert_eq!(strip_controls("line\n\tcode é 日本"), "line\n\tcode é 日本");
+        assert!(matches!(
+            strip_controls("plain"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        // A sequence cut off at the end of the text takes the rest with it.
+        assert_eq!(strip_controls("x\x1b]0;never ends"), "x");
     }
 }

@@ -57,6 +57,7 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
     // panel room on this 32-row terminal.
     s.sees("● OK  cpu", Duration::from_secs(5));
     s.send(b"\x1b[18~");
+    s.sees_no("╭ Watchdog", Duration::from_secs(5));
     s.sees("╭ Host ", Duration::from_secs(5));
     s.sees("│cpu ", Duration::from_secs(5));
     let c = s.contents();
@@ -238,7 +239,7 @@ fn item7_a_resumed_chat_has_its_own_sampler_settings_and_stats_lines() {
         std::thread::sleep(Duration::from_millis(50));
     }
     s.send(b"\x1b");
-    s.gone("╭ Sampler", Duration::from_secs(30));
+    s.sees_no("╭ Sampler", Duration::from_secs(30));
     s.send(b"\x04");
     assert_eq!(s.wait(Duration::from_secs(30)), 0, "{}", s.contents());
 }

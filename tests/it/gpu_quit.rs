@@ -160,11 +160,12 @@ fn a_second_interrupt_forces_the_hard_exit() {
         let q = coordinator(60_000, 60_000);
         let handled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let seen = handled.clone();
-        q.set_interrupt_handler(move || {
+        q.set_interrupt_handler(move |_| {
             println!("GRACEFUL quit requested");
             seen.store(true, std::sync::atomic::Ordering::Release);
         });
-        q.install_signal_handlers().expect("signals");
+        let to = q.clone();
+        hipscope::app::signals::listen(move |name| to.signal(name)).expect("signals");
         // SAFETY: raising a signal at our own process; the handler thread takes it.
         unsafe { libc::raise(libc::SIGINT) };
         let start = std::time::Instant::now();

@@ -221,7 +221,10 @@ fn load_opts(ngl: GpuLayers) -> LoadOptions {
         n_ctx: Some(64),
         n_batch: 16,
         gpu_layers: ngl,
-        cpu_threads: 2,
+        cpu: hipscope::gpu::cpu::CpuOptions {
+            threads: 2,
+            ..Default::default()
+        },
         ..LoadOptions::default()
     }
 }

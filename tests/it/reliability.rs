@@ -110,26 +110,9 @@ fn item2_an_interrupted_convert_leaves_no_torn_output() {
 
 /// Runs hipscope with stdout a pipe whose reading end is closed at once.
 fn with_closed_stdout(args: &[&str]) -> Output {
-    let mut child = hipscope()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    drop(child.stdout.take());
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    let status = child.wait().unwrap();
-    Output {
-        status,
-        stdout: Vec::new(),
-        stderr: err.into_bytes(),
-    }
+    let mut cmd = hipscope();
+    cmd.args(args);
+    common::with_closed(cmd, common::Stream::Stdout)
 }
 
 #[test]

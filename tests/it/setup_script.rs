@@ -275,13 +275,13 @@ fn item10_without_root_test_sh_runs_what_needs_no_root_and_counts_the_rest_as_no
         &format!("echo \"apt-get $*\" >> {l}; exit 0"),
     );
     // The test list the leave-outs are counted in: two hip_runtime tests, one hip_gfx11, one
-    // remote_llama, one of the llama.cpp-source tests, and two that run.
+    // remote_llama, one of the llama.cpp-source tests, one private_files, and two that run.
     let status = |code: i32| {
         format!(
             r#"echo "cargo $*" >> {l}
 case "$*" in
   *--list*) printf '%s: test\n' layering::a hip_runtime::b hip_runtime::c hip_gfx11::d \
-      remote_llama::e tokenizer_conformance::f gpu::hip::g; exit 0;;
+      remote_llama::e tokenizer_conformance::f gpu::hip::g private_files::h; exit 0;;
   "test --locked --no-run") exit 0;;
   test*) exit {code};;
 esac
@@ -304,7 +304,7 @@ exit 0"#
     assert_eq!(out.status.code(), Some(3), "{err}");
     let last = err.lines().last().unwrap_or_default();
     assert_eq!(
-        last, "scripts/test.sh: every test that ran passed; 5 tests NOT RUN (listed above)",
+        last, "scripts/test.sh: every test that ran passed; 6 tests NOT RUN (listed above)",
         "{err}"
     );
     for why in [
@@ -314,6 +314,8 @@ exit 0"#
          installed; installing it needs root",
         "tests/it/remote_llama.rs: needs llama-server",
         "tests/it/tokenizer_conformance.rs: needs llama.cpp's sources",
+        "tests/it/private_files.rs: reads hipscope's files as another user (setpriv), which \
+         needs root",
     ] {
         assert!(err.contains(why), "{why:?} not in:\n{err}");
     }
@@ -338,6 +340,8 @@ exit 0"#
         "hip_gfx11",
         "remote_llama",
         "tokenizer_conformance",
+        "private_files",
+        "disk_full",
     ] {
         assert!(run.contains(&format!("--skip {m}::")), "{run}");
     }
@@ -351,7 +355,7 @@ exit 0"#
     assert!(
         err.lines()
             .last()
-            .is_some_and(|l| l.contains("FAILED") && l.contains("5 tests NOT RUN")),
+            .is_some_and(|l| l.contains("FAILED") && l.contains("6 tests NOT RUN")),
         "{err}"
     );
 }

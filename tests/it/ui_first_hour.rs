@@ -21,7 +21,7 @@ fn item7_set_ctx_changes_the_context_and_says_what_was_kept() {
         assert!(sent(&submit(&mut app, bad)).is_empty(), "{bad}");
         let last = format!("{:?}", app.chat.entries.last().unwrap().kind);
         assert!(
-            last.contains("0 (the model's own context, at most 4096) or a whole number"),
+            last.contains("0 (the model's whole trained context) or a whole number"),
             "{last}"
         );
         app.input.set_text("");
@@ -58,9 +58,10 @@ fn item7_set_ctx_changes_the_context_and_says_what_was_kept() {
     );
     assert_eq!(app.context_fill(), Some((Some(40), 1024)));
     // Smaller than the conversation: the notice says how many exchanges were left out.
+    // 0 is the whole trained context, as `-c 0` (issue 32 item 5): sent as itself.
     assert_eq!(
         sent(&submit(&mut app, "/set context 0")),
-        [Command::SetContext(None)]
+        [Command::SetContext(Some(0))]
     );
     worker(
         &mut app,

@@ -13,6 +13,7 @@ use super::model_args::{ModelArgs, load_model};
 use super::usage::{MAX_CTX, whole};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
 use crate::gpu::quant::dot::{Isa, PackedMatrix};
+use crate::gpu::trace::{self, ProfileTable};
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
@@ -58,6 +59,11 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// After each test, where its time went: each op family's calls, time and share of a step,
+    /// bytes, GB/s and share of the bound, and the host/launch gap (in `--json` too). Times are
+    /// taken with tracing on (docs/PROFILING.md says what that costs).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -92,32 +98,64 @@ pub struct BenchResult {
     /// How `-ngl` placed the layers on a GPU (`-ngl 16: 16/33 layers on the GPU …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<String>,
+    /// `--profile`: where the test's measured repetitions spent their time, op by op.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileTable>,
 }
 
 /// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
 /// measured before on a device of this name, else measured now and written there.
 fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
-    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
-    let mut table: std::collections::BTreeMap<String, f64> = path
-        .as_ref()
-        .and_then(|p| std::fs::read(p).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    if let Some(&b) = table.get(device_key) {
+    if let Some(&b) = bandwidth_table().get(device_key) {
         return Some(b);
     }
     let b = model.backend_mut().copy_bandwidth()?;
-    table.insert(device_key.to_string(), b);
-    if let Some(p) = &path {
-        let written = p
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|_| std::fs::write(p, serde_json::to_vec_pretty(&table).unwrap_or_default()));
-        if let Err(e) = written {
-            tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
-        }
-    }
+    remember_bandwidth(device_key, b);
     Some(b)
+}
+
+/// `bandwidth.json` in the cache directory: each device's measured read bandwidth.
+fn bandwidth_table() -> std::collections::BTreeMap<String, f64> {
+    std::fs::read(crate::gpu::dirs::cache_dir().join("bandwidth.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default()
+}
+
+/// Writes `bw` for `device_key` into `bandwidth.json` in the cache directory (atomically, 0600).
+fn remember_bandwidth(device_key: &str, bw: f64) {
+    let mut table = bandwidth_table();
+    if table.get(device_key) == Some(&bw) {
+        return;
+    }
+    table.insert(device_key.to_string(), bw);
+    use crate::gpu::atomic_file::{Replace, write_bytes};
+    let p = crate::gpu::dirs::cache_dir().join("bandwidth.json");
+    let written = p
+        .parent()
+        .map_or(Ok(()), crate::gpu::dirs::create_private_dir)
+        .and_then(|_| {
+            let json = serde_json::to_vec_pretty(&table).unwrap_or_default();
+            write_bytes(&p, Replace::Allow, &json)
+        });
+    if let Err(e) = written {
+        tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
+    }
+}
+
+/// The bandwidth `bench` measured before on this device (`bandwidth.json`), for the chat's
+/// Profile panel: its bound column. Read only, never measured here.
+pub fn known_bandwidth(device: &crate::gpu::snapshot::DeviceSummary) -> Option<f64> {
+    bandwidth_table().get(&bandwidth_key(device)).copied()
+}
+
+/// The key of a device in `bandwidth.json`: the CPU's is the host's.
+fn bandwidth_key(device: &crate::gpu::snapshot::DeviceSummary) -> String {
+    if device.backend == "cpu" {
+        "cpu · host".to_string()
+    } else {
+        format!("{} · {}", device.backend, device.name)
+    }
 }
 
 /// The test's name as llama-bench writes it: `pp512`, `tg128`, `tg64 @ d1536`.
@@ -145,7 +183,7 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
-pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
+pub fn run(a: BenchArgs, settings: &crate::app::settings::Settings) -> anyhow::Result<i32> {
     let reps = a.repetitions.max(1);
     let mut args = a.model.clone();
     let longest = a
@@ -158,12 +196,23 @@ pub fn run(a: BenchArgs) -> anyhow::Result<i32> {
     let deepest = a.n_depth.iter().copied().max().unwrap_or(0);
     // Room for the deepest, longest test, as llama-bench sizes its context.
     args.ctx_size = Some(args.ctx_size.unwrap_or(0).max(deepest + longest + 1));
-    let mut loaded = load_model(&args, SamplerConfig::default())?;
-    let r = run_loaded(&a, reps, &mut loaded);
+    let config = &settings.config;
+    let mut loaded = load_model(&args, config, SamplerConfig::default())?;
+    let r = run_loaded(
+        &a,
+        reps,
+        &mut loaded,
+        &super::model_args::cpu_options(&args, config),
+    );
     super::model_args::finish(loaded.session.model_mut(), r)
 }
 
-fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result<i32> {
+fn run_loaded(
+    a: &BenchArgs,
+    reps: usize,
+    loaded: &mut Loaded,
+    cpu: &crate::gpu::cpu::CpuOptions,
+) -> anyhow::Result<i32> {
     let s = loaded.summary.clone();
     let offload = loaded.offload.clone();
     if !a.json
@@ -180,8 +229,16 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     let is_cpu = device.backend == "cpu";
     let n_threads = device.compute_units.unwrap_or(1);
     let cpu_kernels = is_cpu.then(|| {
-        let isa = Isa::active();
-        let packed = PackedMatrix::packed_types(isa);
+        let isa = if cpu.isa.is_available() {
+            cpu.isa
+        } else {
+            Isa::Scalar
+        };
+        let packed = if cpu.repack {
+            PackedMatrix::packed_types(isa)
+        } else {
+            Vec::new()
+        };
         if packed.is_empty() {
             isa.describe()
         } else {
@@ -193,9 +250,12 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
     // then kept in the cache directory.
     let bandwidth = if is_cpu {
-        Some(host_read_bandwidth(n_threads as usize))
+        let bw = host_read_bandwidth(n_threads as usize);
+        // Kept for the chat's Profile panel (bench itself measures the host every time).
+        remember_bandwidth(&bandwidth_key(&device), bw);
+        Some(bw)
     } else if decodes {
-        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+        cached_bandwidth(model, &bandwidth_key(&device))
     } else {
         None
     };
@@ -217,6 +277,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     let file = model.file().clone();
     let config = model.config.clone();
+    if a.profile {
+        trace::set_bandwidth(bandwidth);
+        // Every decode step of a test's repetitions (the profile's default is the last 32).
+        trace::enable_profile(PROFILE_STEPS, None);
+    }
     let mut depths: Vec<usize> = a.n_depth.clone();
     depths.dedup();
     if depths.is_empty() {
@@ -256,8 +321,16 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 let secs = t.elapsed().as_secs_f64();
                 if rep > 0 {
                     samples.push((np + ng) as f64 / secs);
+                } else if a.profile {
+                    // The warm-up run is not profiled.
+                    trace::reset_profile();
                 }
             }
+            let profile = a
+                .profile
+                .then(trace::profile_now)
+                .flatten()
+                .and_then(|p| if np > 0 { p.prompt } else { p.decode });
             let (avg, sd) = mean_sd(&samples);
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
                 bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
@@ -288,6 +361,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
                 offload: offload.clone(),
+                profile,
             });
             let mut out = std::io::stdout().lock();
             if !a.json && results.len() == 1 {
@@ -297,9 +371,17 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 && let Some(r) = results.last()
             {
                 print_row(&mut out, r)?;
+                if let Some(p) = &r.profile {
+                    for line in p.lines() {
+                        writeln!(out, "{line}")?;
+                    }
+                }
             }
             out.flush()?;
         }
+    }
+    if a.profile {
+        trace::disable_profile();
     }
     if a.json {
         let mut out = std::io::stdout().lock();
@@ -308,6 +390,9 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     Ok(0)
 }
+
+/// Decode steps a `--profile` table may cover (a test's repetitions, up to this many).
+const PROFILE_STEPS: usize = 100_000;
 
 fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
     for line in header_lines() {
@@ -444,6 +529,7 @@ mod tests {
             bound: None,
             bound_ts: None,
             offload: None,
+            profile: None,
         };
         let [head, rule] = header_lines();
         let line = row(&r);

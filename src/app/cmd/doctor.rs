@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::top::RootArgs;
+use crate::app::stderr::errln;
 use crate::gpu::doctor::report::{Check, EXIT_FAIL, EXIT_USAGE, Report, Status};
 use crate::gpu::doctor::{self, facts, verdict};
 use crate::gpu::select::BackendChoice;
@@ -498,9 +499,9 @@ pub fn run(a: DoctorArgs) -> i32 {
             Ok(n)
         });
         match r {
-            Ok(n) => eprintln!("captured {n} files and the report under {}", dir.display()),
+            Ok(n) => errln!("captured {n} files and the report under {}", dir.display()),
             Err(e) => {
-                eprintln!("error: writing the capture under {}: {e}", dir.display());
+                errln!("error: writing the capture under {}: {e}", dir.display());
                 return EXIT_USAGE;
             }
         }

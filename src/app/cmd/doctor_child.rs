@@ -135,12 +135,11 @@ pub const PROGRESS_PREFIX: &str = "hipscope-progress: ";
 /// The model whose kernels the `kernels` check builds: the configured one, else the default one,
 /// where the file is on disk (the doctor fetches nothing).
 fn model_on_disk() -> Option<std::path::PathBuf> {
-    let config = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(std::path::PathBuf::from)
-        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
-    let configured = config
-        .and_then(|p| crate::app::config::Config::load(&p).ok())
-        .and_then(|c| c.model);
+    // The settings as every command resolves them (the doctor's `--config` does not reach its
+    // child; `HIPSCOPE_CONFIG` does).
+    let configured = crate::app::settings::Settings::resolve(None)
+        .ok()
+        .and_then(|s| s.config.model);
     configured
         .or_else(|| crate::app::fetch::default_model_path().ok())
         .filter(|p| p.is_file())

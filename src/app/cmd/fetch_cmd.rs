@@ -8,9 +8,11 @@ use std::time::Duration;
 use clap::Args;
 
 use super::progress::stderr_progress;
-use super::usage::{UsageError, whole};
-use crate::app::config;
+use super::usage::whole;
+use crate::app::config::FetchConfig;
 use crate::app::fetch::{self, FetchOptions};
+use crate::app::settings::Settings;
+use crate::app::stderr::errln;
 
 #[derive(Args, Debug)]
 pub struct FetchArgs {
@@ -39,8 +41,7 @@ pub struct FetchArgs {
 
 impl FetchArgs {
     /// The settings file's `[fetch]` limits, with the flags given on top.
-    fn options(&self) -> anyhow::Result<FetchOptions> {
-        let c = config::fetch_settings().map_err(|e| UsageError(e.to_string()))?;
+    fn options(&self, c: &FetchConfig) -> FetchOptions {
         // Ctrl-C or SIGTERM stops the download, so that its temporary files are removed (the
         // partial download stays for the next run); a second one ends the process at once.
         let cancel = Arc::new(AtomicBool::new(false));
@@ -49,28 +50,28 @@ impl FetchArgs {
             let _ = signal_hook::flag::register(sig, cancel.clone());
         }
         let secs = |flag: Option<u64>, set: Duration| flag.map_or(set, Duration::from_secs);
-        Ok(FetchOptions {
+        FetchOptions {
             connect_timeout: secs(self.connect_timeout, c.connect_timeout),
             read_timeout: secs(self.read_timeout, c.read_timeout),
             attempts: self.tries.unwrap_or(c.tries),
             cancel: Some(cancel),
-        })
+        }
     }
 }
 
-pub fn run(a: FetchArgs) -> anyhow::Result<i32> {
+pub fn run(a: FetchArgs, settings: &Settings) -> anyhow::Result<i32> {
     let path = fetch::default_model_path()?;
     if a.print_path {
         writeln!(std::io::stdout(), "{}", path.display())?;
         return Ok(0);
     }
-    let opts = a.options()?;
+    let opts = a.options(&settings.config.fetch);
     if a.force || !path.is_file() {
         fetch::fetch_with(&path, &opts, &mut stderr_progress())?;
     } else {
         let sum = fetch::sha256_file(&path)?;
         if sum != fetch::SHA256 {
-            eprintln!(
+            errln!(
                 "{} is corrupt (sha256 {sum}); fetching again",
                 path.display()
             );

@@ -11,6 +11,8 @@ use clap::error::ErrorKind;
 
 use super::model_args::{ModelArgs, load_model};
 use super::usage::UsageError;
+use crate::app::settings::Settings;
+use crate::app::stderr::{err, errln};
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
 use crate::model::session::{Control, Progress};
@@ -37,10 +39,6 @@ pub struct GenerateArgs {
     pub sampling: SamplingArgs,
     #[command(flatten)]
     pub remote: crate::app::remote_config::RemoteArgs,
-    /// Settings file, for its [remote] tables (default: config.toml in the platform config
-    /// directory).
-    #[arg(long, value_name = "FILE", env = "HIPSCOPE_CONFIG")]
-    pub config: Option<std::path::PathBuf>,
 }
 
 /// Sampler flags, named as llama.cpp names them. Each value is checked by the rule the chat's
@@ -147,7 +145,7 @@ fn read_prompt(a: &GenerateArgs) -> anyhow::Result<(String, String)> {
     }
 }
 
-pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
+pub fn run(mut a: GenerateArgs, settings: &Settings) -> anyhow::Result<i32> {
     let sampler = a.sampling.config();
     let (prompt, from) = read_prompt(&a)?;
     if prompt.trim().is_empty() {
@@ -162,10 +160,10 @@ pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
             system: a.system.as_deref(),
             sampler,
         };
-        return super::remote_cmd::generate(&a.remote, a.config.as_ref(), ask);
+        return super::remote_cmd::generate(&a.remote, &settings.config, ask);
     }
     a.prompt = Some(prompt);
-    let mut loaded = load_model(&a.model, sampler)?;
+    let mut loaded = load_model(&a.model, &settings.config, sampler)?;
     let r = run_loaded(&a, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
 }
@@ -173,7 +171,7 @@ pub fn run(mut a: GenerateArgs) -> anyhow::Result<i32> {
 fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let s = &loaded.summary;
     let dev = loaded.session.model.backend().device();
-    eprintln!(
+    errln!(
         "model: {} ({}, {}, {:.1} M parameters), context {}, backend: {} ({})",
         s.name,
         s.architecture,
@@ -187,7 +185,7 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
             format!("{} {}", dev.name, dev.arch)
         },
     );
-    eprintln!("load time: {:.1} ms", s.load_time.as_secs_f64() * 1e3);
+    errln!("load time: {:.1} ms", s.load_time.as_secs_f64() * 1e3);
     let session = &mut loaded.session;
     if let Some(sys) = &a.system {
         session.set_system(sys);
@@ -216,8 +214,8 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
                 }
             }
             // A reasoning model's reasoning goes to stderr: stdout holds the answer alone.
-            Progress::Reasoning(t) => eprint!("{t}"),
-            Progress::Trimmed(t) => eprintln!("\n[{t}]"),
+            Progress::Reasoning(t) => err!("{t}"),
+            Progress::Trimmed(t) => errln!("\n[{t}]"),
             Progress::PromptDone(_) | Progress::Prompt { .. } | Progress::Waiting => {}
         }
         if stop.load(Ordering::Relaxed) || write_error.is_some() {
@@ -243,21 +241,21 @@ fn run_loaded(a: &GenerateArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
     out.flush()?;
     let st = &answer.stats;
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    eprintln!(
+    errln!(
         "prompt: {} tokens ({} cached), {:.1} ms, {:.1} tokens/s",
         st.prompt_tokens,
         st.cached_tokens,
         ms(st.prompt_time),
         st.prompt_tps()
     );
-    eprintln!(
+    errln!(
         "generation: {} tokens, {:.1} ms, {:.1} tokens/s",
         st.generated_tokens,
         ms(st.gen_time),
         st.gen_tps()
     );
-    eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    eprintln!("stopped: {}", super::remote_cmd::stop_text(&answer.reason));
+    errln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
+    errln!("stopped: {}", super::remote_cmd::stop_text(&answer.reason));
     Ok(0)
 }
 

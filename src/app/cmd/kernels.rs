@@ -9,6 +9,7 @@ use clap::Args;
 use super::progress::CompileLine;
 use crate::app::cmd::usage::{out, outln, stdout_gone};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::gpu::compute::{KernelScope, units};
 use crate::gpu::device::{RuntimeKind, human_bytes};
 use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache, KernelSources, KernelUnit};
@@ -64,6 +65,7 @@ fn backend_kind(s: &str) -> Option<RuntimeKind> {
 /// The units `--for` asks for (every unit without it), and a line saying which.
 fn units_for(
     args: &KernelsArgs,
+    settings: &crate::app::settings::Settings,
     sources: &KernelSources,
 ) -> anyhow::Result<(Vec<KernelUnit>, String)> {
     let Some(model) = &args.for_model else {
@@ -73,7 +75,7 @@ fn units_for(
         ));
     };
     let path = if model.as_os_str() == "default" {
-        super::model_args::model_path(None)?
+        super::model_args::model_path(None, &settings.config)?
     } else {
         model.clone()
     };
@@ -96,15 +98,15 @@ fn units_for(
 /// `hipscope kernels`: lists the compile units and their kernels, or with `--compile` compiles
 /// each for each `--arch` (into the cache unless `--no-cache`) and prints a table. Exit code 1 if
 /// any unit failed.
-pub fn kernels(args: &KernelsArgs) -> i32 {
+pub fn kernels(args: &KernelsArgs, settings: &crate::app::settings::Settings) -> i32 {
     let sources = match KernelSources::load() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("hipscope kernels: {e}");
+            errln!("hipscope kernels: {e}");
             return exit_code::USAGE;
         }
     };
-    let (units, scope) = match units_for(args, &sources) {
+    let (units, scope) = match units_for(args, settings, &sources) {
         Ok(u) => u,
         Err(e) => {
             eprintln!("hipscope kernels: {e:#}");
@@ -123,17 +125,17 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
         return 0;
     }
     let Some(backend) = backend_kind(&args.backend) else {
-        eprintln!("hipscope kernels: --backend must be hip or cuda");
+        errln!("hipscope kernels: --backend must be hip or cuda");
         return exit_code::USAGE;
     };
     if args.arch.is_empty() {
-        eprintln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
+        errln!("hipscope kernels: --compile needs --arch (e.g. gfx1100,gfx1151 or sm_90)");
         return exit_code::USAGE;
     }
     let compiler = match crate::gpu::select::compiler_for(backend) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("hipscope kernels: {e}");
+            errln!("hipscope kernels: {e}");
             return exit_code::USAGE;
         }
     };
@@ -218,13 +220,13 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
 /// `hipscope __compile-kernels` (hidden): the child side of isolated compilation.
 pub fn compile_child(args: &CompileChildArgs) -> i32 {
     let Some(backend) = backend_kind(&args.backend) else {
-        eprintln!("hipscope: unknown backend {}", args.backend);
+        errln!("hipscope: unknown backend {}", args.backend);
         return exit_code::USAGE;
     };
     match crate::gpu::select::compiler_for(backend) {
         Ok(compiler) => kernels::run_compile_child(compiler.as_ref(), &args.arch, &args.dir),
         Err(e) => {
-            eprintln!("hipscope: {e}");
+            errln!("hipscope: {e}");
             2
         }
     }

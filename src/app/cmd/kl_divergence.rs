@@ -7,6 +7,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use super::logits_file::{Reader, row_len, scored_range};
+use crate::app::stderr::errln;
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 
@@ -341,7 +342,7 @@ pub fn run(
         .filter(|_| session.tokenizer.add_bos());
     let n_chunk = chunks.map_or(h.n_chunk, |c| c.min(h.n_chunk));
     let model = session.model_mut();
-    eprintln!("kl_divergence: computing over {n_chunk} chunks, n_ctx={n_ctx}");
+    errln!("kl_divergence: computing over {n_chunk} chunks, n_ctx={n_ctx}");
     let mut sums = KlSums::default();
     let (mut logits, mut rows) = (Vec::new(), Vec::new());
     let nv = row_len(vocab);
@@ -355,7 +356,7 @@ pub fn run(
         model.forward(&chunk, 0, Logits::All, &mut logits)?;
         if c == 0 {
             let secs = t0.elapsed().as_secs_f64();
-            eprintln!(
+            errln!(
                 "kl_divergence: {secs:.2} seconds per pass - ETA {:.2} minutes",
                 secs * n_chunk as f64 / 60.0
             );

@@ -173,7 +173,8 @@ impl Reader {
 /// Writes a logits file as llama-perplexity `--kl-divergence-base` does.
 pub struct Writer {
     n_vocab: usize,
-    out: BufWriter<File>,
+    /// Beside the file's name until `finish`: an interrupted run leaves no torn logits file.
+    out: BufWriter<crate::gpu::atomic_file::Pending>,
     row: Vec<u16>,
 }
 
@@ -186,7 +187,8 @@ impl Writer {
         n_chunk: usize,
         tokens: &[u32],
     ) -> anyhow::Result<Writer> {
-        let f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let f = crate::gpu::atomic_file::Pending::create(path)
+            .with_context(|| format!("creating {}", path.display()))?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         out.write_all(MAGIC)?;
         for v in [n_ctx, n_vocab, n_chunk] {
@@ -215,7 +217,7 @@ impl Writer {
         self.out
             .into_inner()
             .map_err(|e| e.into_error())?
-            .sync_all()?;
+            .commit(crate::gpu::atomic_file::Replace::Allow)?;
         Ok(())
     }
 }

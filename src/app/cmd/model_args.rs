@@ -10,10 +10,13 @@ use clap::Args;
 
 use super::progress::{ProgressLine, stderr_progress};
 use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
+use crate::app::config::Config;
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
+use crate::app::stderr::errln;
 use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
-use crate::gpu::compute::{ComputeOptions, KernelNeeds, KvType, PrefillGemm};
+use crate::gpu::compute::{ComputeOptions, KernelNeeds, KvType};
+use crate::gpu::cpu::CpuOptions;
 use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
 use crate::gpu::snapshot::{DeviceRelease, QuitStepStatus};
@@ -46,15 +49,15 @@ pub struct ModelArgs {
     /// Seed of the synthetic model's weights.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "synthetic")]
     pub synthetic_seed: u64,
-    /// Context size in tokens (default: the model's, at most 4096; 0: the model's trained
-    /// context, as far as memory allows).
+    /// Context size in tokens (default: `ctx_size` in config.toml, else the model's trained
+    /// context, at most 4096; 0: the whole trained context, as far as memory allows).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", allow_negative_numbers = true,
           value_parser = whole::<usize>(0, MAX_CTX))]
     pub ctx_size: Option<usize>,
-    /// CPU threads (default: all cores).
-    #[arg(short = 't', long, value_name = "N", default_value_t = 0, allow_negative_numbers = true,
+    /// CPU threads (default: `threads` in config.toml, else all cores; 0: all cores).
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true,
           value_parser = whole::<usize>(0, MAX_THREADS))]
-    pub threads: usize,
+    pub threads: Option<usize>,
     /// Most tokens per forward step when processing a prompt.
     #[arg(
         short = 'b',
@@ -65,10 +68,12 @@ pub struct ModelArgs {
         value_parser = whole::<usize>(1, MAX_CTX)
     )]
     pub batch_size: usize,
-    /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu.
-    #[arg(long, value_name = "NAME", default_value = "auto", value_parser = parse_backend)]
-    pub backend: BackendChoice,
-    /// GPU number as the runtime counts them (default: the largest discrete GPU).
+    /// Where the model runs: auto (HIP, then CUDA, then the CPU), hip, cuda or cpu (default:
+    /// `backend` in config.toml, else auto).
+    #[arg(long, value_name = "NAME", value_parser = parse_backend)]
+    pub backend: Option<BackendChoice>,
+    /// GPU number as the runtime counts them (default: `device` in config.toml, else the largest
+    /// discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
     /// Layers on the GPU, as llama.cpp counts them (the output layer first, then the last
@@ -85,6 +90,10 @@ pub struct ModelArgs {
     /// `graphs`).
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy and step to FILE (Chrome trace-event JSON: open it in
+    /// ui.perfetto.dev or chrome://tracing; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -96,7 +105,7 @@ fn parse_kv(s: &str) -> Result<KvType, String> {
 }
 
 /// The model a command runs: the one given, a synthetic one, or the default (fetched if needed).
-pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
+pub fn model_source(args: &ModelArgs, config: &Config) -> anyhow::Result<ModelSource> {
     if let Some(shape) = &args.synthetic {
         use crate::model::synthetic;
         let usage = |e: synthetic::SynthError| UsageError(e.to_string());
@@ -108,61 +117,33 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
             seed: args.synthetic_seed,
         });
     }
-    Ok(ModelSource::File(model_path(args.model.as_ref())?))
+    Ok(ModelSource::File(model_path(args.model.as_ref(), config)?))
 }
 
-/// The model file a command runs: the one named with `-m`, else `model` in the config file
-/// (read, never written, here), else the default model, fetched if needed. The one rule for
-/// every command, the chat included (which reads the same config key).
-pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
-    if let Some(p) = named {
+/// The model file a command runs: the one named with `-m`, else `model` in the settings
+/// (`app/settings.rs`), else the default model, fetched if needed. The one rule for every
+/// command, the chat included (which reads the same config key).
+pub fn model_path(named: Option<&PathBuf>, config: &Config) -> anyhow::Result<PathBuf> {
+    if let Some(p) = named.or(config.model.as_ref()) {
         // A name, not a file (`-m llama3.2`): the model discovery finds under it, as the chat.
         use crate::app::discover::{self, Places, names};
         if !p.exists() && names::may_be_a_name(p) {
-            let config = std::env::var_os("HIPSCOPE_CONFIG").map(PathBuf::from);
-            let found =
-                discover::find_named(&p.to_string_lossy(), &Places::for_names(config.as_deref()))
-                    .map_err(|e| UsageError(e.to_string()))?;
-            eprintln!("model: {}", found.label);
+            let found = discover::find_named(&p.to_string_lossy(), &Places::for_names(config))
+                .map_err(|e| UsageError(e.to_string()))?;
+            errln!("model: {}", found.label);
             return Ok(found.path);
         }
         return Ok(p.clone());
     }
-    let config = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
-    let mut limits = crate::app::config::FetchConfig::default();
-    if let Some(path) = config {
-        let c = crate::app::config::Config::load(&path)?;
-        if let Some(m) = c.model {
-            return Ok(m);
-        }
-        limits = c.fetch;
-    }
     Ok(fetch::ensure_default_model(
-        &fetch::FetchOptions::from_config(&limits),
+        &fetch::FetchOptions::from_config(&config.fetch),
         &mut stderr_progress(),
     )?)
 }
 
-/// `-ngl`: the flag, else `n_gpu_layers` in the config file (read as [`model_path`] reads it),
-/// else auto.
-pub fn gpu_layers(args: &ModelArgs) -> anyhow::Result<GpuLayers> {
-    if let Some(n) = args.n_gpu_layers {
-        return Ok(n);
-    }
-    let config = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
-    match config {
-        Some(path) => Ok(crate::app::config::Config::load(&path)?.n_gpu_layers),
-        None => Ok(GpuLayers::Auto),
-    }
-}
-
 /// Opens the model file (or builds the synthetic one), reporting progress on stderr.
-pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
-    let src = model_source(args)?;
+pub fn open_model(args: &ModelArgs, config: &Config) -> anyhow::Result<Arc<GgufFile>> {
+    let src = model_source(args, config)?;
     let mut bar = ProgressLine::new("building");
     let file = loader::open(&src, &mut |f, what| bar.update(f, what))?;
     bar.finish();
@@ -170,89 +151,88 @@ pub fn open_model(args: &ModelArgs) -> anyhow::Result<Arc<GgufFile>> {
 }
 
 /// Loads a model ready to run on the CPU backend.
-pub fn load_model(args: &ModelArgs, sampler: SamplerConfig) -> anyhow::Result<Loaded> {
-    load_model_with(args, sampler, false)
+pub fn load_model(
+    args: &ModelArgs,
+    config: &Config,
+    sampler: SamplerConfig,
+) -> anyhow::Result<Loaded> {
+    load_model_with(args, config, sampler, false)
 }
 
 /// As [`load_model`], keeping room for every token's logits when `all_logits`.
 pub fn load_model_with(
     args: &ModelArgs,
+    config: &Config,
     sampler: SamplerConfig,
     all_logits: bool,
 ) -> anyhow::Result<Loaded> {
-    let file = open_model(args)?;
-    let backend = open_backend(args, Some(loader::kernel_needs(&file)))?;
+    let file = open_model(args, config)?;
+    let backend = open_backend(args, config, Some(loader::kernel_needs(&file)))?;
     let opts = LoadOptions {
-        n_ctx: args.ctx_size,
+        n_ctx: args.ctx_size.or(config.ctx_size.map(|n| n as usize)),
         n_batch: args.batch_size.max(1),
         all_logits,
         sampler,
-        gpu_layers: gpu_layers(args)?,
-        cpu_threads: args.threads,
+        gpu_layers: args.n_gpu_layers.unwrap_or(config.n_gpu_layers),
+        cpu: cpu_options(args, config),
         ..LoadOptions::default()
     };
+    if let Some(path) = &args.trace {
+        crate::gpu::trace::start_file(path).context("--trace")?;
+    }
     let mut bar = ProgressLine::new("loading");
     let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
         .context("loading the model")?;
     bar.finish();
     for w in &loaded.warnings {
-        eprintln!("warning: {w}");
+        errln!("warning: {w}");
     }
     if let Some(s) = &loaded.offload {
-        eprintln!("offload: {s}");
+        errln!("offload: {s}");
     }
     Ok(loaded)
 }
 
-/// The GPU backend's settings from the command line, with `HIPSCOPE_GEMM_MIN_TOKENS` (the batch
-/// size from which matrix products take the GEMM path) for measuring the two paths, and
-/// `HIPSCOPE_PREFILL_GEMM` (which GEMM: [`PrefillGemm`]).
-pub fn compute_options(args: &ModelArgs) -> anyhow::Result<ComputeOptions> {
-    let mut o = ComputeOptions {
-        kv: args.kv_type,
-        graphs: !args.no_graphs && configured_graphs(),
-        prefill: PrefillGemm::from_env().map_err(anyhow::Error::msg)?,
-        ..ComputeOptions::default()
-    };
-    if let Some(n) = std::env::var("HIPSCOPE_GEMM_MIN_TOKENS")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        o.gemm_min_tokens = n.max(1);
-    }
-    Ok(o)
+/// The CPU backend's settings: `-t`, else `threads` in the settings, with the tuning knobs.
+pub fn cpu_options(args: &ModelArgs, config: &Config) -> CpuOptions {
+    let threads = args.threads.unwrap_or(config.threads as usize);
+    config.tuning.cpu(threads)
 }
 
-/// The config file's `graphs` (true when no config file or no key): headless commands follow it
-/// as the chat does, `--no-graphs` overriding.
-fn configured_graphs() -> bool {
-    let path = std::env::var_os("HIPSCOPE_CONFIG")
-        .map(PathBuf::from)
-        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
-    // A config that does not load is reported by the command's own config read; here it
-    // leaves graphs at their default.
-    match path.map(|p| crate::app::config::Config::load(&p)) {
-        Some(Ok(c)) => c.graphs,
-        _ => true,
-    }
+/// The GPU backend's settings: `--kv-type`, graphs unless `--no-graphs` or `graphs = false`, and
+/// the tuning knobs (`HIPSCOPE_PREFILL_GEMM`, `HIPSCOPE_GEMM_MIN_TOKENS`, `HIPSCOPE_MV_ACT`).
+pub fn compute_options(args: &ModelArgs, config: &Config) -> ComputeOptions {
+    config
+        .tuning
+        .compute(args.kv_type, !args.no_graphs && config.graphs)
 }
 
-/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why; a GPU
-/// backend compiles the kernels of `needs` (every kernel for `None`) as it opens, a first start's
-/// compile shown on stderr.
+/// Opens the backend `--backend`/`--device` (else the settings) ask for, saying on stderr which
+/// one and why. An explicit GPU backend that cannot start here is a usage error (exit code 2),
+/// as in the chat. A GPU backend compiles the kernels of `needs` (every kernel for `None`) as it
+/// opens, a first start's compile shown on stderr.
 pub fn open_backend(
     args: &ModelArgs,
+    config: &Config,
     needs: Option<KernelNeeds>,
 ) -> anyhow::Result<Box<dyn Backend>> {
+    let choice = args.backend.unwrap_or(config.backend);
+    let device = args.device.or(config.device);
+    crate::gpu::select::preflight(choice, device).map_err(|e| {
+        UsageError(format!(
+            "the {choice} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU \
+             can start)"
+        ))
+    })?;
     let mut compile = super::progress::CompileLine::new();
     let (backend, said) = crate::gpu::open::open(
         &BackendRequest {
-            choice: args.backend,
-            device: args.device,
-            threads: args.threads,
+            choice,
+            device,
+            cpu: cpu_options(args, config),
             compute: ComputeOptions {
                 kernels: needs,
-                ..compute_options(args)?
+                ..compute_options(args, config)
             },
         },
         crate::gpu::open::hangs_to_stderr(),
@@ -260,7 +240,7 @@ pub fn open_backend(
     )
     .map_err(anyhow::Error::msg)?;
     compile.finish();
-    eprintln!("backend: {said}");
+    errln!("backend: {said}");
     Ok(backend)
 }
 
@@ -273,15 +253,36 @@ pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<
         .backend_mut()
         .shutdown(QuitConfig::default().drain_deadline, &mut |s| {
             if matches!(s.status, QuitStepStatus::Failed(_)) {
-                eprintln!("shutdown: {}", describe_step(&s));
+                errln!("shutdown: {}", describe_step(&s));
             }
         });
+    stop_trace();
     if release == DeviceRelease::Abandoned {
         if let Err(e) = &result {
-            eprintln!("error: {e:#}");
+            errln!("error: {e:#}");
         }
-        eprintln!("hipscope: the GPU could not be shut down cleanly; leaving without GPU cleanup");
+        errln!("hipscope: the GPU could not be shut down cleanly; leaving without GPU cleanup");
         hard_exit_now(exit_code::after(release));
     }
     result
+}
+
+/// Closes the `--trace` file, if one is being written, saying where it is.
+pub fn stop_trace() {
+    match crate::gpu::trace::stop_file() {
+        Ok((path, events)) => {
+            let dropped = crate::gpu::trace::dropped();
+            let lost = if dropped > 0 {
+                format!(" ({dropped} dropped: the collector fell behind)")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "trace: {events} events{lost} in {} (open it in ui.perfetto.dev or chrome://tracing)",
+                path.display()
+            );
+        }
+        Err(crate::gpu::trace::TraceError::NotTracing) => {}
+        Err(e) => eprintln!("trace: {e}"),
+    }
 }

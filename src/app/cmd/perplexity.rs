@@ -13,6 +13,9 @@ use clap::Args;
 use super::model_args::{ModelArgs, load_model_with};
 use super::usage::whole;
 use super::{kl_divergence, logits_file};
+use crate::app::config::Config;
+use crate::app::settings::Settings;
+use crate::app::stderr::{err, errln};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
@@ -69,22 +72,23 @@ fn log_softmax_at(logits: &[f32], target: usize) -> f64 {
     logits[target] as f64 - max - sum.ln()
 }
 
-pub fn run(a: PerplexityArgs) -> anyhow::Result<i32> {
+pub fn run(a: PerplexityArgs, settings: &Settings) -> anyhow::Result<i32> {
+    let config = &settings.config;
     if a.kl_divergence {
-        return run_kl(a);
+        return run_kl(a, config);
     }
     let Some(file) = &a.file else {
         anyhow::bail!("perplexity needs a text file (-f FILE)");
     };
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
-    let mut loaded = load_model_with(&a.model, SamplerConfig::default(), true)?;
+    let mut loaded = load_model_with(&a.model, config, SamplerConfig::default(), true)?;
     let r = run_loaded(&a, file, &text, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
 }
 
 /// `--kl-divergence`: the context is the base file's unless -c asks for more.
-fn run_kl(a: PerplexityArgs) -> anyhow::Result<i32> {
+fn run_kl(a: PerplexityArgs, config: &Config) -> anyhow::Result<i32> {
     let path = a.kl_divergence_base.as_deref().expect("clap requires it");
     let mut base = logits_file::Reader::open(path)?;
     let mut model = a.model.clone();
@@ -96,7 +100,7 @@ fn run_kl(a: PerplexityArgs) -> anyhow::Result<i32> {
         );
     }
     model.ctx_size.get_or_insert(n_ctx);
-    let mut loaded = load_model_with(&model, SamplerConfig::default(), true)?;
+    let mut loaded = load_model_with(&model, config, SamplerConfig::default(), true)?;
     let chunks = (a.chunks >= 0).then_some(a.chunks as usize);
     let r = kl_divergence::run(&mut base, &mut loaded, chunks, a.json).map(|_| 0);
     super::model_args::finish(loaded.session.model_mut(), r)
@@ -113,7 +117,7 @@ fn run_loaded(
     let t0 = Instant::now();
     // llama-perplexity: add_special = true, parse_special = false.
     let tokens = session.tokenizer.encode(text, true, false);
-    eprintln!(
+    errln!(
         "tokenized {} into {} tokens in {:.1} ms",
         file.display(),
         tokens.len(),
@@ -143,7 +147,7 @@ fn run_loaded(
     let mut logits = Vec::new();
     let mut save = match &a.kl_divergence_base {
         Some(p) => {
-            eprintln!("saving all logits to {}", p.display());
+            errln!("saving all logits to {}", p.display());
             Some(logits_file::Writer::create(
                 p, n_ctx, vocab, n_chunk, &tokens,
             )?)
@@ -151,7 +155,7 @@ fn run_loaded(
         None => None,
     };
     let model = session.model_mut();
-    eprintln!("calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}");
+    errln!("calculating perplexity over {n_chunk} chunks, n_ctx={n_ctx}");
     let mut line = String::new();
     for i in 0..n_chunk {
         let start = i * n_ctx;
@@ -163,7 +167,7 @@ fn run_loaded(
         model.forward(&chunk, 0, Logits::All, &mut logits)?;
         if i == 0 {
             let secs = tc.elapsed().as_secs_f64();
-            eprintln!(
+            errln!(
                 "{secs:.2} seconds per pass - ETA {:.2} minutes",
                 secs * n_chunk as f64 / 60.0
             );
@@ -181,11 +185,11 @@ fn run_loaded(
         count += n_ctx - first - 1;
         line.push_str(&format!("[{}]{:.4},", i + 1, (nll / count as f64).exp()));
         if !a.json {
-            eprint!("[{}]{:.4},", i + 1, (nll / count as f64).exp());
+            err!("[{}]{:.4},", i + 1, (nll / count as f64).exp());
         }
     }
     if !a.json {
-        eprintln!();
+        errln!();
     }
     if let Some(w) = save {
         w.finish()?;

@@ -4,6 +4,7 @@
 use std::io::Write;
 
 use crate::app::fetch::{FetchProgress, Phase};
+use crate::app::stderr::{err, errln};
 use crate::gpu::kernels::CompileProgress;
 
 /// A one-line progress bar on stderr (only when stderr is a terminal).
@@ -32,7 +33,7 @@ impl ProgressLine {
         let width = 30;
         let filled = (pct as usize * width) / 100;
         let what: String = what.chars().take(40).collect();
-        eprint!(
+        err!(
             "\r\x1b[2K{} [{}{}] {:3}% {}",
             self.label,
             "#".repeat(filled),
@@ -45,7 +46,7 @@ impl ProgressLine {
 
     pub fn finish(&mut self) {
         if self.tty && self.last >= 0 {
-            eprint!("\r\x1b[2K");
+            err!("\r\x1b[2K");
             let _ = std::io::stderr().flush();
         }
         self.last = -1;
@@ -61,7 +62,7 @@ pub fn stderr_progress() -> impl FnMut(FetchProgress) {
     let end = |current: &mut Option<(Phase, ProgressLine, String, bool)>| {
         if let Some((phase, mut bar, last, _)) = current.take() {
             bar.finish();
-            eprintln!("{}: {last}", phase.name());
+            errln!("{}: {last}", phase.name());
         }
     };
     move |p| match p {
@@ -72,7 +73,7 @@ pub fn stderr_progress() -> impl FnMut(FetchProgress) {
             } else if let Some((_, bar, _, _)) = current.as_mut() {
                 bar.finish();
             }
-            eprintln!("{s}");
+            errln!("{s}");
         }
         FetchProgress::Bytes {
             phase,

@@ -2,7 +2,6 @@
 //! (`model::remote`), with the endpoint picked by the same flags and config tables as the chat.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,20 +9,14 @@ use std::time::Duration;
 use super::usage::UsageError;
 use crate::app::config::Config;
 use crate::app::remote_config::RemoteArgs;
+use crate::app::stderr::errln;
 use crate::model::protocol::{SamplerConfig, StopReason};
 use crate::model::remote::client::RemoteSpec;
 use crate::model::remote::{self, panels};
 use crate::model::session::{Control, Progress};
 
-/// The endpoint the flags ask for, reading `[remote]` from the config file.
-pub fn spec(args: &RemoteArgs, config: Option<&PathBuf>) -> anyhow::Result<RemoteSpec> {
-    let path = match config {
-        Some(p) => p.clone(),
-        None => crate::gpu::dirs::Dirs::from_env()
-            .config
-            .join("config.toml"),
-    };
-    let c = Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+/// The endpoint the flags ask for, with the settings' `[remote]` tables.
+pub fn spec(args: &RemoteArgs, c: &Config) -> anyhow::Result<RemoteSpec> {
     match args.resolve(&c.remote) {
         Ok(Some(s)) => Ok(s),
         Ok(None) => Err(UsageError("--remote is missing".into()).into()),
@@ -40,16 +33,18 @@ pub struct Ask<'a> {
 
 /// `hipscope generate --remote URL -p TEXT`: the prompt is sent as the user's message (with
 /// `--system` before it); the answer streams to stdout, timings to stderr.
-pub fn generate(remote: &RemoteArgs, config: Option<&PathBuf>, a: Ask) -> anyhow::Result<i32> {
+pub fn generate(remote: &RemoteArgs, config: &Config, a: Ask) -> anyhow::Result<i32> {
     let spec = spec(remote, config)?;
     let c =
         remote::connect(spec, a.sampler, Box::new(|_| {})).map_err(|e| anyhow::anyhow!("{e}"))?;
-    eprintln!(
+    errln!(
         "model: {} on {} (context {})",
-        c.model.name, c.device.name, c.model.context_length
+        c.model.name,
+        c.device.name,
+        c.model.context_length
     );
     if c.device.reason.contains(remote::INSECURE_MARK) {
-        eprintln!("warning: TLS certificate not verified (--insecure)");
+        errln!("warning: TLS certificate not verified (--insecure)");
     }
     let mut session = c.session;
     if let Some(sys) = a.system {
@@ -86,20 +81,20 @@ pub fn generate(remote: &RemoteArgs, config: Option<&PathBuf>, a: Ask) -> anyhow
     out.flush()?;
     let st = &answer.stats;
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    eprintln!(
+    errln!(
         "prompt: {} tokens ({} cached), {:.1} ms",
         st.prompt_tokens,
         st.cached_tokens,
         ms(st.prompt_time)
     );
-    eprintln!(
+    errln!(
         "generation: {} tokens, {:.1} ms, {:.1} tokens/s",
         st.generated_tokens,
         ms(st.gen_time),
         st.gen_tps()
     );
-    eprintln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
-    eprintln!("stopped: {}", stop_text(&answer.reason));
+    errln!("time to first token: {:.1} ms", ms(st.time_to_first_token));
+    errln!("stopped: {}", stop_text(&answer.reason));
     Ok(match answer.reason {
         StopReason::Dropped(_) => crate::app::exit_code::FAILED,
         _ => 0,
@@ -128,7 +123,7 @@ pub struct TopOutput {
 /// `hipscope top --remote URL`: the server's panels, full screen or as JSON lines.
 pub fn top(
     remote: &RemoteArgs,
-    config: Option<&PathBuf>,
+    config: &Config,
     args: TopOutput,
     every: Duration,
 ) -> anyhow::Result<i32> {

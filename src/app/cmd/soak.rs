@@ -9,6 +9,7 @@ use std::time::Instant;
 use clap::Args;
 
 use super::model_args::{ModelArgs, load_model};
+use crate::app::stderr::errln;
 use crate::model::loader::Loaded;
 use crate::model::protocol::SamplerConfig;
 use crate::model::session::{Control, Progress, Session};
@@ -194,13 +195,13 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-pub fn run(a: SoakArgs) -> anyhow::Result<i32> {
+pub fn run(a: SoakArgs, settings: &crate::app::settings::Settings) -> anyhow::Result<i32> {
     anyhow::ensure!(a.turns > 0, "--turns must be at least 1");
     let sampler = SamplerConfig {
         n_predict: a.n_predict,
         ..SamplerConfig::default()
     };
-    let mut loaded = load_model(&a.model, sampler)?;
+    let mut loaded = load_model(&a.model, &settings.config, sampler)?;
     let r = run_loaded(&a, &mut loaded);
     super::model_args::finish(loaded.session.model_mut(), r)
 }
@@ -215,7 +216,7 @@ fn run_loaded(a: &SoakArgs, loaded: &mut Loaded) -> anyhow::Result<i32> {
     let dev = session.model.backend().device();
     let every = a.every.max(1);
     if !a.json {
-        eprintln!(
+        errln!(
             "soak: {} turns of {:?}… on {} ({}), context {n_ctx}, answers of at most {} tokens, {}% dropped per shift",
             a.turns,
             script(1),

@@ -7,7 +7,8 @@ use clap::Args;
 
 use super::progress::ProgressLine;
 use super::usage::UsageError;
-use crate::app::atomic_file::{self, Replace};
+use crate::app::stderr::errln;
+use crate::gpu::atomic_file::{self, Replace};
 use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{GgufFile, GgufWriter, TensorSpec, Value};
 use crate::model::synthetic;
@@ -39,7 +40,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<i32> {
     synthetic::write_file(shape, ty, a.seed, &a.output, &mut |f, t| bar.update(f, t))?;
     bar.finish();
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
-    eprintln!(
+    errln!(
         "wrote {} ({} {}, {:.1} MiB)",
         a.output.display(),
         shape.name,
@@ -162,6 +163,6 @@ pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
     })
     .with_context(|| format!("writing {}", a.output.display()))?;
     bar.finish();
-    eprintln!("wrote {}", a.output.display());
+    errln!("wrote {}", a.output.display());
     Ok(0)
 }

@@ -35,8 +35,11 @@ pub struct TokenizeArgs {
     pub text: Option<String>,
 }
 
-pub fn run(a: TokenizeArgs) -> anyhow::Result<i32> {
-    let file = GgufFile::open(&super::model_args::model_path(a.model.as_ref())?)?;
+pub fn run(a: TokenizeArgs, settings: &crate::app::settings::Settings) -> anyhow::Result<i32> {
+    let file = GgufFile::open(&super::model_args::model_path(
+        a.model.as_ref(),
+        &settings.config,
+    )?)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let text = match (&a.file, &a.text) {
         (Some(f), _) => {

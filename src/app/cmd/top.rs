@@ -11,7 +11,8 @@ use std::time::Duration;
 use clap::Args;
 use crossterm::event::{self, Event as TermEvent, KeyCode, KeyEventKind, KeyModifiers};
 
-use crate::app::config::Config;
+use crate::app::settings::Settings;
+use crate::app::stderr::errln;
 use crate::gpu::telemetry::{self, Roots, Sampler, TelemetrySample};
 use crate::ui::theme::{Theme, ThemeName};
 use crate::ui::top::TopView;
@@ -30,9 +31,6 @@ pub struct TopArgs {
     /// Stop after this many samples (with --json).
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
-    /// Settings file (default: config.toml in the platform config directory).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub roots: RootArgs,
     #[command(flatten)]
@@ -64,29 +62,18 @@ impl RootArgs {
     }
 }
 
-fn interval(args: &TopArgs) -> anyhow::Result<Duration> {
-    if let Some(ms) = args.interval_ms {
-        return Ok(telemetry::interval(ms));
-    }
-    let path = match &args.config {
-        Some(p) => p.clone(),
-        None => crate::gpu::dirs::Dirs::from_env()
-            .config
-            .join("config.toml"),
-    };
-    let c = Config::load(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(telemetry::interval(c.telemetry.interval_ms))
-}
-
-pub fn run(args: TopArgs) -> anyhow::Result<i32> {
-    let every = interval(&args)?;
+pub fn run(args: TopArgs, settings: &Settings) -> anyhow::Result<i32> {
+    let every = telemetry::interval(
+        args.interval_ms
+            .unwrap_or(settings.config.telemetry.interval_ms),
+    );
     if args.remote.remote.is_some() {
         let out = super::remote_cmd::TopOutput {
             json: args.json,
             once: args.once,
             count: args.count,
         };
-        return super::remote_cmd::top(&args.remote, args.config.as_ref(), out, every);
+        return super::remote_cmd::top(&args.remote, &settings.config, out, every);
     }
     let roots = args.roots.roots();
     let mut sampler = Samples {
@@ -97,7 +84,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
     let terminal = terminal_here();
     if args.once || (!args.json && terminal.is_err()) {
         if let (false, Err(why)) = (args.once, &terminal) {
-            eprintln!(
+            errln!(
                 "hipscope top: {why}: one sample follows, as `top --once` prints it (`top --json` \
                  streams samples; in a terminal, `hipscope top` draws the screen)"
             );

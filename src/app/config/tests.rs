@@ -49,7 +49,7 @@ fn values_override_the_defaults() {
     assert!(e.to_string().contains("`fetch.read_timeout_s` = 0"), "{e}");
     assert_eq!(c.model, Some(PathBuf::from("/m/x.gguf")));
     assert_eq!(c.backend, BackendChoice::Cpu);
-    assert_eq!(c.ctx_size, 2048);
+    assert_eq!(c.ctx_size, Some(2048));
     assert_eq!(c.ctx_discard, 30);
     assert_eq!(c.sampler.temp, 0.2);
     assert_eq!(c.sampler.top_k, 0);
@@ -135,7 +135,8 @@ fn kept_settings_change_only_their_values_and_keep_the_comments() {
         stop: vec!["</s>".into()],
         ..SamplerConfig::default()
     };
-    keep_sampler_defaults(&path, &s).unwrap();
+    let start = SamplerConfig::default();
+    keep_sampler_defaults(&path, &start, &s).unwrap();
     let after = std::fs::read_to_string(&path).unwrap();
     for line in mine.lines().filter(|l| l.trim_start().starts_with('#')) {
         assert!(after.contains(line), "lost {line:?}:\n{after}");
@@ -146,8 +147,9 @@ fn kept_settings_change_only_their_values_and_keep_the_comments() {
     rest.sampler = SamplerConfig::default();
     assert_eq!(rest, Config::default(), "only the sampler changed");
     // The random seed is written as the word.
+    let before = s.clone();
     s.seed = crate::model::sampler::RANDOM_SEED;
-    keep_sampler_defaults(&path, &s).unwrap();
+    keep_sampler_defaults(&path, &before, &s).unwrap();
     assert!(
         std::fs::read_to_string(&path)
             .unwrap()
@@ -155,6 +157,51 @@ fn kept_settings_change_only_their_values_and_keep_the_comments() {
     );
     // No file yet: the documented one, with these values.
     let fresh = dir.path().join("new/config.toml");
-    keep_sampler_defaults(&fresh, &s).unwrap();
+    keep_sampler_defaults(&fresh, &start, &s).unwrap();
     assert_eq!(Config::load(&fresh).unwrap().sampler, s);
+}
+
+#[test]
+fn kept_settings_are_only_what_set_changed_written_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("dotfiles")).unwrap();
+    let target = dir.path().join("dotfiles/config.toml");
+    std::fs::write(&target, DEFAULT_CONFIG_TOML).unwrap();
+    let link = dir.path().join("config.toml");
+    std::os::unix::fs::symlink("dotfiles/config.toml", &link).unwrap();
+    // `-n 16` on the command line, then `/set temp 0.3`.
+    let start = SamplerConfig {
+        n_predict: 16,
+        ..SamplerConfig::default()
+    };
+    let now = SamplerConfig {
+        temp: 0.3,
+        ..start.clone()
+    };
+    assert_eq!(
+        keep_sampler_defaults(&link, &start, &now).unwrap(),
+        ["temp"]
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let c = Config::load(&target).unwrap();
+    assert_eq!(c.sampler.temp, 0.3);
+    assert_eq!(c.sampler.n_predict, SamplerConfig::default().n_predict);
+    // Nothing changed: nothing written.
+    let before = std::fs::read_to_string(&target).unwrap();
+    assert!(keep_sampler_defaults(&link, &now, &now).unwrap().is_empty());
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), before);
+}
+
+#[test]
+fn ctx_size_0_is_the_whole_trained_context_unless_the_file_says_otherwise() {
+    assert_eq!(parse("ctx_size = 0\n").unwrap().ctx_size, Some(0));
+    assert_eq!(parse("").unwrap().ctx_size, None);
+    // The first-start copy of older versions documents 0 as "at most 4096": kept so.
+    let old = "# Context length in tokens. 0 uses the model's own, at most 4096.\nctx_size = 0\n";
+    assert_eq!(parse(old).unwrap().ctx_size, None);
 }

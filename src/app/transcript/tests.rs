@@ -1,6 +1,6 @@
 use super::*;
-use crate::model::protocol::StopReason;
-use std::time::Duration;
+use crate::model::protocol::{GenStats, StopReason};
+use std::time::{Duration, UNIX_EPOCH};
 
 fn at(secs: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(secs)
@@ -401,4 +401,168 @@ fn reasoning_is_kept_apart_and_older_files_still_load() {
         ("Hello", "")
     );
     assert!(!c.turns[0].summary.as_deref().unwrap().contains("reasoning"));
+}
+
+#[test]
+fn a_full_disk_is_tried_again_each_turn_and_what_was_missing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Transcript::create(dir.path(), at(0));
+    exchange(&mut t, "one", &["1"]);
+    let path = t.path().unwrap().to_path_buf();
+    assert_eq!(t.take_notice(), None);
+    // No room: a handle that cannot write, as a full disk leaves every write failing.
+    t.file = Some(File::open(&path).unwrap());
+    exchange(&mut t, "two", &["2", "2"]);
+    let (said, error) = t.take_notice().expect("said once");
+    assert!(
+        error && said.contains("not saving the conversation"),
+        "{said}"
+    );
+    exchange(&mut t, "three", &["3"]);
+    assert_eq!(t.take_notice(), None, "said once per failure");
+    assert_eq!(read(&path).unwrap().turns.len(), 1);
+    assert!(t.unsaved().unwrap().starts_with("the last 2 turns"));
+    // Room again: the next turn writes everything that was missing, in order.
+    t.file = Some(OpenOptions::new().append(true).open(&path).unwrap());
+    exchange(&mut t, "four", &["4"]);
+    let (said, error) = t.take_notice().expect("said");
+    assert!(
+        !error && said.contains("saving the conversation again"),
+        "{said}"
+    );
+    assert_eq!(t.unsaved(), None);
+    assert_eq!(t.failure(), None);
+    let c = read(&path).unwrap();
+    assert_eq!(c, *t.conversation());
+    let questions: Vec<_> = c.turns.iter().map(|t| t.user.as_str()).collect();
+    assert_eq!(questions, ["one", "two", "three", "four"]);
+    assert_eq!(c.turns[1].answer, "22");
+}
+
+#[test]
+fn a_conversation_started_without_room_is_saved_once_there_is_some() {
+    let dir = tempfile::tempdir().unwrap();
+    // The folder cannot be made (a file is in the way), as on a full disk.
+    let blocked = dir.path().join("conversations");
+    std::fs::write(&blocked, "").unwrap();
+    let mut t = Transcript::create(&blocked, at(0));
+    exchange(&mut t, "one", &["1"]);
+    assert!(
+        t.take_notice()
+            .is_some_and(|(s, e)| e && s.contains("not saving"))
+    );
+    assert!(t.path().is_none());
+    std::fs::remove_file(&blocked).unwrap();
+    exchange(&mut t, "two", &["2"]);
+    let path = t.path().expect("created at the next turn").to_path_buf();
+    let c = read(&path).unwrap();
+    assert_eq!(c.turns.len(), 2);
+    assert!(c.started.is_some(), "the start record was kept");
+}
+
+#[test]
+fn conversations_are_private_and_an_older_wider_one_is_made_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    let convs = dir.path().join("data/conversations");
+    let mut t = Transcript::create(&convs, at(0));
+    exchange(&mut t, "secret", &["kept"]);
+    let path = t.path().unwrap().to_path_buf();
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(mode(&convs), 0o700);
+    assert_eq!(mode(&dir.path().join("data")), 0o700);
+    drop(t);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (mut t, _) = Transcript::open(&path).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    let (said, _) = t.take_notice().expect("said");
+    assert!(said.contains("644") && said.contains("600"), "{said}");
+}
+
+#[test]
+fn save_refuses_the_conversations_own_file_by_name_or_hard_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Transcript::create(dir.path(), at(0));
+    exchange(&mut t, "q", &["a"]);
+    let live = t.path().unwrap().to_path_buf();
+    let before = std::fs::read(&live).unwrap();
+    let hard = dir.path().join("hard.md");
+    std::fs::hard_link(&live, &hard).unwrap();
+    for p in [&live, &hard] {
+        let e = t
+            .export_markdown(Some(p.clone()), true, dir.path(), at(0))
+            .unwrap_err();
+        assert!(e.contains("this conversation's own file"), "{e}");
+    }
+    assert_eq!(std::fs::read(&live).unwrap(), before);
+    exchange(&mut t, "q2", &["b"]);
+    assert_eq!(read(&live).unwrap().turns.len(), 2);
+}
+
+#[test]
+fn exports_carry_no_escape_sequences() {
+    let mut t = Transcript::in_memory();
+    exchange(
+        &mut t,
+        "title \u{1b}]0;x\u{7}",
+        &["\u{1b}]52;c;ZWNobyBoaQ==\u{7}", "clear\u{1b}[2J", " done"],
+    );
+    let md = t.conversation().to_markdown(at(0));
+    assert!(!md.contains('\u{1b}') && !md.contains('\u{7}'), "{md:?}");
+    assert!(md.contains("clear done"), "{md}");
+}
+
+#[test]
+fn resume_names_the_conversations_model_and_loads_it_when_it_is_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let was = dir.path().join("gemma.gguf");
+    std::fs::write(&was, "x").unwrap();
+    let mut c = Conversation::default();
+    for r in [
+        Record::Model {
+            name: "gemma".into(),
+            path: Some(was.display().to_string()),
+        },
+        Record::User { text: "q".into() },
+    ] {
+        c.apply(&r);
+    }
+    let mut config = crate::app::config::Config {
+        model: Some(dir.path().join("smollm.gguf")),
+        ..Default::default()
+    };
+    // Named on the command line: kept, and said.
+    let said = resume_model(&c, true, &mut config).unwrap();
+    assert!(
+        said.contains("gemma") && said.contains("as asked"),
+        "{said}"
+    );
+    assert_eq!(config.model, Some(dir.path().join("smollm.gguf")));
+    // Not named: the conversation's model.
+    let said = resume_model(&c, false, &mut config).unwrap();
+    assert!(said.contains("loading it again"), "{said}");
+    assert_eq!(config.model, Some(was.clone()));
+    assert_eq!(resume_model(&c, false, &mut config), None, "already it");
+    // Gone: said, and the configured one goes on.
+    std::fs::remove_file(&was).unwrap();
+    config.model = Some(dir.path().join("smollm.gguf"));
+    let said = resume_model(&c, false, &mut config).unwrap();
+    assert!(said.contains("no longer there"), "{said}");
+    // An older file records no path: said.
+    c.model_path = None;
+    let said = resume_model(&c, false, &mut config).unwrap();
+    assert!(said.contains("does not record the model file"), "{said}");
+}
+
+#[test]
+fn a_quit_with_nothing_said_writes_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let convs = dir.path().join("conversations");
+    let mut t = Transcript::create(&convs, at(0));
+    t.command(&Command::SetSystem("be brief".into()));
+    // What the quit asks before it leaves.
+    assert_eq!(t.unsaved(), None);
+    t.sync();
+    assert!(!convs.exists() || std::fs::read_dir(&convs).unwrap().next().is_none());
 }

@@ -82,7 +82,7 @@ pub(super) struct OneToken {
     pub mv1: KernelFn,
     pub qkv: KernelFn,
     pub swiglu: KernelFn,
-    /// The activation-precision study's variants (`HIPSCOPE_MV_ACT=f32`, where the type has
+    /// The activation-precision study's variants (`ComputeOptions::mv_act_f32`, where the type has
     /// them): they take the f32 input where the others take its Q8 quants.
     pub f32: Option<[KernelFn; 3]>,
 }
@@ -96,12 +96,6 @@ pub(super) struct TypeFns {
     pub one: Option<OneToken>,
     pub dequant_rows: KernelFn,
     pub dequant_tile: KernelFn,
-}
-
-/// Whether the one-token products take f32 activations where a kernel for it exists
-/// (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement), instead of Q8 ones.
-fn f32_activations() -> bool {
-    std::env::var("HIPSCOPE_MV_ACT").is_ok_and(|v| v.eq_ignore_ascii_case("f32"))
 }
 
 impl TypeFns {
@@ -208,7 +202,7 @@ impl GpuCompute {
             |g| TypeFns::resolve(g, k),
             |s| units::type_units(s, ty, false, false),
         )?;
-        if k.f32_study && f32_activations() {
+        if k.f32_study && self.opts.mv_act_f32 {
             let study = self.resolve_or_load(
                 |g| TypeFns::study(g, &k),
                 |s| units::type_units(s, ty, false, true),

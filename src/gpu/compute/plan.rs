@@ -239,7 +239,8 @@ pub struct KernelNeeds {
 /// model that runs on one runs on the other.
 pub const GPU_TYPES: &[GgmlType] = crate::gpu::quant::COMPUTE_TYPES;
 
-/// Which GEMM multiplies prompt batches (`HIPSCOPE_PREFILL_GEMM`, read by [`PrefillGemm::from_env`]).
+/// Which GEMM multiplies prompt batches (`HIPSCOPE_PREFILL_GEMM`, read at the app edge:
+/// `app/settings.rs`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PrefillGemm {
     /// f16 tiles through the BLAS where it multiplies f16 (cuBLAS, rocBLAS with gemm_ex), else
@@ -255,15 +256,8 @@ pub enum PrefillGemm {
 }
 
 impl PrefillGemm {
+    /// The variable that sets it, for messages (read at the app edge, never here).
     pub const ENV: &'static str = "HIPSCOPE_PREFILL_GEMM";
-
-    /// The setting from `HIPSCOPE_PREFILL_GEMM` (auto when unset or empty).
-    pub fn from_env() -> Result<PrefillGemm, String> {
-        match std::env::var(Self::ENV) {
-            Ok(v) if !v.is_empty() => v.parse().map_err(|e| format!("{}: {e}", Self::ENV)),
-            _ => Ok(PrefillGemm::Auto),
-        }
-    }
 }
 
 impl std::str::FromStr for PrefillGemm {
@@ -299,6 +293,9 @@ pub struct ComputeOptions {
     /// (`model::loader::kernel_needs`); `None`: every kernel. Anything else is compiled when
     /// first needed.
     pub kernels: Option<KernelNeeds>,
+    /// The one-token products take f32 activations where a kernel for it exists (Q4_0, Q4_1),
+    /// instead of Q8 ones (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement).
+    pub mv_act_f32: bool,
 }
 
 impl Default for ComputeOptions {
@@ -310,6 +307,7 @@ impl Default for ComputeOptions {
             tile_bytes: 64 << 20,
             graphs: true,
             kernels: None,
+            mv_act_f32: false,
         }
     }
 }

@@ -14,6 +14,7 @@ mod instrument;
 mod memory;
 mod moe;
 
+use super::CpuOptions;
 use super::activation::gelu_tanh;
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
@@ -98,6 +99,8 @@ pub struct CpuBackend {
     scores: Vec<Mutex<Vec<f32>>>,
     /// Element type of the next KV cache allocated.
     kv_type: KvType,
+    /// Repack weights for the packed GEMM ([`CpuOptions::repack`]).
+    repack: bool,
     allocations: u64,
     reason: String,
     /// Every op in the in-flight table while it runs, for the watchdog.
@@ -119,6 +122,15 @@ impl CpuBackend {
         }
     }
 
+    /// A backend computing as `o` says, chosen for `reason` (shown with the device).
+    pub fn with_options(o: &CpuOptions, reason: &str) -> CpuBackend {
+        CpuBackend {
+            scratch: MatmulScratch::with_isa(o.isa),
+            repack: o.repack,
+            ..CpuBackend::with_reason(o.threads, reason)
+        }
+    }
+
     /// A backend with `threads` threads (0: one per available core).
     pub fn new(threads: usize) -> CpuBackend {
         let n = if threads == 0 {
@@ -134,6 +146,7 @@ impl CpuBackend {
             scratch: MatmulScratch::default(),
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             kv_type: KvType::F32,
+            repack: true,
             allocations: 0,
             reason: String::new(),
             ops: HostOps::new(),
@@ -278,10 +291,11 @@ impl Ops for CpuBackend {
             (cw.rows, cw.cols)
         };
         let isa = self.scratch.isa();
+        let repack = self.repack;
         let cw = &mut self.weights[w.0 as usize];
         let packs = n_tokens >= PACK_MIN_TOKENS;
         if packs && cw.packed.is_none() {
-            let packed = PackedMatrix::enabled()
+            let packed = repack
                 .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
                 .flatten();
             cw.packed = Some(packed);

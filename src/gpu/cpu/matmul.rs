@@ -92,9 +92,9 @@ impl Default for MatmulScratch {
 }
 
 impl MatmulScratch {
-    /// Scratch using the kernels of [`Isa::active`] (the fastest this CPU runs, chosen once).
+    /// Scratch using the kernels of [`Isa::detect`] (the fastest this CPU runs).
     pub fn new() -> MatmulScratch {
-        MatmulScratch::with_isa(Isa::active())
+        MatmulScratch::with_isa(Isa::detect())
     }
 
     /// Scratch using the kernels of `isa` (scalar ones where it is not available here).

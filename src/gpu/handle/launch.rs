@@ -395,7 +395,7 @@ impl Gpu {
         src: DeviceBuffer,
         bytes: u64,
     ) -> Result<u64, GpuError> {
-        self.enqueue(OpKind::CopyD2D, label, None, |be, _, _| {
+        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes, |be, _, _| {
             // SAFETY: both ranges lie in arena buffers (checked sizes above).
             unsafe { be.copy_d2d(dst.ptr, src.ptr, bytes as usize) }
         })

@@ -28,10 +28,7 @@ impl KernelCache {
 
     /// `kernels/` in the cache dir (`~/.cache/hipscope/kernels`, or under `HIPSCOPE_HOME`).
     pub fn default_location() -> KernelCache {
-        match crate::gpu::dirs::cache_dir() {
-            Some(d) => KernelCache::at(d.join("kernels")),
-            None => KernelCache::disabled(),
-        }
+        KernelCache::at(crate::gpu::dirs::cache_dir().join("kernels"))
     }
 
     pub fn root(&self) -> Option<&Path> {
@@ -64,8 +61,8 @@ impl KernelCache {
         std::fs::read(p).ok().filter(|b| !b.is_empty())
     }
 
-    /// Writes atomically: to a file named for this writer (process and call), then renamed over
-    /// the object's name, so that neither a crash nor a concurrent writer leaves a torn object.
+    /// Writes atomically (`atomic_file`: a uniquely named file of this writer, renamed over the
+    /// object's name), so that neither a crash nor a concurrent writer leaves a torn object.
     pub fn store(
         &self,
         backend: RuntimeKind,
@@ -82,20 +79,9 @@ impl KernelCache {
             move |source| GpuError::Io { path, source }
         };
         if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
+            crate::gpu::dirs::create_private_dir(dir).map_err(io(dir))?;
         }
-        let tmp = p.with_extension(format!(
-            "tmp{}-{}",
-            std::process::id(),
-            super::unique_suffix()
-        ));
-        if let Err(e) = std::fs::write(&tmp, image) {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(io(&tmp)(e));
-        }
-        std::fs::rename(&tmp, &p).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(&p)(e)
-        })
+        crate::gpu::atomic_file::write_bytes(&p, crate::gpu::atomic_file::Replace::Allow, image)
+            .map_err(io(&p))
     }
 }

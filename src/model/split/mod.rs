@@ -499,15 +499,15 @@ pub fn choose(
 }
 
 /// Puts a model on `backend` as `-ngl` asks: unchanged on the CPU backend or when every layer
-/// goes to the GPU; else a [`backend::SplitBackend`] over the GPU backend and a CPU backend of
-/// `cpu_threads` threads. Returns the sentence saying how it was placed (`None` on the CPU).
+/// goes to the GPU; else a [`backend::SplitBackend`] over the GPU backend and a CPU backend
+/// computing as `cpu` says. Returns the sentence saying how it was placed (`None` on the CPU).
 pub fn arrange(
     file: &Arc<GgufFile>,
     gpu: Box<dyn Backend>,
     config: &ModelConfig,
     options: ModelOptions,
     want: GpuLayers,
-    cpu_threads: usize,
+    cpu: &crate::gpu::cpu::CpuOptions,
     roots: &Roots,
 ) -> Result<(Box<dyn Backend>, Option<String>), ModelError> {
     // Only a backend with device memory to plan is split.
@@ -529,7 +529,7 @@ pub fn arrange(
     if choice.place.all_on_gpu() {
         return Ok((gpu, Some(choice.said)));
     }
-    let cpu = CpuBackend::with_reason(cpu_threads, "the CPU part of a split model (-ngl)")
+    let cpu = CpuBackend::with_options(cpu, "the CPU part of a split model (-ngl)")
         .with_kv_type(gpu.kv_type());
     let plan = gpu_plan(&full, &choice.place, file, config, n_ctx);
     let said = choice.said.clone();

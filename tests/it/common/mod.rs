@@ -56,3 +56,45 @@ pub fn read_json<T: serde::de::DeserializeOwned>(rel: &str) -> T {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// One of a command's output streams.
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Runs `cmd` with `closed` a pipe whose reading end is closed at once (`| head -c 0`, a reader
+/// gone), and the other stream read whole into the output.
+pub fn with_closed(mut cmd: Command, closed: Stream) -> Output {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hipscope");
+    let mut open = Vec::new();
+    match closed {
+        Stream::Stdout => {
+            drop(child.stdout.take());
+            child.stderr.take().unwrap().read_to_end(&mut open).unwrap();
+        }
+        Stream::Stderr => {
+            drop(child.stderr.take());
+            child.stdout.take().unwrap().read_to_end(&mut open).unwrap();
+        }
+    }
+    let status = child.wait().unwrap();
+    match closed {
+        Stream::Stdout => Output {
+            status,
+            stdout: Vec::new(),
+            stderr: open,
+        },
+        Stream::Stderr => Output {
+            status,
+            stdout: open,
+            stderr: Vec::new(),
+        },
+    }
+}

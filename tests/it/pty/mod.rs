@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +35,8 @@ pub struct Session {
     master: Option<Box<dyn portable_pty::MasterPty + Send>>,
     reader: Option<std::thread::JoinHandle<()>>,
     closing: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, nothing reads the terminal (a stalled SSH session, a frozen emulator).
+    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Which model a session's chat is started with.
@@ -52,6 +55,22 @@ impl Session {
 
     pub fn start_with_env(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Session {
         Session::start_wrapped(home, &[], extra, env)
+    }
+
+    /// The chat in a session of its own (`setsid`): the pseudo-terminal is not its controlling
+    /// terminal, so closing it sends no SIGHUP, reads just end. `setsid -w` stays behind as the
+    /// terminal's session leader, waiting for hipscope and passing its exit code on; it must not
+    /// die of the SIGHUP that hipscope is spared.
+    pub fn start_detached(home: &Path, extra: &[&str]) -> Session {
+        let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
+        Session::start_wrapped(home, &wrapper, extra, &[])
+    }
+
+    /// Asks for an answer that runs long and waits until it streams.
+    pub fn ask_for_a_long_answer(&mut self) {
+        self.sees("Type a message and press Enter", LOAD);
+        self.type_line("Count from 1 to 500, separated by commas.");
+        sees_tokens(self, 4);
     }
 
     /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
@@ -148,10 +167,16 @@ impl Session {
         let sink = screen.clone();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stop = closing.clone();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let resting = stalled.clone();
         let reader = std::thread::spawn(move || {
             use std::os::fd::AsRawFd;
             let mut buf = [0u8; 8192];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if resting.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
                 let mut p = libc::pollfd {
                     fd: reader.as_raw_fd(),
                     events: libc::POLLIN,
@@ -175,7 +200,61 @@ impl Session {
             master: Some(pair.master),
             reader: Some(reader),
             closing,
+            stalled,
         }
+    }
+
+    /// Resizes the terminal to `rows` × `cols` (the app gets SIGWINCH), and the screen the test
+    /// reads with it.
+    pub fn resize(&self, rows: u16, cols: u16) {
+        self.master
+            .as_ref()
+            .expect("the terminal is open")
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("resize the pty");
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("non-zero size");
+        self.screen
+            .lock()
+            .expect("screen")
+            .set_size(size(rows), size(cols));
+    }
+
+    /// Bytes typed into the terminal that the app has not read yet.
+    pub fn pending_input(&self) -> usize {
+        let name = self
+            .master
+            .as_ref()
+            .expect("the terminal is open")
+            .tty_name()
+            .expect("the terminal's name");
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+            .open(&name)
+            .expect("open the terminal's other side");
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int for a valid descriptor.
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&tty),
+                libc::FIONREAD,
+                &mut n,
+            )
+        };
+        assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        n as usize
+    }
+
+    /// Stops reading the terminal (its output piles up until the kernel's buffer is full and
+    /// the app's writes block), or reads it again.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled
+            .store(stalled, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn contents(&self) -> String {
@@ -196,12 +275,12 @@ impl Session {
     }
 
     /// Waits until `text` is no longer on the screen.
-    pub fn gone(&self, text: &str, within: Duration) {
+    pub fn sees_no(&self, text: &str, within: Duration) {
         let start = Instant::now();
         while self.contents().contains(text) {
             assert!(
                 start.elapsed() < within,
-                "{text:?} still on the screen after {within:?}:\n{}",
+                "{text:?} still there after {within:?}; the screen:\n{}",
                 self.contents()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -213,7 +292,7 @@ impl Session {
     pub fn dismiss_error(&mut self) {
         self.sees(ERROR_WINDOW, Duration::from_secs(5));
         self.send(b"\x1b");
-        self.gone(ERROR_WINDOW, Duration::from_secs(30));
+        self.sees_no(ERROR_WINDOW, Duration::from_secs(30));
     }
 
     /// The text in the message box (the rows below its top border).
@@ -281,6 +360,7 @@ impl Session {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.stall(false);
                 if let Some(r) = self.reader.take() {
                     let _ = r.join();
                 }
@@ -316,8 +396,15 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // A failed test must not leave the process behind.
+        // A failed test must not leave the process behind — nor what a wrapper started (`setsid
+        // -w hipscope`: killing the wrapper alone left the chat running at 100% for 23 minutes).
         if let Ok(None) = self.child.try_wait() {
+            if let Some(pid) = self.child.process_id() {
+                for p in descendants(pid) {
+                    // SAFETY: kill(2) on a process id; a stale one fails harmlessly.
+                    unsafe { libc::kill(p as i32, libc::SIGKILL) };
+                }
+            }
             let _ = self.child.kill();
         }
     }
@@ -326,8 +413,43 @@ impl Drop for Session {
 /// The border of an error window (`ui/error_dialog.rs`), on the screen while one is open.
 pub const ERROR_WINDOW: &str = "the app keeps running";
 
+/// Every process below `pid` (Linux: /proc/PID/task/*/children).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                found.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    found
+}
+
 pub const LOAD: Duration = Duration::from_secs(120);
 pub const ANSWER: Duration = Duration::from_secs(180);
+
+/// Waits until the model is loaded and the chat at rest (the header says `idle` beside the
+/// context gauge, which comes with a model): whether the welcome line shows depends on what
+/// else the chat had to say first.
+pub fn sees_loaded(s: &Session) {
+    let start = Instant::now();
+    let ready = |h: &str| h.contains(" idle ") && h.contains(" ctx ");
+    while !ready(s.contents().lines().next().unwrap_or_default()) {
+        assert!(
+            start.elapsed() < LOAD,
+            "never loaded; the screen:\n{}",
+            s.contents()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
 
 /// Waits until the header shows an answer streaming (`N tok · R t/s`).
 pub fn sees_streaming(s: &Session) {

@@ -12,6 +12,7 @@ use tokio::sync::mpsc::error::TryRecvError;
 
 use crate::app::exit_code;
 use crate::app::quit::{QuitConfig, QuitCoordinator};
+use crate::app::stderr::errln;
 use crate::gpu::compute::ComputeOptions;
 use crate::gpu::open::{BackendRequest, open};
 use crate::gpu::snapshot::WatchState;
@@ -32,14 +33,18 @@ pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
     let start = Instant::now();
     let ms = |t: Instant| t.duration_since(start).as_secs_f64() * 1e3;
     let graphs = phase.ends_with(GRAPHS_SUFFIX);
+    let tuning = match crate::app::settings::Tuning::from_env(&|k| std::env::var_os(k)) {
+        Ok((t, _)) => t,
+        Err(e) => {
+            errln!("hipscope: {e}");
+            return exit_code::USAGE;
+        }
+    };
     let request = BackendRequest {
         choice: opts.backend,
         device: opts.device,
-        threads: 0,
-        compute: ComputeOptions {
-            graphs,
-            ..ComputeOptions::default()
-        },
+        cpu: tuning.cpu(0),
+        compute: tuning.compute(ComputeOptions::default().kv, graphs),
     };
     let q = QuitCoordinator::new(QuitConfig {
         drain_deadline: DRAIN,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::app::cmd::usage::outln;
 use crate::app::exit_code;
 use crate::app::quit::{QuitConfig, QuitCoordinator, describe_step};
+use crate::app::stderr::errln;
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::GpuError;
 use crate::gpu::handle::{Arg, Gpu};
@@ -156,7 +157,7 @@ pub(super) fn child_hang(opts: &SelftestOptions) -> i32 {
     let (mut gpu, _) = match open(opts, true) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("{e}");
+            errln!("{e}");
             return exit_code::USAGE;
         }
     };
@@ -254,7 +255,7 @@ pub(super) fn child_hang(opts: &SelftestOptions) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{e}");
+            errln!("{e}");
             2
         }
     }
@@ -274,7 +275,7 @@ pub(super) fn child_quit(opts: &SelftestOptions) -> i32 {
     let (mut gpu, _) = match open(opts, true) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("{e}");
+            errln!("{e}");
             return exit_code::USAGE;
         }
     };
@@ -323,7 +324,7 @@ pub(super) fn child_quit(opts: &SelftestOptions) -> i32 {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{e}");
+            errln!("{e}");
             2
         }
     }

@@ -49,7 +49,7 @@ use crate::app::cmd::usage::{outln, stdout_gone};
 use crate::gpu::backend::{Backend, Instrument};
 use crate::gpu::compute::lockstep::{Lockstep, OpErrors, rel_l2};
 use crate::gpu::compute::plan::{ActFormat, type_kernels};
-use crate::gpu::compute::{ComputeOptions, GpuCompute, KvType, PrefillGemm};
+use crate::gpu::compute::{ComputeOptions, GpuCompute, KvType};
 use crate::gpu::cpu::CpuBackend;
 use crate::gpu::kernels::KernelCache;
 use crate::gpu::quant::GgmlType;
@@ -296,10 +296,17 @@ pub(super) fn open_gpu(o: &ComputeCheckOptions, kv: KvType) -> Result<GpuCompute
     };
     let opts = ComputeOptions {
         kv,
-        prefill: PrefillGemm::from_env()?,
+        prefill: tuning()?.prefill,
         ..ComputeOptions::default()
     };
     GpuCompute::open(device, &reason, opts, &cache).map_err(|e| e.to_string())
+}
+
+/// The environment's tuning knobs, read where every command reads them (`app/settings.rs`).
+fn tuning() -> Result<crate::app::settings::Tuning, String> {
+    crate::app::settings::Tuning::from_env(&|k| std::env::var_os(k))
+        .map(|(t, _)| t)
+        .map_err(|e| e.to_string())
 }
 
 pub(super) fn model_options() -> ModelOptions {
@@ -386,7 +393,7 @@ fn run_case(
                 &config,
                 model_options(),
                 n,
-                0,
+                &tuning()?.cpu(0),
                 &Roots::from_env(),
             )
             .map_err(|e| e.to_string())?

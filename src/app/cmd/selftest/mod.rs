@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crate::app::cmd::usage::{outln, stdout_gone};
 use crate::app::exit_code;
+use crate::app::stderr::errln;
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::device::human_bytes;
 use crate::gpu::handle::GemmPath;
@@ -127,7 +128,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
             return chat_hang::child_chat_hang(opts, &s["chat-hang:".len()..]);
         }
         Some(other) => {
-            eprintln!("hipscope selftest: unknown child scenario {other:?}");
+            errln!("hipscope selftest: unknown child scenario {other:?}");
             return exit_code::USAGE;
         }
         None => {}
@@ -140,7 +141,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     let (mut gpu, _) = match open(opts, false) {
         Ok(g) => g,
         Err(e) => {
-            eprintln!("hipscope selftest: {e}");
+            errln!("hipscope selftest: {e}");
             return exit_code::USAGE;
         }
     };
@@ -148,7 +149,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         .with(Region::Weights, 4 << 20)
         .with(Region::Activations, 8 << 20);
     if let Err(e) = gpu.create_arena(&plan) {
-        eprintln!("hipscope selftest: {e}");
+        errln!("hipscope selftest: {e}");
         return exit_code::USAGE;
     }
     match gpu.gemm_path() {
@@ -160,8 +161,9 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     }
     outln!("graphs    {}", gpu.graph_mode().describe());
 
-    match crate::gpu::compute::PrefillGemm::from_env()
-        .and_then(|s| crate::gpu::compute::choose_prefill(s, &gpu))
+    match crate::app::settings::Tuning::from_env(&|k| std::env::var_os(k))
+        .map_err(|e| e.to_string())
+        .and_then(|(t, _)| crate::gpu::compute::choose_prefill(t.prefill, &gpu))
     {
         Ok(p) => outln!("prefill   {p}"),
         Err(e) => outln!("prefill   {e}"),
@@ -186,7 +188,7 @@ pub fn run(opts: &SelftestOptions) -> i32 {
     let dog = match dog {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("hipscope selftest: cannot start the watchdog: {e}");
+            errln!("hipscope selftest: cannot start the watchdog: {e}");
             return exit_code::USAGE;
         }
     };

@@ -79,8 +79,8 @@ macro_rules! job_kernel {
                 sc: &mut [f32],
                 out: *mut f32,
             ) {
-                // SAFETY: the ISA's presence was checked by Isa::active; the rest is the
-                // caller's contract.
+                // SAFETY: the ISA's presence was checked when the backend chose it
+                // (`MatmulScratch::with_isa`); the rest is the caller's contract.
                 unsafe {
                     #[cfg(target_arch = "x86_64")]
                     if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::fits(a.hd) {

@@ -25,12 +25,13 @@
 //! quantizers, so the two produce identical activations.
 //!
 //! Each kernel exists as scalar code (the reference, and the fallback), as AVX2+FMA+F16C code and,
-//! for the 32-element types, as AVX-512 VNNI code; the instruction set is chosen once per process
-//! at run time ([`Isa::active`]). A kernel computes up to `MAX_TILE` tokens per pass over a weight row, so
-//! that prompt processing unpacks each weight block once for several tokens. The 32-element
-//! kernels take blocks four at a time: the four integer dot products are reduced into the lanes
-//! of one vector, so that one conversion and one multiply by the four blocks' scales
-//! (`Group4`, prepared with the activation) replace four of each.
+//! for the 32-element types, as AVX-512 VNNI code; the instruction set is chosen per CPU backend
+//! (`CpuOptions::isa`: [`Isa::detect`] unless a lower one was asked for). A kernel computes up
+//! to `MAX_TILE` tokens per pass over a weight row, so that prompt processing unpacks each weight
+//! block once for several tokens. The 32-element kernels take blocks four at a time: the four
+//! integer dot products are reduced into the lanes of one vector, so that one conversion and one
+//! multiply by the four blocks' scales (`Group4`, prepared with the activation) replace four of
+//! each.
 //!
 //! Files: `act.rs` (activation formats and their buffers), `scalar.rs` (the reference kernels),
 //! `avx2/` (AVX2 kernels: `mod.rs` for the 32-element types, `kquants.rs` for K-quants and floats),
@@ -80,31 +81,6 @@ impl Isa {
             .into_iter()
             .find(|i| i.is_available())
             .unwrap_or(Isa::Scalar)
-    }
-
-    /// The instruction set the CPU backend uses: [`Isa::detect`], decided once per process,
-    /// unless `HIPSCOPE_CPU_ISA` (scalar, avx2 or avx512) names a lower one (for comparing
-    /// kernels in `bench`; a name this CPU cannot run, or an unknown one, is ignored with a
-    /// warning on stderr).
-    pub fn active() -> Isa {
-        static ACTIVE: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *ACTIVE.get_or_init(|| {
-            let best = Isa::detect();
-            let Ok(want) = std::env::var("HIPSCOPE_CPU_ISA") else {
-                return best;
-            };
-            match Isa::from_name(want.trim()) {
-                Some(i) if i.is_available() => i,
-                _ => {
-                    eprintln!(
-                        "HIPSCOPE_CPU_ISA={want}: not one of scalar, avx2, avx512 that this CPU \
-                         runs; using {}",
-                        best.name()
-                    );
-                    best
-                }
-            }
-        })
     }
 
     /// The instruction set called `name` (as [`Isa::name`] writes it).

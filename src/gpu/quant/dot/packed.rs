@@ -184,25 +184,18 @@ impl std::fmt::Debug for PackedMatrix {
 }
 
 impl PackedMatrix {
-    /// The weight types repacked when the kernels run on `isa` (none: the file's layout serves).
+    /// The weight types repacked when the kernels run on `isa` (none: the file's layout serves),
+    /// where repacking is on (`CpuOptions::repack`).
     pub fn packed_types(isa: Isa) -> Vec<GgmlType> {
         use GgmlType::*;
         [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K]
             .into_iter()
-            .filter(|&t| Self::enabled() && Self::packs(isa, t))
+            .filter(|&t| Self::packs(isa, t))
             .collect()
     }
 
-    /// Whether repacking is on: always, unless `HIPSCOPE_CPU_REPACK=0` turns it off (for
-    /// comparisons), read once. Its accuracy against llama.cpp's own logits equals the portable
-    /// kernels' (docs/PERFORMANCE.md, "Repacked weights").
-    pub fn enabled() -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::env::var("HIPSCOPE_CPU_REPACK").map_or(true, |v| v.trim() != "0"))
-    }
-
-    /// Whether weights of `ty` are repacked when the kernels run on `isa` (whether or not
-    /// [`PackedMatrix::enabled`]).
+    /// Whether weights of `ty` are repacked when the kernels run on `isa` (where repacking is
+    /// on).
     pub fn packs(isa: Isa, ty: GgmlType) -> bool {
         matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.is_available() && PackFmt::of(ty).is_some()
     }

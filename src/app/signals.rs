@@ -1,18 +1,53 @@
-//! A last word on SIGBUS and SIGSEGV. A memory-mapped model file truncated or overwritten while
-//! in use (a download or a copy onto it) faults on the next read of a page past its new end, and
-//! the default action kills the process with the terminal raw and in the alternate screen. The
-//! model's per-step check of the file (`GgufFile::check_unchanged`) catches most changes first;
-//! a change in the middle of a step ends here.
+//! Every signal hipscope handles, in one place.
 //!
-//! The handler does only async-signal-safe things (`write`, `tcsetattr`, `sigaction`): it puts the
-//! terminal back as the app registered it, says which mapped file the process was reading, puts
-//! the previous handler back (Rust's stack-overflow reporter, or the default) and returns, so the
-//! faulting access runs again and the process ends by the same signal. The conversation needs no
-//! flushing: its records are written as they happen.
+//! - **SIGINT, SIGTERM, SIGHUP** are a quit. A thread of their own (`hipscope-signals`,
+//!   signal-hook) hands each to the quit coordinator (`QuitCoordinator::signal`), which starts
+//!   the quit's one deadline at the first whatever the UI thread is doing, raises the worker's
+//!   interrupt and tells the event loop; a second SIGINT or SIGTERM leaves at once. (In raw mode
+//!   Ctrl-C is a key, not SIGINT; SIGINT comes from `kill`.)
+//! - **SIGBUS, SIGSEGV** get a last word. A memory-mapped model file truncated or overwritten
+//!   while in use (a download or a copy onto it) faults on the next read of a page past its new
+//!   end, and the default action kills the process with the terminal raw and in the alternate
+//!   screen. The model's per-step check of the file (`GgufFile::check_unchanged`) catches most
+//!   changes first; a change in the middle of a step ends here. The handler does only
+//!   async-signal-safe things (`write`, `poll`, `tcsetattr`, `sigaction`, `_exit`): it puts the
+//!   terminal back as the app registered it and says which mapped file the process was reading.
+//!   On SIGBUS (the file changed under the map) it then leaves with the exit code the app chose
+//!   ([`exit_on_bus`]: a documented code, not the shell's 135 for a death by signal); on SIGSEGV
+//!   (a bug) it puts the previous handler back (Rust's stack-overflow reporter, or the default)
+//!   and returns, so the faulting access runs again and the process ends by the signal. The
+//!   conversation needs no flushing: its records are written as they happen.
+//! - SIGWINCH stays crossterm's (it becomes a resize event); SIGPIPE stays ignored (Rust's
+//!   runtime), so a closed pipe is a write error.
 
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Hands SIGINT, SIGTERM and SIGHUP, by name, to `on_signal` (the chat's: the quit coordinator's
+/// [`crate::app::quit::QuitCoordinator::signal`]) on a thread of its own.
+#[cfg(unix)]
+pub fn listen(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("hipscope-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                on_signal(match sig {
+                    SIGINT => "SIGINT",
+                    SIGHUP => "SIGHUP",
+                    _ => "SIGTERM",
+                });
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn listen(_on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
+    Ok(())
+}
 
 /// What puts the terminal back: its settings from before raw mode, and the bytes that leave the
 /// app's modes (alternate screen, mouse, bracketed paste, hidden cursor).
@@ -42,8 +77,19 @@ static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 
 #[cfg(unix)]
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
+/// The exit code after a SIGBUS (negative: end by the signal).
+static BUS_EXIT: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
 
-/// Notes the model file that is mapped now, for the message.
+/// Installs the handler (once) for every command, not only the chat: a SIGBUS ends the process
+/// with `code` after saying which file changed.
+pub fn exit_on_bus(code: i32) {
+    BUS_EXIT.store(code, Ordering::SeqCst);
+    #[cfg(unix)]
+    install();
+}
+
+/// Notes the model file that is mapped now, for the message (the chat notes each model as it is
+/// asked for and as it is loaded).
 pub fn note_mapped_file(path: &Path) {
     let s = path.to_string_lossy();
     let bytes = &s.as_bytes()[..s.len().min(PATH_MAX)];
@@ -101,9 +147,20 @@ fn install() {
     });
 }
 
+/// Writes `bytes` to `fd`, giving up when the descriptor takes nothing for 200 ms (a terminal
+/// that does not read must not hold the process in its fault handler).
 #[cfg(unix)]
 fn write_all(fd: i32, mut bytes: &[u8]) {
     while !bytes.is_empty() {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd; async-signal-safe.
+        if unsafe { libc::poll(&mut p, 1, 200) } <= 0 || p.revents & libc::POLLOUT == 0 {
+            return;
+        }
         // SAFETY: write(2) on a valid buffer; async-signal-safe.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n <= 0 {
@@ -136,6 +193,11 @@ extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut 
             unsafe { libc::nanosleep(&nap, std::ptr::null_mut()) };
         }
     }
+    let code = BUS_EXIT.load(Ordering::SeqCst);
+    if sig == libc::SIGBUS && code >= 0 {
+        // SAFETY: _exit is async-signal-safe; nothing else runs after it.
+        unsafe { libc::_exit(code) };
+    }
     // The previous action runs when the access faults again on return.
     if let Some(old) = PREVIOUS.get() {
         let i = usize::from(sig != libc::SIGBUS);
@@ -147,9 +209,8 @@ extern "C" fn handler(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut 
 /// Puts the terminal back and says which file the process was reading (the first faulting thread).
 #[cfg(unix)]
 fn last_word(sig: libc::c_int) {
-    if ARMED.swap(false, Ordering::SeqCst)
-        && let Some(t) = TERMINAL.get()
-    {
+    let chat = ARMED.swap(false, Ordering::SeqCst);
+    if chat && let Some(t) = TERMINAL.get() {
         write_all(t.out, t.restore);
         // SAFETY: tcsetattr is async-signal-safe; the settings were read by tcgetattr.
         unsafe { libc::tcsetattr(t.fd, libc::TCSANOW, &t.termios) };
@@ -173,8 +234,11 @@ fn last_word(sig: libc::c_int) {
         write_all(err, &buf[..len]);
         write_all(err, b")");
     }
-    write_all(
-        err,
-        b".\r\nThe conversation so far is saved; hipscope --resume reopens it.\r\n",
-    );
+    write_all(err, b".\r\n");
+    if chat {
+        write_all(
+            err,
+            b"The conversation so far is saved; hipscope --resume reopens it.\r\n",
+        );
+    }
 }

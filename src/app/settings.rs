@@ -1,0 +1,265 @@
+//! One resolver for every command's settings: flags › environment › config file › defaults.
+//!
+//! [`Settings::resolve`] finds the settings file (`--config FILE`, before or after the
+//! subcommand; else `HIPSCOPE_CONFIG`; else `config.toml` in the config folder of
+//! [`Dirs::from_env`]), reads it over the defaults ([`Config::load`]), and adds the tuning knobs
+//! that only the environment sets ([`Tuning::from_env`]). Each command then lays its own flags on
+//! top (`ChatArgs::apply`, `cmd/model_args.rs`). A file or knob that cannot be used is a
+//! [`ConfigError`]: exit code 2 for every command, before anything is started.
+//!
+//! The environment stays the only way in for what tests and child processes need
+//! (`HIPSCOPE_HOME`, `HIPSCOPE_SYSFS_ROOT`/`PROCFS_ROOT`/`DEV_ROOT`, `HIPSCOPE_FAULT`; the runtime
+//! library overrides `HIPSCOPE_*_LIBRARY`, `HIPSCOPE_KERNELS`, `HIPSCOPE_FORCE_COMPILE` and
+//! `HIPSCOPE_ROCBLAS_TRUST_ARCH`): the kernel compiler and `doctor`'s checks run in child
+//! processes, which inherit the environment and no flags.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::config::{Config, ConfigError};
+use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
+use crate::gpu::cpu::CpuOptions;
+use crate::gpu::dirs::Dirs;
+use crate::gpu::quant::dot::Isa;
+
+/// Everything a command starts from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// hipscope's folders: under `HIPSCOPE_HOME`, else the platform's, else `.hipscope/`.
+    pub dirs: Dirs,
+    /// The settings file read (it need not exist: then the defaults apply).
+    pub config_path: PathBuf,
+    /// Whether the file was named (`--config`, `HIPSCOPE_CONFIG`) rather than the default one.
+    pub named: bool,
+    /// The file's settings over the defaults, with the environment's tuning knobs.
+    pub config: Config,
+    /// What the user should hear about the environment (a knob this CPU cannot honour).
+    pub notes: Vec<String>,
+}
+
+impl Settings {
+    /// The settings of this process: `flag` is `--config FILE`.
+    pub fn resolve(flag: Option<&Path>) -> Result<Settings, ConfigError> {
+        Settings::resolve_with(flag, Dirs::from_env(), &|k| std::env::var_os(k))
+    }
+
+    /// As [`Settings::resolve`], with the folders and the environment given (tests).
+    pub fn resolve_with(
+        flag: Option<&Path>,
+        dirs: Dirs,
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<Settings, ConfigError> {
+        let (config_path, named) = match (flag, env("HIPSCOPE_CONFIG").filter(|v| !v.is_empty())) {
+            (Some(p), _) => (p.to_path_buf(), true),
+            (None, Some(p)) => (PathBuf::from(p), true),
+            (None, None) => (dirs.config.join("config.toml"), false),
+        };
+        let mut config = Config::load(&config_path)?;
+        let (tuning, notes) = Tuning::from_env(env)?;
+        config.tuning = tuning;
+        Ok(Settings {
+            dirs,
+            config_path,
+            named,
+            config,
+            notes,
+        })
+    }
+}
+
+/// Switches for measuring one code path against another, set only by the environment (they
+/// are for benchmarks and studies, not for use): resolved here once and passed down as options
+/// (`CpuOptions`, `ComputeOptions`), so that nothing below the app reads the environment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// `HIPSCOPE_CPU_ISA` (scalar, avx2, avx512): the CPU kernels' instruction set, lower than
+    /// the best this CPU runs, for comparing kernels in `bench`.
+    pub cpu_isa: Isa,
+    /// `HIPSCOPE_CPU_REPACK=0`: the CPU backend does not repack weights (for comparisons).
+    pub cpu_repack: bool,
+    /// `HIPSCOPE_PREFILL_GEMM` (auto, blas, own, f32): which GEMM multiplies prompt batches.
+    pub prefill: PrefillGemm,
+    /// `HIPSCOPE_GEMM_MIN_TOKENS`: the batch size from which matrix products take the GEMM path.
+    pub gemm_min_tokens: Option<usize>,
+    /// `HIPSCOPE_MV_ACT=f32`: the one-token products take f32 activations where they can.
+    pub mv_act_f32: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            cpu_isa: Isa::detect(),
+            cpu_repack: true,
+            prefill: PrefillGemm::Auto,
+            gemm_min_tokens: None,
+            mv_act_f32: false,
+        }
+    }
+}
+
+impl Tuning {
+    /// The knobs from `env` (unset or empty: the default), and notes for the user. A value that
+    /// is not one of the allowed ones is an error naming the variable.
+    pub fn from_env(
+        env: &dyn Fn(&str) -> Option<OsString>,
+    ) -> Result<(Tuning, Vec<String>), ConfigError> {
+        let get = |k: &str| {
+            env(k)
+                .map(|v| v.to_string_lossy().trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let bad = |key: &str, got: String, allowed: &str| ConfigError::Env {
+            key: key.to_string(),
+            got,
+            allowed: allowed.to_string(),
+        };
+        let mut t = Tuning::default();
+        let mut notes = Vec::new();
+        if let Some(want) = get("HIPSCOPE_CPU_ISA") {
+            let isa = Isa::from_name(&want)
+                .ok_or_else(|| bad("HIPSCOPE_CPU_ISA", want.clone(), "scalar, avx2 or avx512"))?;
+            if isa.is_available() {
+                t.cpu_isa = isa;
+            } else {
+                notes.push(format!(
+                    "HIPSCOPE_CPU_ISA={want}: this CPU does not run it; using {}",
+                    t.cpu_isa.name()
+                ));
+            }
+        }
+        if let Some(v) = get("HIPSCOPE_CPU_REPACK") {
+            t.cpu_repack = match v.as_str() {
+                "0" => false,
+                "1" => true,
+                _ => return Err(bad("HIPSCOPE_CPU_REPACK", v, "0 (off) or 1 (on)")),
+            };
+        }
+        if let Some(v) = get("HIPSCOPE_PREFILL_GEMM") {
+            t.prefill = v
+                .parse()
+                .map_err(|_| bad("HIPSCOPE_PREFILL_GEMM", v, "auto, blas, own or f32"))?;
+        }
+        if let Some(v) = get("HIPSCOPE_GEMM_MIN_TOKENS") {
+            let n = v.parse::<usize>().ok().filter(|&n| n >= 1);
+            t.gemm_min_tokens = Some(n.ok_or_else(|| {
+                bad(
+                    "HIPSCOPE_GEMM_MIN_TOKENS",
+                    v,
+                    "a whole number of tokens from 1",
+                )
+            })?);
+        }
+        if let Some(v) = get("HIPSCOPE_MV_ACT") {
+            t.mv_act_f32 = match v.to_ascii_lowercase().as_str() {
+                "f32" => true,
+                "q8" => false,
+                _ => return Err(bad("HIPSCOPE_MV_ACT", v, "f32 or q8")),
+            };
+        }
+        Ok((t, notes))
+    }
+
+    /// The CPU backend's options with `threads` threads (0: every core).
+    pub fn cpu(&self, threads: usize) -> CpuOptions {
+        CpuOptions {
+            threads,
+            isa: self.cpu_isa,
+            repack: self.cpu_repack,
+        }
+    }
+
+    /// The GPU backend's options with a KV cache of `kv` and graph replay as `graphs` says.
+    pub fn compute(&self, kv: KvType, graphs: bool) -> ComputeOptions {
+        let d = ComputeOptions::default();
+        ComputeOptions {
+            kv,
+            graphs,
+            prefill: self.prefill,
+            gemm_min_tokens: self.gemm_min_tokens.unwrap_or(d.gemm_min_tokens),
+            mv_act_f32: self.mv_act_f32,
+            ..d
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {
+        let m: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn the_flag_wins_over_the_environment_over_the_default_location() {
+        let t = tempfile::tempdir().unwrap();
+        let dirs = Dirs::under(t.path());
+        std::fs::create_dir_all(&dirs.config).unwrap();
+        std::fs::write(dirs.config.join("config.toml"), "ctx_size = 111\n").unwrap();
+        let from_env = t.path().join("env.toml");
+        std::fs::write(&from_env, "ctx_size = 222\n").unwrap();
+        let from_flag = t.path().join("flag.toml");
+        std::fs::write(&from_flag, "ctx_size = 333\n").unwrap();
+        let e = env(&[("HIPSCOPE_CONFIG", from_env.to_str().unwrap())]);
+
+        let s = Settings::resolve_with(None, dirs.clone(), &env(&[])).unwrap();
+        assert_eq!((s.config.ctx_size, s.named), (Some(111), false));
+        let s = Settings::resolve_with(None, dirs.clone(), &e).unwrap();
+        assert_eq!((s.config.ctx_size, s.named), (Some(222), true));
+        let s = Settings::resolve_with(Some(&from_flag), dirs.clone(), &e).unwrap();
+        assert_eq!((s.config.ctx_size, s.config_path), (Some(333), from_flag));
+        // No file at the default location: the defaults.
+        let empty = Dirs::under(&t.path().join("none"));
+        let s = Settings::resolve_with(None, empty, &env(&[])).unwrap();
+        assert_eq!(s.config, Config::default());
+    }
+
+    #[test]
+    fn tuning_knobs_come_from_the_environment_and_bad_values_name_the_variable() {
+        let (t, notes) = Tuning::from_env(&env(&[
+            ("HIPSCOPE_CPU_REPACK", "0"),
+            ("HIPSCOPE_PREFILL_GEMM", "own"),
+            ("HIPSCOPE_GEMM_MIN_TOKENS", "4"),
+            ("HIPSCOPE_MV_ACT", "F32"),
+            ("HIPSCOPE_CPU_ISA", "scalar"),
+        ]))
+        .unwrap();
+        assert!(notes.is_empty());
+        assert_eq!(
+            t,
+            Tuning {
+                cpu_isa: Isa::Scalar,
+                cpu_repack: false,
+                prefill: PrefillGemm::Own,
+                gemm_min_tokens: Some(4),
+                mv_act_f32: true,
+            }
+        );
+        let c = t.compute(KvType::F32, false);
+        assert_eq!(
+            (c.prefill, c.gemm_min_tokens, c.mv_act_f32, c.graphs),
+            (PrefillGemm::Own, 4, true, false)
+        );
+        assert_eq!(t.cpu(3).threads, 3);
+        assert!(!t.cpu(3).repack);
+        assert_eq!(
+            Tuning::from_env(&env(&[])).unwrap().0,
+            Tuning::default(),
+            "unset: the defaults"
+        );
+        for (k, v) in [
+            ("HIPSCOPE_PREFILL_GEMM", "fast"),
+            ("HIPSCOPE_GEMM_MIN_TOKENS", "0"),
+            ("HIPSCOPE_CPU_ISA", "neon"),
+            ("HIPSCOPE_CPU_REPACK", "no"),
+        ] {
+            let e = Tuning::from_env(&env(&[(k, v)])).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");
+        }
+    }
+}
