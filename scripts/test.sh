@@ -158,7 +158,9 @@ for s in "${skips[@]}"; do skip_args+=(--skip "$s"); done
 tests_start=$EPOCHREALTIME
 status=0
 (
-    cargo test --locked "${cargo_args[@]}" -- "${harness_args[@]}" "${skip_args[@]}" || status=$?
+    # Every test binary runs even after one fails: the run reports all failures at once.
+    cargo test --locked --no-fail-fast "${cargo_args[@]}" -- "${harness_args[@]}" "${skip_args[@]}" ||
+        status=$?
     times >"$times_file"
     exit "$status"
 ) || status=$?
