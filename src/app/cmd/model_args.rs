@@ -277,12 +277,12 @@ pub fn stop_trace() {
             } else {
                 String::new()
             };
-            eprintln!(
+            errln!(
                 "trace: {events} events{lost} in {} (open it in ui.perfetto.dev or chrome://tracing)",
                 path.display()
             );
         }
         Err(crate::gpu::trace::TraceError::NotTracing) => {}
-        Err(e) => eprintln!("trace: {e}"),
+        Err(e) => errln!("trace: {e}"),
     }
 }
