@@ -127,6 +127,7 @@ impl Ops for Scripted {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -135,7 +136,7 @@ impl Ops for Scripted {
         label: OpLabel,
     ) -> Result<()> {
         self.inner
-            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)
+            .rope(x, row0, n_tokens, n_heads, head_dim, pos0, params, label)
     }
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
         self.inner.attention(q, k, v, out, p)

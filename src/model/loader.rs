@@ -49,6 +49,8 @@ pub struct LoadOptions {
     pub gpu_layers: GpuLayers,
     /// Threads of the CPU part of a split model (0: every core).
     pub cpu_threads: usize,
+    /// Sequences the KV cache holds, each of the context (`hipscope serve --parallel`).
+    pub n_seq: usize,
 }
 
 impl Default for LoadOptions {
@@ -61,6 +63,7 @@ impl Default for LoadOptions {
             discard: crate::model::session::DEFAULT_DISCARD,
             gpu_layers: GpuLayers::Auto,
             cpu_threads: 0,
+            n_seq: 1,
         }
     }
 }
@@ -136,6 +139,7 @@ pub fn load(
         n_ctx,
         n_batch: opts.n_batch,
         all_logits: opts.all_logits,
+        n_seq: opts.n_seq.max(1),
     };
     let backend = cpu_if_gpu_cannot(backend, &config, opts.cpu_threads, &mut warnings)?;
     let (backend, offload) = split::arrange(
