@@ -14,6 +14,8 @@ pub mod fetch;
 pub mod logging;
 pub mod quit;
 pub mod remote_config;
+pub mod serve;
+pub mod serve_view;
 pub mod shutdown;
 pub mod terminal;
 pub mod transcript;
