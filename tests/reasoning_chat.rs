@@ -167,6 +167,9 @@ impl Ops for Scripted {
     fn copy(&mut self, src: Buf, so: usize, dst: Buf, d_off: usize, len: usize) -> Result<()> {
         self.inner.copy(src, so, dst, d_off, len)
     }
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.inner.set_exact_rows_below(rows)
+    }
 }
 
 impl Memory for Scripted {

@@ -51,9 +51,10 @@ fn alone(m: &mut Model, prompt: &[u32], n: usize) -> Vec<u32> {
 }
 
 /// Several prompts of different lengths through `forward_seqs` as the scheduler runs them: the
-/// prompts cut into chunks that share steps with the others' decoding, every decode step one
-/// batch of all the sequences still generating. Each sequence's greedy tokens must be exactly
-/// those it gets alone.
+/// prompts cut into chunks in a batch of their own, every decode step one batch of all the
+/// sequences still generating, products of fewer rows than the slots + 1 on the one-row kernels
+/// (`set_exact_rows_below`, as `hipscope serve` sets it). Each sequence's greedy tokens must be
+/// exactly those it gets alone through the single-sequence path.
 #[test]
 fn batched_sequences_give_each_ones_own_greedy_tokens() {
     let prompts = [
@@ -62,67 +63,76 @@ fn batched_sequences_give_each_ones_own_greedy_tokens() {
         "1, 2, 3, 4, 5,",
         "Once upon a time, in a land far away, there lived a dragon who",
     ];
-    const N: usize = 12;
+    const N: usize = 24;
+    // Four slots: products of up to four rows are exact, as in `hipscope serve --parallel 4`.
+    let exact = prompts.len() + 1;
     let (mut single, tok) = smollm2_model(1, 64);
+    single.set_exact_rows_below(exact);
     let toks: Vec<Vec<u32>> = prompts.iter().map(|p| tok.encode(p, true, false)).collect();
     let want: Vec<Vec<u32>> = toks.iter().map(|t| alone(&mut single, t, N)).collect();
     drop(single);
 
     let (mut m, _) = smollm2_model(prompts.len(), 64);
+    m.set_exact_rows_below(exact);
+    let vocab = m.config.vocab_size;
     // Per sequence: prompt tokens done, generated tokens.
     let mut done = vec![0usize; prompts.len()];
     let mut got: Vec<Vec<u32>> = vec![Vec::new(); prompts.len()];
-    // Sequence s starts at step s (a request arriving while the others decode); prompts go in
-    // chunks of at most 5 tokens.
     let mut logits = Vec::new();
+    // Sequence s arrives at step 2s (while the others decode); prompts go in chunks of 6, a
+    // rest shorter than `exact` with the chunk before it (the scheduler's rule).
     for step in 0..200 {
-        let mut chunks = Vec::new();
+        let mut decode = Vec::new();
+        let mut prefill = Vec::new();
         for (s, t) in toks.iter().enumerate() {
-            if step < s || got[s].len() >= N {
+            if step < 2 * s || got[s].len() >= N {
                 continue;
             }
             if done[s] < t.len() {
-                let n = (t.len() - done[s]).min(5);
-                chunks.push(SeqChunk {
-                    seq: s,
-                    pos0: done[s],
-                    tokens: &t[done[s]..done[s] + n],
-                    logits: done[s] + n == t.len(),
-                });
+                let left = t.len() - done[s];
+                let mut n = left.min(6);
+                if left - n < exact {
+                    n = left;
+                }
+                prefill.push((s, done[s], t[done[s]..done[s] + n].to_vec(), n == left));
             } else {
                 let g = &got[s];
-                chunks.push(SeqChunk {
-                    seq: s,
-                    pos0: t.len() + g.len() - 1,
-                    tokens: &g[g.len() - 1..],
-                    logits: true,
-                });
+                decode.push((s, t.len() + g.len() - 1, vec![g[g.len() - 1]], true));
             }
         }
-        if chunks.is_empty() {
+        if decode.is_empty() && prefill.is_empty() {
             break;
         }
-        let order: Vec<(usize, bool, usize)> = chunks
-            .iter()
-            .map(|c| (c.seq, c.logits, c.tokens.len()))
-            .collect();
-        m.forward_seqs(&chunks, &mut logits).expect("batch");
-        let vocab = m.config.vocab_size;
-        let mut row = 0;
-        for (s, wants, n) in order {
-            if done[s] < toks[s].len() {
-                done[s] += n;
+        for batch in [decode, prefill] {
+            if batch.is_empty() {
+                continue;
             }
-            if wants {
-                got[s].push(argmax(&logits[row * vocab..(row + 1) * vocab]));
-                row += 1;
+            let chunks: Vec<SeqChunk> = batch
+                .iter()
+                .map(|(s, pos0, t, l)| SeqChunk {
+                    seq: *s,
+                    pos0: *pos0,
+                    tokens: t,
+                    logits: *l,
+                })
+                .collect();
+            m.forward_seqs(&chunks, &mut logits).expect("batch");
+            let mut row = 0;
+            for (s, _, t, wants) in &batch {
+                if done[*s] < toks[*s].len() {
+                    done[*s] += t.len();
+                }
+                if *wants {
+                    got[*s].push(argmax(&logits[row * vocab..(row + 1) * vocab]));
+                    row += 1;
+                }
             }
+            assert_eq!(
+                row * vocab,
+                logits.len(),
+                "one logits row per chunk that asked"
+            );
         }
-        assert_eq!(
-            row * vocab,
-            logits.len(),
-            "one logits row per chunk that asked"
-        );
     }
     for (s, p) in prompts.iter().enumerate() {
         assert_eq!(
@@ -453,7 +463,6 @@ fn serve_answers_curl_and_refuses_bad_input_with_the_right_status() {
             br#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":100000000}"#.to_vec(),
             400,
         ),
-        ("a 20 MB body", vec![b' '; 20 << 20], 413),
     ];
     for (what, body, want) in cases {
         let (code, v, _) = post_raw(&s.url, "/v1/chat/completions", body);
@@ -461,6 +470,22 @@ fn serve_answers_curl_and_refuses_bad_input_with_the_right_status() {
         assert!(v["error"]["message"].is_string(), "{what}: {v}");
         assert_eq!(get(&s.url, "/health").0, 200, "healthy after {what}");
     }
+    // A 20 MB body, sent by curl (which reads the early answer): 413.
+    let big = s.home.path().join("big.json");
+    std::fs::write(&big, vec![b' '; 20 << 20]).unwrap();
+    let (out, err) = curl(&[
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("{}/v1/chat/completions", s.url),
+        "-H",
+        "Content-Type: application/json",
+        "--data-binary",
+        &format!("@{}", big.display()),
+    ]);
+    assert_eq!(out.trim(), "413", "{err}");
+    assert_eq!(get(&s.url, "/health").0, 200, "healthy after a 20 MB body");
     let long = "word ".repeat(2000);
     let (code, v) = post(&s.url, "/v1/chat/completions", chat(&long, 4, false));
     assert_eq!(code, 400, "a prompt longer than a slot: {v}");
@@ -738,4 +763,74 @@ fn sigterm_drains_and_exits_within_the_deadline() {
         code == 200 || v["error"]["message"].is_string(),
         "{code} {v}"
     );
+}
+
+/// A decode step that hangs (HIPSCOPE_FAULT=hang:decode: the CPU backend holds an op for a
+/// minute): the watchdog calls it HUNG, the request in that step fails with an error naming the
+/// request and the op, `/health` keeps answering, and when the op returns the server serves again.
+#[test]
+fn a_hung_step_fails_its_request_naming_the_op_and_the_server_goes_on() {
+    let home = tempfile::tempdir().unwrap();
+    let mut child = common::hipscope()
+        .env("HIPSCOPE_HOME", home.path())
+        .env("HIPSCOPE_FAULT", "hang:decode")
+        .args([
+            "serve",
+            "--headless",
+            "--backend",
+            "cpu",
+            "-t",
+            "2",
+            "--port",
+            "0",
+        ])
+        .args(["--parallel", "1", "-c", "512", "-m"])
+        .arg(common::smollm2())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    let url = loop {
+        let l = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("serve starts");
+        if let Some(i) = l.find(" on http://") {
+            break l[i + 4..].split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let t = std::time::Instant::now();
+    let (code, v) = post(&url, "/v1/chat/completions", chat("hi", 8, false));
+    let msg = v["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(code, 500, "{v}");
+    assert!(
+        msg.contains("request 1") && msg.contains("stuck op"),
+        "{msg}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        get(&url, "/health").0,
+        200,
+        "the server answers during the hang"
+    );
+    // The op returns after its hold; the slot was freed and the next request is served.
+    let (code, v) = post(&url, "/v1/chat/completions", chat("hi", 4, false));
+    assert_eq!(code, 200, "{v}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

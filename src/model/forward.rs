@@ -393,6 +393,13 @@ impl Model {
         }
     }
 
+    /// Products over fewer than `rows` rows give each row what it gets alone
+    /// ([`crate::gpu::backend::Ops::set_exact_rows_below`]): a batched decode step of up to
+    /// `rows - 1` sequences then answers each exactly as a single-sequence step would.
+    pub fn set_exact_rows_below(&mut self, rows: usize) {
+        self.backend.set_exact_rows_below(rows);
+    }
+
     /// Sequences the KV cache holds ([`ModelOptions::n_seq`]).
     pub fn n_seq(&self) -> usize {
         self.options.n_seq

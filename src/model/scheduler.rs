@@ -147,6 +147,16 @@ impl SchedulerHandle {
     }
 }
 
+/// One slot's part of a batch.
+struct Planned {
+    slot: usize,
+    pos0: usize,
+    tokens: Vec<u32>,
+    logits: bool,
+    /// Prompt tokens (else the slot's last generated token).
+    prompt: bool,
+}
+
 /// A request in a slot.
 struct Active {
     req: GenRequest,
@@ -207,6 +217,9 @@ pub fn spawn(
         ..cfg
     };
     let limit = n_slots + cfg.max_queue;
+    let mut model = model;
+    // A decode step of all the slots multiplies on the kernels a single sequence's step uses.
+    model.set_exact_rows_below(n_slots + 1);
     let (tx, rx) = std::sync::mpsc::sync_channel(limit.max(1));
     let pending = Arc::new(AtomicUsize::new(0));
     let draining = Arc::new(AtomicBool::new(false));
@@ -382,67 +395,78 @@ impl Engine {
         }
     }
 
-    /// One batch: a token per generating slot, then prompt chunks in the room left.
+    /// One step: a batch of one token per generating slot, then a batch of prompt chunks. The
+    /// two are separate forward calls so that the decode rows are computed exactly as each
+    /// sequence's own decode step would compute them (`Model::set_exact_rows_below`), whatever
+    /// prompts arrive meanwhile.
     fn step(&mut self) {
         let n_batch = self.model.n_batch();
-        let mut plan: Vec<(usize, usize, usize, bool)> = Vec::new(); // slot, pos0, n, logits
-        let mut used = 0;
+        let mut decode: Vec<Planned> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             if let Some(a) = &s.active
                 && a.done >= a.req.prompt.len()
-                && used < n_batch
+                && decode.len() < n_batch
             {
-                plan.push((i, s.cached.len(), 1, true));
-                used += 1;
+                decode.push(Planned {
+                    slot: i,
+                    pos0: s.cached.len(),
+                    tokens: vec![*a.generated.last().unwrap_or(&0)],
+                    logits: true,
+                    prompt: false,
+                });
             }
         }
-        let decoding = used;
+        // A prompt holds the generating slots for at most `prefill_chunk` tokens' work a step.
+        let mut room = if decode.is_empty() {
+            n_batch
+        } else {
+            self.cfg.prefill_chunk.min(n_batch)
+        };
+        let mut prefill: Vec<Planned> = Vec::new();
         for (i, s) in self.slots.iter().enumerate() {
             let Some(a) = &s.active else { continue };
             let left = a.req.prompt.len().saturating_sub(a.done);
-            if left == 0 {
+            if left == 0 || room == 0 {
                 continue;
             }
-            let room = if decoding > 0 {
-                self.cfg.prefill_chunk.min(n_batch - used)
-            } else {
-                n_batch - used
-            };
-            if room == 0 {
-                break;
+            let mut n = left.min(room);
+            // A rest of the prompt too short for the batch kernels goes now, with this chunk:
+            // alone, those tokens would have run in one batch with it.
+            if left - n < self.cfg.n_slots + 1 && left <= n_batch {
+                n = left;
             }
-            let n = left.min(room);
-            plan.push((i, a.done, n, n == left));
-            used += n;
+            prefill.push(Planned {
+                slot: i,
+                pos0: a.done,
+                tokens: a.req.prompt[a.done..a.done + n].to_vec(),
+                logits: n == left,
+                prompt: true,
+            });
+            room = room.saturating_sub(n);
         }
-        // The tokens each chunk runs, owned here while the chunks borrow them.
-        let toks: Vec<Vec<u32>> = plan
-            .iter()
-            .map(|&(i, pos0, n, _)| {
-                let a = self.slots[i]
-                    .active
-                    .as_ref()
-                    .expect("planned slots are active");
-                if a.done >= a.req.prompt.len() {
-                    vec![*a.generated.last().unwrap_or(&0)]
-                } else {
-                    a.req.prompt[pos0..pos0 + n].to_vec()
-                }
-            })
-            .collect();
+        if !decode.is_empty() {
+            self.run_batch(decode);
+        }
+        // Slots that finished or failed in the decode batch left no prompt work behind.
+        if !prefill.is_empty() {
+            self.run_batch(prefill);
+        }
+    }
+
+    /// Runs one batch and hands each slot its logits.
+    fn run_batch(&mut self, plan: Vec<Planned>) {
         let chunks: Vec<SeqChunk> = plan
             .iter()
-            .zip(&toks)
-            .map(|(&(seq, pos0, _, logits), t)| SeqChunk {
-                seq,
-                pos0,
-                tokens: t,
-                logits,
+            .map(|p| SeqChunk {
+                seq: p.slot,
+                pos0: p.pos0,
+                tokens: &p.tokens,
+                logits: p.logits,
             })
             .collect();
         let in_step: Vec<u64> = plan
             .iter()
-            .filter_map(|&(i, ..)| self.slots[i].active.as_ref().map(|a| a.req.id))
+            .filter_map(|p| self.slots[p.slot].active.as_ref().map(|a| a.req.id))
             .collect();
         self.publish(in_step);
         let t0 = Instant::now();
@@ -455,9 +479,9 @@ impl Engine {
             // their requests fail with the error (which names the op); the others go on.
             let why = format!("the forward pass failed: {e}");
             tracing::error!("{why}");
-            for &(i, ..) in &plan {
-                self.slots[i].cached.clear();
-                self.finish_slot(i, Some(why.clone()));
+            for p in &plan {
+                self.slots[p.slot].cached.clear();
+                self.finish_slot(p.slot, Some(why.clone()));
             }
             if matches!(
                 e,
@@ -470,34 +494,32 @@ impl Engine {
         }
         self.counters.n_decode_total += 1;
         self.counters.n_busy_slots_total += plan.len() as u64;
+        let n_tokens: usize = plan.iter().map(|p| p.tokens.len()).sum();
+        if plan.first().is_some_and(|p| p.prompt) {
+            self.counters.prompt_seconds_total += dt.as_secs_f64();
+            self.counters.prompt_tokens_total += n_tokens as u64;
+        } else {
+            self.counters.tokens_predicted_seconds_total += dt.as_secs_f64();
+        }
         let vocab = self.model.config.vocab_size;
         let mut row = 0;
-        let n_gen = decoding as f64;
-        let n_prompt: usize = plan[decoding..].iter().map(|p| p.2).sum();
-        // Step time shared among its tokens for the per-kind seconds llama-server reports.
-        let total = (decoding + n_prompt).max(1) as f64;
-        self.counters.tokens_predicted_seconds_total += dt.as_secs_f64() * n_gen / total;
-        self.counters.prompt_seconds_total += dt.as_secs_f64() * n_prompt as f64 / total;
-        self.counters.prompt_tokens_total += n_prompt as u64;
-        for (k, &(i, _, n, wants)) in plan.iter().enumerate() {
-            let tokens = &toks[k];
-            let slot = &mut self.slots[i];
-            slot.cached.extend_from_slice(tokens);
+        for p in &plan {
+            let slot = &mut self.slots[p.slot];
+            slot.cached.extend_from_slice(&p.tokens);
             let Some(a) = slot.active.as_mut() else {
                 continue;
             };
-            if k >= decoding {
-                a.done += n;
+            if p.prompt {
+                a.done += p.tokens.len();
                 if a.done >= a.req.prompt.len() {
                     a.prompt_time = a.prompt_started.elapsed();
                 }
             }
-            if wants {
+            if p.logits {
                 let l = &logits[row * vocab..(row + 1) * vocab];
                 row += 1;
-                let out = self.sample_one(i, l);
-                if let Some(end) = out {
-                    self.end_request(i, end);
+                if let Some(end) = self.sample_one(p.slot, l) {
+                    self.end_request(p.slot, end);
                 }
             }
         }

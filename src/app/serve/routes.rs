@@ -148,7 +148,22 @@ async fn generate(st: Arc<AppState>, peer: Peer, req: Request, kind: Kind) -> Re
         log_refusal(&st, 401, "no valid key");
         return r;
     }
+    // A declared length past the limit is refused before a byte of the body is read (a client
+    // that sent `Expect: 100-continue` then sends nothing).
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let prepared = async {
+        if declared.is_some_and(|n| n > st.cfg.body_limit as u64) {
+            return Err(ApiError {
+                status: 413,
+                message: format!(
+                    "the request body is larger than {} bytes",
+                    st.cfg.body_limit
+                ),
+            });
+        }
         let body = read_body(&st, req.into_body()).await?;
         let map = api::parse(&body, kind == Kind::Chat)?;
         let asked = api::asked(&map, st.cfg.max_tokens)?;

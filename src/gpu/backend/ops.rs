@@ -140,6 +140,13 @@ pub trait Ops {
     /// acc += x, elementwise over `len`.
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()>;
 
+    /// Products over fewer than `rows` rows give each row exactly what a one-row product gives
+    /// it (the CPU multiplies them with its row kernel rather than its packed GEMM, whose
+    /// per-row sums round differently). `hipscope serve` sets it above its slot count, so that a
+    /// decode step of several sequences answers each one as it would be answered alone. A
+    /// backend whose paths agree, or that does not hold them equal yet (the GPU's), ignores it.
+    fn set_exact_rows_below(&mut self, rows: usize);
+
     /// dst[dst_off..+len] = src[src_off..+len].
     fn copy(
         &mut self,

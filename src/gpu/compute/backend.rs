@@ -117,6 +117,10 @@ impl Ops for GpuCompute {
         self.launch_attention(q, k, v, out, p, Some(rope))
     }
 
+    // The matvec and GEMM paths are not held equal row for row yet (a multi-sequence decode step
+    // of up to `gemm_min_tokens` rows stays on the matvec kernels).
+    fn set_exact_rows_below(&mut self, _rows: usize) {}
+
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let f = self.kernels.swiglu;
         self.elementwise(f, "swiglu", gate, up, len, label)

@@ -382,6 +382,11 @@ impl Ops for Lockstep {
         self.check(acc, len, "add".into(), label)
     }
 
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.cpu.set_exact_rows_below(rows);
+        self.gpu.set_exact_rows_below(rows);
+    }
+
     fn copy(
         &mut self,
         src: Buf,

@@ -98,6 +98,8 @@ pub struct CpuBackend {
     scores: Vec<Mutex<Vec<f32>>>,
     /// Element type of the next KV cache allocated.
     kv_type: KvType,
+    /// Products of at least this many rows take the packed GEMM ([`Ops::set_exact_rows_below`]).
+    pack_min_rows: usize,
     allocations: u64,
     reason: String,
     /// Every op in the in-flight table while it runs, for the watchdog.
@@ -134,6 +136,7 @@ impl CpuBackend {
             scratch: MatmulScratch::default(),
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             kv_type: KvType::F32,
+            pack_min_rows: PACK_MIN_TOKENS,
             allocations: 0,
             reason: String::new(),
             ops: HostOps::new(),
@@ -279,7 +282,7 @@ impl Ops for CpuBackend {
         };
         let isa = self.scratch.isa();
         let cw = &mut self.weights[w.0 as usize];
-        let packs = n_tokens >= PACK_MIN_TOKENS;
+        let packs = n_tokens >= self.pack_min_rows;
         if packs && cw.packed.is_none() {
             let packed = PackedMatrix::enabled()
                 .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
@@ -546,6 +549,10 @@ impl Ops for CpuBackend {
         });
         self.put(acc, a);
         res
+    }
+
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.pack_min_rows = rows.max(PACK_MIN_TOKENS);
     }
 
     fn copy(

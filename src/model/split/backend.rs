@@ -515,6 +515,11 @@ impl Ops for SplitBackend {
         Ok(())
     }
 
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.gpu.set_exact_rows_below(rows);
+        self.cpu.set_exact_rows_below(rows);
+    }
+
     fn copy(
         &mut self,
         src: Buf,

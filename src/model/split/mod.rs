@@ -364,6 +364,7 @@ impl Ops for PlanProbe {
     fn add(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+    fn set_exact_rows_below(&mut self, _: usize) {}
     fn copy(
         &mut self,
         _: Buf,
