@@ -260,7 +260,11 @@ mod http {
                     }
                     seen.push(l);
                 }
-                Err(_) => panic!("hipscope serve did not start; stderr:\n{}", seen.join("\n")),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("hipscope serve did not start; stderr:\n{}", seen.join("\n"))
+                }
             }
         }
     }

@@ -121,3 +121,71 @@ impl ServeScreen {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::scheduler::{QueuedSnapshot, SlotState};
+    use ratatui::Terminal;
+    use ratatui::backend::TestBackend;
+
+    fn screen_text(s: &ServeScreen) -> String {
+        let mut t = Terminal::new(TestBackend::new(140, 30)).unwrap();
+        t.draw(|f| s.render(f)).unwrap();
+        let buf = t.backend().buffer().clone();
+        (0..buf.area.height)
+            .map(|y| {
+                (0..buf.area.width)
+                    .map(|x| buf[(x, y)].symbol().to_string())
+                    .collect::<String>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_requests_panel_shows_each_slot_the_queue_and_a_hang() {
+        let device = DeviceSummary {
+            backend: "cpu".into(),
+            name: "CPU".into(),
+            ..DeviceSummary::default()
+        };
+        let mut s = ServeScreen::new(
+            "serving SmolLM2 on http://127.0.0.1:8080".into(),
+            Theme::new(crate::ui::theme::ThemeName::Mono),
+            device,
+        );
+        let mut snap = ServeSnapshot::idle(2, 1024);
+        snap.slots[0].request = Some(7);
+        snap.slots[0].client = "127.0.0.1:50000".into();
+        snap.slots[0].state = SlotState::Generating;
+        snap.slots[0].prompt_tokens = 31;
+        snap.slots[0].generated = 12;
+        snap.slots[0].tokens_per_s = Some(42.5);
+        snap.slots[0].ttft = Some(Duration::from_millis(180));
+        snap.slots[1].held = 55;
+        snap.queued.push(QueuedSnapshot {
+            id: 8,
+            client: "127.0.0.1:50001".into(),
+            prompt_tokens: 20,
+            waiting: Duration::from_millis(300),
+        });
+        s.apply_snapshot(snap);
+        s.hang = Some("HUNG: layer 15 · stuck op — failed requests [7]".into());
+        let text = screen_text(&s);
+        for want in [
+            "Requests · 1 of 2 slots busy · 1 queued",
+            "127.0.0.1:50000",
+            "generating",
+            "42.5",
+            "(55 held)",
+            "#8",
+            "HUNG: layer 15",
+            "Streams",
+            "Watchdog",
+            "q stop serving",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+    }
+}

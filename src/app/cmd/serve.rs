@@ -128,9 +128,16 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
     eprintln!("backend: {said}");
     let file = open_model(&a.model)?;
     let path = file.path().display().to_string();
-    let total_ctx = a.model.ctx_size;
-    // Each slot holds its share of the context, as llama-server's -c with -np.
-    let per_slot = total_ctx.map(|c| if c == 0 { 0 } else { (c / n_slots).max(8) });
+    // Each slot holds its share of the context, as llama-server's -c with -np: of -c, else of
+    // the model's trained context (at most 4096), at least 256 positions a slot.
+    let trained = crate::model::config::ModelConfig::from_gguf(&file)
+        .map(|c| c.train_ctx)
+        .unwrap_or(4096);
+    let per_slot = match a.model.ctx_size {
+        Some(0) => Some(0),
+        Some(c) => Some((c / n_slots).max(8)),
+        None => Some((trained.clamp(8, 4096) / n_slots).max(256)),
+    };
     let opts = LoadOptions {
         n_ctx: per_slot,
         n_batch: a.model.batch_size.max(n_slots),

@@ -105,6 +105,7 @@ pub struct Answer {
     st: Arc<AppState>,
     rx: mpsc::UnboundedReceiver<GenEvent>,
     hang: tokio::sync::watch::Receiver<Option<HangNote>>,
+    hang_closed: bool,
     deadline: Instant,
     id: u64,
     kind: Kind,
@@ -150,6 +151,7 @@ impl Answer {
             st,
             rx,
             hang,
+            hang_closed: false,
             id,
             kind,
         }
@@ -161,10 +163,11 @@ impl Answer {
             tokio::select! {
                 ev = self.rx.recv() => return ev.map_or(Next::Gone, Next::Event),
                 _ = tokio::time::sleep_until(until) => return Next::TimedOut,
-                r = self.hang.changed() => {
+                r = self.hang.changed(), if !self.hang_closed => {
                     if r.is_err() {
-                        // No watchdog: nothing more to wait for from it.
-                        std::future::pending::<()>().await;
+                        // No watchdog any more: nothing more to wait for from it.
+                        self.hang_closed = true;
+                        continue;
                     }
                     let note = self.hang.borrow_and_update().clone();
                     if let Some(n) = note.filter(|n| n.requests.contains(&self.id)) {

@@ -108,6 +108,11 @@ pub async fn serve(
                 continue;
             }
         };
+        // Tokens go out as small writes: without this, Nagle's algorithm holds each one until
+        // the client's delayed ACK (tens of ms a token).
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!("serve: TCP_NODELAY for {peer}: {e}");
+        }
         let svc = router.clone().layer(axum::Extension(Peer(peer)));
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())

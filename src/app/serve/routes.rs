@@ -66,7 +66,7 @@ async fn not_allowed() -> Response {
 }
 
 /// 401 unless the request carries the key (when there is one). `/health` needs none.
-fn check_key(st: &AppState, req: &Request) -> Result<(), Response> {
+fn check_key(st: &AppState, req: &Request) -> Result<(), Box<Response>> {
     match &st.cfg.key {
         None => Ok(()),
         Some(k) => {
@@ -77,10 +77,10 @@ fn check_key(st: &AppState, req: &Request) -> Result<(), Response> {
             if k.admits(h) {
                 Ok(())
             } else {
-                Err(error(ApiError {
+                Err(Box::new(error(ApiError {
                     status: 401,
                     message: "invalid or missing API key (Authorization: Bearer KEY)".into(),
-                }))
+                })))
             }
         }
     }
@@ -146,7 +146,7 @@ async fn generate(st: Arc<AppState>, peer: Peer, req: Request, kind: Kind) -> Re
     };
     if let Err(r) = check_key(&st, &req) {
         log_refusal(&st, 401, "no valid key");
-        return r;
+        return *r;
     }
     // A declared length past the limit is refused before a byte of the body is read (a client
     // that sent `Expect: 100-continue` then sends nothing).
@@ -244,7 +244,7 @@ async fn generate(st: Arc<AppState>, peer: Peer, req: Request, kind: Kind) -> Re
 
 async fn models(State(st): State<Arc<AppState>>, req: Request) -> Response {
     if let Err(r) = check_key(&st, &req) {
-        return r;
+        return *r;
     }
     Json(json!({
         "object": "list",
@@ -274,7 +274,7 @@ async fn health(State(st): State<Arc<AppState>>) -> Response {
 
 async fn prometheus(State(st): State<Arc<AppState>>, req: Request) -> Response {
     if let Err(r) = check_key(&st, &req) {
-        return r;
+        return *r;
     }
     let snap = st.sched.snapshot().borrow().clone();
     (
@@ -289,7 +289,7 @@ async fn prometheus(State(st): State<Arc<AppState>>, req: Request) -> Response {
 
 async fn slots(State(st): State<Arc<AppState>>, req: Request) -> Response {
     if let Err(r) = check_key(&st, &req) {
-        return r;
+        return *r;
     }
     let snap = st.sched.snapshot().borrow().clone();
     Json(metrics::slots(&snap)).into_response()
@@ -297,7 +297,7 @@ async fn slots(State(st): State<Arc<AppState>>, req: Request) -> Response {
 
 async fn props(State(st): State<Arc<AppState>>, req: Request) -> Response {
     if let Err(r) = check_key(&st, &req) {
-        return r;
+        return *r;
     }
     let v: Value = metrics::props(
         &st.cfg.model_path,
