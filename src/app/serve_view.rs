@@ -28,6 +28,8 @@ pub struct Inputs {
     pub device: DeviceSummary,
     pub title: String,
     pub quit: Arc<QuitCoordinator>,
+    /// Longest the view waits for the slots to empty after a stop.
+    pub drain_deadline: Duration,
 }
 
 /// Runs the view until serving stops (`stop` set by a key here or by a signal). A terminal that
@@ -53,6 +55,10 @@ pub async fn run(
                 return;
             }
         };
+    // The hard path of the quit (a second Ctrl-C, a drain that overruns) puts the terminal back.
+    io.quit
+        .add_exit_hook("restore terminal", super::terminal::restore_terminal);
+    let mut stopped_at: Option<Instant> = None;
     let mut screen = ServeScreen::new(
         io.title.clone(),
         Theme::new(ThemeName::default()),
@@ -88,7 +94,10 @@ pub async fn run(
                 Some(Err(_)) | None => break,
             },
             Some(t) = tele_rx.recv() => screen.apply_telemetry(t),
-            _ = stop.wait_for(|s| *s), if !screen.stopping => screen.stopping = true,
+            _ = stop.wait_for(|s| *s), if !screen.stopping => {
+                screen.stopping = true;
+                stopped_at = Some(Instant::now());
+            }
         }
         screen.apply_snapshot(io.snapshot.borrow_and_update().clone());
         if let Some(w) = io.watchdog.borrow_and_update().clone() {
@@ -107,7 +116,8 @@ pub async fn run(
         if let Some(m) = &io.monitor {
             screen.apply_streams(m.streams(), start.elapsed());
         }
-        if screen.stopping && screen.snapshot.busy() == 0 && screen.snapshot.queued.is_empty() {
+        let idle = screen.snapshot.busy() == 0 && screen.snapshot.queued.is_empty();
+        if stopped_at.is_some_and(|t| idle || t.elapsed() > io.drain_deadline) {
             break;
         }
         if crate::app::terminal::draw_allowed() && term.draw(|f| screen.render(f)).is_err() {

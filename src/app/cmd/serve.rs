@@ -255,6 +255,24 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
             stop_rx.clone(),
             quit.drain_deadline / 2,
         ));
+        // The drain runs beside the view, which shows it until the slots are empty.
+        let drain = async {
+            let mut stop = stop_rx.clone();
+            let _ = stop.wait_for(|s| *s).await;
+            coordinator.begin();
+            if !view {
+                eprintln!("stopping: no new requests; waiting for {} in flight", sched.pending());
+            }
+            sched.drain();
+            let t = Instant::now();
+            while sched.pending() > 0 && t.elapsed() < quit.drain_deadline / 2 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if sched.pending() > 0 {
+                sched.abort();
+            }
+            let _ = tokio::time::timeout(quit.drain_deadline / 2, server).await;
+        };
         if view {
             let ui = serve_view::Inputs {
                 snapshot: sched.snapshot(),
@@ -264,24 +282,12 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
                 device: device.clone(),
                 title: line.clone(),
                 quit: coordinator.clone(),
+                drain_deadline: quit.drain_deadline,
             };
-            serve_view::run(ui, stop_tx.clone(), stop_rx.clone()).await;
+            tokio::join!(serve_view::run(ui, stop_tx.clone(), stop_rx.clone()), drain);
+        } else {
+            drain.await;
         }
-        let mut stop = stop_rx.clone();
-        let _ = stop.wait_for(|s| *s).await;
-        coordinator.begin();
-        if !view {
-            eprintln!("stopping: no new requests; waiting for {} in flight", sched.pending());
-        }
-        sched.drain();
-        let t = Instant::now();
-        while sched.pending() > 0 && t.elapsed() < quit.drain_deadline / 2 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        if sched.pending() > 0 {
-            sched.abort();
-        }
-        let _ = tokio::time::timeout(quit.drain_deadline / 2, server).await;
         anyhow::Ok(())
     });
     drop(state);

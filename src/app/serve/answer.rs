@@ -16,8 +16,7 @@ use futures_util::stream;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::api::{self, ApiError};
-use super::routes::error;
+use super::api::{self, ApiError, error};
 use super::{AppState, HangNote};
 use crate::model::protocol::{GenStats, StopReason};
 use crate::model::scheduler::GenEvent;

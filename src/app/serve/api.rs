@@ -6,6 +6,9 @@
 //! (`n: 1`, `presence_penalty: 0`, `logprobs: false`) and refused with 400 otherwise; a field
 //! nobody documents is refused with 400 naming it, as OpenAI's own API does.
 
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
@@ -38,6 +41,17 @@ impl ApiError {
         };
         json!({"error": {"message": self.message, "type": kind, "code": self.status}})
     }
+}
+
+/// An error answer: the status, OpenAI's error object, and `Retry-After` with a 503.
+pub fn error(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let mut r = (status, Json(e.body())).into_response();
+    if e.status == 503 {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    r
 }
 
 /// Fields of both endpoints: the sampler (OpenAI's and llama.cpp's names), limits, streaming.

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::answer::{Answer, Kind};
-use super::api::{self, ApiError};
+use super::api::{self, ApiError, error};
 use super::metrics;
 use super::{AppState, Peer};
 use crate::model::reasoning::ReasoningFormat;
@@ -38,17 +38,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(not_allowed)
         .with_state(state)
-}
-
-/// An error answer.
-pub fn error(e: ApiError) -> Response {
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
-    let mut r = (status, Json(e.body())).into_response();
-    if e.status == 503 {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    r
 }
 
 async fn not_found() -> Response {
