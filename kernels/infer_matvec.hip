@@ -1,255 +1,54 @@
 // Matrix-vector products y[t * rows + r] = W[r, :] . x[t, :] for up to HS_MV_MAX_TOK tokens, W
-// in its stored (quantized) form, dequantized on the fly. One warp per row, lanes striding over
-// the row's blocks, so the row's bytes are read once, coalesced, for all the tokens.
+// in its stored (quantized) form, dequantized on the fly by the per-type dot products of
+// vecdot.h (compiled before this file). One warp per row, lanes striding over the row's blocks,
+// so the row's bytes are read once, coalesced, for all the tokens.
 //
-// Quantized weights are multiplied with Q8-quantized activations (hs_quantize_act) in integer
-// dot products, as the CPU backend and llama.cpp compute them: per 32-element block
-// d_w * d_x * sum(q_w * q_x) (+ m * d_x * sum(q_x) for types with a minimum), per K super-block
-// d_x * (d * sum_s sc_s * dot_s - dmin * sum_s m_s * sum_s(q_x)). F32/F16/BF16 weights take the
-// f32 activations. Each lane handles 8 elements of a block per step (a "part"); the part's
-// weight bytes are read 16 bits at a time where the block layout only guarantees 2-byte
-// alignment (Q4_0, Q5_0, Q8_0, Q6_K).
-
-// Over 700 lines on purpose: a .hip file is one compile module, so every type's parts and
-// kernels must sit beside the templates they plug into.
+// Every kernel here serves dense products and the experts of a mixture of experts alike, as
+// ggml's mmvq does: `ids` is the MoE route (infer_moe.hip's layout; null for a dense product).
+// With it, blockIdx.y is a chunk of the route's sort (moe_chunk): the rows are expert e's (W is
+// the experts' matrices one after another), the tokens the chunk's entries s .. s + c of the
+// sorted inputs, and the outputs go to those entries' rows.
+//
+// The kernels of each weight type are generated from the type lists that the host defines
+// before this file for each compile unit (src/gpu/compute/units.rs, from plan.rs's type table: a
+// unit holds one type's kernels, or a part of them, so a model compiles only what it launches):
+//   HS_MV_TYPES(X)          X(type, BL, BB, PARTS): hs_mv_<type> (up to 8 tokens)
+//   HS_MV_GATE_UP_TYPES(X)  X(type, BL, BB, PARTS): hs_mv_gate_up_<type> (gate and up, the
+//                           activation in the epilogue, up to 8 tokens: the experts' chunks)
+//   HS_MV1_PART_TYPES(X)    X(type, BL, BB, PARTS): the one-token kernels hs_mv1_<type>,
+//                           hs_mv_swiglu_<type>, hs_mv_qkv_<type> on the part-per-lane loop
+//   HS_MV1_WIDE_TYPES(X)    X(type, BL, BB): the same three on the wide loop (a lane per item)
+//   HS_MVF_TYPES(X)         X(type, BL, BB): hs_mv1f_, hs_mv_swigluf_, hs_mv_qkvf_<type>, the
+//                           activation-precision study's f32-activation variants
+//   HS_MV_FLOAT_TYPES(X), HS_MV_FLOAT_GATE_UP_TYPES(X)
+//                           X(type, ES): hs_mv_<type>, hs_mv_gate_up_<type> of F32/F16/BF16
+// (BL elements and BB bytes per block, PARTS parts of 8 elements per block, ES bytes an element).
 
 #define HS_MV_MAX_TOK 8
 
-__device__ __forceinline__ int mv_i32(const unsigned char *p) { return *(const int *)p; }
+#define MV_CAT_(a, b) a##b
+#define MV_CAT(a, b) MV_CAT_(a, b)
 
-__device__ __forceinline__ int mv_i32_2(const unsigned char *p) {
-    const unsigned short *h = (const unsigned short *)p;
-    return (int)((hs_u32)h[0] | ((hs_u32)h[1] << 16));
-}
-
-__device__ __forceinline__ float mv_half(const unsigned char *p) {
-    return hs_half_to_float(*(const unsigned short *)p);
-}
-
-// Bits 0..3 of x to bit 4 of bytes 0..3 (the fifth bits of four Q5 quants).
-__device__ __forceinline__ int mv_spread4(hs_u32 x) {
-    return (int)(((x & 1) << 4) | ((x & 2) << 11) | ((x & 4) << 18) | ((x & 8) << 25));
-}
-
-#define MV_ONES 0x01010101
-
-// --- 32-element blocks: 4 parts of 8 elements. xb: the token's 32 quants of this block;
-// xd: its (d, d * sum q).
-
-// Q4_0 (18 bytes: d, qs[16]); values (q - 8) * d, computed as q * d + (-8d).
-__device__ float mv_part_q4_0(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const int v = mv_i32_2(b + 2 + 4 * s);
-    const int lo = v & 0x0F0F0F0F;
-    const int hi = (v >> 4) & 0x0F0F0F0F;
-    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    const float d = mv_half(b);
-    float r = d * xd[0] * (float)sumi;
-    if (s == 0) {
-        r += (d * -8.0f) * xd[1];
+// This block's slice of the product: the expert (0 for a dense product) and the first of the
+// tokens (entries) and their count; false past the route's last chunk.
+__device__ __forceinline__ bool mv_slice(const float *ids, hs_u32 n, hs_u32 k, hs_u32 ntok,
+                                         hs_u64 *e, hs_u64 *s, hs_u32 *c) {
+    if (ids == 0) {
+        *e = 0;
+        *s = 0;
+        *c = ntok;
+        return true;
     }
-    return r;
-}
-
-// Q4_1 (20 bytes: d, m, qs[16]).
-__device__ float mv_part_q4_1(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const int v = mv_i32(b + 4 + 4 * s);
-    const int lo = v & 0x0F0F0F0F;
-    const int hi = (v >> 4) & 0x0F0F0F0F;
-    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    float r = mv_half(b) * xd[0] * (float)sumi;
-    if (s == 0) {
-        r += mv_half(b + 2) * xd[1];
+    int ce, cs, cc;
+    if (!moe_chunk(ids, n, k, &ce, &cs, &cc)) {
+        return false;
     }
-    return r;
+    *e = (hs_u64)ce;
+    *s = (hs_u64)cs;
+    *c = (hs_u32)cc;
+    return true;
 }
 
-// Q5_0 (22 bytes: d, qh[4], qs[16]); values (q - 16) * d.
-__device__ float mv_part_q5_0(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 qh = (hs_u32)mv_i32_2(b + 2);
-    const int v = mv_i32_2(b + 6 + 4 * s);
-    const int lo = (v & 0x0F0F0F0F) | mv_spread4(qh >> (4 * s));
-    const int hi = ((v >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * s));
-    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    const float d = mv_half(b);
-    float r = d * xd[0] * (float)sumi;
-    if (s == 0) {
-        r += (d * -16.0f) * xd[1];
-    }
-    return r;
-}
-
-// Q5_1 (24 bytes: d, m, qh[4], qs[16]).
-__device__ float mv_part_q5_1(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 qh = (hs_u32)mv_i32(b + 4);
-    const int v = mv_i32(b + 8 + 4 * s);
-    const int lo = (v & 0x0F0F0F0F) | mv_spread4(qh >> (4 * s));
-    const int hi = ((v >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * s));
-    const int sumi = HS_DP4A(lo, mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(hi, mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    float r = mv_half(b) * xd[0] * (float)sumi;
-    if (s == 0) {
-        r += mv_half(b + 2) * xd[1];
-    }
-    return r;
-}
-
-// Q8_0 (34 bytes: d, qs[32]); part s covers elements 8s..8s+7.
-__device__ float mv_part_q8_0(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const int w0 = mv_i32_2(b + 2 + 8 * s);
-    const int w1 = mv_i32_2(b + 2 + 8 * s + 4);
-    const int sumi = HS_DP4A(w0, mv_i32((const unsigned char *)xb + 8 * s),
-                             HS_DP4A(w1, mv_i32((const unsigned char *)xb + 8 * s + 4), 0));
-    return mv_half(b) * xd[0] * (float)sumi;
-}
-
-// --- K super-blocks of 256: 32 parts of 8 elements. xb: the token's 256 quants; xd[0]: its d.
-
-__device__ __forceinline__ void mv_k_scale_min(const unsigned char *q, hs_u32 s, int *sc,
-                                               int *mn) {
-    if (s < 4) {
-        *sc = q[s] & 63;
-        *mn = q[s + 4] & 63;
-    } else {
-        *sc = (q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4);
-        *mn = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
-    }
-}
-
-// Q4_K (144 bytes: d, dmin, scales[12], qs[128]). Part s: chunk c = s / 8 (64 elements: two
-// sub-blocks, low then high nibbles), bytes 4g..4g+3 of the chunk's 32 (g = s % 8).
-__device__ float mv_part_q4_k(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 c = s / 8;
-    const hs_u32 g = s % 8;
-    const int v = mv_i32(b + 16 + 32 * c + 4 * g);
-    const int lo = v & 0x0F0F0F0F;
-    const int hi = (v >> 4) & 0x0F0F0F0F;
-    const int xlo = mv_i32((const unsigned char *)xb + 64 * c + 4 * g);
-    const int xhi = mv_i32((const unsigned char *)xb + 64 * c + 32 + 4 * g);
-    int s0, m0, s1, m1;
-    mv_k_scale_min(b + 4, 2 * c, &s0, &m0);
-    mv_k_scale_min(b + 4, 2 * c + 1, &s1, &m1);
-    const int sumi = s0 * HS_DP4A(lo, xlo, 0) + s1 * HS_DP4A(hi, xhi, 0);
-    const int summ = m0 * HS_DP4A(MV_ONES, xlo, 0) + m1 * HS_DP4A(MV_ONES, xhi, 0);
-    return xd[0] * mv_half(b) * (float)sumi - xd[0] * mv_half(b + 2) * (float)summ;
-}
-
-// Q5_K (176 bytes: d, dmin, scales[12], qh[32], qs[128]); sub-block k takes bit k of qh[l].
-__device__ float mv_part_q5_k(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 c = s / 8;
-    const hs_u32 g = s % 8;
-    const int v = mv_i32(b + 48 + 32 * c + 4 * g);
-    const hs_u32 qh = (hs_u32)mv_i32(b + 16 + 4 * g);
-    const int lo = (v & 0x0F0F0F0F) | (int)(((qh >> (2 * c)) & MV_ONES) << 4);
-    const int hi = ((v >> 4) & 0x0F0F0F0F) | (int)(((qh >> (2 * c + 1)) & MV_ONES) << 4);
-    const int xlo = mv_i32((const unsigned char *)xb + 64 * c + 4 * g);
-    const int xhi = mv_i32((const unsigned char *)xb + 64 * c + 32 + 4 * g);
-    int s0, m0, s1, m1;
-    mv_k_scale_min(b + 4, 2 * c, &s0, &m0);
-    mv_k_scale_min(b + 4, 2 * c + 1, &s1, &m1);
-    const int sumi = s0 * HS_DP4A(lo, xlo, 0) + s1 * HS_DP4A(hi, xhi, 0);
-    const int summ = m0 * HS_DP4A(MV_ONES, xlo, 0) + m1 * HS_DP4A(MV_ONES, xhi, 0);
-    return xd[0] * mv_half(b) * (float)sumi - xd[0] * mv_half(b + 2) * (float)summ;
-}
-
-// Q6_K (210 bytes: ql[128], qh[64], scales[16], d). Part s: half h = s / 16 (128 elements),
-// quarter pair p = (s % 16) / 8 (quarters p and p + 2 share the bytes ql[64h + 32p + l]), bytes
-// l = 4g..4g+3 (g = s % 8). Values (q - 32) * sc * d.
-__device__ float mv_part_q6_k(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 h = s / 16;
-    const hs_u32 p = (s % 16) / 8;
-    const hs_u32 g = s % 8;
-    const int ql = mv_i32_2(b + 64 * h + 32 * p + 4 * g);
-    const int qh = mv_i32_2(b + 128 + 32 * h + 4 * g);
-    const int qa = (ql & 0x0F0F0F0F) | (((qh >> (2 * p)) & 0x03030303) << 4);
-    const int qb = ((ql >> 4) & 0x0F0F0F0F) | (((qh >> (2 * p + 4)) & 0x03030303) << 4);
-    const int xa = mv_i32((const unsigned char *)xb + 128 * h + 32 * p + 4 * g);
-    const int xbv = mv_i32((const unsigned char *)xb + 128 * h + 32 * (p + 2) + 4 * g);
-    const int da = HS_DP4A(qa, xa, 0) - 32 * HS_DP4A(MV_ONES, xa, 0);
-    const int db = HS_DP4A(qb, xbv, 0) - 32 * HS_DP4A(MV_ONES, xbv, 0);
-    const int sa = (signed char)b[192 + 8 * h + g / 4 + 2 * p];
-    const int sb = (signed char)b[192 + 8 * h + g / 4 + 2 * (p + 2)];
-    const int sumi = sa * da + sb * db;
-    return xd[0] * mv_half(b + 208) * (float)sumi;
-}
-
-// Q2_K (84 bytes: scales[16], qs[64], d, dmin). Part s: sub-block i = s / 2 (16 elements, scale
-// and min in b[i]), its elements 8e..8e+7 (e = s % 2): bit pair (i % 8) / 2 of qs bytes
-// 32 (i / 8) + 16 (i % 2) + 8e.
-__device__ float mv_part_q2_k(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 i = s / 2;
-    const unsigned char *q = b + 16 + 32 * (i / 8) + 16 * (i % 2) + 8 * (s % 2);
-    const hs_u32 shift = 2 * ((i % 8) / 2);
-    const int q0 = (mv_i32(q) >> shift) & 0x03030303;
-    const int q1 = (mv_i32(q + 4) >> shift) & 0x03030303;
-    const int x0 = mv_i32((const unsigned char *)xb + 8 * s);
-    const int x1 = mv_i32((const unsigned char *)xb + 8 * s + 4);
-    const int sumi = (b[i] & 0xF) * HS_DP4A(q0, x0, HS_DP4A(q1, x1, 0));
-    const int summ = (b[i] >> 4) * HS_DP4A(MV_ONES, x0, HS_DP4A(MV_ONES, x1, 0));
-    return xd[0] * mv_half(b + 80) * (float)sumi - xd[0] * mv_half(b + 82) * (float)summ;
-}
-
-// Q3_K (110 bytes: hmask[32], qs[64], scales[12], d; 2-byte aligned). Part s as Q2_K's; the
-// third bit is bit i / 2 of hmask bytes 16 (i % 2) + 8e; values (q - 4) * (sc - 32) * d.
-__device__ float mv_part_q3_k(const unsigned char *b, hs_u32 s, const signed char *xb,
-                              const float *xd) {
-    const hs_u32 i = s / 2;
-    const hs_u32 off = 16 * (i % 2) + 8 * (s % 2);
-    const unsigned char *q = b + 32 + 32 * (i / 8) + off;
-    const hs_u32 shift = 2 * ((i % 8) / 2);
-    const int h0 = ((mv_i32_2(b + off) >> (i / 2)) & MV_ONES) << 2;
-    const int h1 = ((mv_i32_2(b + off + 4) >> (i / 2)) & MV_ONES) << 2;
-    const int q0 = ((mv_i32_2(q) >> shift) & 0x03030303) | h0;
-    const int q1 = ((mv_i32_2(q + 4) >> shift) & 0x03030303) | h1;
-    const int x0 = mv_i32((const unsigned char *)xb + 8 * s);
-    const int x1 = mv_i32((const unsigned char *)xb + 8 * s + 4);
-    const int dot = HS_DP4A(q0, x0, HS_DP4A(q1, x1, 0)) -
-                    4 * HS_DP4A(MV_ONES, x0, HS_DP4A(MV_ONES, x1, 0));
-    const int sc = (int)(((b[96 + i % 8] >> (4 * (i / 8))) & 0xF) |
-                         (((b[104 + i % 4] >> (2 * (i / 4))) & 3) << 4)) - 32;
-    return xd[0] * mv_half(b + 108) * (float)(sc * dot);
-}
-
-// Four IQ4 values (signed bytes) for the nibbles in bytes 0..3 of n (the table in registers).
-__device__ __forceinline__ int mv_iq4_values(hs_u32 n) { return hs_lut16_4(n, HS_LUT_IQ4NL); }
-
-// IQ4_NL (18 bytes: d, qs[16] laid out as Q4_0's; a nibble indexes IQ4_NL's table).
-__device__ float mv_part_iq4_nl(const unsigned char *b, hs_u32 s, const signed char *xb,
-                                const float *xd) {
-    const hs_u32 v = (hs_u32)mv_i32_2(b + 2 + 4 * s);
-    const int sumi = HS_DP4A(mv_iq4_values(v), mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(mv_iq4_values(v >> 4),
-                                     mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    return mv_half(b) * xd[0] * (float)sumi;
-}
-
-// IQ4_XS (136 bytes: d, scales_h, scales_l[4], qs[128]). Part s: sub-block ib = s / 4 (32
-// elements laid out as IQ4_NL's), bytes 4g..4g+3 of its 16 (g = s % 4).
-__device__ float mv_part_iq4_xs(const unsigned char *b, hs_u32 s, const signed char *xb,
-                                const float *xd) {
-    const hs_u32 ib = s / 4;
-    const hs_u32 g = s % 4;
-    const hs_u32 v = (hs_u32)mv_i32(b + 8 + 16 * ib + 4 * g);
-    const hs_u32 sh = (hs_u32)b[2] | ((hs_u32)b[3] << 8);
-    const int ls = (int)(((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4));
-    const int dot = HS_DP4A(mv_iq4_values(v), mv_i32((const unsigned char *)xb + 32 * ib + 4 * g),
-                            HS_DP4A(mv_iq4_values(v >> 4),
-                                    mv_i32((const unsigned char *)xb + 32 * ib + 16 + 4 * g), 0));
-    return xd[0] * mv_half(b) * (float)((ls - 32) * dot);
-}
-
-// Orders the shared-memory writes of a warp's lanes before the warp's later reads. HIP 5.7 has no
 // __syncwarp; a wavefront executes in lockstep, so a wavefront-scope fence pair around the wave
 // barrier (which keeps the compiler from moving LDS accesses across it) is enough there.
 #if defined(HS_BACKEND_HIP)
@@ -357,53 +156,91 @@ __device__ __forceinline__ void mv_row_dots(const unsigned char *wr, const signe
     }
 }
 
+// ---- The part-per-lane loop: every quantized type, up to HS_MV_MAX_TOK tokens ----------------
+
 // One warp per row (rows beyond the grid's first pass are taken in further passes, so any warp
-// size works with any grid); BL elements and BB bytes per block, PARTS parts per block.
+// size works with any grid). NT tokens at most (c of them); y[t * rows + row] = dot (+ bias[row]
+// where bias is given; added to y[...] where `accumulate`: the residual add in the product's
+// epilogue, summed as the separate add kernels sum, term for term).
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
-          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ __forceinline__ void infer_mv_quant(const unsigned char *w, const signed char *xq, const float *xd,
-                               float *y, hs_u32 rows, hs_u32 cols, hs_u32 ntok) {
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
+__device__ __forceinline__ void mv_quant(const unsigned char *w, const signed char *xq,
+                                         const float *xd, float *y, const float *bias,
+                                         hs_u32 rows, hs_u32 cols, hs_u32 ntok,
+                                         hs_u32 accumulate, const float *ids, hs_u32 n,
+                                         hs_u32 k) {
+    hs_u64 e, s;
+    hs_u32 c;
+    if (!mv_slice(ids, n, k, ntok, &e, &s, &c)) {
+        return;
+    }
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    w += e * rows * row_bytes;
+    xq += s * cols;
+    xd += 2 * s * (cols / BL);
+    y += s * rows;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {
-        float acc[HS_MV_MAX_TOK];
-        mv_row_dots<PART, BL, BB, PARTS, HS_MV_MAX_TOK, 4>(w + (hs_u64)row * row_bytes, xq, xd,
-                                                           cols, ntok, acc);
+        float acc[NT];
+        mv_row_dots<PART, BL, BB, PARTS, NT, (NT == 1 ? 8 : 4)>(w + (hs_u64)row * row_bytes, xq,
+                                                                xd, cols, c, acc);
+        if (lane == 0) {
 #pragma unroll
-        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-            if ((hs_u32)t < ntok && lane == 0) {
-                y[(hs_u64)t * rows + row] = acc[t];
+            for (int t = 0; t < NT; ++t) {
+                if ((hs_u32)t < c) {
+                    float v = acc[t];
+                    if (bias != 0) {
+                        v += bias[e * rows + row];
+                    }
+                    if (accumulate != 0) {
+                        v = y[(hs_u64)t * rows + row] + v;
+                    }
+                    y[(hs_u64)t * rows + row] = v;
+                }
             }
         }
     }
 }
 
-// One token (decode): y[row] = dot (+ bias[row] where bias is given; added to y[row] where
-// `accumulate`: the residual add in the product's epilogue). The sums are those of the separate
-// add kernels, term for term.
+// Gate and up in one launch, the activation in the epilogue: h[t * rows + row] =
+// moe_act(gate . x[t], up . x[t]) (silu(gate) * up, as hs_swiglu_inplace computes it; with
+// gpt-oss's biases gb / ub, rows per expert, its clamped SwiGLU).
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
-          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ __forceinline__ void infer_mv1_quant(const unsigned char *w, const signed char *xq, const float *xd,
-                                float *y, const float *bias, hs_u32 rows, hs_u32 cols,
-                                hs_u32 accumulate) {
+          hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
+__device__ __forceinline__ void mv_quant_gate_up(const unsigned char *wg, const unsigned char *wu,
+                                                 const signed char *xq, const float *xd,
+                                                 float *h, hs_u32 rows, hs_u32 cols,
+                                                 hs_u32 ntok, const float *gb, const float *ub,
+                                                 const float *ids, hs_u32 n, hs_u32 k) {
+    hs_u64 e, s;
+    hs_u32 c;
+    if (!mv_slice(ids, n, k, ntok, &e, &s, &c)) {
+        return;
+    }
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    xq += s * cols;
+    xd += 2 * s * (cols / BL);
+    h += s * rows;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {
-        float acc[1];
-        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(w + (hs_u64)row * row_bytes, xq, xd, cols, 1, acc);
+        const hs_u64 r = e * rows + row;
+        float g[NT];
+        float u[NT];
+        mv_row_dots<PART, BL, BB, PARTS, NT, (NT == 1 ? 8 : 4)>(wg + r * row_bytes, xq, xd, cols,
+                                                                c, g);
+        mv_row_dots<PART, BL, BB, PARTS, NT, (NT == 1 ? 8 : 4)>(wu + r * row_bytes, xq, xd, cols,
+                                                                c, u);
         if (lane == 0) {
-            float v = acc[0];
-            if (bias != 0) {
-                v += bias[row];
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                if ((hs_u32)t < c) {
+                    h[(hs_u64)t * rows + row] = moe_act(g[t], u[t], gb, ub, r);
+                }
             }
-            if (accumulate != 0) {
-                v = y[row] + v;
-            }
-            y[row] = v;
         }
     }
 }
@@ -412,11 +249,12 @@ __device__ __forceinline__ void infer_mv1_quant(const unsigned char *w, const si
 // the next r2 W2's, each written (with its bias, where given) to its own output.
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ __forceinline__ void infer_mv_qkv(const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
+__device__ __forceinline__ void mv_quant_qkv(const unsigned char *w0, const unsigned char *w1,
+                                             const unsigned char *w2, float *y0, float *y1,
+                                             float *y2, const float *b0, const float *b1,
+                                             const float *b2, const signed char *xq,
+                                             const float *xd, hs_u32 r0, hs_u32 r1, hs_u32 r2,
+                                             hs_u32 cols) {
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
@@ -446,270 +284,11 @@ __device__ __forceinline__ void infer_mv_qkv(const unsigned char *w0, const unsi
     }
 }
 
-// One token through gate and up in one launch, SwiGLU in the epilogue: y[row] = silu(gate) * up,
-// computed as hs_swiglu_inplace computes it.
-template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
-          hs_u32 BL, hs_u32 BB, hs_u32 PARTS>
-__device__ __forceinline__ void infer_mv_swiglu(const unsigned char *wg, const unsigned char *wu,
-                                const signed char *xq, const float *xd, float *y, hs_u32 rows,
-                                hs_u32 cols) {
-    const hs_u32 lane = threadIdx.x % warpSize;
-    const hs_u32 nwarps = blockDim.x / warpSize;
-    const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
-    for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
-         row += gridDim.x * nwarps) {
-        float g[1];
-        float u[1];
-        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(wg + (hs_u64)row * row_bytes, xq, xd, cols, 1, g);
-        mv_row_dots<PART, BL, BB, PARTS, 1, 8>(wu + (hs_u64)row * row_bytes, xq, xd, cols, 1, u);
-        if (lane == 0) {
-            y[row] = g[0] / (1.0f + expf(-g[0])) * u[0];
-        }
-    }
-}
-
-// ---- Wide one-token kernels (decode): a lane per 32 elements -----------------------------------
+// ---- The wide loop: one token, a lane per 32-element item --------------------------------------
 //
-// The hs_mv1_* / hs_mv_qkv_* / hs_mv_swiglu_* kernels of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K.
-// Lane l of a warp takes whole 32-element items l, l + warpSize, ... of the row (a Q4_0 block, or
-// 16 bytes of a Q4_K super-block's quants), so a warp step reads 32 consecutive items: one item's
-// weights are read with 16-byte loads of the aligned 16-byte window around them (the blocks are
-// only 2-byte aligned: 18-byte Q4_0, 34-byte Q8_0), the words picked out with two selects and a
-// funnel shift; its activations (32 Q8 quants, two 16-byte loads) serve every row of the warp.
-// Two items a lane are in flight together, and mv1 / qkv take two rows a warp, swiglu gate and up.
-// About a fifth of the instructions of the part-per-lane loop above, and no shared memory.
-
-#if defined(HS_BACKEND_CUDA)
-#define MVW_FUNNEL(lo, hi, sh) __funnelshift_r((lo), (hi), (sh))
-#else
-#define MVW_FUNNEL(lo, hi, sh) ((hs_u32)(((((hs_u64)(hi)) << 32) | (hs_u64)(lo)) >> (sh)))
-#endif
-
-// The NW little-endian words of the bytes p[0 .. 4 NW) (p 2-byte aligned; NB of them are the
-// item's, the rest may be anything), read as NL aligned 16-byte loads. A load whose 16 bytes hold
-// none of the NB bytes is not made, so nothing beyond the 16-byte word of the weights' last byte
-// is read. NL = ceil((14 + NB) / 16).
-template <int NB, int NW, int NL>
-__device__ __forceinline__ void mvw_words(const unsigned char *p, hs_u32 *out) {
-    const hs_u64 a = (hs_u64)p;
-    const uint4 *q = (const uint4 *)(a & ~(hs_u64)15);
-    const hs_u32 o = (hs_u32)(a & 15);
-    hs_u32 w[4 * NL + 4];
-#pragma unroll
-    for (int k = 0; k < NL; ++k) {
-        uint4 c;
-        c.x = c.y = c.z = c.w = 0;
-        if (k == 0 || (hs_u32)(16 * k) < o + NB) {
-            c = q[k];
-        }
-        w[4 * k] = c.x;
-        w[4 * k + 1] = c.y;
-        w[4 * k + 2] = c.z;
-        w[4 * k + 3] = c.w;
-    }
-#pragma unroll
-    for (int k = 4 * NL; k < 4 * NL + 4; ++k) {
-        w[k] = 0;
-    }
-    hs_u32 v[NW + 2];
-#pragma unroll
-    for (int k = 0; k < NW + 2; ++k) {
-        v[k] = (o & 8) ? w[k + 2] : w[k];
-    }
-    hs_u32 u[NW + 1];
-#pragma unroll
-    for (int k = 0; k < NW + 1; ++k) {
-        u[k] = (o & 4) ? v[k + 1] : v[k];
-    }
-    const hs_u32 sh = (o & 3) * 8;
-#pragma unroll
-    for (int k = 0; k < NW; ++k) {
-        out[k] = MVW_FUNNEL(u[k], u[k + 1], sh);
-    }
-}
-
-// One item's activations: quants a (first 16) and b (second 16) as words, the block's d and
-// d * sum q (xs), and for Q4_K the plain sums of a's and b's quants.
-struct mvw_x {
-    int a[4];
-    int b[4];
-    float d;
-    float s;
-    int sa;
-    int sb;
-};
-
-__device__ __forceinline__ void mvw_set_x(const signed char *p0, const signed char *p1,
-                                          const float *dd, mvw_x &x) {
-    const int4 A = *(const int4 *)p0;
-    const int4 B = *(const int4 *)p1;
-    const float2 D = *(const float2 *)dd;
-    x.a[0] = A.x;
-    x.a[1] = A.y;
-    x.a[2] = A.z;
-    x.a[3] = A.w;
-    x.b[0] = B.x;
-    x.b[1] = B.y;
-    x.b[2] = B.z;
-    x.b[3] = B.w;
-    x.d = D.x;
-    x.s = D.y;
-}
-
-// Item i of a 32-element-block row: block i.
-__device__ __forceinline__ void mvw_x32(const signed char *xq, const float *xd, hs_u32 i,
-                                        mvw_x &x) {
-    mvw_set_x(xq + 32 * (hs_u64)i, xq + 32 * (hs_u64)i + 16, xd + 2 * (hs_u64)i, x);
-    x.sa = 0;
-    x.sb = 0;
-}
-
-// Item i of a Q4_K row: super-block i / 8, its 16-byte slice g = i % 8 of the quants (chunk
-// c = g / 2 of 64 elements, half h = g % 2): low nibbles are elements 64c + 16h + 0..15, high
-// ones 64c + 32 + 16h + 0..15.
-__device__ __forceinline__ void mvw_x_q4_k(const signed char *xq, const float *xd, hs_u32 i,
-                                           mvw_x &x) {
-    const hs_u32 s = i / 8;
-    const hs_u32 g = i % 8;
-    const signed char *xb = xq + 256 * (hs_u64)s + 64 * (g / 2) + 16 * (g % 2);
-    mvw_set_x(xb, xb + 32, xd + 2 * (hs_u64)s, x);
-    int sa = 0;
-    int sb = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        sa = HS_DP4A(MV_ONES, x.a[k], sa);
-        sb = HS_DP4A(MV_ONES, x.b[k], sb);
-    }
-    x.sa = sa;
-    x.sb = sb;
-}
-
-__device__ __forceinline__ float mvw_lo_half(hs_u32 w) {
-    return hs_half_to_float((unsigned short)(w & 0xFFFF));
-}
-__device__ __forceinline__ float mvw_hi_half(hs_u32 w) {
-    return hs_half_to_float((unsigned short)(w >> 16));
-}
-
-// sum over the 32 elements of q * x, the four words qs[k] holding elements 4k.. (low nibbles) and
-// 16 + 4k.. (high nibbles), the high bits (Q5) from qh where given.
-__device__ __forceinline__ int mvw_dot_nibbles(const hs_u32 *qs, const mvw_x &x) {
-    int sumi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        sumi = HS_DP4A((int)(qs[k] & 0x0F0F0F0F), x.a[k], sumi);
-        sumi = HS_DP4A((int)((qs[k] >> 4) & 0x0F0F0F0F), x.b[k], sumi);
-    }
-    return sumi;
-}
-
-__device__ __forceinline__ int mvw_dot_nibbles5(const hs_u32 *qs, hs_u32 qh, const mvw_x &x) {
-    int sumi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const int lo = (int)(qs[k] & 0x0F0F0F0F) | mv_spread4(qh >> (4 * k));
-        const int hi = (int)((qs[k] >> 4) & 0x0F0F0F0F) | mv_spread4(qh >> (16 + 4 * k));
-        sumi = HS_DP4A(lo, x.a[k], sumi);
-        sumi = HS_DP4A(hi, x.b[k], sumi);
-    }
-    return sumi;
-}
-
-// Q4_0 (18 bytes: d, qs[16]).
-__device__ __forceinline__ float mvw_q4_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    hs_u32 w[5];
-    mvw_words<18, 5, 2>(wr + 18 * (hs_u64)i, w);
-    hs_u32 qs[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        qs[k] = MVW_FUNNEL(w[k], w[k + 1], 16);
-    }
-    const float d = mvw_lo_half(w[0]);
-    return d * x.d * (float)mvw_dot_nibbles(qs, x) + (d * -8.0f) * x.s;
-}
-
-// Q4_1 (20 bytes: d, m, qs[16]).
-__device__ __forceinline__ float mvw_q4_1(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    hs_u32 w[5];
-    mvw_words<20, 5, 3>(wr + 20 * (hs_u64)i, w);
-    return mvw_lo_half(w[0]) * x.d * (float)mvw_dot_nibbles(w + 1, x) + mvw_hi_half(w[0]) * x.s;
-}
-
-// Q5_0 (22 bytes: d, qh[4], qs[16]).
-__device__ __forceinline__ float mvw_q5_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    hs_u32 w[6];
-    mvw_words<22, 6, 3>(wr + 22 * (hs_u64)i, w);
-    hs_u32 qs[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        qs[k] = MVW_FUNNEL(w[k + 1], w[k + 2], 16);
-    }
-    const float d = mvw_lo_half(w[0]);
-    const hs_u32 qh = MVW_FUNNEL(w[0], w[1], 16);
-    return d * x.d * (float)mvw_dot_nibbles5(qs, qh, x) + (d * -16.0f) * x.s;
-}
-
-// Q5_1 (24 bytes: d, m, qh[4], qs[16]).
-__device__ __forceinline__ float mvw_q5_1(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    hs_u32 w[6];
-    mvw_words<24, 6, 3>(wr + 24 * (hs_u64)i, w);
-    return mvw_lo_half(w[0]) * x.d * (float)mvw_dot_nibbles5(w + 2, w[1], x) +
-           mvw_hi_half(w[0]) * x.s;
-}
-
-// Q8_0 (34 bytes: d, qs[32]).
-__device__ __forceinline__ float mvw_q8_0(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    hs_u32 w[9];
-    mvw_words<34, 9, 3>(wr + 34 * (hs_u64)i, w);
-    int sumi = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        sumi = HS_DP4A((int)MVW_FUNNEL(w[k], w[k + 1], 16), x.a[k], sumi);
-        sumi = HS_DP4A((int)MVW_FUNNEL(w[k + 4], w[k + 5], 16), x.b[k], sumi);
-    }
-    return mvw_lo_half(w[0]) * x.d * (float)sumi;
-}
-
-// Q4_K (144 bytes: d, dmin, scales[12], qs[128]; 16-byte aligned, as 144 is a multiple of 16).
-// The item's sub-blocks are j = 2c (low nibbles) and 2c + 1 (high); their 6-bit scale and min as
-// mv_k_scale_min reads them, from the three scale words.
-__device__ __forceinline__ float mvw_q4_k(const unsigned char *wr, hs_u32 i, const mvw_x &x) {
-    const unsigned char *b = wr + 144 * (hs_u64)(i / 8);
-    const hs_u32 g = i % 8;
-    const hs_u32 c = g / 2;
-    const uint4 v = *(const uint4 *)(b + 16 + 16 * g);
-    const uint4 hd = *(const uint4 *)b;  // d, dmin | scales 0..3 | 4..7 | 8..11
-    const hs_u32 sh0 = 16 * (c % 2);     // bytes 2c, 2c + 1 (mod 4) of a scale word
-    int s0, m0, s1, m1;
-    if (c < 2) {
-        const hs_u32 a = hd.y >> sh0;
-        const hs_u32 m = hd.z >> sh0;
-        s0 = (int)(a & 63);
-        s1 = (int)((a >> 8) & 63);
-        m0 = (int)(m & 63);
-        m1 = (int)((m >> 8) & 63);
-    } else {
-        const hs_u32 lo = hd.w >> sh0;  // bytes j + 4
-        const hs_u32 a = hd.y >> sh0;   // bytes j - 4
-        const hs_u32 m = hd.z >> sh0;   // bytes j
-        s0 = (int)((lo & 0xF) | (((a >> 6) & 3) << 4));
-        s1 = (int)(((lo >> 8) & 0xF) | (((a >> 14) & 3) << 4));
-        m0 = (int)(((lo >> 4) & 0xF) | (((m >> 6) & 3) << 4));
-        m1 = (int)(((lo >> 12) & 0xF) | (((m >> 14) & 3) << 4));
-    }
-    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
-    int dl = 0;
-    int dh = 0;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        dl = HS_DP4A((int)(qs[k] & 0x0F0F0F0F), x.a[k], dl);
-        dh = HS_DP4A((int)((qs[k] >> 4) & 0x0F0F0F0F), x.b[k], dh);
-    }
-    const int sumi = s0 * dl + s1 * dh;
-    const int summ = m0 * x.sa + m1 * x.sb;
-    return x.d * mvw_lo_half(hd.x) * (float)sumi - x.d * mvw_hi_half(hd.x) * (float)summ;
-}
-
+// The one-token kernels of the types vecdot.h gives an mvw_<type> (a fifth of the instructions of
+// the part-per-lane loop, and no shared memory). Two items a lane are in flight together, and mv1
+// and qkv take two rows a warp, swiglu gate and up.
 
 // The dot products of R weight rows wr[r] with one token's Q8 activations over `items` items,
 // summed over the warp (every lane gets them). Two items a lane per step, both always computed (the
@@ -752,18 +331,28 @@ __device__ __forceinline__ void mvw_dots(const unsigned char *const *wr, const s
         acc[r] = hs_warp_sum(acc[r]);
     }
 }
-
 // Rows a warp of the wide mv1 and qkv kernels (`MV_WIDE_ROWS` in src/gpu/compute/plan.rs).
 #define MVW_ROWS 2
 
-// One token (decode), MVW_ROWS rows a warp: as infer_mv1_quant.
+// One token, MVW_ROWS rows a warp: as mv_quant with NT = 1.
 template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
           void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
-__device__ void mvw_mv1(const unsigned char *w, const signed char *xq, const float *xd, float *y,
-                        const float *bias, hs_u32 rows, hs_u32 cols, hs_u32 accumulate) {
+__device__ __forceinline__ void mvw_mv1(const unsigned char *w, const signed char *xq,
+                                        const float *xd, float *y, const float *bias,
+                                        hs_u32 rows, hs_u32 cols, hs_u32 accumulate,
+                                        const float *ids, hs_u32 n, hs_u32 k) {
+    hs_u64 e, s;
+    hs_u32 c;
+    if (!mv_slice(ids, n, k, 1, &e, &s, &c)) {
+        return;
+    }
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    w += e * rows * row_bytes;
+    xq += s * cols;
+    xd += 2 * s * (cols / BL);
+    y += s * rows;
     for (hs_u32 r0 = (blockIdx.x * nwarps + threadIdx.x / warpSize) * MVW_ROWS; r0 < rows;
          r0 += gridDim.x * nwarps * MVW_ROWS) {
         const unsigned char *wr[MVW_ROWS];
@@ -780,7 +369,7 @@ __device__ void mvw_mv1(const unsigned char *w, const signed char *xq, const flo
             if (lane == 0 && row < rows) {
                 float v = acc[r];
                 if (bias != 0) {
-                    v += bias[row];
+                    v += bias[e * rows + row];
                 }
                 if (accumulate != 0) {
                     v = y[row] + v;
@@ -791,13 +380,15 @@ __device__ void mvw_mv1(const unsigned char *w, const signed char *xq, const flo
     }
 }
 
-// One token through Q, K and V in one launch, MVW_ROWS rows a warp: as infer_mv_qkv.
+// One token through Q, K and V in one launch, MVW_ROWS rows a warp: as mv_quant_qkv.
 template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
           void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
-__device__ void mvw_qkv(const unsigned char *w0, const unsigned char *w1, const unsigned char *w2,
-                        float *y0, float *y1, float *y2, const float *b0, const float *b1,
-                        const float *b2, const signed char *xq, const float *xd, hs_u32 r0,
-                        hs_u32 r1, hs_u32 r2, hs_u32 cols) {
+__device__ __forceinline__ void mvw_qkv(const unsigned char *w0, const unsigned char *w1,
+                                        const unsigned char *w2, float *y0, float *y1,
+                                        float *y2, const float *b0, const float *b1,
+                                        const float *b2, const signed char *xq,
+                                        const float *xd, hs_u32 r0, hs_u32 r1, hs_u32 r2,
+                                        hs_u32 cols) {
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
@@ -840,622 +431,256 @@ __device__ void mvw_qkv(const unsigned char *w0, const unsigned char *w1, const 
 }
 
 // One token through gate and up in one launch, a row a warp (its gate and up rows share the
-// activation loads), SwiGLU in the epilogue: as infer_mv_swiglu.
+// activation loads), the activation in the epilogue: as mv_quant_gate_up with NT = 1.
 template <typename X, float (*DOT)(const unsigned char *, hs_u32, const X &),
           void (*LX)(const signed char *, const float *, hs_u32, X &), hs_u32 BL, hs_u32 BB>
-__device__ void mvw_swiglu(const unsigned char *wg, const unsigned char *wu,
-                           const signed char *xq, const float *xd, float *y, hs_u32 rows,
-                           hs_u32 cols) {
+__device__ __forceinline__ void mvw_gate_up(const unsigned char *wg, const unsigned char *wu,
+                                            const signed char *xq, const float *xd, float *h,
+                                            hs_u32 rows, hs_u32 cols, const float *gb,
+                                            const float *ub, const float *ids, hs_u32 n,
+                                            hs_u32 k) {
+    hs_u64 e, s;
+    hs_u32 c;
+    if (!mv_slice(ids, n, k, 1, &e, &s, &c)) {
+        return;
+    }
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
+    xq += s * cols;
+    xd += 2 * s * (cols / BL);
+    h += s * rows;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {
-        const unsigned char *wr[2] = {wg + (hs_u64)row * row_bytes, wu + (hs_u64)row * row_bytes};
+        const hs_u64 r = e * rows + row;
+        const unsigned char *wr[2] = {wg + r * row_bytes, wu + r * row_bytes};
         float acc[2];
         mvw_dots<X, DOT, LX, 2>(wr, xq, xd, cols / 32, acc);
         if (lane == 0) {
-            y[row] = acc[0] / (1.0f + expf(-acc[0])) * acc[1];
+            h[row] = moe_act(acc[0], acc[1], gb, ub, r);
         }
     }
 }
 
-
-// ---- The activation-precision study (issue 13 item 8): Q4_0 / Q4_1 weights times the f32
-// activations as computed, no Q8 step (hs_mv1f_*, hs_mv_qkvf_*, hs_mv_swigluf_*; chosen with
-// HIPSCOPE_MV_ACT=f32). The same lane-per-block loop; a lane reads its block's 32 activations
-// (128 bytes) itself. The kernels take the f32 input where the others take the Q8 quants.
-
-struct mvf_x {
-    float v[32];
-    float sum;
-};
-
-__device__ __forceinline__ void mvf_load(const signed char *xq, const float *, hs_u32 i,
-                                         mvf_x &x) {
-    const float4 *p = (const float4 *)((const float *)xq + 32 * (hs_u64)i);
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-        const float4 f = p[k];
-        x.v[4 * k] = f.x;
-        x.v[4 * k + 1] = f.y;
-        x.v[4 * k + 2] = f.z;
-        x.v[4 * k + 3] = f.w;
-    }
-#pragma unroll
-    for (int k = 0; k < 32; ++k) {
-        s += x.v[k];
-    }
-    x.sum = s;
-}
-
-// sum of q * x over the block's 32 nibbles (exact small integers as floats: 2^23 + q - 2^23).
-__device__ __forceinline__ float mvf_nibbles(const hs_u32 *qs, const mvf_x &x) {
-    float s = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float lo = __int_as_float((int)(0x4B000000u | ((qs[k] >> (8 * j)) & 15))) - 8388608.0f;
-            const float hi = __int_as_float((int)(0x4B000000u | ((qs[k] >> (8 * j + 4)) & 15))) - 8388608.0f;
-            s = fmaf(lo, x.v[4 * k + j], s);
-            s = fmaf(hi, x.v[16 + 4 * k + j], s);
-        }
-    }
-    return s;
-}
-
-__device__ __forceinline__ float mvf_q4_0(const unsigned char *wr, hs_u32 i, const mvf_x &x) {
-    hs_u32 w[5];
-    mvw_words<18, 5, 2>(wr + 18 * (hs_u64)i, w);
-    hs_u32 qs[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        qs[k] = MVW_FUNNEL(w[k], w[k + 1], 16);
-    }
-    return mvw_lo_half(w[0]) * (mvf_nibbles(qs, x) - 8.0f * x.sum);
-}
-
-__device__ __forceinline__ float mvf_q4_1(const unsigned char *wr, hs_u32 i, const mvf_x &x) {
-    hs_u32 w[5];
-    mvw_words<20, 5, 3>(wr + 20 * (hs_u64)i, w);
-    return mvw_lo_half(w[0]) * mvf_nibbles(w + 1, x) + mvw_hi_half(w[0]) * x.sum;
-}
-
-HS_KERNEL void hs_mv1f_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const float *x,
-                           const float *unused, float *y, const float *bias, hs_u32 rows,
-                           hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvf_x, mvf_q4_0, mvf_load, 32, 18>(w, (const signed char *)x, unused, y, bias, rows,
-                                               cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkvf_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                              const unsigned char *w2, float *y0, float *y1, float *y2,
-                              const float *b0, const float *b1, const float *b2, const float *x,
-                              const float *unused, hs_u32 r0, hs_u32 r1, hs_u32 r2,
-                              hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvf_x, mvf_q4_0, mvf_load, 32, 18>(w0, w1, w2, y0, y1, y2, b0, b1, b2,
-                                               (const signed char *)x, unused, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swigluf_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
-                                 const unsigned char *wu, const float *x, const float *unused,
-                                 float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvf_x, mvf_q4_0, mvf_load, 32, 18>(wg, wu, (const signed char *)x, unused, y, rows,
-                                                  cols);
-}
-
-HS_KERNEL void hs_mv1f_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const float *x,
-                           const float *unused, float *y, const float *bias, hs_u32 rows,
-                           hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvf_x, mvf_q4_1, mvf_load, 32, 20>(w, (const signed char *)x, unused, y, bias, rows,
-                                               cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkvf_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                              const unsigned char *w2, float *y0, float *y1, float *y2,
-                              const float *b0, const float *b1, const float *b2, const float *x,
-                              const float *unused, hs_u32 r0, hs_u32 r1, hs_u32 r2,
-                              hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvf_x, mvf_q4_1, mvf_load, 32, 20>(w0, w1, w2, y0, y1, y2, b0, b1, b2,
-                                               (const signed char *)x, unused, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swigluf_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
-                                 const unsigned char *wu, const float *x, const float *unused,
-                                 float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvf_x, mvf_q4_1, mvf_load, 32, 20>(wg, wu, (const signed char *)x, unused, y, rows,
-                                                  cols);
-}
-
-// F32 / F16 / BF16 weights against f32 activations: a block per row (the launcher's grid is the
-// row count, capped; further rows in further passes), its threads striding over the row's
-// elements, sixteen of a thread's loads issued together (a 2048-wide row in one pass of a
-// 128-thread block), the partial sums reduced over the block.
+// ---- F32 / F16 / BF16 weights against f32 activations ------------------------------------------
+//
+// A block per row (the launcher's grid is the row count, capped; further rows in further passes),
+// its threads striding over the row's elements, sixteen of a thread's loads issued together (a
+// 2048-wide row in one pass of a 128-thread block), the partial sums reduced over the block.
 // These products are few-row ones (MoE routers: 128 × 2048 for Qwen3-30B-A3B, 32 × 2880 for
 // gpt-oss): a warp per row gave a 32-block grid on a 132-SM H100 (25 µs against llama.cpp's 4).
+// With a gate (wu not null), h = moe_act(gate . x, up . x), as the quantized gate_up.
+
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 ES>
-__device__ void infer_mv_float(const unsigned char *w, const float *x, float *y, hs_u32 rows,
-                               hs_u32 cols, hs_u32 ntok) {
-    __shared__ float red[HS_MV_MAX_TOK][32];
+__device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned char *wu,
+                                         const float *x, float *y, hs_u32 rows, hs_u32 cols,
+                                         hs_u32 ntok, const float *gb, const float *ub,
+                                         const float *ids, hs_u32 n, hs_u32 k) {
+    __shared__ float red[2][HS_MV_MAX_TOK][32];
+    hs_u64 e, s;
+    hs_u32 c;
+    if (!mv_slice(ids, n, k, ntok, &e, &s, &c)) {
+        return;
+    }
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 wid = threadIdx.x / warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
+    const int nw = (wu != 0) ? 2 : 1;
+    x += s * cols;
+    y += s * rows;
     for (hs_u32 row = blockIdx.x; row < rows; row += gridDim.x) {
-        const unsigned char *wr = w + (hs_u64)row * cols * ES;
-        float acc[HS_MV_MAX_TOK];
+        const hs_u64 r = e * rows + row;
+        for (int m = 0; m < nw; ++m) {
+            const unsigned char *wr = (m == 0 ? wg : wu) + r * cols * ES;
+            float acc[HS_MV_MAX_TOK];
 #pragma unroll
-        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-            acc[t] = 0.0f;
-        }
-        for (hs_u32 c0 = threadIdx.x; c0 < cols; c0 += blockDim.x * 16) {
-            float wv[16];
-#pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const hs_u32 c = c0 + (hs_u32)u * blockDim.x;
-                wv[u] = c < cols ? DQ(wr, c) : 0.0f;
+            for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+                acc[t] = 0.0f;
             }
+            for (hs_u32 c0 = threadIdx.x; c0 < cols; c0 += blockDim.x * 16) {
+                float wv[16];
 #pragma unroll
-            for (int u = 0; u < 16; ++u) {
-                const hs_u32 c = c0 + (hs_u32)u * blockDim.x;
-                if (c < cols) {
+                for (int u = 0; u < 16; ++u) {
+                    const hs_u32 cc = c0 + (hs_u32)u * blockDim.x;
+                    wv[u] = cc < cols ? DQ(wr, cc) : 0.0f;
+                }
 #pragma unroll
-                    for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-                        if ((hs_u32)t < ntok) {
-                            acc[t] += wv[u] * x[(hs_u64)t * cols + c];
+                for (int u = 0; u < 16; ++u) {
+                    const hs_u32 cc = c0 + (hs_u32)u * blockDim.x;
+                    if (cc < cols) {
+#pragma unroll
+                        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+                            if ((hs_u32)t < c) {
+                                acc[t] += wv[u] * x[(hs_u64)t * cols + cc];
+                            }
                         }
                     }
                 }
             }
-        }
 #pragma unroll
-        for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
-            if ((hs_u32)t < ntok) {
-                const float v = hs_warp_sum(acc[t]);
-                if (lane == 0) {
-                    red[t][wid] = v;
+            for (int t = 0; t < HS_MV_MAX_TOK; ++t) {
+                if ((hs_u32)t < c) {
+                    const float v = hs_warp_sum(acc[t]);
+                    if (lane == 0) {
+                        red[m][t][wid] = v;
+                    }
                 }
             }
         }
         __syncthreads();
-        if (threadIdx.x < ntok) {
-            float v = 0.0f;
-            for (hs_u32 i = 0; i < nwarps; ++i) {
-                v += red[threadIdx.x][i];
+        if (threadIdx.x < c) {
+            float v[2] = {0.0f, 0.0f};
+            for (int m = 0; m < nw; ++m) {
+                for (hs_u32 i = 0; i < nwarps; ++i) {
+                    v[m] += red[m][threadIdx.x][i];
+                }
             }
-            y[(hs_u64)threadIdx.x * rows + row] = v;
+            y[(hs_u64)threadIdx.x * rows + row] =
+                (nw == 2) ? moe_act(v[0], v[1], gb, ub, r) : v[0];
         }
         __syncthreads();
     }
 }
 
-__device__ float mv_f32(const unsigned char *w, hs_u32 c) { return ((const float *)w)[c]; }
-__device__ float mv_f16(const unsigned char *w, hs_u32 c) {
-    return hs_half_to_float(((const unsigned short *)w)[c]);
-}
-__device__ float mv_bf16(const unsigned char *w, hs_u32 c) {
-    return hs_bf16_to_float(((const unsigned short *)w)[c]);
-}
+// ---- The kernels, generated per weight type from the unit's type lists ----------------------
+// Every kernel of a family takes the same arguments, so the host launches any type alike:
+//   hs_mv_<t>         (w, xq, xd, xf, y, rows, cols, ntok, ids, n, k): quantized kernels read
+//                     the Q8 quants xq and their per-block (d, d * sum) xd, float ones xf;
+//   hs_mv_gate_up_<t> (wg, wu, xq, xd, xf, h, rows, cols, ntok, gb, ub, ids, n, k);
+//   hs_mv1_<t>        (w, xq, xd, y, bias, rows, cols, accumulate, ids, n, k);
+//   hs_mv_swiglu_<t>  (wg, wu, xq, xd, h, rows, cols, gb, ub, ids, n, k);
+//   hs_mv_qkv_<t>     (w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
+//   hs_mv1f_, hs_mv_swigluf_, hs_mv_qkvf_<t>: as mv1, swiglu, qkv with the f32 input in xq's
+//                     place and xd unused.
 
-// The kernels below; infer_moe.hip takes the templates above without them.
-// MXFP4 (17 bytes: e, qs[16] laid out as Q4_0's; a nibble indexes the doubled E2M1 values, the
-// E8M0 scale is halved to match). Blocks are byte-aligned, so the quants are read byte by byte.
-__device__ __forceinline__ int mv_mxfp4_values(hs_u32 n) { return hs_lut16_4(n, HS_LUT_MXFP4); }
+#define HS_MV_KERNELS(T, BL, BB, PARTS)                                                        \
+    HS_KERNEL void hs_mv_##T(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,   \
+                             const float *xd, const float *xf, float *y, hs_u32 rows,          \
+                             hs_u32 cols, hs_u32 ntok, const float *ids, hs_u32 n, hs_u32 k) { \
+        HS_BREADCRUMB();                                                                       \
+        mv_quant<mv_part_##T, BL, BB, PARTS, HS_MV_MAX_TOK>(w, xq, xd, y, 0, rows, cols, ntok, \
+                                                            0, ids, n, k);                     \
+    }
 
-__device__ float mv_part_mxfp4(const unsigned char *b, hs_u32 s, const signed char *xb,
-                               const float *xd) {
-    const unsigned char *q = b + 1 + 4 * s;
-    const hs_u32 v = (hs_u32)q[0] | ((hs_u32)q[1] << 8) | ((hs_u32)q[2] << 16) |
-                     ((hs_u32)q[3] << 24);
-    const int sumi = HS_DP4A(mv_mxfp4_values(v), mv_i32((const unsigned char *)xb + 4 * s),
-                             HS_DP4A(mv_mxfp4_values(v >> 4),
-                                     mv_i32((const unsigned char *)xb + 16 + 4 * s), 0));
-    const hs_u32 e = b[0];
-    const float d = __int_as_float((int)(e < 2 ? 0x00200000u << e : (e - 1) << 23));
-    return d * xd[0] * (float)sumi;
-}
+#define HS_MV_GATE_UP_KERNELS(T, BL, BB, PARTS)                                                \
+    HS_KERNEL void hs_mv_gate_up_##T(HS_TRACK_PARAMS, const unsigned char *wg,                 \
+                                     const unsigned char *wu, const signed char *xq,           \
+                                     const float *xd, const float *xf, float *h, hs_u32 rows,  \
+                                     hs_u32 cols, hs_u32 ntok, const float *gb,                \
+                                     const float *ub, const float *ids, hs_u32 n, hs_u32 k) {  \
+        HS_BREADCRUMB();                                                                       \
+        mv_quant_gate_up<mv_part_##T, BL, BB, PARTS, HS_MV_MAX_TOK>(wg, wu, xq, xd, h, rows,   \
+                                                                    cols, ntok, gb, ub, ids,   \
+                                                                    n, k);                     \
+    }
 
-#ifndef HS_MV_TEMPLATES_ONLY
+#define HS_MV1_PART_KERNELS(T, BL, BB, PARTS)                                                  \
+    HS_KERNEL void hs_mv1_##T(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,  \
+                              const float *xd, float *y, const float *bias, hs_u32 rows,       \
+                              hs_u32 cols, hs_u32 accumulate, const float *ids, hs_u32 n,      \
+                              hs_u32 k) {                                                      \
+        HS_BREADCRUMB();                                                                       \
+        mv_quant<mv_part_##T, BL, BB, PARTS, 1>(w, xq, xd, y, bias, rows, cols, 1, accumulate, \
+                                                ids, n, k);                                    \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_swiglu_##T(HS_TRACK_PARAMS, const unsigned char *wg,                  \
+                                    const unsigned char *wu, const signed char *xq,            \
+                                    const float *xd, float *h, hs_u32 rows, hs_u32 cols,       \
+                                    const float *gb, const float *ub, const float *ids,        \
+                                    hs_u32 n, hs_u32 k) {                                      \
+        HS_BREADCRUMB();                                                                       \
+        mv_quant_gate_up<mv_part_##T, BL, BB, PARTS, 1>(wg, wu, xq, xd, h, rows, cols, 1, gb,  \
+                                                        ub, ids, n, k);                        \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_qkv_##T(HS_TRACK_PARAMS, const unsigned char *w0,                     \
+                                 const unsigned char *w1, const unsigned char *w2, float *y0,  \
+                                 float *y1, float *y2, const float *b0, const float *b1,       \
+                                 const float *b2, const signed char *xq, const float *xd,      \
+                                 hs_u32 r0, hs_u32 r1, hs_u32 r2, hs_u32 cols) {               \
+        HS_BREADCRUMB();                                                                       \
+        mv_quant_qkv<mv_part_##T, BL, BB, PARTS>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd,   \
+                                                 r0, r1, r2, cols);                            \
+    }
 
-// Every matrix-vector kernel takes the same arguments: weights, Q8 activation (quants and
-// per-block (d, d * sum)), f32 activation, output, rows, cols, tokens. Float kernels read xf,
-// quantized ones xq/xd.
-HS_KERNEL void hs_mv_f32(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                         const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                         hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_float<mv_f32, 4>(w, xf, y, rows, cols, ntok);
-}
+#define HS_MV1_WIDE_KERNELS(T, BL, BB)                                                         \
+    HS_KERNEL void hs_mv1_##T(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,  \
+                              const float *xd, float *y, const float *bias, hs_u32 rows,       \
+                              hs_u32 cols, hs_u32 accumulate, const float *ids, hs_u32 n,      \
+                              hs_u32 k) {                                                      \
+        HS_BREADCRUMB();                                                                       \
+        mvw_mv1<mvw_x, mvw_##T, MV_CAT(mvw_x, BL), BL, BB>(w, xq, xd, y, bias, rows, cols,     \
+                                                           accumulate, ids, n, k);             \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_swiglu_##T(HS_TRACK_PARAMS, const unsigned char *wg,                  \
+                                    const unsigned char *wu, const signed char *xq,            \
+                                    const float *xd, float *h, hs_u32 rows, hs_u32 cols,       \
+                                    const float *gb, const float *ub, const float *ids,        \
+                                    hs_u32 n, hs_u32 k) {                                      \
+        HS_BREADCRUMB();                                                                       \
+        mvw_gate_up<mvw_x, mvw_##T, MV_CAT(mvw_x, BL), BL, BB>(wg, wu, xq, xd, h, rows, cols,  \
+                                                               gb, ub, ids, n, k);             \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_qkv_##T(HS_TRACK_PARAMS, const unsigned char *w0,                     \
+                                 const unsigned char *w1, const unsigned char *w2, float *y0,  \
+                                 float *y1, float *y2, const float *b0, const float *b1,       \
+                                 const float *b2, const signed char *xq, const float *xd,      \
+                                 hs_u32 r0, hs_u32 r1, hs_u32 r2, hs_u32 cols) {               \
+        HS_BREADCRUMB();                                                                       \
+        mvw_qkv<mvw_x, mvw_##T, MV_CAT(mvw_x, BL), BL, BB>(w0, w1, w2, y0, y1, y2, b0, b1, b2, \
+                                                           xq, xd, r0, r1, r2, cols);          \
+    }
 
-HS_KERNEL void hs_mv_f16(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                         const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                         hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_float<mv_f16, 2>(w, xf, y, rows, cols, ntok);
-}
+// The study's variants: the f32 input in xq's place (dense products only: ids null).
+#define HS_MVF_KERNELS(T, BL, BB)                                                              \
+    HS_KERNEL void hs_mv1f_##T(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq, \
+                               const float *xd, float *y, const float *bias, hs_u32 rows,      \
+                               hs_u32 cols, hs_u32 accumulate, const float *ids, hs_u32 n,     \
+                               hs_u32 k) {                                                     \
+        HS_BREADCRUMB();                                                                       \
+        mvw_mv1<mvf_x, mvf_##T, mvf_load, BL, BB>(w, xq, xd, y, bias, rows, cols, accumulate,  \
+                                                  0, n, k);                                    \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_swigluf_##T(HS_TRACK_PARAMS, const unsigned char *wg,                 \
+                                     const unsigned char *wu, const signed char *xq,           \
+                                     const float *xd, float *h, hs_u32 rows, hs_u32 cols,      \
+                                     const float *gb, const float *ub, const float *ids,       \
+                                     hs_u32 n, hs_u32 k) {                                     \
+        HS_BREADCRUMB();                                                                       \
+        mvw_gate_up<mvf_x, mvf_##T, mvf_load, BL, BB>(wg, wu, xq, xd, h, rows, cols, gb, ub,   \
+                                                      0, n, k);                                \
+    }                                                                                          \
+    HS_KERNEL void hs_mv_qkvf_##T(HS_TRACK_PARAMS, const unsigned char *w0,                    \
+                                  const unsigned char *w1, const unsigned char *w2, float *y0, \
+                                  float *y1, float *y2, const float *b0, const float *b1,      \
+                                  const float *b2, const signed char *xq, const float *xd,     \
+                                  hs_u32 r0, hs_u32 r1, hs_u32 r2, hs_u32 cols) {              \
+        HS_BREADCRUMB();                                                                       \
+        mvw_qkv<mvf_x, mvf_##T, mvf_load, BL, BB>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd,  \
+                                                  r0, r1, r2, cols);                           \
+    }
 
-HS_KERNEL void hs_mv_bf16(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_float<mv_bf16, 2>(w, xf, y, rows, cols, ntok);
-}
+#define HS_MV_FLOAT_KERNELS(T, ES)                                                             \
+    HS_KERNEL void hs_mv_##T(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,   \
+                             const float *xd, const float *xf, float *y, hs_u32 rows,          \
+                             hs_u32 cols, hs_u32 ntok, const float *ids, hs_u32 n, hs_u32 k) { \
+        HS_BREADCRUMB();                                                                       \
+        mv_float<mv_##T, ES>(w, 0, xf, y, rows, cols, ntok, 0, 0, ids, n, k);                  \
+    }
 
-HS_KERNEL void hs_mv_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q4_0, 32, 18, 4>(w, xq, xd, y, rows, cols, ntok);
-}
+#define HS_MV_FLOAT_GATE_UP_KERNELS(T, ES)                                                     \
+    HS_KERNEL void hs_mv_gate_up_##T(HS_TRACK_PARAMS, const unsigned char *wg,                 \
+                                     const unsigned char *wu, const signed char *xq,           \
+                                     const float *xd, const float *xf, float *h, hs_u32 rows,  \
+                                     hs_u32 cols, hs_u32 ntok, const float *gb,                \
+                                     const float *ub, const float *ids, hs_u32 n, hs_u32 k) {  \
+        HS_BREADCRUMB();                                                                       \
+        mv_float<mv_##T, ES>(wg, wu, xf, h, rows, cols, ntok, gb, ub, ids, n, k);              \
+    }
 
-HS_KERNEL void hs_mv_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q4_1, 32, 20, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q5_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q5_0, 32, 22, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q5_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q5_1, 32, 24, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q8_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q8_0, 32, 34, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q4_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q4_k, 256, 144, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q5_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q5_k, 256, 176, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv_q6_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q6_k, 256, 210, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-// The fused one-token kernels (decode) of every quantized type: hs_mv1_* (bias and residual add
-// in the epilogue), hs_mv_qkv_* (three matrices in one launch), hs_mv_swiglu_* (gate and up).
-
-HS_KERNEL void hs_mv1_q4_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q4_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q4_0, mvw_x32, 32, 18>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q4_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q4_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q4_1(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q4_1, mvw_x32, 32, 20>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q5_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q5_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q5_0(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q5_0, mvw_x32, 32, 22>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q5_1(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q5_1(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q5_1(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q5_1, mvw_x32, 32, 24>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q8_0(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q8_0(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q8_0, mvw_x32, 32, 34>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q4_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    mvw_mv1<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q4_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_qkv<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    mvw_swiglu<mvw_x, mvw_q4_k, mvw_x_q4_k, 256, 144>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q5_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q5_k, 256, 176, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q5_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q5_k, 256, 176, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q5_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q5_k, 256, 176, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv1_q6_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q6_k, 256, 210, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q6_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q6_k, 256, 210, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q6_k, 256, 210, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv_q2_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q2_k, 256, 84, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv1_q2_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q2_k, 256, 84, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q2_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q2_k, 256, 84, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q2_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q2_k, 256, 84, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv_q3_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_q3_k, 256, 110, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv1_q3_k(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_q3_k, 256, 110, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_q3_k(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_q3_k, 256, 110, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_q3_k(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_q3_k, 256, 110, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_iq4_nl, 32, 18, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv1_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_iq4_nl, 32, 18, 4>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_iq4_nl(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_iq4_nl, 32, 18, 4>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_iq4_nl(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_iq4_nl, 32, 18, 4>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                          hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_iq4_xs, 256, 136, 32>(w, xq, xd, y, rows, cols, ntok);
-}
-
-HS_KERNEL void hs_mv1_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                          const float *xd, float *y, const float *bias, hs_u32 rows,
-                          hs_u32 cols, hs_u32 accumulate) {
-    HS_BREADCRUMB();
-    infer_mv1_quant<mv_part_iq4_xs, 256, 136, 32>(w, xq, xd, y, bias, rows, cols, accumulate);
-}
-
-HS_KERNEL void hs_mv_qkv_iq4_xs(HS_TRACK_PARAMS, const unsigned char *w0, const unsigned char *w1,
-                             const unsigned char *w2, float *y0, float *y1, float *y2,
-                             const float *b0, const float *b1, const float *b2,
-                             const signed char *xq, const float *xd, hs_u32 r0, hs_u32 r1,
-                             hs_u32 r2, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_qkv<mv_part_iq4_xs, 256, 136, 32>(w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
-}
-
-HS_KERNEL void hs_mv_swiglu_iq4_xs(HS_TRACK_PARAMS, const unsigned char *wg,
-                                const unsigned char *wu, const signed char *xq, const float *xd,
-                                float *y, hs_u32 rows, hs_u32 cols) {
-    HS_BREADCRUMB();
-    infer_mv_swiglu<mv_part_iq4_xs, 256, 136, 32>(wg, wu, xq, xd, y, rows, cols);
-}
-
-HS_KERNEL void hs_mv_mxfp4(HS_TRACK_PARAMS, const unsigned char *w, const signed char *xq,
-                           const float *xd, const float *xf, float *y, hs_u32 rows, hs_u32 cols,
-                           hs_u32 ntok) {
-    HS_BREADCRUMB();
-    infer_mv_quant<mv_part_mxfp4, 32, 17, 4>(w, xq, xd, y, rows, cols, ntok);
-}
-
-#endif // HS_MV_TEMPLATES_ONLY
+HS_MV_TYPES(HS_MV_KERNELS)
+HS_MV_GATE_UP_TYPES(HS_MV_GATE_UP_KERNELS)
+HS_MV1_PART_TYPES(HS_MV1_PART_KERNELS)
+HS_MV1_WIDE_TYPES(HS_MV1_WIDE_KERNELS)
+HS_MVF_TYPES(HS_MVF_KERNELS)
+HS_MV_FLOAT_TYPES(HS_MV_FLOAT_KERNELS)
+HS_MV_FLOAT_GATE_UP_TYPES(HS_MV_FLOAT_GATE_UP_KERNELS)

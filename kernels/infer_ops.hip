@@ -1,5 +1,6 @@
 // The element-wise and per-row ops of the llama-family forward pass (gpu::compute::ops): RMS norm,
-// bias and residual adds, SwiGLU, RoPE. Each computes what the CPU backend (src/gpu/cpu/backend.rs)
+// bias and residual adds, SwiGLU, RoPE, and the Q8 quantization of activations for the products
+// (hs_quantize_act, hs_quantize_act_f16; the RMS norm can quantize its own output). Each computes what the CPU backend (src/gpu/cpu/backend.rs)
 // computes, in the same order where rounding depends on it (RoPE angles), so that the two agree to
 // f32 rounding.
 
@@ -187,6 +188,75 @@ HS_KERNEL void hs_graph_step(HS_TRACK_PARAMS, hs_u64 *block, hs_u64 crumb_base, 
         ((hs_u32 *)block)[4] = pos;
         if (tok != 0) {
             *tok = token;
+        }
+    }
+}
+
+// Q8 quantization of activations, one thread per block of `bs` (32 or 256) values, exactly as the
+// CPU backend quantizes them: q = round-half-even(x * 127 / max|x|), d of hs_q8_scale. Writes the
+// quants and (d, d * sum q) per block where xq / xd are given, and the dequantized values
+// (q * d) where xdq is given: the GEMM of a prompt batch then multiplies the same numbers the
+// integer dot products of the matrix-vector kernels (and the CPU backend) multiply.
+HS_KERNEL void hs_quantize_act(HS_TRACK_PARAMS, const float *x, signed char *xq, float *xd,
+                               float *xdq, hs_u32 bs_arg, hs_u64 n_blocks) {
+    HS_BREADCRUMB();
+    bool q8_1;
+    const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
+    // One warp per block (grid-stride over the warps): lanes read consecutive elements.
+    const hs_u64 nwarps = (hs_u64)gridDim.x * (blockDim.x / warpSize);
+    for (hs_u64 blk = (hs_u64)blockIdx.x * (blockDim.x / warpSize) + threadIdx.x / warpSize;
+         blk < n_blocks; blk += nwarps) {
+        hs_q8_block_warp(x + blk * bs, bs, (xq != 0) ? xq + blk * bs : 0,
+                         (xd != 0) ? xd + 2 * blk : 0, (xdq != 0) ? xdq + blk * bs : 0, q8_1);
+    }
+}
+
+// hs_quantize_act's dequantized values (q * d) written straight as f16, saturated to +-65504 (an
+// outlier becomes large rather than infinite) and rounded to nearest even, for the f16 prefill
+// GEMM: one pass over the batch where quantizing, then converting took two with an f32 copy
+// between them. bs / 8 consecutive lanes take a block (bs = 32: 4 lanes, bs = 256: a warp of 32),
+// each 8 elements read as two 16-byte words and written as one; the block's max is exchanged
+// among its lanes (exact in any order) and the rounding is that of hs_q8_block_warp. The loop
+// steps by whole grids, so every lane of a warp takes part in every exchange.
+HS_KERNEL void hs_quantize_act_f16(HS_TRACK_PARAMS, const float *x, unsigned short *xh,
+                                   hs_u32 bs, hs_u64 n_blocks) {
+    HS_BREADCRUMB();
+    const hs_u32 g = bs / 8;
+    const hs_u64 total = n_blocks * g;
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    for (hs_u64 base = (hs_u64)blockIdx.x * blockDim.x; base < total; base += stride) {
+        const hs_u64 i = base + threadIdx.x;
+        const bool live = i < total;
+        float4 a;
+        float4 b;
+        a.x = a.y = a.z = a.w = 0.0f;
+        b = a;
+        if (live) {
+            a = ((const float4 *)x)[2 * i];
+            b = ((const float4 *)x)[2 * i + 1];
+        }
+        float amax = fmaxf(fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))),
+                           fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+        for (hs_u32 m = 1; m < g; m <<= 1) {
+            amax = fmaxf(amax, HS_SHFL_XOR(amax, m));
+        }
+        const float id = (amax != 0.0f) ? HS_DIV_RN(127.0f, amax) : 0.0f;
+        const float d = hs_q8_scale(amax, id, bs);
+        const float e[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        unsigned int h[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+            int v = (int)rintf(e[k] * id);
+            v = v < -128 ? -128 : (v > 127 ? 127 : v);
+            h[k] = hs_float_to_half(fminf(fmaxf((float)v * d, -65504.0f), 65504.0f));
+        }
+        if (live) {
+            uint4 o;
+            o.x = h[0] | (h[1] << 16);
+            o.y = h[2] | (h[3] << 16);
+            o.z = h[4] | (h[5] << 16);
+            o.w = h[6] | (h[7] << 16);
+            ((uint4 *)xh)[i] = o;
         }
     }
 }

@@ -57,6 +57,7 @@ fn ask_watch_it_stream_stop_with_esc_and_quit() {
     // panel room on this 32-row terminal.
     s.sees("● OK  cpu", Duration::from_secs(5));
     s.send(b"\x1b[18~");
+    s.sees_no("╭ Watchdog", Duration::from_secs(5));
     s.sees("╭ Host ", Duration::from_secs(5));
     s.sees("│cpu ", Duration::from_secs(5));
     let c = s.contents();

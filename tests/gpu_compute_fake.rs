@@ -380,7 +380,7 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
     assert_eq!(launched(&ctl, "hs_moe_mm_down_mxfp4"), 2);
     assert_eq!(launched(&ctl, "hs_moe_route"), 2);
     assert_eq!(launched(&ctl, "hs_moe_sort"), 2);
-    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 0);
+    assert_eq!(launched(&ctl, "hs_mv_gate_up_mxfp4"), 0);
 
     let before = ctl.log().len();
     m.forward(&[5], 20, Logits::Last, &mut logits)
@@ -406,8 +406,9 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
         "launch hs_add_inplace",
         "launch hs_moe_route",
         "launch hs_moe_gather",
-        "launch hs_moe_gate_up1_mxfp4",
-        "launch hs_moe_down1_mxfp4",
+        // The experts' products: the dense one-token kernels with the route as their ids.
+        "launch hs_mv_swiglu_mxfp4",
+        "launch hs_mv1_mxfp4",
         "launch hs_moe_combine",
     ];
     for k in per_layer {
@@ -424,9 +425,10 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
     );
     m.forward(&[6, 7, 8], 21, Logits::Last, &mut logits)
         .expect("short batch");
-    // A short batch (under the GEMM threshold): chunks of 8 through the matrix-vector kernels,
-    // routed and sorted in one launch.
-    assert_eq!(launched(&ctl, "hs_moe_gate_up8_mxfp4"), 2);
+    // A short batch (under the GEMM threshold): chunks of 8 through the matrix-vector kernels
+    // (the dense ones, the route as their ids), routed and sorted in one launch.
+    assert_eq!(launched(&ctl, "hs_mv_gate_up_mxfp4"), 2);
+    assert_eq!(launched(&ctl, "hs_mv_mxfp4"), 2);
     assert_eq!(launched(&ctl, "hs_moe_sort"), 2);
     assert_eq!(
         mallocs(&ctl),

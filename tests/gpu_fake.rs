@@ -21,8 +21,14 @@ fn fake_gpu(script: FakeScript, cfg: GpuConfig) -> (Gpu, FakeControl) {
     let be = FakeDevice::new(script);
     let ctl = be.control();
     let mut gpu = Gpu::open(Box::new(be), cfg).expect("open fake");
-    gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-        .expect("kernels");
+    gpu.prepare_kernels(
+        &KernelCache::disabled(),
+        &CompileMode::InProcess,
+        &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+            .expect("units"),
+        &mut |_| {},
+    )
+    .expect("kernels");
     (gpu, ctl)
 }
 

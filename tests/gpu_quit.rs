@@ -45,8 +45,14 @@ fn gpu_with_stuck_kernel() -> (Gpu, FakeControl) {
         },
     )
     .expect("open");
-    gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-        .expect("kernels");
+    gpu.prepare_kernels(
+        &KernelCache::disabled(),
+        &CompileMode::InProcess,
+        &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+            .expect("units"),
+        &mut |_| {},
+    )
+    .expect("kernels");
     gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
         .expect("arena");
     gpu.launch_spin_on_flag("stuck kernel", None, 1 << 40)
@@ -100,8 +106,14 @@ fn a_clean_quit_returns_zero_after_every_step() {
     if scenario().as_deref() == Some("clean") {
         let be = FakeDevice::new(FakeScript::default());
         let mut gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open");
-        gpu.prepare_kernels(&KernelCache::disabled(), &CompileMode::InProcess)
-            .expect("kernels");
+        gpu.prepare_kernels(
+            &KernelCache::disabled(),
+            &CompileMode::InProcess,
+            &hipscope::gpu::compute::scope_units(hipscope::gpu::compute::KernelScope::All)
+                .expect("units"),
+            &mut |_| {},
+        )
+        .expect("kernels");
         gpu.create_arena(&ArenaPlan::new().with(Region::Activations, 1 << 20))
             .expect("arena");
         let f = gpu.function("hs_busy").expect("busy");
@@ -141,8 +153,9 @@ fn a_second_interrupt_forces_the_hard_exit() {
     if scenario().as_deref() == Some("sigint") {
         let (_gpu, _ctl) = gpu_with_stuck_kernel();
         let q = coordinator(60_000, 60_000);
-        q.set_interrupt_handler(|| println!("GRACEFUL quit requested"));
-        q.install_signal_handlers().expect("signals");
+        q.set_interrupt_handler(|_| println!("GRACEFUL quit requested"));
+        let to = q.clone();
+        hipscope::app::signals::listen(move |name| to.signal(name)).expect("signals");
         // SAFETY: raising a signal at our own process; the handler thread takes it.
         unsafe { libc::raise(libc::SIGINT) };
         std::thread::sleep(Duration::from_millis(300));

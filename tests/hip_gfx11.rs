@@ -77,15 +77,19 @@ fn every_kernel_compiles_for_gfx1100_and_gfx1151_with_hiprtc_5_7() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "exit {:?}", out.status);
     assert!(text.contains("compiler: hiprtc 5.7"), "{text}");
-    let sources = hipscope::gpu::kernels::embedded_sources();
-    for s in &sources {
+    let units = hipscope::gpu::compute::units::kernel_units(
+        &hipscope::gpu::kernels::KernelSources::embedded(),
+        hipscope::gpu::compute::KernelScope::All,
+    )
+    .expect("units");
+    for u in &units {
         let row = text
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(s.name.as_str()))
-            .unwrap_or_else(|| panic!("no row for {}", s.name));
-        assert_eq!(row.matches(" ok ").count(), 2, "{}: {row}", s.name);
+            .find(|l| l.split_whitespace().next() == Some(u.name.as_str()))
+            .unwrap_or_else(|| panic!("no row for {}", u.name));
+        assert_eq!(row.matches(" ok ").count(), 2, "{}: {row}", u.name);
     }
-    let n = sources.len() * 2;
+    let n = units.len() * 2;
     assert!(text.contains(&format!("{n} of {n} compiled")), "{text}");
 }
 

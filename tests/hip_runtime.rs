@@ -144,6 +144,15 @@ fn device_discovery_reports_no_device_cleanly() {
     }
 }
 
+/// Every compile unit (every source, every weight type's).
+fn all_units() -> Vec<kernels::KernelUnit> {
+    hipscope::gpu::compute::units::kernel_units(
+        &kernels::KernelSources::embedded(),
+        hipscope::gpu::compute::KernelScope::All,
+    )
+    .expect("units")
+}
+
 /// ELF header of an AMDGPU code object: magic, 64-bit, e_machine EM_AMDGPU (224).
 fn is_amdgpu_elf(b: &[u8]) -> bool {
     b.len() > 20 && &b[..4] == b"\x7fELF" && b[4] == 2 && u16::from_le_bytes([b[18], b[19]]) == 224
@@ -156,17 +165,18 @@ fn hiprtc_compiles_every_kernel_for_gfx1030_and_gfx90a_in_process() {
         Ok(r) => r,
         Err(e) => panic!("{INSTALL}\n({e})"),
     };
-    let sources = kernels::embedded_sources();
+    let units = all_units();
     for arch in ["gfx1030", "gfx90a"] {
         let builds = kernels::build_all(
             &rtc,
             arch,
-            &sources,
+            &units,
             &KernelCache::disabled(),
             &CompileMode::InProcess,
+            &mut |_| {},
         );
-        assert_eq!(builds.len(), sources.len());
-        for b in &builds {
+        assert_eq!(builds.len(), units.len());
+        for (b, u) in builds.iter().zip(&units) {
             assert!(
                 matches!(b.status, BuildStatus::Compiled { .. }),
                 "{} for {arch}: {:?}",
@@ -179,6 +189,18 @@ fn hiprtc_compiles_every_kernel_for_gfx1030_and_gfx90a_in_process() {
                 "{} for {arch} is not an AMDGPU ELF",
                 b.name
             );
+            // The compiler's own expansion of the X-macros defines every kernel the host reads
+            // from the unit's text (and looks up by the type table's names): each is a symbol.
+            let kernels = u.kernels();
+            assert!(!kernels.is_empty(), "{}", u.name);
+            for k in kernels {
+                assert!(
+                    img.windows(k.len() + 1)
+                        .any(|w| &w[..k.len()] == k.as_bytes() && w[k.len()] == 0),
+                    "{} for {arch} has no symbol {k}",
+                    u.name
+                );
+            }
         }
     }
 }
@@ -199,14 +221,15 @@ fn the_kernels_subcommand_compiles_every_kernel_in_a_child_process() {
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "exit {:?}", out.status);
-    for s in kernels::embedded_sources() {
+    let units = all_units();
+    for u in &units {
         let row = text
             .lines()
-            .find(|l| l.split_whitespace().next() == Some(s.name.as_str()))
-            .unwrap_or_else(|| panic!("no row for {}", s.name));
+            .find(|l| l.split_whitespace().next() == Some(u.name.as_str()))
+            .unwrap_or_else(|| panic!("no row for {}", u.name));
         assert_eq!(row.matches(" ok ").count(), 2, "{row}");
     }
-    let n = kernels::embedded_sources().len() * 2;
+    let n = units.len() * 2;
     assert!(text.contains(&format!("{n} of {n} compiled")), "{text}");
 }
 

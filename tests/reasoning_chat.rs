@@ -232,7 +232,7 @@ fn start(tok: &Tokenizer, script: Arc<Mutex<Script>>) -> WorkerHandle {
     worker::spawn(WorkerOptions {
         source: Some(source()),
         default_model: Box::new(|_| Err("no default model in this test".into())),
-        backend: Box::new(move |_watch| {
+        backend: Box::new(move |_watch, _, _| {
             Ok(Box::new(Scripted {
                 inner: CpuBackend::new(2),
                 n_vocab,

@@ -1,5 +1,6 @@
 //! `hipscope top` full screen in a real pseudo-terminal: it draws the fixture GPU and its
-//! process, `q` quits with exit code 0, and the terminal is restored.
+//! process (or, on a tree without a GPU, the verdict line), `q` quits with exit code 0, and the
+//! terminal is restored.
 
 use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
@@ -10,6 +11,24 @@ use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 #[test]
 fn top_draws_every_gpu_and_q_quits_cleanly() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/sysfs/rx7900xtx");
+    top_until(&root, &["card1 AMD Radeon RX 7900 XTX", "llama-server"]);
+}
+
+/// Issue 32 item 2: no GPU in the tree: the screen says what runs models and the next step for
+/// each vendor (it said only "no GPU found").
+#[test]
+fn top_without_a_gpu_says_the_cpu_runs_and_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for d in ["sys", "proc"] {
+        std::fs::create_dir_all(dir.path().join(d)).expect("tree");
+    }
+    let screen = top_until(dir.path(), &["models run on the CPU", "for AMD:"]);
+    assert!(screen.contains("NVIDIA"), "{screen}");
+}
+
+/// Runs `top` on the tree at `root` (`sys/`, `proc/`) until the screen shows every `want`, then
+/// quits with `q` and checks the exit and the terminal; returns the last screen seen.
+fn top_until(root: &std::path::Path, want: &[&str]) -> String {
     let pair = native_pty_system()
         .openpty(PtySize {
             rows: 30,
@@ -48,15 +67,14 @@ fn top_draws_every_gpu_and_q_quits_cleanly() {
     });
     let contents = || screen.lock().expect("screen").screen().contents();
     let start = Instant::now();
-    while !(contents().contains("card1 AMD Radeon RX 7900 XTX")
-        && contents().contains("llama-server"))
-    {
+    while !want.iter().all(|w| contents().contains(w)) {
         if start.elapsed() > Duration::from_secs(20) {
             let _ = child.kill();
-            panic!("top never drew the GPU; the screen:\n{}", contents());
+            panic!("top never drew {want:?}; the screen:\n{}", contents());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let seen = contents();
     let mut w = pair.master.take_writer().expect("writer");
     w.write_all(b"q").expect("q");
     w.flush().expect("flush");
@@ -79,4 +97,5 @@ fn top_draws_every_gpu_and_q_quits_cleanly() {
         "still on the alternate screen"
     );
     assert!(!p.screen().hide_cursor(), "cursor left hidden");
+    seen
 }

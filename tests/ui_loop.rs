@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crossterm::event::{Event as TermEvent, KeyCode, KeyEvent, KeyModifiers};
 use hipscope::app::discover::Places;
 use hipscope::app::event_loop::{Inputs, LoopIo, event_loop};
+use hipscope::app::quit::{QuitConfig, QuitCoordinator};
 use hipscope::app::shutdown::Ending;
 use hipscope::app::transcript::{self, Transcript};
 use hipscope::model::protocol::{Command, ModelSource};
@@ -137,9 +138,14 @@ where
             places,
             export_dir: dir.join("exports"),
             config_file: dir.join("config.toml"),
-            quit_deadline,
             frame: Duration::from_millis(15),
-            quit: None,
+            // The quit's one timer, reporting its overrun to the loop instead of ending the
+            // test process.
+            quit: QuitCoordinator::reporting(QuitConfig {
+                drain_deadline: quit_deadline,
+                grace: Duration::ZERO,
+                hook_timeout: Duration::from_secs(1),
+            }),
             telemetry: None,
             remotes: Vec::new(),
         },

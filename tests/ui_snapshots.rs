@@ -158,8 +158,8 @@ fn long_markdown_answer_scrolled() {
     asked(&mut app);
     stream_answer(&mut app, LONG_ANSWER, 5);
     finish(&mut app, 212);
-    // Draw once so the view knows its size, then scroll up a page and three lines.
-    draw(&app, 100, 30);
+    // The terminal's size, as the event loop reports it, then up a page and three lines.
+    app.update(Msg::Resize(100, 30));
     app.update(key(KeyCode::PageUp));
     app.update(wheel(true));
     insta::assert_snapshot!(draw(&app, 100, 30));
@@ -237,6 +237,20 @@ fn cpu_backend_panels() {
         app.update(Msg::Host(host(Some(cpu))));
     }
     insta::assert_snapshot!(draw(&app, 140, 36));
+}
+
+/// A machine without a GPU, in a terminal too narrow for the diagnostics column: the header says
+/// the watchdog watches the CPU (no "GPU OK", no device queue).
+#[test]
+fn narrow_80x24_on_the_cpu() {
+    let mut app = loaded_cpu_app();
+    worker(&mut app, Event::Watchdog(cpu_watchdog()));
+    let screen = draw(&app, 80, 24);
+    let text = screen.to_string();
+    let header = text.lines().next().unwrap_or_default().to_string();
+    assert!(header.contains("CPU OK"), "{header}");
+    assert!(!header.contains("GPU"), "{header}");
+    insta::assert_snapshot!(screen);
 }
 
 /// On the CPU with a conversation going: the Arena panel tells the fixed weights from the live

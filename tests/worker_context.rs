@@ -28,7 +28,7 @@ fn start(n_ctx: usize, fail_on: &'static [usize]) -> WorkerHandle {
             seed: 5,
         }),
         default_model: Box::new(|_| Err("no default model in this test".into())),
-        backend: Box::new(move |_watch| {
+        backend: Box::new(move |_watch, _, _| {
             let n = calls.fetch_add(1, Ordering::SeqCst) + 1;
             if fail_on.contains(&n) {
                 return Err(format!("the device refused allocation number {n}"));

@@ -7,11 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crossterm::event::EventStream;
-use futures_util::StreamExt;
 use ratatui::Terminal;
 use ratatui::backend::CrosstermBackend;
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
 use super::chat_args::ChatArgs;
 use super::config::{self, Config};
@@ -20,7 +18,8 @@ use super::event_loop::{Inputs, LoopIo, draw, event_loop};
 use super::logging::{self, LogGuard};
 use super::quit::QuitCoordinator;
 use super::shutdown::{self, Ending};
-use super::terminal::{TerminalGuard, restore_terminal, terminal_gone};
+use super::signals;
+use super::terminal::{TerminalGuard, restore_terminal, spawn_input};
 use super::transcript::{self, Transcript};
 use crate::app::exit_code;
 use crate::model::protocol::Command;
@@ -41,6 +40,10 @@ pub struct WorkerConfig {
     pub device: Option<u32>,
     /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
     pub graphs: bool,
+    /// Most tokens per forward step of a prompt (`-b`).
+    pub n_batch: usize,
+    /// Element type of the KV cache (`--kv-type`).
+    pub kv_type: crate::gpu::compute::KvType,
     pub sampler: crate::model::protocol::SamplerConfig,
     pub system_prompt: String,
     pub ctx_discard: u8,
@@ -50,6 +53,18 @@ pub struct WorkerConfig {
     pub fetch: config::FetchConfig,
     /// How often a remote engine's panels are read (the telemetry interval).
     pub remote_poll: Duration,
+}
+
+impl WorkerConfig {
+    /// The chat's flags that set the worker alone (no config key): `-b`, `--kv-type`.
+    pub fn apply_flags(&mut self, args: &ChatArgs) {
+        if let Some(b) = args.batch_size {
+            self.n_batch = b;
+        }
+        if let Some(k) = args.kv_type {
+            self.kv_type = k;
+        }
+    }
 }
 
 /// Everything `run_chat` needs: the flags, and where hipscope keeps its files.
@@ -126,6 +141,8 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         n_gpu_layers: config.n_gpu_layers,
         device: config.device,
         graphs: config.graphs,
+        n_batch: crate::model::loader::LoadOptions::default().n_batch,
+        kv_type: crate::gpu::compute::KvType::default(),
         sampler: config.sampler.clone(),
         system_prompt: config.system_prompt.clone(),
         ctx_discard: config.ctx_discard,
@@ -268,6 +285,15 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         app.update(Msg::Notice { text, error });
     }
 
+    // `--trace`: a file that cannot be written is said before the terminal is taken.
+    if let Some(p) = &opts.args.trace {
+        if let Err(e) = crate::gpu::trace::start_file(p) {
+            eprintln!("hipscope: --trace: {e}");
+            return exit_code::USAGE;
+        }
+        app.update(Msg::Tracing(Some(p.clone())));
+    }
+
     // The terminal and the runtime come first: if either cannot be had, no worker (and no
     // device) has been started that would need a quit.
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -288,7 +314,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return exit_code::FAILED;
         }
     };
-    let mut terminal = match Terminal::new(CrosstermBackend::new(io::stdout())) {
+    let mut terminal = match Terminal::new(CrosstermBackend::new(guard.output())) {
         Ok(t) => t,
         Err(e) => {
             drop(guard);
@@ -296,8 +322,19 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             return exit_code::FAILED;
         }
     };
+    let (term_tx, term_rx) = unbounded_channel();
+    if let Err(e) = spawn_input(term_tx) {
+        drop(guard);
+        eprintln!("hipscope: cannot read the terminal: {e}");
+        return exit_code::FAILED;
+    }
 
-    let mut worker = spawn(worker_config(&config));
+    if let Some(m) = &config.model {
+        signals::note_mapped_file(m);
+    }
+    let mut wc = worker_config(&config);
+    wc.apply_flags(&opts.args);
+    let mut worker = spawn(wc);
     if app.system_prompt != config.system_prompt {
         let _ = worker
             .commands
@@ -309,19 +346,21 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
 
     // A panic in the loop does not come back here: the panic hook restores the terminal, prints
     // the message and leaves with `_exit`, so that the worker's device is never waited on.
+    // A signal starts the quit's deadline on the signal thread, stops the worker's computation at
+    // once and tells the loop, which asks the worker to quit.
+    let (sig_tx, sig_rx) = unbounded_channel();
+    let interrupt = worker.interrupt.clone();
+    quit.set_interrupt_handler(move |name| {
+        interrupt.store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = sig_tx.send(name);
+    });
+    let q = quit.clone();
+    if let Err(e) = signals::listen(move |name| q.signal(name)) {
+        tracing::warn!("cannot listen for SIGINT/SIGTERM/SIGHUP: {e}");
+    }
+    let mut clipboard = guard.output();
+
     let ending = runtime.block_on(async {
-        let (term_tx, term_rx) = unbounded_channel();
-        tokio::spawn(async move {
-            let mut stream = EventStream::new();
-            while let Some(ev) = stream.next().await {
-                if term_tx.send(ev).is_err() {
-                    break;
-                }
-            }
-        });
-        let (sig_tx, sig_rx) = unbounded_channel();
-        forward_signals(sig_tx, &quit);
-        let mut stdout = io::stdout();
         draw(&mut terminal, &app);
         if crate::gpu::fault::active() == Some(crate::gpu::fault::Fault::Panic) {
             // Fault injection for the end-to-end tests: a panic with the screen up.
@@ -329,7 +368,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         }
         let io = LoopIo {
             transcript: &mut transcript,
-            clipboard: &mut stdout,
+            clipboard: &mut clipboard,
             places: Places::from_env(
                 Some(opts.dirs.cache.clone()),
                 config.models.search_paths.clone(),
@@ -337,9 +376,8 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
             ),
             export_dir: opts.dirs.data.join("exports"),
             config_file: config_path.clone(),
-            quit_deadline: config.quit.deadline(),
             frame: Duration::from_secs_f64(1.0 / f64::from(config.ui.fps.max(1))),
-            quit: Some(quit.clone()),
+            quit: quit.clone(),
             telemetry: Some(crate::gpu::telemetry::interval(
                 config.telemetry.interval_ms,
             )),
@@ -358,14 +396,12 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
         .await
     });
     drop(guard);
-    // A terminal that went away cannot show the cursor again, and ratatui's drop would say so
-    // with `eprintln!`, which panics on a closed terminal: not dropped then.
-    if terminal_gone() {
-        std::mem::forget(terminal);
-    } else {
-        drop(terminal);
-    }
+    // After the restore nothing reaches the terminal (the writer takes no more): ratatui's drop,
+    // which shows the cursor, writes nothing.
+    drop(terminal);
     transcript.sync();
+    // The timeline file (`--trace`, `/trace on`) gets its closing bracket.
+    super::cmd::model_args::stop_trace();
     match ending {
         Ending::Exited(code) => {
             tracing::info!("worker exited with code {code}");
@@ -404,6 +440,7 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         threads: cfg.threads as usize,
         compute: crate::gpu::compute::ComputeOptions {
             graphs: cfg.graphs,
+            kv: cfg.kv_type,
             ..Default::default()
         },
     };
@@ -434,9 +471,16 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
                 })
         }),
         // Which backend and why reaches the GPU panel through the device summary's reason.
-        backend: Box::new(move |watch| crate::gpu::open::open(&request, watch).map(|(b, _)| b)),
+        backend: Box::new(move |watch, needs, progress| {
+            // The kernels this model launches are compiled as the device opens; the rest at
+            // their first use.
+            let mut r = request.clone();
+            r.compute.kernels = Some(needs);
+            crate::gpu::open::open(&r, watch, progress).map(|(b, _)| b)
+        }),
         load: LoadOptions {
             n_ctx: (cfg.ctx_size > 0).then_some(cfg.ctx_size as usize),
+            n_batch: cfg.n_batch,
             sampler: cfg.sampler,
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,
@@ -450,40 +494,38 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
     worker::spawn(opts)
 }
 
-/// SIGTERM and SIGINT go through the quit coordinator's signal thread, which leaves the process
-/// on the second one even if this thread is stuck; the first is passed on to the loop (a quit,
-/// as if the user asked) and starts the coordinator's backstop timer. SIGHUP (the terminal
-/// closed) is read here. The terminal is in raw mode, so Ctrl-C arrives as a key, not SIGINT.
-fn forward_signals(tx: UnboundedSender<&'static str>, quit: &Arc<QuitCoordinator>) {
-    #[cfg(unix)]
-    {
-        let handler_tx = tx.clone();
-        let q = Arc::downgrade(quit);
-        quit.set_interrupt_handler(move || {
-            let _ = handler_tx.send("SIGTERM/SIGINT");
-            if let Some(q) = q.upgrade() {
-                q.begin();
-            }
-        });
-        if let Err(e) = quit.install_signal_handlers() {
-            tracing::warn!("cannot listen for SIGTERM/SIGINT: {e}");
-        }
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::hangup()) {
-            Ok(mut s) => {
-                tokio::spawn(async move {
-                    while s.recv().await.is_some() {
-                        if tx.send("SIGHUP").is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-            Err(e) => tracing::warn!("cannot listen for SIGHUP: {e}"),
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        chat: ChatArgs,
     }
-    #[cfg(not(unix))]
-    {
-        let _ = (tx, quit);
+
+    /// Issue 32 item 7: `-b` and `--kv-type`, as every command that runs a model takes them,
+    /// reach the worker (they were "unexpected argument").
+    #[test]
+    fn batch_size_and_kv_type_reach_the_worker() {
+        let parse = |v: &[&str]| Cli::try_parse_from(v.iter().copied());
+        let mut w = worker_config(&Config::default());
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (512, crate::gpu::compute::KvType::F16)
+        );
+        let args = parse(&["hipscope", "-b", "256", "--kv-type", "f32"])
+            .expect("parses")
+            .chat;
+        w.apply_flags(&args);
+        assert_eq!(
+            (w.n_batch, w.kv_type),
+            (256, crate::gpu::compute::KvType::F32)
+        );
+        assert!(
+            parse(&["hipscope", "-b", "0"]).is_err(),
+            "a batch of 0 tokens"
+        );
     }
 }

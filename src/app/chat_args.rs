@@ -46,6 +46,13 @@ pub struct ChatArgs {
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    /// Most tokens per forward step when processing a prompt (default 512).
+    #[arg(short = 'b', long = "batch-size", value_name = "N", allow_negative_numbers = true,
+          value_parser = super::cmd::usage::whole::<usize>(1, super::cmd::usage::MAX_CTX))]
+    pub batch_size: Option<usize>,
+    /// Element type of the KV cache: f16 (default) or f32.
+    #[arg(long, value_name = "TYPE", value_parser = parse_kv)]
+    pub kv_type: Option<crate::gpu::compute::KvType>,
     /// System prompt.
     #[arg(long = "system-prompt", visible_alias = "sys", value_name = "TEXT")]
     pub system_prompt: Option<String>,
@@ -101,6 +108,10 @@ pub struct ChatArgs {
     /// Run the GPU decode step launch by launch instead of replaying it as a graph.
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy, step and frame to FILE (Chrome trace-event JSON for
+    /// ui.perfetto.dev or chrome://tracing; also `/trace on|off`; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// More detail in the log file (-v debug, -vv trace).
     #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -190,6 +201,10 @@ impl ChatArgs {
 }
 
 pub use crate::model::split::parse_gpu_layers;
+
+fn parse_kv(s: &str) -> Result<crate::gpu::compute::KvType, String> {
+    s.parse()
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ use clap::{CommandFactory, Parser, Subcommand};
 use crate::app::chat::{ChatOptions, run_chat};
 use crate::app::chat_args::ChatArgs;
 use crate::app::cmd::usage;
+use crate::app::discover::{self, Places, names};
 use crate::app::{cmd, exit_code};
 
 #[derive(Parser, Debug)]
@@ -65,13 +66,13 @@ pub enum Commands {
 }
 
 pub fn run() -> i32 {
-    let cli = Cli::parse_from(llama_spellings(std::env::args_os()));
-    let chat = match &cli.command {
-        None => Some(&cli.chat),
+    let mut cli = Cli::parse_from(llama_spellings(std::env::args_os()));
+    let chat = match &mut cli.command {
+        None => Some(&mut cli.chat),
         Some(Commands::Chat(a)) => Some(a),
         _ => None,
     };
-    if let Some(e) = chat.and_then(|a| refuse_chat_model(a).err()) {
+    if let Some(e) = chat.and_then(|a| resolve_chat_model(a).err()) {
         // Before anything is written: no config file, no conversation, no log.
         e.exit();
     }
@@ -132,27 +133,54 @@ pub fn llama_spellings(
         .collect()
 }
 
-/// The chat's model argument, checked before anything is written: a bare word that is neither a
-/// file nor a command (`hipscope serve`) is a mistyped command, and a model file that does not
-/// exist is refused here rather than in a chat that could never load it. Both are usage errors
-/// (exit 2). The commands are clap's own list, so a command added later is never "unknown".
-fn refuse_chat_model(args: &ChatArgs) -> Result<(), clap::Error> {
-    let Some(path) = args.model_path() else {
+/// The chat's model argument, checked before anything is written: a file is taken as it is; a
+/// name that is not a file is looked up among the models discovery finds (`hipscope llama3.2`:
+/// ollama's `llama3.2:latest`) and replaced by its file; a bare word that names neither a model
+/// nor a command (`hipscope serve`) is a mistyped command; anything else is a model that is not
+/// there, with the closest names found. The failures are usage errors (exit 2). The commands are
+/// clap's own list, so a command added later is never "unknown".
+fn resolve_chat_model(args: &mut ChatArgs) -> Result<(), clap::Error> {
+    let Some(path) = args.model_path().cloned() else {
         return Ok(());
     };
     if path.exists() {
         return Ok(());
     }
     let mut cmd = Cli::command();
-    let word = path.to_string_lossy();
+    let word = path.to_string_lossy().into_owned();
+    let lookup = names::may_be_a_name(&path).then(|| {
+        let places = Places::for_names(args.config.as_deref());
+        discover::find_named(&word, &places)
+    });
+    let not_found = match lookup {
+        Some(Ok(found)) => {
+            eprintln!("hipscope: {word}: {}", found.label);
+            match (&mut args.model, &mut args.model_flag) {
+                (Some(m), _) | (None, Some(m)) => *m = found.path,
+                (None, None) => {}
+            }
+            return Ok(());
+        }
+        Some(Err(e @ names::NameError::Ambiguous { .. })) => {
+            return Err(cmd.error(ErrorKind::InvalidValue, e.to_string()));
+        }
+        Some(Err(e)) => Some(e),
+        None => None,
+    };
     let is_bare_word = args.model.is_some()
         && !word.is_empty()
-        && !word.contains(['/', '.', std::path::MAIN_SEPARATOR]);
+        && !word.contains(['/', '.', ':', std::path::MAIN_SEPARATOR]);
+    let model_hint = not_found.as_ref().map(names::NameError::hint);
     if !is_bare_word {
-        return Err(cmd.error(
-            ErrorKind::InvalidValue,
-            format!("model file not found: {}", path.display()),
-        ));
+        let msg = match &not_found {
+            Some(e) if !word.to_lowercase().ends_with(".gguf") => e.to_string(),
+            _ => format!(
+                "model file not found: {}{}",
+                path.display(),
+                model_hint.unwrap_or_default()
+            ),
+        };
+        return Err(cmd.error(ErrorKind::InvalidValue, msg));
     }
     let names: Vec<String> = cmd
         .get_subcommands()
@@ -168,8 +196,9 @@ fn refuse_chat_model(args: &ChatArgs) -> Result<(), clap::Error> {
     Err(cmd.error(
         ErrorKind::InvalidSubcommand,
         format!(
-            "unknown command '{word}' (and no file of that name): {hint}\n  \
-             (`hipscope --help` lists the commands; a model file named so is given as ./{word})"
+            "unknown command '{word}' (and no file or model of that name): {hint}\n  \
+             (`hipscope --help` lists the commands; a model file named so is given as ./{word}; \
+             F2 in the chat lists the models found)"
         ),
     ))
 }
@@ -241,15 +270,35 @@ mod tests {
         }
     }
 
-    /// The README's "Headless tools" table names every subcommand (the chat has its own
-    /// section), and every flag a row shows is one that subcommand takes.
+    /// The README's section "## Commands".
+    fn readme_commands_section() -> &'static str {
+        let readme = include_str!("../../README.md");
+        let section = &readme[readme.find("\n## Commands\n").expect("a Commands section") + 1..];
+        &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)]
+    }
+
+    /// Whether `cmd` takes `flag` as the README writes it (`-c`, `--kv-type`, `-ngl`).
+    fn takes(cmd: &clap::Command, flag: &str) -> bool {
+        let spelled = llama_spellings([std::ffi::OsString::from(flag)]);
+        let flag = spelled[0].to_str().unwrap_or_default();
+        if let Some(long) = flag.strip_prefix("--") {
+            cmd.get_arguments().any(|a| {
+                a.get_long() == Some(long)
+                    || a.get_visible_aliases().is_some_and(|v| v.contains(&long))
+            })
+        } else if let Some(short) = flag.strip_prefix('-').filter(|s| s.len() == 1) {
+            let c = short.chars().next();
+            cmd.get_arguments().any(|a| a.get_short() == c)
+        } else {
+            false
+        }
+    }
+
+    /// The README's "Commands" table names every subcommand (the chat has its own section),
+    /// and every flag a row shows is one that subcommand takes.
     #[test]
     fn readme_command_table_matches_the_program() {
-        let readme = include_str!("../../README.md");
-        let section = &readme[readme
-            .find("## Headless tools")
-            .expect("a Headless tools section")..];
-        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let section = readme_commands_section();
         let cli = Cli::command();
         let mut listed = Vec::new();
         for row in section.lines().filter(|l| l.starts_with("| `hipscope ")) {
@@ -262,15 +311,9 @@ mod tests {
             listed.push(name.to_string());
             for word in words {
                 let flag = word.trim_matches(|c| matches!(c, '[' | ']' | '(' | ')' | '\\' | '|'));
-                let takes = if let Some(long) = flag.strip_prefix("--") {
-                    cmd.get_arguments().any(|a| a.get_long() == Some(long))
-                } else if let Some(short) = flag.strip_prefix('-').filter(|s| s.len() == 1) {
-                    let c = short.chars().next();
-                    cmd.get_arguments().any(|a| a.get_short() == c)
-                } else {
-                    continue;
-                };
-                assert!(takes, "README: `hipscope {name}` has no {flag}");
+                if flag.starts_with('-') && flag.len() > 1 {
+                    assert!(takes(cmd, flag), "README: `hipscope {name}` has no {flag}");
+                }
             }
         }
         for c in cli.get_subcommands().filter(|c| !c.is_hide_set()) {
@@ -281,6 +324,77 @@ mod tests {
                     "README's table lacks `hipscope {name}`"
                 );
             }
+        }
+    }
+
+    /// The README's paragraph "Flags of every command that runs a model": every command it names
+    /// (and no command that runs a model is left out) takes every flag of its first list, and
+    /// the flags it gives the headless commands alone are theirs and not the chat's (issue 32
+    /// item 7: it promised the chat `-b` and `--synthetic`, which the chat refused).
+    #[test]
+    fn readme_model_flags_match_every_command_that_runs_a_model() {
+        let section = readme_commands_section();
+        let start = section
+            .find("**Flags of every command that runs a model**")
+            .expect("the model flags paragraph");
+        let para = &section[start..];
+        let para = &para[..para.find("\n\n").unwrap_or(para.len())];
+        let (shared, rest) = para
+            .split_once("The headless ones also take")
+            .expect("the headless commands' own flags");
+        let (headless, _) = rest
+            .split_once("the chat does not")
+            .expect("the headless flags end with \"the chat does not\"");
+        let spans = |t: &'static str| t.split('`').skip(1).step_by(2).collect::<Vec<_>>();
+        let flags = |t: &'static str| -> Vec<String> {
+            spans(t)
+                .into_iter()
+                .filter(|s| s.starts_with('-'))
+                .map(|s| s.split_whitespace().next().unwrap_or_default().to_string())
+                .collect()
+        };
+        let cli = Cli::command();
+        let (names_part, _) = shared
+            .split_once(':')
+            .expect("the commands, then the flags");
+        let named: Vec<&str> = spans(names_part)
+            .into_iter()
+            .filter(|s| cli.find_subcommand(s).is_some())
+            .collect();
+        // Every command that runs a model (it takes --synthetic) is named.
+        for c in cli.get_subcommands() {
+            if c.get_arguments().any(|a| a.get_long() == Some("synthetic")) {
+                assert!(
+                    named.contains(&c.get_name()),
+                    "README's model flags leave out `{}`",
+                    c.get_name()
+                );
+            }
+        }
+        assert!(names_part.contains("the chat"), "{names_part}");
+        let chat = cli.find_subcommand("chat").expect("chat");
+        let shared = flags(shared);
+        let headless = flags(headless);
+        assert!(
+            shared.len() >= 8 && !headless.is_empty(),
+            "{shared:?} {headless:?}"
+        );
+        for name in &named {
+            let cmd = cli.find_subcommand(name).expect("named above");
+            for f in shared.iter().chain(&headless) {
+                assert!(takes(cmd, f), "README: `hipscope {name}` has no {f}");
+            }
+        }
+        for f in &shared {
+            assert!(takes(chat, f), "README: the chat has no {f}");
+            // `hipscope -b 256` as well as `hipscope chat -b 256`.
+            assert!(takes(&cli, f), "README: `hipscope` has no {f}");
+        }
+        for f in &headless {
+            assert!(
+                !takes(chat, f),
+                "README says the chat lacks {f}, but it takes it"
+            );
         }
     }
 }

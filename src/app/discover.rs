@@ -1,12 +1,21 @@
 //! Finds GGUF model files where people keep them: hipscope's cache, llama.cpp's cache, LM
 //! Studio's model folders, ollama's blob store (named from its manifests), the Hugging Face hub
-//! cache, and the folders named in the config. Each file's header is read for the picker.
+//! cache, and the folders named in the config. Each file's header is read for the picker. A model
+//! given by name on the command line is looked up among them (`names.rs`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::model::gguf::GgufFile;
 use crate::ui::picker::{ModelEntry, ModelHeader};
+
+pub mod names;
+
+/// The model called `name` among those found in `places` (see [`names::resolve`]).
+pub fn find_named(name: &str, places: &Places) -> Result<names::Found, names::NameError> {
+    let (entries, _) = scan(&places.roots());
+    names::resolve(name, &entries)
+}
 
 /// How a root is laid out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +79,22 @@ impl Places {
             scan_defaults,
             current: None,
         }
+    }
+
+    /// Where a model named on the command line is looked up: where the picker looks, with the
+    /// search paths of the config file at `config` (default: the chat's); a file that cannot be
+    /// read is left to the command to report.
+    pub fn for_names(config: Option<&Path>) -> Places {
+        let dirs = crate::gpu::dirs::Dirs::from_env();
+        let path = config.map_or_else(|| dirs.config.join("config.toml"), Path::to_path_buf);
+        let models = crate::app::config::Config::load(&path)
+            .map(|c| c.models)
+            .unwrap_or_else(|_| crate::app::config::Config::default().models);
+        Places::from_env(
+            Some(dirs.cache),
+            models.search_paths,
+            models.scan_default_locations,
+        )
     }
 
     pub fn roots(&self) -> Vec<Root> {

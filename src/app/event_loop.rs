@@ -22,8 +22,10 @@ use super::exit_code;
 use super::quit::QuitCoordinator;
 use super::shutdown::Ending;
 use super::transcript::Transcript;
-use crate::model::protocol::{Command, Event};
+use crate::gpu::trace;
+use crate::model::protocol::{Command, Event, ModelSource};
 use crate::model::worker::WorkerHandle;
+use crate::ui::msg::TraceRequest;
 use crate::ui::{App, Effect, Msg};
 
 /// Where the loop's inputs come from.
@@ -44,15 +46,12 @@ pub struct LoopIo<'a> {
     pub export_dir: PathBuf,
     /// The config file `/set save` writes the sampler settings into.
     pub config_file: PathBuf,
-    /// How long after asking the worker to quit the app leaves without it: the chat passes
-    /// `QuitConfig::deadline()`, the same value the coordinator's timer runs on; tests, which
-    /// have no coordinator, pass a short one.
-    pub quit_deadline: Duration,
     /// Time between redraws while something changes.
     pub frame: Duration,
-    /// Started when the worker is asked to quit: its timer thread leaves the process if the
-    /// quit overruns even when this loop cannot (tests run without one).
-    pub quit: Option<Arc<QuitCoordinator>>,
+    /// The quit's deadline: started when the worker is asked to quit (or at a signal); its one
+    /// timer leaves the process if the quit overruns (tests use a reporting coordinator, whose
+    /// overrun ends the loop instead).
+    pub quit: Arc<QuitCoordinator>,
     /// The telemetry sampler's interval (`[telemetry] interval_ms`); `None`: no sampler.
     pub telemetry: Option<Duration>,
     /// The configured remote engines (`[remote.NAME]`), listed first in the model picker.
@@ -82,12 +81,18 @@ pub async fn event_loop<B: Backend>(
         }
     }
     let (found_tx, mut found_rx) = unbounded_channel();
+    // The profile while the Profile panel is shown, and the answers to `/trace`.
+    let (profile_tx, mut profile_rx) = unbounded_channel();
+    let (traced_tx, mut traced_rx) = unbounded_channel::<Msg>();
     let mut worker_open = true;
     let mut terminal_open = true;
     let mut signals_open = true;
-    let mut quit_deadline: Option<tokio::time::Instant> = None;
     let mut dirty = true;
     let mut reported_failure = false;
+    // The view lays itself out by the terminal's size (crossterm reports only changes of it).
+    if let Ok(s) = terminal.size() {
+        app.update(Msg::Resize(s.width, s.height));
+    }
 
     loop {
         if let Some(end) = app.worker_ended() {
@@ -116,15 +121,13 @@ pub async fn event_loop<B: Backend>(
             },
             ev = worker.events.recv(), if worker_open => match ev {
                 Some(e) => {
-                    log_event(&e);
-                    io.transcript.event(&e);
+                    note_event(&e, io.transcript);
                     msgs.push(Msg::Worker(e));
                     // Take what else is queued now, so a burst of tokens costs one redraw.
                     while msgs.len() < 256 {
                         match worker.events.try_recv() {
                             Ok(e) => {
-                                log_event(&e);
-                                io.transcript.event(&e);
+                                note_event(&e, io.transcript);
                                 msgs.push(Msg::Worker(e));
                             }
                             Err(_) => break,
@@ -137,10 +140,7 @@ pub async fn event_loop<B: Backend>(
                 }
             },
             sig = inputs.signals.recv(), if signals_open => match sig {
-                Some(name) => {
-                    tracing::info!("{name} received");
-                    msgs.push(Msg::Terminate(name));
-                }
+                Some(name) => msgs.push(Msg::Terminate(name)),
                 None => signals_open = false,
             },
             found = found_rx.recv() => {
@@ -148,12 +148,12 @@ pub async fn event_loop<B: Backend>(
                     msgs.push(Msg::Models { entries, searched });
                 }
             },
-            _ = sleep_until(quit_deadline), if quit_deadline.is_some() => {
+            _ = io.quit.overrun() => {
                 // The last frame, as the worker was left.
                 draw(terminal, app);
                 return Ending::Forced(format!(
                     "the worker did not finish quitting within {}",
-                    crate::ui::units::duration(io.quit_deadline)
+                    crate::ui::units::duration(io.quit.config().deadline())
                 ));
             },
             _ = ticker.tick() => {
@@ -162,9 +162,16 @@ pub async fn event_loop<B: Backend>(
             Some(t) = tele_rx.recv() => {
                 msgs.push(Msg::Worker(Event::Telemetry(t)));
             },
+            Some(p) = profile_rx.recv() => {
+                msgs.push(Msg::Profile(p));
+            },
+            Some(m) = traced_rx.recv() => {
+                msgs.push(m);
+            },
             _ = hangup_check.tick() => {
                 // A terminal that went away without SIGHUP (the pty closed) reads EOF or EIO
-                // forever: that is a quit.
+                // forever: that is a quit. (The input thread ends on it too; this is the
+                // backstop should that thread be caught in crossterm's reader.)
                 if terminal_open && super::terminal::terminal_gone() {
                     tracing::info!("the terminal went away");
                     terminal_open = false;
@@ -185,11 +192,14 @@ pub async fn event_loop<B: Backend>(
                 match effect {
                     Effect::Send(cmd) => {
                         io.transcript.command(&cmd);
-                        if let Command::Quit { .. } = cmd {
-                            quit_deadline = Some(tokio::time::Instant::now() + io.quit_deadline);
-                            if let Some(q) = &io.quit {
-                                q.begin();
+                        match &cmd {
+                            Command::Quit { .. } => {
+                                io.quit.begin();
                             }
+                            Command::LoadModel(ModelSource::File(path)) => {
+                                super::signals::note_mapped_file(path);
+                            }
+                            _ => {}
                         }
                         // A stop or a quit also stops a prompt between batches and layers; a
                         // new request lowers the flag first (same thread, so in order).
@@ -253,6 +263,19 @@ pub async fn event_loop<B: Backend>(
                         let names = discover::complete_path(&typed);
                         app.update(Msg::Paths { typed, names });
                     }
+                    Effect::Trace(req) => {
+                        let tx = traced_tx.clone();
+                        let profile = profile_tx.clone();
+                        let device = app.device().cloned();
+                        let dir = io.export_dir.clone();
+                        // The collector answers within a bounded wait, and closing a file
+                        // writes what is left: off the UI thread.
+                        tokio::task::spawn_blocking(move || {
+                            for m in carry_out_trace(req, profile, device.as_ref(), &dir) {
+                                let _ = tx.send(m);
+                            }
+                        });
+                    }
                     Effect::ForceExit => {
                         draw(terminal, app);
                         return Ending::Forced("a second Ctrl-C during the quit".into());
@@ -270,32 +293,91 @@ pub async fn event_loop<B: Backend>(
         // Terminal input redraws at once; worker events wait for the next tick, so that a burst
         // of tokens costs one frame. Spinners and progress bars redraw on every tick.
         let animating = app.generation.is_busy() || !app.progress.is_empty() || app.is_quitting();
-        if draw_now || (ticked && (dirty || animating)) {
-            draw(terminal, app);
+        if (draw_now || (ticked && (dirty || animating))) && draw(terminal, app) {
             dirty = false;
         }
     }
 }
 
-async fn sleep_until(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => std::future::pending().await,
+/// Starts or stops what `/trace` and the Profile panel ask for; returns what to tell the view.
+fn carry_out_trace(
+    req: TraceRequest,
+    profile: UnboundedSender<crate::gpu::trace::ProfileSnapshot>,
+    device: Option<&crate::gpu::snapshot::DeviceSummary>,
+    export_dir: &std::path::Path,
+) -> Vec<Msg> {
+    let notice = |text: String, error: bool| Msg::Notice { text, error };
+    match req {
+        TraceRequest::Profile(true) => {
+            trace::set_bandwidth(device.and_then(super::cmd::bench::known_bandwidth));
+            trace::enable_profile(
+                trace::profile::DEFAULT_STEPS,
+                Some(Box::new(move |s| {
+                    let _ = profile.send(s);
+                })),
+            );
+            Vec::new()
+        }
+        TraceRequest::Profile(false) => {
+            trace::disable_profile();
+            Vec::new()
+        }
+        TraceRequest::FileOn(path) => {
+            let path = path.unwrap_or_else(|| {
+                let secs = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                export_dir.join(format!("hipscope-trace-{secs}.json"))
+            });
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty())
+                && let Err(e) = std::fs::create_dir_all(parent)
+            {
+                return vec![notice(format!("/trace: {}: {e}", parent.display()), true)];
+            }
+            match trace::start_file(&path) {
+                Ok(()) => vec![
+                    notice(
+                        format!(
+                            "tracing every op to {} (/trace off stops it; open it in \
+                             ui.perfetto.dev or chrome://tracing)",
+                            path.display()
+                        ),
+                        false,
+                    ),
+                    Msg::Tracing(Some(path)),
+                ],
+                Err(e) => vec![notice(format!("/trace: {e}"), true)],
+            }
+        }
+        TraceRequest::FileOff => match trace::stop_file() {
+            Ok((path, events)) => vec![
+                notice(
+                    format!(
+                        "trace: {events} events in {} (open it in ui.perfetto.dev or \
+                         chrome://tracing)",
+                        path.display()
+                    ),
+                    false,
+                ),
+                Msg::Tracing(None),
+            ],
+            Err(e) => vec![notice(format!("/trace off: {e}"), true), Msg::Tracing(None)],
+        },
     }
 }
 
-/// Draws one frame of `app`; a failure is logged (the next frame tries again).
-pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) {
-    // One frame at a time against `restore_terminal` (the hard exit's, on another thread): no
-    // frame, and no hidden cursor, lands on the terminal after it was given back.
-    let out = std::io::stdout();
-    let _frame = out.lock();
-    if !super::terminal::draw_allowed() {
-        return;
+/// Draws one frame of `app`, unless the terminal has not yet taken the last one (it does not
+/// read: the frame is skipped, the view stays dirty and the next tick tries again). Returns
+/// whether it drew; a failure is logged (the next frame tries again).
+pub fn draw<B: Backend>(terminal: &mut Terminal<B>, app: &App) -> bool {
+    let _frame_slice = trace::slice(trace::TrackId::UI, "frame");
+    if !super::terminal_out::frame_ready() {
+        return false;
     }
     if let Err(e) = terminal.draw(|f| crate::ui::render(app, f)) {
         tracing::warn!("drawing failed: {e:?}");
     }
+    true
 }
 
 fn command_name(c: &Command) -> &'static str {
@@ -311,6 +393,18 @@ fn command_name(c: &Command) -> &'static str {
         Command::LoadModel(_) => "load model",
         Command::Quit { .. } => "quit",
     }
+}
+
+/// What the loop keeps of a worker's event besides the view: the transcript's record, the mapped
+/// model file for a fault's message, and the log's line.
+fn note_event(e: &Event, transcript: &mut Transcript) {
+    if let Event::ModelLoaded { model, .. } = e
+        && let Some(p) = &model.path
+    {
+        super::signals::note_mapped_file(p);
+    }
+    log_event(e);
+    transcript.event(e);
 }
 
 /// What the log keeps of the worker's events at the default level: models loaded and every
@@ -329,6 +423,7 @@ fn log_event(e: &Event) {
             device.backend
         ),
         Event::Error { context, message } => tracing::error!("{context}: {message}"),
+        Event::Notice { context, message } => tracing::warn!("{context}: {message}"),
         _ => {}
     }
 }

@@ -17,7 +17,9 @@ pub mod remote_config;
 pub mod serve;
 pub mod serve_view;
 pub mod shutdown;
+pub mod signals;
 pub mod terminal;
+pub mod terminal_out;
 pub mod transcript;
 
 /// Runs the program and returns its exit code.

@@ -10,6 +10,12 @@
 //! runtime's fat-binary unregistration waits on every stream without a limit (pytorch#160759,
 //! ROCm/TheRock#999) — can keep the process alive.
 //!
+//! The deadline: one timer thread, started by [`QuitCoordinator::begin`] — from the signal
+//! thread (`app/signals.rs`) at a signal, whatever the UI thread is doing, or from the event loop
+//! when it asks the worker to quit. Nothing on the way out waits on the terminal without a
+//! limit: the screen's restore waits only while the terminal reads, messages go to stderr with
+//! [`eprint_bounded`].
+//!
 //! Panics: the coordinator's panic hook is the process's only one. It restores the terminal,
 //! prints the message on the normal screen and takes the hard path with code 101.
 //!
@@ -22,6 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::terminal;
+use super::terminal_out::eprint_bounded;
 use crate::app::exit_code::{self, HARD as EXIT_HARD, OK as EXIT_OK, PANIC as EXIT_PANIC};
 use crate::gpu::handle::TeardownOutcome;
 use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
@@ -30,21 +37,20 @@ use crate::gpu::snapshot::{QuitStep, QuitStepStatus};
 /// same value the coordinator runs on.
 pub use crate::model::protocol::QuitConfig;
 
-/// What an interrupt did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Interrupt {
-    /// The first: a graceful quit was requested.
-    Graceful,
-}
-
 type Hook = Box<dyn FnOnce() + Send>;
+type SignalHandler = Box<dyn Fn(&'static str) + Send + Sync>;
 
 /// Coordinates leaving the process. Shared (`Arc`) between the UI loop, the signal thread and
 /// the quit timer; holds no GPU state.
 pub struct QuitCoordinator {
     cfg: QuitConfig,
+    /// Whether the timer ends the process at the deadline (false only for tests of the loop,
+    /// which are told of the overrun instead).
+    exits_at_deadline: bool,
+    /// Told when the deadline passed (the event loop waits on it).
+    overrun: tokio::sync::Notify,
     hooks: Mutex<Vec<(String, Hook)>>,
-    on_interrupt: Mutex<Option<Box<dyn Fn() + Send + Sync>>>,
+    on_signal: Mutex<Option<SignalHandler>>,
     /// Printed last on the hard path (the chat: where the conversation is saved).
     hard_exit_note: Mutex<Option<String>>,
     /// Set while exit hooks run: a panic in one is caught there and must not start a second exit.
@@ -57,10 +63,22 @@ pub struct QuitCoordinator {
 
 impl QuitCoordinator {
     pub fn new(cfg: QuitConfig) -> Arc<QuitCoordinator> {
+        Self::with(cfg, true)
+    }
+
+    /// A coordinator whose deadline only reports the overrun ([`QuitCoordinator::overrun`]) and
+    /// never ends the process: for tests that run the event loop inside the test process.
+    pub fn reporting(cfg: QuitConfig) -> Arc<QuitCoordinator> {
+        Self::with(cfg, false)
+    }
+
+    fn with(cfg: QuitConfig, exits_at_deadline: bool) -> Arc<QuitCoordinator> {
         Arc::new(QuitCoordinator {
             cfg,
+            exits_at_deadline,
+            overrun: tokio::sync::Notify::new(),
             hooks: Mutex::new(Vec::new()),
-            on_interrupt: Mutex::new(None),
+            on_signal: Mutex::new(None),
             hard_exit_note: Mutex::new(None),
             in_hooks: AtomicBool::new(false),
             interrupts: AtomicU32::new(0),
@@ -83,43 +101,29 @@ impl QuitCoordinator {
             .push((name.to_string(), Box::new(f)));
     }
 
-    /// What the first interrupt does (typically: send `Command::Quit` to the worker).
-    pub fn set_interrupt_handler(&self, f: impl Fn() + Send + Sync + 'static) {
-        *self.on_interrupt.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
+    /// What a signal does besides starting the deadline, given the signal's name (the chat:
+    /// raise the worker's interrupt and tell the event loop, which asks the worker to quit).
+    pub fn set_interrupt_handler(&self, f: impl Fn(&'static str) + Send + Sync + 'static) {
+        *self.on_signal.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(f));
     }
 
-    /// Ctrl-C (key or SIGINT) and SIGTERM come here: the first asks for a graceful quit, the
-    /// second forces the hard exit at once.
-    pub fn interrupt(&self) -> Interrupt {
-        let n = self.interrupts.fetch_add(1, Ordering::AcqRel) + 1;
-        if n >= 2 {
+    /// A quit signal (`SIGINT`, `SIGTERM`, `SIGHUP`; from `app/signals.rs`): starts the quit's
+    /// deadline at once, whatever the UI thread is doing, and runs the handler. A second SIGINT
+    /// or SIGTERM forces the hard exit.
+    pub fn signal(self: &Arc<Self>, name: &'static str) {
+        tracing::info!("{name} received");
+        if name != "SIGHUP" && self.interrupts.fetch_add(1, Ordering::AcqRel) >= 1 {
             self.hard_exit("second interrupt: leaving without waiting for the GPU");
         }
+        self.begin();
         if let Some(f) = self
-            .on_interrupt
+            .on_signal
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
         {
-            f();
+            f(name);
         }
-        Interrupt::Graceful
-    }
-
-    /// Routes SIGINT and SIGTERM to [`QuitCoordinator::interrupt`] from a dedicated thread.
-    #[cfg(unix)]
-    pub fn install_signal_handlers(self: &Arc<Self>) -> std::io::Result<()> {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
-        let me = self.clone();
-        std::thread::Builder::new()
-            .name("hipscope-signals".into())
-            .spawn(move || {
-                for _ in signals.forever() {
-                    me.interrupt();
-                }
-            })?;
-        Ok(())
     }
 
     /// A line printed last when the process takes the hard path (after the reason).
@@ -156,9 +160,23 @@ impl QuitCoordinator {
                 tracing::error!("thread `{name}` panicked: {info}");
                 return;
             }
+            let had_screen = terminal::is_active();
             terminal::restore_terminal();
             tracing::error!("panic: {info}");
-            prev(info);
+            if had_screen {
+                // Printed by us, not the default hook: stderr is the terminal, which may not be
+                // reading, and this must not wait on it without a limit.
+                let name = std::thread::current()
+                    .name()
+                    .unwrap_or("unnamed")
+                    .to_string();
+                eprint_bounded(
+                    &format!("\r\nthread '{name}' {info}\r\n"),
+                    me.cfg.hook_timeout,
+                );
+            } else {
+                prev(info);
+            }
             if me.in_hooks.load(Ordering::Acquire) {
                 return;
             }
@@ -175,7 +193,7 @@ impl QuitCoordinator {
     }
 
     /// Starts the quit: from now on the whole quit must finish within drain deadline + grace,
-    /// or a timer thread (which makes no GPU call) takes the hard path. Returns false if a quit
+    /// or the timer thread (which makes no GPU call) takes the hard path. Returns false if a quit
     /// was already under way.
     pub fn begin(self: &Arc<Self>) -> bool {
         if self.quitting.swap(true, Ordering::AcqRel) {
@@ -195,10 +213,13 @@ impl QuitCoordinator {
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 if !finished.load(Ordering::Acquire) {
-                    me.hard_exit(&format!(
-                        "quit did not finish within {:.1} s (the worker is stuck in a GPU call)",
-                        limit.as_secs_f64()
-                    ));
+                    me.overrun.notify_one();
+                    if me.exits_at_deadline {
+                        me.hard_exit(&format!(
+                            "quit did not finish within {:.1} s (the worker is stuck in a GPU call)",
+                            limit.as_secs_f64()
+                        ));
+                    }
                 }
             });
         if spawned.is_err() {
@@ -206,6 +227,12 @@ impl QuitCoordinator {
             tracing::warn!("could not start the quit timer thread");
         }
         true
+    }
+
+    /// Resolves once a quit overran its deadline. (The chat's coordinator leaves the process at
+    /// that moment from its timer thread; the event loop's wait matters for tests.)
+    pub async fn overrun(&self) {
+        self.overrun.notified().await;
     }
 
     /// Ends the quit with the worker's outcome: clean → hooks run and the code is returned for
@@ -271,24 +298,38 @@ impl QuitCoordinator {
                 let _ = tx.send(());
             });
         let _ = rx.recv_timeout(self.cfg.hook_timeout);
-        eprintln!("hipscope: {reason}; exiting with code {code} without GPU cleanup");
+        let mut text =
+            format!("hipscope: {reason}; exiting with code {code} without GPU cleanup\n");
         if let Some(note) = self
             .hard_exit_note
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_deref()
         {
-            eprintln!("{note}");
+            text.push_str(note);
+            text.push('\n');
         }
+        eprint_bounded(&text, self.cfg.hook_timeout);
         hard_exit_now(code)
     }
 }
 
-/// Flushes stdio and ends the process without atexit handlers or destructors.
+/// Flushes stdio (for at most a second: it may be a terminal or a pipe that does not read) and
+/// ends the process without atexit handlers or destructors.
 pub fn hard_exit_now(code: i32) -> ! {
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    if std::thread::Builder::new()
+        .name("hipscope-flush".into())
+        .spawn(move || {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = std::io::stderr().flush();
+            let _ = tx.send(());
+        })
+        .is_ok()
+    {
+        let _ = rx.recv_timeout(Duration::from_secs(1));
+    }
     // SAFETY: _exit ends the process at once; nothing runs after it.
     unsafe { libc::_exit(code) }
 }
@@ -311,7 +352,6 @@ pub fn describe_step(s: &QuitStep) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
 
     #[test]
     fn a_clean_finish_runs_each_hook_once_in_order_and_returns_zero() {
@@ -332,17 +372,39 @@ mod tests {
     }
 
     #[test]
-    fn the_first_interrupt_asks_for_a_graceful_quit() {
-        let q = QuitCoordinator::new(QuitConfig::default());
-        let asked = Arc::new(AtomicUsize::new(0));
+    fn the_first_signal_starts_the_deadline_and_asks_for_a_graceful_quit() {
+        let q = QuitCoordinator::reporting(QuitConfig::default());
+        let asked = Arc::new(Mutex::new(Vec::new()));
         let a = asked.clone();
-        q.set_interrupt_handler(move || {
-            a.fetch_add(1, Ordering::SeqCst);
-        });
-        assert_eq!(q.interrupt(), Interrupt::Graceful);
-        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        q.set_interrupt_handler(move |name| a.lock().expect("lock").push(name));
+        q.signal("SIGHUP");
+        assert!(q.is_quitting(), "the deadline started");
+        assert!(!q.begin(), "the quit is under way");
+        // A SIGHUP is not an interrupt: a SIGTERM after it is still the first.
+        q.signal("SIGTERM");
+        assert_eq!(*asked.lock().expect("lock"), ["SIGHUP", "SIGTERM"]);
         // The second interrupt takes the hard path; that is tested in a child process
         // (tests/gpu_quit.rs) because it ends the process.
+    }
+
+    #[test]
+    fn a_reporting_coordinator_tells_of_the_overrun_and_leaves_the_process_alone() {
+        let q = QuitCoordinator::reporting(QuitConfig {
+            drain_deadline: Duration::from_millis(20),
+            grace: Duration::from_millis(20),
+            hook_timeout: Duration::from_millis(20),
+        });
+        let t = Instant::now();
+        assert!(q.begin());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(q.overrun());
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     #[test]

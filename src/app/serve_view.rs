@@ -47,7 +47,7 @@ pub async fn run(
         }
     };
     let mut term =
-        match ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout())) {
+        match ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(guard.output())) {
             Ok(t) => t,
             Err(e) => {
                 drop(guard);
@@ -84,7 +84,7 @@ pub async fn run(
                     let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
                     if ctrl_c {
                         // As SIGINT: the first stops serving, a second forces the exit.
-                        io.quit.interrupt();
+                        io.quit.signal("SIGINT");
                     } else if matches!(k.code, KeyCode::Char('q') | KeyCode::Esc) {
                         stop_tx.send_replace(true);
                     }
@@ -120,7 +120,7 @@ pub async fn run(
         if stopped_at.is_some_and(|t| idle || t.elapsed() > io.drain_deadline) {
             break;
         }
-        if crate::app::terminal::draw_allowed() && term.draw(|f| screen.render(f)).is_err() {
+        if crate::app::terminal_out::frame_ready() && term.draw(|f| screen.render(f)).is_err() {
             break;
         }
     }

@@ -1,11 +1,11 @@
-//! The chat's side of the synchronized quit (DESIGN.md, "Shutdown"). The worker performs the
-//! device steps and answers `Exited`; the event loop waits for that with a deadline, and a
-//! second Ctrl-C (or signal) ends the wait at once. Leaving without the worker goes through
-//! [`crate::app::quit::QuitCoordinator`]: its exit hooks restore the terminal and flush the log,
-//! then `_exit` skips the atexit handlers — the HIP runtime's fat-binary unregistration waits on
-//! every stream without a limit and never returns once the GPU is wedged (pytorch#160759,
-//! ROCm/TheRock#999). The coordinator's timer thread is the backstop for a UI thread that cannot
-//! run its own deadline (blocked writing to a suspended terminal, say).
+//! The chat's side of the synchronized quit (docs/ARCHITECTURE.md, "The quit protocol"). The
+//! worker performs the device steps and answers `Exited`; the event loop waits for that, and a
+//! second Ctrl-C (or signal) ends the wait at once. The deadline is the quit coordinator's one
+//! timer ([`crate::app::quit::QuitCoordinator::begin`]), which runs whatever the UI thread is
+//! doing. Leaving without the worker goes through the coordinator: its exit hooks restore the
+//! terminal and flush the log, then `_exit` skips the atexit handlers — the HIP runtime's
+//! fat-binary unregistration waits on every stream without a limit and never returns once the
+//! GPU is wedged (pytorch#160759, ROCm/TheRock#999).
 
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

@@ -1,28 +1,31 @@
 //! The terminal: the app's modes (raw, alternate screen, bracketed paste, mouse, kitty keyboard
 //! flags) entered by [`TerminalGuard`] and left by [`restore_terminal`] on every way out —
 //! normal exit, error, panic (the quit coordinator's panic hook), SIGTERM and the hard exit (an
-//! exit hook).
+//! exit hook); and its input, read on a thread of its own ([`spawn_input`]). Output goes through
+//! `terminal_out`'s writer thread: nothing here waits on a terminal that does not read.
 
 use std::io::{self, IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
 
 use crossterm::event::{
-    DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
-    KeyboardEnhancementFlags, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
+    EnableBracketedPaste, EnableMouseCapture, Event, KeyboardEnhancementFlags,
+    PushKeyboardEnhancementFlags,
 };
-use crossterm::terminal::{
-    EnterAlternateScreen, LeaveAlternateScreen, disable_raw_mode, enable_raw_mode,
-};
+use crossterm::terminal::{EnterAlternateScreen, disable_raw_mode, enable_raw_mode};
+use tokio::sync::mpsc::UnboundedSender;
+
+use super::terminal_out::{self, TermOut};
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
-/// Set once an active terminal was restored: nothing may be drawn on it any more (the hard exit
-/// restores it from another thread while the UI thread may still be drawing the quit screen).
-static GIVEN_BACK: AtomicBool = AtomicBool::new(false);
 
-/// What [`restore_terminal`] sends, as raw bytes for the fatal-signal handler (which may not
-/// format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen off,
-/// the cursor shown.
-const FATAL_RESTORE: &[u8] =
+/// How long leaving the screen waits for a terminal that takes no bytes at all.
+const RESTORE_PATIENCE: Duration = Duration::from_millis(500);
+
+/// What [`restore_terminal`] sends, as raw bytes (also for the fatal-signal handler, which may
+/// not format): keyboard flags popped, mouse reports, bracketed paste and the alternate screen
+/// off, the cursor shown.
+const RESTORE: &[u8] =
     b"\x1b[<1u\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1015l\x1b[?1006l\x1b[?2004l\x1b[?1049l\x1b[?25h";
 
 /// Which of stdin (bit 0) and stdout (bit 1) were the app's terminal when it started.
@@ -61,41 +64,47 @@ pub fn terminal_gone() -> bool {
 /// Puts the terminal into the app's modes; restores them when dropped (also on unwinding).
 pub struct TerminalGuard {
     mouse: bool,
+    out: TermOut,
 }
 
 impl TerminalGuard {
     pub fn enter(mouse: bool) -> io::Result<TerminalGuard> {
         // A SIGBUS (a model file truncated under its map) or SIGSEGV puts these modes back too.
-        crate::gpu::fatal_signal::arm_terminal(0, 1, FATAL_RESTORE);
+        super::signals::arm_terminal(0, 1, RESTORE);
         TERMINAL_FDS.store(
             u8::from(io::stdin().is_terminal()) | u8::from(io::stdout().is_terminal()) << 1,
             Ordering::SeqCst,
         );
+        let mut out = terminal_out::start(libc::STDOUT_FILENO)?;
         enable_raw_mode()?;
         TERMINAL_ACTIVE.store(true, Ordering::SeqCst);
-        let mut out = io::stdout();
         let setup = (|| {
-            crossterm::execute!(out, EnterAlternateScreen, EnableBracketedPaste)?;
+            crossterm::queue!(out, EnterAlternateScreen, EnableBracketedPaste)?;
             if mouse {
-                crossterm::execute!(out, EnableMouseCapture)?;
+                crossterm::queue!(out, EnableMouseCapture)?;
             }
-            Ok::<(), io::Error>(())
+            // Reports Esc and modified keys (Shift-Enter) unambiguously where the terminal
+            // speaks the kitty keyboard protocol; others ignore the request.
+            crossterm::queue!(
+                out,
+                PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
+            )?;
+            out.flush()
         })();
         if let Err(e) = setup {
             restore_terminal();
             return Err(e);
         }
-        // Reports Esc and modified keys (Shift-Enter) unambiguously where the terminal speaks
-        // the kitty keyboard protocol; others ignore the request.
-        let _ = crossterm::execute!(
-            out,
-            PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES)
-        );
-        Ok(TerminalGuard { mouse })
+        Ok(TerminalGuard { mouse, out })
     }
 
     pub fn mouse(&self) -> bool {
         self.mouse
+    }
+
+    /// A handle on the terminal's writer (the screen's backend, the clipboard).
+    pub fn output(&self) -> TermOut {
+        self.out.another()
     }
 }
 
@@ -106,36 +115,96 @@ impl Drop for TerminalGuard {
 }
 
 /// Leaves the app's terminal modes. Safe to call more than once, from any thread (the panic
-/// hook, the hard exit).
+/// hook, the hard exit). The sequences are the last bytes the writer takes (no frame after them);
+/// a terminal that does not read is waited for only while it takes bytes.
 pub fn restore_terminal() {
-    // Holding stdout waits for a frame being drawn to be finished ([`draw_allowed`]).
-    let held = io::stdout();
-    let _held = held.lock();
     if !TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }
-    GIVEN_BACK.store(true, Ordering::SeqCst);
-    crate::gpu::fatal_signal::disarm_terminal();
-    let mut out = io::stdout();
-    let _ = crossterm::execute!(
-        out,
-        PopKeyboardEnhancementFlags,
-        DisableMouseCapture,
-        DisableBracketedPaste,
-        LeaveAlternateScreen,
-        crossterm::cursor::Show
-    );
+    super::signals::disarm_terminal();
+    terminal_out::give_back(RESTORE, RESTORE_PATIENCE);
     let _ = disable_raw_mode();
-    let _ = out.flush();
-}
-
-/// Whether a frame may still be drawn: false once the terminal was given back. Ask while holding
-/// stdout's lock for the whole frame, so that a restore cannot come between the two.
-pub fn draw_allowed() -> bool {
-    !GIVEN_BACK.load(Ordering::SeqCst)
 }
 
 /// Whether the app's screen is up (between [`TerminalGuard::enter`] and the restore).
 pub fn is_active() -> bool {
     TERMINAL_ACTIVE.load(Ordering::SeqCst)
+}
+
+/// Reads the terminal's input on a thread of its own (`hipscope-input`) and sends each event on
+/// `tx`; ends, closing the channel, when the terminal hangs up or the receiver is gone.
+///
+/// crossterm's reader is entered only when poll(2) has seen input and no hang-up (or, every
+/// 100 ms, to pick up a resize): on a terminal that hung up its read loop never returns — read()
+/// gives 0 or EIO forever and neither ends the loop (crossterm 0.29,
+/// `event/source/unix/mio.rs`) — while it holds crossterm's global event lock. crossterm's
+/// `EventStream` took that lock on the UI thread, which then spun at 100% of a core and never
+/// began the quit (the chat left running after `item10` of tests/fault_injection.rs closed its
+/// terminal). Here at worst this thread spins, until the loop's own hang-up check quits.
+pub fn spawn_input(tx: UnboundedSender<io::Result<Event>>) -> io::Result<()> {
+    // crossterm reads stdin when it is a terminal, else /dev/tty: watch the same one.
+    let tty = if io::stdin().is_terminal() {
+        None
+    } else {
+        Some(std::fs::File::open("/dev/tty")?)
+    };
+    std::thread::Builder::new()
+        .name("hipscope-input".into())
+        .spawn(move || {
+            use std::os::fd::AsRawFd;
+            let input = tty.as_ref().map_or(libc::STDIN_FILENO, |f| f.as_raw_fd());
+            while !tx.is_closed() {
+                let mut fds = [
+                    libc::pollfd {
+                        fd: input,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    },
+                    libc::pollfd {
+                        fd: libc::STDOUT_FILENO,
+                        events: 0,
+                        revents: 0,
+                    },
+                ];
+                // SAFETY: poll(2) over a valid array of two pollfds.
+                let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
+                if n < 0 {
+                    if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return;
+                }
+                if fds
+                    .iter()
+                    .any(|f| f.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0)
+                {
+                    tracing::info!("the terminal hung up");
+                    return;
+                }
+                // Input was seen: give crossterm a moment for the rest of a sequence.
+                let mut wait = if n > 0 {
+                    Duration::from_millis(10)
+                } else {
+                    Duration::ZERO
+                };
+                loop {
+                    match crossterm::event::poll(wait) {
+                        Ok(true) => {
+                            let ev = crossterm::event::read();
+                            let failed = ev.is_err();
+                            if tx.send(ev).is_err() || failed {
+                                return;
+                            }
+                        }
+                        Ok(false) => break,
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                    wait = Duration::ZERO;
+                }
+            }
+        })?;
+    Ok(())
 }

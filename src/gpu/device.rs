@@ -246,6 +246,25 @@ pub trait Device: Send {
     /// # Safety
     /// `e` came from `create_event` and is not used afterwards.
     unsafe fn destroy_event(&mut self, e: RawEvent) -> Result<(), GpuError>;
+    /// An event that records when the device reached it (`hipEventCreateWithFlags(0)`,
+    /// `cuEventCreate(0)`), for the tracer only: the in-flight table's events stay without
+    /// timing. Destroyed with [`Device::destroy_event`].
+    fn create_timed_event(&mut self) -> Result<RawEvent, GpuError> {
+        Err(GpuError::InvalidArgument(format!(
+            "the {} runtime has no timed events",
+            self.kind()
+        )))
+    }
+    /// Milliseconds from timed event `start` to timed event `end`, both recorded and reached
+    /// (`hipEventElapsedTime`, `cuEventElapsedTime`; about half a microsecond's resolution).
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError> {
+        let _ = (start, end);
+        Err(GpuError::InvalidArgument(format!(
+            "the {} runtime has no timed events",
+            self.kind()
+        )))
+    }
+
     /// # Safety
     /// `e` came from `create_event` on this backend.
     unsafe fn record_event(&mut self, e: RawEvent) -> Result<(), GpuError>;

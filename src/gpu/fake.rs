@@ -17,7 +17,7 @@ use crate::gpu::device::{
     BlasAvailability, Device, DeviceInfo, DevicePtr, EventProbe, GemmF32, GpuError, MemInfo, Op,
     PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
-use crate::gpu::kernels::{KernelCompiler, kernel_names};
+use crate::gpu::kernels::{KernelCompiler, declarations};
 
 /// How the fake behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,7 +89,16 @@ struct FakeState {
     capture: Option<Vec<FakeOp>>,
     /// Instantiated graphs by handle.
     graphs: HashMap<u64, Vec<FakeOp>>,
+    /// The device's clock: each executed op advances it by its time (`op_ns`).
+    clock_ns: u64,
+    /// Time of an op by kernel name (`copy` for copies); others take `DEFAULT_OP_NS`.
+    op_ns: HashMap<String, u64>,
+    /// Timed events → the clock when the device reached them.
+    timed: HashMap<u64, Option<u64>>,
 }
+
+/// The fake's time for an op without one of its own.
+pub const DEFAULT_OP_NS: u64 = 1_000;
 
 /// Test-side handle to a fake device's state.
 #[derive(Clone)]
@@ -162,6 +171,17 @@ impl FakeControl {
 
     pub fn live_blas_handles(&self) -> u64 {
         self.lock().blas_handles
+    }
+
+    /// Makes every later run of kernel `name` (or `copy`, for copies) take `ns` on the device's
+    /// clock (timed events read that clock).
+    pub fn set_op_time(&self, name: &str, ns: u64) {
+        self.lock().op_ns.insert(name.to_string(), ns);
+    }
+
+    /// The device clock now.
+    pub fn clock_ns(&self) -> u64 {
+        self.lock().clock_ns
     }
 
     /// Graphs instantiated and not destroyed.
@@ -361,6 +381,19 @@ fn advance(s: &mut FakeState) {
 
 /// Executes one op; false if it cannot finish yet (a spinning kernel).
 fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
+    let ns = match op {
+        FakeOp::Kernel { name, .. } => s.op_ns.get(name).copied(),
+        FakeOp::Record { .. } => Some(0),
+        _ => s.op_ns.get("copy").copied(),
+    };
+    let done = run_op_inner(s, op);
+    if done {
+        s.clock_ns += ns.unwrap_or(DEFAULT_OP_NS);
+    }
+    done
+}
+
+fn run_op_inner(s: &mut FakeState, op: &FakeOp) -> bool {
     match op {
         FakeOp::H2D { dst, src, len } => {
             let mut data = vec![0u8; *len];
@@ -389,6 +422,11 @@ fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
         FakeOp::Record { event } => {
             let at = s.executed + 1;
             s.events.insert(*event, Some(at));
+            if s.timed.contains_key(event) {
+                let now = s.clock_ns;
+                s.timed.insert(*event, Some(now));
+            }
+            return true;
         }
         FakeOp::Gemm(g) => sgemm(s, g),
         FakeOp::Kernel { name, args } => return run_kernel(s, name, args),
@@ -521,15 +559,21 @@ fn kernel_widths(name: &str) -> Vec<usize> {
     }
 }
 
-/// Widths in bytes of the parameters of kernel `name` as its source declares them
-/// (`HS_TRACK_PARAMS` is a pointer and a u64; pointers and 64-bit integers take 8, the rest 4).
+/// Widths in bytes of the parameters of kernel `name` as its source declares them (literally, or
+/// in a family generated per type: `kernels::declarations`).
+#[cfg(test)]
 fn param_widths(source: &str, name: &str) -> Option<Vec<usize>> {
-    let at = source.find(&format!("HS_KERNEL void {name}("))?;
-    let rest = &source[at..];
-    let open = rest.find('(')?;
-    let close = rest.find(')')?;
+    declarations(source)
+        .into_iter()
+        .find(|d| d.name == name)
+        .map(|d| widths_of(&d.params))
+}
+
+/// Widths in bytes of a parameter list (`HS_TRACK_PARAMS` is a pointer and a u64; pointers and
+/// 64-bit integers take 8, the rest 4).
+fn widths_of(params: &str) -> Vec<usize> {
     let mut widths = Vec::new();
-    for p in rest[open + 1..close].split(',') {
+    for p in params.split(',') {
         let p = p.trim();
         if p == "HS_TRACK_PARAMS" {
             widths.extend([8, 8]);
@@ -539,7 +583,7 @@ fn param_widths(source: &str, name: &str) -> Option<Vec<usize>> {
             widths.push(4);
         }
     }
-    Some(widths)
+    widths
 }
 
 struct FakeProbe {
@@ -726,7 +770,35 @@ impl Device for FakeDevice {
         let mut s = self.lock();
         s.log.push("destroy_event".into());
         s.events.remove(&e.0);
+        s.timed.remove(&e.0);
         Ok(())
+    }
+
+    fn create_timed_event(&mut self) -> Result<RawEvent, GpuError> {
+        let mut s = self.lock();
+        fail(&mut s, "create_timed_event")?;
+        let id = s.next_event;
+        s.next_event += 1;
+        s.events.insert(id, None);
+        s.timed.insert(id, None);
+        Ok(RawEvent(id))
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError> {
+        let s = self.lock();
+        let at = |e: RawEvent| -> Result<u64, GpuError> {
+            match s.timed.get(&e.0) {
+                Some(Some(t)) => Ok(*t),
+                _ => Err(GpuError::Runtime(RuntimeError {
+                    backend: RuntimeKind::Fake,
+                    call: "eventElapsedTime",
+                    code: 600,
+                    message: "event not timed or not reached".into(),
+                })),
+            }
+        };
+        let (a, b) = (at(start)?, at(end)?);
+        Ok((b as f64 - a as f64) as f32 / 1e6)
     }
 
     unsafe fn record_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
@@ -736,6 +808,9 @@ impl Device for FakeDevice {
         s.recorded += 1;
         // Until the record op executes, the event is not reached.
         s.events.insert(e.0, Some(u64::MAX));
+        if s.timed.contains_key(&e.0) {
+            s.timed.insert(e.0, None);
+        }
         s.queue.push_back(Queued {
             op: FakeOp::Record { event: e.0 },
             started: false,
@@ -820,11 +895,10 @@ impl Device for FakeDevice {
         let mut s = self.lock();
         fail(&mut s, "load_module")?;
         let text = String::from_utf8_lossy(image);
-        let names = kernel_names(&text);
-        for n in &names {
-            if let Some(w) = param_widths(&text, n) {
-                s.signatures.insert(n.clone(), w);
-            }
+        let mut names = Vec::new();
+        for d in declarations(&text) {
+            s.signatures.insert(d.name.clone(), widths_of(&d.params));
+            names.push(d.name);
         }
         let h = s.next_handle;
         s.next_handle += 1;
@@ -1085,7 +1159,7 @@ mod tests {
     #[test]
     fn parameter_widths_come_from_the_kernel_source() {
         for src in crate::gpu::kernels::embedded_sources() {
-            for k in kernel_names(&src.text) {
+            for k in crate::gpu::kernels::kernel_names(&src.text) {
                 let parsed = param_widths(&src.text, &k).expect("signature");
                 if kernel_arity(&k).is_some() {
                     assert_eq!(parsed, kernel_widths(&k), "{k}");
@@ -1099,5 +1173,8 @@ mod tests {
             ),
             Some(vec![8, 8, 8, 8, 4])
         );
+        // A kernel generated per type by a family macro over the host's type list.
+        let family = "#define L(X) X(q4_0, 32)\n#define F(T, BL) \\\n    HS_KERNEL void hs_a_##T(HS_TRACK_PARAMS, hs_u64 n, \\\n        hs_u32 m) {}\nL(F)\n";
+        assert_eq!(param_widths(family, "hs_a_q4_0"), Some(vec![8, 8, 8, 4]));
     }
 }

@@ -1,26 +1,39 @@
-//! Kernel sources, run-time compilation and the on-disk cache of compiled code objects.
+//! Kernel sources, their compile units, run-time compilation and the on-disk cache of compiled
+//! code objects.
 //!
-//! `kernels/*.hip` are embedded at build time (`HIPSCOPE_KERNELS=DIR` overrides them for work on
-//! kernels) and compiled, behind one prelude (`kernels/prelude.h`), by hiprtc with an explicit
-//! `--offload-arch` or by nvrtc for an `sm_XX`. Compiled objects are cached under the user's cache
-//! directory keyed by backend, arch, compiler version, options and source hash.
-//!
-//! hiprtc can abort the process on targets its LLVM does not know, so HIP compiles run in a child
-//! process (`hipscope __compile-kernels`, see [`run_compile_child`]); a crash there becomes a
-//! [`GpuError::CompilerCrashed`] naming the arch and the kernel it died on.
+//! `kernels/*.hip` and the headers they share (`kernels/*.h`) are embedded at build time
+//! (`HIPSCOPE_KERNELS=DIR` overrides them for work on kernels). A compile unit is one source with
+//! the prelude (`kernels/prelude.h`), its headers ([`INCLUDES`]) and, for the sources whose
+//! kernels are generated per weight type, the type lists the host defines for it
+//! (`compute/plan.rs`: `infer_matvec.q4_0` holds Q4_0's kernels only), so that a model compiles
+//! what it launches and nothing else. Units are compiled by hiprtc with an explicit
+//! `--offload-arch` or by nvrtc for an `sm_XX`, each in a child process where the mode asks for
+//! it (`pool.rs`: several at once, a crash naming its unit), and cached (`cache.rs`) keyed by
+//! backend, arch, compiler version, options and the unit's full text.
 
 use std::borrow::Cow;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-use sha2::{Digest, Sha256};
 
 use crate::gpu::device::{GpuError, RuntimeKind};
 
+mod cache;
+mod names;
+mod pool;
+
+pub use cache::KernelCache;
+pub use names::{KernelDecl, declarations, kernel_names};
+
 /// Prepended to every kernel source.
 pub const PRELUDE: &str = include_str!("../../kernels/prelude.h");
+
+/// The headers the sources share: (file name, text). Every `kernels/*.h` but the prelude.
+pub const HEADERS: &[(&str, &str)] = &[
+    ("attention.h", include_str!("../../kernels/attention.h")),
+    ("dequant.h", include_str!("../../kernels/dequant.h")),
+    ("mma.h", include_str!("../../kernels/mma.h")),
+    ("vecdot.h", include_str!("../../kernels/vecdot.h")),
+];
 
 /// The sources shipped in the binary: (name, text). Every file in `kernels/` ending in `.hip`.
 pub const EMBEDDED: &[(&str, &str)] = &[
@@ -28,9 +41,14 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ("checksum", include_str!("../../kernels/checksum.hip")),
     ("fill", include_str!("../../kernels/fill.hip")),
     ("gemm", include_str!("../../kernels/gemm.hip")),
+    ("gemm_moe", include_str!("../../kernels/gemm_moe.hip")),
     (
         "infer_attention",
         include_str!("../../kernels/infer_attention.hip"),
+    ),
+    (
+        "infer_attention_tiled",
+        include_str!("../../kernels/infer_attention_tiled.hip"),
     ),
     (
         "infer_dequant",
@@ -46,122 +64,161 @@ pub const EMBEDDED: &[(&str, &str)] = &[
     ),
     ("infer_moe", include_str!("../../kernels/infer_moe.hip")),
     ("infer_ops", include_str!("../../kernels/infer_ops.hip")),
+    ("sgemm", include_str!("../../kernels/sgemm.hip")),
     ("spin", include_str!("../../kernels/spin.hip")),
 ];
 
-/// One kernel source file (a module: it may define several kernels).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelSource {
-    /// The file stem: `gemm` for `kernels/gemm.hip`.
-    pub name: String,
-    pub text: Cow<'static, str>,
-    /// Another source's device code compiled before this one, its kernels left out ([`USES`]).
-    pub uses: Option<(String, Cow<'static, str>)>,
-}
-
-/// (source, the one it uses, the macro that leaves the used one's kernels out): `infer_moe` takes
-/// `infer_matvec`'s row-dot routine, `gemm` the element functions of `infer_dequant`.
-pub const USES: &[(&str, &str, &str)] = &[
-    ("infer_moe", "infer_matvec", "HS_MV_TEMPLATES_ONLY"),
-    ("gemm", "infer_dequant", "HS_DQ_TEMPLATES_ONLY"),
+/// The headers each source is compiled with, in this order, after the prelude (as ggml's
+/// `vecdotq.cuh` serves both `mmvq.cu` and `mmq.cuh`).
+pub const INCLUDES: &[(&str, &[&str])] = &[
+    ("infer_attention", &["attention.h"]),
+    ("infer_attention_tiled", &["attention.h"]),
+    ("infer_matvec", &["vecdot.h"]),
+    ("infer_dequant", &["dequant.h"]),
+    ("gemm", &["mma.h"]),
+    ("gemm_moe", &["dequant.h", "mma.h"]),
 ];
 
-impl KernelSource {
-    /// The text handed to the compiler: the prelude, then the file with its own line numbers.
-    pub fn full_text(&self) -> String {
-        let uses = match &self.uses {
-            Some((name, text)) => {
-                let guard = USES.iter().find(|u| u.0 == self.name).map_or("", |u| u.2);
-                format!("#define {guard}\n#line 1 \"{name}.hip\"\n{text}\n#undef {guard}\n")
+/// One kernel source file or header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSource {
+    /// The file stem of a source (`gemm` for `kernels/gemm.hip`), a header's file name
+    /// (`vecdot.h`).
+    pub name: String,
+    pub text: Cow<'static, str>,
+}
+
+/// The kernel sources and headers a process compiles from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelSources {
+    pub files: Vec<KernelSource>,
+    pub headers: Vec<KernelSource>,
+}
+
+/// One compile unit: what the compiler is handed, whole, and the name its code object and cache
+/// entry go by (`gemm`, `infer_matvec.q4_0`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelUnit {
+    pub name: String,
+    /// The prelude, the source's headers, the host's definitions and the source, with `#line`
+    /// markers so that a compiler error names the file and line it is in.
+    pub text: String,
+}
+
+impl KernelUnit {
+    /// The source file the unit compiles (`infer_matvec` for `infer_matvec.q4_0`).
+    pub fn source(&self) -> &str {
+        self.name.split('.').next().unwrap_or(&self.name)
+    }
+
+    /// The kernels the unit defines.
+    pub fn kernels(&self) -> Vec<String> {
+        kernel_names(&self.text)
+    }
+}
+
+impl KernelSources {
+    /// `HIPSCOPE_KERNELS=DIR` if set (its `*.hip` and `*.h`), else the embedded ones.
+    pub fn load() -> Result<KernelSources, GpuError> {
+        match std::env::var_os("HIPSCOPE_KERNELS") {
+            Some(dir) if !dir.is_empty() => KernelSources::from_dir(Path::new(&dir)),
+            _ => Ok(KernelSources::embedded()),
+        }
+    }
+
+    pub fn embedded() -> KernelSources {
+        let own = |(n, t): &(&str, &'static str)| KernelSource {
+            name: n.to_string(),
+            text: Cow::Borrowed(*t),
+        };
+        KernelSources {
+            files: EMBEDDED.iter().map(own).collect(),
+            headers: HEADERS.iter().map(own).collect(),
+        }
+    }
+
+    pub fn from_dir(dir: &Path) -> Result<KernelSources, GpuError> {
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| GpuError::Io { path, source }
+        };
+        let mut files = Vec::new();
+        let mut headers = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(io(dir))? {
+            let p = e.map_err(io(dir))?.path();
+            let (Some(ext), Some(stem), Some(file)) = (
+                p.extension().and_then(|x| x.to_str()),
+                p.file_stem().and_then(|s| s.to_str()),
+                p.file_name().and_then(|s| s.to_str()),
+            ) else {
+                continue;
+            };
+            let text = || std::fs::read_to_string(&p).map_err(io(&p));
+            match ext {
+                "hip" => files.push(KernelSource {
+                    name: stem.to_string(),
+                    text: Cow::Owned(text()?),
+                }),
+                // The prelude comes from the binary: it is part of the host's contract.
+                "h" if file != "prelude.h" => headers.push(KernelSource {
+                    name: file.to_string(),
+                    text: Cow::Owned(text()?),
+                }),
+                _ => {}
             }
-            None => String::new(),
-        };
-        format!(
-            "{PRELUDE}\n{uses}#line 1 \"{}.hip\"\n{}",
-            self.name, self.text
-        )
-    }
-}
-
-/// Hands each source in [`USES`] the text of the one it uses.
-fn link_uses(mut sources: Vec<KernelSource>) -> Vec<KernelSource> {
-    for (user, used, _) in USES {
-        let text = sources
-            .iter()
-            .find(|s| s.name == *used)
-            .map(|s| s.text.clone());
-        if let (Some(text), Some(s)) = (text, sources.iter_mut().find(|s| s.name == *user)) {
-            s.uses = Some((used.to_string(), text));
         }
+        files.sort_by(|a, b| a.name.cmp(&b.name));
+        headers.sort_by(|a, b| a.name.cmp(&b.name));
+        if files.is_empty() {
+            return Err(GpuError::InvalidArgument(format!(
+                "HIPSCOPE_KERNELS={} holds no .hip files",
+                dir.display()
+            )));
+        }
+        Ok(KernelSources { files, headers })
     }
-    sources
+
+    pub fn get(&self, name: &str) -> Option<&KernelSource> {
+        self.files.iter().find(|s| s.name == name)
+    }
+
+    /// The unit of source `name`: `variant` names it (`q4_0`: `infer_matvec.q4_0`), `defines`
+    /// are the lines the host writes before the source (a typed source's type lists).
+    pub fn unit(
+        &self,
+        name: &str,
+        variant: Option<&str>,
+        defines: &str,
+    ) -> Result<KernelUnit, GpuError> {
+        let src = self
+            .get(name)
+            .ok_or_else(|| GpuError::InvalidArgument(format!("no kernel source {name}.hip")))?;
+        let mut text = format!("{PRELUDE}\n");
+        let includes = INCLUDES
+            .iter()
+            .find(|i| i.0 == name)
+            .map_or(&[][..], |i| i.1);
+        for h in includes {
+            let header = self.headers.iter().find(|x| x.name == *h).ok_or_else(|| {
+                GpuError::InvalidArgument(format!("{name}.hip needs the header {h}, not found"))
+            })?;
+            text.push_str(&format!("#line 1 \"{h}\"\n{}\n", header.text));
+        }
+        let unit = match variant {
+            Some(v) => format!("{name}.{v}"),
+            None => name.to_string(),
+        };
+        if !defines.is_empty() {
+            text.push_str(&format!("// unit {unit}\n{defines}\n"));
+        }
+        text.push_str(&format!("#line 1 \"{name}.hip\"\n{}", src.text));
+        Ok(KernelUnit { name: unit, text })
+    }
 }
 
-/// The kernel sources: `HIPSCOPE_KERNELS=DIR` if set (its `*.hip`), else the embedded ones.
-pub fn sources() -> Result<Vec<KernelSource>, GpuError> {
-    match std::env::var_os("HIPSCOPE_KERNELS") {
-        Some(dir) if !dir.is_empty() => sources_from_dir(Path::new(&dir)),
-        _ => Ok(embedded_sources()),
-    }
-}
-
+/// The embedded `.hip` sources (the files themselves, for checks that read them).
 pub fn embedded_sources() -> Vec<KernelSource> {
-    link_uses(
-        EMBEDDED
-            .iter()
-            .map(|(n, t)| KernelSource {
-                name: n.to_string(),
-                text: Cow::Borrowed(t),
-                uses: None,
-            })
-            .collect(),
-    )
-}
-
-pub fn sources_from_dir(dir: &Path) -> Result<Vec<KernelSource>, GpuError> {
-    let io = |source| GpuError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io)? {
-        let e = e.map_err(io)?;
-        let p = e.path();
-        if p.extension().and_then(|x| x.to_str()) != Some("hip") {
-            continue;
-        }
-        let Some(stem) = p.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        let text = std::fs::read_to_string(&p).map_err(|source| GpuError::Io {
-            path: p.clone(),
-            source,
-        })?;
-        out.push(KernelSource {
-            name: stem.to_string(),
-            text: Cow::Owned(text),
-            uses: None,
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    if out.is_empty() {
-        return Err(GpuError::InvalidArgument(format!(
-            "HIPSCOPE_KERNELS={} holds no .hip files",
-            dir.display()
-        )));
-    }
-    Ok(link_uses(out))
-}
-
-/// The kernels a source defines: the names after `HS_KERNEL void`.
-pub fn kernel_names(text: &str) -> Vec<String> {
-    text.match_indices("HS_KERNEL void")
-        .filter_map(|(i, m)| {
-            let rest = text[i + m.len()..].trim_start();
-            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
-            (end > 0).then(|| rest[..end].to_string())
-        })
-        .collect()
+    KernelSources::embedded().files
 }
 
 /// A run-time kernel compiler (hiprtc, nvrtc).
@@ -176,86 +233,7 @@ pub trait KernelCompiler {
     fn compile(&self, name: &str, source: &str, arch: &str) -> Result<Vec<u8>, GpuError>;
 }
 
-/// The on-disk cache of compiled kernels. `None` root: caching off.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KernelCache {
-    root: Option<PathBuf>,
-}
-
-impl KernelCache {
-    pub fn disabled() -> KernelCache {
-        KernelCache { root: None }
-    }
-
-    pub fn at(dir: PathBuf) -> KernelCache {
-        KernelCache { root: Some(dir) }
-    }
-
-    /// `kernels/` in the cache dir (`~/.cache/hipscope/kernels`, or under `HIPSCOPE_HOME`).
-    pub fn default_location() -> KernelCache {
-        match crate::gpu::dirs::cache_dir() {
-            Some(d) => KernelCache::at(d.join("kernels")),
-            None => KernelCache::disabled(),
-        }
-    }
-
-    pub fn root(&self) -> Option<&Path> {
-        self.root.as_deref()
-    }
-
-    /// The cache key: what the compiled object depends on.
-    pub fn key(compiler_id: &str, arch: &str, options: &[String], full_source: &str) -> String {
-        let mut h = Sha256::new();
-        for part in [compiler_id, arch, &options.join(" "), full_source] {
-            h.update((part.len() as u64).to_le_bytes());
-            h.update(part.as_bytes());
-        }
-        h.finalize()[..16]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-
-    fn path(&self, backend: RuntimeKind, arch: &str, name: &str, key: &str) -> Option<PathBuf> {
-        let root = self.root.as_ref()?;
-        Some(
-            root.join(format!("{backend}-{arch}"))
-                .join(format!("{name}-{key}.co")),
-        )
-    }
-
-    pub fn load(&self, backend: RuntimeKind, arch: &str, name: &str, key: &str) -> Option<Vec<u8>> {
-        let p = self.path(backend, arch, name, key)?;
-        std::fs::read(p).ok().filter(|b| !b.is_empty())
-    }
-
-    /// Writes atomically (temp file + rename), so a crash never leaves a truncated object.
-    pub fn store(
-        &self,
-        backend: RuntimeKind,
-        arch: &str,
-        name: &str,
-        key: &str,
-        image: &[u8],
-    ) -> Result<(), GpuError> {
-        let Some(p) = self.path(backend, arch, name, key) else {
-            return Ok(());
-        };
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| GpuError::Io { path, source }
-        };
-        if let Some(dir) = p.parent() {
-            std::fs::create_dir_all(dir).map_err(io(dir))?;
-        }
-        let tmp = p.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, image).map_err(io(&tmp))?;
-        std::fs::rename(&tmp, &p).map_err(io(&p))?;
-        Ok(())
-    }
-}
-
-/// How one kernel module came to be (or not).
+/// How one compile unit came to be (or not).
 #[derive(Clone, Debug, PartialEq)]
 pub enum BuildStatus {
     Compiled {
@@ -285,36 +263,46 @@ impl KernelBuild {
     }
 }
 
-/// A compiled module, ready for `Device::load_module`.
+/// A compiled module, ready for `Device::load_module`, and the kernels it defines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CompiledModule {
     pub name: String,
     pub image: Vec<u8>,
+    pub kernels: Vec<String>,
 }
 
 /// Where compiles run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CompileMode {
+    /// One unit after another in this process.
     InProcess,
-    /// Re-exec this program (`hipscope __compile-kernels`) so a compiler abort cannot take the
-    /// app down with the terminal in raw mode.
+    /// Re-exec this program (`hipscope __compile-kernels`) so that a compiler abort cannot take
+    /// the app down with the terminal in raw mode: `jobs` children at once, each unit given at
+    /// most `timeout`.
     ChildProcess {
         exe: PathBuf,
         timeout: Duration,
+        jobs: usize,
     },
 }
 
 impl CompileMode {
-    /// The child-process mode when this program's path is known (hiprtc), else in-process.
+    /// Child processes, one per core, when this program's path is known; else in-process.
     pub fn isolated() -> CompileMode {
         match self_exe() {
             Some(exe) => CompileMode::ChildProcess {
                 exe,
                 timeout: Duration::from_secs(300),
+                jobs: default_jobs(),
             },
             None => CompileMode::InProcess,
         }
     }
+}
+
+/// Compile children to run at once: the cores this process may use.
+pub fn default_jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// This program's path: `/proc/self/exe`, or `argv[0]` where there is no /proc (a chroot).
@@ -328,110 +316,184 @@ pub fn self_exe() -> Option<PathBuf> {
     (arg0.components().count() > 1 && arg0.is_file()).then_some(arg0)
 }
 
-/// Builds every source for `arch`, from the cache where possible. Never fails as a whole: each
-/// module carries its own status.
+/// How far a compile has got: `done` of the `total` units that were not in the cache, and an
+/// estimate of the time left (`None` until a unit has finished).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompileProgress {
+    pub arch: String,
+    pub done: usize,
+    pub total: usize,
+    pub left: Option<Duration>,
+    /// Since the compile began.
+    pub elapsed: Duration,
+}
+
+impl CompileProgress {
+    /// "compiling GPU kernels for gfx1100 (first run only): 3 of 9, ~4 s left"; at the end, how
+    /// long it took.
+    pub fn describe(&self) -> String {
+        if self.done >= self.total {
+            return format!(
+                "compiled GPU kernels for {} in {:.1} s ({} units; cached for the next start)",
+                self.arch,
+                self.elapsed.as_secs_f64(),
+                self.total
+            );
+        }
+        let left = match self.left {
+            Some(d) => format!(", ~{} s left", d.as_secs_f64().ceil() as u64),
+            None => String::new(),
+        };
+        format!(
+            "compiling GPU kernels for {} (first run only): {} of {}{left}",
+            self.arch, self.done, self.total
+        )
+    }
+
+    pub fn fraction(&self) -> f32 {
+        if self.total == 0 {
+            1.0
+        } else {
+            self.done as f32 / self.total as f32
+        }
+    }
+}
+
+/// Builds `units` for `arch`, from the cache where possible, compiling the rest as `mode` says and
+/// storing them in the cache; `progress` hears of each compiled unit (not of cached ones). Never
+/// fails as a whole: each unit carries its own status.
 pub fn build_all(
     compiler: &dyn KernelCompiler,
     arch: &str,
-    sources: &[KernelSource],
+    units: &[KernelUnit],
     cache: &KernelCache,
     mode: &CompileMode,
+    progress: &mut dyn FnMut(&CompileProgress),
 ) -> Vec<KernelBuild> {
+    let build = |u: &KernelUnit, status| KernelBuild {
+        name: u.name.clone(),
+        arch: arch.to_string(),
+        status,
+        image: None,
+    };
     if let Err(e) = compiler.check_target(arch) {
-        return sources
+        return units
             .iter()
-            .map(|s| KernelBuild {
-                name: s.name.clone(),
-                arch: arch.to_string(),
-                status: BuildStatus::Refused(e.to_string()),
-                image: None,
-            })
+            .map(|u| build(u, BuildStatus::Refused(e.to_string())))
             .collect();
     }
     let backend = compiler.backend();
     let id = compiler.id();
     let opts = compiler.options(arch);
-    let mut out: Vec<KernelBuild> = Vec::with_capacity(sources.len());
+    let mut out: Vec<KernelBuild> = Vec::with_capacity(units.len());
     let mut missing: Vec<(usize, String)> = Vec::new();
-    for s in sources {
-        let key = KernelCache::key(&id, arch, &opts, &s.full_text());
-        match cache.load(backend, arch, &s.name, &key) {
+    for u in units {
+        let key = KernelCache::key(&id, arch, &opts, &u.text);
+        match cache.load(backend, arch, &u.name, &key) {
             Some(image) => out.push(KernelBuild {
-                name: s.name.clone(),
-                arch: arch.to_string(),
-                status: BuildStatus::Cached,
                 image: Some(image),
+                ..build(u, BuildStatus::Cached)
             }),
             None => {
                 missing.push((out.len(), key));
-                out.push(KernelBuild {
-                    name: s.name.clone(),
-                    arch: arch.to_string(),
-                    status: BuildStatus::Refused("not built".into()),
-                    image: None,
-                });
+                out.push(build(u, BuildStatus::Refused("not built".into())));
             }
         }
     }
     if missing.is_empty() {
         return out;
     }
-    let todo: Vec<&KernelSource> = missing.iter().map(|(i, _)| &sources[*i]).collect();
-    let built = match mode {
-        CompileMode::InProcess => todo
-            .iter()
-            .map(|s| compile_one(compiler, s, arch))
-            .collect::<Vec<_>>(),
-        CompileMode::ChildProcess { exe, timeout } => {
-            compile_in_child(exe, backend, arch, &todo, *timeout)
-        }
-    };
-    for ((i, key), b) in missing.into_iter().zip(built) {
+    let todo: Vec<&KernelUnit> = missing.iter().map(|(i, _)| &units[*i]).collect();
+    // The estimate weighs each unit by its text: the long ones are the slow ones.
+    let weight: Vec<f64> = todo.iter().map(|u| u.text.len() as f64).collect();
+    let total_weight: f64 = weight.iter().sum();
+    let start = Instant::now();
+    let mut done_weight = 0.0;
+    let mut done = 0;
+    progress(&CompileProgress {
+        arch: arch.to_string(),
+        done: 0,
+        total: todo.len(),
+        left: None,
+        elapsed: Duration::ZERO,
+    });
+    let mut report = |i: usize, b: KernelBuild, out: &mut Vec<KernelBuild>| {
+        let (at, key) = &missing[i];
         if let Some(img) = &b.image {
             // A cache that cannot be written only costs a recompile next time.
-            if let Err(e) = cache.store(backend, arch, &b.name, &key, img) {
+            if let Err(e) = cache.store(backend, arch, &b.name, key, img) {
                 tracing::warn!("kernel cache: {e}");
             }
         }
-        out[i] = b;
+        out[*at] = b;
+        done += 1;
+        done_weight += weight[i];
+        let elapsed = start.elapsed();
+        let secs = elapsed.as_secs_f64();
+        progress(&CompileProgress {
+            arch: arch.to_string(),
+            done,
+            total: todo.len(),
+            left: (done_weight > 0.0).then(|| {
+                Duration::from_secs_f64(secs * (total_weight - done_weight) / done_weight)
+            }),
+            elapsed,
+        });
+    };
+    match mode {
+        CompileMode::InProcess => {
+            for (i, u) in todo.iter().enumerate() {
+                let b = compile_one(compiler, u, arch);
+                report(i, b, &mut out);
+            }
+        }
+        CompileMode::ChildProcess { exe, timeout, jobs } => {
+            let pool = pool::Pool {
+                exe,
+                backend,
+                arch,
+                timeout: *timeout,
+                jobs: *jobs,
+            };
+            pool.run(&todo, &mut |i, b| report(i, b, &mut out));
+        }
     }
     out
 }
 
-/// Compiles one module in this process.
-pub fn compile_one(compiler: &dyn KernelCompiler, src: &KernelSource, arch: &str) -> KernelBuild {
+/// Compiles one unit in this process.
+pub fn compile_one(compiler: &dyn KernelCompiler, unit: &KernelUnit, arch: &str) -> KernelBuild {
     let t = Instant::now();
-    let r = compiler.compile(&src.name, &src.full_text(), arch);
+    let r = compiler.compile(&unit.name, &unit.text, arch);
     let millis = t.elapsed().as_secs_f64() * 1e3;
-    match r {
-        Ok(image) => KernelBuild {
-            name: src.name.clone(),
-            arch: arch.to_string(),
-            status: BuildStatus::Compiled { millis },
-            image: Some(image),
-        },
-        Err(GpuError::Compile { log, .. }) => KernelBuild {
-            name: src.name.clone(),
-            arch: arch.to_string(),
-            status: BuildStatus::Failed(log),
-            image: None,
-        },
-        Err(e) => KernelBuild {
-            name: src.name.clone(),
-            arch: arch.to_string(),
-            status: BuildStatus::Failed(e.to_string()),
-            image: None,
-        },
+    let (status, image) = match r {
+        Ok(image) => (BuildStatus::Compiled { millis }, Some(image)),
+        Err(GpuError::Compile { log, .. }) => (BuildStatus::Failed(log), None),
+        Err(e) => (BuildStatus::Failed(e.to_string()), None),
+    };
+    KernelBuild {
+        name: unit.name.clone(),
+        arch: arch.to_string(),
+        status,
+        image,
     }
 }
 
-/// Turns build results into loadable modules, or the first failure as an error that names the
-/// kernel and carries the compiler's log.
-pub fn into_modules(builds: Vec<KernelBuild>) -> Result<Vec<CompiledModule>, GpuError> {
+/// Turns build results into loadable modules (each with the kernels its unit defines), or the
+/// first failure as an error that names the unit and carries the compiler's log.
+pub fn into_modules(
+    builds: Vec<KernelBuild>,
+    units: &[KernelUnit],
+) -> Result<Vec<CompiledModule>, GpuError> {
     let mut out = Vec::with_capacity(builds.len());
     for b in builds {
         match (b.image, b.status) {
             (Some(image), _) => out.push(CompiledModule {
+                kernels: units
+                    .iter()
+                    .find(|u| u.name == b.name)
+                    .map(KernelUnit::kernels)
+                    .unwrap_or_default(),
                 name: b.name,
                 image,
             }),
@@ -467,131 +529,10 @@ pub fn into_modules(builds: Vec<KernelBuild>) -> Result<Vec<CompiledModule>, Gpu
 /// The hidden subcommand's name.
 pub const CHILD_SUBCOMMAND: &str = "__compile-kernels";
 
-/// Runs `exe __compile-kernels` for the given sources and reads its per-kernel report.
-fn compile_in_child(
-    exe: &Path,
-    backend: RuntimeKind,
-    arch: &str,
-    todo: &[&KernelSource],
-    timeout: Duration,
-) -> Vec<KernelBuild> {
-    let out_dir = std::env::temp_dir().join(format!(
-        "hipscope-compile-{}-{}-{}",
-        std::process::id(),
-        arch,
-        unique_suffix()
-    ));
-    let fail_all = |status: BuildStatus| -> Vec<KernelBuild> {
-        todo.iter()
-            .map(|s| KernelBuild {
-                name: s.name.clone(),
-                arch: arch.to_string(),
-                status: status.clone(),
-                image: None,
-            })
-            .collect()
-    };
-    if let Err(e) = std::fs::create_dir_all(&out_dir) {
-        return fail_all(BuildStatus::Refused(format!(
-            "cannot create {}: {e}",
-            out_dir.display()
-        )));
-    }
-    // Sources travel through files, so a HIPSCOPE_KERNELS override reaches the child unchanged.
-    for s in todo {
-        if let Err(e) = std::fs::write(out_dir.join(format!("{}.hip", s.name)), s.text.as_bytes()) {
-            let _ = std::fs::remove_dir_all(&out_dir);
-            return fail_all(BuildStatus::Refused(format!("cannot write sources: {e}")));
-        }
-    }
-    let spawned = Command::new(exe)
-        .arg(CHILD_SUBCOMMAND)
-        .arg("--backend")
-        .arg(backend.name())
-        .arg("--arch")
-        .arg(arch)
-        .arg("--dir")
-        .arg(&out_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&out_dir);
-            return fail_all(BuildStatus::Refused(format!(
-                "cannot start {}: {e}",
-                exe.display()
-            )));
-        }
-    };
-    // Read both pipes on threads so a chatty compiler cannot block on a full pipe.
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
-    let out_reader = std::thread::spawn(move || {
-        let mut lines = Vec::new();
-        if let Some(s) = stdout {
-            for l in BufReader::new(s).lines() {
-                match l {
-                    Ok(l) => lines.push(l),
-                    Err(_) => break,
-                }
-            }
-        }
-        lines
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        if let Some(mut s) = stderr {
-            let _ = s.read_to_string(&mut text);
-        }
-        text
-    });
-    let start = Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Ok(st),
-            Ok(None) if start.elapsed() > timeout => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break Err(format!("timed out after {timeout:?}"));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            Err(e) => break Err(format!("wait failed: {e}")),
-        }
-    };
-    let lines = out_reader.join().unwrap_or_default();
-    let stderr_text = err_reader.join().unwrap_or_default();
-    let mut reported: std::collections::HashMap<String, KernelBuild> =
-        std::collections::HashMap::new();
-    for l in &lines {
-        if let Some(b) = parse_child_line(l, arch, &out_dir) {
-            reported.insert(b.name.clone(), b);
-        }
-    }
-    let crash = match &status {
-        Ok(st) if st.success() => None,
-        Ok(st) => Some(describe_exit(st)),
-        Err(e) => Some(e.clone()),
-    };
-    let _ = std::fs::remove_dir_all(&out_dir);
-    let tail = tail_lines(&stderr_text, 6);
-    todo.iter()
-        .map(|s| match reported.remove(&s.name) {
-            Some(b) => b,
-            None => KernelBuild {
-                name: s.name.clone(),
-                arch: arch.to_string(),
-                status: BuildStatus::Crashed(match &crash {
-                    Some(c) if tail.is_empty() => c.clone(),
-                    Some(c) => format!("{c}: {tail}"),
-                    None => "the compiler process reported nothing for this kernel".into(),
-                }),
-                image: None,
-            },
-        })
-        .collect()
+/// The child side of [`CompileMode::ChildProcess`] (`hipscope __compile-kernels`): compiles the
+/// units the parent names on stdin. Returns the exit code.
+pub fn run_compile_child(compiler: &dyn KernelCompiler, arch: &str, dir: &Path) -> i32 {
+    pool::run_child(compiler, arch, dir)
 }
 
 fn unique_suffix() -> u64 {
@@ -629,71 +570,6 @@ fn signal_name(sig: i32) -> &'static str {
         libc::SIGILL => " (SIGILL)",
         _ => "",
     }
-}
-
-fn parse_child_line(line: &str, arch: &str, dir: &Path) -> Option<KernelBuild> {
-    let v: serde_json::Value = serde_json::from_str(line).ok()?;
-    let name = v.get("kernel")?.as_str()?.to_string();
-    if v.get("ok")?.as_bool()? {
-        let millis = v.get("millis").and_then(|m| m.as_f64()).unwrap_or(0.0);
-        let image = std::fs::read(dir.join(format!("{name}.co"))).ok()?;
-        Some(KernelBuild {
-            name,
-            arch: arch.to_string(),
-            status: BuildStatus::Compiled { millis },
-            image: Some(image),
-        })
-    } else {
-        let log = v
-            .get("log")
-            .and_then(|l| l.as_str())
-            .unwrap_or("(no log)")
-            .to_string();
-        Some(KernelBuild {
-            name,
-            arch: arch.to_string(),
-            status: BuildStatus::Failed(log),
-            image: None,
-        })
-    }
-}
-
-/// The child side: compiles every `*.hip` in `dir` for `arch` in this process, writes
-/// `<name>.co` next to each and one JSON line per kernel on stdout (flushed, so the parent knows
-/// how far it got if the compiler aborts). Returns the exit code.
-pub fn run_compile_child(compiler: &dyn KernelCompiler, arch: &str, dir: &Path) -> i32 {
-    let sources = match sources_from_dir(dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("hipscope: {e}");
-            return 2;
-        }
-    };
-    let stdout = std::io::stdout();
-    for s in &sources {
-        let b = compile_one(compiler, s, arch);
-        let line = match (&b.image, &b.status) {
-            (Some(img), BuildStatus::Compiled { millis }) => {
-                if let Err(e) = std::fs::write(dir.join(format!("{}.co", s.name)), img) {
-                    serde_json::json!({"kernel": s.name, "ok": false,
-                        "log": format!("cannot write the code object: {e}")})
-                } else {
-                    serde_json::json!({"kernel": s.name, "ok": true, "bytes": img.len(),
-                        "millis": millis})
-                }
-            }
-            (_, BuildStatus::Failed(log)) => {
-                serde_json::json!({"kernel": s.name, "ok": false, "log": log})
-            }
-            (_, other) => {
-                serde_json::json!({"kernel": s.name, "ok": false, "log": format!("{other:?}")})
-            }
-        };
-        let mut lock = stdout.lock();
-        let _ = writeln!(lock, "{line}");
-        let _ = lock.flush();
-    }
-    0
 }
 
 #[cfg(test)]

@@ -25,7 +25,6 @@ pub mod device;
 pub mod dirs;
 pub mod doctor;
 pub mod fake;
-pub mod fatal_signal;
 pub mod fault;
 pub mod handle;
 pub mod hip;
@@ -37,6 +36,7 @@ pub mod select;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
+pub mod trace;
 pub mod watchdog;
 
 pub use handle::{Gpu, GpuConfig};

@@ -10,7 +10,7 @@
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, GpuCompute};
 use crate::gpu::cpu::CpuBackend;
-use crate::gpu::kernels::KernelCache;
+use crate::gpu::kernels::{CompileProgress, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::WatchState;
 use crate::gpu::watchdog::{WatchConfig, WatchEvent, WatchSink, Watchdog};
@@ -28,8 +28,14 @@ pub struct BackendRequest {
 
 /// Opens the backend and starts the watchdog on it, reporting to `sink`; the sentence that comes
 /// with it says which one and why (it is also the `reason` of the backend's `DeviceSummary`).
-pub fn open(req: &BackendRequest, sink: WatchSink) -> Result<(Box<dyn Backend>, String), String> {
-    let (mut backend, said) = open_backend(req)?;
+/// A GPU's kernels are compiled (or taken from the cache) meanwhile, `progress` hearing how far a
+/// first start's compile has got.
+pub fn open(
+    req: &BackendRequest,
+    sink: WatchSink,
+    progress: &mut dyn FnMut(&CompileProgress),
+) -> Result<(Box<dyn Backend>, String), String> {
+    let (mut backend, said) = open_backend(req, progress)?;
     if let Some((shared, info)) = backend.watch_target() {
         match Watchdog::spawn(shared, &info, WatchConfig::default(), sink) {
             Ok(dog) => backend.keep_watchdog(dog),
@@ -62,7 +68,10 @@ pub fn hangs_to_stderr() -> WatchSink {
     })
 }
 
-fn open_backend(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), String> {
+fn open_backend(
+    req: &BackendRequest,
+    progress: &mut dyn FnMut(&CompileProgress),
+) -> Result<(Box<dyn Backend>, String), String> {
     let cpu = |reason: String| -> (Box<dyn Backend>, String) {
         let b = CpuBackend::with_reason(req.threads, &reason).with_kv_type(req.compute.kv);
         let said = format!("cpu, {} threads ({reason})", b.n_threads());
@@ -76,11 +85,12 @@ fn open_backend(req: &BackendRequest) -> Result<(Box<dyn Backend>, String), Stri
     match sel {
         Selected::Cpu { reason } => Ok(cpu(reason)),
         Selected::Gpu { backend, reason } => {
-            match GpuCompute::open(
+            match GpuCompute::open_with(
                 backend,
                 &reason,
                 req.compute,
                 &KernelCache::default_location(),
+                progress,
             ) {
                 Ok(g) => {
                     let prefill = g

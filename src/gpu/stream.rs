@@ -310,6 +310,20 @@ impl StreamShared {
         ))
     }
 
+    /// Kernels in the graph of `slot`.
+    pub fn graph_node_count(&self, slot: usize) -> usize {
+        self.graph_nodes.len(slot)
+    }
+
+    /// The labels of the kernels of the graph in `slot`, in capture order (the tracer names a
+    /// replay's kernels with them).
+    pub fn graph_node_labels(&self, slot: usize) -> Vec<String> {
+        (0..self.graph_nodes.len(slot))
+            .filter_map(|i| self.graph_nodes.get(slot, i))
+            .map(|l| self.label(l).unwrap_or("(unlabelled)").to_string())
+            .collect()
+    }
+
     /// The op's label, with the kernel running inside it when it is a replayed graph
     /// (`decode step graph › kernel 41/302 · layer 4 · attention`).
     pub fn op_label_now(&self, op: &OpRecord) -> String {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::snapshot::{WatchState, WatchdogSnapshot};
-use crate::gpu::stream::{OpKind, OpRecord, StreamShared};
+use crate::gpu::stream::{Budget, OpKind, OpRecord, StreamShared};
 use crate::gpu::telemetry::{Roots, sysfs};
 
 /// Watchdog settings.
@@ -72,6 +72,28 @@ pub struct WatchMemory {
 /// channel; never block in it).
 pub type WatchSink = Box<dyn FnMut(WatchEvent) + Send>;
 
+/// The one verdict on something in flight for `age`: HUNG from the budget's `hung` mark on, SLOW
+/// from its `slow` mark on, else OK. The device's ops and a remote engine's request (whose
+/// budget is [`halving`] its timeout) are judged by it alike.
+pub fn verdict(age: Duration, budget: &Budget) -> WatchState {
+    if age >= budget.hung {
+        WatchState::Hung
+    } else if age >= budget.slow {
+        WatchState::Slow
+    } else {
+        WatchState::Ok
+    }
+}
+
+/// A budget with one timeout: HUNG at `hung`, SLOW at half of it (a remote request's first-token
+/// and between-token timeouts).
+pub fn halving(hung: Duration) -> Budget {
+    Budget {
+        slow: hung / 2,
+        hung,
+    }
+}
+
 /// One evaluation: the oldest op in flight against its budget at time `now_ns` (ns since the
 /// stream's epoch). Reads only atomics; folds the breadcrumb into `completed`.
 pub fn evaluate(
@@ -115,13 +137,7 @@ pub fn evaluate(
     snap.budget = op.budget.hung;
     // A host op is run by the thread that issued it: in flight means running.
     snap.op_started = op.kind == OpKind::Host || (crumb >= head && op.kind.writes_breadcrumb());
-    snap.state = if age >= op.budget.hung {
-        WatchState::Hung
-    } else if age >= op.budget.slow {
-        WatchState::Slow
-    } else {
-        WatchState::Ok
-    };
+    snap.state = verdict(age, &op.budget);
     (snap, Some(op))
 }
 
@@ -550,6 +566,17 @@ mod tests {
         assert_eq!(s.state, WatchState::Hung);
         assert!(s.op_started, "a host op in flight is running");
         assert_eq!(s.op.as_deref(), Some("layer 15 · stuck op"));
+    }
+
+    #[test]
+    fn the_verdict_changes_at_each_mark_of_the_budget() {
+        let b = halving(Duration::from_secs(10));
+        assert_eq!(b.slow, Duration::from_secs(5));
+        let at = |ms: u64| verdict(Duration::from_millis(ms), &b);
+        assert_eq!(at(4_999), WatchState::Ok);
+        assert_eq!(at(5_000), WatchState::Slow);
+        assert_eq!(at(9_999), WatchState::Slow);
+        assert_eq!(at(10_000), WatchState::Hung);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 
 use super::config::ModelConfig;
 use super::gguf::GgufFile;
+use crate::gpu::trace::{OpCost, OpCosts};
 
 /// Bytes a decode step reads at `depth` tokens already in the cache: every tensor of the file
 /// except the token embedding (of which one row is read; but all of it where the output head
@@ -36,6 +37,85 @@ pub fn decode_bytes_per_token(
         .sum();
     let kv = 2 * config.n_layers as u64 * config.kv_dim() as u64 * kv_elem_bytes as u64;
     weights + kv * depth as u64
+}
+
+/// The bytes each op of the forward pass moves, for the profile's bytes and GB/s columns, counted
+/// as [`decode_bytes_per_token`] counts them: an op reads its weights as stored (a mixture of
+/// experts the share a token uses; the embedding one row a token), attention reads every cached
+/// position's key and value; an op writes its f32 output, attention also the token's key and
+/// value. Ops are the labels' op names (`attn_q`, `attention`, `output`); a tensor
+/// `blk.N.NAME.weight` is op `NAME` of layer N, `blk.N.NAME.bias` op `NAME.bias`. So the ops of one
+/// decode step at position p read what the bound counts at depth p + 1 (plus the embedding row
+/// when the output head is tied to it).
+pub fn op_costs(file: &GgufFile, config: &ModelConfig, kv_elem_bytes: usize) -> OpCosts {
+    let mut c = OpCosts::default();
+    let has_output = file.tensor("output.weight").is_some();
+    for t in file.tensors() {
+        let (layer, rest) = match t.name.strip_prefix("blk.").and_then(|r| r.split_once('.')) {
+            Some((l, rest)) => match l.parse::<u32>() {
+                Ok(l) => (Some(l), rest),
+                Err(_) => (None, t.name.as_str()),
+            },
+            None => (None, t.name.as_str()),
+        };
+        let op = rest.strip_suffix(".weight").unwrap_or(rest);
+        let cols = t.dims.first().copied().unwrap_or(1);
+        let rows = t.dims.get(1).copied().unwrap_or(1);
+        let (out_elems, read) = match config.moe.filter(|_| op.ends_with("_exps")) {
+            Some(m) => (
+                rows * m.n_used as u64,
+                t.size / m.n_expert as u64 * m.n_used as u64,
+            ),
+            None if t.dims.len() < 2 => (cols, t.size),
+            None => (rows, t.size),
+        };
+        if t.name == "token_embd.weight" {
+            let row = t.size / rows.max(1);
+            c.insert(
+                None,
+                "embed",
+                OpCost {
+                    read_per_token: row,
+                    written_per_token: cols * 4,
+                    ..OpCost::default()
+                },
+            );
+            if !has_output {
+                c.insert(
+                    None,
+                    "output",
+                    OpCost {
+                        read: t.size,
+                        written_per_token: rows * 4,
+                        ..OpCost::default()
+                    },
+                );
+            }
+            continue;
+        }
+        c.insert(
+            layer,
+            op,
+            OpCost {
+                read,
+                written_per_token: out_elems * 4,
+                ..OpCost::default()
+            },
+        );
+    }
+    let kv = 2 * config.kv_dim() as u64 * kv_elem_bytes as u64;
+    for l in 0..config.n_layers as u32 {
+        c.insert(
+            Some(l),
+            "attention",
+            OpCost {
+                read_per_position: kv,
+                written_per_token: config.q_dim() as u64 * 4 + kv,
+                ..OpCost::default()
+            },
+        );
+    }
+    c
 }
 
 /// A decode speed's ceiling set by memory.
@@ -123,6 +203,38 @@ mod tests {
             decode_bytes_per_token(&file, &config, 0, 4),
             dense + exps / 8 * 2
         );
+    }
+
+    /// The ops of a decode step at position p read what the bound counts at depth p + 1: every
+    /// tensor is some op's, attention reads the cache.
+    #[test]
+    fn op_costs_add_up_to_the_bound() {
+        for shape in ["tiny", "mixtral-tiny-2l"] {
+            let s = crate::model::synthetic::shape(shape).expect("shape");
+            let file = crate::model::synthetic::build(
+                s,
+                crate::gpu::quant::GgmlType::Q8_0,
+                1,
+                &mut |_, _| {},
+            )
+            .expect("synthetic model");
+            let config = ModelConfig::from_gguf(&file).expect("config");
+            let costs = op_costs(&file, &config, 2);
+            let pos = 37;
+            let read: u64 = costs.iter().map(|(_, c)| c.bytes(pos, 1).0).sum();
+            let e = file.tensor("token_embd.weight").expect("embedding");
+            let tied_row = if file.tensor("output.weight").is_none() {
+                e.size / e.dims[1]
+            } else {
+                0
+            };
+            assert_eq!(
+                read,
+                decode_bytes_per_token(&file, &config, pos as usize + 1, 2) + tied_row,
+                "{shape}"
+            );
+            assert!(costs.get(Some(0), "attn_qkv").is_some_and(|c| c.read > 0));
+        }
     }
 
     #[test]

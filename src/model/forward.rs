@@ -22,6 +22,7 @@ use crate::gpu::backend::{
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::rope::Yarn;
+use crate::gpu::trace;
 use crate::model::config::{ConfigError, FfnAct, ModelConfig, RopeScaling};
 use crate::model::gguf::GgufFile;
 
@@ -181,7 +182,7 @@ impl Model {
         progress: &mut dyn FnMut(f32, &str),
     ) -> Result<Model, ModelError> {
         let t0 = Instant::now();
-        crate::gpu::fatal_signal::note_mapped_file(file.path());
+        let _load = trace::slice(trace::TrackId::STEPS, "model load");
         let config = ModelConfig::from_gguf(&file)?;
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
@@ -484,6 +485,8 @@ impl Model {
                 n,
                 pos0: at,
             };
+            // The step's slice in a trace: its ops, and the logits read, belong to it.
+            let _step = trace::step(at, n);
             self.layers_forward(batch, &[group])?;
             match want {
                 Logits::All => {
@@ -581,6 +584,8 @@ impl Model {
         if groups.is_empty() {
             return Ok(());
         }
+        // The step's slice in a trace: every sequence's rows of it.
+        let _step = trace::step(groups[0].pos0, tokens.len());
         self.layers_forward(&tokens, &groups)?;
         // The rows whose logits are wanted, gathered, then one product for all of them.
         let dim = self.config.dim;

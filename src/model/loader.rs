@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::gpu::backend::Backend;
+use crate::gpu::compute::{KernelNeeds, TypeSet};
 use crate::gpu::telemetry::Roots;
 use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::{GgufError, GgufFile};
@@ -93,8 +94,27 @@ pub fn check(file: &GgufFile) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// The GPU kernels a model launches: the types of its matrices (every tensor of more than one
+/// row; one-row tensors are kept as f32 vectors), whether it has experts, its heads' dimension
+/// (the cache type is the backend's own). The GPU backend compiles these when it opens, anything
+/// else when first needed (`gpu::compute::ComputeOptions::kernels`).
+pub fn kernel_needs(file: &GgufFile) -> KernelNeeds {
+    let matrices = file
+        .tensors()
+        .iter()
+        .filter(|t| t.dims.iter().skip(1).product::<u64>() > 1);
+    let config = crate::model::config::ModelConfig::from_gguf(file).ok();
+    KernelNeeds {
+        types: matrices.clone().map(|t| t.ty).collect::<TypeSet>(),
+        moe: config.as_ref().is_some_and(|c| c.moe.is_some())
+            || matrices.clone().any(|t| t.name.contains("_exps")),
+        head_dim: config.map_or(0, |c| c.head_dim),
+        ..KernelNeeds::default()
+    }
+}
+
 /// A session ready to chat, and anything the user should know about how it was set up (a
-/// template that failed and was replaced by ChatML, say).
+/// file without a chat template, and the format used instead).
 pub struct Loaded {
     pub session: Session,
     pub summary: ModelSummary,
@@ -112,13 +132,8 @@ pub fn load(
 ) -> Result<Loaded, LoadError> {
     let mut warnings = Vec::new();
     let tokenizer = Tokenizer::from_gguf(&file)?;
-    let template = match ChatTemplate::from_gguf(&file, &tokenizer) {
-        Ok(t) => t,
-        Err(e) => {
-            warnings.push(format!("{e}; using ChatML instead"));
-            ChatTemplate::chatml(&tokenizer)
-        }
-    };
+    let (template, note) = ChatTemplate::for_chat(&file, &tokenizer);
+    warnings.extend(note);
     let config = crate::model::config::ModelConfig::from_gguf(&file).map_err(ModelError::from)?;
     let n_ctx = match opts.n_ctx {
         None => config.train_ctx.clamp(8, 4096),
@@ -152,6 +167,12 @@ pub fn load(
         &Roots::from_env(),
     )?;
     let model = Model::load(file.clone(), backend, options, progress)?;
+    // What each op reads and writes, for a trace's and the profile's bytes columns.
+    crate::gpu::trace::set_op_costs(crate::model::bound::op_costs(
+        &file,
+        &model.config,
+        model.backend().kv_type().bytes() as usize,
+    ));
     let summary = summarize(&file, &model);
     let mut session = Session::new(model, tokenizer, template, opts.sampler.clone());
     session.set_discard(opts.discard);

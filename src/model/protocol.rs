@@ -242,6 +242,12 @@ pub enum Event {
     Arena(ArenaSnapshot),
     Watchdog(WatchdogSnapshot),
     Telemetry(TelemetrySample),
+    /// Something the user should know that is not a failure (a model file without a chat
+    /// template and the format used instead, a context longer than the model was trained on).
+    Notice {
+        context: String,
+        message: String,
+    },
     /// Something went wrong; the worker keeps running if it can.
     Error {
         context: String,

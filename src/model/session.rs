@@ -15,6 +15,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::gpu::trace::{self, TrackId};
 use crate::model::forward::{Logits, Model, ModelError};
 pub use crate::model::protocol::Trim;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
@@ -304,7 +305,9 @@ impl Session {
             });
         }
         let format = self.reasoning.clone();
-        let result = self.generate(&prompt, t0, &format, on);
+        // A built-in format's turn opener ends the answer too (see `Format::turn_opener`).
+        let stops = self.template.stop_tokens(&self.tokenizer);
+        let result = self.generate(&prompt, t0, &format, &stops, on);
         match result {
             Ok(answer) => {
                 // The answer and its reasoning apart, as the template expects them.
@@ -431,16 +434,18 @@ impl Session {
                 n_ctx: self.model.n_ctx(),
             });
         }
-        self.generate(&prompt, t0, &ReasoningFormat::None, on)
+        self.generate(&prompt, t0, &ReasoningFormat::None, &[], on)
     }
 
-    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition; the
-    /// text is split into reasoning and answer as `format` says.
+    /// Processes `prompt` (reusing the cached prefix) and samples until a stop condition (the
+    /// model's end-of-generation tokens, and `stop_tokens`); the text is split into reasoning
+    /// and answer as `format` says.
     fn generate(
         &mut self,
         prompt: &[u32],
         t0: Instant,
         format: &ReasoningFormat,
+        stop_tokens: &[u32],
         on: &mut dyn FnMut(Progress) -> Control,
     ) -> Result<Answer, SessionError> {
         let common = self
@@ -522,19 +527,24 @@ impl Session {
             if cfg.n_predict >= 0 && tokens.len() >= cfg.n_predict as usize {
                 break StopReason::Limit;
             }
-            let tok = self.sampler.sample(&self.logits);
+            let tok = {
+                let _s = trace::slice(TrackId::WORKER, "sample");
+                self.sampler.sample(&self.logits)
+            };
             if tokens.is_empty() {
                 stats.time_to_first_token = t0.elapsed();
             }
-            if self.tokenizer.is_eog(tok) {
+            if self.tokenizer.is_eog(tok) || stop_tokens.contains(&tok) {
                 break StopReason::Eog;
             }
             tokens.push(tok);
             self.sampler.accept(tok);
+            let detok = trace::slice(TrackId::WORKER, "detokenize");
             let piece = decoder.push(&self.tokenizer, tok, false);
             let (emit, hit) = stop.push(&piece);
             let thinking = !split.answering();
             let control = deliver(split.push(&emit), &mut text, &mut reasoning, on);
+            drop(detok);
             if thinking {
                 stats.reasoning_tokens += 1;
                 stats.reasoning_time = tg.elapsed();

@@ -2,7 +2,8 @@
 //! Hugging Face's `apply_chat_template` and llama.cpp do: blocks trim their newline and strip
 //! their indentation, `raise_exception` and `strftime_now` exist, `tools` is none, and a model
 //! whose template ignores or refuses a system message gets it merged into the first user message
-//! (llama.cpp's workaround). A model without a template gets ChatML (`assets/chatml.jinja`).
+//! (llama.cpp's workaround). A model without a template is chatted in its architecture's format
+//! where its vocabulary has the markers, else in plain continuation ([`builtin`]).
 //!
 //! The rendered prompt is meant for `Tokenizer::encode(prompt, true, true)`: add the model's BOS
 //! and parse its special tokens. As in llama.cpp, `render` removes a BOS text the template itself
@@ -18,7 +19,10 @@ use minijinja::{Environment, ErrorKind, State, context};
 use crate::model::gguf::{GgufFile, Value as GgufValue};
 use crate::model::tokenizer::Tokenizer;
 
-const CHATML: &str = include_str!("../../assets/chatml.jinja");
+mod builtin;
+
+pub use builtin::Format;
+
 const KEY: &str = "tokenizer.chat_template";
 const NAME: &str = "chat_template";
 /// Context variable through which `strftime_now` sees the render's clock.
@@ -90,19 +94,22 @@ pub struct ChatTemplate {
     eos: String,
     add_bos: bool,
     add_eos: bool,
-    fallback: bool,
+    /// The built-in format used in place of the model's own template (which it lacks, names,
+    /// or cannot be rendered).
+    builtin: Option<Format>,
     system_role: bool,
     /// The Jinja source, as given.
     source: String,
 }
 
 impl ChatTemplate {
-    /// The model's template; ChatML if the file has none. A template that does not parse is an
-    /// error (naming the file and line): the caller may fall back to [`ChatTemplate::chatml`].
+    /// The model's template; if the file has none, the built-in format that fits it
+    /// ([`ChatTemplate::without_template`]). A template that does not parse is an error (naming
+    /// the file and line): the caller may fall back to [`ChatTemplate::without_template`].
     pub fn from_gguf(file: &GgufFile, tok: &Tokenizer) -> Result<ChatTemplate, TemplateError> {
         let origin = format!("{} ({KEY})", file.path().display());
         match file.get(KEY) {
-            None => Ok(ChatTemplate::chatml(tok)),
+            None => Ok(ChatTemplate::without_template(file, tok)),
             Some(GgufValue::String(s)) if s.trim() == "chatml" => Ok(ChatTemplate::chatml(tok)),
             Some(GgufValue::String(s)) => {
                 let (bos, eos) = special_texts(tok);
@@ -115,19 +122,55 @@ impl ChatTemplate {
         }
     }
 
+    /// The template a chat with `file` uses, and what to tell the user about it: that the file
+    /// has no template and which format is used instead, or that its template failed and which
+    /// format replaces it. `None` when the file's own template is used.
+    pub fn for_chat(file: &GgufFile, tok: &Tokenizer) -> (ChatTemplate, Option<String>) {
+        let name = file.path().file_name().map_or_else(
+            || file.path().display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        match ChatTemplate::from_gguf(file, tok) {
+            Ok(t) if file.get(KEY).is_none() => {
+                let note = t.builtin.map(|f| f.note(&name));
+                (t, note)
+            }
+            Ok(t) => (t, None),
+            Err(e) => {
+                let t = ChatTemplate::without_template(file, tok);
+                let used = t.builtin.map_or("", Format::name);
+                (t, Some(format!("{e}; chatting in {used} instead")))
+            }
+        }
+    }
+
+    /// The format for `file` when its own template is missing or unusable: its architecture's,
+    /// if the vocabulary has that format's markers, else plain continuation ([`Format`]).
+    pub fn without_template(file: &GgufFile, tok: &Tokenizer) -> ChatTemplate {
+        ChatTemplate::builtin(
+            Format::for_model(file.architecture().unwrap_or(""), tok),
+            tok,
+        )
+    }
+
     /// The built-in ChatML template.
     pub fn chatml(tok: &Tokenizer) -> ChatTemplate {
+        ChatTemplate::builtin(Format::ChatMl, tok)
+    }
+
+    /// A built-in format, with the model's BOS/EOS.
+    pub fn builtin(format: Format, tok: &Tokenizer) -> ChatTemplate {
         let (bos, eos) = special_texts(tok);
         let mut t = ChatTemplate::from_source(
-            "built-in ChatML template".into(),
-            CHATML.into(),
+            format!("built-in {} template", format.name()),
+            format.source().into(),
             bos,
             eos,
             tok.add_bos(),
             tok.add_eos(),
         )
-        .unwrap_or_else(|e| unreachable!("assets/chatml.jinja is tested to parse: {e}"));
-        t.fallback = true;
+        .unwrap_or_else(|e| unreachable!("the built-in templates are tested to parse: {e}"));
+        t.builtin = Some(format);
         t
     }
 
@@ -156,7 +199,7 @@ impl ChatTemplate {
             eos,
             add_bos,
             add_eos,
-            fallback: false,
+            builtin: None,
             system_role: true,
             source,
         };
@@ -164,9 +207,24 @@ impl ChatTemplate {
         Ok(t)
     }
 
-    /// Whether this is the built-in ChatML, used because the model has no template.
+    /// Whether this is a built-in format, used because the model has no usable template.
     pub fn is_fallback(&self) -> bool {
-        self.fallback
+        self.builtin.is_some()
+    }
+
+    /// The built-in format in use, if the model's own template is not.
+    pub fn builtin_format(&self) -> Option<Format> {
+        self.builtin
+    }
+
+    /// Tokens that end an answer besides the model's end-of-generation ones: a built-in
+    /// format's turn opener (see [`Format::turn_opener`]). Empty for the model's own template.
+    pub fn stop_tokens(&self, tok: &Tokenizer) -> Vec<u32> {
+        self.builtin
+            .and_then(Format::turn_opener)
+            .and_then(|t| tok.token_id(t))
+            .into_iter()
+            .collect()
     }
 
     /// The template's Jinja source.

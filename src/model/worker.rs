@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::gpu::backend::{Backend, BackendMonitor};
+use crate::gpu::compute::KernelNeeds;
+use crate::gpu::kernels::CompileProgress;
 use crate::gpu::snapshot::{DeviceRelease, QuitStep, QuitStepStatus};
 use crate::gpu::watchdog::{WatchEvent, WatchSink};
 use crate::model::loader::{self, LoadOptions};
@@ -24,8 +26,17 @@ pub type DefaultModel =
     Box<dyn Fn(&mut dyn FnMut(&str, &str, Option<f32>)) -> Result<PathBuf, String> + Send>;
 
 /// Makes the backend a model is loaded onto, with the process's watchdog on its device
-/// reporting to the sink given (`gpu::open::open`).
-pub type BackendFactory = Box<dyn Fn(WatchSink) -> Result<Box<dyn Backend>, String> + Send>;
+/// reporting to the sink given (`gpu::open::open`): a GPU backend compiles the kernels the model
+/// needs (its architecture's and weight types', `loader::kernel_needs`) as it opens, telling the
+/// callback how a first start's compile goes.
+pub type BackendFactory = Box<
+    dyn Fn(
+            WatchSink,
+            KernelNeeds,
+            &mut dyn FnMut(&CompileProgress),
+        ) -> Result<Box<dyn Backend>, String>
+        + Send,
+>;
 
 pub struct WorkerOptions {
     /// The model to load at start; `None` loads the default model.
@@ -426,7 +437,11 @@ impl Worker {
             }
             false
         };
-        let backend = match (self.opts.backend)(self.watch_sink()) {
+        let needs = loader::kernel_needs(&file);
+        let mut compiling = |p: &CompileProgress| {
+            progress("kernels", Some(p.fraction()), &p.describe());
+        };
+        let backend = match (self.opts.backend)(self.watch_sink(), needs, &mut compiling) {
             Ok(b) => b,
             Err(e) => return failed(self, "opening the device", e),
         };
@@ -436,8 +451,12 @@ impl Worker {
             Ok(loaded) => {
                 self.current = Some(src);
                 self.remote = None;
+                // Notices, not errors: an error during a load would end the load in the UI.
                 for w in &loaded.warnings {
-                    self.error("model", w);
+                    self.send(Event::Notice {
+                        context: "model".into(),
+                        message: w.clone(),
+                    });
                 }
                 let mut session = loaded.session;
                 // After the load: a split model's device says how it is split; `-ngl auto` with

@@ -7,7 +7,7 @@ use crate::model::protocol::{Command, ModelSource, SamplerConfig};
 
 use super::commands::{self, CopyTarget, Parsed, SlashCommand};
 use super::markdown;
-use super::msg::Effect;
+use super::msg::{Effect, TraceRequest};
 use super::picker::{ModelEntry, Picker};
 use super::quit_screen::{QuitState, WorkerEnd};
 use super::sampler::{self, SamplerForm};
@@ -17,6 +17,19 @@ use super::system_editor::SystemEditor;
 use super::units;
 
 impl App {
+    /// F10: the Profile panel in the column, full screen, hidden; profiling runs while shown.
+    pub(super) fn toggle_profile(&mut self) -> Vec<Effect> {
+        let was = self.profile.mode != super::profile::ProfileMode::Hidden;
+        let now = self.profile.cycle();
+        if now && self.profile.mode == super::profile::ProfileMode::Column {
+            self.sidebar = Some(true);
+        }
+        if was == now {
+            return Vec::new();
+        }
+        vec![Effect::Trace(TraceRequest::Profile(now))]
+    }
+
     /// Moves the resize focus `step` panels down (negative: up) among the shown ones, showing
     /// the diagnostics column if it was hidden.
     pub(super) fn focus_panel(&mut self, step: isize) {
@@ -162,6 +175,8 @@ impl App {
             SlashCommand::Model(None) => self.open_picker(),
             SlashCommand::Model(Some(path)) => self.load(path),
             SlashCommand::Save { path, overwrite } => vec![Effect::Export { path, overwrite }],
+            SlashCommand::Trace(Some(path)) => vec![Effect::Trace(TraceRequest::FileOn(path))],
+            SlashCommand::Trace(None) => vec![Effect::Trace(TraceRequest::FileOff)],
             SlashCommand::Copy(t) => self.copy(t),
             SlashCommand::Help => {
                 self.overlay = Overlay::Help { scroll: 0 };

@@ -1,7 +1,7 @@
 //! The conversation as shown: user messages, streamed answers rendered as Markdown, notices;
 //! wrapped to the panel, scrolled, following the bottom unless the user scrolled up.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -63,7 +63,8 @@ pub enum Activity {
     Streaming(u64),
 }
 
-/// What the last render saw: how tall the view was and how many lines the conversation had.
+/// How tall the chat's view is and how many lines the conversation has at its width: what a
+/// render draws, worked out by [`Chat::measure`] where a key needs it (render writes nothing).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Viewport {
     pub height: usize,
@@ -86,7 +87,6 @@ pub struct Chat {
     pub assistant_name: String,
     /// Finished answers show their reasoning whole (Alt-T), not as one line.
     pub show_reasoning: bool,
-    view: Cell<Viewport>,
     cache: RefCell<HashMap<u64, Cached>>,
     /// The answer streaming in, rendered up to its last finished block: (entry, bytes, width,
     /// lines). Each frame then renders only the block being written.
@@ -263,28 +263,22 @@ impl Chat {
         self.entries.is_empty()
     }
 
-    pub fn viewport(&self) -> Viewport {
-        self.view.get()
-    }
-
     pub fn is_following(&self) -> bool {
         self.scroll_top.is_none()
     }
 
-    /// Scrolls up `n` lines (leaves follow mode).
-    pub fn scroll_up(&mut self, n: usize) {
-        let v = self.view.get();
+    /// Scrolls up `n` lines of the view `v` (leaves follow mode).
+    pub fn scroll_up(&mut self, n: usize, v: Viewport) {
         let bottom_top = v.total.saturating_sub(v.height);
         let top = self.scroll_top.unwrap_or(bottom_top);
         self.scroll_top = Some(top.saturating_sub(n));
     }
 
-    /// Scrolls down `n` lines; reaching the bottom follows again.
-    pub fn scroll_down(&mut self, n: usize) {
+    /// Scrolls down `n` lines of the view `v`; reaching the bottom follows again.
+    pub fn scroll_down(&mut self, n: usize, v: Viewport) {
         let Some(top) = self.scroll_top else {
             return;
         };
-        let v = self.view.get();
         let bottom_top = v.total.saturating_sub(v.height);
         let top = top + n;
         self.scroll_top = if top >= bottom_top { None } else { Some(top) };
@@ -457,6 +451,19 @@ impl Chat {
         window(&segs, 0, total)
     }
 
+    /// The view [`Chat::render`] draws in `area`.
+    pub fn measure(&self, area: Rect, theme: &Theme, activity: Activity) -> Viewport {
+        let height = usize::from(area.height);
+        if area.width < 4 || (self.entries.is_empty() && activity == Activity::Idle) {
+            return Viewport { height, total: 0 };
+        }
+        let segs = self.segments(area.width - 2, theme, activity);
+        Viewport {
+            height,
+            total: segs.iter().map(Segment::len).sum(),
+        }
+    }
+
     /// Draws the conversation; `welcome` is shown while it is empty.
     pub fn render(
         &self,
@@ -472,10 +479,6 @@ impl Chat {
         // One column of margin on the left, one for the scrollbar on the right.
         let text_area = Rect::new(area.x + 1, area.y, area.width - 2, area.height);
         if self.entries.is_empty() && activity == Activity::Idle {
-            self.view.set(Viewport {
-                height: usize::from(area.height),
-                total: 0,
-            });
             let h = welcome.len() as u16;
             let y = area.y + area.height.saturating_sub(h) / 2;
             frame.render_widget(
@@ -488,8 +491,7 @@ impl Chat {
         }
         let segs = self.segments(text_area.width, theme, activity);
         let height = usize::from(area.height);
-        let total = segs.iter().map(Segment::len).sum();
-        self.view.set(Viewport { height, total });
+        let total: usize = segs.iter().map(Segment::len).sum();
         let bottom_top = total.saturating_sub(height);
         let top = self.scroll_top.map_or(bottom_top, |t| t.min(bottom_top));
         let visible = window(&segs, top, height);

@@ -25,6 +25,9 @@ pub enum SlashCommand {
     },
     /// `/copy` copies the last answer; `/copy code [N]` its N-th code block (1-based, default last).
     Copy(CopyTarget),
+    /// `/trace on [FILE]` (`Some`: start the timeline file, to FILE or a fresh one) or
+    /// `/trace off` (`None`).
+    Trace(Option<Option<PathBuf>>),
     Help,
     Quit,
 }
@@ -79,6 +82,10 @@ pub const COMMANDS: &[(&str, &str)] = &[
         "/copy [code [N]]",
         "copy the last answer, or its N-th code block (OSC 52)",
     ),
+    (
+        "/trace on|off [FILE]",
+        "write a timeline of every op to FILE (Perfetto / chrome://tracing; docs/PROFILING.md)",
+    ),
     ("/help", "show keys and commands"),
     ("/quit", "quit (also /exit)"),
 ];
@@ -108,6 +115,7 @@ pub fn parse(input: &str) -> Parsed {
             overwrite: name.ends_with('!'),
         }),
         "copy" => parse_copy(args),
+        "trace" => parse_trace(args),
         "help" | "?" => Ok(SlashCommand::Help),
         "quit" | "exit" | "q" => no_args(name, args, SlashCommand::Quit),
         "" => Err(
@@ -121,6 +129,21 @@ pub fn parse(input: &str) -> Parsed {
     match cmd {
         Ok(c) => Parsed::Command(c),
         Err(e) => Parsed::Invalid(e),
+    }
+}
+
+fn parse_trace(args: &str) -> Result<SlashCommand, String> {
+    let (what, file) = match args.split_once(char::is_whitespace) {
+        Some((w, f)) => (w, Some(f.trim())),
+        None => (args, None),
+    };
+    match (what, file) {
+        ("on", f) => Ok(SlashCommand::Trace(Some(
+            f.filter(|f| !f.is_empty()).map(expand_home),
+        ))),
+        ("off", None) => Ok(SlashCommand::Trace(None)),
+        ("off", Some(_)) => Err("/trace off takes no file".to_string()),
+        _ => Err("/trace on [FILE] starts a timeline file, /trace off stops it".to_string()),
     }
 }
 
@@ -288,6 +311,14 @@ mod tests {
         );
         assert_eq!(parse("/set"), Parsed::Command(Set(None)));
         assert_eq!(parse("/set save"), Parsed::Command(KeepSettings));
+        assert_eq!(parse("/trace on"), Parsed::Command(Trace(Some(None))));
+        assert_eq!(
+            parse("/trace on /tmp/t.json"),
+            Parsed::Command(Trace(Some(Some(PathBuf::from("/tmp/t.json")))))
+        );
+        assert_eq!(parse("/trace off"), Parsed::Command(Trace(None)));
+        assert!(matches!(parse("/trace"), Parsed::Invalid(_)));
+        assert!(matches!(parse("/trace off x"), Parsed::Invalid(_)));
         assert_eq!(
             parse("/set temp 0.7"),
             Parsed::Command(Set(Some(("temp".into(), "0.7".into()))))

@@ -84,3 +84,31 @@ pub fn render(frame: &mut Frame, area: Rect, theme: &Theme, scroll: u16) {
 pub fn len() -> usize {
     lines(&Theme::default()).len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// F1 lists every key of the table, the windows' own included, under its context's title.
+    #[test]
+    fn help_lists_every_binding_under_its_context() {
+        let text: Vec<String> = lines(&Theme::default())
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect();
+        for c in Context::ALL {
+            let at = text
+                .iter()
+                .position(|l| l.trim() == c.title())
+                .unwrap_or_else(|| panic!("no {:?} heading", c.title()));
+            for (i, b) in keymap::listed(c).enumerate() {
+                let line = &text[at + 1 + i];
+                assert!(
+                    line.trim_start().starts_with(b.keys) && line.ends_with(b.help),
+                    "{line:?} under {:?}",
+                    c.title()
+                );
+            }
+        }
+    }
+}

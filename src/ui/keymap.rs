@@ -1,10 +1,11 @@
 //! Every key binding of the chat, written once: which keys, in which context, doing what, and
 //! the line the F1 help screen shows for them. Dispatch (`keys.rs`) looks keys up here, the
-//! help screen (`help.rs`) is drawn from here, and a test holds the README's key table to it
+//! help screen (`help.rs`) is drawn from here, and a test holds the README's key tables to it
 //! row for row (as gitui's `KeysList`).
 //!
-//! The keys of an open window (picker, sampler form, system prompt editor, help) are that
-//! window's own and are shown in its frame; they are dispatched in `keys.rs`.
+//! The keys of an open window (help, model picker, sampler form, system prompt editor) are
+//! contexts of their own ([`Context::is_window`]): the window looks its keys up there first
+//! ([`action_in`]); what none of them binds is typed into the window (or, for help, closes it).
 
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
@@ -18,15 +19,27 @@ pub enum Context {
     Windows,
     /// The message box's own editing keys (it passes them to the text area).
     Editing,
+    /// The help window (F1).
+    HelpWindow,
+    /// The model picker (F2).
+    Picker,
+    /// The sampler settings form (F3).
+    Sampler,
+    /// The system prompt editor (F4).
+    SystemEditor,
 }
 
 impl Context {
     /// The order the help screen shows the groups in.
-    pub const ALL: [Context; 4] = [
+    pub const ALL: [Context; 8] = [
         Context::Chat,
         Context::Scrolling,
         Context::Windows,
         Context::Editing,
+        Context::HelpWindow,
+        Context::Picker,
+        Context::Sampler,
+        Context::SystemEditor,
     ];
 
     pub fn title(self) -> &'static str {
@@ -35,7 +48,20 @@ impl Context {
             Context::Scrolling => "Scrolling",
             Context::Windows => "Windows",
             Context::Editing => "Editing",
+            Context::HelpWindow => "In the help (F1)",
+            Context::Picker => "In the model picker (F2)",
+            Context::Sampler => "In the sampler settings (F3)",
+            Context::SystemEditor => "In the system prompt editor (F4)",
         }
+    }
+
+    /// Whether these are an open window's keys (looked up before the chat's, only while it is
+    /// open).
+    pub fn is_window(self) -> bool {
+        matches!(
+            self,
+            Context::HelpWindow | Context::Picker | Context::Sampler | Context::SystemEditor
+        )
     }
 }
 
@@ -72,6 +98,8 @@ pub enum Action {
     SamplerForm,
     SystemEditor,
     TogglePanel(PanelId),
+    /// The Profile panel: in the column, full screen, hidden.
+    Profile,
     ToggleSidebar,
     SidebarNarrower,
     SidebarWider,
@@ -84,6 +112,27 @@ pub enum Action {
     Complete,
     /// An editing key of the message box.
     Edit(Edit),
+    /// A key of an open window.
+    Window(Nav),
+}
+
+/// What a key does in an open window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nav {
+    Close,
+    /// The line, entry or field above.
+    Prev,
+    /// The line, entry or field below.
+    Next,
+    PagePrev,
+    PageNext,
+    First,
+    /// Delete the character before the cursor (the filter's, the field's).
+    Erase,
+    /// Delete the whole filter or value.
+    EraseAll,
+    /// Load the picked model, apply the form, set the prompt.
+    Confirm,
 }
 
 /// What an editing key does to the message box (readline's names in the comments).
@@ -191,8 +240,12 @@ const fn bind(
 }
 
 use Action as A;
-use Context::{Chat, Editing, Scrolling, Windows};
+use Context::{Chat, Editing, HelpWindow, Picker, Sampler, Scrolling, SystemEditor, Windows};
 use KeyCode as K;
+
+const fn nav(code: KeyCode, nav: Nav) -> Chord {
+    on(code, Mods::Any, A::Window(nav))
+}
 
 /// Every binding. A key press takes the first chord that matches, so the order here is the
 /// dispatch order (Windows before Scrolling: Ctrl-Alt-↑ picks a panel); the help screen and
@@ -325,6 +378,12 @@ pub const KEYMAP: &[Binding] = &[
         "F9",
         "show/hide the diagnostics column",
         &[on(K::F(9), Mods::Any, A::ToggleSidebar)],
+    ),
+    bind(
+        Windows,
+        "F10",
+        "Profile panel: time per op (again: full screen, again: hide)",
+        &[on(K::F(10), Mods::Any, A::Profile)],
     ),
     bind(
         Windows,
@@ -464,12 +523,144 @@ pub const KEYMAP: &[Binding] = &[
             ch('z', Mods::Alt, A::Edit(Edit::Redo)),
         ],
     ),
+    // The windows' own keys (looked up only while the window is open).
+    bind(
+        HelpWindow,
+        "↑ / ↓",
+        "scroll a line",
+        &[nav(K::Up, Nav::Prev), nav(K::Down, Nav::Next)],
+    ),
+    bind(
+        HelpWindow,
+        "PgUp / PgDn",
+        "scroll ten lines",
+        &[
+            nav(K::PageUp, Nav::PagePrev),
+            nav(K::PageDown, Nav::PageNext),
+        ],
+    ),
+    bind(
+        HelpWindow,
+        "Home",
+        "back to the top",
+        &[nav(K::Home, Nav::First)],
+    ),
+    bind(
+        HelpWindow,
+        "Esc, F1",
+        "close (any other key closes it too, and goes on to the chat)",
+        &[nav(K::Esc, Nav::Close), nav(K::F(1), Nav::Close)],
+    ),
+    bind(
+        Picker,
+        "↑ / ↓, Tab",
+        "the model above / below",
+        &[
+            nav(K::Up, Nav::Prev),
+            nav(K::Down, Nav::Next),
+            nav(K::Tab, Nav::Next),
+        ],
+    ),
+    bind(
+        Picker,
+        "PgUp / PgDn",
+        "five models up / down",
+        &[
+            nav(K::PageUp, Nav::PagePrev),
+            nav(K::PageDown, Nav::PageNext),
+        ],
+    ),
+    bind(
+        Picker,
+        "Enter",
+        "load the model picked",
+        &[nav(K::Enter, Nav::Confirm)],
+    ),
+    bind(
+        Picker,
+        "Backspace, Ctrl-U",
+        "delete a character / all of the filter (what you type filters the list)",
+        &[
+            nav(K::Backspace, Nav::Erase),
+            ch('u', Mods::Ctrl, A::Window(Nav::EraseAll)),
+        ],
+    ),
+    bind(
+        Picker,
+        "Esc, F2",
+        "close",
+        &[nav(K::Esc, Nav::Close), nav(K::F(2), Nav::Close)],
+    ),
+    bind(
+        Sampler,
+        "↑ / ↓, Shift-Tab / Tab",
+        "the setting above / below",
+        &[
+            nav(K::Up, Nav::Prev),
+            nav(K::BackTab, Nav::Prev),
+            nav(K::Down, Nav::Next),
+            nav(K::Tab, Nav::Next),
+        ],
+    ),
+    bind(
+        Sampler,
+        "Enter",
+        "apply the settings",
+        &[nav(K::Enter, Nav::Confirm)],
+    ),
+    bind(
+        Sampler,
+        "Backspace, Ctrl-U",
+        "delete a character / the whole value (what you type edits the value)",
+        &[
+            nav(K::Backspace, Nav::Erase),
+            ch('u', Mods::Ctrl, A::Window(Nav::EraseAll)),
+        ],
+    ),
+    bind(
+        Sampler,
+        "Esc, F3",
+        "close without applying",
+        &[nav(K::Esc, Nav::Close), nav(K::F(3), Nav::Close)],
+    ),
+    // Before Enter: Alt-Enter is a new line, not Enter.
+    bind(
+        SystemEditor,
+        "Alt-Enter, Ctrl-J",
+        "new line (Shift-Enter too, if the terminal tells); the editing keys as in the message box",
+        &[
+            on(K::Enter, Mods::AltOrShift, A::NewLine),
+            ch('j', Mods::Ctrl, A::NewLine),
+        ],
+    ),
+    bind(
+        SystemEditor,
+        "Enter",
+        "set the system prompt (it applies from the next answer)",
+        &[nav(K::Enter, Nav::Confirm)],
+    ),
+    bind(
+        SystemEditor,
+        "Esc, F4",
+        "close without setting",
+        &[nav(K::Esc, Nav::Close), nav(K::F(4), Nav::Close)],
+    ),
 ];
 
 /// What `k` does outside a window; `None`: the message box gets it.
 pub fn action(k: &KeyEvent) -> Option<Action> {
     KEYMAP
         .iter()
+        .filter(|b| !b.context.is_window())
+        .flat_map(|b| b.chords.iter())
+        .find(|c| c.matches(k))
+        .map(|c| c.action)
+}
+
+/// What `k` does by the bindings of `context` alone (an open window's keys, or the message
+/// box's editing keys in the system prompt editor); `None`: the context does not bind it.
+pub fn action_in(context: Context, k: &KeyEvent) -> Option<Action> {
+    listed(context)
         .flat_map(|b| b.chords.iter())
         .find(|c| c.matches(k))
         .map(|c| c.action)
@@ -480,112 +671,36 @@ pub fn listed(context: Context) -> impl Iterator<Item = &'static Binding> {
     KEYMAP.iter().filter(move |b| b.context == context)
 }
 
-/// The README's key table rows (`| keys | help |`), in help-screen order.
+/// The README's key table rows (`| keys | help |`), in help-screen order, for the chat's keys.
 pub fn readme_rows() -> Vec<String> {
     Context::ALL
         .into_iter()
+        .filter(|c| !c.is_window())
         .flat_map(listed)
         .map(|b| format!("| {} | {} |", b.keys, b.help))
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// The README's window key table rows (`| window | keys | help |`), in help-screen order.
+pub fn readme_window_rows() -> Vec<String> {
+    Context::ALL
+        .into_iter()
+        .filter(|c| c.is_window())
+        .flat_map(listed)
+        .map(|b| format!("| {} | {} | {} |", window_name(b.context), b.keys, b.help))
+        .collect()
+}
 
-    fn press(code: KeyCode, modifiers: KeyModifiers) -> KeyEvent {
-        KeyEvent::new(code, modifiers)
-    }
-
-    /// The README (section "## Chat", the `| key | does |` table) lists exactly the bindings
-    /// of this table, row for row.
-    #[test]
-    fn readme_key_table_matches_the_keymap() {
-        let readme = include_str!("../../README.md");
-        let chat = readme
-            .split("\n## ")
-            .find(|s| s.starts_with("Chat\n"))
-            .expect("README.md has a \"## Chat\" section");
-        let mut lines = chat.lines().skip_while(|l| l.trim() != "| key | does |");
-        assert_eq!(
-            lines.next().map(str::trim),
-            Some("| key | does |"),
-            "README.md's Chat section has no `| key | does |` table"
-        );
-        assert_eq!(lines.next().map(str::trim), Some("|---|---|"));
-        let rows: Vec<String> = lines
-            .take_while(|l| l.starts_with('|'))
-            .map(|l| l.trim().to_string())
-            .collect();
-        let want = readme_rows();
-        for (i, (got, want)) in rows.iter().zip(&want).enumerate() {
-            assert_eq!(got, want, "README key table row {} differs", i + 1);
-        }
-        assert_eq!(
-            rows.len(),
-            want.len(),
-            "README key table has {} rows, the keymap {}",
-            rows.len(),
-            want.len()
-        );
-    }
-
-    /// No chord is hidden behind an earlier one: each press reaches its own action.
-    #[test]
-    fn every_chord_reaches_its_action() {
-        for b in KEYMAP {
-            for c in b.chords {
-                let mods = match c.mods {
-                    Mods::Any | Mods::None | Mods::NoAltShift => KeyModifiers::NONE,
-                    Mods::Ctrl => KeyModifiers::CONTROL,
-                    Mods::Alt | Mods::AltOrShift => KeyModifiers::ALT,
-                };
-                assert_eq!(
-                    action(&press(c.code, mods)),
-                    Some(c.action),
-                    "{} ({:?})",
-                    b.keys,
-                    c.code
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn modifier_combinations_resolve_as_dispatch_expects() {
-        let ca = KeyModifiers::CONTROL | KeyModifiers::ALT;
-        // Ctrl-C wins over Alt-C, Alt-↑ over Ctrl-↑, Alt-R over the editor's Ctrl-R.
-        assert_eq!(action(&press(K::Char('c'), ca)), Some(A::Interrupt));
-        assert_eq!(action(&press(K::Up, ca)), Some(A::FocusPanelAbove));
-        assert_eq!(action(&press(K::Char('r'), ca)), Some(A::Regenerate));
-        // Readline's keys: Ctrl-U deletes to the start of the line (it was undo), Ctrl-_
-        // (0x1F, read as Ctrl-7) undoes.
-        assert_eq!(
-            action(&press(K::Char('u'), KeyModifiers::CONTROL)),
-            Some(A::Edit(Edit::KillToStart))
-        );
-        assert_eq!(
-            action(&press(K::Char('7'), KeyModifiers::CONTROL)),
-            Some(A::Edit(Edit::Undo))
-        );
-        assert_eq!(action(&press(K::Char('r'), KeyModifiers::CONTROL)), None);
-        // Shift-Enter is a new line, Ctrl-Enter sends; a shifted ↑ goes to the box.
-        assert_eq!(
-            action(&press(K::Enter, KeyModifiers::SHIFT)),
-            Some(A::NewLine)
-        );
-        assert_eq!(
-            action(&press(K::Enter, KeyModifiers::CONTROL)),
-            Some(A::Send)
-        );
-        assert_eq!(action(&press(K::Up, KeyModifiers::SHIFT)), None);
-        assert_eq!(action(&press(K::Char('x'), KeyModifiers::NONE)), None);
-    }
-
-    #[test]
-    fn every_context_has_bindings() {
-        for c in Context::ALL {
-            assert!(listed(c).next().is_some(), "{c:?}");
-        }
+/// The window's name in the README's window key table.
+fn window_name(c: Context) -> &'static str {
+    match c {
+        Context::HelpWindow => "help (F1)",
+        Context::Picker => "model picker (F2)",
+        Context::Sampler => "sampler settings (F3)",
+        Context::SystemEditor => "system prompt (F4)",
+        _ => "",
     }
 }
+
+#[cfg(test)]
+mod tests;

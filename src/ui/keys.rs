@@ -1,12 +1,13 @@
 //! Key dispatch: what a key press does, in order of precedence: Ctrl-C (even while quitting),
-//! the error dialog, the open window's own keys, then the bindings of [`super::keymap`], and
-//! last the message box. The bindings themselves are written once, in `keymap.rs`.
+//! the error dialog, the open window's own keys (its context of [`super::keymap`]), then the
+//! chat's bindings, and last the message box. The bindings themselves are written once, in
+//! `keymap.rs`.
 
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 
 use super::commands::CopyTarget;
 use super::help;
-use super::keymap::{self, Action};
+use super::keymap::{self, Action, Context, Nav};
 use super::msg::Effect;
 use super::sampler::{FormOutcome, SamplerForm};
 use super::settings::{PANEL_STEP, PanelId, SIDEBAR_MAX, SIDEBAR_MIN};
@@ -19,10 +20,6 @@ fn ctrl(k: &KeyEvent) -> bool {
 
 fn alt(k: &KeyEvent) -> bool {
     k.modifiers.contains(KeyModifiers::ALT)
-}
-
-fn shift(k: &KeyEvent) -> bool {
-    k.modifiers.contains(KeyModifiers::SHIFT)
 }
 
 impl App {
@@ -88,7 +85,6 @@ impl App {
 
     /// Carries out a binding of the keymap for the key press `k`.
     fn run_action(&mut self, action: Action, k: KeyEvent) -> Vec<Effect> {
-        let page = self.chat.viewport().height.saturating_sub(2).max(1);
         match action {
             Action::Send => return self.submit(),
             Action::NewLine => self.input.newline(),
@@ -129,10 +125,17 @@ impl App {
                     );
                 }
             }
-            Action::ScrollPageUp => self.chat.scroll_up(page),
-            Action::ScrollPageDown => self.chat.scroll_down(page),
-            Action::ScrollLineUp => self.chat.scroll_up(1),
-            Action::ScrollLineDown => self.chat.scroll_down(1),
+            Action::ScrollPageUp | Action::ScrollPageDown => {
+                let view = self.chat_view();
+                let page = view.height.saturating_sub(2).max(1);
+                if action == Action::ScrollPageUp {
+                    self.chat.scroll_up(page, view);
+                } else {
+                    self.chat.scroll_down(page, view);
+                }
+            }
+            Action::ScrollLineUp => self.chat.scroll_up(1, self.chat_view()),
+            Action::ScrollLineDown => self.chat.scroll_down(1, self.chat_view()),
             Action::ScrollTop => self.chat.scroll_to_top(),
             Action::ScrollBottom => self.chat.follow(),
             Action::Help => self.overlay = Overlay::Help { scroll: 0 },
@@ -150,6 +153,7 @@ impl App {
                 PanelId::Watchdog => &mut p.watchdog,
                 PanelId::Gpu => &mut p.gpu,
             }),
+            Action::Profile => return self.toggle_profile(),
             Action::ToggleSidebar => {
                 let shown = self.sidebar_visible(self.size.0);
                 self.sidebar = Some(!shown);
@@ -171,23 +175,46 @@ impl App {
             Action::Edit(op) => {
                 self.input.edit(op);
             }
+            // Bound only in the windows' contexts, which `overlay_key` looks up.
+            Action::Window(_) => {}
         }
         Vec::new()
     }
 
-    /// Keys for the open window; `None` lets the key through to the chat.
+    /// Keys for the open window, looked up in its context of the key table; `None` lets the key
+    /// through to the chat.
     fn overlay_key(&mut self, k: KeyEvent) -> Option<Vec<Effect>> {
+        let context = match &self.overlay {
+            Overlay::None => return None,
+            Overlay::Help { .. } => Context::HelpWindow,
+            Overlay::Picker(_) => Context::Picker,
+            Overlay::Sampler(_) => Context::Sampler,
+            Overlay::System(_) => Context::SystemEditor,
+        };
+        let nav = match keymap::action_in(context, &k) {
+            Some(Action::Window(Nav::Close)) => {
+                self.overlay = Overlay::None;
+                return Some(Vec::new());
+            }
+            Some(Action::Window(n)) => Some(n),
+            Some(Action::NewLine) => {
+                if let Overlay::System(ed) = &mut self.overlay {
+                    ed.input.newline();
+                }
+                return Some(Vec::new());
+            }
+            _ => None,
+        };
         match &mut self.overlay {
             Overlay::None => None,
             Overlay::Help { scroll } => {
                 let max = help::len() as u16;
-                match k.code {
-                    KeyCode::Esc | KeyCode::F(1) => self.overlay = Overlay::None,
-                    KeyCode::Up => *scroll = scroll.saturating_sub(1),
-                    KeyCode::Down => *scroll = (*scroll + 1).min(max),
-                    KeyCode::PageUp => *scroll = scroll.saturating_sub(10),
-                    KeyCode::PageDown => *scroll = (*scroll + 10).min(max),
-                    KeyCode::Home => *scroll = 0,
+                match nav {
+                    Some(Nav::Prev) => *scroll = scroll.saturating_sub(1),
+                    Some(Nav::Next) => *scroll = (*scroll + 1).min(max),
+                    Some(Nav::PagePrev) => *scroll = scroll.saturating_sub(10),
+                    Some(Nav::PageNext) => *scroll = (*scroll + 10).min(max),
+                    Some(Nav::First) => *scroll = 0,
                     // Anything else closes help and goes on to the chat, so typing is never lost.
                     _ => {
                         self.overlay = Overlay::None;
@@ -197,54 +224,59 @@ impl App {
                 Some(Vec::new())
             }
             Overlay::Picker(p) => {
-                match k.code {
-                    KeyCode::Esc | KeyCode::F(2) => self.overlay = Overlay::None,
-                    KeyCode::Up => p.up(),
-                    KeyCode::Down | KeyCode::Tab => p.down(),
-                    KeyCode::PageUp => p.page(-5),
-                    KeyCode::PageDown => p.page(5),
-                    KeyCode::Backspace => p.backspace(),
-                    KeyCode::Char('u') if ctrl(&k) => p.filter.clear(),
-                    KeyCode::Char(c) if !ctrl(&k) && !alt(&k) => p.type_char(c),
-                    KeyCode::Enter => {
+                match nav {
+                    Some(Nav::Prev) => p.up(),
+                    Some(Nav::Next) => p.down(),
+                    Some(Nav::PagePrev) => p.page(-5),
+                    Some(Nav::PageNext) => p.page(5),
+                    Some(Nav::Erase) => p.backspace(),
+                    Some(Nav::EraseAll) => p.filter.clear(),
+                    Some(Nav::Confirm) => {
                         let Some(entry) = p.selected_entry().cloned() else {
                             return Some(Vec::new());
                         };
                         return Some(self.pick(entry));
                     }
-                    _ => {}
+                    Some(_) => {}
+                    None => {
+                        if let Some(c) = typed(&k) {
+                            p.type_char(c);
+                        }
+                    }
                 }
                 Some(Vec::new())
             }
             Overlay::Sampler(f) => {
-                match k.code {
-                    KeyCode::Esc | KeyCode::F(3) => self.overlay = Overlay::None,
-                    KeyCode::Up | KeyCode::BackTab => f.up(),
-                    KeyCode::Down | KeyCode::Tab => f.down(),
-                    KeyCode::Backspace => f.backspace(),
-                    KeyCode::Char('u') if ctrl(&k) => f.clear_field(),
-                    KeyCode::Char(c) if !ctrl(&k) && !alt(&k) => f.type_char(c),
-                    KeyCode::Enter => {
+                match nav {
+                    Some(Nav::Prev) => f.up(),
+                    Some(Nav::Next) => f.down(),
+                    Some(Nav::Erase) => f.backspace(),
+                    Some(Nav::EraseAll) => f.clear_field(),
+                    Some(Nav::Confirm) => {
                         if let FormOutcome::Apply(cfg) = f.apply(&self.sampler) {
                             self.overlay = Overlay::None;
                             return Some(self.set_sampler(cfg));
                         }
                     }
-                    _ => {}
+                    Some(_) => {}
+                    None => {
+                        if let Some(c) = typed(&k) {
+                            f.type_char(c);
+                        }
+                    }
                 }
                 Some(Vec::new())
             }
             Overlay::System(ed) => {
-                match k.code {
-                    KeyCode::Esc | KeyCode::F(4) => self.overlay = Overlay::None,
-                    KeyCode::Enter if alt(&k) || shift(&k) => ed.input.newline(),
-                    KeyCode::Char('j') if ctrl(&k) => ed.input.newline(),
-                    KeyCode::Enter => {
+                match nav {
+                    Some(Nav::Confirm) => {
                         let text = ed.input.text();
                         self.overlay = Overlay::None;
                         return Some(self.set_system(text));
                     }
-                    _ => match keymap::action(&k) {
+                    Some(_) => {}
+                    // The message box's editing keys, from the same table.
+                    None => match keymap::action_in(Context::Editing, &k) {
                         Some(Action::Edit(op)) => {
                             ed.input.edit(op);
                         }
@@ -256,5 +288,13 @@ impl App {
                 Some(Vec::new())
             }
         }
+    }
+}
+
+/// The character a key types into a window's filter or field (none with Ctrl or Alt held).
+fn typed(k: &KeyEvent) -> Option<char> {
+    match k.code {
+        KeyCode::Char(c) if !ctrl(k) && !alt(k) => Some(c),
+        _ => None,
     }
 }

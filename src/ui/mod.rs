@@ -9,7 +9,7 @@
 //! - types and drawing pieces: `msg`, `settings`, `theme`, `units`, `series`, `meter`,
 //!   `wrap`, `markdown`, `input`, `commands`, `keymap`;
 //! - panels and windows, one file each: `chat`, `streams`, `arena`, `watchdog`, `gpu`,
-//!   `picker`, `sampler`, `system_editor`, `help`, `error_dialog`, `quit_screen`;
+//!   `profile`, `picker`, `sampler`, `system_editor`, `help`, `error_dialog`, `quit_screen`;
 //! - the state and what changes it: `state` (the `App` struct), `update` (`App::update`),
 //!   `keys` (key dispatch), `actions` (what keys and commands do); and `screen`, which lays
 //!   the panels out.
@@ -29,6 +29,7 @@ pub mod markdown;
 pub mod meter;
 pub mod msg;
 pub mod picker;
+pub mod profile;
 pub mod quit_screen;
 pub mod reasoning;
 pub mod remote_latency;

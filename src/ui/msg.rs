@@ -7,6 +7,7 @@ use std::time::Duration;
 use crossterm::event::{Event as TermEvent, KeyEvent, MouseEvent};
 
 use crate::gpu::snapshot::HostSample;
+use crate::gpu::trace::ProfileSnapshot;
 use crate::model::protocol::{Command, Event, SamplerConfig};
 
 use super::picker::ModelEntry;
@@ -49,6 +50,10 @@ pub enum Msg {
         text: String,
         error: bool,
     },
+    /// The profile as it stands (while the Profile panel is shown).
+    Profile(ProfileSnapshot),
+    /// The timeline file now written (`None`: none), after `/trace` or `--trace`.
+    Tracing(Option<PathBuf>),
 }
 
 impl Msg {
@@ -86,4 +91,16 @@ pub enum Effect {
     ListPaths(String),
     /// Leave now: restore the terminal, flush, hard exit (second Ctrl-C during a quit).
     ForceExit,
+    /// Start or stop collecting: the profile (the Profile panel shown or hidden) or the
+    /// timeline file (`/trace on|off`); answered with [`Msg::Tracing`] and notices.
+    Trace(TraceRequest),
+}
+
+/// What [`Effect::Trace`] asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TraceRequest {
+    Profile(bool),
+    /// `/trace on [FILE]` (no file: a fresh one beside `/save`'s exports).
+    FileOn(Option<PathBuf>),
+    FileOff,
 }

@@ -10,20 +10,36 @@ use crate::gpu::snapshot::WatchState;
 use crate::model::remote::INSECURE_MARK;
 
 use super::meter::{bar, ellipsize, spinner, text};
+use super::profile::ProfileMode;
 use super::settings::PanelId;
 use super::state::{App, GenState, Overlay};
 use super::theme::Theme;
-use super::watchdog::{state_label, state_style};
+use super::watchdog::{state_label, state_style, watched};
 use super::{error_dialog, help, quit_screen, units};
 
-/// Draws everything.
-pub fn render(app: &App, frame: &mut Frame) {
-    let area = frame.area();
-    if area.width < 20 || area.height < 6 {
-        frame.render_widget(Paragraph::new("hipscope: the terminal is too small"), area);
-        return;
+/// The smallest terminal the screen is drawn in (columns, rows); below it, a note says so.
+pub const MIN_SIZE: (u16, u16) = (20, 6);
+
+/// Where each part of the screen goes: one layout, used by [`render`] and by `App::update`
+/// (which scrolls the chat by the height it will have).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Areas {
+    pub header: Rect,
+    pub progress: Rect,
+    pub banner: Rect,
+    /// Everything between the header and the footer (the windows open over it).
+    pub body: Rect,
+    pub footer: Rect,
+    pub chat: Rect,
+    pub input: Rect,
+    pub sidebar: Option<Rect>,
+}
+
+/// The screen's layout for `app` in `area`; `None` when the terminal is too small.
+pub fn layout(app: &App, area: Rect) -> Option<Areas> {
+    if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
+        return None;
     }
-    let theme = &app.theme;
     let progress_rows = app.progress.len().min(2) as u16;
     let banner_rows = app.watchdog.banner_height();
     let [header, progress, banner, body, footer] = Layout::vertical([
@@ -34,13 +50,8 @@ pub fn render(app: &App, frame: &mut Frame) {
         Constraint::Length(1),
     ])
     .areas(area);
-
-    render_header(app, frame, header, theme);
-    render_progress(app, frame, progress, theme);
-    app.watchdog.render_banner(frame, banner, theme);
-
     let sidebar = app.sidebar_visible(area.width) && body.width >= 60;
-    let (left, right) = if sidebar {
+    let (left, sidebar) = if sidebar {
         let w = app.sidebar_width.min(body.width - 32);
         let [l, r] = Layout::horizontal([Constraint::Min(32), Constraint::Length(w)]).areas(body);
         (l, Some(r))
@@ -51,8 +62,50 @@ pub fn render(app: &App, frame: &mut Frame) {
         .input
         .height(left.width)
         .min(left.height.saturating_sub(1));
-    let [chat_area, input_area] =
+    let [chat, input] =
         Layout::vertical([Constraint::Min(1), Constraint::Length(input_h)]).areas(left);
+    Some(Areas {
+        header,
+        progress,
+        banner,
+        body,
+        footer,
+        chat,
+        input,
+        sidebar,
+    })
+}
+
+/// Draws everything.
+pub fn render(app: &App, frame: &mut Frame) {
+    let area = frame.area();
+    let Some(Areas {
+        header,
+        progress,
+        banner,
+        body,
+        footer,
+        chat: chat_area,
+        input: input_area,
+        sidebar: right,
+    }) = layout(app, area)
+    else {
+        frame.render_widget(
+            Paragraph::new(format!(
+                "hipscope: the terminal is too small ({}×{}); it needs at least {}×{}",
+                area.width, area.height, MIN_SIZE.0, MIN_SIZE.1
+            ))
+            .wrap(ratatui::widgets::Wrap { trim: true }),
+            area,
+        );
+        return;
+    };
+    let theme = &app.theme;
+
+    render_header(app, frame, header, theme);
+    render_progress(app, frame, progress, theme);
+    app.watchdog.render_banner(frame, banner, theme);
+
     app.chat
         .render(frame, chat_area, theme, app.activity(), welcome(app, theme));
     let typing_here = matches!(app.overlay, Overlay::None | Overlay::Help { .. });
@@ -64,10 +117,14 @@ pub fn render(app: &App, frame: &mut Frame) {
         typing_here,
     );
     if let Some(r) = right {
+        let r = profile_in_column(app, frame, r, theme);
         render_sidebar(app, frame, r, theme);
     }
     render_footer(app, frame, footer, theme);
 
+    if app.profile.mode == ProfileMode::Full && matches!(app.overlay, Overlay::None) {
+        app.profile.render(frame, body, theme);
+    }
     match &app.overlay {
         Overlay::None => {}
         // The big windows take the whole middle of the screen, with nothing peeking around them.
@@ -184,13 +241,13 @@ fn render_header(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
         } else {
             state_style(s.state, theme)
         };
+        // The CPU backend has no queue: its ops run as they are issued.
+        let queue = match watched(s) {
+            "CPU" => String::new(),
+            _ => format!(" q{}", s.queue_depth),
+        };
         right.push(Span::styled(
-            format!(
-                " {} {} q{} ",
-                if s.is_remote() { "SERVER" } else { "GPU" },
-                state_label(s.state),
-                s.queue_depth
-            ),
+            format!(" {} {}{queue} ", watched(s), state_label(s.state)),
             style,
         ));
     }
@@ -334,6 +391,23 @@ fn render_sidebar(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) {
             resize_hint(frame, rect, theme);
         }
     }
+}
+
+/// Draws the Profile panel at the top of the column when it is shown there (up to two thirds of
+/// the column's rows); returns the rows left for the other panels.
+fn profile_in_column(app: &App, frame: &mut Frame, area: Rect, theme: &Theme) -> Rect {
+    if app.profile.mode != ProfileMode::Column {
+        return area;
+    }
+    let most = if app.panels.visible().is_empty() {
+        area.height
+    } else {
+        area.height * 2 / 3
+    };
+    let h = app.profile.wanted_height().min(most);
+    app.profile
+        .render(frame, Rect::new(area.x, area.y, area.width, h), theme);
+    Rect::new(area.x, area.y + h, area.width, area.height - h)
 }
 
 /// The fewest rows a panel is given while there is room: its frame and one line.

@@ -15,6 +15,7 @@ use super::error_dialog::ErrorInfo;
 use super::gpu::GpuPanel;
 use super::input::InputBox;
 use super::picker::{ModelEntry, Picker};
+use super::profile::ProfilePanel;
 use super::quit_screen::{QuitState, WorkerEnd};
 use super::sampler::SamplerForm;
 use super::settings::{
@@ -88,6 +89,8 @@ pub struct App {
     pub arena: ArenaPanel,
     pub watchdog: WatchdogPanel,
     pub gpu: GpuPanel,
+    /// F10: each op's share of a step (`profile.rs`).
+    pub profile: ProfilePanel,
     pub sidebar: Option<bool>,
     pub sidebar_width: u16,
     pub panels: Panels,
@@ -161,6 +164,7 @@ impl App {
             arena: ArenaPanel::default(),
             watchdog: WatchdogPanel::default(),
             gpu: GpuPanel::default(),
+            profile: ProfilePanel::default(),
             sidebar: settings.sidebar,
             sidebar_width: settings.sidebar_width.clamp(SIDEBAR_MIN, SIDEBAR_MAX),
             panels: settings.panels,

@@ -81,12 +81,19 @@ impl TopView {
             Rect::new(area.x, y, area.width, 1),
         );
         y += 1;
-        if s.gpus.is_empty() {
+        // The notes (with no GPU, the verdict: what runs, the next step per vendor), wrapped.
+        let notes: Vec<String> = s
+            .notes
+            .iter()
+            .flat_map(|n| wrap_words(n, w.max(1), 3))
+            .take(6)
+            .collect();
+        for line in notes {
+            if y >= area.bottom() {
+                break;
+            }
             frame.render_widget(
-                Paragraph::new(Line::from(text(
-                    "no GPU found (no amdgpu card in sysfs, no NVML)",
-                    theme.notice,
-                ))),
+                Paragraph::new(Line::from(text(line, theme.notice))),
                 Rect::new(area.x, y, area.width, 1),
             );
             y += 1;

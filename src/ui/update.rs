@@ -6,9 +6,12 @@ use crossterm::event::{MouseEvent, MouseEventKind};
 use crate::gpu::snapshot::WatchState;
 use crate::model::protocol::Event;
 
-use super::chat::NoticeLevel;
+use ratatui::layout::Rect;
+
+use super::chat::{NoticeLevel, Viewport};
 use super::msg::{Effect, Msg};
 use super::quit_screen::{QuitState, WorkerEnd};
+use super::screen;
 use super::state::{App, GenState, Overlay, Progress};
 use super::units;
 
@@ -49,6 +52,14 @@ impl App {
                     p.set_entries(entries.clone());
                 }
                 self.models = Some((entries, searched));
+                Vec::new()
+            }
+            Msg::Profile(p) => {
+                self.profile.apply(p);
+                Vec::new()
+            }
+            Msg::Tracing(file) => {
+                self.profile.trace_file = file.map(|f| f.display().to_string());
                 Vec::new()
             }
             Msg::Paths { typed, names } => {
@@ -218,6 +229,10 @@ impl App {
                 }
             }
             Event::Telemetry(t) => self.gpu.apply(t),
+            Event::Notice { context, message } => {
+                self.chat
+                    .notice(format!("{context}: {message}"), NoticeLevel::Warn);
+            }
             Event::Error { context, message } => {
                 // A failed request ends what was waiting on it; a started answer still gets
                 // its AnswerDone from the worker.
@@ -297,6 +312,16 @@ impl App {
 
     // ---- input ----------------------------------------------------------------------------
 
+    /// The chat's view as the next frame draws it: its height from the screen's layout at the
+    /// terminal's size (set by `Msg::Resize`), its length from the conversation now.
+    pub(super) fn chat_view(&self) -> Viewport {
+        let area = Rect::new(0, 0, self.size.0, self.size.1);
+        match screen::layout(self, area) {
+            Some(a) => self.chat.measure(a.chat, &self.theme, self.activity()),
+            None => Viewport::default(),
+        }
+    }
+
     fn on_mouse(&mut self, m: MouseEvent) {
         let up = match m.kind {
             MouseEventKind::ScrollUp => true,
@@ -319,10 +344,11 @@ impl App {
                 }
             }
             _ => {
+                let view = self.chat_view();
                 if up {
-                    self.chat.scroll_up(3)
+                    self.chat.scroll_up(3, view)
                 } else {
-                    self.chat.scroll_down(3)
+                    self.chat.scroll_down(3, view)
                 }
             }
         }

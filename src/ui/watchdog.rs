@@ -32,6 +32,29 @@ pub fn state_label(state: WatchState) -> &'static str {
     }
 }
 
+/// What the watchdog watches, in one word for the header: the GPU's stream, the CPU backend's
+/// ops, or a remote engine's request.
+pub fn watched(s: &WatchdogSnapshot) -> &'static str {
+    if s.is_remote() {
+        "SERVER"
+    } else if s.stream == CPU_STREAM {
+        "CPU"
+    } else {
+        "GPU"
+    }
+}
+
+/// What is in flight on the watched stream, in words that are true of it: a device queue (or a
+/// server's) holds work; the CPU backend has no queue, it runs each op on the worker thread as it
+/// is issued.
+fn in_flight(s: &WatchdogSnapshot) -> String {
+    match (watched(s), s.queue_depth) {
+        ("CPU", 0) => "idle".to_string(),
+        ("CPU", _) => "an op running".to_string(),
+        (_, n) => format!("{n} queued"),
+    }
+}
+
 pub fn state_style(state: WatchState, theme: &Theme) -> ratatui::style::Style {
     match state {
         WatchState::Ok => theme.ok,
@@ -59,9 +82,11 @@ impl WatchdogPanel {
 
     pub fn wanted_height(&self) -> u16 {
         match &self.snapshot {
+            // State, op, age and last; with an op in flight also whether it started and the
+            // age's bar.
             Some(s) => {
-                2 + 5
-                    + u16::from(s.op.is_some())
+                2 + 4
+                    + 2 * u16::from(s.op.is_some())
                     + u16::from(s.event_queries_stuck)
                     + u16::from(s.report.is_some())
             }
@@ -80,14 +105,14 @@ impl WatchdogPanel {
             return;
         };
         let label_w = 7;
+        let what = in_flight(s);
         let mut lines = vec![Line::from(vec![
             text("● ", state_style(s.state, theme)),
             text(state_label(s.state), state_style(s.state, theme)),
             text(
                 format!(
-                    "  {} · {} queued",
-                    ellipsize(&s.stream, w.saturating_sub(20)),
-                    s.queue_depth
+                    "  {} · {what}",
+                    ellipsize(&s.stream, w.saturating_sub(12 + what.chars().count())),
                 ),
                 theme.dim,
             ),
@@ -113,24 +138,32 @@ impl WatchdogPanel {
                 text(ellipsize(what, value_w), style),
             ]));
         }
-        let age = format!(
-            "{} of {}",
-            units::duration(s.age),
-            units::duration(s.budget)
-        );
-        lines.push(Line::from(vec![
-            text(format!("{:<label_w$}", "age"), theme.dim),
-            text(age, state_style(s.state, theme)),
-        ]));
-        let frac = if s.budget.is_zero() {
-            0.0
+        if s.op.is_some() {
+            let age = format!(
+                "{} of {}",
+                units::duration(s.age),
+                units::duration(s.budget)
+            );
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", "age"), theme.dim),
+                text(age, state_style(s.state, theme)),
+            ]));
+            let frac = if s.budget.is_zero() {
+                0.0
+            } else {
+                s.age.as_secs_f64() / s.budget.as_secs_f64()
+            };
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", ""), theme.dim),
+                text(bar(frac, value_w), state_style(s.state, theme)),
+            ]));
         } else {
-            s.age.as_secs_f64() / s.budget.as_secs_f64()
-        };
-        lines.push(Line::from(vec![
-            text(format!("{:<label_w$}", ""), theme.dim),
-            text(bar(frac, value_w), state_style(s.state, theme)),
-        ]));
+            // Nothing in flight has no age and no budget to be measured against.
+            lines.push(Line::from(vec![
+                text(format!("{:<label_w$}", "age"), theme.dim),
+                text("– (nothing in flight)", theme.dim),
+            ]));
+        }
         lines.push(Line::from(vec![
             text(format!("{:<label_w$}", "last"), theme.dim),
             text(

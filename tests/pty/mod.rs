@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +35,8 @@ pub struct Session {
     master: Option<Box<dyn portable_pty::MasterPty + Send>>,
     reader: Option<std::thread::JoinHandle<()>>,
     closing: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, nothing reads the terminal (a stalled SSH session, a frozen emulator).
+    stalled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Which model a session's chat is started with.
@@ -54,6 +57,22 @@ impl Session {
         Session::start_wrapped(home, &[], extra, env)
     }
 
+    /// The chat in a session of its own (`setsid`): the pseudo-terminal is not its controlling
+    /// terminal, so closing it sends no SIGHUP, reads just end. `setsid -w` stays behind as the
+    /// terminal's session leader, waiting for hipscope and passing its exit code on; it must not
+    /// die of the SIGHUP that hipscope is spared.
+    pub fn start_detached(home: &Path, extra: &[&str]) -> Session {
+        let wrapper = ["sh", "-c", "trap '' HUP; exec setsid -w \"$@\"", "sh"];
+        Session::start_wrapped(home, &wrapper, extra, &[])
+    }
+
+    /// Asks for an answer that runs long and waits until it streams.
+    pub fn ask_for_a_long_answer(&mut self) {
+        self.sees("Type a message and press Enter", LOAD);
+        self.type_line("Count from 1 to 500, separated by commas.");
+        sees_tokens(self, 4);
+    }
+
     /// The chat on another model file than `HIPSCOPE_TEST_MODEL`.
     pub fn start_model(home: &Path, model: &Path, extra: &[&str]) -> Session {
         Session::launch(home, &[], Model::File(model), extra, &[])
@@ -68,6 +87,16 @@ impl Session {
         env: &[(&str, &str)],
     ) -> Session {
         Session::launch(home, wrapper, Model::Test, extra, env)
+    }
+
+    /// As [`Session::start_model`], with `env` set (a fake `HOME` whose model stores name it).
+    pub fn start_model_with_env(
+        home: &Path,
+        model: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Session {
+        Session::launch(home, &[], Model::File(model), extra, env)
     }
 
     /// The chat with no model named: the default model, fetched into `home` on first use.
@@ -138,10 +167,16 @@ impl Session {
         let sink = screen.clone();
         let closing = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let stop = closing.clone();
+        let stalled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let resting = stalled.clone();
         let reader = std::thread::spawn(move || {
             use std::os::fd::AsRawFd;
             let mut buf = [0u8; 8192];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if resting.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
                 let mut p = libc::pollfd {
                     fd: reader.as_raw_fd(),
                     events: libc::POLLIN,
@@ -165,7 +200,61 @@ impl Session {
             master: Some(pair.master),
             reader: Some(reader),
             closing,
+            stalled,
         }
+    }
+
+    /// Resizes the terminal to `rows` × `cols` (the app gets SIGWINCH), and the screen the test
+    /// reads with it.
+    pub fn resize(&self, rows: u16, cols: u16) {
+        self.master
+            .as_ref()
+            .expect("the terminal is open")
+            .resize(PtySize {
+                rows,
+                cols,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("resize the pty");
+        let size = |n: u16| std::num::NonZeroU16::new(n).expect("non-zero size");
+        self.screen
+            .lock()
+            .expect("screen")
+            .set_size(size(rows), size(cols));
+    }
+
+    /// Bytes typed into the terminal that the app has not read yet.
+    pub fn pending_input(&self) -> usize {
+        let name = self
+            .master
+            .as_ref()
+            .expect("the terminal is open")
+            .tty_name()
+            .expect("the terminal's name");
+        let tty = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+            .open(&name)
+            .expect("open the terminal's other side");
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int for a valid descriptor.
+        let rc = unsafe {
+            libc::ioctl(
+                std::os::fd::AsRawFd::as_raw_fd(&tty),
+                libc::FIONREAD,
+                &mut n,
+            )
+        };
+        assert_eq!(rc, 0, "FIONREAD: {}", std::io::Error::last_os_error());
+        n as usize
+    }
+
+    /// Stops reading the terminal (its output piles up until the kernel's buffer is full and
+    /// the app's writes block), or reads it again.
+    pub fn stall(&self, stalled: bool) {
+        self.stalled
+            .store(stalled, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn contents(&self) -> String {
@@ -179,6 +268,19 @@ impl Session {
             assert!(
                 start.elapsed() < within,
                 "never saw {text:?} within {within:?}; the screen:\n{}",
+                self.contents()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until `text` is no longer on the screen.
+    pub fn sees_no(&self, text: &str, within: Duration) {
+        let start = Instant::now();
+        while self.contents().contains(text) {
+            assert!(
+                start.elapsed() < within,
+                "{text:?} still there after {within:?}; the screen:\n{}",
                 self.contents()
             );
             std::thread::sleep(Duration::from_millis(20));
@@ -235,6 +337,7 @@ impl Session {
         let start = Instant::now();
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                self.stall(false);
                 if let Some(r) = self.reader.take() {
                     let _ = r.join();
                 }
@@ -270,11 +373,37 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
-        // A failed test must not leave the process behind.
+        // A failed test must not leave the process behind — nor what a wrapper started (`setsid
+        // -w hipscope`: killing the wrapper alone left the chat running at 100% for 23 minutes).
         if let Ok(None) = self.child.try_wait() {
+            if let Some(pid) = self.child.process_id() {
+                for p in descendants(pid) {
+                    // SAFETY: kill(2) on a process id; a stale one fails harmlessly.
+                    unsafe { libc::kill(p as i32, libc::SIGKILL) };
+                }
+            }
             let _ = self.child.kill();
         }
     }
+}
+
+/// Every process below `pid` (Linux: /proc/PID/task/*/children).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+                found.push(k);
+                todo.push(k);
+            }
+        }
+    }
+    found
 }
 
 pub const LOAD: Duration = Duration::from_secs(120);

@@ -13,6 +13,7 @@ use super::model_args::{ModelArgs, load_model};
 use super::usage::{MAX_CTX, whole};
 use crate::gpu::cpu::bandwidth::host_read_bandwidth;
 use crate::gpu::quant::dot::{Isa, PackedMatrix};
+use crate::gpu::trace::{self, ProfileTable};
 use crate::model::bound::{DecodeBound, decode_bytes_per_token};
 use crate::model::forward::Logits;
 use crate::model::loader::Loaded;
@@ -58,6 +59,11 @@ pub struct BenchArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// After each test, where its time went: each op family's calls, time and share of a step,
+    /// bytes, GB/s and share of the bound, and the host/launch gap (in `--json` too). Times are
+    /// taken with tracing on (docs/PROFILING.md says what that costs).
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -92,13 +98,16 @@ pub struct BenchResult {
     /// How `-ngl` placed the layers on a GPU (`-ngl 16: 16/33 layers on the GPU …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<String>,
+    /// `--profile`: where the test's measured repetitions spent their time, op by op.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<ProfileTable>,
 }
 
 /// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
 /// measured before on a device of this name, else measured now and written there.
 fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
     let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
-    let mut table: std::collections::BTreeMap<String, f64> = path
+    let table: std::collections::BTreeMap<String, f64> = path
         .as_ref()
         .and_then(|p| std::fs::read(p).ok())
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -107,7 +116,22 @@ fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) 
         return Some(b);
     }
     let b = model.backend_mut().copy_bandwidth()?;
-    table.insert(device_key.to_string(), b);
+    remember_bandwidth(device_key, b);
+    Some(b)
+}
+
+/// Writes `bw` for `device_key` into `bandwidth.json` in the cache directory.
+fn remember_bandwidth(device_key: &str, bw: f64) {
+    let path = crate::gpu::dirs::cache_dir().map(|d| d.join("bandwidth.json"));
+    let mut table: std::collections::BTreeMap<String, f64> = path
+        .as_ref()
+        .and_then(|p| std::fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    if table.get(device_key) == Some(&bw) {
+        return;
+    }
+    table.insert(device_key.to_string(), bw);
     if let Some(p) = &path {
         let written = p
             .parent()
@@ -117,7 +141,24 @@ fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) 
             tracing::warn!("could not cache the bandwidth in {}: {e}", p.display());
         }
     }
-    Some(b)
+}
+
+/// The bandwidth `bench` measured before on this device (`bandwidth.json`), for the chat's
+/// Profile panel: its bound column. Read only, never measured here.
+pub fn known_bandwidth(device: &crate::gpu::snapshot::DeviceSummary) -> Option<f64> {
+    let path = crate::gpu::dirs::cache_dir()?.join("bandwidth.json");
+    let table: std::collections::BTreeMap<String, f64> =
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    table.get(&bandwidth_key(device)).copied()
+}
+
+/// The key of a device in `bandwidth.json`: the CPU's is the host's.
+fn bandwidth_key(device: &crate::gpu::snapshot::DeviceSummary) -> String {
+    if device.backend == "cpu" {
+        "cpu · host".to_string()
+    } else {
+        format!("{} · {}", device.backend, device.name)
+    }
 }
 
 /// The test's name as llama-bench writes it: `pp512`, `tg128`, `tg64 @ d1536`.
@@ -193,9 +234,12 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
     // then kept in the cache directory.
     let bandwidth = if is_cpu {
-        Some(host_read_bandwidth(n_threads as usize))
+        let bw = host_read_bandwidth(n_threads as usize);
+        // Kept for the chat's Profile panel (bench itself measures the host every time).
+        remember_bandwidth(&bandwidth_key(&device), bw);
+        Some(bw)
     } else if decodes {
-        cached_bandwidth(model, &format!("{} · {}", device.backend, device.name))
+        cached_bandwidth(model, &bandwidth_key(&device))
     } else {
         None
     };
@@ -217,6 +261,11 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     let file = model.file().clone();
     let config = model.config.clone();
+    if a.profile {
+        trace::set_bandwidth(bandwidth);
+        // Every decode step of a test's repetitions (the profile's default is the last 32).
+        trace::enable_profile(PROFILE_STEPS, None);
+    }
     let mut depths: Vec<usize> = a.n_depth.clone();
     depths.dedup();
     if depths.is_empty() {
@@ -256,8 +305,16 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 let secs = t.elapsed().as_secs_f64();
                 if rep > 0 {
                     samples.push((np + ng) as f64 / secs);
+                } else if a.profile {
+                    // The warm-up run is not profiled.
+                    trace::reset_profile();
                 }
             }
+            let profile = a
+                .profile
+                .then(trace::profile_now)
+                .flatten()
+                .and_then(|p| if np > 0 { p.prompt } else { p.decode });
             let (avg, sd) = mean_sd(&samples);
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
                 bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
@@ -288,6 +345,7 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
                 offload: offload.clone(),
+                profile,
             });
             let mut out = std::io::stdout().lock();
             if !a.json && results.len() == 1 {
@@ -297,9 +355,17 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
                 && let Some(r) = results.last()
             {
                 print_row(&mut out, r)?;
+                if let Some(p) = &r.profile {
+                    for line in p.lines() {
+                        writeln!(out, "{line}")?;
+                    }
+                }
             }
             out.flush()?;
         }
+    }
+    if a.profile {
+        trace::disable_profile();
     }
     if a.json {
         let mut out = std::io::stdout().lock();
@@ -308,6 +374,9 @@ fn run_loaded(a: &BenchArgs, reps: usize, loaded: &mut Loaded) -> anyhow::Result
     }
     Ok(0)
 }
+
+/// Decode steps a `--profile` table may cover (a test's repetitions, up to this many).
+const PROFILE_STEPS: usize = 100_000;
 
 fn print_header(out: &mut dyn Write) -> std::io::Result<()> {
     for line in header_lines() {
@@ -444,6 +513,7 @@ mod tests {
             bound: None,
             bound_ts: None,
             offload: None,
+            profile: None,
         };
         let [head, rule] = header_lines();
         let line = row(&r);

@@ -3,8 +3,12 @@
 //! process (`hipscope __doctor-check NAME`) killed at its deadline, so that a hang or a crash is
 //! reported by name and the doctor goes on.
 //!
-//! Exit codes: 0 no check failed (warnings allowed), 1 a check failed or hung, 2 usage error
-//! (clap's own, or a `--capture` directory that cannot be written).
+//! The report ends with the verdict (`gpu::doctor::verdict`): whether GPU inference works here,
+//! and if not, that models run on the CPU and the next step for each vendor.
+//!
+//! Exit codes: 0 no check failed (warnings allowed), 1 a check failed or hung (or, with
+//! `--require-gpu`, GPU inference does not work here), 2 usage error (clap's own, or a
+//! `--capture` directory that cannot be written).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -14,8 +18,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::top::RootArgs;
-use crate::gpu::doctor::report::{Check, EXIT_USAGE, Report, Status};
-use crate::gpu::doctor::{self, facts};
+use crate::gpu::doctor::report::{Check, EXIT_FAIL, EXIT_USAGE, Report, Status};
+use crate::gpu::doctor::{self, facts, verdict};
 use crate::gpu::select::BackendChoice;
 use crate::gpu::telemetry::Roots;
 
@@ -47,10 +51,13 @@ pub struct DoctorArgs {
     /// Add a check whose child hangs on purpose (to see the hang reported).
     #[arg(long, hide = true)]
     pub inject_hang: bool,
-    /// Run only these functional checks (roundtrip, ordering, gemm, bandwidth, clean-exit,
-    /// stress, hang), comma-separated.
+    /// Run only these functional checks (kernels, roundtrip, ordering, gemm, bandwidth,
+    /// clean-exit, stress, hang), comma-separated.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub only: Vec<String>,
+    /// Exit 1 unless GPU inference works here (for scripts that need a GPU).
+    #[arg(long)]
+    pub require_gpu: bool,
     #[command(flatten)]
     pub roots: RootArgs,
 }
@@ -117,10 +124,23 @@ fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Durat
         s
     });
     let err_t = std::thread::spawn(move || {
+        // A child's progress lines (a first start's kernel compile) are shown as they come.
+        use std::io::BufRead;
         let mut s = String::new();
-        if let Some(e) = err.as_mut() {
-            let _ = e.read_to_string(&mut s);
+        let mut live = super::progress::LiveLine::new();
+        for l in err
+            .take()
+            .map(std::io::BufReader::new)
+            .into_iter()
+            .flat_map(|r| r.lines())
+        {
+            let Ok(l) = l else { break };
+            match l.strip_prefix(super::doctor_child::PROGRESS_PREFIX) {
+                Some(p) => live.update(p),
+                None => s.push_str(&format!("{l}\n")),
+            }
         }
+        live.finish();
         s
     });
     let status = loop {
@@ -181,6 +201,11 @@ fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Durat
 
 /// The functional checks: name, what it proves, and the upstream issue a hang names.
 const FUNCTIONAL: &[(&str, &str, &str)] = &[
+    (
+        "kernels",
+        "the model's GPU kernels compile and load",
+        "a compiler that never returns",
+    ),
     (
         "roundtrip",
         "host↔device round trip",
@@ -293,6 +318,12 @@ fn functional(a: &DoctorArgs, report: &mut Report) {
         list.retain(|(n, ..)| a.only.iter().any(|o| o == n));
     }
     for (name, what, issue) in list {
+        // A first start's compile has a budget of its own: slow is not hung (each unit's compile
+        // is bounded inside the check, which fails naming it).
+        let deadline = match name {
+            "kernels" => deadline.max(Duration::from_secs(1800)),
+            _ => deadline,
+        };
         let (o, t) = run_child(name, a, deadline);
         let mut c = match o {
             Outcome::Exited {
@@ -456,8 +487,10 @@ pub fn run(a: DoctorArgs) -> i32 {
     } else {
         functional(&a, &mut report);
     }
-    let text = report.text();
-    let json = serde_json::json!({ "facts": &f, "checks": &report.checks }).to_string();
+    let verdict = verdict::decide(&f, &report, live && !a.no_functional);
+    let text = format!("{}verdict: {}\n", report.text(), verdict.summary);
+    let json = serde_json::json!({ "facts": &f, "checks": &report.checks, "verdict": &verdict })
+        .to_string();
     if let Some(dir) = &a.capture {
         let r = capture(&roots, dir).and_then(|n| {
             std::fs::write(dir.join("doctor.txt"), &text)?;
@@ -476,6 +509,9 @@ pub fn run(a: DoctorArgs) -> i32 {
         println!("{json}");
     } else {
         print!("hipscope doctor {}{text}", env!("CARGO_PKG_VERSION"));
+    }
+    if a.require_gpu && !verdict.gpu_works() {
+        return EXIT_FAIL;
     }
     report.exit_code()
 }

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::gpu::arena::{ArenaPlan, Region};
+use crate::gpu::compute::{KernelScope, scope_units};
 use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
 use crate::gpu::handle::{GemmPath, Gpu, GpuConfig};
 use crate::gpu::kernels::{CompileMode, KernelCache};
@@ -14,7 +15,7 @@ use crate::gpu::select::{BackendChoice, Selected, select};
 
 #[derive(Args, Debug, Clone)]
 pub struct ChildArgs {
-    /// probe, roundtrip, ordering, gemm, bandwidth, clean-exit, stress, hang.
+    /// probe, kernels, roundtrip, ordering, gemm, bandwidth, clean-exit, stress, hang.
     pub check: String,
     #[arg(long, default_value = "auto", value_parser = parse_backend)]
     pub backend: BackendChoice,
@@ -43,12 +44,16 @@ fn open(a: &ChildArgs) -> Result<Result<Gpu, String>, String> {
         Selected::Cpu { reason } => return Ok(Err(reason)),
     };
     let mut gpu = Gpu::open(backend, GpuConfig::default()).map_err(|e| e.to_string())?;
-    let mode = match gpu.kind() {
-        crate::gpu::device::RuntimeKind::Hip => CompileMode::isolated(),
-        _ => CompileMode::InProcess,
-    };
-    gpu.prepare_kernels(&KernelCache::default_location(), &mode)
-        .map_err(|e| e.to_string())?;
+    // Only what the device checks launch: the model's kernels are the `kernels` check's, with
+    // a budget of their own.
+    let units = scope_units(KernelScope::Doctor).map_err(|e| e.to_string())?;
+    gpu.prepare_kernels(
+        &KernelCache::default_location(),
+        &CompileMode::isolated(),
+        &units,
+        &mut |_| {},
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Ok(gpu))
 }
 
@@ -77,6 +82,7 @@ pub fn run(a: ChildArgs) -> i32 {
                 ),
             ))
         }
+        "kernels" => kernels(&mut gpu),
         "roundtrip" => roundtrip(&mut gpu),
         "ordering" => ordering(&mut gpu),
         "gemm" => gemm(&mut gpu),
@@ -120,6 +126,78 @@ pub fn run(a: ChildArgs) -> i32 {
         crate::app::quit::hard_exit_now(code);
     }
     code
+}
+
+/// Lines a child writes on stderr to say how a long step goes: the doctor shows them as they come
+/// (a first start's kernel compile), and never takes them for a hang.
+pub const PROGRESS_PREFIX: &str = "hipscope-progress: ";
+
+/// The model whose kernels the `kernels` check builds: the configured one, else the default one,
+/// where the file is on disk (the doctor fetches nothing).
+fn model_on_disk() -> Option<std::path::PathBuf> {
+    let config = std::env::var_os("HIPSCOPE_CONFIG")
+        .map(std::path::PathBuf::from)
+        .or_else(|| crate::gpu::dirs::config_dir().map(|d| d.join("config.toml")));
+    let configured = config
+        .and_then(|p| crate::app::config::Config::load(&p).ok())
+        .and_then(|c| c.model);
+    configured
+        .or_else(|| crate::app::fetch::default_model_path().ok())
+        .filter(|p| p.is_file())
+}
+
+/// The kernels a model runs on this device, compiled (several at once, in child processes) or
+/// found in the cache, then loaded: the model's own where its file is on disk, else those every
+/// model shares.
+/// How the compile goes is said on stderr as it happens; a unit the compiler rejects or dies on
+/// fails the check by name. A compile has its own budget (`doctor` gives this check longer than
+/// the device checks, and each unit's compile is bounded by the compile machinery itself), so a
+/// slow first start is reported as slow, never as a hang.
+fn kernels(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
+    let (scope, what) = match model_on_disk().and_then(|p| {
+        let f = crate::model::gguf::GgufFile::open(&p).ok()?;
+        Some((crate::model::loader::kernel_needs(&f), p))
+    }) {
+        Some((needs, p)) => (
+            KernelScope::Model(needs),
+            format!(
+                "the kernels of {}",
+                p.file_name().map_or(p.display().to_string(), |n| n
+                    .to_string_lossy()
+                    .into_owned())
+            ),
+        ),
+        // No model yet: the kernels every model shares (its own types' come with it).
+        None => (
+            KernelScope::Model(crate::gpu::compute::KernelNeeds::default()),
+            "the kernels every model shares (no model on disk)".to_string(),
+        ),
+    };
+    let units = scope_units(scope)?;
+    let t = Instant::now();
+    let mut compiled = 0;
+    let builds = gpu.prepare_kernels(
+        &KernelCache::default_location(),
+        &CompileMode::isolated(),
+        &units,
+        &mut |p| {
+            compiled = p.done;
+            eprintln!("{PROGRESS_PREFIX}{}", p.describe());
+        },
+    )?;
+    let cached = builds
+        .iter()
+        .filter(|b| matches!(b.status, crate::gpu::kernels::BuildStatus::Cached))
+        .count();
+    Ok((
+        true,
+        format!(
+            "{what}: {} units for {} ready in {:.1} s ({compiled} compiled, {cached} from the cache)",
+            units.len(),
+            gpu.info().arch,
+            t.elapsed().as_secs_f64()
+        ),
+    ))
 }
 
 /// A word pattern that differs per word, per size and per seed, and is never zero.

@@ -1,19 +1,21 @@
-//! `hipscope kernels` (list or compile the kernel sources) and the hidden `hipscope
-//! __compile-kernels` that runs the kernel compiler in a child process.
+//! `hipscope kernels` (list or compile the kernel units, to fill the cache ahead of a first start)
+//! and the hidden `hipscope __compile-kernels` that runs the kernel compiler in a child process.
 
 use std::path::PathBuf;
 use std::time::Instant;
 
 use clap::Args;
 
+use super::progress::CompileLine;
 use crate::app::cmd::usage::{out, outln, stdout_gone};
 use crate::app::exit_code;
+use crate::gpu::compute::{KernelScope, units};
 use crate::gpu::device::{RuntimeKind, human_bytes};
-use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache};
+use crate::gpu::kernels::{self, BuildStatus, CompileMode, KernelCache, KernelSources, KernelUnit};
 
 #[derive(Args, Debug, Clone)]
 pub struct KernelsArgs {
-    /// Compile every kernel and print a table (per kernel × arch).
+    /// Compile the kernels and print a table (per compile unit × arch); fills the kernel cache.
     #[arg(long)]
     pub compile: bool,
     /// Targets, comma-separated: gfx1100,gfx1151 for HIP, sm_90 for CUDA.
@@ -22,12 +24,19 @@ pub struct KernelsArgs {
     /// hip or cuda.
     #[arg(long, default_value = "hip")]
     pub backend: String,
+    /// Only the kernels this model launches (a GGUF file, or `default`: the configured or
+    /// default model); without it, every kernel.
+    #[arg(long = "for", value_name = "MODEL")]
+    pub for_model: Option<PathBuf>,
     /// Compile afresh (no on-disk cache).
     #[arg(long)]
     pub no_cache: bool,
-    /// Compile in this process instead of a child (a compiler abort then ends hipscope).
+    /// Compile in this process instead of in children (a compiler abort then ends hipscope).
     #[arg(long)]
     pub in_process: bool,
+    /// Compile children at once (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -36,7 +45,7 @@ pub struct CompileChildArgs {
     pub backend: String,
     #[arg(long)]
     pub arch: String,
-    /// Directory holding the *.hip sources; code objects are written next to them.
+    /// Directory holding the units' full texts; code objects are written next to them.
     #[arg(long)]
     pub dir: PathBuf,
 }
@@ -45,29 +54,68 @@ fn backend_kind(s: &str) -> Option<RuntimeKind> {
     match s {
         "hip" | "rocm" => Some(RuntimeKind::Hip),
         "cuda" => Some(RuntimeKind::Cuda),
+        // The test device's compiler (its "code object" is the unit's text): for tests of the
+        // compile machinery without a GPU compiler.
+        "fake" => Some(RuntimeKind::Fake),
         _ => None,
     }
 }
 
-/// `hipscope kernels`: lists the kernel sources, or with `--compile` compiles each for each
-/// `--arch` and prints a table. Exit code 1 if any kernel failed.
+/// The units `--for` asks for (every unit without it), and a line saying which.
+fn units_for(
+    args: &KernelsArgs,
+    sources: &KernelSources,
+) -> anyhow::Result<(Vec<KernelUnit>, String)> {
+    let Some(model) = &args.for_model else {
+        return Ok((
+            units::kernel_units(sources, KernelScope::All)?,
+            "every kernel".into(),
+        ));
+    };
+    let path = if model.as_os_str() == "default" {
+        super::model_args::model_path(None)?
+    } else {
+        model.clone()
+    };
+    let file =
+        crate::model::gguf::GgufFile::open(&path).map_err(|e| anyhow::anyhow!("--for: {e}"))?;
+    let needs = crate::model::loader::kernel_needs(&file);
+    let types: Vec<&str> = needs.types.kernels().map(|k| k.ty.name()).collect();
+    let said = format!(
+        "the kernels of {} ({}{})",
+        path.display(),
+        types.join(", "),
+        if needs.moe { "; experts" } else { "" }
+    );
+    Ok((
+        units::kernel_units(sources, KernelScope::Model(needs))?,
+        said,
+    ))
+}
+
+/// `hipscope kernels`: lists the compile units and their kernels, or with `--compile` compiles
+/// each for each `--arch` (into the cache unless `--no-cache`) and prints a table. Exit code 1 if
+/// any unit failed.
 pub fn kernels(args: &KernelsArgs) -> i32 {
-    let sources = match kernels::sources() {
+    let sources = match KernelSources::load() {
         Ok(s) => s,
         Err(e) => {
             eprintln!("hipscope kernels: {e}");
             return exit_code::USAGE;
         }
     };
+    let (units, scope) = match units_for(args, &sources) {
+        Ok(u) => u,
+        Err(e) => {
+            eprintln!("hipscope kernels: {e:#}");
+            return exit_code::USAGE;
+        }
+    };
     if !args.compile {
         // The names' column as wide as the longest, so that the lists line up.
-        let w = sources.iter().map(|s| s.name.len()).max().unwrap_or(0);
-        for s in &sources {
-            outln!(
-                "{:<w$}  {}",
-                s.name,
-                kernels::kernel_names(&s.text).join(", ")
-            );
+        let w = units.iter().map(|u| u.name.len()).max().unwrap_or(0);
+        for u in &units {
+            outln!("{:<w$}  {}", u.name, u.kernels().join(", "));
             if stdout_gone() {
                 break;
             }
@@ -94,34 +142,41 @@ pub fn kernels(args: &KernelsArgs) -> i32 {
     } else {
         KernelCache::default_location()
     };
-    let mode = if args.in_process || backend == RuntimeKind::Cuda {
+    let mut mode = if args.in_process {
         CompileMode::InProcess
     } else {
         CompileMode::isolated()
     };
+    if let (CompileMode::ChildProcess { jobs, .. }, Some(n)) = (&mut mode, args.jobs) {
+        *jobs = n.max(1);
+    }
     outln!("compiler: {}", compiler.id());
+    let jobs = match &mode {
+        CompileMode::ChildProcess { jobs, .. } => format!("{jobs} at once"),
+        CompileMode::InProcess => "in this process".into(),
+    };
+    outln!("units: {} ({scope}; {jobs})", units.len());
     let mut all = Vec::new();
     for arch in &args.arch {
         let t = Instant::now();
-        let builds = kernels::build_all(compiler.as_ref(), arch, &sources, &cache, &mode);
+        let mut line = CompileLine::new();
+        let builds = kernels::build_all(compiler.as_ref(), arch, &units, &cache, &mode, &mut |p| {
+            line.update(p)
+        });
+        line.finish();
         outln!("{arch}: {:.0} ms", t.elapsed().as_secs_f64() * 1e3);
         all.push(builds);
     }
-    // The table: one row per kernel module, one column per arch.
+    // The table: one row per compile unit, one column per arch.
     let w = 28;
-    let nw = sources
-        .iter()
-        .map(|s| s.name.len())
-        .max()
-        .unwrap_or(0)
-        .max(6);
+    let nw = units.iter().map(|u| u.name.len()).max().unwrap_or(0).max(6);
     out!("{:<nw$}", "kernel");
     for a in &args.arch {
         out!(" {a:<w$}");
     }
     outln!();
-    for (i, s) in sources.iter().enumerate() {
-        out!("{:<nw$}", s.name);
+    for (i, u) in units.iter().enumerate() {
+        out!("{:<nw$}", u.name);
         for builds in &all {
             let b = &builds[i];
             let cell = match (&b.status, &b.image) {

@@ -13,7 +13,7 @@ use super::usage::{MAX_CTX, MAX_THREADS, UsageError, whole};
 use crate::app::quit::{QuitConfig, describe_step, hard_exit_now};
 use crate::app::{exit_code, fetch};
 use crate::gpu::backend::Backend;
-use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
+use crate::gpu::compute::{ComputeOptions, KernelNeeds, KvType, PrefillGemm};
 use crate::gpu::open::BackendRequest;
 use crate::gpu::select::BackendChoice;
 use crate::gpu::snapshot::{DeviceRelease, QuitStepStatus};
@@ -85,6 +85,10 @@ pub struct ModelArgs {
     /// `graphs`).
     #[arg(long)]
     pub no_graphs: bool,
+    /// Write a timeline of every op, copy and step to FILE (Chrome trace-event JSON: open it in
+    /// ui.perfetto.dev or chrome://tracing; docs/PROFILING.md).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -116,6 +120,16 @@ pub fn model_source(args: &ModelArgs) -> anyhow::Result<ModelSource> {
 /// every command, the chat included (which reads the same config key).
 pub fn model_path(named: Option<&PathBuf>) -> anyhow::Result<PathBuf> {
     if let Some(p) = named {
+        // A name, not a file (`-m llama3.2`): the model discovery finds under it, as the chat.
+        use crate::app::discover::{self, Places, names};
+        if !p.exists() && names::may_be_a_name(p) {
+            let config = std::env::var_os("HIPSCOPE_CONFIG").map(PathBuf::from);
+            let found =
+                discover::find_named(&p.to_string_lossy(), &Places::for_names(config.as_deref()))
+                    .map_err(|e| UsageError(e.to_string()))?;
+            eprintln!("model: {}", found.label);
+            return Ok(found.path);
+        }
         return Ok(p.clone());
     }
     let config = std::env::var_os("HIPSCOPE_CONFIG")
@@ -171,7 +185,7 @@ pub fn load_model_with(
     all_logits: bool,
 ) -> anyhow::Result<Loaded> {
     let file = open_model(args)?;
-    let backend = open_backend(args)?;
+    let backend = open_backend(args, Some(loader::kernel_needs(&file)))?;
     let opts = LoadOptions {
         n_ctx: args.ctx_size,
         n_batch: args.batch_size.max(1),
@@ -181,6 +195,9 @@ pub fn load_model_with(
         cpu_threads: args.threads,
         ..LoadOptions::default()
     };
+    if let Some(path) = &args.trace {
+        crate::gpu::trace::start_file(path).context("--trace")?;
+    }
     let mut bar = ProgressLine::new("loading");
     let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
         .context("loading the model")?;
@@ -227,18 +244,29 @@ fn configured_graphs() -> bool {
     }
 }
 
-/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why.
-pub fn open_backend(args: &ModelArgs) -> anyhow::Result<Box<dyn Backend>> {
+/// Opens the backend `--backend`/`--device` ask for, saying on stderr which one and why; a GPU
+/// backend compiles the kernels of `needs` (every kernel for `None`) as it opens, a first start's
+/// compile shown on stderr.
+pub fn open_backend(
+    args: &ModelArgs,
+    needs: Option<KernelNeeds>,
+) -> anyhow::Result<Box<dyn Backend>> {
+    let mut compile = super::progress::CompileLine::new();
     let (backend, said) = crate::gpu::open::open(
         &BackendRequest {
             choice: args.backend,
             device: args.device,
             threads: args.threads,
-            compute: compute_options(args)?,
+            compute: ComputeOptions {
+                kernels: needs,
+                ..compute_options(args)?
+            },
         },
         crate::gpu::open::hangs_to_stderr(),
+        &mut |p| compile.update(p),
     )
     .map_err(anyhow::Error::msg)?;
+    compile.finish();
     eprintln!("backend: {said}");
     Ok(backend)
 }
@@ -255,6 +283,7 @@ pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<
                 eprintln!("shutdown: {}", describe_step(&s));
             }
         });
+    stop_trace();
     if release == DeviceRelease::Abandoned {
         if let Err(e) = &result {
             eprintln!("error: {e:#}");
@@ -263,4 +292,24 @@ pub fn finish(model: &mut Model, result: anyhow::Result<i32>) -> anyhow::Result<
         hard_exit_now(exit_code::after(release));
     }
     result
+}
+
+/// Closes the `--trace` file, if one is being written, saying where it is.
+pub fn stop_trace() {
+    match crate::gpu::trace::stop_file() {
+        Ok((path, events)) => {
+            let dropped = crate::gpu::trace::dropped();
+            let lost = if dropped > 0 {
+                format!(" ({dropped} dropped: the collector fell behind)")
+            } else {
+                String::new()
+            };
+            eprintln!(
+                "trace: {events} events{lost} in {} (open it in ui.perfetto.dev or chrome://tracing)",
+                path.display()
+            );
+        }
+        Err(crate::gpu::trace::TraceError::NotTracing) => {}
+        Err(e) => eprintln!("trace: {e}"),
+    }
 }

@@ -1,8 +1,10 @@
-//! Progress on stderr for the headless commands: a one-line bar, and fetch progress.
+//! Progress on stderr for the headless commands: a one-line bar, fetch progress, and a first
+//! start's kernel compile.
 
 use std::io::Write;
 
 use crate::app::fetch::{FetchProgress, Phase};
+use crate::gpu::kernels::CompileProgress;
 
 /// A one-line progress bar on stderr (only when stderr is a terminal).
 pub struct ProgressLine {
@@ -88,5 +90,78 @@ pub fn stderr_progress() -> impl FnMut(FetchProgress) {
             *complete = total.is_some_and(|t| done >= t);
             bar.update(FetchProgress::fraction(done, total).unwrap_or(0.0), last);
         }
+    }
+}
+
+/// A line of status on stderr, redrawn in place on a terminal; elsewhere (a log) its first and
+/// last texts only, so that a long step is explained, not silent, and the log stays short.
+pub struct LiveLine {
+    tty: bool,
+    drawn: bool,
+    said: bool,
+    last: Option<String>,
+}
+
+impl LiveLine {
+    pub fn new() -> LiveLine {
+        use std::io::IsTerminal;
+        LiveLine {
+            tty: std::io::stderr().is_terminal(),
+            drawn: false,
+            said: false,
+            last: None,
+        }
+    }
+
+    pub fn update(&mut self, text: &str) {
+        if self.tty {
+            eprint!("\r\x1b[2K{text}");
+            let _ = std::io::stderr().flush();
+            self.drawn = true;
+        } else if !self.said {
+            eprintln!("{text}");
+            self.said = true;
+            return;
+        }
+        self.last = Some(text.to_string());
+    }
+
+    /// Clears the line (a terminal) or says the last text (a log).
+    pub fn finish(&mut self) {
+        if self.drawn {
+            eprint!("\r\x1b[2K");
+            let _ = std::io::stderr().flush();
+            self.drawn = false;
+        }
+        if let Some(t) = self.last.take()
+            && !self.tty
+        {
+            eprintln!("{t}");
+        }
+    }
+}
+
+impl Default for LiveLine {
+    fn default() -> Self {
+        LiveLine::new()
+    }
+}
+
+/// A first start's kernel compile on stderr: "compiling GPU kernels for gfx1100 (first run
+/// only): k of N, ~T s left", then how long it took ([`LiveLine`]).
+#[derive(Default)]
+pub struct CompileLine(LiveLine);
+
+impl CompileLine {
+    pub fn new() -> CompileLine {
+        CompileLine(LiveLine::new())
+    }
+
+    pub fn update(&mut self, p: &CompileProgress) {
+        self.0.update(&p.describe());
+    }
+
+    pub fn finish(&mut self) {
+        self.0.finish();
     }
 }

@@ -95,10 +95,11 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
     }
     let n_slots = usize::from(a.parallel);
     let coordinator = QuitCoordinator::new(QuitConfig::default());
-    #[cfg(unix)]
-    coordinator
-        .install_signal_handlers()
-        .context("installing the signal handlers")?;
+    {
+        let q = coordinator.clone();
+        crate::app::signals::listen(move |name| q.signal(name))
+            .context("installing the signal handlers")?;
+    }
 
     // The watchdog's reports: the latest snapshot for the view, and a hang for the requests.
     let (dog_tx, dog_rx) = watch::channel::<Option<WatchdogSnapshot>>(None);
@@ -115,6 +116,7 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
             let _ = hung_ops_tx.send((op, report));
         }
     });
+    let mut compile = super::progress::CompileLine::new();
     let (backend, said) = crate::gpu::open::open(
         &BackendRequest {
             choice: a.model.backend,
@@ -123,8 +125,10 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
             compute: compute_options(&a.model)?,
         },
         sink,
+        &mut |p| compile.update(p),
     )
     .map_err(anyhow::Error::msg)?;
+    compile.finish();
     eprintln!("backend: {said}");
     let file = open_model(&a.model)?;
     let path = file.path().display().to_string();
@@ -225,7 +229,7 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
     let stop_tx = Arc::new(stop_tx);
     {
         let stop = stop_tx.clone();
-        coordinator.set_interrupt_handler(move || {
+        coordinator.set_interrupt_handler(move |_| {
             stop.send_replace(true);
         });
     }

@@ -1,6 +1,8 @@
 //! `hipscope top`: GPU and host telemetry without loading a model. Full screen (every GPU, the
 //! processes using them, `q` quits), or `--json` (one object per sample per line), or `--once`
-//! (one sample, then exit).
+//! (one sample, then exit). Without a terminal it prints one sample as `--once` does. With no
+//! GPU, every sample's notes carry the doctor's verdict line (what runs, the next step per
+//! vendor), so the screen, the text and the JSON all say it.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -87,8 +89,19 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
         return super::remote_cmd::top(&args.remote, args.config.as_ref(), out, every);
     }
     let roots = args.roots.roots();
-    let mut sampler = Sampler::new(&roots);
-    if args.once {
+    let mut sampler = Samples {
+        sampler: Sampler::new(&roots),
+        roots,
+        no_gpu: None,
+    };
+    let terminal = terminal_here();
+    if args.once || (!args.json && terminal.is_err()) {
+        if let (false, Err(why)) = (args.once, &terminal) {
+            eprintln!(
+                "hipscope top: {why}: one sample follows, as `top --once` prints it (`top --json` \
+                 streams samples; in a terminal, `hipscope top` draws the screen)"
+            );
+        }
         // CPU use is a rate: two readings, one interval apart (at most a second).
         let _ = sampler.sample();
         std::thread::sleep(every.min(Duration::from_secs(1)));
@@ -122,9 +135,46 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
     screen(sampler, every)
 }
 
+/// The sampler, with the verdict line added to the notes of a sample that has no GPU (worked
+/// out once: it loads the runtime libraries to see which are missing).
+struct Samples {
+    sampler: Sampler,
+    roots: Roots,
+    no_gpu: Option<String>,
+}
+
+impl Samples {
+    fn sample(&mut self) -> TelemetrySample {
+        let mut s = self.sampler.sample();
+        if s.gpus.is_empty() {
+            let roots = &self.roots;
+            let line = self.no_gpu.get_or_insert_with(|| {
+                let f = crate::gpu::doctor::facts::runtimes(roots);
+                crate::gpu::doctor::verdict::cpu_only(&f, crate::gpu::doctor::verdict::NO_GPU)
+                    .summary
+            });
+            s.notes.insert(0, line.clone());
+        }
+        s
+    }
+}
+
+/// Whether the full screen can be drawn here: stdout is a terminal, and so is stdin or the
+/// process's controlling terminal (keys are read from it). `Err` says what is missing.
+fn terminal_here() -> Result<(), &'static str> {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return Err("stdout is not a terminal");
+    }
+    if !std::io::stdin().is_terminal() && std::fs::File::open("/dev/tty").is_err() {
+        return Err("no terminal to read keys from (stdin is not one, and there is no /dev/tty)");
+    }
+    Ok(())
+}
+
 /// The full screen: samples on this thread between key polls (a sample is a few small file
 /// reads, well under the interval).
-fn screen(mut sampler: Sampler, every: Duration) -> anyhow::Result<i32> {
+fn screen(mut sampler: Samples, every: Duration) -> anyhow::Result<i32> {
     let _guard = crate::app::terminal::TerminalGuard::enter(false)?;
     let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
     let mut terminal = ratatui::Terminal::new(backend)?;
@@ -175,9 +225,6 @@ pub fn text_report(s: &TelemetrySample) -> String {
         o.push_str(&format!("  memory {} / {}", bytes(u), bytes(t)));
     }
     o.push('\n');
-    if s.gpus.is_empty() {
-        o.push_str("no GPU found (no amdgpu card in sysfs, no NVML)\n");
-    }
     for g in &s.gpus {
         let mut parts = vec![format!("{} {}", g.id, g.name)];
         if let Some(a) = &g.arch {

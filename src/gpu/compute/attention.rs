@@ -47,13 +47,11 @@ impl GpuCompute {
     /// The tiled prompt kernel for this call: a batch of at least [`TILED_MIN_TOKENS`] rows
     /// whose head dimension has one, not fused with the quantization (the caller also keeps it
     /// out of a recorded decode step: the tiled kernels take the position as an argument only).
-    fn tiled_kernel(&self, p: &AttnParams, fused: bool) -> Option<KernelFn> {
-        let i = TILED_HEAD_DIMS.iter().position(|&d| d == p.head_dim)?;
-        let kv = match self.opts.kv {
-            KvType::F32 => 0,
-            KvType::F16 => 1,
-        };
-        (p.n_tokens >= TILED_MIN_TOKENS && !fused).then_some(self.kernels.attention_tiled[kv][i])
+    fn tiled_kernel(&mut self, p: &AttnParams, fused: bool) -> Result<Option<KernelFn>> {
+        if !TILED_HEAD_DIMS.contains(&p.head_dim) || p.n_tokens < TILED_MIN_TOKENS || fused {
+            return Ok(None);
+        }
+        self.tiled_fn(self.opts.kv, p.head_dim).map(Some)
     }
 
     /// The position a launch passes: `(pos0, pos_dev)`. Inside a decode step recorded for graph
@@ -300,7 +298,13 @@ impl GpuCompute {
                     Arg::U32(fuse_bs.unwrap_or(0)),
                 ],
             )?;
-        } else if let (Some(f), Arg::U64(0)) = (self.tiled_kernel(p, fuse_bs.is_some()), pos_dev) {
+        } else if let (Some(f), Arg::U64(0)) = (
+            match pos_dev {
+                Arg::U64(0) => self.tiled_kernel(p, fuse_bs.is_some())?,
+                _ => None,
+            },
+            pos_dev,
+        ) {
             self.launch(
                 OpLabel::layer(li, "attention"),
                 "attention_tiled",

@@ -133,13 +133,12 @@ impl GpuCompute {
             self.host_bytes = bytes;
             r?;
         }
-        let tk = type_kernels(ty).ok_or_else(|| invalid(format!("{ty} has no kernels")))?;
-        let (_, dq) = self.kernels.by_type[&ty];
+        let fns = self.type_fns(ty)?;
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
         self.launch(
             OpLabel::global("embed"),
-            dequant_name(tk.suffix),
-            dq,
+            fns.k.names.label_dequant,
+            fns.dequant_rows,
             [
                 (cols as u64).div_ceil(256).clamp(1, 1024) as u32,
                 n as u32,
@@ -202,7 +201,7 @@ impl GpuCompute {
         if let ActFormat::Q8 { bs } = tk.act {
             let path = self.prefill_path()?;
             if !matches!(path, PrefillPath::F32 { .. })
-                && self.matmul_f16(&path, gw_idx, tk, xbuf, bs, out, n_tokens, label)?
+                && self.matmul_f16(&path, gw_idx, xbuf, bs, out, n_tokens, label)?
             {
                 return Ok(());
             }
@@ -236,8 +235,8 @@ impl GpuCompute {
             .ok_or_else(|| invalid("no weight tile buffer (GEMM path not planned)".into()))?;
         let per = tile_rows(rows, cols, tile.bytes);
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
-        let (_, dq) = self.kernels.by_type[&ty];
-        let dq_name = dequant_name(tk.suffix);
+        let fns = self.type_fns(ty)?;
+        let (dq, dq_name) = (fns.dequant_rows, fns.k.names.label_dequant);
         let mut r0 = 0;
         while r0 < rows {
             let r = per.min(rows - r0);
@@ -277,7 +276,6 @@ impl GpuCompute {
         &mut self,
         path: &PrefillPath,
         gw_idx: usize,
-        tk: TypeKernels,
         x: DeviceBuffer,
         bs: u32,
         out: DeviceBuffer,
@@ -303,10 +301,7 @@ impl GpuCompute {
         self.quantize_f16(x, xh, n_tokens * cols, bs, label)?;
         let per = ((wtile.bytes / row_f16) as usize).clamp(1, rows.clamp(1, MAX_GRID_Y));
         let row_bytes = (cols / ty.block_len() * ty.block_bytes()) as u64;
-        let dq = self
-            .live_gpu()?
-            .function(&format!("hs_dequant_tile_{}", tk.suffix))
-            .map_err(gpu_err)?;
+        let dq = self.type_fns(ty)?.dequant_tile;
         let mut r0 = 0;
         while r0 < rows {
             let r = per.min(rows - r0);
@@ -345,10 +340,7 @@ impl GpuCompute {
     ) -> Result<()> {
         // The f16 rounding of the Q8 values uses no sum term: the plain block length.
         let bs = q8_block(bs);
-        let quant = self
-            .live_gpu()?
-            .function("hs_quantize_act_f16")
-            .map_err(gpu_err)?;
+        let quant = self.kernels.quantize_f16;
         let n_blocks = elems as u64 / bs as u64;
         // bs / 8 lanes a block.
         let lanes = n_blocks * (bs as u64 / 8);
@@ -412,23 +404,6 @@ pub(super) fn f16_input_fits(cols: usize, bs: u32) -> bool {
         && (bs / 8).is_power_of_two()
         && bs / 8 <= 32
         && cols.is_multiple_of(bs as usize)
-}
-
-fn dequant_name(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "dequant_f32",
-        "f16" => "dequant_f16",
-        "bf16" => "dequant_bf16",
-        "q4_0" => "dequant_q4_0",
-        "q4_1" => "dequant_q4_1",
-        "q5_0" => "dequant_q5_0",
-        "q5_1" => "dequant_q5_1",
-        "q8_0" => "dequant_q8_0",
-        "q4_k" => "dequant_q4_k",
-        "q5_k" => "dequant_q5_k",
-        "mxfp4" => "dequant_mxfp4",
-        _ => "dequant_q6_k",
-    }
 }
 
 /// `out[t, r0 .. r0 + r] = A · x[t]` for `n` tokens, A an `r × cols` row-major block at `a`,

@@ -1,139 +1,11 @@
 //! Matrix products of decode-sized batches (`kernels/infer_matvec.hip`): quantized weights
 //! times Q8 activations (quantized once per input version), up to 8 tokens per launch; larger
-//! batches go to the prefill GEMM (`dequant`).
+//! batches go to the prefill GEMM (`dequant`). A quantized type's one-token products are fused
+//! launches (bias and residual add, Q/K/V, gate and up with SwiGLU in the epilogue). The kernels
+//! and their launch labels come from the type table (`plan.rs`, through `kernel_set::TypeFns`).
 
+use super::kernel_set::{OneToken, TypeFns};
 use super::*;
-
-/// The fused one-token kernels of one quantized weight type (`hs_mv1_*`, `hs_mv_qkv_*`,
-/// `hs_mv_swiglu_*`) and the names their launches are labelled with.
-#[derive(Clone, Copy)]
-pub(super) struct Fused {
-    mv1: KernelFn,
-    qkv: KernelFn,
-    swiglu: KernelFn,
-    /// mv1, mv1 with the residual add, qkv, swiglu.
-    names: [&'static str; 4],
-    /// Rows a warp of mv1 and qkv (the wide kernels take two).
-    rows_per_warp: usize,
-    /// The f32-activation variants of mv1, qkv and swiglu (`hs_mv1f_*`, ...), when the
-    /// activation-precision study asks for them (`HIPSCOPE_MV_ACT=f32`, Q4_0 and Q4_1 only):
-    /// they take the f32 input where the others take its Q8 quants.
-    f32: Option<[KernelFn; 3]>,
-}
-
-/// Whether the one-token products take f32 activations where a kernel for it exists
-/// (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement), instead of Q8 ones.
-fn f32_activations() -> bool {
-    std::env::var("HIPSCOPE_MV_ACT").is_ok_and(|v| v.eq_ignore_ascii_case("f32"))
-}
-
-/// Launch labels of the fused kernels, per type suffix.
-const FUSED_NAMES: &[(&str, [&str; 4])] = &[
-    (
-        "q4_0",
-        [
-            "mv1_q4_0",
-            "mv1_q4_0 + residual",
-            "mv_qkv_q4_0",
-            "mv_swiglu_q4_0",
-        ],
-    ),
-    (
-        "q4_1",
-        [
-            "mv1_q4_1",
-            "mv1_q4_1 + residual",
-            "mv_qkv_q4_1",
-            "mv_swiglu_q4_1",
-        ],
-    ),
-    (
-        "q5_0",
-        [
-            "mv1_q5_0",
-            "mv1_q5_0 + residual",
-            "mv_qkv_q5_0",
-            "mv_swiglu_q5_0",
-        ],
-    ),
-    (
-        "q5_1",
-        [
-            "mv1_q5_1",
-            "mv1_q5_1 + residual",
-            "mv_qkv_q5_1",
-            "mv_swiglu_q5_1",
-        ],
-    ),
-    (
-        "q8_0",
-        [
-            "mv1_q8_0",
-            "mv1_q8_0 + residual",
-            "mv_qkv_q8_0",
-            "mv_swiglu_q8_0",
-        ],
-    ),
-    (
-        "q4_k",
-        [
-            "mv1_q4_k",
-            "mv1_q4_k + residual",
-            "mv_qkv_q4_k",
-            "mv_swiglu_q4_k",
-        ],
-    ),
-    (
-        "q5_k",
-        [
-            "mv1_q5_k",
-            "mv1_q5_k + residual",
-            "mv_qkv_q5_k",
-            "mv_swiglu_q5_k",
-        ],
-    ),
-    (
-        "q6_k",
-        [
-            "mv1_q6_k",
-            "mv1_q6_k + residual",
-            "mv_qkv_q6_k",
-            "mv_swiglu_q6_k",
-        ],
-    ),
-];
-
-impl Fused {
-    /// The fused kernels of a type with Q8 activations; `None` for float weights.
-    pub(super) fn resolve(
-        gpu: &Gpu,
-        k: TypeKernels,
-    ) -> std::result::Result<Option<Fused>, GpuError> {
-        if k.act == ActFormat::F32 {
-            return Ok(None);
-        }
-        let Some(&(_, names)) = FUSED_NAMES.iter().find(|(s, _)| *s == k.suffix) else {
-            return Ok(None);
-        };
-        let f32 = if f32_activations() && ["q4_0", "q4_1"].contains(&k.suffix) {
-            Some([
-                gpu.function(&format!("hs_mv1f_{}", k.suffix))?,
-                gpu.function(&format!("hs_mv_qkvf_{}", k.suffix))?,
-                gpu.function(&format!("hs_mv_swigluf_{}", k.suffix))?,
-            ])
-        } else {
-            None
-        };
-        Ok(Some(Fused {
-            f32,
-            mv1: gpu.function(&format!("hs_mv1_{}", k.suffix))?,
-            qkv: gpu.function(&format!("hs_mv_qkv_{}", k.suffix))?,
-            swiglu: gpu.function(&format!("hs_mv_swiglu_{}", k.suffix))?,
-            names,
-            rows_per_warp: super::plan::mv1_rows_per_warp(k.suffix),
-        }))
-    }
-}
 
 /// What a fused one-token launch over some weights needs: their common type, shape and kernels.
 struct FusedShape {
@@ -141,7 +13,28 @@ struct FusedShape {
     cols: usize,
     rows: Vec<usize>,
     bufs: Vec<DeviceBuffer>,
-    kernels: Fused,
+    fns: TypeFns,
+    one: OneToken,
+}
+
+/// A fused launch's weights before its kernels are resolved.
+struct FusedPlan {
+    ty: GgmlType,
+    bs: u32,
+    cols: usize,
+    rows: Vec<usize>,
+    bufs: Vec<DeviceBuffer>,
+}
+
+impl FusedShape {
+    /// Blocks of a one-token launch over `rows` rows (the wide kernels take two a warp).
+    fn grid(&self, rows: usize, warp: u32) -> [u32; 3] {
+        [
+            mv_grid(rows.div_ceil(self.fns.k.mv1_rows_per_warp()), warp),
+            1,
+            1,
+        ]
+    }
 }
 
 impl GpuCompute {
@@ -150,13 +43,13 @@ impl GpuCompute {
     /// the input itself and a null pointer.
     fn fused_input(
         &mut self,
-        kernels: &Fused,
+        one: &OneToken,
         x: Buf,
         cols: usize,
         bs: u32,
         label: OpLabel,
     ) -> Result<(Arg, Arg)> {
-        if kernels.f32.is_some() {
+        if one.f32.is_some() {
             return Ok((Arg::Ptr(self.buf(x, cols)?.ptr), Arg::U64(0)));
         }
         self.quantize_input(x, 1, cols, bs, false, label)?;
@@ -166,16 +59,33 @@ impl GpuCompute {
 
     /// The fused one-token path for products of `ws` with one input, where it applies: one token,
     /// every weight a matrix of the same quantized type and width, the input planned for.
-    fn fused_shape(&self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedShape>> {
+    fn fused_shape(&mut self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedShape>> {
+        let Some(p) = self.fused_plan(ws, n_tokens)? else {
+            return Ok(None);
+        };
+        let fns = self.type_fns(p.ty)?;
+        let Some(one) = fns.one else {
+            return Ok(None);
+        };
+        Ok(Some(FusedShape {
+            bs: p.bs,
+            cols: p.cols,
+            rows: p.rows,
+            bufs: p.bufs,
+            fns,
+            one,
+        }))
+    }
+
+    /// The common type and shape of `ws` where a fused one-token launch applies (every
+    /// quantized type has its one-token kernels: the type table generates them).
+    fn fused_plan(&self, ws: &[Weight], n_tokens: usize) -> Result<Option<FusedPlan>> {
         if n_tokens != 1 || self.n_batch() == 0 || self.ws.is_none() {
             return Ok(None);
         }
         let first = self.weight(ws[0])?;
         let (ty, cols) = (first.ty, first.cols);
-        let (Some(tk), Some(&kernels)) = (type_kernels(ty), self.kernels.fused.get(&ty)) else {
-            return Ok(None);
-        };
-        let ActFormat::Q8 { bs } = tk.act else {
+        let Some(ActFormat::Q8 { bs }) = type_kernels(ty).map(|k| k.act) else {
             return Ok(None);
         };
         let mut rows = Vec::with_capacity(ws.len());
@@ -188,19 +98,19 @@ impl GpuCompute {
             rows.push(gw.rows);
             bufs.push(gw.buf);
         }
-        Ok(Some(FusedShape {
+        Ok(Some(FusedPlan {
+            ty,
             bs,
             cols,
             rows,
             bufs,
-            kernels,
         }))
     }
 
     /// Whether a product of `ws` over `n_tokens` rows runs as one fused launch here (what the
     /// lockstep of `selftest --compute` compares as a fused op).
     pub(super) fn fuses(&self, ws: &[Weight], n_tokens: usize) -> bool {
-        matches!(self.fused_shape(ws, n_tokens), Ok(Some(_)))
+        matches!(self.fused_plan(ws, n_tokens), Ok(Some(_)))
     }
 
     /// acc += W · x for one token in one launch (the residual add in the product's epilogue);
@@ -233,16 +143,12 @@ impl GpuCompute {
         };
         self.buf(x, shape.cols)?;
         let abuf = self.buf(acc, dim)?;
-        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
+        let (xq, xd) = self.fused_input(&shape.one, x, shape.cols, shape.bs, label)?;
         self.launch(
             label,
-            shape.kernels.names[1],
-            shape.kernels.f32.map_or(shape.kernels.mv1, |f| f[0]),
-            [
-                mv_grid(dim.div_ceil(shape.kernels.rows_per_warp), self.warp),
-                1,
-                1,
-            ],
+            shape.fns.k.names.label_mv1_add,
+            shape.one.f32.map_or(shape.one.mv1, |f| f[0]),
+            shape.grid(dim, self.warp),
             [MV_THREADS, 1, 1],
             &[
                 Arg::Ptr(shape.bufs[0].ptr),
@@ -253,6 +159,9 @@ impl GpuCompute {
                 Arg::U32(dim as u32),
                 Arg::U32(shape.cols as u32),
                 Arg::U32(1),
+                Arg::U64(0),
+                Arg::U32(0),
+                Arg::U32(0),
             ],
         )?;
         self.wrote(acc);
@@ -286,17 +195,13 @@ impl GpuCompute {
             }
         }
         let label = OpLabel::layer(layer, "attn_qkv");
-        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
+        let (xq, xd) = self.fused_input(&shape.one, x, shape.cols, shape.bs, label)?;
         let total: usize = shape.rows.iter().sum();
         self.launch(
             label,
-            shape.kernels.names[2],
-            shape.kernels.f32.map_or(shape.kernels.qkv, |f| f[1]),
-            [
-                mv_grid(total.div_ceil(shape.kernels.rows_per_warp), self.warp),
-                1,
-                1,
-            ],
+            shape.fns.k.names.label_qkv,
+            shape.one.f32.map_or(shape.one.qkv, |f| f[1]),
+            shape.grid(total, self.warp),
             [MV_THREADS, 1, 1],
             &[
                 Arg::Ptr(shape.bufs[0].ptr),
@@ -353,11 +258,11 @@ impl GpuCompute {
         self.buf(x, shape.cols)?;
         let g = self.buf(gate, ffn_dim)?;
         let label = OpLabel::layer(layer, "ffn_gate_up");
-        let (xq, xd) = self.fused_input(&shape.kernels, x, shape.cols, shape.bs, label)?;
+        let (xq, xd) = self.fused_input(&shape.one, x, shape.cols, shape.bs, label)?;
         self.launch(
             label,
-            shape.kernels.names[3],
-            shape.kernels.f32.map_or(shape.kernels.swiglu, |f| f[2]),
+            shape.fns.k.names.label_swiglu,
+            shape.one.f32.map_or(shape.one.swiglu, |f| f[2]),
             [mv_grid(ffn_dim, self.warp), 1, 1],
             [MV_THREADS, 1, 1],
             &[
@@ -368,6 +273,11 @@ impl GpuCompute {
                 Arg::Ptr(g.ptr),
                 Arg::U32(ffn_dim as u32),
                 Arg::U32(shape.cols as u32),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U64(0),
+                Arg::U32(0),
+                Arg::U32(0),
             ],
         )?;
         self.wrote(gate);
@@ -510,15 +420,18 @@ impl GpuCompute {
             let w = &self.weights[gw_idx];
             (w.ty, w.rows, w.cols, w.buf)
         };
-        if let (1, ActFormat::Q8 { bs }, Some(f)) =
-            (n_tokens, tk.act, self.kernels.fused.get(&ty).copied())
-        {
-            let (xq, xd) = self.fused_input(&f, x, cols, bs, label)?;
+        let fns = self.type_fns(ty)?;
+        if let (1, ActFormat::Q8 { bs }, Some(one)) = (n_tokens, tk.act, fns.one) {
+            let (xq, xd) = self.fused_input(&one, x, cols, bs, label)?;
             return self.launch(
                 label,
-                f.names[0],
-                f.f32.map_or(f.mv1, |k| k[0]),
-                [mv_grid(rows.div_ceil(f.rows_per_warp), self.warp), 1, 1],
+                fns.k.names.label_mv1,
+                one.f32.map_or(one.mv1, |k| k[0]),
+                [
+                    mv_grid(rows.div_ceil(fns.k.mv1_rows_per_warp()), self.warp),
+                    1,
+                    1,
+                ],
                 [MV_THREADS, 1, 1],
                 &[
                     Arg::Ptr(wbuf.ptr),
@@ -529,23 +442,24 @@ impl GpuCompute {
                     Arg::U32(rows as u32),
                     Arg::U32(cols as u32),
                     Arg::U32(0),
+                    Arg::U64(0),
+                    Arg::U32(0),
+                    Arg::U32(0),
                 ],
             );
         }
         if let ActFormat::Q8 { bs } = tk.act {
             self.quantize_input(x, n_tokens, cols, bs, false, label)?;
         }
-        let (mv, _) = self.kernels.by_type[&ty];
         let (xq, xd) = {
             let ws = self.workspace()?;
             (ws.xq, ws.xd)
         };
-        let kname = mv_name(tk.suffix);
         let nblocks = match tk.act {
             ActFormat::Q8 { bs } => cols / q8_block(bs) as usize,
             ActFormat::F32 => 0,
         };
-        // Float weights: a block per row (`infer_mv_float`; a grid of at most 65,535 loops);
+        // Float weights: a block per row (`mv_float`; a grid of at most 65,535 loops);
         // quantized ones: a warp per row.
         let grid = match tk.act {
             ActFormat::F32 => rows.clamp(1, MAX_GRID_Y) as u32,
@@ -554,8 +468,8 @@ impl GpuCompute {
         for (t0, nt) in mv_chunks(n_tokens) {
             self.launch(
                 label,
-                kname,
-                mv,
+                fns.k.names.label_mv,
+                fns.mv,
                 [grid, 1, 1],
                 [MV_THREADS, 1, 1],
                 &[
@@ -567,26 +481,12 @@ impl GpuCompute {
                     Arg::U32(rows as u32),
                     Arg::U32(cols as u32),
                     Arg::U32(nt as u32),
+                    Arg::U64(0),
+                    Arg::U32(0),
+                    Arg::U32(0),
                 ],
             )?;
         }
         Ok(())
-    }
-}
-
-fn mv_name(suffix: &str) -> &'static str {
-    match suffix {
-        "f32" => "mv_f32",
-        "f16" => "mv_f16",
-        "bf16" => "mv_bf16",
-        "q4_0" => "mv_q4_0",
-        "q4_1" => "mv_q4_1",
-        "q5_0" => "mv_q5_0",
-        "q5_1" => "mv_q5_1",
-        "q8_0" => "mv_q8_0",
-        "q4_k" => "mv_q4_k",
-        "q5_k" => "mv_q5_k",
-        "mxfp4" => "mv_mxfp4",
-        _ => "mv_q6_k",
     }
 }

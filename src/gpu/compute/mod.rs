@@ -22,12 +22,14 @@
 mod attention;
 mod backend;
 mod dequant;
+mod kernel_set;
 mod kv_shift;
 pub mod lockstep;
 mod matvec;
 mod moe;
 mod ops;
 pub mod plan;
+pub mod units;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,7 +42,7 @@ use crate::gpu::backend::{
 };
 use crate::gpu::device::{Device, DeviceInfo, DevicePtr, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
-use crate::gpu::kernels::{CompileMode, KernelBuild, KernelCache};
+use crate::gpu::kernels::{CompileMode, CompileProgress, KernelBuild, KernelCache};
 use crate::gpu::quant::{self, GgmlType};
 use crate::gpu::snapshot::{
     ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchdogSnapshot,
@@ -51,11 +53,14 @@ use crate::gpu::watchdog::{self, Watchdog};
 pub use crate::gpu::backend::KvType;
 pub use attention::flash_splits;
 pub use dequant::{PrefillPath, choose_prefill, matrix_units};
-pub use plan::{ActFormat, ComputeOptions, PrefillGemm};
+pub use kernel_set::scope_units;
+use kernel_set::{CompileCtx, Kernels};
+pub use plan::{ActFormat, ComputeOptions, KernelNeeds, PrefillGemm, TypeSet};
 use plan::{
     MAX_GRID_Y, MAX_HEAD_DIM, MAX_ROPE_PAIRS, MV_THREADS, TypeKernels, elementwise_grid, mv_chunks,
     mv_grid, q8_block, rope_theta_scale, tile_rows, type_kernels,
 };
+pub use units::KernelScope;
 
 /// How often the event prober asks the runtime about events (breadcrumbs show progress between).
 const PROBE_INTERVAL: Duration = Duration::from_millis(5);
@@ -111,89 +116,6 @@ struct Workspace {
     attn_part: Option<DeviceBuffer>,
 }
 
-/// Kernel handles, resolved once.
-struct Kernels {
-    rms_norm: KernelFn,
-    add_bias: KernelFn,
-    add: KernelFn,
-    swiglu: KernelFn,
-    geglu: KernelFn,
-    scale: KernelFn,
-    rope: KernelFn,
-    kv_store_f32: KernelFn,
-    kv_store_f16: KernelFn,
-    rope_kv_store_f32: KernelFn,
-    rope_kv_store_f16: KernelFn,
-    attention_f32: KernelFn,
-    attention_f16: KernelFn,
-    attention_split_f32: KernelFn,
-    attention_split_f16: KernelFn,
-    attention_combine: KernelFn,
-    /// The tiled prompt kernels, per [`attention::TILED_HEAD_DIMS`]: f32 cache, f16 cache.
-    attention_tiled: [[KernelFn; 4]; 2],
-    quantize: KernelFn,
-    /// RMS norm that also quantizes its output for the products that follow.
-    rms_norm_q8: KernelFn,
-    /// Per weight type: (matrix-vector, row dequantization).
-    by_type: HashMap<GgmlType, (KernelFn, KernelFn)>,
-    /// Per quantized weight type: the fused one-token kernels.
-    fused: HashMap<GgmlType, matvec::Fused>,
-    /// The mixture-of-experts kernels (`infer_moe.hip`).
-    moe: moe::MoeKernels,
-}
-
-impl Kernels {
-    fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
-        let mut by_type = HashMap::new();
-        let mut fused = HashMap::new();
-        for &ty in plan::GPU_TYPES {
-            if let Some(k) = type_kernels(ty) {
-                if let Some(f) = matvec::Fused::resolve(gpu, k)? {
-                    fused.insert(ty, f);
-                }
-                by_type.insert(
-                    ty,
-                    (
-                        gpu.function(&format!("hs_mv_{}", k.suffix))?,
-                        gpu.function(&format!("hs_dequant_rows_{}", k.suffix))?,
-                    ),
-                );
-            }
-        }
-        Ok(Kernels {
-            rms_norm: gpu.function("hs_rms_norm_rows")?,
-            add_bias: gpu.function("hs_add_bias_rows")?,
-            add: gpu.function("hs_add_inplace")?,
-            swiglu: gpu.function("hs_swiglu_inplace")?,
-            geglu: gpu.function("hs_geglu_inplace")?,
-            scale: gpu.function("hs_scale_inplace")?,
-            rope: gpu.function("hs_rope")?,
-            kv_store_f32: gpu.function("hs_kv_store_f32")?,
-            kv_store_f16: gpu.function("hs_kv_store_f16")?,
-            rope_kv_store_f32: gpu.function("hs_rope_kv_store_f32")?,
-            rope_kv_store_f16: gpu.function("hs_rope_kv_store_f16")?,
-            attention_f32: gpu.function("hs_attention_f32")?,
-            attention_f16: gpu.function("hs_attention_f16")?,
-            attention_split_f32: gpu.function("hs_attention_split_f32")?,
-            attention_split_f16: gpu.function("hs_attention_split_f16")?,
-            attention_combine: gpu.function("hs_attention_combine")?,
-            attention_tiled: {
-                let f = |kv: &str, d: usize| gpu.function(&format!("hs_attention_tiled_{kv}_{d}"));
-                let [a, b, c, d] = attention::TILED_HEAD_DIMS;
-                [
-                    [f("f32", a)?, f("f32", b)?, f("f32", c)?, f("f32", d)?],
-                    [f("f16", a)?, f("f16", b)?, f("f16", c)?, f("f16", d)?],
-                ]
-            },
-            quantize: gpu.function("hs_quantize_act")?,
-            rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
-            by_type,
-            fused,
-            moe: moe::MoeKernels::resolve(gpu)?,
-        })
-    }
-}
-
 /// What the quantized-input buffers hold now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct QuantKey {
@@ -246,6 +168,8 @@ pub struct GpuCompute {
     arena_cache: ArenaSnapshot,
     arena_at: Option<Instant>,
     builds: Vec<KernelBuild>,
+    /// How kernels first needed after the open are compiled.
+    compile: CompileCtx,
     /// The process's watchdog on this device's stream (`gpu::open` starts it).
     watchdog: Option<Watchdog>,
 }
@@ -259,14 +183,34 @@ impl GpuCompute {
         opts: ComputeOptions,
         cache: &KernelCache,
     ) -> std::result::Result<GpuCompute, GpuError> {
+        Self::open_with(device, reason, opts, cache, &mut |_| {})
+    }
+
+    /// As [`GpuCompute::open`], compiling the units of `opts.kernels` (every unit when `None`) and
+    /// telling `progress` how the compile goes.
+    pub fn open_with(
+        device: Box<dyn Device>,
+        reason: &str,
+        opts: ComputeOptions,
+        cache: &KernelCache,
+        progress: &mut dyn FnMut(&CompileProgress),
+    ) -> std::result::Result<GpuCompute, GpuError> {
         let mode = match device.kind() {
-            // hiprtc can abort the process on targets it does not know: compile in a child.
-            RuntimeKind::Hip => CompileMode::isolated(),
+            // Compiles run in child processes, several at once: hiprtc can abort the process on
+            // targets it does not know, and every compiler is faster on every core.
+            RuntimeKind::Hip | RuntimeKind::Cuda => CompileMode::isolated(),
             _ => CompileMode::InProcess,
         };
+        let compile = CompileCtx {
+            cache: cache.clone(),
+            mode,
+        };
         let mut gpu = Gpu::open(device, GpuConfig::default())?;
-        let prepared = gpu
-            .prepare_kernels(cache, &mode)
+        let scope = opts.kernels.map_or(KernelScope::All, |n| {
+            KernelScope::Model(KernelNeeds { kv: opts.kv, ..n })
+        });
+        let prepared = scope_units(scope)
+            .and_then(|u| kernel_set::load_units(&mut gpu, &compile, &u, progress))
             .and_then(|b| Kernels::resolve(&gpu).map(|k| (b, k)));
         let (builds, kernels) = match prepared {
             Ok(x) => x,
@@ -304,6 +248,7 @@ impl GpuCompute {
             arena_cache: ArenaSnapshot::default(),
             arena_at: None,
             builds,
+            compile,
             watchdog: None,
         })
     }

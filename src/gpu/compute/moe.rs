@@ -11,6 +11,7 @@
 //! logits, the clamped SwiGLU) runs in the same launches, its bias pointers passed where other
 //! models pass null.
 
+use super::kernel_set::TypeFns;
 use super::*;
 use crate::gpu::backend::MoeFfn;
 
@@ -26,66 +27,6 @@ const ROUTE_THREADS: u32 = 256;
 const MM_THREADS: u32 = 128;
 const MM_ROWS: usize = 64;
 const MM_GATE_UP_ROWS: usize = 32;
-/// Quantized types with grouped kernels of their own; every other one takes `hs_moe_mm_*_any`,
-/// which picks its dequantization by the type's ggml id at run time.
-pub const MM_OWN: &[&str] = &["q4_0", "q8_0", "mxfp4"];
-
-/// The MoE kernels: routing, sorting, gather, combine, and per quantized type the gate/up and
-/// down kernels for chunks of 1 and of [`CHUNK`] entries, and the grouped products.
-pub(super) struct MoeKernels {
-    route: KernelFn,
-    sort: KernelFn,
-    gather: KernelFn,
-    combine: KernelFn,
-    /// gate_up (1), gate_up (8), down (1), down (8).
-    by_type: HashMap<GgmlType, [KernelFn; 4]>,
-    /// The grouped products of quantized experts: gate_up, down.
-    mm: HashMap<GgmlType, [KernelFn; 2]>,
-}
-
-impl MoeKernels {
-    pub(super) fn resolve(gpu: &Gpu) -> std::result::Result<MoeKernels, GpuError> {
-        let mut by_type = HashMap::new();
-        let mut mm = HashMap::new();
-        for &ty in plan::GPU_TYPES {
-            let Some(k) = type_kernels(ty) else { continue };
-            if k.act == ActFormat::F32 {
-                // Float experts: one kernel each, for any chunk.
-                let g = gpu.function(&format!("hs_moe_gate_up_{}", k.suffix))?;
-                let d = gpu.function(&format!("hs_moe_down_{}", k.suffix))?;
-                by_type.insert(ty, [g, g, d, d]);
-                continue;
-            }
-            let f =
-                |kind: &str, nt: usize| gpu.function(&format!("hs_moe_{kind}{nt}_{}", k.suffix));
-            by_type.insert(
-                ty,
-                [
-                    f("gate_up", 1)?,
-                    f("gate_up", CHUNK)?,
-                    f("down", 1)?,
-                    f("down", CHUNK)?,
-                ],
-            );
-            let own = if MM_OWN.contains(&k.suffix) {
-                k.suffix
-            } else {
-                "any"
-            };
-            let g = |kind: &str| gpu.function(&format!("hs_moe_mm_{kind}_{own}"));
-            mm.insert(ty, [g("gate_up")?, g("down")?]);
-        }
-        Ok(MoeKernels {
-            route: gpu.function("hs_moe_route")?,
-            sort: gpu.function("hs_moe_sort")?,
-            gather: gpu.function("hs_moe_gather")?,
-            combine: gpu.function("hs_moe_combine")?,
-            by_type,
-            mm,
-        })
-    }
-}
-
 impl GpuCompute {
     /// The expert tensor `w`: its type, activation format and buffer, checked to hold `rows` ×
     /// `cols`.
@@ -102,12 +43,9 @@ impl GpuCompute {
                 gw.name, gw.rows, gw.cols
             )));
         }
-        match (
-            type_kernels(gw.ty),
-            self.kernels.moe.by_type.contains_key(&gw.ty),
-        ) {
-            (Some(k), true) => Ok((gw.ty, k.act, gw.buf)),
-            _ => Err(BackendError::Unsupported(format!(
+        match type_kernels(gw.ty) {
+            Some(k) => Ok((gw.ty, k.act, gw.buf)),
+            None => Err(BackendError::Unsupported(format!(
                 "{}: experts of type {} have no GPU kernels",
                 gw.name, gw.ty
             ))),
@@ -141,12 +79,11 @@ impl GpuCompute {
     pub fn moe_grouped(&self, n_tokens: usize, gate: Weight, down: Weight) -> bool {
         let fits = |w: Weight| {
             self.weight(w).is_ok_and(|gw| match type_kernels(gw.ty) {
+                // Every quantized type has grouped kernels (its own or `any`'s).
                 Some(TypeKernels {
                     act: ActFormat::Q8 { bs },
                     ..
-                }) => {
-                    self.kernels.moe.mm.contains_key(&gw.ty) && dequant::f16_input_fits(gw.cols, bs)
-                }
+                }) => dequant::f16_input_fits(gw.cols, bs),
                 _ => false,
             })
         };
@@ -192,6 +129,7 @@ impl GpuCompute {
             None => [Arg::U64(0); 4],
         };
         let lab = |name| OpLabel::layer(m.layer, name);
+        let fns = self.moe_fns()?;
         self.launch_matmul(m.router, m.x, m.logits, n, lab("ffn_moe_router"))?;
         let grouped = self.moe_grouped(n, m.gate, m.down);
         let nt = match (n, grouped) {
@@ -213,7 +151,7 @@ impl GpuCompute {
         self.launch(
             lab("ffn_moe_route"),
             "moe_route",
-            self.kernels.moe.route,
+            fns.route,
             [n.div_ceil(warps).min(MAX_GRID_Y) as u32, 1, 1],
             [ROUTE_THREADS, 1, 1],
             &[
@@ -231,7 +169,7 @@ impl GpuCompute {
             self.launch(
                 lab("ffn_moe_route"),
                 "moe_sort",
-                self.kernels.moe.sort,
+                fns.sort,
                 [1, 1, 1],
                 [ROUTE_THREADS, 1, 1],
                 &[
@@ -268,6 +206,7 @@ impl GpuCompute {
                 Arg::U32(dim32),
                 Arg::U32(ff as u32),
             ],
+            gate_up_biases: [gb, ub],
         };
         if grouped {
             self.moe_grouped_products(m, &io)?;
@@ -278,7 +217,7 @@ impl GpuCompute {
         self.launch(
             lab("ffn_moe_combine"),
             "moe_combine",
-            self.kernels.moe.combine,
+            fns.combine,
             [elementwise_grid((n * dim) as u64), 1, 1],
             [256, 1, 1],
             &[
@@ -306,8 +245,9 @@ impl GpuCompute {
                 "MoE grouped products need quantized experts".into(),
             ));
         };
-        let [gate_up, _] = self.kernels.moe.mm[&io.types[0]];
-        let [_, down] = self.kernels.moe.mm[&io.types[1]];
+        let fns = self.moe_fns()?;
+        let [gate_up, _] = fns.mm(&self.type_fns(io.types[0])?.k);
+        let [_, down] = fns.mm(&self.type_fns(io.types[1])?.k);
         let half = self
             .workspace()?
             .xdq
@@ -365,17 +305,20 @@ impl GpuCompute {
         Ok(())
     }
 
-    /// The experts as matrix-vector products over chunks of 1 (decode) or [`CHUNK`] entries:
-    /// the entries' rows gathered in sorted order and Q8-quantized (float experts take them as
-    /// they are), gate/up with the activation inside, the hidden rows quantized, down.
+    /// The experts as matrix-vector products over chunks of 1 (decode) or [`CHUNK`] entries: the
+    /// dense products' kernels (`kernels/infer_matvec.hip`) with the route as their `ids`, a
+    /// chunk a row of the grid: the entries' rows gathered in sorted order and Q8-quantized
+    /// (float experts take them as they are), gate/up with the activation inside, the hidden rows
+    /// quantized, down. A decode step (chunks of one entry) runs the one-token kernels.
     fn moe_chunked_products(&mut self, m: &MoeFfn, io: &Experts) -> Result<()> {
         let (n, dim, ff, entries) = (m.n_tokens, m.dim, m.ffn_dim, m.n_tokens * m.n_used);
         let xs = self.buf(m.xs, entries * dim)?;
         let lab = |name| OpLabel::layer(m.layer, name);
+        let gather = self.moe_fns()?.gather;
         self.launch(
             lab("ffn_moe_gather"),
             "moe_gather",
-            self.kernels.moe.gather,
+            gather,
             [elementwise_grid((entries * dim) as u64), 1, 1],
             [256, 1, 1],
             &[
@@ -388,62 +331,138 @@ impl GpuCompute {
             ],
         )?;
         self.wrote(m.xs);
-        let which = usize::from(n != 1);
-        let gate_up = self.kernels.moe.by_type[&io.types[0]][which];
-        let down = self.kernels.moe.by_type[&io.types[1]][2 + which];
+        let [gate_fns, down_fns] = [self.type_fns(io.types[0])?, self.type_fns(io.types[1])?];
         let [wg, wu, wd] = io.weights;
-        // The products' inputs: Q8 quants and scales in the workspace for quantized experts,
-        // the f32 rows themselves for float ones.
-        let gate_in = match io.acts[0] {
-            ActFormat::Q8 { bs } => {
-                self.quantize_input(m.xs, entries, dim, bs, false, lab("ffn_moe_gate_up"))?;
-                let ws = self.workspace()?;
-                vec![Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)]
-            }
-            ActFormat::F32 => vec![Arg::Ptr(xs.ptr)],
+        let route = [
+            Arg::Ptr(io.route.ptr),
+            Arg::U32(n as u32),
+            Arg::U32(m.n_used as u32),
+        ];
+        let [gb, ub] = io.gate_up_biases;
+        // The products' inputs: Q8 quants and scales in the workspace for quantized experts
+        // (null for float ones, which read the f32 rows).
+        let gate_in = self.expert_input(io.acts[0], m.xs, entries, dim, lab("ffn_moe_gate_up"))?;
+        let one_token = n == 1 && gate_fns.one.is_some();
+        let (kernel, name, grid, mut args) = match (n, gate_fns.one) {
+            (1, Some(one)) => (
+                one.swiglu,
+                gate_fns.k.names.label_swiglu,
+                mv_grid(ff, self.warp),
+                vec![Arg::Ptr(wg.ptr), Arg::Ptr(wu.ptr), gate_in[0], gate_in[1]],
+            ),
+            _ => (
+                self.gate_up_fn(io.types[0])?,
+                gate_fns.k.names.label_gate_up,
+                self.expert_grid(&gate_fns, ff),
+                vec![
+                    Arg::Ptr(wg.ptr),
+                    Arg::Ptr(wu.ptr),
+                    gate_in[0],
+                    gate_in[1],
+                    Arg::Ptr(xs.ptr),
+                ],
+            ),
         };
-        let mut args = vec![Arg::Ptr(wg.ptr), Arg::Ptr(wu.ptr)];
-        args.extend(gate_in);
-        args.extend([Arg::Ptr(io.h.ptr), Arg::Ptr(io.route.ptr)]);
-        args.extend(io.gate_up_tail);
+        args.push(Arg::Ptr(io.h.ptr));
+        args.extend([Arg::U32(ff as u32), Arg::U32(dim as u32)]);
+        if !one_token {
+            // hs_mv_gate_up_*'s token count: the chunk's, with ids.
+            args.push(Arg::U32(0));
+        }
+        args.extend([gb, ub]);
+        args.extend(route);
         self.launch(
             lab("ffn_moe_gate_up"),
-            "moe_gate_up",
-            gate_up,
-            [mv_grid(ff, self.warp), io.chunks, 1],
+            name,
+            kernel,
+            [grid, io.chunks, 1],
             [MV_THREADS, 1, 1],
             &args,
         )?;
         self.wrote(m.h);
-        let down_in = match io.acts[1] {
-            ActFormat::Q8 { bs } => {
-                self.quantize_input(m.h, entries, ff, bs, false, lab("ffn_moe_down"))?;
-                let ws = self.workspace()?;
-                vec![Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)]
-            }
-            ActFormat::F32 => vec![Arg::Ptr(io.h.ptr)],
+        let h = io.h;
+        let down_in = self.expert_input(io.acts[1], m.h, entries, ff, lab("ffn_moe_down"))?;
+        let (kernel, name, grid, mut args) = match (n, down_fns.one) {
+            (1, Some(one)) => (
+                one.mv1,
+                down_fns.k.names.label_mv1,
+                mv_grid(dim.div_ceil(down_fns.k.mv1_rows_per_warp()), self.warp),
+                vec![
+                    Arg::Ptr(wd.ptr),
+                    down_in[0],
+                    down_in[1],
+                    Arg::Ptr(io.y.ptr),
+                    Arg::U64(0),
+                    Arg::U32(dim as u32),
+                    Arg::U32(ff as u32),
+                    Arg::U32(0),
+                ],
+            ),
+            _ => (
+                down_fns.mv,
+                down_fns.k.names.label_mv,
+                self.expert_grid(&down_fns, dim),
+                vec![
+                    Arg::Ptr(wd.ptr),
+                    down_in[0],
+                    down_in[1],
+                    Arg::Ptr(h.ptr),
+                    Arg::Ptr(io.y.ptr),
+                    Arg::U32(dim as u32),
+                    Arg::U32(ff as u32),
+                    Arg::U32(0),
+                ],
+            ),
         };
-        let mut args = vec![Arg::Ptr(wd.ptr)];
-        args.extend(down_in);
-        args.extend([Arg::Ptr(io.y.ptr), Arg::Ptr(io.route.ptr)]);
-        args.extend(io.down_tail);
+        args.extend(route);
         self.launch(
             lab("ffn_moe_down"),
-            "moe_down",
-            down,
-            [mv_grid(dim, self.warp), io.chunks, 1],
+            name,
+            kernel,
+            [grid, io.chunks, 1],
             [MV_THREADS, 1, 1],
             &args,
         )?;
         self.wrote(m.y);
         Ok(())
     }
+
+    /// The activation arguments (xq, xd) of an expert product reading `x` (`rows` × `cols`): its
+    /// Q8 quants and scales, quantized here, for quantized experts; nulls for float ones.
+    fn expert_input(
+        &mut self,
+        act: ActFormat,
+        x: Buf,
+        rows: usize,
+        cols: usize,
+        label: OpLabel,
+    ) -> Result<[Arg; 2]> {
+        match act {
+            ActFormat::Q8 { bs } => {
+                self.quantize_input(x, rows, cols, bs, false, label)?;
+                let ws = self.workspace()?;
+                Ok([Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)])
+            }
+            ActFormat::F32 => Ok([Arg::U64(0), Arg::U64(0)]),
+        }
+    }
+
+    /// Blocks across an expert's `rows` of a chunk product (`hs_mv_*`, `hs_mv_gate_up_*`): a warp
+    /// a row for quantized experts, a block a row (capped; the kernel loops) for float ones.
+    fn expert_grid(&self, fns: &TypeFns, rows: usize) -> u32 {
+        if fns.k.quantized() {
+            mv_grid(rows, self.warp)
+        } else {
+            rows.clamp(1, MAX_GRID_Y) as u32
+        }
+    }
 }
 
 /// What both expert paths of one MoE op take, resolved once: the experts' types, buffers
 /// (gate, up, down) and activation formats, the input, hidden and output rows, the route, the
-/// chunk count (the launches' grid height), and the kernels' trailing arguments (gate/up: n, k,
-/// ff, dim, gpt-oss's gate and up biases; down: n, k, dim, ff).
+/// chunk count (the launches' grid height), the grouped products' trailing arguments (gate/up:
+/// n, k, ff, dim, gpt-oss's gate and up biases; down: n, k, dim, ff) and the biases alone for the
+/// chunked ones.
 struct Experts {
     types: [GgmlType; 2],
     weights: [DeviceBuffer; 3],
@@ -455,4 +474,5 @@ struct Experts {
     chunks: u32,
     gate_up_tail: [Arg; 6],
     down_tail: [Arg; 4],
+    gate_up_biases: [Arg; 2],
 }

@@ -28,37 +28,211 @@ pub fn q8_block(bs: u32) -> u32 {
     bs & !Q8_1_SUMS
 }
 
-/// The kernels and activation format of one weight type.
+/// What runs one weight type on the GPU: the one row of the kernel type table. The kernels of
+/// every type are generated from it — the compile units' type lists (`compute/units.rs` writes
+/// them before `kernels/infer_matvec.hip` and `infer_dequant.hip`, whose X-macros expand them into
+/// kernels) and the names the launchers find them by and label their launches with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TypeKernels {
+    pub ty: GgmlType,
     /// Suffix of the kernel names: `hs_mv_<suffix>`, `hs_dequant_rows_<suffix>`.
     pub suffix: &'static str,
     pub act: ActFormat,
+    /// Parts of 8 elements a block takes in the part-per-lane loop (`mv_part_<suffix>` in
+    /// kernels/vecdot.h); 0 for float types.
+    pub parts: u32,
+    /// The one-token kernels run the wide loop (`mvw_<suffix>`: a lane per 32-element item,
+    /// [`MV_WIDE_ROWS`] rows a warp) rather than the part-per-lane one.
+    pub wide: bool,
+    /// Has the activation-precision study's f32-activation kernels (`mvf_<suffix>`).
+    pub f32_study: bool,
+    /// A quantized type's grouped expert products (a prompt's experts, `kernels/gemm_moe.hip`)
+    /// are kernels of its own (`hs_moe_mm_*_<suffix>`), not the `any` ones that pick the
+    /// dequantization by the type's ggml id at run time.
+    pub grouped_own: bool,
+    pub names: KernelNames,
+}
+
+/// The kernels of one weight type and the labels of their launches (the Streams panel and hang
+/// reports name the op by them). Float types have `mv`, `gate_up`, the dequantization kernels
+/// and empty one-token names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelNames {
+    /// Up to [`MV_MAX_TOKENS`] tokens (dense, or an expert chunk with the route as `ids`).
+    pub mv: &'static str,
+    /// Gate and up with the activation in the epilogue, up to [`MV_MAX_TOKENS`] tokens.
+    pub gate_up: &'static str,
+    /// One token, bias and residual add in the epilogue.
+    pub mv1: &'static str,
+    /// One token through gate and up, SwiGLU in the epilogue.
+    pub swiglu: &'static str,
+    /// One token through Q, K and V.
+    pub qkv: &'static str,
+    /// The study's f32-activation variants of mv1, swiglu, qkv (empty where there are none).
+    pub mv1f: &'static str,
+    pub swigluf: &'static str,
+    pub qkvf: &'static str,
+    /// Rows of a table to f32 (embeddings); row tiles to f16 (the prefill GEMM).
+    pub dequant_rows: &'static str,
+    pub dequant_tile: &'static str,
+    /// Launch labels: mv, gate_up, mv1, mv1 with the residual add, swiglu, qkv, dequantization.
+    pub label_mv: &'static str,
+    pub label_gate_up: &'static str,
+    pub label_mv1: &'static str,
+    pub label_mv1_add: &'static str,
+    pub label_swiglu: &'static str,
+    pub label_qkv: &'static str,
+    pub label_dequant: &'static str,
+}
+
+impl KernelNames {
+    /// Every kernel name (empty where the type has no such kernel).
+    pub fn kernels(&self) -> [&'static str; 10] {
+        [
+            self.mv,
+            self.gate_up,
+            self.mv1,
+            self.swiglu,
+            self.qkv,
+            self.mv1f,
+            self.swigluf,
+            self.qkvf,
+            self.dequant_rows,
+            self.dequant_tile,
+        ]
+    }
+
+    /// Every launch label (empty where the type has no such kernel).
+    pub fn labels(&self) -> [&'static str; 7] {
+        [
+            self.label_mv,
+            self.label_gate_up,
+            self.label_mv1,
+            self.label_mv1_add,
+            self.label_swiglu,
+            self.label_qkv,
+            self.label_dequant,
+        ]
+    }
+}
+
+/// The type table's rows, each name made from the suffix at compile time.
+macro_rules! type_table {
+    (@q $s:literal, $p:literal) => { concat!($p, $s) };
+    (@f $s:literal, $p:literal) => { "" };
+    (@study true, $s:literal, $p:literal) => { concat!($p, $s) };
+    (@study false, $s:literal, $p:literal) => { "" };
+    ($($kind:ident $ty:ident $sfx:literal $act:expr, parts $parts:literal, wide $wide:literal,
+       study $study:tt, grouped_own $own:literal;)*) => {
+        /// Every weight type the GPU kernels handle, and how (see [`TypeKernels`]).
+        pub const TYPE_TABLE: &[TypeKernels] = &[$(TypeKernels {
+            ty: GgmlType::$ty,
+            suffix: $sfx,
+            act: $act,
+            parts: $parts,
+            wide: $wide,
+            f32_study: $study,
+            grouped_own: $own,
+            names: KernelNames {
+                mv: concat!("hs_mv_", $sfx),
+                gate_up: concat!("hs_mv_gate_up_", $sfx),
+                mv1: type_table!(@$kind $sfx, "hs_mv1_"),
+                swiglu: type_table!(@$kind $sfx, "hs_mv_swiglu_"),
+                qkv: type_table!(@$kind $sfx, "hs_mv_qkv_"),
+                mv1f: type_table!(@study $study, $sfx, "hs_mv1f_"),
+                swigluf: type_table!(@study $study, $sfx, "hs_mv_swigluf_"),
+                qkvf: type_table!(@study $study, $sfx, "hs_mv_qkvf_"),
+                dequant_rows: concat!("hs_dequant_rows_", $sfx),
+                dequant_tile: concat!("hs_dequant_tile_", $sfx),
+                label_mv: concat!("mv_", $sfx),
+                label_gate_up: concat!("mv_gate_up_", $sfx),
+                label_mv1: type_table!(@$kind $sfx, "mv1_"),
+                label_mv1_add: concat!("mv1_", $sfx, " + residual"),
+                label_swiglu: type_table!(@$kind $sfx, "mv_swiglu_"),
+                label_qkv: type_table!(@$kind $sfx, "mv_qkv_"),
+                label_dequant: concat!("dequant_", $sfx),
+            },
+        }),*];
+    };
+}
+
+const Q8_32: ActFormat = ActFormat::Q8 { bs: 32 };
+const Q8_1_32: ActFormat = ActFormat::Q8 { bs: 32 | Q8_1_SUMS };
+const Q8_K: ActFormat = ActFormat::Q8 { bs: 256 };
+
+// kind (q: quantized, f: float), type, suffix, activation, parts a block, wide one-token loop,
+// f32-activation study kernels, grouped expert products of its own.
+type_table! {
+    f F32 "f32" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    f F16 "f16" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    f Bf16 "bf16" ActFormat::F32, parts 0, wide false, study false, grouped_own false;
+    q Q4_0 "q4_0" Q8_32, parts 4, wide true, study true, grouped_own true;
+    q Q4_1 "q4_1" Q8_1_32, parts 4, wide true, study true, grouped_own false;
+    q Q5_0 "q5_0" Q8_32, parts 4, wide true, study false, grouped_own false;
+    q Q5_1 "q5_1" Q8_1_32, parts 4, wide true, study false, grouped_own false;
+    q Q8_0 "q8_0" Q8_32, parts 4, wide true, study false, grouped_own true;
+    q Q4K "q4_k" Q8_K, parts 32, wide true, study false, grouped_own false;
+    q Q5K "q5_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q6K "q6_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q2K "q2_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q3K "q3_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Iq4Nl "iq4_nl" Q8_32, parts 4, wide false, study false, grouped_own false;
+    q Iq4Xs "iq4_xs" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Mxfp4 "mxfp4" Q8_32, parts 4, wide false, study false, grouped_own true;
 }
 
 /// What runs a weight type on the GPU, or `None` for a type the kernels do not handle.
 pub fn type_kernels(ty: GgmlType) -> Option<TypeKernels> {
-    use GgmlType::*;
-    let (suffix, act) = match ty {
-        F32 => ("f32", ActFormat::F32),
-        F16 => ("f16", ActFormat::F32),
-        Bf16 => ("bf16", ActFormat::F32),
-        Q4_0 => ("q4_0", ActFormat::Q8 { bs: 32 }),
-        Q4_1 => ("q4_1", ActFormat::Q8 { bs: 32 | Q8_1_SUMS }),
-        Q5_0 => ("q5_0", ActFormat::Q8 { bs: 32 }),
-        Q5_1 => ("q5_1", ActFormat::Q8 { bs: 32 | Q8_1_SUMS }),
-        Q8_0 => ("q8_0", ActFormat::Q8 { bs: 32 }),
-        Q4K => ("q4_k", ActFormat::Q8 { bs: 256 }),
-        Q5K => ("q5_k", ActFormat::Q8 { bs: 256 }),
-        Q6K => ("q6_k", ActFormat::Q8 { bs: 256 }),
-        Q2K => ("q2_k", ActFormat::Q8 { bs: 256 }),
-        Q3K => ("q3_k", ActFormat::Q8 { bs: 256 }),
-        Iq4Nl => ("iq4_nl", ActFormat::Q8 { bs: 32 }),
-        Iq4Xs => ("iq4_xs", ActFormat::Q8 { bs: 256 }),
-        Mxfp4 => ("mxfp4", ActFormat::Q8 { bs: 32 }),
-        _ => return None,
-    };
-    Some(TypeKernels { suffix, act })
+    TYPE_TABLE.iter().find(|k| k.ty == ty).copied()
+}
+
+/// A set of weight types, one bit per ggml id (every id the kernels handle is below 64).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TypeSet(u64);
+
+impl TypeSet {
+    pub fn insert(&mut self, ty: GgmlType) {
+        if ty.id() < 64 {
+            self.0 |= 1 << ty.id();
+        }
+    }
+
+    pub fn contains(&self, ty: GgmlType) -> bool {
+        ty.id() < 64 && self.0 & (1 << ty.id()) != 0
+    }
+
+    /// The types in the set that have kernels, in the type table's order.
+    pub fn kernels(&self) -> impl Iterator<Item = &'static TypeKernels> + '_ {
+        TYPE_TABLE.iter().filter(|k| self.contains(k.ty))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl FromIterator<GgmlType> for TypeSet {
+    fn from_iter<I: IntoIterator<Item = GgmlType>>(iter: I) -> Self {
+        let mut s = TypeSet::default();
+        for t in iter {
+            s.insert(t);
+        }
+        s
+    }
+}
+
+/// What a model launches on the GPU, as far as compiling goes: the types of its matrices (every
+/// tensor of more than one row: the products and the embedding lookup) and whether it has
+/// experts (routing, sorting and the grouped products of `infer_moe` and `gemm_moe`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelNeeds {
+    pub types: TypeSet,
+    pub moe: bool,
+    /// The attention heads' dimension (the tiled prompt attention has a unit per dimension and
+    /// cache type); 0 when unknown.
+    pub head_dim: usize,
+    /// The KV cache's element type (set from the backend's options when it opens).
+    pub kv: KvType,
 }
 
 /// Every weight type the GPU kernels handle: all of the CPU backend's compute types, so that a
@@ -121,6 +295,10 @@ pub struct ComputeOptions {
     pub tile_bytes: u64,
     /// Replay the decode step as a graph where the runtime can (`--no-graphs`, config `graphs`).
     pub graphs: bool,
+    /// The kernels to compile when the device opens: what this model launches
+    /// (`model::loader::kernel_needs`); `None`: every kernel. Anything else is compiled when
+    /// first needed.
+    pub kernels: Option<KernelNeeds>,
 }
 
 impl Default for ComputeOptions {
@@ -131,6 +309,7 @@ impl Default for ComputeOptions {
             gemm_min_tokens: 16,
             tile_bytes: 64 << 20,
             graphs: true,
+            kernels: None,
         }
     }
 }
@@ -232,17 +411,17 @@ pub fn mv_grid(rows: usize, warp: u32) -> u32 {
     rows.div_ceil(per_block).clamp(1, u32::MAX as usize) as u32
 }
 
-/// Weight types whose one-token kernels (`hs_mv1_*`, `hs_mv_qkv_*`) are the wide ones of
-/// kernels/infer_matvec.hip: a lane per 32 elements, [`MV_WIDE_ROWS`] rows a warp (`MVW_ROWS`).
-pub const MV_WIDE_TYPES: &[&str] = &["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k"];
+/// Rows a warp of the wide one-token kernels (`MVW_ROWS` in kernels/infer_matvec.hip).
 pub const MV_WIDE_ROWS: usize = 2;
 
-/// Rows a warp of the one-token `hs_mv1_*` / `hs_mv_qkv_*` kernels of a type (by kernel suffix).
-pub fn mv1_rows_per_warp(suffix: &str) -> usize {
-    if MV_WIDE_TYPES.contains(&suffix) {
-        MV_WIDE_ROWS
-    } else {
-        1
+impl TypeKernels {
+    /// Rows a warp of the one-token `hs_mv1_*` / `hs_mv_qkv_*` kernels.
+    pub fn mv1_rows_per_warp(&self) -> usize {
+        if self.wide { MV_WIDE_ROWS } else { 1 }
+    }
+
+    pub fn quantized(&self) -> bool {
+        matches!(self.act, ActFormat::Q8 { .. })
     }
 }
 
@@ -323,67 +502,36 @@ mod tests {
         assert!(type_kernels(GgmlType::Q8K).is_none());
     }
 
+    /// Every launch label and kernel name of a type names that type (before the table, a
+    /// fallback arm labelled Q2_K, Q3_K, IQ4_NL, IQ4_XS and MXFP4 launches "mv_q6_k" in the
+    /// Streams panel and in hang reports).
     #[test]
-    fn kernel_names_exist_in_the_sources() {
-        let src = crate::gpu::kernels::embedded_sources();
-        let names: Vec<String> = src
-            .iter()
-            .flat_map(|s| crate::gpu::kernels::kernel_names(&s.text))
-            .collect();
-        for &ty in GPU_TYPES {
-            let k = type_kernels(ty).expect("kernels");
-            for prefix in ["hs_mv_", "hs_dequant_rows_"] {
-                let n = format!("{prefix}{}", k.suffix);
-                assert!(names.contains(&n), "{n} is not defined in kernels/");
+    fn every_types_labels_name_that_type() {
+        for k in TYPE_TABLE {
+            let all = k.names.kernels().into_iter().chain(k.names.labels());
+            for name in all.into_iter().filter(|x| !x.is_empty()) {
+                let tail = name.trim_end_matches(" + residual");
+                assert!(
+                    tail.ends_with(&format!("_{}", k.suffix)),
+                    "{}: {name:?} does not name it",
+                    k.ty
+                );
             }
-            // A prompt's grouped expert products: a kernel of the type's own, or the `any` one,
-            // whose run-time switch must know the type.
-            if matches!(k.act, ActFormat::Q8 { .. }) {
-                let own = super::super::moe::MM_OWN.contains(&k.suffix);
-                let sfx = if own { k.suffix } else { "any" };
-                for prefix in ["hs_moe_mm_gate_up_", "hs_moe_mm_down_"] {
-                    let n = format!("{prefix}{sfx}");
-                    assert!(names.contains(&n), "{n} is not defined in kernels/");
-                }
-                let gemm = &src
-                    .iter()
-                    .find(|s| s.name == "gemm")
-                    .expect("gemm.hip")
-                    .text;
-                let case = format!("case {}: mm_dq16<", ty.id());
-                assert!(own || gemm.contains(&case), "mm_dq16_any has no {case}");
-            }
+            assert_eq!(k.suffix, k.ty.name().to_ascii_lowercase(), "{}", k.ty);
         }
-        for n in [
-            "hs_rms_norm_rows",
-            "hs_add_bias_rows",
-            "hs_add_inplace",
-            "hs_swiglu_inplace",
-            "hs_geglu_inplace",
-            "hs_scale_inplace",
-            "hs_rope",
-            "hs_kv_store_f32",
-            "hs_kv_store_f16",
-            "hs_attention_f32",
-            "hs_attention_f16",
-            "hs_quantize_act",
-            "hs_moe_route",
-            "hs_moe_sort",
-        ] {
-            assert!(names.iter().any(|x| x == n), "{n} is not defined");
-        }
-        for kv in ["f32", "f16"] {
-            for d in super::super::attention::TILED_HEAD_DIMS {
-                let n = format!("hs_attention_tiled_{kv}_{d}");
-                assert!(names.contains(&n), "{n} is not defined");
-            }
-        }
+        let mut suffixes: Vec<&str> = TYPE_TABLE.iter().map(|k| k.suffix).collect();
+        suffixes.sort_unstable();
+        suffixes.dedup();
+        assert_eq!(suffixes.len(), TYPE_TABLE.len(), "one row per type");
     }
 
     #[test]
     fn the_kernel_constants_match_the_sources() {
-        let mut text: String = crate::gpu::kernels::embedded_sources()
+        let all = crate::gpu::kernels::KernelSources::embedded();
+        let mut text: String = all
+            .files
             .iter()
+            .chain(&all.headers)
             .map(|s| s.text.to_string())
             .collect();
         text.push_str(crate::gpu::kernels::PRELUDE);
@@ -455,13 +603,11 @@ mod tests {
         assert_eq!(mv_grid(576, 64), 288);
         assert_eq!(mv_grid(1, 32), 1);
         // The wide one-token kernels take two rows a warp; the others one.
-        assert_eq!(mv1_rows_per_warp("q4_0"), 2);
-        assert_eq!(mv1_rows_per_warp("q4_k"), 2);
-        assert_eq!(mv1_rows_per_warp("q6_k"), 1);
-        assert_eq!(
-            mv_grid(4096usize.div_ceil(mv1_rows_per_warp("q8_0")), 32),
-            512
-        );
+        let rows = |ty| type_kernels(ty).expect("row").mv1_rows_per_warp();
+        assert_eq!(rows(GgmlType::Q4_0), 2);
+        assert_eq!(rows(GgmlType::Q4K), 2);
+        assert_eq!(rows(GgmlType::Q6K), 1);
+        assert_eq!(mv_grid(4096usize.div_ceil(rows(GgmlType::Q8_0)), 32), 512);
         assert_eq!(elementwise_grid(0), 1);
         assert_eq!(elementwise_grid(1000), 4);
         assert_eq!(elementwise_grid(u64::MAX), 4096);

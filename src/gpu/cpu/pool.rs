@@ -144,6 +144,19 @@ impl ThreadPool {
     /// finished. The calling thread runs index 0, and any index whose worker has not started
     /// by the time it is done. A panic in any of them is re-raised here once all finished.
     pub fn run(&self, f: &(dyn Fn(usize, usize) + Sync)) {
+        if crate::gpu::trace::on() {
+            // Each thread's share is an event on its own track of the timeline.
+            let traced = |i: usize, n: usize| {
+                let t0 = crate::gpu::trace::now_ns();
+                f(i, n);
+                crate::gpu::trace::cpu_job(i, t0);
+            };
+            return self.run_jobs(&traced);
+        }
+        self.run_jobs(f)
+    }
+
+    fn run_jobs(&self, f: &(dyn Fn(usize, usize) + Sync)) {
         let n = self.n_threads();
         if n == 1 || self.running.get() {
             for i in 0..n {

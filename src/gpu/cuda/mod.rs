@@ -229,6 +229,27 @@ impl Device for CudaDevice {
         Ok(RawEvent(e as u64))
     }
 
+    fn create_timed_event(&mut self) -> Result<RawEvent, GpuError> {
+        self.ensure_current()?;
+        let mut e: cu::CUevent = std::ptr::null_mut();
+        // SAFETY: writes one handle; flags 0 is a default (timing) event.
+        check("cuEventCreate", unsafe { cu::cuEventCreate(&mut e, 0) })?;
+        Ok(RawEvent(e as u64))
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError> {
+        // cudarc resolves the entry point on first use and panics where the driver lacks it
+        // (before CUDA 12.8): `guarded` makes that an error.
+        guarded("CUDA driver (libcuda)", || {
+            let mut ms = 0f32;
+            // SAFETY: both events are ours, timed and recorded; writes one float.
+            check("cuEventElapsedTime_v2", unsafe {
+                cu::cuEventElapsedTime_v2(&mut ms, start.0 as cu::CUevent, end.0 as cu::CUevent)
+            })?;
+            Ok(ms)
+        })
+    }
+
     unsafe fn destroy_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
         self.ensure_current()?;
         // SAFETY: caller guarantees e is unused afterwards.

@@ -201,6 +201,17 @@ fn groups(etc: &Path) -> Option<Vec<String>> {
     Some(names)
 }
 
+/// What the no-GPU verdict needs and nothing more (`hipscope top`): which runtime libraries load
+/// and whether `/dev/kfd` opens, on this machine (nothing for a captured tree).
+pub fn runtimes(roots: &Roots) -> Facts {
+    let mut f = Facts::default();
+    if roots.is_live() {
+        f.libraries = LIBRARIES.iter().map(|(n, s)| probe_library(n, s)).collect();
+        f.dev_kfd = Some(access(&roots.dev.join("kfd")));
+    }
+    f
+}
+
 /// Gathers the facts. `live_probes`: load libraries, read the process's groups and open device
 /// nodes (only meaningful on the machine itself, not for a captured tree).
 pub fn gather(roots: &Roots, live_probes: bool) -> Facts {
@@ -228,10 +239,11 @@ pub fn gather(roots: &Roots, live_probes: bool) -> Facts {
         ..Default::default()
     };
     if live_probes {
-        f.libraries = LIBRARIES.iter().map(|(n, s)| probe_library(n, s)).collect();
+        let r = runtimes(roots);
+        f.libraries = r.libraries;
+        f.dev_kfd = r.dev_kfd;
         f.rocm_smi = rocm_smi::probe();
         f.groups = groups(&etc);
-        f.dev_kfd = Some(access(&roots.dev.join("kfd")));
         if let Ok(rd) = std::fs::read_dir(roots.dev.join("dri")) {
             let mut nodes: Vec<(String, Access)> = rd
                 .flatten()

@@ -6,6 +6,7 @@
 pub mod facts;
 pub mod report;
 pub mod rules;
+pub mod verdict;
 
 use facts::{Access, Facts};
 use report::{Check, Status};

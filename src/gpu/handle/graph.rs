@@ -624,10 +624,17 @@ impl Gpu {
         // The graph op is the one after the setter.
         let graph_seq = self.stream.next_seq() + 1;
         self.graph_write_step_values(graph_seq, slot, pos, token)?;
-        self.enqueue(OpKind::Graph, label, budget, |be, _, _| {
-            // SAFETY: an executable graph of this backend; its buffers live in the arena.
-            unsafe { be.launch_graph(exec) }
-        })?;
+        let kernels = self.stream.shared().graph_node_count(slot) as u64;
+        self.enqueue_traced(
+            OpKind::Graph,
+            label,
+            budget,
+            (slot as u64) << 32 | kernels,
+            |be, _, _| {
+                // SAFETY: an executable graph of this backend; its buffers live in the arena.
+                unsafe { be.launch_graph(exec) }
+            },
+        )?;
         Ok(())
     }
 

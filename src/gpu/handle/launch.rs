@@ -6,46 +6,42 @@ use std::ffi::c_void;
 use super::{Arg, GemmPath, Gpu, KernelFn, SpinOnFlag};
 use crate::gpu::arena::{DeviceBuffer, Region};
 use crate::gpu::device::{BlasAvailability, Device, DevicePtr, GemmF32, GpuError, Op, RawFunction};
-use crate::gpu::kernels::{self, CompileMode, KernelBuild, KernelCache, KernelSource};
+use crate::gpu::kernels::{
+    self, CompileMode, CompileProgress, KernelBuild, KernelCache, KernelUnit,
+};
 use crate::gpu::stream::{Budget, LabelId, OpKind};
 
 const MAX_ARGS: usize = 32;
 
 impl Gpu {
-    /// Loads compiled modules; `sources` gives each module's kernel names.
-    pub fn load_modules(
-        &mut self,
-        modules: &[kernels::CompiledModule],
-        sources: &[KernelSource],
-    ) -> Result<(), GpuError> {
+    /// Loads compiled modules and finds each one's kernels.
+    pub fn load_modules(&mut self, modules: &[kernels::CompiledModule]) -> Result<(), GpuError> {
         self.check_alive()?;
         for m in modules {
             let r = self.backend.load_module(&m.image);
             let raw = self.guard(r)?;
             self.modules.push((m.name.clone(), raw));
-            let names = sources
-                .iter()
-                .find(|s| s.name == m.name)
-                .map(|s| kernels::kernel_names(&s.text))
-                .unwrap_or_default();
-            for k in names {
-                let r = self.backend.get_function(raw, &k);
+            for k in &m.kernels {
+                let r = self.backend.get_function(raw, k);
                 let f = self.guard(r)?;
                 let id = KernelFn(self.functions.len() as u32);
                 self.functions.push((k.clone(), f));
-                self.by_name.insert(k, id);
+                self.by_name.insert(k.clone(), id);
             }
         }
         Ok(())
     }
 
-    /// Compiles (or loads from the cache) every kernel for this device and loads them.
+    /// Compiles (or loads from the cache) `units` for this device and loads them, telling
+    /// `progress` how a compile goes. The units come from `compute::units` (what a model, or the
+    /// doctor, launches).
     pub fn prepare_kernels(
         &mut self,
         cache: &KernelCache,
         mode: &CompileMode,
+        units: &[KernelUnit],
+        progress: &mut dyn FnMut(&CompileProgress),
     ) -> Result<Vec<KernelBuild>, GpuError> {
-        let sources = kernels::sources()?;
         let compiler = crate::gpu::select::compiler_for(self.kind())?;
         let arch = self.info().arch.clone();
         if arch.is_empty() {
@@ -55,9 +51,15 @@ impl Gpu {
                 reason: self.info().arch_source.clone(),
             });
         }
-        let builds = kernels::build_all(compiler.as_ref(), &arch, &sources, cache, mode);
-        let modules = kernels::into_modules(builds.clone())?;
-        self.load_modules(&modules, &sources)?;
+        // Units already loaded (a first need after the open) are not loaded twice.
+        let todo: Vec<KernelUnit> = units
+            .iter()
+            .filter(|u| !self.modules.iter().any(|m| m.0 == u.name))
+            .cloned()
+            .collect();
+        let builds = kernels::build_all(compiler.as_ref(), &arch, &todo, cache, mode, progress);
+        let modules = kernels::into_modules(builds.clone(), &todo)?;
+        self.load_modules(&modules)?;
         Ok(builds)
     }
 
@@ -393,7 +395,7 @@ impl Gpu {
         src: DeviceBuffer,
         bytes: u64,
     ) -> Result<u64, GpuError> {
-        self.enqueue(OpKind::CopyD2D, label, None, |be, _, _| {
+        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes, |be, _, _| {
             // SAFETY: both ranges lie in arena buffers (checked sizes above).
             unsafe { be.copy_d2d(dst.ptr, src.ptr, bytes as usize) }
         })

@@ -28,6 +28,7 @@ use crate::gpu::device::{
 };
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
+use crate::gpu::trace::{self, device::DeviceTimer};
 pub use graph::{GraphMode, GraphStats};
 
 /// Settings of an opened device.
@@ -183,6 +184,10 @@ pub struct Gpu {
     state: State,
     mem_at_open: Option<MemInfo>,
     graphs: graph::Graphs,
+    /// The tracer's timed events, made the first time tracing is on (`gpu/trace/device.rs`).
+    timer: Option<DeviceTimer>,
+    /// Why the timed events could not be made (tracing then shows no device ops).
+    timer_failed: Option<String>,
 }
 
 /// Partials the checksum kernel writes: one (sum, nonzero) pair per block.
@@ -218,6 +223,8 @@ impl Gpu {
             prober: None,
             state: State::Alive,
             mem_at_open,
+            timer: None,
+            timer_failed: None,
         };
         match gpu.alloc_host_side() {
             Ok(()) => Ok(gpu),
@@ -340,6 +347,19 @@ impl Gpu {
         budget: Option<Budget>,
         f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
+        self.enqueue_traced(kind, label, budget, 0, f)
+    }
+
+    /// [`Gpu::enqueue`], with the number the tracer shows with the op (`trace::Ev::b`: a copy's
+    /// bytes, a graph replay's slot and kernels).
+    fn enqueue_traced(
+        &mut self,
+        kind: OpKind,
+        label: LabelId,
+        budget: Option<Budget>,
+        trace_b: u64,
+        f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
+    ) -> Result<u64, GpuError> {
         self.check_alive()?;
         // An op that cannot join a recorded step runs after what the step recorded.
         self.graph_flush()?;
@@ -349,17 +369,88 @@ impl Gpu {
             let r = self.stream.wait_for(self.backend.as_mut(), target, d);
             self.guard(r)?;
         }
+        let traced = self.trace_before()?;
         let seq = self.stream.begin(kind, label, budget);
         let crumb = self.stream.crumb_arg();
         let r = f(self.backend.as_mut(), seq, crumb);
         self.guard(r)?;
         self.stream.commit(seq);
+        if let Some(enqueued_ns) = traced {
+            self.trace_after(seq, kind, label, enqueued_ns, trace_b)?;
+        }
         if self.stream.wants_event() {
             let d = self.deadline();
             let r = self.stream.record_event(self.backend.as_mut(), d);
             self.guard(r)?;
         }
         Ok(seq)
+    }
+
+    /// With tracing on: makes the timed events the first time, and records the op's start.
+    /// Returns the host time of the enqueue, `None` when the op is not timed.
+    fn trace_before(&mut self) -> Result<Option<u64>, GpuError> {
+        if !trace::on() || self.timer_failed.is_some() {
+            return Ok(None);
+        }
+        if self.timer.is_none() {
+            match DeviceTimer::new(self.backend.as_mut(), self.stream.shared()) {
+                Ok(t) => self.timer = Some(t),
+                Err(e) => {
+                    tracing::warn!(
+                        "trace: no device times on {}: {e}",
+                        self.stream.shared().name
+                    );
+                    self.timer_failed = Some(e.to_string());
+                    return Ok(None);
+                }
+            }
+        }
+        let mut idle = self.stream.shared().queue_depth() == 0;
+        if !idle && self.timer.as_ref().is_some_and(|t| t.wants_anchor()) {
+            let r = self.stream.poll(self.backend.as_mut());
+            idle = self.guard(r)? >= self.stream.last_seq();
+        }
+        let d = self.deadline();
+        let Some(t) = self.timer.as_mut() else {
+            return Ok(None);
+        };
+        let r = t.before(self.backend.as_mut(), idle, d);
+        self.guard(r)?;
+        Ok(Some(trace::now_ns()))
+    }
+
+    fn trace_after(
+        &mut self,
+        seq: u64,
+        kind: OpKind,
+        label: LabelId,
+        enqueued_ns: u64,
+        b: u64,
+    ) -> Result<(), GpuError> {
+        let d = self.deadline();
+        let Some(t) = self.timer.as_mut() else {
+            return Ok(());
+        };
+        let r = t.after(self.backend.as_mut(), seq, kind, label, enqueued_ns, b, d);
+        self.guard(r)
+    }
+
+    /// Reads back the device times of the ops that have finished (tracing on, or its events
+    /// still pending).
+    pub(crate) fn trace_harvest(&mut self) -> Result<(), GpuError> {
+        let Some(t) = self.timer.as_mut() else {
+            return Ok(());
+        };
+        if t.pending() == 0 {
+            return Ok(());
+        }
+        let r = t.harvest(self.backend.as_mut());
+        self.guard(r)
+    }
+
+    /// Why this device's ops carry no device times in a trace, if they do not.
+    pub fn trace_unavailable(&self) -> Option<&str> {
+        self.timer_failed.as_deref()
     }
 
     /// Records an event after the last op (end of a layer or phase), so that "K finished" is
@@ -380,7 +471,8 @@ impl Gpu {
         let r = self
             .stream
             .wait_for(self.backend.as_mut(), last, Instant::now() + timeout);
-        self.guard(r)
+        self.guard(r)?;
+        self.trace_harvest()
     }
 
     /// Polls events without waiting; returns the number of ops known complete.

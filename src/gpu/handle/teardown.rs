@@ -117,6 +117,12 @@ impl Gpu {
                 unsafe { self.backend.destroy_event(e) }.map_err(|e| e.to_string())?;
             }
             self.stream.clear_events();
+            if let Some(t) = self.timer.take() {
+                for &e in t.events() {
+                    // SAFETY: drained; the tracer's events are only read by the worker.
+                    unsafe { self.backend.destroy_event(e) }.map_err(|e| e.to_string())?;
+                }
+            }
             Ok(())
         });
         step("unload modules", &mut failed, &mut || {

@@ -40,10 +40,11 @@ impl Gpu {
             unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), host, piece.len()) };
             let off = (i * chunk) as u64;
             let len = piece.len();
-            let seq = self.enqueue(OpKind::CopyH2D, label, None, |be, _, _| {
-                // SAFETY: pinned source kept until this op's event completes; dst range checked.
-                unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
-            })?;
+            let seq =
+                self.enqueue_traced(OpKind::CopyH2D, label, None, len as u64, |be, _, _| {
+                    // SAFETY: pinned source kept until this op's event completes; dst range checked.
+                    unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
+                })?;
             self.staging[b].last_seq = seq;
             let d = self.deadline();
             let r = self.stream.record_event(self.backend.as_mut(), d);
@@ -69,14 +70,16 @@ impl Gpu {
             let host = self.staging[b].mem.host;
             let len = piece.len();
             let off = (i * chunk) as u64;
-            let seq = self.enqueue(OpKind::CopyD2H, label, None, |be, _, _| {
-                // SAFETY: pinned destination, idle (waited above); src range checked.
-                unsafe { be.copy_d2h(host, src.ptr.offset(off), len) }
-            })?;
+            let seq =
+                self.enqueue_traced(OpKind::CopyD2H, label, None, len as u64, |be, _, _| {
+                    // SAFETY: pinned destination, idle (waited above); src range checked.
+                    unsafe { be.copy_d2h(host, src.ptr.offset(off), len) }
+                })?;
             self.staging[b].last_seq = seq;
             let d = self.deadline();
             let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
             self.guard(r)?;
+            self.trace_harvest()?;
             // SAFETY: the copy into the staging buffer has completed.
             unsafe { std::ptr::copy_nonoverlapping(host, piece.as_mut_ptr(), len) };
         }

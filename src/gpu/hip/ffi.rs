@@ -131,6 +131,7 @@ symbol_table! {
     hipEventDestroy: fn(HipEvent) -> HipError;
     hipEventRecord: fn(HipEvent, HipStream) -> HipError;
     hipEventQuery: fn(HipEvent) -> HipError;
+    hipEventElapsedTime: fn(*mut f32, HipEvent, HipEvent) -> HipError;
     hipMemcpyHtoDAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;
     hipMemcpyDtoHAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;
     hipMemcpyDtoDAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;

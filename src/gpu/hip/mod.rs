@@ -434,6 +434,25 @@ impl Device for HipDevice {
         Ok(RawEvent(e as u64))
     }
 
+    fn create_timed_event(&mut self) -> Result<RawEvent, GpuError> {
+        self.ensure_current()?;
+        let mut e: *mut c_void = std::ptr::null_mut();
+        // SAFETY: writes one handle; flags 0 is a default (timing) event.
+        check("hipEventCreateWithFlags", unsafe {
+            (self.api.hipEventCreateWithFlags)(&mut e, 0)
+        })?;
+        Ok(RawEvent(e as u64))
+    }
+
+    fn event_elapsed_ms(&self, start: RawEvent, end: RawEvent) -> Result<f32, GpuError> {
+        let mut ms = 0f32;
+        // SAFETY: both events are ours, timed and recorded; writes one float.
+        check("hipEventElapsedTime", unsafe {
+            (self.api.hipEventElapsedTime)(&mut ms, start.0 as *mut c_void, end.0 as *mut c_void)
+        })?;
+        Ok(ms)
+    }
+
     unsafe fn destroy_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
         // SAFETY: caller guarantees e is ours and unused afterwards.
         check("hipEventDestroy", unsafe {

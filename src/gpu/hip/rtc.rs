@@ -62,7 +62,8 @@ impl Hiprtc {
 }
 
 /// Whether this ROCm's compiler is known to handle `arch`. `Err` names the reason: these
-/// pairings abort inside comgr rather than failing cleanly (DESIGN.md, measured).
+/// pairings abort inside comgr rather than failing cleanly (measured with Debian bookworm's
+/// ROCm 5.2 and trixie's 5.7.1; `tests/hip_gfx11.rs` checks the refusal in a trixie chroot).
 pub fn known_bad_pairing(hip: (u32, u32), arch: &str) -> Result<(), String> {
     let gfx11 = arch.starts_with("gfx11");
     let gfx115 = arch.starts_with("gfx115");

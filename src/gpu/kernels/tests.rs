@@ -3,20 +3,48 @@ use super::*;
 #[test]
 fn every_kernel_file_in_the_tree_is_embedded() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
-    let on_disk = sources_from_dir(&dir).expect("kernels/ readable");
-    let names: Vec<&str> = on_disk.iter().map(|s| s.name.as_str()).collect();
-    let embedded: Vec<&str> = EMBEDDED.iter().map(|(n, _)| *n).collect();
-    assert_eq!(names, embedded, "add new kernels/*.hip files to EMBEDDED");
-    for s in &on_disk {
-        let e = EMBEDDED.iter().find(|(n, _)| *n == s.name).map(|(_, t)| *t);
-        assert_eq!(e, Some(&*s.text));
+    let on_disk = KernelSources::from_dir(&dir).expect("kernels/ readable");
+    assert_eq!(
+        on_disk,
+        KernelSources::embedded(),
+        "add new kernels/*.hip files to EMBEDDED, *.h files to HEADERS"
+    );
+    for (src, headers) in INCLUDES {
+        assert!(on_disk.get(src).is_some(), "INCLUDES names {src}.hip");
+        for h in *headers {
+            assert!(HEADERS.iter().any(|x| x.0 == *h), "{src}.hip includes {h}");
+        }
     }
 }
 
 #[test]
+fn a_unit_is_the_prelude_headers_definitions_and_source_in_order() {
+    let s = KernelSources::embedded();
+    let u = s
+        .unit("infer_matvec", Some("q4_0"), "#define HS_MARK 1")
+        .expect("unit");
+    assert_eq!(u.name, "infer_matvec.q4_0");
+    assert_eq!(u.source(), "infer_matvec");
+    let at = |needle: &str| u.text.find(needle).unwrap_or_else(|| panic!("{needle}"));
+    assert!(u.text.starts_with(PRELUDE));
+    assert!(at("#line 1 \"vecdot.h\"") < at("#define HS_MARK 1"));
+    assert!(at("#define HS_MARK 1") < at("#line 1 \"infer_matvec.hip\""));
+    let plain = s.unit("busy", None, "").expect("busy");
+    assert_eq!(plain.name, "busy");
+    assert_eq!(plain.kernels(), ["hs_busy"]);
+    assert!(s.unit("nothing", None, "").is_err());
+}
+
+#[test]
 fn every_kernel_takes_the_tracking_parameters_and_writes_a_breadcrumb() {
-    for s in embedded_sources() {
+    let all = KernelSources::embedded();
+    for s in all.files.iter().chain(&all.headers) {
         let kernels = s.text.matches("HS_KERNEL void").count();
+        if s.name.ends_with(".h") {
+            assert_eq!(kernels, 0, "{}: headers hold no kernels", s.name);
+            assert!(!s.text.contains("#include"), "{}: no includes", s.name);
+            continue;
+        }
         assert!(kernels > 0, "{} defines no kernel", s.name);
         assert_eq!(
             s.text.matches("(HS_TRACK_PARAMS").count(),
@@ -85,28 +113,4 @@ fn cache_round_trips_and_misses_on_other_keys() {
         KernelCache::disabled().load(RuntimeKind::Hip, "a", "b", "c"),
         None
     );
-}
-
-#[test]
-fn child_report_lines_parse() {
-    let dir = std::env::temp_dir().join(format!("hipscope-child-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
-    std::fs::write(dir.join("busy.co"), b"code").expect("write");
-    let ok = parse_child_line(
-        r#"{"kernel":"busy","ok":true,"bytes":4,"millis":1.5}"#,
-        "gfx1030",
-        &dir,
-    )
-    .expect("ok line");
-    assert_eq!(ok.image.as_deref(), Some(&b"code"[..]));
-    assert_eq!(ok.status, BuildStatus::Compiled { millis: 1.5 });
-    let bad = parse_child_line(
-        r#"{"kernel":"gemm","ok":false,"log":"error: x"}"#,
-        "gfx1030",
-        &dir,
-    )
-    .expect("failed line");
-    assert_eq!(bad.status, BuildStatus::Failed("error: x".into()));
-    assert_eq!(parse_child_line("garbage", "gfx1030", &dir), None);
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use super::client::{Client, RemoteError};
 use super::openai::{self, ServerKind};
 use super::sse::SseParser;
-use crate::gpu::snapshot::{REMOTE_STREAM, WatchState, WatchdogSnapshot};
+use crate::gpu::snapshot::{REMOTE_STREAM, WatchdogSnapshot};
+use crate::gpu::watchdog;
 use crate::model::protocol::{GenStats, SamplerConfig, StopReason};
 use crate::model::session::{Answer, Control, Progress};
 
@@ -234,13 +235,7 @@ impl RemoteSession {
             _ => (t0, b.first_token),
         };
         let age = now.saturating_duration_since(since);
-        let state = if age > budget {
-            WatchState::Hung
-        } else if age > budget / 2 {
-            WatchState::Slow
-        } else {
-            WatchState::Ok
-        };
+        let state = watchdog::verdict(age, &watchdog::halving(budget));
         // Until the response's headers arrive, connecting and the server's work look the
         // same from here (llama-server answers only with its first token); its metrics say
         // whether the request waits in its queue.

@@ -23,7 +23,7 @@ fn chat() -> Vec<Message> {
 
 #[test]
 fn chatml_asset_renders_chatml() {
-    let t = template(CHATML, "", "", false);
+    let t = template(Format::ChatMl.source(), "", "", false);
     assert_eq!(
         t.render_at(&chat(), true, 0).unwrap(),
         "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
@@ -164,4 +164,33 @@ fn tools_is_none_and_undefined_is_lenient() {
         false,
     );
     assert_eq!(t.render_at(&[], false, 0).unwrap(), "ok");
+}
+
+/// The built-in formats, as llama.cpp's `llm_chat_apply_template` writes its `llama3` and
+/// `gemma` templates (src/llama-chat.cpp): trimmed messages, Gemma's system message before the
+/// first user message, its `model` role. (tests/base_model_chat.rs compares them with a real
+/// llama-server.)
+#[test]
+fn builtin_formats_render_as_llama_cpp_writes_them() {
+    let render = |f: Format| template(f.source(), "", "", false).render_at(&chat(), true, 0);
+    assert_eq!(
+        render(Format::Llama3).unwrap(),
+        "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>\
+         <|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>\
+         <|start_header_id|>assistant<|end_header_id|>\n\n"
+    );
+    assert_eq!(
+        render(Format::Gemma).unwrap(),
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello.<end_of_turn>\n\
+         <start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n"
+    );
+    assert_eq!(render(Format::Plain).unwrap(), "Be brief.\n\nHiHello.Bye");
+    for f in [Format::Gemma, Format::Llama3, Format::ChatMl, Format::Plain] {
+        assert!(
+            template(f.source(), "", "", false).supports_system_role(),
+            "{f:?} keeps the system text"
+        );
+    }
 }

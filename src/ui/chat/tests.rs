@@ -88,17 +88,37 @@ fn any_window_is_the_same_slice_of_the_whole() {
 #[test]
 fn scrolling_leaves_and_regains_follow_mode() {
     let mut c = Chat::new("m");
-    c.view.set(Viewport {
+    let v = Viewport {
         height: 10,
         total: 100,
-    });
+    };
     assert!(c.is_following());
-    c.scroll_up(5);
+    c.scroll_up(5, v);
     assert_eq!(c.scroll_top, Some(85));
-    c.scroll_up(100);
+    c.scroll_up(100, v);
     assert_eq!(c.scroll_top, Some(0));
-    c.scroll_down(50);
+    c.scroll_down(50, v);
     assert_eq!(c.scroll_top, Some(50));
-    c.scroll_down(40);
+    c.scroll_down(40, v);
     assert!(c.is_following(), "reaching the bottom follows again");
+}
+
+#[test]
+fn the_measured_view_is_what_render_draws() {
+    let mut c = Chat::new("m");
+    let theme = Theme::default();
+    let area = Rect::new(0, 0, 40, 12);
+    assert_eq!(
+        c.measure(area, &theme, Activity::Idle),
+        Viewport {
+            height: 12,
+            total: 0
+        }
+    );
+    c.push_user("a question long enough to wrap at forty columns, twice over at least");
+    c.append_token("an answer\n\nwith two paragraphs");
+    let v = c.measure(area, &theme, Activity::Streaming(0));
+    // Render draws at the width less its margin and scrollbar columns.
+    assert_eq!(v.total, c.lines(38, &theme, Activity::Streaming(0)).len());
+    assert_eq!(v.height, 12);
 }

@@ -52,7 +52,7 @@ pub(super) fn child_chat_hang(opts: &SelftestOptions, phase: &str) -> i32 {
             seed: 1,
         }),
         default_model: Box::new(|_| Err("the selftest names its model".into())),
-        backend: Box::new(move |sink| open(&request, sink).map(|(b, _)| b)),
+        backend: Box::new(move |sink, _, progress| open(&request, sink, progress).map(|(b, _)| b)),
         load: LoadOptions {
             n_ctx: Some(1024),
             ..LoadOptions::default()

@@ -99,8 +99,10 @@ pub(super) fn open(opts: &SelftestOptions, quiet: bool) -> Result<(Gpu, String),
     }
     let t = Instant::now();
     let mode = compile_mode(&gpu);
+    let units = crate::gpu::compute::scope_units(crate::gpu::compute::KernelScope::All)
+        .map_err(|e| e.to_string())?;
     let builds = gpu
-        .prepare_kernels(&cache(opts), &mode)
+        .prepare_kernels(&cache(opts), &mode, &units, &mut |_| {})
         .map_err(|e| e.to_string())?;
     if !quiet {
         let compiled = builds

@@ -1,18 +1,51 @@
-//! A last word on SIGBUS and SIGSEGV. A memory-mapped model file truncated or overwritten while
-//! in use (a download or a copy onto it) faults on the next read of a page past its new end, and
-//! the default action kills the process with the terminal raw and in the alternate screen. The
-//! model's per-step check of the file (`GgufFile::check_unchanged`) catches most changes first;
-//! a change in the middle of a step ends here.
+//! Every signal hipscope handles, in one place.
 //!
-//! The handler does only async-signal-safe things (`write`, `tcsetattr`, `sigaction`): it puts the
-//! terminal back as the app registered it, says which mapped file the process was reading, puts
-//! the previous handler back (Rust's stack-overflow reporter, or the default) and returns, so the
-//! faulting access runs again and the process ends by the same signal. The conversation needs no
-//! flushing: its records are written as they happen.
+//! - **SIGINT, SIGTERM, SIGHUP** are a quit. A thread of their own (`hipscope-signals`,
+//!   signal-hook) hands each to the quit coordinator (`QuitCoordinator::signal`), which starts
+//!   the quit's one deadline at the first whatever the UI thread is doing, raises the worker's
+//!   interrupt and tells the event loop; a second SIGINT or SIGTERM leaves at once. (In raw mode
+//!   Ctrl-C is a key, not SIGINT; SIGINT comes from `kill`.)
+//! - **SIGBUS, SIGSEGV** get a last word. A memory-mapped model file truncated or overwritten
+//!   while in use (a download or a copy onto it) faults on the next read of a page past its new
+//!   end, and the default action kills the process with the terminal raw and in the alternate
+//!   screen. The model's per-step check of the file (`GgufFile::check_unchanged`) catches most
+//!   changes first; a change in the middle of a step ends here. The handler does only
+//!   async-signal-safe things (`write`, `poll`, `tcsetattr`, `sigaction`): it puts the terminal
+//!   back as the app registered it, says which mapped file the process was reading, puts the
+//!   previous handler back (Rust's stack-overflow reporter, or the default) and returns, so the
+//!   faulting access runs again and the process ends by the same signal. The conversation needs
+//!   no flushing: its records are written as they happen.
+//! - SIGWINCH stays crossterm's (it becomes a resize event); SIGPIPE stays ignored (Rust's
+//!   runtime), so a closed pipe is a write error.
 
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+/// Hands SIGINT, SIGTERM and SIGHUP, by name, to `on_signal` (the chat's: the quit coordinator's
+/// [`crate::app::quit::QuitCoordinator::signal`]) on a thread of its own.
+#[cfg(unix)]
+pub fn listen(on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("hipscope-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                on_signal(match sig {
+                    SIGINT => "SIGINT",
+                    SIGHUP => "SIGHUP",
+                    _ => "SIGTERM",
+                });
+            }
+        })?;
+    Ok(())
+}
+
+#[cfg(not(unix))]
+pub fn listen(_on_signal: impl Fn(&'static str) + Send + 'static) -> std::io::Result<()> {
+    Ok(())
+}
 
 /// What puts the terminal back: its settings from before raw mode, and the bytes that leave the
 /// app's modes (alternate screen, mouse, bracketed paste, hidden cursor).
@@ -43,7 +76,8 @@ static MAPPED_LEN: AtomicUsize = AtomicUsize::new(0);
 #[cfg(unix)]
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
 
-/// Notes the model file that is mapped now, for the message.
+/// Notes the model file that is mapped now, for the message (the chat notes each model as it is
+/// asked for and as it is loaded).
 pub fn note_mapped_file(path: &Path) {
     let s = path.to_string_lossy();
     let bytes = &s.as_bytes()[..s.len().min(PATH_MAX)];
@@ -101,9 +135,20 @@ fn install() {
     });
 }
 
+/// Writes `bytes` to `fd`, giving up when the descriptor takes nothing for 200 ms (a terminal
+/// that does not read must not hold the process in its fault handler).
 #[cfg(unix)]
 fn write_all(fd: i32, mut bytes: &[u8]) {
     while !bytes.is_empty() {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one valid pollfd; async-signal-safe.
+        if unsafe { libc::poll(&mut p, 1, 200) } <= 0 || p.revents & libc::POLLOUT == 0 {
+            return;
+        }
         // SAFETY: write(2) on a valid buffer; async-signal-safe.
         let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
         if n <= 0 {
