@@ -213,9 +213,15 @@ mod http {
 
     /// `hipscope serve` on the real model, CPU, port 0; waits for its "serving … on URL" line.
     pub fn start(extra: &[&str]) -> Server {
+        start_env(extra, &[])
+    }
+
+    /// As [`start`], with these environment variables.
+    pub fn start_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let home = tempfile::tempdir().unwrap();
         let mut child = common::hipscope()
             .env("HIPSCOPE_HOME", home.path())
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--headless",
@@ -774,43 +780,11 @@ fn sigterm_drains_and_exits_within_the_deadline() {
 /// request and the op, `/health` keeps answering, and when the op returns the server serves again.
 #[test]
 fn a_hung_step_fails_its_request_naming_the_op_and_the_server_goes_on() {
-    let home = tempfile::tempdir().unwrap();
-    let mut child = common::hipscope()
-        .env("HIPSCOPE_HOME", home.path())
-        .env("HIPSCOPE_FAULT", "hang:decode")
-        .args([
-            "serve",
-            "--headless",
-            "--backend",
-            "cpu",
-            "-t",
-            "2",
-            "--port",
-            "0",
-        ])
-        .args(["--parallel", "1", "-c", "512", "-m"])
-        .arg(common::smollm2())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let err = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
-        }
-    });
-    let url = loop {
-        let l = rx
-            .recv_timeout(std::time::Duration::from_secs(120))
-            .expect("serve starts");
-        if let Some(i) = l.find(" on http://") {
-            break l[i + 4..].split_whitespace().next().unwrap().to_string();
-        }
-    };
+    let s = start_env(
+        &["--parallel", "1", "-c", "512"],
+        &[("HIPSCOPE_FAULT", "hang:decode")],
+    );
+    let url = s.url.clone();
     let t = std::time::Instant::now();
     let (code, v) = post(&url, "/v1/chat/completions", chat("hi", 8, false));
     let msg = v["error"]["message"]
@@ -835,6 +809,4 @@ fn a_hung_step_fails_its_request_naming_the_op_and_the_server_goes_on() {
     // The op returns after its hold; the slot was freed and the next request is served.
     let (code, v) = post(&url, "/v1/chat/completions", chat("hi", 4, false));
     assert_eq!(code, 200, "{v}");
-    let _ = child.kill();
-    let _ = child.wait();
 }

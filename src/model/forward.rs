@@ -494,30 +494,7 @@ impl Model {
                     out.resize(old + n * vocab, 0.0);
                     self.output_rows(n, &mut out[old..])?;
                 }
-                Logits::Last if last_batch => {
-                    out.resize(vocab, 0.0);
-                    let dim = self.config.dim;
-                    let a = &self.act;
-                    self.backend.copy(a.x, (n - 1) * dim, a.last, 0, dim)?;
-                    self.backend.rms_norm(
-                        a.last,
-                        self.output_norm,
-                        a.proj,
-                        1,
-                        dim,
-                        self.config.rms_eps,
-                        OpLabel::global("output_norm"),
-                    )?;
-                    self.backend.matmul(
-                        self.output,
-                        a.proj,
-                        a.logits,
-                        1,
-                        OpLabel::global("output"),
-                    )?;
-                    self.backend.read(a.logits, 0, out)?;
-                    softcap(out, self.config.final_softcap);
-                }
+                Logits::Last if last_batch => self.logits_of_rows(&[n - 1], out)?,
                 Logits::Last => {}
             }
             start += n;
@@ -587,19 +564,27 @@ impl Model {
         // The step's slice in a trace: every sequence's rows of it.
         let _step = trace::step(groups[0].pos0, tokens.len());
         self.layers_forward(&tokens, &groups)?;
-        // The rows whose logits are wanted, gathered, then one product for all of them.
-        let dim = self.config.dim;
-        let a = &self.act;
-        let mut m = 0;
-        for (c, g) in chunks.iter().filter(|c| !c.tokens.is_empty()).zip(&groups) {
-            if c.logits {
-                let last = g.row0 + g.n - 1;
-                self.backend.copy(a.x, last * dim, a.last, m * dim, dim)?;
-                m += 1;
-            }
+        let rows: Vec<usize> = chunks
+            .iter()
+            .filter(|c| !c.tokens.is_empty())
+            .zip(&groups)
+            .filter(|(c, _)| c.logits)
+            .map(|(_, g)| g.row0 + g.n - 1)
+            .collect();
+        if !rows.is_empty() {
+            self.logits_of_rows(&rows, out)?;
         }
-        if m == 0 {
-            return Ok(());
+        Ok(())
+    }
+
+    /// The logits of rows `rows` of `x` into `out` (replaced; vocab floats a row, in order): the
+    /// rows gathered into `last`, then one norm and one product for all of them.
+    fn logits_of_rows(&mut self, rows: &[usize], out: &mut Vec<f32>) -> Result<(), ModelError> {
+        let dim = self.config.dim;
+        let m = rows.len();
+        let a = &self.act;
+        for (j, &r) in rows.iter().enumerate() {
+            self.backend.copy(a.x, r * dim, a.last, j * dim, dim)?;
         }
         self.backend.rms_norm(
             a.last,

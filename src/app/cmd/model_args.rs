@@ -195,11 +195,23 @@ pub fn load_model_with(
         cpu_threads: args.threads,
         ..LoadOptions::default()
     };
+    load_on(args, file, backend, &opts)
+}
+
+/// Loads `file` on `backend` as `opts` say (`--trace` started first), the progress, warnings and
+/// the offload's placement on stderr: the last step of [`load_model_with`], and of `serve`,
+/// which opens its backend itself.
+pub fn load_on(
+    args: &ModelArgs,
+    file: Arc<GgufFile>,
+    backend: Box<dyn Backend>,
+    opts: &LoadOptions,
+) -> anyhow::Result<Loaded> {
     if let Some(path) = &args.trace {
         crate::gpu::trace::start_file(path).context("--trace")?;
     }
     let mut bar = ProgressLine::new("loading");
-    let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
+    let loaded = loader::load(file, backend, opts, &mut |f, what| bar.update(f, what))
         .context("loading the model")?;
     bar.finish();
     for w in &loaded.warnings {

@@ -18,12 +18,12 @@ use anyhow::Context;
 use clap::Args;
 use tokio::sync::watch;
 
-use super::model_args::{ModelArgs, compute_options, finish, gpu_layers, open_model};
-use super::progress::ProgressLine;
+use super::model_args::{ModelArgs, compute_options, finish, gpu_layers, load_on, open_model};
 use super::usage::UsageError;
 use crate::app::quit::{QuitConfig, QuitCoordinator};
 use crate::app::serve::{self, AppState, HangNote, ServerConfig};
 use crate::app::{exit_code, serve_view};
+use crate::gpu::compute::ComputeOptions;
 use crate::gpu::open::BackendRequest;
 use crate::gpu::snapshot::WatchdogSnapshot;
 use crate::gpu::watchdog::WatchEvent;
@@ -116,13 +116,17 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
             let _ = hung_ops_tx.send((op, report));
         }
     });
+    let file = open_model(&a.model)?;
     let mut compile = super::progress::CompileLine::new();
     let (backend, said) = crate::gpu::open::open(
         &BackendRequest {
             choice: a.model.backend,
             device: a.model.device,
             threads: a.model.threads,
-            compute: compute_options(&a.model)?,
+            compute: ComputeOptions {
+                kernels: Some(loader::kernel_needs(&file)),
+                ..compute_options(&a.model)?
+            },
         },
         sink,
         &mut |p| compile.update(p),
@@ -130,7 +134,6 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
     .map_err(anyhow::Error::msg)?;
     compile.finish();
     eprintln!("backend: {said}");
-    let file = open_model(&a.model)?;
     let path = file.path().display().to_string();
     // Each slot holds its share of the context, as llama-server's -c with -np: of -c, else of
     // the model's trained context (at most 4096), at least 256 positions a slot.
@@ -150,13 +153,7 @@ pub fn run(mut a: ServeArgs) -> anyhow::Result<i32> {
         n_seq: n_slots,
         ..LoadOptions::default()
     };
-    let mut bar = ProgressLine::new("loading");
-    let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
-        .context("loading the model")?;
-    bar.finish();
-    for w in &loaded.warnings {
-        eprintln!("warning: {w}");
-    }
+    let loaded = load_on(&a.model, file, backend, &opts)?;
     let summary = loaded.summary.clone();
     let Session {
         model,
