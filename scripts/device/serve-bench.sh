@@ -17,4 +17,12 @@ ls_bin=${LLAMA_SERVER:-$(command -v llama-server || true)}
 model=${1:-${HIPSCOPE_TEST_MODEL:?give a model file}}
 "$hs" --version
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || rocm-smi --showproductname 2>/dev/null || true
-exec scripts/serve-bench.sh "$hs" "$ls_bin" "$model" gpu
+scripts/serve-bench.sh "$hs" "$ls_bin" "$model" gpu
+# Whether batched greedy answers equal the answers alone on the GPU (the CPU holds them equal;
+# the GPU's matvec and GEMM paths are not held equal row for row yet).
+port=$((40000 + RANDOM % 10000))
+"$hs" serve --headless -m "$model" --port "$port" --parallel 4 -c 4096 2>/tmp/serve-exact.log &
+spid=$!
+trap 'kill $spid 2>/dev/null || true' EXIT
+for _ in $(seq 600); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
+python3 scripts/serve-exact.py --url "http://127.0.0.1:$port" --clients 4 --max-tokens 48 || true
