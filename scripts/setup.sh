@@ -69,6 +69,12 @@ if [ ${#missing[@]} -gt 0 ]; then
     done
 fi
 
+# The official `openai` client, which tests/serve.rs runs against `hipscope serve`.
+if ! python3 -c 'import openai' 2>/dev/null; then
+    python3 -m pip install -q openai ||
+        fail "$(command -v python3) lacks the openai package and pip could not install it: run '$(command -v python3) -m pip install openai'"
+fi
+
 # The python3 on PATH may not be the system's (pyenv, a venv): give it numpy and PyYAML with pip.
 if ! python3 -c 'import numpy, yaml' 2>/dev/null; then
     echo "scripts/setup.sh: installing numpy and PyYAML for $(command -v python3) with pip" >&2

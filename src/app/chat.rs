@@ -301,7 +301,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     // `--trace`: a file that cannot be written is said before the terminal is taken.
     if let Some(p) = &opts.args.trace {
         if let Err(e) = crate::gpu::trace::start_file(p) {
-            eprintln!("hipscope: --trace: {e}");
+            errln!("hipscope: --trace: {e}");
             return exit_code::USAGE;
         }
         app.update(Msg::Tracing(Some(p.clone())));
@@ -338,7 +338,7 @@ pub fn run_chat_with(opts: ChatOptions, spawn: impl FnOnce(WorkerConfig) -> Work
     let (term_tx, term_rx) = unbounded_channel();
     if let Err(e) = spawn_input(term_tx) {
         drop(guard);
-        eprintln!("hipscope: cannot read the terminal: {e}");
+        errln!("hipscope: cannot read the terminal: {e}");
         return exit_code::FAILED;
     }
 

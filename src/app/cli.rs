@@ -60,6 +60,8 @@ pub enum Commands {
     Selftest(cmd::selftest::SelftestArgs),
     /// List the GPU kernels, or compile them for given targets (--compile --arch gfx1100,gfx1151).
     Kernels(cmd::kernels::KernelsArgs),
+    /// An OpenAI-compatible endpoint with continuous batching, and a view of every request.
+    Serve(cmd::serve::ServeArgs),
     /// GPU and host telemetry, full screen like nvtop (--json, --once for scripts).
     Top(cmd::top::TopArgs),
     /// Check in a minute whether GPU inference will work here (exit 0 ok, 1 a check failed).
@@ -93,6 +95,7 @@ pub fn run() -> i32 {
         Some(Commands::Convert(a)) => cmd::synth::convert(a),
         Some(Commands::Info(a)) => cmd::info::run(a),
         Some(Commands::Top(a)) => settings().and_then(|s| cmd::top::run(a, &s)),
+        Some(Commands::Serve(a)) => settings().and_then(|s| cmd::serve::run(a, &s)),
         Some(Commands::Doctor(a)) => Ok(cmd::doctor::run(a)),
         Some(Commands::DoctorCheck(a)) => Ok(cmd::doctor_child::run(a)),
         Some(Commands::Selftest(a)) => Ok(cmd::selftest::selftest(&a)),

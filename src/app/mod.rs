@@ -13,6 +13,8 @@ pub mod fetch;
 pub mod logging;
 pub mod quit;
 pub mod remote_config;
+pub mod serve;
+pub mod serve_view;
 pub mod settings;
 pub mod shutdown;
 pub mod signals;

@@ -85,6 +85,9 @@ pub struct ModelOptions {
     pub n_batch: usize,
     /// Room for every token's logits (perplexity), not just the last one's.
     pub all_logits: bool,
+    /// Sequences the KV cache holds, each of `n_ctx` positions (`hipscope serve`'s slots,
+    /// run together by [`Model::forward_seqs`]); 1 for the chat.
+    pub n_seq: usize,
 }
 
 impl Default for ModelOptions {
@@ -93,8 +96,30 @@ impl Default for ModelOptions {
             n_ctx: 4096,
             n_batch: 512,
             all_logits: false,
+            n_seq: 1,
         }
     }
+}
+
+/// One sequence's part of a batch of several ([`Model::forward_seqs`]): `tokens` at positions
+/// `pos0..` of sequence `seq`'s cache.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqChunk<'a> {
+    pub seq: usize,
+    pub pos0: usize,
+    pub tokens: &'a [u32],
+    /// Whether the logits after its last token are wanted (a prompt's last chunk, a decode
+    /// step).
+    pub logits: bool,
+}
+
+/// A group of rows of a batch: one sequence's tokens, rows `row0..row0 + n` of the activations.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    seq: usize,
+    row0: usize,
+    n: usize,
+    pos0: usize,
 }
 
 /// Positions whose keys and values the sliding-window rings hold, `lo..end` (every layer of a
@@ -136,7 +161,8 @@ pub struct Model {
     rope_swa: RopeParams,
     /// Positions each sliding-window layer's ring keeps (0: no rings).
     ring_slots: usize,
-    ring: RingSpan,
+    /// What each sequence's rings hold.
+    rings: Vec<RingSpan>,
     act: Activations,
     /// Raised from another thread to stop a forward call between prompt batches and between
     /// layers, so that a stop or a quit during a long prompt takes effect within one layer.
@@ -161,14 +187,16 @@ impl Model {
         config.check_tensors(&file)?;
         let n_ctx = options.n_ctx.max(1);
         let n_batch = options.n_batch.clamp(1, n_ctx);
+        let n_seq = options.n_seq.max(1);
         let b = n_batch;
-        let logits_rows = if options.all_logits { b } else { 1 };
+        // A multi-sequence batch's logits: a row per sequence at most.
+        let logits_rows = if options.all_logits { b } else { 1 }.max(n_seq);
         let act_elems = [
             b * config.dim * 3,
             b * config.q_dim() * 2,
             b * config.kv_dim() * 2,
             b * config.ffn_dim * 2,
-            config.dim,
+            n_seq * config.dim,
             logits_rows * config.vocab_size,
             config.moe.map_or(0, |m| moe::elems(&m, b, config.dim)),
         ]
@@ -189,7 +217,7 @@ impl Model {
         } else {
             0
         };
-        let kv_layout = KvLayout::new(n_ctx, config.kv_dim(), slots)?;
+        let kv_layout = KvLayout::new(n_ctx, config.kv_dim(), slots)?.with_seqs(n_seq)?;
         // A fused tensor is loaded as one weight per part (rows of the same bytes).
         let extra_weights = config.n_layers
             * (2 * usize::from(config.fused_qkv) + usize::from(config.fused_gate_up));
@@ -262,7 +290,7 @@ impl Model {
             proj: backend.alloc("proj", b * config.dim)?,
             gate: backend.alloc("ffn_gate", b * config.ffn_dim)?,
             up: backend.alloc("ffn_up", b * config.ffn_dim)?,
-            last: backend.alloc("last", config.dim)?,
+            last: backend.alloc("last", n_seq * config.dim)?,
             logits: backend.alloc("logits", logits_rows * config.vocab_size)?,
             moe: match &config.moe {
                 Some(m) => Some(moe::alloc(backend.as_mut(), m, b, config.dim)?),
@@ -275,6 +303,7 @@ impl Model {
                 n_ctx,
                 n_batch,
                 all_logits: options.all_logits,
+                n_seq,
             },
             file,
             backend,
@@ -285,7 +314,7 @@ impl Model {
             rope,
             rope_swa,
             ring_slots,
-            ring: RingSpan::default(),
+            rings: vec![RingSpan::default(); n_seq],
             act,
             interrupt: Arc::new(AtomicBool::new(false)),
             logits_rows,
@@ -353,20 +382,61 @@ impl Model {
     /// back by more than a batch since those positions were written); then 0, a run from the
     /// start. A model without rings resumes anywhere.
     pub fn kv_resume(&self, pos: usize) -> usize {
-        if self.window_lost(pos).is_some() {
+        self.kv_resume_seq(0, pos)
+    }
+
+    /// [`Model::kv_resume`] for sequence `seq` of a multi-sequence cache.
+    pub fn kv_resume_seq(&self, seq: usize, pos: usize) -> usize {
+        if self.window_lost(seq, pos).is_some() {
             0
         } else {
             pos
         }
     }
 
-    /// The first position a token at `pos` needs that the rings no longer hold, if any.
-    fn window_lost(&self, pos: usize) -> Option<usize> {
+    /// Products over fewer than `rows` rows give each row what it gets alone
+    /// ([`crate::gpu::backend::Ops::set_exact_rows_below`]): a batched decode step of up to
+    /// `rows - 1` sequences then answers each exactly as a single-sequence step would.
+    pub fn set_exact_rows_below(&mut self, rows: usize) {
+        self.backend.set_exact_rows_below(rows);
+    }
+
+    /// Sequences the KV cache holds ([`ModelOptions::n_seq`]).
+    pub fn n_seq(&self) -> usize {
+        self.options.n_seq
+    }
+
+    /// The first position a token of sequence `seq` at `pos` needs that its rings no longer
+    /// hold, if any.
+    fn window_lost(&self, seq: usize, pos: usize) -> Option<usize> {
         if self.ring_slots == 0 || pos == 0 {
             return None;
         }
+        let ring = self.rings.get(seq).copied().unwrap_or_default();
         let need = (pos + 1).saturating_sub(self.config.sliding_window);
-        (pos > self.ring.end || need < self.ring.lo).then_some(need)
+        (pos > ring.end || need < ring.lo).then_some(need)
+    }
+
+    /// Checks that `n` tokens of sequence `seq` may run at `at` and records what its rings
+    /// hold after them: positions at..at + n are (re)written, later ones leave the sequence, and
+    /// the rings keep the last `ring_slots` of what they now hold.
+    fn enter(&mut self, seq: usize, at: usize, n: usize) -> Result<(), ModelError> {
+        if let Some(need) = self.window_lost(seq, at) {
+            let ring = self.rings[seq];
+            return Err(ModelError::WindowLost {
+                pos: at,
+                need,
+                lo: ring.lo,
+                end: ring.end,
+            });
+        }
+        let ring = &mut self.rings[seq];
+        let lo = if at == 0 { 0 } else { ring.lo };
+        *ring = RingSpan {
+            lo: lo.max((at + n).saturating_sub(self.ring_slots)),
+            end: at + n,
+        };
+        Ok(())
     }
 
     /// Most tokens one `forward` call runs through the layers at once.
@@ -408,58 +478,128 @@ impl Model {
             let batch = &tokens[start..start + n];
             let last_batch = start + n == tokens.len();
             let at = pos0 + start;
-            if let Some(need) = self.window_lost(at) {
-                return Err(ModelError::WindowLost {
-                    pos: at,
-                    need,
-                    lo: self.ring.lo,
-                    end: self.ring.end,
-                });
-            }
-            // Positions at..at + n are (re)written; later ones leave the sequence, and the rings
-            // keep the last `ring_slots` of what they now hold.
-            let lo = if at == 0 { 0 } else { self.ring.lo };
-            self.ring = RingSpan {
-                lo: lo.max((at + n).saturating_sub(self.ring_slots)),
-                end: at + n,
+            self.enter(0, at, n)?;
+            let group = Group {
+                seq: 0,
+                row0: 0,
+                n,
+                pos0: at,
             };
             // The step's slice in a trace: its ops, and the logits read, belong to it.
             let _step = trace::step(at, n);
-            self.layers_forward(batch, at)?;
+            self.layers_forward(batch, &[group])?;
             match want {
                 Logits::All => {
                     let old = out.len();
                     out.resize(old + n * vocab, 0.0);
                     self.output_rows(n, &mut out[old..])?;
                 }
-                Logits::Last if last_batch => {
-                    out.resize(vocab, 0.0);
-                    let dim = self.config.dim;
-                    let a = &self.act;
-                    self.backend.copy(a.x, (n - 1) * dim, a.last, 0, dim)?;
-                    self.backend.rms_norm(
-                        a.last,
-                        self.output_norm,
-                        a.proj,
-                        1,
-                        dim,
-                        self.config.rms_eps,
-                        OpLabel::global("output_norm"),
-                    )?;
-                    self.backend.matmul(
-                        self.output,
-                        a.proj,
-                        a.logits,
-                        1,
-                        OpLabel::global("output"),
-                    )?;
-                    self.backend.read(a.logits, 0, out)?;
-                    softcap(out, self.config.final_softcap);
-                }
+                Logits::Last if last_batch => self.logits_of_rows(&[n - 1], out)?,
                 Logits::Last => {}
             }
             start += n;
         }
+        Ok(())
+    }
+
+    /// Runs one batch made of several sequences' tokens ([`SeqChunk`], each sequence at most
+    /// once, `n_batch` tokens at most in all): the products run over every row at once (a decode
+    /// step of N sequences multiplies N rows), the rotation, the cache writes and attention
+    /// group by group in the sequence's own cache region. `out` (replaced) holds the logits of
+    /// each chunk that asked for them, `vocab` floats each, in the chunks' order.
+    pub fn forward_seqs(
+        &mut self,
+        chunks: &[SeqChunk],
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let total: usize = chunks.iter().map(|c| c.tokens.len()).sum();
+        let invalid = |m: String| ModelError::Backend(BackendError::Invalid(m));
+        if total > self.options.n_batch {
+            return Err(invalid(format!(
+                "{total} tokens in one batch; the model runs at most {}",
+                self.options.n_batch
+            )));
+        }
+        let mut seen = vec![false; self.options.n_seq];
+        for c in chunks {
+            match seen.get_mut(c.seq) {
+                Some(s) if !*s => *s = true,
+                Some(_) => return Err(invalid(format!("sequence {} twice in a batch", c.seq))),
+                None => {
+                    return Err(invalid(format!(
+                        "sequence {} of a cache of {}",
+                        c.seq, self.options.n_seq
+                    )));
+                }
+            }
+            let end = c.pos0 + c.tokens.len();
+            if end > self.options.n_ctx {
+                return Err(ModelError::ContextFull {
+                    start: c.pos0,
+                    end,
+                    n_ctx: self.options.n_ctx,
+                });
+            }
+        }
+        self.file.check_unchanged()?;
+        if self.interrupt.load(Ordering::Relaxed) {
+            return Err(ModelError::Interrupted);
+        }
+        let mut tokens = Vec::with_capacity(total);
+        let mut groups = Vec::with_capacity(chunks.len());
+        for c in chunks.iter().filter(|c| !c.tokens.is_empty()) {
+            self.enter(c.seq, c.pos0, c.tokens.len())?;
+            groups.push(Group {
+                seq: c.seq,
+                row0: tokens.len(),
+                n: c.tokens.len(),
+                pos0: c.pos0,
+            });
+            tokens.extend_from_slice(c.tokens);
+        }
+        out.clear();
+        if groups.is_empty() {
+            return Ok(());
+        }
+        // The step's slice in a trace: every sequence's rows of it.
+        let _step = trace::step(groups[0].pos0, tokens.len());
+        self.layers_forward(&tokens, &groups)?;
+        let rows: Vec<usize> = chunks
+            .iter()
+            .filter(|c| !c.tokens.is_empty())
+            .zip(&groups)
+            .filter(|(c, _)| c.logits)
+            .map(|(_, g)| g.row0 + g.n - 1)
+            .collect();
+        if !rows.is_empty() {
+            self.logits_of_rows(&rows, out)?;
+        }
+        Ok(())
+    }
+
+    /// The logits of rows `rows` of `x` into `out` (replaced; vocab floats a row, in order): the
+    /// rows gathered into `last`, then one norm and one product for all of them.
+    fn logits_of_rows(&mut self, rows: &[usize], out: &mut Vec<f32>) -> Result<(), ModelError> {
+        let dim = self.config.dim;
+        let m = rows.len();
+        let a = &self.act;
+        for (j, &r) in rows.iter().enumerate() {
+            self.backend.copy(a.x, r * dim, a.last, j * dim, dim)?;
+        }
+        self.backend.rms_norm(
+            a.last,
+            self.output_norm,
+            a.proj,
+            m,
+            dim,
+            self.config.rms_eps,
+            OpLabel::global("output_norm"),
+        )?;
+        self.backend
+            .matmul(self.output, a.proj, a.logits, m, OpLabel::global("output"))?;
+        out.resize(m * self.config.vocab_size, 0.0);
+        self.backend.read(a.logits, 0, out)?;
+        softcap(out, self.config.final_softcap);
         Ok(())
     }
 
@@ -489,7 +629,8 @@ impl Model {
         Ok(())
     }
 
-    fn layers_forward(&mut self, tokens: &[u32], pos0: usize) -> Result<(), ModelError> {
+    /// The layers over `tokens`, made of `groups` (one for a single sequence's batch).
+    fn layers_forward(&mut self, tokens: &[u32], groups: &[Group]) -> Result<(), ModelError> {
         let c = &self.config;
         let n = tokens.len();
         let a = &self.act;
@@ -500,8 +641,10 @@ impl Model {
         }
         let attn = AttnParams {
             layer: 0,
+            seq: 0,
+            row0: 0,
             n_tokens: n,
-            pos0,
+            pos0: 0,
             n_heads: c.n_heads,
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
@@ -563,19 +706,25 @@ impl Model {
                 )?;
             }
             let swa = c.is_swa(l);
-            be.rope_attention(
-                a.q,
-                a.k,
-                a.v,
-                a.att,
-                if swa { &self.rope_swa } else { &self.rope },
-                &AttnParams {
-                    layer: l,
-                    window: if swa { c.sliding_window } else { 0 },
-                    sinks: w.sinks,
-                    ..attn
-                },
-            )?;
+            for g in groups {
+                be.rope_attention(
+                    a.q,
+                    a.k,
+                    a.v,
+                    a.att,
+                    if swa { &self.rope_swa } else { &self.rope },
+                    &AttnParams {
+                        layer: l,
+                        seq: g.seq,
+                        row0: g.row0,
+                        n_tokens: g.n,
+                        pos0: g.pos0,
+                        window: if swa { c.sliding_window } else { 0 },
+                        sinks: w.sinks,
+                        ..attn
+                    },
+                )?;
+            }
             match (w.post_attn_norm, w.bo) {
                 // gpt-oss: the output projection's bias before the residual add.
                 (None, Some(bo)) => {

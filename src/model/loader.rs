@@ -52,6 +52,8 @@ pub struct LoadOptions {
     /// How a CPU backend made here computes: the CPU part of a split model, or the CPU in place
     /// of a GPU that cannot run the architecture.
     pub cpu: CpuOptions,
+    /// Sequences the KV cache holds, each of the context (`hipscope serve --parallel`).
+    pub n_seq: usize,
 }
 
 impl Default for LoadOptions {
@@ -64,6 +66,7 @@ impl Default for LoadOptions {
             discard: crate::model::session::DEFAULT_DISCARD,
             gpu_layers: GpuLayers::Auto,
             cpu: CpuOptions::default(),
+            n_seq: 1,
         }
     }
 }
@@ -153,6 +156,7 @@ pub fn load(
         n_ctx,
         n_batch: opts.n_batch,
         all_logits: opts.all_logits,
+        n_seq: opts.n_seq.max(1),
     };
     let backend = cpu_if_gpu_cannot(backend, &config, &opts.cpu, &mut warnings)?;
     let (backend, offload) = split::arrange(

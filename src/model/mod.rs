@@ -10,6 +10,7 @@ pub mod protocol;
 pub mod reasoning;
 pub mod remote;
 pub mod sampler;
+pub mod scheduler;
 pub mod session;
 pub mod split;
 pub mod synthetic;

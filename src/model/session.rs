@@ -24,7 +24,7 @@ use crate::model::sampler::Sampler;
 use crate::model::template::{ChatTemplate, Message, TemplateError};
 use crate::model::tokenizer::{StreamDecoder, Tokenizer};
 
-mod stop;
+pub(crate) mod stop;
 use stop::StopFilter;
 
 /// What the caller wants after each piece of text.

@@ -42,7 +42,7 @@ fn a_guessed_command_is_a_usage_error_that_writes_nothing() {
     // Words users of ollama, llama.cpp and nvtop type that hipscope does not have (`top` and
     // `doctor` are left out: they are becoming commands).
     for (word, suggestion) in [
-        ("serve", None),
+        ("rm", None),
         ("list", None),
         ("pull", Some("fetch")),
         ("ps", None),
@@ -70,11 +70,11 @@ fn a_guessed_command_is_a_usage_error_that_writes_nothing() {
 
 #[test]
 fn an_existing_file_named_like_a_word_is_still_a_model() {
-    // `hipscope serve` where ./serve exists is that file as the model: not "unknown command".
+    // `hipscope ps` where ./ps exists is that file as the model: not "unknown command".
     // It is not a GGUF file, so the chat fails, but later (without a terminal, at the terminal).
     let home = tempfile::tempdir().unwrap();
-    std::fs::write(home.path().join("serve"), b"not a model").unwrap();
-    let out = fresh(home.path()).arg("serve").output().unwrap();
+    std::fs::write(home.path().join("ps"), b"not a model").unwrap();
+    let out = fresh(home.path()).arg("ps").output().unwrap();
     assert!(
         !text(&out.stderr).contains("unknown command"),
         "{}",

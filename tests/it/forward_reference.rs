@@ -239,6 +239,7 @@ fn load(shape: &str, ty: GgmlType, threads: usize) -> Model {
             n_ctx: N_CTX,
             n_batch: 16,
             all_logits: true,
+            n_seq: 1,
         },
         &mut |_, _| {},
     )
@@ -403,6 +404,7 @@ fn sliding_window_layers_keep_only_their_ring_in_the_kv_cache() {
             n_ctx: 512,
             n_batch: 16,
             all_logits: false,
+            n_seq: 1,
         },
         &mut |_, _| {},
     )

@@ -44,6 +44,7 @@ fn opts() -> ModelOptions {
         n_ctx: 64,
         n_batch: 32,
         all_logits: false,
+        n_seq: 1,
     }
 }
 

@@ -242,6 +242,7 @@ fn a_one_layer_shift_gives_the_recomputed_logits() {
             n_ctx: 96,
             n_batch: 32,
             all_logits: false,
+            n_seq: 1,
         };
         let load = || {
             Model::load(
@@ -316,6 +317,7 @@ fn the_gpu_shift_launches_its_kernel_in_chunks_and_allocates_nothing() {
                 n_ctx: 64,
                 n_batch: 32,
                 all_logits: false,
+                n_seq: 1,
             },
             &mut |_, _| {},
         )

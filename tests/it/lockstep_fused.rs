@@ -57,6 +57,7 @@ fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
         n_ctx: 64,
         n_batch: 32,
         all_logits: false,
+        n_seq: 1,
     };
     let mut m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
     let n_layers = m.config.n_layers;

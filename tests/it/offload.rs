@@ -44,6 +44,7 @@ fn opts(all_logits: bool) -> ModelOptions {
         n_ctx: 96,
         n_batch: 16,
         all_logits,
+        n_seq: 1,
     }
 }
 
@@ -310,6 +311,7 @@ fn auto_fits_the_layers_the_device_can_hold() {
         n_ctx: 64,
         n_batch: 16,
         all_logits: false,
+        n_seq: 1,
     };
     let full = split::model_plan(&file, options).expect("plan");
     // What the GPU needs for each -ngl, from the backend's own arithmetic.

@@ -127,6 +127,7 @@ impl Ops for Scripted {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -135,7 +136,7 @@ impl Ops for Scripted {
         label: OpLabel,
     ) -> Result<()> {
         self.inner
-            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)
+            .rope(x, row0, n_tokens, n_heads, head_dim, pos0, params, label)
     }
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
         self.inner.attention(q, k, v, out, p)
@@ -165,6 +166,9 @@ impl Ops for Scripted {
     }
     fn copy(&mut self, src: Buf, so: usize, dst: Buf, d_off: usize, len: usize) -> Result<()> {
         self.inner.copy(src, so, dst, d_off, len)
+    }
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.inner.set_exact_rows_below(rows)
     }
 }
 

@@ -2,6 +2,7 @@
 //! NAME` in a child process that the doctor kills at its deadline: a hang or a crash there is
 //! reported, not suffered. A child prints `RESULT <PASS|FAIL|SKIP> <detail>` as its last line.
 
+use crate::app::stderr::errln;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -181,7 +182,7 @@ fn kernels(gpu: &mut Gpu) -> Result<(bool, String), GpuError> {
         &units,
         &mut |p| {
             compiled = p.done;
-            eprintln!("{PROGRESS_PREFIX}{}", p.describe());
+            errln!("{PROGRESS_PREFIX}{}", p.describe());
         },
     )?;
     let cached = builds

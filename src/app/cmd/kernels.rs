@@ -109,7 +109,7 @@ pub fn kernels(args: &KernelsArgs, settings: &crate::app::settings::Settings) ->
     let (units, scope) = match units_for(args, settings, &sources) {
         Ok(u) => u,
         Err(e) => {
-            eprintln!("hipscope kernels: {e:#}");
+            errln!("hipscope kernels: {e:#}");
             return exit_code::USAGE;
         }
     };

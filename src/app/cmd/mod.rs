@@ -16,6 +16,7 @@ pub mod perplexity;
 pub mod progress;
 pub mod remote_cmd;
 pub mod selftest;
+pub mod serve;
 pub mod soak;
 pub mod synth;
 pub mod tokenize;

@@ -177,11 +177,23 @@ pub fn load_model_with(
         cpu: cpu_options(args, config),
         ..LoadOptions::default()
     };
+    load_on(args, file, backend, &opts)
+}
+
+/// Loads `file` on `backend` as `opts` say (`--trace` started first), the progress, warnings and
+/// the offload's placement on stderr: the last step of [`load_model_with`], and of `serve`,
+/// which opens its backend itself.
+pub fn load_on(
+    args: &ModelArgs,
+    file: Arc<GgufFile>,
+    backend: Box<dyn Backend>,
+    opts: &LoadOptions,
+) -> anyhow::Result<Loaded> {
     if let Some(path) = &args.trace {
         crate::gpu::trace::start_file(path).context("--trace")?;
     }
     let mut bar = ProgressLine::new("loading");
-    let loaded = loader::load(file, backend, &opts, &mut |f, what| bar.update(f, what))
+    let loaded = loader::load(file, backend, opts, &mut |f, what| bar.update(f, what))
         .context("loading the model")?;
     bar.finish();
     for w in &loaded.warnings {
@@ -216,6 +228,17 @@ pub fn open_backend(
     config: &Config,
     needs: Option<KernelNeeds>,
 ) -> anyhow::Result<Box<dyn Backend>> {
+    open_backend_with(args, config, needs, crate::gpu::open::hangs_to_stderr())
+}
+
+/// As [`open_backend`], the watchdog's events going to `sink` (`serve` names the requests of a
+/// hung step).
+pub fn open_backend_with(
+    args: &ModelArgs,
+    config: &Config,
+    needs: Option<KernelNeeds>,
+    sink: crate::gpu::watchdog::WatchSink,
+) -> anyhow::Result<Box<dyn Backend>> {
     let choice = args.backend.unwrap_or(config.backend);
     let device = args.device.or(config.device);
     crate::gpu::select::preflight(choice, device).map_err(|e| {
@@ -235,7 +258,7 @@ pub fn open_backend(
                 ..compute_options(args, config)
             },
         },
-        crate::gpu::open::hangs_to_stderr(),
+        sink,
         &mut |p| compile.update(p),
     )
     .map_err(anyhow::Error::msg)?;
@@ -277,12 +300,12 @@ pub fn stop_trace() {
             } else {
                 String::new()
             };
-            eprintln!(
+            errln!(
                 "trace: {events} events{lost} in {} (open it in ui.perfetto.dev or chrome://tracing)",
                 path.display()
             );
         }
         Err(crate::gpu::trace::TraceError::NotTracing) => {}
-        Err(e) => eprintln!("trace: {e}"),
+        Err(e) => errln!("trace: {e}"),
     }
 }

@@ -116,11 +116,11 @@ impl LiveLine {
 
     pub fn update(&mut self, text: &str) {
         if self.tty {
-            eprint!("\r\x1b[2K{text}");
+            err!("\r\x1b[2K{text}");
             let _ = std::io::stderr().flush();
             self.drawn = true;
         } else if !self.said {
-            eprintln!("{text}");
+            errln!("{text}");
             self.said = true;
             return;
         }
@@ -130,14 +130,14 @@ impl LiveLine {
     /// Clears the line (a terminal) or says the last text (a log).
     pub fn finish(&mut self) {
         if self.drawn {
-            eprint!("\r\x1b[2K");
+            err!("\r\x1b[2K");
             let _ = std::io::stderr().flush();
             self.drawn = false;
         }
         if let Some(t) = self.last.take()
             && !self.tty
         {
-            eprintln!("{t}");
+            errln!("{t}");
         }
     }
 }

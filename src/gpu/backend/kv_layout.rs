@@ -43,6 +43,11 @@ impl std::str::FromStr for KvType {
 /// values. A global layer keeps the whole context; a sliding-window layer keeps a ring of its
 /// window plus a batch (position p lives in slot p mod slots), which is all its attention can
 /// read.
+///
+/// A cache may hold several sequences (`hipscope serve`'s slots, [`KvLayout::with_seqs`]): each
+/// layer's region is then `n_seq` regions of its positions, sequence `s` at
+/// [`KvLayout::seq_offset`], each with its own ring. One sequence is the chat's layout, element
+/// for element.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KvLayout {
     /// The model's layer number of this layout's first layer: 0, or where a split model's
@@ -50,6 +55,7 @@ pub struct KvLayout {
     first: usize,
     n_ctx: usize,
     kv_dim: usize,
+    n_seq: usize,
     slots: Vec<usize>,
     /// Element offset of each layer, and the total after the last.
     offsets: Vec<usize>,
@@ -59,6 +65,17 @@ impl KvLayout {
     /// `slots[l]` positions for layer `l` (each at most `n_ctx`); an error if the sizes
     /// overflow.
     pub fn new(n_ctx: usize, kv_dim: usize, slots: Vec<usize>) -> Result<KvLayout> {
+        KvLayout::build(n_ctx, kv_dim, 1, slots)
+    }
+
+    /// This layout for `n_seq` sequences (at least 1), each with the positions one had.
+    pub fn with_seqs(self, n_seq: usize) -> Result<KvLayout> {
+        let mut l = KvLayout::build(self.n_ctx, self.kv_dim, n_seq.max(1), self.slots)?;
+        l.first = self.first;
+        Ok(l)
+    }
+
+    fn build(n_ctx: usize, kv_dim: usize, n_seq: usize, slots: Vec<usize>) -> Result<KvLayout> {
         let mut offsets = Vec::with_capacity(slots.len() + 1);
         let mut at = 0usize;
         for &s in &slots {
@@ -70,6 +87,7 @@ impl KvLayout {
             offsets.push(at);
             at = s
                 .checked_mul(kv_dim)
+                .and_then(|n| n.checked_mul(n_seq))
                 .and_then(|n| n.checked_add(at))
                 .ok_or_else(|| BackendError::OutOfMemory("KV cache size overflows".into()))?;
         }
@@ -78,6 +96,7 @@ impl KvLayout {
             first: 0,
             n_ctx,
             kv_dim,
+            n_seq,
             slots,
             offsets,
         })
@@ -96,7 +115,13 @@ impl KvLayout {
         if lo >= hi || hi > self.slots.len() {
             return None;
         }
-        let mut p = KvLayout::new(self.n_ctx, self.kv_dim, self.slots[lo..hi].to_vec()).ok()?;
+        let mut p = KvLayout::build(
+            self.n_ctx,
+            self.kv_dim,
+            self.n_seq,
+            self.slots[lo..hi].to_vec(),
+        )
+        .ok()?;
         p.first = layers.start;
         Some(p)
     }
@@ -107,6 +132,11 @@ impl KvLayout {
 
     pub fn kv_dim(&self) -> usize {
         self.kv_dim
+    }
+
+    /// Sequences the cache holds (1: the chat's).
+    pub fn n_seq(&self) -> usize {
+        self.n_seq
     }
 
     pub fn n_layers(&self) -> usize {
@@ -129,14 +159,19 @@ impl KvLayout {
             .unwrap_or(0)
     }
 
+    /// First element of sequence `seq` of layer `l` (sequence 0 at [`KvLayout::offset`]).
+    pub fn seq_offset(&self, l: usize, seq: usize) -> usize {
+        self.offset(l) + seq * self.slots(l) * self.kv_dim
+    }
+
     /// Elements of the keys (as many again for the values).
     pub fn elems(&self) -> usize {
         self.offsets.last().copied().unwrap_or(0)
     }
 
-    /// Every layer keeps the whole context (what a context shift needs).
+    /// Every layer keeps the whole context of one sequence (what a context shift needs).
     pub fn is_uniform(&self) -> bool {
-        self.slots.iter().all(|&s| s == self.n_ctx)
+        self.n_seq == 1 && self.slots.iter().all(|&s| s == self.n_ctx)
     }
 
     /// Checks an attention call against layer `p.layer`: the positions fit the context, and a
@@ -147,19 +182,22 @@ impl KvLayout {
         let kv_dim = p.n_kv_heads * p.head_dim;
         let ring_ok = slots == self.n_ctx || (p.window > 0 && p.window + p.n_tokens <= slots + 1);
         if kv_dim != self.kv_dim
+            || p.seq >= self.n_seq
             || slots == 0
             || p.n_kv_heads == 0
             || p.pos0 + p.n_tokens > self.n_ctx
             || !ring_ok
         {
             return Err(BackendError::Invalid(format!(
-                "attention at layer {} positions {}..{} (window {}) does not fit the KV cache \
-                 ({} layers, this one {slots} positions of {}, context {})",
+                "attention at layer {} sequence {} positions {}..{} (window {}) does not fit the \
+                 KV cache ({} layers of {} sequences, this one {slots} positions of {}, context {})",
                 p.layer,
+                p.seq,
                 p.pos0,
                 p.pos0 + p.n_tokens,
                 p.window,
                 self.n_layers(),
+                self.n_seq,
                 self.kv_dim,
                 self.n_ctx
             )));
@@ -204,5 +242,25 @@ impl KvShift {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_follow_each_other_within_a_layer_and_one_is_the_old_layout() {
+        let one = KvLayout::new(10, 4, vec![10, 6]).unwrap();
+        assert_eq!(one.clone().with_seqs(1).unwrap(), one);
+        let three = one.with_seqs(3).unwrap();
+        assert_eq!(three.n_seq(), 3);
+        assert_eq!(three.seq_offset(0, 2), 2 * 10 * 4);
+        assert_eq!(three.offset(1), 3 * 10 * 4);
+        assert_eq!(three.seq_offset(1, 1), 3 * 10 * 4 + 6 * 4);
+        assert_eq!(three.elems(), 3 * (10 + 6) * 4);
+        assert!(!three.is_uniform(), "a shift moves one sequence only");
+        let part = three.part(1..2).unwrap();
+        assert_eq!((part.n_seq(), part.seq_offset(1, 2)), (3, 2 * 6 * 4));
     }
 }

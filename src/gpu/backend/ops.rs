@@ -94,12 +94,13 @@ pub trait Ops {
     /// x[t] += bias.
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()>;
 
-    /// Rotates each head of each row of `x` (`n_tokens` rows of `n_heads * head_dim`) by its
-    /// position `pos0 + t`.
+    /// Rotates each head of rows `row0..row0 + n_tokens` of `x` (rows of `n_heads * head_dim`)
+    /// by its position `pos0 + t` (`row0`: a group of a batch of several sequences).
     #[allow(clippy::too_many_arguments)]
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -108,8 +109,9 @@ pub trait Ops {
         label: OpLabel,
     ) -> Result<()>;
 
-    /// Stores k and v in the cache, then causal attention of q over positions `0..=pos` for each
-    /// token; writes `n_tokens` rows of `n_heads * head_dim` to `out`.
+    /// Stores k and v in sequence `p.seq`'s cache, then causal attention of q over positions
+    /// `0..=pos` for each token; reads and writes rows `p.row0..p.row0 + p.n_tokens` of q, k, v
+    /// and `out` (rows of `n_heads * head_dim` in `out`).
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
 
     /// RoPE of q (`n_heads` heads) and k (`n_kv_heads` heads) in place at positions `pos0 + t`,
@@ -137,6 +139,13 @@ pub trait Ops {
 
     /// acc += x, elementwise over `len`.
     fn add(&mut self, acc: Buf, x: Buf, len: usize, label: OpLabel) -> Result<()>;
+
+    /// Products over fewer than `rows` rows give each row exactly what a one-row product gives
+    /// it (the CPU multiplies them with its row kernel rather than its packed GEMM, whose
+    /// per-row sums round differently). `hipscope serve` sets it above its slot count, so that a
+    /// decode step of several sequences answers each one as it would be answered alone. A
+    /// backend whose paths agree, or that does not hold them equal yet (the GPU's), ignores it.
+    fn set_exact_rows_below(&mut self, rows: usize);
 
     /// dst[dst_off..+len] = src[src_off..+len].
     fn copy(
@@ -189,6 +198,12 @@ impl RopeParams {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AttnParams {
     pub layer: usize,
+    /// The sequence whose cache region the call reads and writes (0 but in a batch of several
+    /// sequences: [`super::KvLayout::with_seqs`]).
+    pub seq: usize,
+    /// The first row of q, k, v and the output this call reads and writes (0 but for a later
+    /// group of a batch of several sequences).
+    pub row0: usize,
     pub n_tokens: usize,
     pub pos0: usize,
     pub n_heads: usize,
@@ -286,6 +301,7 @@ pub fn rope_attention_separately<B: Ops + ?Sized>(
     let l = p.layer as u32;
     be.rope(
         q,
+        p.row0,
         p.n_tokens,
         p.n_heads,
         p.head_dim,
@@ -295,6 +311,7 @@ pub fn rope_attention_separately<B: Ops + ?Sized>(
     )?;
     be.rope(
         k,
+        p.row0,
         p.n_tokens,
         p.n_kv_heads,
         p.head_dim,

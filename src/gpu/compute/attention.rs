@@ -88,7 +88,8 @@ impl GpuCompute {
             (
                 kv.k,
                 kv.v,
-                kv.layout.offset(p.layer) as u64,
+                // Sequence `seq`'s region of the layer: the kernels see one sequence's cache.
+                kv.layout.seq_offset(p.layer, p.seq) as u64,
                 kv.layout.slots(p.layer),
             )
         };
@@ -122,16 +123,25 @@ impl GpuCompute {
             }
             _ => 0,
         };
-        let (pos0, pos_dev) = self.step_position(p.pos0, Some(splits as u64))?;
+        // Each sequence's cache is another pointer in the recorded launches: its own graph.
+        let bucket = splits as u64 | (p.seq as u64) << 16;
+        let (pos0, pos_dev) = self.step_position(p.pos0, Some(bucket))?;
         // gpt-oss's attention sinks: one f32 per query head, or a null pointer.
         let sinks = match p.sinks {
             Some(w) => Arg::Ptr(self.vector(w, p.n_heads)?.ptr),
             None => Arg::U64(0),
         };
-        let qb = self.buf(q, p.n_tokens * q_dim)?;
-        let kb = self.buf(k, p.n_tokens * kv_dim)?;
-        let vb = self.buf(v, p.n_tokens * kv_dim)?;
-        let ob = self.buf(out, p.n_tokens * q_dim)?;
+        // A later group of a multi-sequence batch reads and writes its own rows: the pointers
+        // move, the kernels are the same.
+        let end = p.row0 + p.n_tokens;
+        let rows = |b: DeviceBuffer, width: usize| {
+            b.slice((p.row0 * width * 4) as u64, (p.n_tokens * width * 4) as u64)
+                .map_err(gpu_err)
+        };
+        let qb = rows(self.buf(q, end * q_dim)?, q_dim)?;
+        let kb = rows(self.buf(k, end * kv_dim)?, kv_dim)?;
+        let vb = rows(self.buf(v, end * kv_dim)?, kv_dim)?;
+        let ob = rows(self.buf(out, end * q_dim)?, q_dim)?;
         let eb = self.opts.kv.bytes();
         let n = (p.n_tokens * kv_dim) as u64;
         let li = p.layer as u32;
@@ -226,7 +236,9 @@ impl GpuCompute {
         // where the last product's Q8 block divides a head (a projection of another block size
         // quantizes again).
         let fuse_bs = self.norm_bs.filter(|&bs| {
-            p.head_dim.is_multiple_of(q8_block(bs) as usize)
+            // The quantized copy covers rows from 0 only (the product's whole input).
+            p.row0 == 0
+                && p.head_dim.is_multiple_of(q8_block(bs) as usize)
                 && p.n_tokens < self.opts.gemm_min_tokens.max(1)
                 && self
                     .ws

@@ -87,6 +87,7 @@ impl Ops for GpuCompute {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -94,7 +95,7 @@ impl Ops for GpuCompute {
         p: &RopeParams,
         label: OpLabel,
     ) -> Result<()> {
-        self.launch_rope(x, n_tokens, n_heads, head_dim, pos0, p, label)
+        self.launch_rope(x, row0, n_tokens, n_heads, head_dim, pos0, p, label)
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
@@ -115,6 +116,10 @@ impl Ops for GpuCompute {
         }
         self.launch_attention(q, k, v, out, p, Some(rope))
     }
+
+    // The matvec and GEMM paths are not held equal row for row yet (a multi-sequence decode step
+    // of up to `gemm_min_tokens` rows stays on the matvec kernels).
+    fn set_exact_rows_below(&mut self, _rows: usize) {}
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let f = self.kernels.swiglu;

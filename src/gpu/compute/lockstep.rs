@@ -299,6 +299,7 @@ impl Ops for Lockstep {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -307,11 +308,16 @@ impl Ops for Lockstep {
         label: OpLabel,
     ) -> Result<()> {
         self.cpu
-            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)?;
+            .rope(x, row0, n_tokens, n_heads, head_dim, pos0, params, label)?;
         self.gpu
-            .rope(x, n_tokens, n_heads, head_dim, pos0, params, label)?;
+            .rope(x, row0, n_tokens, n_heads, head_dim, pos0, params, label)?;
         let kind = if params.neox { "rope (neox)" } else { "rope" };
-        self.check(x, n_tokens * n_heads * head_dim, kind.into(), label)
+        self.check(
+            x,
+            (row0 + n_tokens) * n_heads * head_dim,
+            kind.into(),
+            label,
+        )
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
@@ -319,7 +325,7 @@ impl Ops for Lockstep {
         self.gpu.attention(q, k, v, out, p)?;
         self.check(
             out,
-            p.n_tokens * p.n_heads * p.head_dim,
+            (p.row0 + p.n_tokens) * p.n_heads * p.head_dim,
             attention_kind(p).into(),
             OpLabel::layer(p.layer as u32, "attention"),
         )
@@ -345,20 +351,11 @@ impl Ops for Lockstep {
             "rope + kv_store (fused)"
         };
         let (q_len, k_len) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
-        self.check(
-            q,
-            p.n_tokens * q_len,
-            kind.into(),
-            OpLabel::layer(l, "rope_q"),
-        )?;
-        self.check(
-            k,
-            p.n_tokens * k_len,
-            kind.into(),
-            OpLabel::layer(l, "rope_k"),
-        )?;
+        let rows = p.row0 + p.n_tokens;
+        self.check(q, rows * q_len, kind.into(), OpLabel::layer(l, "rope_q"))?;
+        self.check(k, rows * k_len, kind.into(), OpLabel::layer(l, "rope_k"))?;
         let at = OpLabel::layer(l, "attention");
-        self.check(out, p.n_tokens * q_len, attention_kind(p).into(), at)
+        self.check(out, rows * q_len, attention_kind(p).into(), at)
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
@@ -383,6 +380,11 @@ impl Ops for Lockstep {
         self.cpu.add(acc, x, len, label)?;
         self.gpu.add(acc, x, len, label)?;
         self.check(acc, len, "add".into(), label)
+    }
+
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.cpu.set_exact_rows_below(rows);
+        self.gpu.set_exact_rows_below(rows);
     }
 
     fn copy(

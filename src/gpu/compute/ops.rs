@@ -168,9 +168,11 @@ impl GpuCompute {
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -193,7 +195,8 @@ impl GpuCompute {
             None => Arg::U64(0),
         };
         let (pos0, pos_dev) = self.step_position(pos0, None)?;
-        let xb = self.buf(x, n_tokens * n_heads * head_dim)?;
+        let width = n_heads * head_dim;
+        let xb = self.buf(x, (row0 + n_tokens) * width)?;
         let [mscale, ext_factor, corr_lo, corr_hi] = rope_scaling_args(p);
         let f = self.kernels.rope;
         self.launch(
@@ -203,7 +206,8 @@ impl GpuCompute {
             [n_tokens as u32, 1, 1],
             [128, 1, 1],
             &[
-                Arg::Ptr(xb.ptr),
+                // A later group of a multi-sequence batch: its rows, by the pointer.
+                Arg::Ptr(xb.ptr.offset((row0 * width * 4) as u64)),
                 Arg::U32(n_heads as u32),
                 Arg::U32(head_dim as u32),
                 Arg::U32(p.n_rot as u32),

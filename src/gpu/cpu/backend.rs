@@ -60,7 +60,7 @@ struct KvCache {
     data: KvData,
 }
 
-/// Keys and values, `[layer][slot][kv_dim]` each, layer `l` at `layout.offset(l)`, in the
+/// Keys and values, `[layer][seq][slot][kv_dim]` each, layer `l` at `layout.offset(l)`, in the
 /// element type `--kv-type` chose (f16 held as its bits).
 enum KvData {
     F32 { k: Vec<f32>, v: Vec<f32> },
@@ -101,6 +101,8 @@ pub struct CpuBackend {
     kv_type: KvType,
     /// Repack weights for the packed GEMM ([`CpuOptions::repack`]).
     repack: bool,
+    /// Products of at least this many rows take the packed GEMM ([`Ops::set_exact_rows_below`]).
+    pack_min_rows: usize,
     allocations: u64,
     reason: String,
     /// Every op in the in-flight table while it runs, for the watchdog.
@@ -147,6 +149,7 @@ impl CpuBackend {
             scores: (0..n).map(|_| Mutex::new(Vec::new())).collect(),
             kv_type: KvType::F32,
             repack: true,
+            pack_min_rows: PACK_MIN_TOKENS,
             allocations: 0,
             reason: String::new(),
             ops: HostOps::new(),
@@ -293,7 +296,7 @@ impl Ops for CpuBackend {
         let isa = self.scratch.isa();
         let repack = self.repack;
         let cw = &mut self.weights[w.0 as usize];
-        let packs = n_tokens >= PACK_MIN_TOKENS;
+        let packs = n_tokens >= self.pack_min_rows;
         if packs && cw.packed.is_none() {
             let packed = repack
                 .then(|| PackedMatrix::new(isa, cw.ty, rows, cols, cw.bytes()))
@@ -379,6 +382,7 @@ impl Ops for CpuBackend {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -392,7 +396,7 @@ impl Ops for CpuBackend {
             Some(f) => Some(self.vector(f, half)?.to_vec()),
             None => None,
         };
-        let mut xv = self.take(x, n_tokens * n_heads * head_dim)?;
+        let mut xv = self.take(x, (row0 + n_tokens) * n_heads * head_dim)?;
         // As ggml computes it: theta_i = pos · freq_scale · base^(-2i/n_rot) / factor_i, the
         // powers built by repeated multiplication in f32.
         let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
@@ -425,7 +429,8 @@ impl Ops for CpuBackend {
                     }
                 }
             }
-            let row = &mut xv[t * n_heads * head_dim..(t + 1) * n_heads * head_dim];
+            let r = row0 + t;
+            let row = &mut xv[r * n_heads * head_dim..(r + 1) * n_heads * head_dim];
             for head in row.chunks_exact_mut(head_dim) {
                 for (i, &(c, s)) in cs.iter().enumerate() {
                     let (a, b) = if p.neox {
@@ -451,7 +456,8 @@ impl Ops for CpuBackend {
             .kv
             .take()
             .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
-        let mut o = match self.take(out, p.n_tokens * q_dim) {
+        let rows = p.row0..p.row0 + p.n_tokens;
+        let mut o = match self.take(out, rows.end * q_dim) {
             Ok(o) => o,
             Err(e) => {
                 self.kv = Some(kv);
@@ -460,13 +466,14 @@ impl Ops for CpuBackend {
         };
         let mut kv = kv;
         let res = kv.layout.check_attention(p).and_then(|()| {
-            let (slots, base) = (kv.layout.slots(p.layer), kv.layout.offset(p.layer));
+            let slots = kv.layout.slots(p.layer);
+            let base = kv.layout.seq_offset(p.layer, p.seq);
             let layer = base..base + slots * kv_dim;
-            let n = p.n_tokens;
+            let (r0, r1) = (rows.start, rows.end);
             let (qv, kn, vn) = (
-                self.buf(q, n * q_dim)?,
-                self.buf(k, n * kv_dim)?,
-                self.buf(v, n * kv_dim)?,
+                &self.buf(q, r1 * q_dim)?[r0 * q_dim..r1 * q_dim],
+                &self.buf(k, r1 * kv_dim)?[r0 * kv_dim..r1 * kv_dim],
+                &self.buf(v, r1 * kv_dim)?[r0 * kv_dim..r1 * kv_dim],
             );
             let sinks = match p.sinks {
                 Some(w) => self.vector(w, p.n_heads)?,
@@ -480,7 +487,7 @@ impl Ops for CpuBackend {
                 slots,
                 sinks,
             };
-            let o = &mut o[..n * q_dim];
+            let o = &mut o[r0 * q_dim..r1 * q_dim];
             match &mut kv.data {
                 KvData::F32 { k, v } => {
                     run.store_and_attend(qv, kn, vn, &mut k[layer.clone()], &mut v[layer], o)
@@ -556,6 +563,10 @@ impl Ops for CpuBackend {
         });
         self.put(acc, a);
         res
+    }
+
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.pack_min_rows = rows.max(PACK_MIN_TOKENS);
     }
 
     fn copy(

@@ -31,7 +31,8 @@ impl ServerKind {
     /// `sglang`, ollama: `library` or the user's namespace).
     pub fn from_owner(owner: &str) -> Option<ServerKind> {
         match owner {
-            "llamacpp" => Some(ServerKind::LlamaServer),
+            // `hipscope serve` speaks llama-server's dialect (its /props, /slots, /metrics).
+            "llamacpp" | "hipscope" => Some(ServerKind::LlamaServer),
             "vllm" => Some(ServerKind::Vllm),
             "sglang" => Some(ServerKind::Sglang),
             "library" | "ollama" => Some(ServerKind::Ollama),

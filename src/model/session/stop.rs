@@ -1,13 +1,13 @@
 //! Stop strings: text that may still become one is held back until it cannot.
 
 /// Withholds text that might be the start of a stop string until it is clear that it is not.
-pub(super) struct StopFilter {
+pub(crate) struct StopFilter {
     stops: Vec<String>,
     pending: String,
 }
 
 impl StopFilter {
-    pub(super) fn new(stops: &[String]) -> StopFilter {
+    pub(crate) fn new(stops: &[String]) -> StopFilter {
         StopFilter {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             pending: String::new(),
@@ -15,7 +15,7 @@ impl StopFilter {
     }
 
     /// Adds text; returns what can be shown now and the stop string, if one completed.
-    pub(super) fn push(&mut self, piece: &str) -> (String, Option<String>) {
+    pub(crate) fn push(&mut self, piece: &str) -> (String, Option<String>) {
         self.pending.push_str(piece);
         if self.stops.is_empty() {
             return (std::mem::take(&mut self.pending), None);
@@ -45,7 +45,7 @@ impl StopFilter {
         (emit, None)
     }
 
-    pub(super) fn flush(&mut self) -> String {
+    pub(crate) fn flush(&mut self) -> String {
         std::mem::take(&mut self.pending)
     }
 }

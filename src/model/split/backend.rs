@@ -412,6 +412,7 @@ impl Ops for SplitBackend {
     fn rope(
         &mut self,
         x: Buf,
+        row0: usize,
         n_tokens: usize,
         n_heads: usize,
         head_dim: usize,
@@ -423,8 +424,8 @@ impl Ops for SplitBackend {
         self.need(x, s)?;
         let (xs, r) = (self.on(x, s)?, self.rope_on(params, s)?);
         self.side(s)
-            .rope(xs, n_tokens, n_heads, head_dim, pos0, &r, label)?;
-        self.wrote(x, s, n_tokens * n_heads * head_dim);
+            .rope(xs, row0, n_tokens, n_heads, head_dim, pos0, &r, label)?;
+        self.wrote(x, s, (row0 + n_tokens) * n_heads * head_dim);
         Ok(())
     }
 
@@ -441,7 +442,7 @@ impl Ops for SplitBackend {
             self.on(out, s)?,
         );
         self.side(s).attention(qs, ks, vs, o, p)?;
-        self.wrote(out, s, p.n_tokens * p.n_heads * p.head_dim);
+        self.wrote(out, s, (p.row0 + p.n_tokens) * p.n_heads * p.head_dim);
         Ok(())
     }
 
@@ -467,9 +468,11 @@ impl Ops for SplitBackend {
             self.on(out, s)?,
         );
         self.side(s).rope_attention(qs, ks, vs, o, &r, p)?;
-        self.wrote(q, s, p.n_tokens * p.n_heads * p.head_dim);
-        self.wrote(k, s, p.n_tokens * p.n_kv_heads * p.head_dim);
-        self.wrote(out, s, p.n_tokens * p.n_heads * p.head_dim);
+        // Rows up to the group's end (a multi-sequence batch's groups go in row order).
+        let rows = p.row0 + p.n_tokens;
+        self.wrote(q, s, rows * p.n_heads * p.head_dim);
+        self.wrote(k, s, rows * p.n_kv_heads * p.head_dim);
+        self.wrote(out, s, rows * p.n_heads * p.head_dim);
         Ok(())
     }
 
@@ -510,6 +513,11 @@ impl Ops for SplitBackend {
         self.side(s).add(a, xs, len, label)?;
         self.wrote(acc, s, len);
         Ok(())
+    }
+
+    fn set_exact_rows_below(&mut self, rows: usize) {
+        self.gpu.set_exact_rows_below(rows);
+        self.cpu.set_exact_rows_below(rows);
     }
 
     fn copy(

@@ -325,6 +325,7 @@ impl Ops for PlanProbe {
         _: usize,
         _: usize,
         _: usize,
+        _: usize,
         _: &RopeParams,
         _: OpLabel,
     ) -> crate::gpu::backend::Result<()> {
@@ -363,6 +364,7 @@ impl Ops for PlanProbe {
     fn add(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+    fn set_exact_rows_below(&mut self, _: usize) {}
     fn copy(
         &mut self,
         _: Buf,
@@ -516,7 +518,8 @@ pub fn arrange(
     }
     let full = model_plan(file, options)?;
     let usable = usable_memory(&gpu.device(), roots);
-    let n_ctx = options.n_ctx.max(1);
+    // Every sequence's positions (`--parallel`): the GPU part holds all of them.
+    let n_ctx = options.n_ctx.max(1) * options.n_seq.max(1);
     let choice = choose(
         want,
         &full,

@@ -314,6 +314,7 @@ pub(super) fn model_options() -> ModelOptions {
         n_ctx: 64,
         n_batch: 32,
         all_logits: true,
+        n_seq: 1,
     }
 }
 

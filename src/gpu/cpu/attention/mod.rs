@@ -465,6 +465,8 @@ mod tests {
     fn params(n_tokens: usize, n_kv_heads: usize) -> AttnParams {
         AttnParams {
             layer: 0,
+            seq: 0,
+            row0: 0,
             n_tokens,
             pos0: 0,
             n_heads: 6,

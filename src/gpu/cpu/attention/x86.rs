@@ -275,6 +275,8 @@ mod tests {
         );
         let base = AttnParams {
             layer: 0,
+            seq: 0,
+            row0: 0,
             n_tokens: 1,
             pos0: 0,
             n_heads: 6,

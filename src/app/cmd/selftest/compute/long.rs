@@ -35,6 +35,7 @@ fn long_options() -> ModelOptions {
         n_ctx: LONG_PROMPT + LONG_DECODE + LONG_BATCH + 1,
         n_batch: 64,
         all_logits: false,
+        n_seq: 1,
     }
 }
 
