@@ -69,7 +69,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     done
 fi
 
-# The official `openai` client, which tests/serve.rs runs against `hipscope serve`.
+# The official `openai` client, which tests/it/serve.rs runs against `hipscope serve`.
 if ! python3 -c 'import openai' 2>/dev/null; then
     python3 -m pip install -q openai ||
         fail "$(command -v python3) lacks the openai package and pip could not install it: run '$(command -v python3) -m pip install openai'"

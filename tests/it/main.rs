@@ -52,6 +52,7 @@ mod remote_config;
 mod remote_fake;
 mod remote_llama;
 mod save_pty;
+mod serve;
 mod session;
 mod session_limits;
 mod settings_cli;

@@ -2,7 +2,7 @@
 //! scheduler's continuous batching, and the HTTP endpoint with real clients (curl, the official
 //! `openai` Python package, hipscope's own `chat --remote` / `top --remote`).
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 
