@@ -7,13 +7,12 @@ use crate::app::stderr::errln;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{Event, EventStream, KeyCode, KeyEventKind, KeyModifiers};
-use futures_util::StreamExt;
+use crossterm::event::{Event, KeyCode, KeyEventKind, KeyModifiers};
 use tokio::sync::watch;
 
 use super::quit::QuitCoordinator;
 use super::serve::HangNote;
-use super::terminal::TerminalGuard;
+use super::terminal::{TerminalGuard, spawn_input};
 use crate::gpu::backend::BackendMonitor;
 use crate::gpu::snapshot::{DeviceSummary, WatchdogSnapshot};
 use crate::model::scheduler::ServeSnapshot;
@@ -74,13 +73,17 @@ pub async fn run(
     {
         tracing::warn!("telemetry sampler not started: {e}");
     }
-    let mut keys = EventStream::new();
+    // The chat's input thread: a terminal that hangs up ends the channel, never a spinning read.
+    let (keys_tx, mut keys) = tokio::sync::mpsc::unbounded_channel();
+    if let Err(e) = spawn_input(keys_tx) {
+        tracing::warn!("the view reads no keys ({e}); serving goes on headless");
+    }
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     let start = Instant::now();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            k = keys.next() => match k {
+            k = keys.recv() => match k {
                 Some(Ok(Event::Key(k))) if k.kind == KeyEventKind::Press => {
                     let ctrl_c = k.code == KeyCode::Char('c') && k.modifiers.contains(KeyModifiers::CONTROL);
                     if ctrl_c {

@@ -141,6 +141,12 @@ pub fn is_active() -> bool {
 /// `EventStream` took that lock on the UI thread, which then spun at 100% of a core and never
 /// began the quit (the chat left running after `item10` of tests/it/fault_injection.rs closed its
 /// terminal). Here at worst this thread spins, until the loop's own hang-up check quits.
+///
+/// crossterm is built with `use-dev-tty`, its poll(2) source: the default mio source waits
+/// edge-triggered and, when a resize and keys arrive in one wakeup, returns the resize and
+/// never reads the keys until more input comes (a Ctrl-C Ctrl-C typed during a resize was
+/// lost; `a_terminal_too_small_names_the_size_it_needs` caught it under load). That source
+/// reads nothing on a zero timeout, hence the 1 ms waits.
 pub fn spawn_input(tx: UnboundedSender<io::Result<Event>>) -> io::Result<()> {
     // crossterm reads stdin when it is a terminal, else /dev/tty: watch the same one.
     let tty = if io::stdin().is_terminal() {
@@ -185,7 +191,7 @@ pub fn spawn_input(tx: UnboundedSender<io::Result<Event>>) -> io::Result<()> {
                 let mut wait = if n > 0 {
                     Duration::from_millis(10)
                 } else {
-                    Duration::ZERO
+                    Duration::from_millis(1)
                 };
                 loop {
                     match crossterm::event::poll(wait) {
@@ -202,7 +208,7 @@ pub fn spawn_input(tx: UnboundedSender<io::Result<Event>>) -> io::Result<()> {
                             return;
                         }
                     }
-                    wait = Duration::ZERO;
+                    wait = Duration::from_millis(1);
                 }
             }
         })?;
