@@ -21,6 +21,7 @@ use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
 use crate::gpu::cpu::CpuOptions;
 use crate::gpu::dirs::Dirs;
 use crate::gpu::quant::dot::Isa;
+use crate::gpu::trace::device::TraceEvents;
 
 /// Everything a command starts from.
 #[derive(Clone, Debug, PartialEq)]
@@ -83,6 +84,9 @@ pub struct Tuning {
     pub gemm_min_tokens: Option<usize>,
     /// `HIPSCOPE_MV_ACT=f32`: the one-token products take f32 activations where they can.
     pub mv_act_f32: bool,
+    /// `HIPSCOPE_TRACE_EVENTS=ends`: the tracer records one timed event per op instead of two
+    /// (what the second costs, `scripts/device/trace-check.sh`).
+    pub trace_events: TraceEvents,
 }
 
 impl Default for Tuning {
@@ -93,6 +97,7 @@ impl Default for Tuning {
             prefill: PrefillGemm::Auto,
             gemm_min_tokens: None,
             mv_act_f32: false,
+            trace_events: TraceEvents::Pairs,
         }
     }
 }
@@ -156,6 +161,13 @@ impl Tuning {
                 _ => return Err(bad("HIPSCOPE_MV_ACT", v, "f32 or q8")),
             };
         }
+        if let Some(v) = get("HIPSCOPE_TRACE_EVENTS") {
+            t.trace_events = match v.to_ascii_lowercase().as_str() {
+                "ends" => TraceEvents::Ends,
+                "pairs" => TraceEvents::Pairs,
+                _ => return Err(bad("HIPSCOPE_TRACE_EVENTS", v, "pairs or ends")),
+            };
+        }
         Ok((t, notes))
     }
 
@@ -177,6 +189,7 @@ impl Tuning {
             prefill: self.prefill,
             gemm_min_tokens: self.gemm_min_tokens.unwrap_or(d.gemm_min_tokens),
             mv_act_f32: self.mv_act_f32,
+            trace_events: self.trace_events,
             ..d
         }
     }
@@ -227,6 +240,7 @@ mod tests {
             ("HIPSCOPE_GEMM_MIN_TOKENS", "4"),
             ("HIPSCOPE_MV_ACT", "F32"),
             ("HIPSCOPE_CPU_ISA", "scalar"),
+            ("HIPSCOPE_TRACE_EVENTS", "ends"),
         ]))
         .unwrap();
         assert!(notes.is_empty());
@@ -238,6 +252,7 @@ mod tests {
                 prefill: PrefillGemm::Own,
                 gemm_min_tokens: Some(4),
                 mv_act_f32: true,
+                trace_events: TraceEvents::Ends,
             }
         );
         let c = t.compute(KvType::F32, false);
@@ -245,6 +260,7 @@ mod tests {
             (c.prefill, c.gemm_min_tokens, c.mv_act_f32, c.graphs),
             (PrefillGemm::Own, 4, true, false)
         );
+        assert_eq!(c.trace_events, TraceEvents::Ends);
         assert_eq!(t.cpu(3).threads, 3);
         assert!(!t.cpu(3).repack);
         assert_eq!(
@@ -257,6 +273,7 @@ mod tests {
             ("HIPSCOPE_GEMM_MIN_TOKENS", "0"),
             ("HIPSCOPE_CPU_ISA", "neon"),
             ("HIPSCOPE_CPU_REPACK", "no"),
+            ("HIPSCOPE_TRACE_EVENTS", "all"),
         ] {
             let e = Tuning::from_env(&env(&[(k, v)])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");
