@@ -116,13 +116,9 @@ pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
         .filter(|(k, _)| k != "general.alignment")
         .cloned()
         .collect();
+    // The file's type is the one its matrices now have, as llama-quantize writes it.
     if let Some(ft) = meta.iter_mut().find(|(k, _)| k == "general.file_type") {
-        ft.1 = Value::U32(match ty {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q8_0 => 7,
-            _ => 0,
-        });
+        ft.1 = Value::U32(crate::model::gguf::ftype::ftype_of(ty));
     }
     let plan: Vec<(TensorSpec, GgmlType)> = f
         .tensors()
