@@ -33,6 +33,7 @@ use crate::gpu::trace::{
     device::{DeviceTimer, TraceEvents},
 };
 pub use graph::{GraphMode, GraphStats};
+pub use transfer::{READ_PROBE_BYTES, READ_PROBE_RUNS, ReadBandwidth};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]
