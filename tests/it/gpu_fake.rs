@@ -765,7 +765,11 @@ fn the_read_probe_streams_its_own_buffer_and_frees_it() {
     assert!(bw.bytes_per_s.is_finite() && bw.bytes_per_s > 0.0, "{bw:?}");
     assert_eq!(launched(&ctl, "hs_read_bw"), 1 + 5 * 10);
     assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
-    assert_eq!(gpu.mem_info().expect("mem").free, free, "the buffer is freed");
+    assert_eq!(
+        gpu.mem_info().expect("mem").free,
+        free,
+        "the buffer is freed"
+    );
 
     let (mut small, _) = with_arena(
         FakeScript {
