@@ -205,7 +205,11 @@ impl GpuCompute {
             cache: cache.clone(),
             mode,
         };
-        let mut gpu = Gpu::open(device, GpuConfig::default())?;
+        let cfg = GpuConfig {
+            trace_events: opts.trace_events,
+            ..GpuConfig::default()
+        };
+        let mut gpu = Gpu::open(device, cfg)?;
         let scope = opts.kernels.map_or(KernelScope::All, |n| {
             KernelScope::Model(KernelNeeds { kv: opts.kv, ..n })
         });

@@ -38,8 +38,8 @@ impl Instrument for SplitBackend {
         d
     }
 
-    fn copy_bandwidth(&mut self) -> Option<f64> {
-        self.gpu.copy_bandwidth()
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
+        self.gpu.read_bandwidth()
     }
 
     fn streams(&self) -> Vec<StreamSnapshot> {
