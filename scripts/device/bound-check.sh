@@ -47,8 +47,8 @@ if [ ! -s "$MODEL" ]; then
     run 240 "$BIN" synth llama-2-7b --quant Q4_0 -o "$MODEL" >>"$LOG" 2>&1 || {
         echo "FAIL: could not write the 7B synthetic model (see $LOG)"; exit 1; }
 fi
-bench=("$BIN" bench -m "$MODEL" --backend "$BACKEND" -p 0 -n 128 -d 0,2048 -r 3)
-run 150 "${bench[@]}" >"$OUT_DIR/bench.txt" 2>>"$LOG"
+bench=("$BIN" bench -m "$MODEL" --backend "$BACKEND" -p 0 -n 128)
+run 150 "${bench[@]}" -d 0,2048 -r 3 >"$OUT_DIR/bench.txt" 2>>"$LOG"
 for i in 1 2 3; do
     run 120 "${bench[@]}" -d 0 -r 1 --json >"$OUT_DIR/bench-$i.json" 2>>"$LOG"
 done

@@ -49,17 +49,18 @@ if [ ! -s "$MODEL" ]; then
     run 240 "$BIN" synth llama-2-7b --quant Q4_0 -o "$MODEL" >>"$LOG" 2>&1 || {
         echo "FAIL: could not write the 7B synthetic model (see $LOG)"; exit 1; }
 fi
-common=(-m "$MODEL" --backend cuda -p 0 -r 1)
+common=(-m "$MODEL" --backend cuda -p 0)
 
 # 1. The trace, launch by launch.
-run 120 "$BIN" bench "${common[@]}" -n 8 --no-graphs --profile --json \
+run 120 "$BIN" bench "${common[@]}" -r 1 -n 8 --no-graphs --profile --json \
     --trace "$OUT_DIR/trace-nographs.json" >"$OUT_DIR/bench-profile.json" 2>>"$LOG"
 rc_trace=$?
 
-# 2. ncu over the same decode steps (fewer of them: each kernel is replayed).
+# 2. ncu over the same decode steps (fewer of them: each kernel is replayed). With --log-file,
+# ncu writes its CSV there (hipscope's own output goes to ncu-bench.txt).
 run 200 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-    --log-file "$OUT_DIR/ncu.log" "$BIN" bench "${common[@]}" -n 2 --no-graphs \
-    >"$OUT_DIR/ncu.csv" 2>>"$LOG"
+    --log-file "$OUT_DIR/ncu.csv" "$BIN" bench "${common[@]}" -r 1 -n 2 --no-graphs \
+    >"$OUT_DIR/ncu-bench.txt" 2>>"$LOG"
 rc_ncu=$?
 
 # 4. The cost: tokens/s without and with the tracer, graphs on and off.
@@ -72,7 +73,7 @@ n_off=$(cost --no-graphs ""); n_on=$(cost --no-graphs --profile)
 # One timed event a launch instead of two (HIPSCOPE_TRACE_EVENTS=ends): its cost and its shares.
 export HIPSCOPE_TRACE_EVENTS=ends
 n_ends=$(cost --no-graphs --profile)
-run 90 "$BIN" bench "${common[@]}" -n 8 --no-graphs --trace "$OUT_DIR/trace-ends.json" \
+run 90 "$BIN" bench "${common[@]}" -r 1 -n 8 --no-graphs --trace "$OUT_DIR/trace-ends.json" \
     >/dev/null 2>>"$LOG"
 unset HIPSCOPE_TRACE_EVENTS
 
