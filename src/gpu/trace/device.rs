@@ -4,7 +4,7 @@
 //! between its two events (what the device spent on it, launch latency excluded), placed on the
 //! host clock through an anchor — a timed event recorded while the stream was idle, so that the
 //! device reached it at the host time it was recorded. The in-flight table's own events stay
-//! without timing (`GPU rules` in DESIGN.md): with tracing off, nothing here runs.
+//! without timing (docs/ARCHITECTURE.md, "The GPU rules"): with tracing off, nothing here runs.
 //!
 //! [`TraceEvents::Ends`] (`HIPSCOPE_TRACE_EVENTS=ends`, resolved by `app/settings.rs` and passed
 //! down through `GpuConfig`) records only the event after each op (half the calls): an op then
