@@ -21,6 +21,7 @@ use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
 use crate::gpu::cpu::CpuOptions;
 use crate::gpu::dirs::Dirs;
 use crate::gpu::quant::dot::Isa;
+use crate::model::split::{SplitMode, SplitOptions, TensorSplit};
 
 /// Everything a command starts from.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +56,7 @@ impl Settings {
             (None, None) => (dirs.config.join("config.toml"), false),
         };
         let mut config = Config::load(&config_path)?;
+        split_from_env(&mut config.split, env)?;
         let (tuning, notes) = Tuning::from_env(env)?;
         config.tuning = tuning;
         Ok(Settings {
@@ -64,6 +66,95 @@ impl Settings {
             config,
             notes,
         })
+    }
+}
+
+/// The split over several GPUs from the environment, over the config file's
+/// (`HIPSCOPE_SPLIT_MODE`, `HIPSCOPE_TENSOR_SPLIT`, `HIPSCOPE_MAIN_GPU`, as llama.cpp's
+/// `LLAMA_ARG_SPLIT_MODE`, …); a value that is not allowed names its variable.
+fn split_from_env(
+    split: &mut SplitOptions,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<(), ConfigError> {
+    let get = |k: &str| {
+        env(k)
+            .map(|v| v.to_string_lossy().trim().to_string())
+            .filter(|v| !v.is_empty())
+    };
+    let bad = |key: &str, got: String, allowed: &str| ConfigError::Env {
+        key: key.to_string(),
+        got,
+        allowed: allowed.to_string(),
+    };
+    if let Some(v) = get("HIPSCOPE_SPLIT_MODE") {
+        split.mode = v
+            .parse()
+            .map_err(|_| bad("HIPSCOPE_SPLIT_MODE", v, SplitMode::ALLOWED))?;
+    }
+    if let Some(v) = get("HIPSCOPE_TENSOR_SPLIT") {
+        split.tensor_split = Some(v.parse().map_err(|_| {
+            bad(
+                "HIPSCOPE_TENSOR_SPLIT",
+                v,
+                "proportions per GPU, such as 3,1",
+            )
+        })?);
+    }
+    if let Some(v) = get("HIPSCOPE_MAIN_GPU") {
+        split.main_gpu = Some(
+            v.parse()
+                .map_err(|_| bad("HIPSCOPE_MAIN_GPU", v, "a GPU number from 0"))?,
+        );
+    }
+    Ok(())
+}
+
+/// `--split-mode`, `--tensor-split`, `--main-gpu`: every command that runs a model takes them
+/// (llama.cpp's flags and meanings); laid over the settings' [`SplitOptions`] by
+/// [`SplitArgs::over`].
+#[derive(clap::Args, Clone, Debug, Default, PartialEq)]
+pub struct SplitArgs {
+    /// How a model is split over several GPUs: none (one GPU: --main-gpu, else --device, else
+    /// the largest) or layer (the layers over every GPU of the runtime). Default: one GPU, or
+    /// layer when the model does not fit one (also `-sm`; config `split_mode`).
+    #[arg(long = "split-mode", visible_alias = "sm", value_name = "none|layer",
+          value_parser = crate::model::split::parse_split_mode)]
+    pub split_mode: Option<SplitMode>,
+    /// The share of the layers each GPU takes, in the runtime's order, such as 3,1 (default: in
+    /// proportion to each GPU's free memory; also `-ts`; config `tensor_split`).
+    #[arg(long = "tensor-split", visible_alias = "ts", value_name = "A,B,…",
+          value_parser = crate::model::split::parse_tensor_split)]
+    pub tensor_split: Option<TensorSplit>,
+    /// The GPU used with --split-mode none, as --device (also `-mg`; config `main_gpu`).
+    #[arg(long = "main-gpu", visible_alias = "mg", value_name = "N")]
+    pub main_gpu: Option<u32>,
+}
+
+impl SplitArgs {
+    /// The flags over `split` (the settings': environment over config over defaults).
+    pub fn over(&self, split: &SplitOptions) -> SplitOptions {
+        let mut s = split.clone();
+        if let Some(m) = self.split_mode {
+            s.mode = m;
+        }
+        if let Some(t) = &self.tensor_split {
+            s.tensor_split = Some(t.clone());
+        }
+        if let Some(g) = self.main_gpu {
+            s.main_gpu = Some(g);
+        }
+        s
+    }
+}
+
+/// The GPU to open first: `--device` (flag, else config), else `--main-gpu` (llama.cpp's name
+/// for it); both naming different GPUs is a usage error.
+pub fn first_gpu(device: Option<u32>, split: &SplitOptions) -> Result<Option<u32>, String> {
+    match (device, split.main_gpu) {
+        (Some(d), Some(m)) if d != m => Err(format!(
+            "--device {d} and --main-gpu {m} name different GPUs; give one of them"
+        )),
+        (d, m) => Ok(d.or(m)),
     }
 }
 

@@ -214,6 +214,17 @@ pub struct FakeDevice {
 }
 
 impl FakeDevice {
+    /// The fake device as the runtime's device `ordinal` (`fake:1 stream 0`, `fake GPU 1`): a
+    /// second (third, …) GPU for the tests of a model split over several.
+    pub fn with_ordinal(script: FakeScript, ordinal: u32) -> FakeDevice {
+        let mut d = FakeDevice::new(script);
+        d.info.ordinal = ordinal;
+        if ordinal > 0 {
+            d.info.name = format!("fake GPU {ordinal}");
+        }
+        d
+    }
+
     pub fn new(script: FakeScript) -> FakeDevice {
         let info = DeviceInfo {
             backend: Some(RuntimeKind::Fake),

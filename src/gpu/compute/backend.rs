@@ -289,11 +289,41 @@ impl Memory for GpuCompute {
     }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        self.read_as(buf, offset, out, OpLabel::global("read"), "logits")
+    }
+
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()> {
+        self.read_as(buf, 0, out, label, "")
+    }
+
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()> {
+        self.write_as(buf, 0, data, label)
+    }
+
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_at(buf, offset, data)
+    }
+
+    fn arena(&self) -> ArenaSnapshot {
+        self.arena_cache.clone()
+    }
+}
+
+impl GpuCompute {
+    /// `read` as an op labelled `l` (· `kernel`): the logits' read, or a split model's crossing.
+    fn read_as(
+        &mut self,
+        buf: Buf,
+        offset: usize,
+        out: &mut [f32],
+        l: OpLabel,
+        kernel: &'static str,
+    ) -> Result<()> {
         let src = self
             .buf(buf, offset + out.len())?
             .slice(offset as u64 * 4, out.len() as u64 * 4)
             .map_err(gpu_err)?;
-        let l = self.label(OpLabel::global("read"), "logits")?;
+        let l = self.label(l, kernel)?;
         // The end of a decode step recorded for graph replay: it runs now.
         self.gpu_mut()?.graph_end_step().map_err(gpu_err)?;
         // Through pinned staging, waiting with the configured deadline (never unbounded). The
@@ -323,14 +353,6 @@ impl Memory for GpuCompute {
         };
         self.refresh_arena(false);
         r
-    }
-
-    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
-        self.write_at(buf, offset, data)
-    }
-
-    fn arena(&self) -> ArenaSnapshot {
-        self.arena_cache.clone()
     }
 }
 

@@ -393,9 +393,13 @@ fn run_case(
                 Box::new(gpu),
                 &config,
                 model_options(),
-                n,
-                &tuning()?.cpu(0),
-                &Roots::from_env(),
+                split::Arrange {
+                    want: n,
+                    split: &split::SplitOptions::default(),
+                    more: None,
+                    cpu: &tuning()?.cpu(0),
+                    roots: &Roots::from_env(),
+                },
             )
             .map_err(|e| e.to_string())?
             .0
