@@ -9,7 +9,8 @@ use super::SplitBackend;
 use crate::gpu::backend::{BackendMonitor, Instrument, OpLabel, Result};
 use crate::gpu::device::DeviceInfo;
 use crate::gpu::snapshot::{
-    DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot, WatchState, WatchdogSnapshot,
+    DeviceRelease, DeviceSummary, QuitStep, QuitStepStatus, StreamSnapshot, WatchState,
+    WatchdogSnapshot,
 };
 use crate::gpu::stream::{Budget, StreamShared};
 use crate::gpu::watchdog::Watchdog;
@@ -115,6 +116,19 @@ impl Instrument for SplitBackend {
             });
             if r == DeviceRelease::Abandoned {
                 release = DeviceRelease::Abandoned;
+            }
+            // Each device's release as a step of its own (the CPU part reports none itself).
+            if several {
+                on_step(QuitStep {
+                    name: format!("{who}: released"),
+                    status: match r {
+                        DeviceRelease::Clean => QuitStepStatus::Done,
+                        DeviceRelease::Abandoned => {
+                            QuitStepStatus::Failed("left without waiting for it".into())
+                        }
+                    },
+                    elapsed: start.elapsed(),
+                });
             }
         }
         release
