@@ -390,10 +390,22 @@ fn a_model_too_large_for_one_gpu_goes_over_both_by_default() {
         },
     )
     .expect("plan");
-    let whole = fake_gpu(0, 1 << 30).plan_bytes(&full).expect("a GPU plans");
-    // The first GPU holds most of the model, not all of it; the second is large.
+    // What one GPU needs for -ngl k, from the backend's own arithmetic.
+    let probe = fake_gpu(0, 1 << 30);
+    let n = config.n_layers;
+    let need = |k: usize| {
+        let p = Placement::from_ngl(n, k, config.tied_embeddings);
+        let plan = if p.all_on_gpu() {
+            full
+        } else {
+            hipscope::model::split::gpu_plan(&full, &p, &file, &config, 64)
+        };
+        probe.plan_bytes(&plan).expect("a GPU plans")
+    };
+    // The first GPU holds the output and two layers, not the whole model; the second is large.
     let second = Second::default();
-    let small = whole * 9 / 10;
+    let small = need(3) + 4096;
+    assert!(small < need(n + 1));
     let loaded = loader::load(
         file.clone(),
         fake_gpu(0, small),
