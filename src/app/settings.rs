@@ -353,4 +353,73 @@ mod tests {
             assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");
         }
     }
+
+    #[test]
+    fn the_split_settings_come_from_flags_over_environment_over_config() {
+        use crate::model::split::{SplitMode, TensorSplit};
+        let t = tempfile::tempdir().unwrap();
+        let dirs = Dirs::under(t.path());
+        let file = t.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "split_mode = \"layer\"\ntensor_split = [3, 1]\nmain_gpu = 1\n",
+        )
+        .unwrap();
+        let s = Settings::resolve_with(Some(&file), dirs.clone(), &env(&[])).unwrap();
+        let from_file = s.config.split.clone();
+        assert_eq!(
+            from_file,
+            SplitOptions {
+                mode: SplitMode::Layer,
+                tensor_split: Some(TensorSplit(vec![3.0, 1.0])),
+                main_gpu: Some(1),
+            }
+        );
+        let e = env(&[
+            ("HIPSCOPE_SPLIT_MODE", "none"),
+            ("HIPSCOPE_TENSOR_SPLIT", "1,1"),
+        ]);
+        let s = Settings::resolve_with(Some(&file), dirs.clone(), &e).unwrap();
+        assert_eq!(s.config.split.mode, SplitMode::None);
+        assert_eq!(
+            s.config.split.tensor_split,
+            Some(TensorSplit(vec![1.0, 1.0]))
+        );
+        assert_eq!(
+            s.config.split.main_gpu,
+            Some(1),
+            "the file's, not overridden"
+        );
+        // The flags over both.
+        let flags = SplitArgs {
+            split_mode: Some(SplitMode::Layer),
+            tensor_split: None,
+            main_gpu: Some(0),
+        };
+        let o = flags.over(&s.config.split);
+        assert_eq!(
+            (o.mode, o.main_gpu, o.tensor_split.clone()),
+            (SplitMode::Layer, Some(0), Some(TensorSplit(vec![1.0, 1.0])))
+        );
+        // --main-gpu picks the GPU --device would; naming two different ones is refused.
+        assert_eq!(first_gpu(None, &o), Ok(Some(0)));
+        assert_eq!(first_gpu(Some(0), &o), Ok(Some(0)));
+        let e = first_gpu(Some(2), &o).unwrap_err();
+        assert!(
+            e.contains("--device 2") && e.contains("--main-gpu 0"),
+            "{e}"
+        );
+        // A bad value names its variable or key.
+        for (k, v) in [
+            ("HIPSCOPE_SPLIT_MODE", "row"),
+            ("HIPSCOPE_TENSOR_SPLIT", "a,b"),
+            ("HIPSCOPE_MAIN_GPU", "-1"),
+        ] {
+            let err = Settings::resolve_with(None, dirs.clone(), &env(&[(k, v)])).unwrap_err();
+            assert!(err.to_string().starts_with(&format!("{k}={v}")), "{err}");
+        }
+        std::fs::write(&file, "tensor_split = \"3;x\"\n").unwrap();
+        let err = Settings::resolve_with(Some(&file), dirs, &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("tensor_split"), "{err}");
+    }
 }
