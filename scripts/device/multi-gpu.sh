@@ -42,8 +42,15 @@ step() {
     echo "$rc $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
 }
 
-# t/s of test TEST (pp512, tg128) in a llama-bench style table: the last column of its row.
-tps() { grep -E "\| +$2 " "$1" | head -1 | awk -F'|' '{ v = $(NF-1); gsub(/^ +| +$/, "", v); sub(/ ±.*/, "", v); print v }'; }
+# t/s of test TEST (pp512, tg128) in a llama-bench style table (hipscope's has the same
+# columns and a "bound t/s" after): the column headed exactly "t/s".
+tps() {
+    awk -F'|' -v t="$2" '
+        { for (i = 1; i <= NF; i++) { v = $i; gsub(/^ +| +$/, "", v); f[i] = v } }
+        col == 0 { for (i = 1; i <= NF; i++) if (f[i] == "t/s") col = i; next }
+        { for (i = 1; i <= NF; i++) if (f[i] == t) { v = f[col]; sub(/ ±.*/, "", v); print v; exit } }
+    ' "$1"
+}
 
 ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 echo "hipscope multi-GPU check: ${ngpu} GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | tr -s ' ' | paste -sd';'), $("$BIN" --version 2>/dev/null)"
