@@ -35,6 +35,11 @@ const GRAPH_SYMBOLS: [&str; 6] = [
     "cuGraphDestroy",
 ];
 
+thread_local! {
+    /// The context this thread last made current through a [`CudaDevice`] (0: none).
+    static CURRENT_CTX: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// One opened CUDA device: its primary context and one non-blocking stream.
 pub struct CudaDevice {
     info: DeviceInfo,
@@ -64,6 +69,7 @@ impl CudaDevice {
                 cu::cuDevicePrimaryCtxRetain(&mut ctx, dev)
             })?;
             check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) })?;
+            CURRENT_CTX.with(|c| c.set(ctx as usize));
             let mut stream: cu::CUstream = std::ptr::null_mut();
             check("cuStreamCreate", unsafe {
                 cu::cuStreamCreate(
@@ -92,11 +98,16 @@ impl CudaDevice {
         })
     }
 
+    /// Makes this device's context current on the calling thread, unless it already is: with
+    /// several GPUs in one process (a model split over them) the worker thread alternates
+    /// between their contexts, so "current on this thread" is per thread and per context.
     fn ensure_current(&mut self) -> Result<(), GpuError> {
         let me = std::thread::current().id();
-        if self.current_on != Some(me) {
+        let mine = self.ctx as usize;
+        if self.current_on != Some(me) || CURRENT_CTX.with(|c| c.get()) != mine {
             // SAFETY: ctx is our retained primary context.
             check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })?;
+            CURRENT_CTX.with(|c| c.set(mine));
             self.current_on = Some(me);
         }
         Ok(())

@@ -221,6 +221,7 @@ impl HipRuntime {
         check("hipSetDevice", unsafe {
             (self.api.hipSetDevice)(ordinal as c_int)
         })?;
+        CURRENT_DEVICE.with(|c| c.set(ordinal as c_int));
         let mut stream: HipStream = std::ptr::null_mut();
         // SAFETY: writes one handle.
         check("hipStreamCreateWithFlags", unsafe {
@@ -260,6 +261,11 @@ impl HipDevice {
     }
 }
 
+thread_local! {
+    /// The device this thread last made current through a [`HipDevice`] (-1: none).
+    static CURRENT_DEVICE: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+}
+
 /// One opened HIP device.
 pub struct HipDevice {
     api: Arc<HipApi>,
@@ -280,13 +286,17 @@ pub struct HipDevice {
 unsafe impl Send for HipDevice {}
 
 impl HipDevice {
+    /// Makes this device current on the calling thread, unless it already is: with several
+    /// GPUs in one process (a model split over them) the worker thread alternates between them,
+    /// so "current on this thread" is per thread and per device.
     fn ensure_current(&mut self) -> Result<(), GpuError> {
         let me = std::thread::current().id();
-        if self.current_on != Some(me) {
+        if self.current_on != Some(me) || CURRENT_DEVICE.with(|c| c.get()) != self.ordinal {
             // SAFETY: plain call.
             check("hipSetDevice", unsafe {
                 (self.api.hipSetDevice)(self.ordinal)
             })?;
+            CURRENT_DEVICE.with(|c| c.set(self.ordinal));
             self.current_on = Some(me);
         }
         Ok(())
