@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use hipscope::gpu::backend::{Backend, MemoryPlan, OpLabel};
+use hipscope::gpu::backend::{Backend, Instrument, Memory, MemoryPlan, OpLabel};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute};
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::device::{DeviceInfo, RuntimeKind};
@@ -341,9 +341,10 @@ fn split_mode_layer_puts_each_gpus_layers_there_and_crosses_on_both_streams() {
     );
     // Each crossing is one op on the sending device's stream and one on the receiving one's.
     let (on0, on1) = (done_labels(&first), done_labels(&second_stream));
+    // Between the GPUs peer to peer (the fakes allow it); from the CPU part, an upload.
     let count = |v: &[String], l: &str| v.iter().filter(|x| x.as_str() == l).count();
-    assert_eq!(count(&on0, "cross GPU 0 → GPU 1"), 2, "{on0:?}");
-    assert_eq!(count(&on1, "cross GPU 0 → GPU 1"), 2, "{on1:?}");
+    assert_eq!(count(&on0, "cross GPU 0 → GPU 1 · peer"), 2, "{on0:?}");
+    assert_eq!(count(&on1, "cross GPU 0 → GPU 1 · peer"), 2, "{on1:?}");
     assert_eq!(count(&on0, "cross CPU → GPU 0"), 2, "{on0:?}");
     assert!(on1.iter().any(|l| l.starts_with("layer 3 ·")), "{on1:?}");
     assert!(!on0.iter().any(|l| l.starts_with("layer 3 ·")), "{on0:?}");
@@ -517,4 +518,50 @@ fn a_hang_on_the_second_gpu_is_named_by_its_stream_and_the_quit_still_releases_a
         first_of("GPU 0: ") < first_of("GPU 1: ") && first_of("GPU 1: ") < first_of("CPU: "),
         "{steps:?}"
     );
+}
+
+#[test]
+fn a_peer_copy_between_two_gpus_carries_the_data_intact() {
+    let mut a = GpuCompute::open(
+        Box::new(FakeDevice::with_ordinal(FakeScript::default(), 0)),
+        "fake: test device",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let mut b = GpuCompute::open(
+        Box::new(FakeDevice::with_ordinal(FakeScript::default(), 1)),
+        "fake: test device",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let plan = MemoryPlan {
+        activation_elems: 1 << 16,
+        n_batch: 1,
+        max_cols: 256,
+        ..MemoryPlan::default()
+    };
+    let (mut xa, mut xb) = (None, None);
+    for (g, x) in [(&mut a, &mut xa), (&mut b, &mut xb)] {
+        g.plan(&plan).expect("plan");
+        *x = Some(g.alloc("x", 4096).expect("alloc"));
+    }
+    let (xa, xb) = (xa.unwrap(), xb.unwrap());
+    let data: Vec<f32> = (0..4096).map(|i| i as f32 * 0.5 - 7.0).collect();
+    a.write(xa, 0, &data).expect("write on GPU 0");
+    let sent = a
+        .send_to_peer(xa, &mut b, xb, 3000, OpLabel::global("cross GPU 0 → GPU 1"))
+        .expect("peer copy");
+    assert!(sent, "two fakes allow a peer copy");
+    let mut back = vec![0f32; 4096];
+    b.read(xb, 0, &mut back).expect("read on GPU 1");
+    assert_eq!(&back[..3000], &data[..3000], "the crossed rows");
+    assert!(back[3000..].iter().all(|&x| x == 0.0), "nothing past them");
+    for g in [&mut a, &mut b] {
+        assert_eq!(
+            g.shutdown(Duration::from_secs(2), &mut |_| {}),
+            DeviceRelease::Clean
+        );
+    }
 }

@@ -310,6 +310,32 @@ impl Memory for GpuCompute {
 }
 
 impl GpuCompute {
+    /// One crossing of a model split over GPUs, peer to peer: elements `0..len` of `buf` here
+    /// into `to_buf` on `to`, one op labelled `label` on each stream (`Gpu::send_to_peer`).
+    /// `Ok(false)`: these two devices make no peer copy (the caller goes through the host).
+    pub fn send_to_peer(
+        &mut self,
+        buf: Buf,
+        to: &mut GpuCompute,
+        to_buf: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<bool> {
+        let src = self.buf(buf, len)?;
+        let dst = to.buf(to_buf, len)?;
+        let (l, tl) = (self.label(label, "peer")?, to.label(label, "peer")?);
+        let (Some(a), Some(b)) = (self.gpu.as_mut(), to.gpu.as_mut()) else {
+            return Err(BackendError::Device("the device was shut down".into()));
+        };
+        let sent = a
+            .send_to_peer(l, src, b, tl, dst, len * 4)
+            .map_err(gpu_err)?;
+        if sent {
+            to.wrote(to_buf);
+        }
+        Ok(sent)
+    }
+
     /// `read` as an op labelled `l` (· `kernel`): the logits' read, or a split model's crossing.
     fn read_as(
         &mut self,

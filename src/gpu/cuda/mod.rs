@@ -328,6 +328,57 @@ impl Device for CudaDevice {
         })
     }
 
+    fn peer_id(&self) -> Option<u64> {
+        Some(self.ctx as u64)
+    }
+
+    fn enable_peer(&mut self, peer: u64, ordinal: u32) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let mut peer_dev: cu::CUdevice = 0;
+        // SAFETY: each call writes into the local it is given.
+        check("cuDeviceGet", unsafe {
+            cu::cuDeviceGet(&mut peer_dev, ordinal as c_int)
+        })?;
+        let mut can: c_int = 0;
+        check("cuDeviceCanAccessPeer", unsafe {
+            cu::cuDeviceCanAccessPeer(&mut can, self.dev, peer_dev)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        // SAFETY: the peer context is retained by its device, which outlives the split's use.
+        match unsafe { cu::cuCtxEnablePeerAccess(peer as cu::CUcontext, 0) } {
+            cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                Ok(true)
+            }
+            r => Err(cu_err("cuCtxEnablePeerAccess", r)),
+        }
+    }
+
+    unsafe fn copy_from_peer(
+        &mut self,
+        dst: DevicePtr,
+        peer: u64,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("cuMemcpyPeerAsync", unsafe {
+            cu::cuMemcpyPeerAsync(dst.0, self.ctx, src.0, peer as cu::CUcontext, bytes, s)
+        })
+    }
+
+    unsafe fn wait_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("cuStreamWaitEvent", unsafe {
+            cu::cuStreamWaitEvent(s, e.0 as cu::CUevent, 0)
+        })
+    }
+
     fn load_module(&mut self, image: &[u8]) -> Result<RawModule, GpuError> {
         self.ensure_current()?;
         let mut m: cu::CUmodule = std::ptr::null_mut();

@@ -530,6 +530,58 @@ impl Device for HipDevice {
         })
     }
 
+    fn peer_id(&self) -> Option<u64> {
+        Some(self.ordinal as u64)
+    }
+
+    fn enable_peer(&mut self, peer: u64, _ordinal: u32) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let mut can: c_int = 0;
+        // SAFETY: writes one int.
+        check("hipDeviceCanAccessPeer", unsafe {
+            (self.api.hipDeviceCanAccessPeer)(&mut can, self.ordinal, peer as c_int)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        // SAFETY: plain call; access is enabled for the current device (this one).
+        match unsafe { (self.api.hipDeviceEnablePeerAccess)(peer as c_int, 0) } {
+            ffi::HIP_SUCCESS | ffi::HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+            r => check("hipDeviceEnablePeerAccess", r).map(|_| false),
+        }
+    }
+
+    unsafe fn copy_from_peer(
+        &mut self,
+        dst: DevicePtr,
+        peer: u64,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("hipMemcpyPeerAsync", unsafe {
+            (self.api.hipMemcpyPeerAsync)(
+                dst.0 as *mut c_void,
+                self.ordinal,
+                src.0 as *const c_void,
+                peer as c_int,
+                bytes,
+                s,
+            )
+        })
+    }
+
+    unsafe fn wait_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("hipStreamWaitEvent", unsafe {
+            (self.api.hipStreamWaitEvent)(s, e.0 as ffi::HipEvent, 0)
+        })
+    }
+
     fn load_module(&mut self, image: &[u8]) -> Result<RawModule, GpuError> {
         self.ensure_current()?;
         let mut m: *mut c_void = std::ptr::null_mut();

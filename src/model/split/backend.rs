@@ -25,6 +25,7 @@ use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn,
     OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
 };
+use crate::gpu::compute::GpuCompute;
 use crate::gpu::snapshot::{ArenaSnapshot, SplitGpu, SplitSnapshot};
 
 struct BufSlot {
@@ -41,6 +42,11 @@ struct WeightSlot {
     rows: usize,
     cols: usize,
     name: String,
+}
+
+/// The GPU backend under a part, for a peer copy.
+fn as_gpu(p: &mut Box<dyn Backend>) -> Option<&mut GpuCompute> {
+    p.as_any_mut()?.downcast_mut::<GpuCompute>()
 }
 
 /// A part's index: the CPU first, then the GPUs in order.
@@ -192,9 +198,11 @@ impl SplitBackend {
         if extent > 0 {
             let (fb, tb) = (self.on(b, side_of(from))?, self.on(b, s)?);
             let label = cross_label(side_of(from), s);
-            let mut data = vec![0f32; extent];
-            self.parts[from].cross_out(fb, &mut data, label)?;
-            self.parts[to].cross_in(tb, &data, label)?;
+            if !self.peer_copy(from, to, fb, tb, extent, label)? {
+                let mut data = vec![0f32; extent];
+                self.parts[from].cross_out(fb, &mut data, label)?;
+                self.parts[to].cross_in(tb, &data, label)?;
+            }
             self.handovers += 1;
             self.handover_bytes += extent as u64 * 4;
         }
@@ -206,6 +214,29 @@ impl SplitBackend {
             }
         }
         Ok(())
+    }
+
+    /// A crossing between two GPU parts peer to peer, where both are GPU backends whose runtime
+    /// and link allow it (`GpuCompute::send_to_peer`); `false`: the caller goes through the host.
+    fn peer_copy(
+        &mut self,
+        from: usize,
+        to: usize,
+        fb: Buf,
+        tb: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<bool> {
+        if from == 0 || to == 0 || from == to {
+            return Ok(false);
+        }
+        let (lo, hi) = self.parts.split_at_mut(from.max(to));
+        let (a, b) = (&mut lo[from.min(to)], &mut hi[0]);
+        let (src, dst) = if from < to { (a, b) } else { (b, a) };
+        let (Some(s), Some(d)) = (as_gpu(src), as_gpu(dst)) else {
+            return Ok(false);
+        };
+        s.send_to_peer(fb, d, tb, len, label)
     }
 
     /// Side `s` wrote elements `0..len` of `b` (after [`SplitBackend::need`] where the op also
