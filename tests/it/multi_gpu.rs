@@ -297,11 +297,11 @@ fn load_opts(mode: SplitMode, more: MoreGpus) -> LoadOptions {
     }
 }
 
-/// Labels of the ops `stream` completed.
+/// Labels of the ops enqueued on `stream` (a GPU that only sends its last crossing of a step
+/// is not waited for by the host: its ops complete when the device gets to them).
 fn done_labels(stream: &StreamShared) -> Vec<String> {
-    stream
-        .recent_completed(4096)
-        .into_iter()
+    (1..=stream.enqueued())
+        .filter_map(|s| stream.op(s))
         .map(|o| o.label)
         .collect()
 }

@@ -104,6 +104,11 @@ impl Gpu {
             // SAFETY: a live event of this device.
             unsafe { be.record_event(ev) }
         })?;
+        // A copy writes no breadcrumb: the stream's own event shows when it is done (the
+        // sender may do nothing more this step, and must not look in flight meanwhile).
+        let d = self.deadline();
+        let r = self.stream.record_event(self.backend.as_mut(), d);
+        self.guard(r)?;
         let back = match to.peer_event {
             Some(e) => e,
             None => {
@@ -122,6 +127,9 @@ impl Gpu {
                 be.record_event(back)
             }
         })?;
+        let d = to.deadline();
+        let r = to.stream.record_event(to.backend.as_mut(), d);
+        to.guard(r)?;
         // The sender's later ops (the next batch overwriting `src`) wait for the copy, on the
         // device: the host waits for nothing.
         // SAFETY: `back` was recorded just above on the receiving stream.
