@@ -69,6 +69,22 @@ impl Settings {
     }
 }
 
+/// The value of environment variable `k`, trimmed; unset or empty: `None`.
+fn env_value(env: &dyn Fn(&str) -> Option<OsString>, k: &str) -> Option<String> {
+    env(k)
+        .map(|v| v.to_string_lossy().trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The error for variable `key` set to `got`, with what it allows.
+fn bad(key: &str, got: String, allowed: &str) -> ConfigError {
+    ConfigError::Env {
+        key: key.to_string(),
+        got,
+        allowed: allowed.to_string(),
+    }
+}
+
 /// The split over several GPUs from the environment, over the config file's
 /// (`HIPSCOPE_SPLIT_MODE`, `HIPSCOPE_TENSOR_SPLIT`, `HIPSCOPE_MAIN_GPU`, as llama.cpp's
 /// `LLAMA_ARG_SPLIT_MODE`, …); a value that is not allowed names its variable.
@@ -76,16 +92,7 @@ fn split_from_env(
     split: &mut SplitOptions,
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<(), ConfigError> {
-    let get = |k: &str| {
-        env(k)
-            .map(|v| v.to_string_lossy().trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
-    let bad = |key: &str, got: String, allowed: &str| ConfigError::Env {
-        key: key.to_string(),
-        got,
-        allowed: allowed.to_string(),
-    };
+    let get = |k: &str| env_value(env, k);
     if let Some(v) = get("HIPSCOPE_SPLIT_MODE") {
         split.mode = v
             .parse()
@@ -194,16 +201,7 @@ impl Tuning {
     pub fn from_env(
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<(Tuning, Vec<String>), ConfigError> {
-        let get = |k: &str| {
-            env(k)
-                .map(|v| v.to_string_lossy().trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let bad = |key: &str, got: String, allowed: &str| ConfigError::Env {
-            key: key.to_string(),
-            got,
-            allowed: allowed.to_string(),
-        };
+        let get = |k: &str| env_value(env, k);
         let mut t = Tuning::default();
         let mut notes = Vec::new();
         if let Some(want) = get("HIPSCOPE_CPU_ISA") {

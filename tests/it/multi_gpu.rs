@@ -201,7 +201,8 @@ fn layers_are_cut_over_gpus_as_llama_cpp_cuts_them() {
     assert_eq!(SplitOptions::default().shares(&[10, 20]), vec![10.0, 20.0]);
 }
 
-fn fake_gpu(ordinal: u32, total_memory: u64) -> Box<dyn Backend> {
+/// The GPU backend on the fake device numbered `ordinal`.
+fn fake_compute(ordinal: u32, total_memory: u64) -> GpuCompute {
     let dev = FakeDevice::with_ordinal(
         FakeScript {
             total_memory,
@@ -211,15 +212,17 @@ fn fake_gpu(ordinal: u32, total_memory: u64) -> Box<dyn Backend> {
         },
         ordinal,
     );
-    Box::new(
-        GpuCompute::open(
-            Box::new(dev),
-            "fake: test device",
-            ComputeOptions::default(),
-            &KernelCache::disabled(),
-        )
-        .expect("open"),
+    GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions::default(),
+        &KernelCache::disabled(),
     )
+    .expect("open")
+}
+
+fn fake_gpu(ordinal: u32, total_memory: u64) -> Box<dyn Backend> {
+    Box::new(fake_compute(ordinal, total_memory))
 }
 
 /// What the second fake GPU left for the test to look at: its stream, its watchdog's snapshots.
@@ -522,20 +525,7 @@ fn a_hang_on_the_second_gpu_is_named_by_its_stream_and_the_quit_still_releases_a
 
 #[test]
 fn a_peer_copy_between_two_gpus_carries_the_data_intact() {
-    let mut a = GpuCompute::open(
-        Box::new(FakeDevice::with_ordinal(FakeScript::default(), 0)),
-        "fake: test device",
-        ComputeOptions::default(),
-        &KernelCache::disabled(),
-    )
-    .expect("open");
-    let mut b = GpuCompute::open(
-        Box::new(FakeDevice::with_ordinal(FakeScript::default(), 1)),
-        "fake: test device",
-        ComputeOptions::default(),
-        &KernelCache::disabled(),
-    )
-    .expect("open");
+    let (mut a, mut b) = (fake_compute(0, 1 << 30), fake_compute(1, 1 << 30));
     let plan = MemoryPlan {
         activation_elems: 1 << 16,
         n_batch: 1,
