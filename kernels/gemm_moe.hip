@@ -200,7 +200,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
         const hs_u32 row = row0 + (hs_u32)r;
         if (r < MOE_MM_HALF && row < ff && t < c) {
             const float u = up[r * (HS_MM_BN + 1) + t];
-            h[((hs_u64)s + t) * ff + row] = moe_act(g, u, gb, ub, (hs_u64)e * ff + row);
+            h[((hs_u64)s + t) * ff + row] = moe_act(g, u, gb, ub, (hs_u64)e * ff + row, 0);
         }
     }
 }

@@ -50,32 +50,66 @@ HS_KERNEL void hs_kv_store_f16(HS_TRACK_PARAMS, const float *k, const float *v,
     infer_kv_store<unsigned short>(k, v, kc, vc, pos0, kv_dim, slots, n);
 }
 
+// head_dim values of row (one head) = row / sqrt(mean(row^2) + eps) * w, in place (Qwen 3's and
+// Gemma 3's attn_q_norm / attn_k_norm: hs_rms_norm_rows over rows of one head, the same numbers).
+// Every thread of the block calls it; it ends with the block synchronised.
+__device__ void infer_head_norm(float *row, hs_u32 head_dim, const float *w, float eps) {
+    __shared__ float red[32];
+    float sq = 0.0f;
+    for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        sq += row[i] * row[i];
+    }
+    sq = hs_warp_sum(sq);
+    if (threadIdx.x % warpSize == 0) {
+        red[threadIdx.x / warpSize] = sq;
+    }
+    __syncthreads();
+    float total = 0.0f;
+    for (hs_u32 k = 0; k < blockDim.x / warpSize; ++k) {
+        total += red[k];
+    }
+    const float scale = 1.0f / sqrtf(total / (float)head_dim + eps);
+    for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        row[i] = row[i] * scale * w[i];
+    }
+    __syncthreads();
+}
+
 // RoPE fused with the KV-cache write, one block per head: block (t, h) for h < n_heads rotates
 // token t's query head h in q; block (t, n_heads + j) rotates its key head j in k, then stores
 // that head's keys and values at cache position pos0 + t (kc / vc: the layer's cache, kv_dim
 // elements a slot, position p in slot p % slots). The numbers of hs_rope and hs_kv_store_*, in
 // one launch; a block per head keeps every read-modify-write of the rotation independent of the
-// others (one block per token row left them waiting on each other's memory round trips).
+// others (one block per token row left them waiting on each other's memory round trips). Where
+// qn / kn are not null, each query / key head is first normalized in place (infer_head_norm), so
+// that Qwen 3's and Gemma 3's per-head norms cost no launch of their own.
 template <typename KV>
 __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, KV *vc,
                                     hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                     hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
                                     float mscale, float ext_factor, float corr_lo,
-                                    float corr_hi, hs_u32 slots) {
+                                    float corr_hi, hs_u32 slots, const float *qn,
+                                    const float *kn, float norm_eps) {
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     const hs_u32 t = blockIdx.x;
     const hs_u32 h = blockIdx.y;
     if (h < n_heads) {
-        hs_rope_row(q + ((hs_u64)t * n_heads + h) * head_dim, 1, head_dim, n_rot, pos0 + t,
-                    freq_scale, theta_scale, factors, neox, mscale, ext_factor, corr_lo, corr_hi,
-                    cs, sn);
+        float *qr = q + ((hs_u64)t * n_heads + h) * head_dim;
+        if (qn != 0) {
+            infer_head_norm(qr, head_dim, qn, norm_eps);
+        }
+        hs_rope_row(qr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox,
+                    mscale, ext_factor, corr_lo, corr_hi, cs, sn);
         return;
     }
     const hs_u32 j = h - n_heads;
     const hs_u32 kv_dim = n_kv_heads * head_dim;
     float *kr = k + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
+    if (kn != 0) {
+        infer_head_norm(kr, head_dim, kn, norm_eps);
+    }
     hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, mscale,
                 ext_factor, corr_lo, corr_hi, cs, sn);
     const hs_u64 dst = (hs_u64)((pos0 + t) % slots) * kv_dim + (hs_u64)j * head_dim;
@@ -91,12 +125,13 @@ HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const f
                                     hs_u32 head_dim, hs_u32 n_rot, hs_u32 pos0, float freq_scale,
                                     float theta_scale, const float *factors, hs_u32 neox,
                                     float mscale, float ext_factor, float corr_lo,
-                                    float corr_hi, hs_u32 slots, const hs_u32 *pos_dev) {
+                                    float corr_hi, hs_u32 slots, const hs_u32 *pos_dev,
+                                    const float *qn, const float *kn, float norm_eps) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
                                freq_scale, theta_scale, factors, neox, mscale, ext_factor,
-                               corr_lo, corr_hi, slots);
+                               corr_lo, corr_hi, slots, qn, kn, norm_eps);
 }
 
 HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const float *v,
@@ -105,12 +140,13 @@ HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const f
                                     hs_u32 pos0, float freq_scale, float theta_scale,
                                     const float *factors, hs_u32 neox, float mscale,
                                     float ext_factor, float corr_lo, float corr_hi,
-                                    hs_u32 slots, const hs_u32 *pos_dev) {
+                                    hs_u32 slots, const hs_u32 *pos_dev, const float *qn,
+                                    const float *kn, float norm_eps) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
                                         pos0, freq_scale, theta_scale, factors, neox, mscale,
-                                        ext_factor, corr_lo, corr_hi, slots);
+                                        ext_factor, corr_lo, corr_hi, slots, qn, kn, norm_eps);
 }
 
 __device__ __forceinline__ float infer_kv_load(const float *p, hs_u64 i) { return p[i]; }

@@ -206,7 +206,8 @@ __device__ __forceinline__ void mv_quant(const unsigned char *w, const signed ch
 
 // Gate and up in one launch, the activation in the epilogue: h[t * rows + row] =
 // moe_act(gate . x[t], up . x[t]) (silu(gate) * up, as hs_swiglu_inplace computes it; with
-// gpt-oss's biases gb / ub, rows per expert, its clamped SwiGLU).
+// gpt-oss's biases gb / ub, rows per expert, its clamped SwiGLU). A dense product (ids null) has
+// no use for n and k: k then names the activation (0 SiLU, 1 GELU: Gemma's GeGLU).
 template <float (*PART)(const unsigned char *, hs_u32, const signed char *, const float *),
           hs_u32 BL, hs_u32 BB, hs_u32 PARTS, int NT>
 __device__ __forceinline__ void mv_quant_gate_up(const unsigned char *wg, const unsigned char *wu,
@@ -219,6 +220,7 @@ __device__ __forceinline__ void mv_quant_gate_up(const unsigned char *wg, const 
     if (!mv_slice(ids, n, k, ntok, &e, &s, &c)) {
         return;
     }
+    const hs_u32 act = (ids == 0) ? k : 0;
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
@@ -238,7 +240,7 @@ __device__ __forceinline__ void mv_quant_gate_up(const unsigned char *wg, const 
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 if ((hs_u32)t < c) {
-                    h[(hs_u64)t * rows + row] = moe_act(g[t], u[t], gb, ub, r);
+                    h[(hs_u64)t * rows + row] = moe_act(g[t], u[t], gb, ub, r, act);
                 }
             }
         }
@@ -444,6 +446,7 @@ __device__ __forceinline__ void mvw_gate_up(const unsigned char *wg, const unsig
     if (!mv_slice(ids, n, k, 1, &e, &s, &c)) {
         return;
     }
+    const hs_u32 act = (ids == 0) ? k : 0;
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
@@ -457,7 +460,7 @@ __device__ __forceinline__ void mvw_gate_up(const unsigned char *wg, const unsig
         float acc[2];
         mvw_dots<X, DOT, LX, 2>(wr, xq, xd, cols / 32, acc);
         if (lane == 0) {
-            h[row] = moe_act(acc[0], acc[1], gb, ub, r);
+            h[row] = moe_act(acc[0], acc[1], gb, ub, r, act);
         }
     }
 }
@@ -536,7 +539,7 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
                 }
             }
             y[(hs_u64)threadIdx.x * rows + row] =
-                (nw == 2) ? moe_act(v[0], v[1], gb, ub, r) : v[0];
+                (nw == 2) ? moe_act(v[0], v[1], gb, ub, r, 0) : v[0];
         }
         __syncthreads();
     }
@@ -548,7 +551,8 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
 //                     the Q8 quants xq and their per-block (d, d * sum) xd, float ones xf;
 //   hs_mv_gate_up_<t> (wg, wu, xq, xd, xf, h, rows, cols, ntok, gb, ub, ids, n, k);
 //   hs_mv1_<t>        (w, xq, xd, y, bias, rows, cols, accumulate, ids, n, k);
-//   hs_mv_swiglu_<t>  (wg, wu, xq, xd, h, rows, cols, gb, ub, ids, n, k);
+//   hs_mv_swiglu_<t>  (wg, wu, xq, xd, h, rows, cols, gb, ub, ids, n, k) (ids null: k is the
+//                     activation, 0 SiLU, 1 GELU);
 //   hs_mv_qkv_<t>     (w0, w1, w2, y0, y1, y2, b0, b1, b2, xq, xd, r0, r1, r2, cols);
 //   hs_mv1f_, hs_mv_swigluf_, hs_mv_qkvf_<t>: as mv1, swiglu, qkv with the f32 input in xq's
 //                     place and xd unused.

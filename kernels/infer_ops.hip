@@ -44,6 +44,26 @@ HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w,
     }
 }
 
+// One block per row: acc += x / sqrt(mean(x^2) + eps) * w (Gemma's norm after a block, with the
+// residual add in the same launch: hs_rms_norm_rows then hs_add_inplace, the same numbers).
+HS_KERNEL void hs_rms_norm_add_rows(HS_TRACK_PARAMS, const float *x, const float *w, float *acc,
+                                    hs_u32 dim, float eps) {
+    HS_BREADCRUMB();
+    __shared__ float s[64];
+    const float *xr = x + (hs_u64)blockIdx.x * dim;
+    float *ar = acc + (hs_u64)blockIdx.x * dim;
+    float sq = 0.0f;
+#pragma unroll 8
+    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        sq += xr[i] * xr[i];
+    }
+    const float total = infer_block_sum(sq, s);
+    const float scale = 1.0f / sqrtf(total / (float)dim + eps);
+    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
+        ar[i] += xr[i] * scale * w[i];
+    }
+}
+
 // Lane l's elements l, l + warpSize, ... of Q8 block b of the row xr and of w (0 beyond bs, and
 // for b >= nb).
 __device__ __forceinline__ void infer_norm_block_load(const float *xr, const float *w, hs_u32 b,

@@ -341,12 +341,16 @@ __device__ __forceinline__ bool moe_chunk(const float *route, hs_u32 n, hs_u32 k
     return true;
 }
 
-// The expert's activation of gate value g and up value u of hidden row i (e * ff + row):
-// silu(g) * u, or, with gpt-oss's biases (gb not null), ggml's swiglu_oai (alpha 1.702, limit 7)
-// of g + gb[i] and u + ub[i], as the CPU backend's `swiglu_oai`.
+// The gated activation of gate value g and up value u of hidden row i (e * ff + row): silu(g) * u
+// (act 0), gelu(g) * u in ggml's tanh form (act 1: Gemma's GeGLU, as hs_geglu_inplace), or, with
+// gpt-oss's biases (gb not null), ggml's swiglu_oai (alpha 1.702, limit 7) of g + gb[i] and
+// u + ub[i], as the CPU backend's `swiglu_oai`.
 __device__ __forceinline__ float moe_act(float g, float u, const float *gb, const float *ub,
-                                         hs_u64 i) {
+                                         hs_u64 i, hs_u32 act) {
     if (gb == 0) {
+        if (act == 1) {
+            return 0.5f * g * (1.0f + tanhf(0.7978846f * g * (1.0f + 0.044715f * g * g))) * u;
+        }
         return g / (1.0f + expf(-g)) * u;
     }
     const float x = fminf(g + gb[i], 7.0f);

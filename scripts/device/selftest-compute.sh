@@ -6,7 +6,9 @@
 # qwen2's biases), gate/up with SwiGLU and a product with the residual add, in every type with
 # fused kernels (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K on every shape; Q5_0, Q5_1, Q5_K on `tiny`), and
 # RoPE fused with the KV-cache write (plain and NeoX pairs, llama 3's and Phi-3's frequency
-# factors, gpt-oss's YaRN, sliding windows, an f32 and an f16 cache). Each is compared op by op
+# factors, gpt-oss's YaRN, sliding windows, an f32 and an f16 cache; Qwen 3's and Gemma 3's
+# per-head norms inside that launch), Gemma's GeGLU product and its norms with the residual
+# add. Each is compared op by op
 # with the CPU running the same op as its separate ops (`src/gpu/compute/lockstep.rs`), bound
 # 1e-5 (the same integer dot products and RoPE angles, another summation order).
 #
@@ -84,15 +86,21 @@ awk -v rc="$rc" -v secs="$secs" -v full="$full" '
                 want[++n] = ops[o] " " types[t] " (mv fused)"
         want[++n] = "rope + kv_store (fused)"
         want[++n] = "rope (neox) + kv_store (fused)"
-        printf "\n%-32s %7s %10s %7s %7s  %s\n", "fused op (vs the CPU)", "calls", "worst rel", "bound", "ratio", "worst case"
+        # Qwen 3's and Gemma 3's head norms in the rotation, Gemma's GeGLU and post-norms.
+        want[++n] = "qk_norm + rope (neox) + kv_store (fused)"
+        split("Q4_0 Q4_1 Q8_0 Q4_K Q6_K", gtypes, " ")
+        for (t = 1; t <= 5; t++)
+            want[++n] = "matmul_geglu " gtypes[t] " (mv fused)"
+        want[++n] = "rms_norm + add (fused)"
+        printf "\n%-42s %7s %10s %7s %7s  %s\n", "fused op (vs the CPU)", "calls", "worst rel", "bound", "ratio", "worst case"
         missing = 0
         for (i = 1; i <= n; i++) {
             k = want[i]
             if (k in worst) {
-                printf "%-32s %7d %10s %7s %7s  %s\n", k, calls[k], rel[k], bound[k], times(worst[k]), at[k]
+                printf "%-42s %7d %10s %7s %7s  %s\n", k, calls[k], rel[k], bound[k], times(worst[k]), at[k]
                 if (worst[k] > 1) bad++
             } else {
-                printf "%-32s %7s %10s %7s %7s  %s\n", k, "-", "-", "-", "-", "not exercised"
+                printf "%-42s %7s %10s %7s %7s  %s\n", k, "-", "-", "-", "-", "not exercised"
                 if (full) missing++
             }
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use toml::Value;
 
 use super::remote_config;
-use super::settings::Tuning;
+use super::tuning::Tuning;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
 use crate::model::split::{GpuLayers, SplitMode, SplitOptions};
 use crate::ui::sampler;
@@ -162,7 +162,7 @@ pub struct Config {
     /// Remote engines (`[remote]`, `[remote.NAME]`).
     pub remote: remote_config::RemoteConfig,
     /// Switches for measuring one code path against another, from the environment only (never
-    /// the file): see `app/settings.rs`.
+    /// the file): see `app/tuning.rs`.
     pub tuning: Tuning,
 }
 

@@ -22,6 +22,7 @@ pub mod stderr;
 pub mod terminal;
 pub mod terminal_out;
 pub mod transcript;
+pub mod tuning;
 
 /// Runs the program and returns its exit code.
 pub fn main() -> i32 {

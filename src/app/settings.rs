@@ -17,8 +17,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use super::config::{Config, ConfigError};
-use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
-use crate::gpu::cpu::CpuOptions;
+pub use super::tuning::Tuning;
 use crate::gpu::dirs::Dirs;
 use crate::gpu::quant::dot::Isa;
 use crate::model::split::{SplitMode, SplitOptions, TensorSplit};
@@ -165,36 +164,6 @@ pub fn first_gpu(device: Option<u32>, split: &SplitOptions) -> Result<Option<u32
     }
 }
 
-/// Switches for measuring one code path against another, set only by the environment (they
-/// are for benchmarks and studies, not for use): resolved here once and passed down as options
-/// (`CpuOptions`, `ComputeOptions`), so that nothing below the app reads the environment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Tuning {
-    /// `HIPSCOPE_CPU_ISA` (scalar, avx2, avx512): the CPU kernels' instruction set, lower than
-    /// the best this CPU runs, for comparing kernels in `bench`.
-    pub cpu_isa: Isa,
-    /// `HIPSCOPE_CPU_REPACK=0`: the CPU backend does not repack weights (for comparisons).
-    pub cpu_repack: bool,
-    /// `HIPSCOPE_PREFILL_GEMM` (auto, blas, own, f32): which GEMM multiplies prompt batches.
-    pub prefill: PrefillGemm,
-    /// `HIPSCOPE_GEMM_MIN_TOKENS`: the batch size from which matrix products take the GEMM path.
-    pub gemm_min_tokens: Option<usize>,
-    /// `HIPSCOPE_MV_ACT=f32`: the one-token products take f32 activations where they can.
-    pub mv_act_f32: bool,
-}
-
-impl Default for Tuning {
-    fn default() -> Self {
-        Tuning {
-            cpu_isa: Isa::detect(),
-            cpu_repack: true,
-            prefill: PrefillGemm::Auto,
-            gemm_min_tokens: None,
-            mv_act_f32: false,
-        }
-    }
-}
-
 impl Tuning {
     /// The knobs from `env` (unset or empty: the default), and notes for the user. A value that
     /// is not one of the allowed ones is an error naming the variable.
@@ -247,33 +216,12 @@ impl Tuning {
         }
         Ok((t, notes))
     }
-
-    /// The CPU backend's options with `threads` threads (0: every core).
-    pub fn cpu(&self, threads: usize) -> CpuOptions {
-        CpuOptions {
-            threads,
-            isa: self.cpu_isa,
-            repack: self.cpu_repack,
-        }
-    }
-
-    /// The GPU backend's options with a KV cache of `kv` and graph replay as `graphs` says.
-    pub fn compute(&self, kv: KvType, graphs: bool) -> ComputeOptions {
-        let d = ComputeOptions::default();
-        ComputeOptions {
-            kv,
-            graphs,
-            prefill: self.prefill,
-            gemm_min_tokens: self.gemm_min_tokens.unwrap_or(d.gemm_min_tokens),
-            mv_act_f32: self.mv_act_f32,
-            ..d
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::compute::{KvType, PrefillGemm};
     use std::collections::HashMap;
 
     fn env(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<OsString> + use<> {

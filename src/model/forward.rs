@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, MemoryPlan, OpLabel, RopeParams,
-    Weight,
+    AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, MemoryPlan, OpLabel,
+    RopeParams, Weight,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::rope::Yarn;
@@ -680,31 +680,28 @@ impl Model {
                 n,
                 li,
             )?;
-            // Per-head norms, in place: rows of one head.
-            if let Some(qn) = w.q_norm {
-                let rows = n * c.n_heads;
-                be.rms_norm(
-                    a.q,
-                    qn,
-                    a.q,
-                    rows,
-                    c.head_dim,
-                    c.rms_eps,
-                    lab("attn_q_norm"),
-                )?;
-            }
-            if let Some(kn) = w.k_norm {
-                let rows = n * c.n_kv_heads;
-                be.rms_norm(
-                    a.k,
-                    kn,
-                    a.k,
-                    rows,
-                    c.head_dim,
-                    c.rms_eps,
-                    lab("attn_k_norm"),
-                )?;
-            }
+            // Qwen 3's and Gemma 3's per-head norms go with the rotation: in the launch that
+            // writes the cache where the backend fuses them. A batch of several sequences
+            // normalizes all its rows first (each group's call sees rows from its own row0).
+            let norms = HeadNorms {
+                q: w.q_norm,
+                k: w.k_norm,
+                eps: c.rms_eps,
+            };
+            let norms = if groups.len() == 1 && groups[0].row0 == 0 {
+                norms
+            } else {
+                let heads = [
+                    (a.q, norms.q, c.n_heads, "attn_q_norm"),
+                    (a.k, norms.k, c.n_kv_heads, "attn_k_norm"),
+                ];
+                for (x, nw, n_heads, name) in heads {
+                    if let Some(nw) = nw {
+                        be.rms_norm(x, nw, x, n * n_heads, c.head_dim, c.rms_eps, lab(name))?;
+                    }
+                }
+                HeadNorms::NONE
+            };
             let swa = c.is_swa(l);
             for g in groups {
                 be.rope_attention(
@@ -712,6 +709,7 @@ impl Model {
                     a.k,
                     a.v,
                     a.att,
+                    &norms,
                     if swa { &self.rope_swa } else { &self.rope },
                     &AttnParams {
                         layer: l,
@@ -734,16 +732,17 @@ impl Model {
                 }
                 (Some(post), _) => {
                     be.matmul(w.wo, a.att, a.proj, n, lab("attn_output"))?;
-                    be.rms_norm(
+                    be.rms_norm_add(
                         a.proj,
                         post,
+                        a.x,
                         a.xn,
                         n,
                         c.dim,
                         c.rms_eps,
                         lab("post_attn_norm"),
+                        lab("attn_residual"),
                     )?;
-                    be.add(a.x, a.xn, n * c.dim, lab("attn_residual"))?;
                 }
                 (None, None) => be.matmul_add(
                     w.wo,
@@ -761,29 +760,25 @@ impl Model {
                 moe::ffn(be, bufs, m, router, w, a.xn, a.x, n, c.dim, li)?;
                 continue;
             }
-            match c.ffn_act {
-                FfnAct::Silu => {
-                    be.matmul_swiglu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, li)?
-                }
-                FfnAct::GeluTanh => {
-                    be.matmul(w.gate, a.xn, a.gate, n, lab("ffn_gate"))?;
-                    be.matmul(w.up, a.xn, a.up, n, lab("ffn_up"))?;
-                    be.geglu(a.gate, a.up, n * c.ffn_dim, lab("ffn_geglu"))?;
-                }
-            }
+            let act = match c.ffn_act {
+                FfnAct::Silu => Glu::Silu,
+                FfnAct::GeluTanh => Glu::GeluTanh,
+            };
+            be.matmul_glu(w.gate, w.up, a.xn, a.gate, a.up, n, c.ffn_dim, act, li)?;
             match w.post_ffn_norm {
                 Some(post) => {
                     be.matmul(w.down, a.gate, a.proj, n, lab("ffn_down"))?;
-                    be.rms_norm(
+                    be.rms_norm_add(
                         a.proj,
                         post,
+                        a.x,
                         a.xn,
                         n,
                         c.dim,
                         c.rms_eps,
                         lab("post_ffn_norm"),
+                        lab("ffn_residual"),
                     )?;
-                    be.add(a.x, a.xn, n * c.dim, lab("ffn_residual"))?;
                 }
                 None => be.matmul_add(
                     w.down,

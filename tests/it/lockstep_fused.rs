@@ -113,3 +113,89 @@ fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
         .shutdown(Duration::from_secs(5), &mut |_| {});
     assert_eq!(release, DeviceRelease::Clean);
 }
+
+/// Gemma 3's layer in a decode step: the per-head Q/K norms in the launch that rotates and
+/// stores (no norm launch of their own), gate and up with GELU in one product, and each norm
+/// after a block with its residual add in one launch; each compared under its fused kind. The
+/// prompt batch runs the same ops as separate kernels where the GPU does not fuse them (GeGLU).
+#[test]
+fn the_lockstep_compares_gemma3s_fused_norms_and_geglu() {
+    let dev = FakeDevice::new(FakeScript::default());
+    let ctl = dev.control();
+    let gpu = GpuCompute::open(
+        Box::new(dev),
+        "fake: test device",
+        ComputeOptions {
+            kv: KvType::F32,
+            ..ComputeOptions::default()
+        },
+        &KernelCache::disabled(),
+    )
+    .expect("open");
+    let (lockstep, errors) = Lockstep::new(CpuBackend::new(1), gpu);
+    let file = loader::open(
+        &ModelSource::Synthetic {
+            shape: "tiny-gemma3".into(),
+            quant: "Q4_0".into(),
+            seed: 3,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic model");
+    let opts = ModelOptions {
+        n_ctx: 64,
+        n_batch: 32,
+        all_logits: false,
+        n_seq: 1,
+    };
+    let mut m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
+    let n_layers = m.config.n_layers;
+    let mut logits = Vec::new();
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    let norms = |c: &FakeControl| launched(c, "hs_rms_norm_rows") + launched(c, "hs_rms_norm_q8");
+    let after_prompt = (
+        norms(&ctl),
+        launched(&ctl, "hs_geglu_inplace"),
+        launched(&ctl, "hs_rms_norm_add_rows"),
+    );
+    m.forward(&[5], 20, Logits::Last, &mut logits)
+        .expect("decode");
+    // The decode step: two norms a layer before its blocks and the output norm, none for the
+    // heads; GELU inside the gate/up product; the post-norms with their adds, two a layer.
+    assert_eq!(norms(&ctl) - after_prompt.0, 2 * n_layers + 1);
+    assert_eq!(launched(&ctl, "hs_geglu_inplace"), after_prompt.1);
+    assert_eq!(launched(&ctl, "hs_mv_swiglu_q4_0"), n_layers);
+    assert_eq!(
+        launched(&ctl, "hs_rms_norm_add_rows") - after_prompt.2,
+        2 * n_layers
+    );
+    // The prompt ran the same: its head norms in the rotation's launch, GeGLU apart.
+    assert_eq!(after_prompt.0, 2 * n_layers + 1);
+    assert_eq!(after_prompt.1, n_layers);
+    assert_eq!(launched(&ctl, "hs_rope_kv_store_f32"), 2 * n_layers);
+
+    let errors = errors.lock().unwrap().clone();
+    let kinds: Vec<&String> = errors.keys().collect();
+    let rope_kind = kinds
+        .iter()
+        .find(|k| k.starts_with("qk_norm + rope"))
+        .unwrap_or_else(|| panic!("no normalized rotation among the compared ops: {kinds:?}"));
+    for (kind, calls) in [
+        ("matmul_geglu Q4_0 (mv fused)", n_layers),
+        ("rms_norm + add (fused)", 4 * n_layers),
+        (rope_kind.as_str(), 2 * 2 * n_layers),
+    ] {
+        let e = errors
+            .get(kind)
+            .unwrap_or_else(|| panic!("no {kind:?} among the compared ops: {kinds:?}"));
+        assert_eq!(e.calls, calls, "{kind}");
+        // The fake computes nothing: the GPU's stale output must be called wrong.
+        assert!(e.rel_l2 > 0.1, "{kind}: {}", e.rel_l2);
+    }
+    let release = m
+        .backend_mut()
+        .shutdown(Duration::from_secs(5), &mut |_| {});
+    assert_eq!(release, DeviceRelease::Clean);
+}

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hipscope::gpu::backend::{
-    AttnParams, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn, OpLabel,
-    Ops, Result, RopeParams, Weight, WeightData,
+    AttnParams, Buf, Glu, HeadNorms, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan,
+    MoeFfn, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
 };
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
@@ -89,7 +89,7 @@ impl Ops for Scripted {
         self.inner.matmul_qkv(w, bias, x, out, n, layer)
     }
     #[allow(clippy::too_many_arguments)]
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -98,10 +98,27 @@ impl Ops for Scripted {
         up: Buf,
         n: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
         self.inner
-            .matmul_swiglu(w_gate, w_up, x, gate, up, n, ffn_dim, layer)
+            .matmul_glu(w_gate, w_up, x, gate, up, n, ffn_dim, act, layer)
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        tmp: Buf,
+        n: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        self.inner
+            .rms_norm_add(x, weight, acc, tmp, n, dim, eps, label, add_label)
     }
     #[allow(clippy::too_many_arguments)]
     fn matmul_add(
@@ -147,10 +164,11 @@ impl Ops for Scripted {
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        self.inner.rope_attention(q, k, v, out, rope, p)
+        self.inner.rope_attention(q, k, v, out, norms, rope, p)
     }
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         self.inner.swiglu(gate, up, len, label)

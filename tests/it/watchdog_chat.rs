@@ -7,6 +7,7 @@
 
 use crate::pty;
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,7 +20,12 @@ const SLACK: Duration = Duration::from_secs(3);
 
 fn write_config(home: &Path) {
     let dir = home.join("config");
-    std::fs::create_dir_all(&dir).unwrap();
+    // Private, as hipscope makes it (a wider folder gets a note in place of the welcome).
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .unwrap();
     std::fs::write(
         dir.join("config.toml"),
         "[quit]\ndrain_timeout_ms = 500\ngrace_ms = 500\n",

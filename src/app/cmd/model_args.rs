@@ -146,6 +146,10 @@ pub fn model_path(named: Option<&PathBuf>, config: &Config) -> anyhow::Result<Pa
 /// Opens the model file (or builds the synthetic one), reporting progress on stderr.
 pub fn open_model(args: &ModelArgs, config: &Config) -> anyhow::Result<Arc<GgufFile>> {
     let src = model_source(args, config)?;
+    // A SIGBUS from the map (the file cut short under it) names the file, at any step.
+    if let crate::model::protocol::ModelSource::File(p) = &src {
+        crate::app::signals::note_mapped_file(p);
+    }
     let mut bar = ProgressLine::new("building");
     let file = loader::open(&src, &mut |f, what| bar.update(f, what))?;
     bar.finish();

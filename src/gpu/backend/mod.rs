@@ -24,8 +24,8 @@ pub use kv_layout::{KvLayout, KvShift, KvType};
 pub use memory::{Memory, MemoryPlan, SharedBytes, WeightData};
 pub use moe::{MAX_EXPERTS, MoeFfn, OaiMoe};
 pub use ops::{
-    AttnParams, Ops, RopeParams, add_separately, qkv_separately, rope_attention_separately,
-    swiglu_separately,
+    AttnParams, Glu, HeadNorms, Ops, RopeParams, add_separately, glu_separately,
+    norm_add_separately, qkv_separately, rope_attention_separately,
 };
 
 /// A weight tensor held by the backend.

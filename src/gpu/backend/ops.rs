@@ -10,8 +10,8 @@ use crate::gpu::rope::Yarn;
 /// row-major `[n_tokens, width]`. Calls may be asynchronous (GPU): only [`Memory::read`] returns
 /// data and waits for it.
 ///
-/// No op has a default body: a fused op (`matmul_qkv`, `matmul_swiglu`, `matmul_add`,
-/// `rope_attention`) is one call that a backend runs as one launch or as the separate ops (the
+/// No op has a default body: a fused op (`matmul_qkv`, `matmul_glu`, `matmul_add`,
+/// `rope_attention`, `rms_norm_add`) is one call that a backend runs as one launch or as the separate ops (the
 /// `*_separately` functions below), and a wrapper (the split model, the selftest's lockstep) must
 /// decide which for itself rather than inherit a body that bypasses it.
 ///
@@ -57,11 +57,11 @@ pub trait Ops {
         layer: u32,
     ) -> Result<()>;
 
-    /// gate = silu(Wgate · x) * (Wup · x) over `n_tokens` rows of `ffn_dim` (`up` is scratch: a
-    /// backend that fuses the two products may leave it untouched; [`swiglu_separately`]
-    /// otherwise).
+    /// gate = act(Wgate · x) * (Wup · x) over `n_tokens` rows of `ffn_dim`, `act` SiLU (SwiGLU)
+    /// or GELU (Gemma's GeGLU) (`up` is scratch: a backend that fuses the two products may leave
+    /// it untouched; [`glu_separately`] otherwise).
     #[allow(clippy::too_many_arguments)]
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -70,6 +70,7 @@ pub trait Ops {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()>;
 
@@ -84,6 +85,23 @@ pub trait Ops {
         tmp: Buf,
         n_tokens: usize,
         dim: usize,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()>;
+
+    /// acc[t] += x[t] / rms(x[t]) * weight (rows of `dim`): Gemma's norm after a block with the
+    /// residual add (`tmp` is scratch for a backend that adds separately:
+    /// [`norm_add_separately`]).
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
         label: OpLabel,
         add_label: OpLabel,
     ) -> Result<()>;
@@ -114,15 +132,18 @@ pub trait Ops {
     /// and `out` (rows of `n_heads * head_dim` in `out`).
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()>;
 
-    /// RoPE of q (`n_heads` heads) and k (`n_kv_heads` heads) in place at positions `pos0 + t`,
-    /// then [`Ops::attention`]: what a backend may run with the rotation fused into the KV-cache
-    /// write ([`rope_attention_separately`] otherwise).
+    /// The per-head RMS norms of q and k where `norms` has them (Qwen 3, Gemma 3), then RoPE of q
+    /// (`n_heads` heads) and k (`n_kv_heads` heads) in place at positions `pos0 + t`, then
+    /// [`Ops::attention`]: what a backend may run with the norms and the rotation fused into the
+    /// KV-cache write ([`rope_attention_separately`] otherwise).
+    #[allow(clippy::too_many_arguments)]
     fn rope_attention(
         &mut self,
         q: Buf,
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()>;
@@ -156,6 +177,33 @@ pub trait Ops {
         dst_off: usize,
         len: usize,
     ) -> Result<()>;
+}
+
+/// The activation of a gated feed-forward ([`Ops::matmul_glu`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Glu {
+    /// silu(gate) * up (SwiGLU: llama, Qwen, Mistral...).
+    Silu,
+    /// gelu(gate) * up, GELU in its tanh form as ggml computes it (GeGLU: Gemma).
+    GeluTanh,
+}
+
+/// The per-head RMS norms of queries and keys before RoPE ([`Ops::rope_attention`]): Qwen 3's
+/// and Gemma 3's `attn_q_norm` / `attn_k_norm`, each over one head's `head_dim` values.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadNorms {
+    pub q: Option<Weight>,
+    pub k: Option<Weight>,
+    pub eps: f32,
+}
+
+impl HeadNorms {
+    /// No norms (llama, Qwen 2, gpt-oss...).
+    pub const NONE: HeadNorms = HeadNorms {
+        q: None,
+        k: None,
+        eps: 0.0,
+    };
 }
 
 /// Rotary position embedding parameters.
@@ -249,9 +297,9 @@ pub fn qkv_separately<B: Ops + ?Sized>(
     Ok(())
 }
 
-/// [`Ops::matmul_swiglu`] as separate ops: gate, up, then SwiGLU.
+/// [`Ops::matmul_glu`] as separate ops: gate, up, then SwiGLU or GeGLU.
 #[allow(clippy::too_many_arguments)]
-pub fn swiglu_separately<B: Ops + ?Sized>(
+pub fn glu_separately<B: Ops + ?Sized>(
     be: &mut B,
     w: [Weight; 2],
     x: Buf,
@@ -259,16 +307,34 @@ pub fn swiglu_separately<B: Ops + ?Sized>(
     up: Buf,
     n_tokens: usize,
     ffn_dim: usize,
+    act: Glu,
     layer: u32,
 ) -> Result<()> {
     be.matmul(w[0], x, gate, n_tokens, OpLabel::layer(layer, "ffn_gate"))?;
     be.matmul(w[1], x, up, n_tokens, OpLabel::layer(layer, "ffn_up"))?;
-    be.swiglu(
-        gate,
-        up,
-        n_tokens * ffn_dim,
-        OpLabel::layer(layer, "ffn_swiglu"),
-    )
+    let len = n_tokens * ffn_dim;
+    match act {
+        Glu::Silu => be.swiglu(gate, up, len, OpLabel::layer(layer, "ffn_swiglu")),
+        Glu::GeluTanh => be.geglu(gate, up, len, OpLabel::layer(layer, "ffn_geglu")),
+    }
+}
+
+/// [`Ops::rms_norm_add`] as separate ops: the norm into `tmp`, then the add.
+#[allow(clippy::too_many_arguments)]
+pub fn norm_add_separately<B: Ops + ?Sized>(
+    be: &mut B,
+    x: Buf,
+    weight: Weight,
+    acc: Buf,
+    tmp: Buf,
+    n_tokens: usize,
+    dim: usize,
+    eps: f32,
+    label: OpLabel,
+    add_label: OpLabel,
+) -> Result<()> {
+    be.rms_norm(x, weight, tmp, n_tokens, dim, eps, label)?;
+    be.add(acc, tmp, n_tokens * dim, add_label)
 }
 
 /// [`Ops::matmul_add`] as separate ops: the product into `tmp`, then the add.
@@ -288,17 +354,38 @@ pub fn add_separately<B: Ops + ?Sized>(
     be.add(acc, tmp, n_tokens * dim, add_label)
 }
 
-/// [`Ops::rope_attention`] as separate ops: RoPE of q, of k, then attention.
+/// [`Ops::rope_attention`] as separate ops: the head norms (in place), RoPE of q, of k, then
+/// attention. The norms cover rows from 0 (a whole batch), so a later group of a batch of
+/// several sequences (`row0` > 0) with norms is refused: the caller normalizes the batch first.
+#[allow(clippy::too_many_arguments)]
 pub fn rope_attention_separately<B: Ops + ?Sized>(
     be: &mut B,
     q: Buf,
     k: Buf,
     v: Buf,
     out: Buf,
+    norms: &HeadNorms,
     rope: &RopeParams,
     p: &AttnParams,
 ) -> Result<()> {
     let l = p.layer as u32;
+    if (norms.q.is_some() || norms.k.is_some()) && p.row0 != 0 {
+        return Err(BackendError::Invalid(format!(
+            "head norms in a group of rows from {} (normalize the batch before its groups)",
+            p.row0
+        )));
+    }
+    let heads = [
+        (q, norms.q, p.n_heads, "attn_q_norm"),
+        (k, norms.k, p.n_kv_heads, "attn_k_norm"),
+    ];
+    for (x, w, n_heads, name) in heads {
+        if let Some(w) = w {
+            let rows = p.n_tokens * n_heads;
+            let at = OpLabel::layer(l, name);
+            be.rms_norm(x, w, x, rows, p.head_dim, norms.eps, at)?;
+        }
+    }
     be.rope(
         q,
         p.row0,

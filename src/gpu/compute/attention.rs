@@ -75,7 +75,7 @@ impl GpuCompute {
         v: Buf,
         out: Buf,
         p: &AttnParams,
-        rope: Option<&RopeParams>,
+        rope: Option<(&RopeParams, &HeadNorms)>,
     ) -> Result<()> {
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q_dim = p.n_heads * p.head_dim;
@@ -162,7 +162,7 @@ impl GpuCompute {
             ),
         };
         match rope {
-            Some(r) => {
+            Some((r, norms)) => {
                 let half = r.pairs(p.head_dim)?;
                 if half > MAX_ROPE_PAIRS {
                     return Err(invalid(format!(
@@ -174,12 +174,39 @@ impl GpuCompute {
                     None => Arg::U64(0),
                 };
                 let [mscale, ext_factor, corr_lo, corr_hi] = ops::rope_scaling_args(r);
-                let (f, name) = match self.opts.kv {
-                    KvType::F32 => (self.kernels.rope_kv_store_f32, "rope + kv_store_f32"),
-                    KvType::F16 => (self.kernels.rope_kv_store_f16, "rope + kv_store_f16"),
+                // Qwen 3's and Gemma 3's per-head norms, in the same launch.
+                let head_norm = |w: Option<Weight>| -> Result<Arg> {
+                    Ok(match w {
+                        Some(w) => Arg::Ptr(self.vector(w, p.head_dim)?.ptr),
+                        None => Arg::U64(0),
+                    })
+                };
+                let (qn, kn) = (head_norm(norms.q)?, head_norm(norms.k)?);
+                let normed = norms.q.is_some() || norms.k.is_some();
+                let (f, name, op) = match (self.opts.kv, normed) {
+                    (KvType::F32, false) => (
+                        self.kernels.rope_kv_store_f32,
+                        "rope + kv_store_f32",
+                        "rope_qk + kv_store",
+                    ),
+                    (KvType::F16, false) => (
+                        self.kernels.rope_kv_store_f16,
+                        "rope + kv_store_f16",
+                        "rope_qk + kv_store",
+                    ),
+                    (KvType::F32, true) => (
+                        self.kernels.rope_kv_store_f32,
+                        "qk_norm + rope + kv_store_f32",
+                        "qk_norm + rope_qk + kv_store",
+                    ),
+                    (KvType::F16, true) => (
+                        self.kernels.rope_kv_store_f16,
+                        "qk_norm + rope + kv_store_f16",
+                        "qk_norm + rope_qk + kv_store",
+                    ),
                 };
                 self.launch(
-                    OpLabel::layer(li, "rope_qk + kv_store"),
+                    OpLabel::layer(li, op),
                     name,
                     f,
                     // A block per query head and per key head.
@@ -206,6 +233,9 @@ impl GpuCompute {
                         corr_hi,
                         Arg::U32(slots as u32),
                         pos_dev,
+                        qn,
+                        kn,
+                        Arg::F32(norms.eps),
                     ],
                 )?;
                 self.wrote(q);

@@ -52,7 +52,7 @@ impl Ops for GpuCompute {
         self.launch_matmul_qkv(w, bias, x, out, n_tokens, layer)
     }
 
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -61,9 +61,25 @@ impl Ops for GpuCompute {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
-        self.launch_matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)
+        self.launch_matmul_glu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, act, layer)
+    }
+
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        _tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+        _add_label: OpLabel,
+    ) -> Result<()> {
+        self.launch_rms_norm_add(x, weight, acc, n_tokens, dim, eps, label)
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {
@@ -108,13 +124,16 @@ impl Ops for GpuCompute {
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
         if q == k || k == v || q == v {
-            return crate::gpu::backend::rope_attention_separately(self, q, k, v, out, rope, p);
+            return crate::gpu::backend::rope_attention_separately(
+                self, q, k, v, out, norms, rope, p,
+            );
         }
-        self.launch_attention(q, k, v, out, p, Some(rope))
+        self.launch_attention(q, k, v, out, p, Some((rope, norms)))
     }
 
     // The matvec and GEMM paths are not held equal row for row yet (a multi-sequence decode step

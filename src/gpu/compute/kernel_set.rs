@@ -17,6 +17,7 @@ use crate::gpu::quant::GgmlType;
 /// Kernel handles resolved at open: the ones of the sources every model launches.
 pub(super) struct Kernels {
     pub rms_norm: KernelFn,
+    pub rms_norm_add: KernelFn,
     pub add_bias: KernelFn,
     pub add: KernelFn,
     pub swiglu: KernelFn,
@@ -50,6 +51,7 @@ impl Kernels {
     pub fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
         Ok(Kernels {
             rms_norm: gpu.function("hs_rms_norm_rows")?,
+            rms_norm_add: gpu.function("hs_rms_norm_add_rows")?,
             add_bias: gpu.function("hs_add_bias_rows")?,
             add: gpu.function("hs_add_inplace")?,
             swiglu: gpu.function("hs_swiglu_inplace")?,

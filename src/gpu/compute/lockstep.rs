@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::gpu::backend::{
-    AttnParams, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn, OpLabel,
-    Ops, Result, RopeParams, Weight, WeightData, add_separately, qkv_separately, swiglu_separately,
+    AttnParams, Buf, Glu, HeadNorms, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan,
+    MoeFfn, OpLabel, Ops, Result, RopeParams, Weight, WeightData, add_separately, glu_separately,
+    qkv_separately,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
@@ -214,7 +215,7 @@ impl Ops for Lockstep {
         Ok(())
     }
 
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -223,20 +224,46 @@ impl Ops for Lockstep {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
         let w = [w_gate, w_up];
         if !self.gpu.fuses(&w, n_tokens) {
-            return swiglu_separately(self, w, x, gate, up, n_tokens, ffn_dim, layer);
+            return glu_separately(self, w, x, gate, up, n_tokens, ffn_dim, act, layer);
         }
         self.cpu
-            .matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)?;
+            .matmul_glu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, act, layer)?;
         self.gpu
-            .matmul_swiglu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, layer)?;
-        let kind = self.fused_kind("matmul_swiglu", w_gate);
+            .matmul_glu(w_gate, w_up, x, gate, up, n_tokens, ffn_dim, act, layer)?;
+        let name = match act {
+            Glu::Silu => "matmul_swiglu",
+            Glu::GeluTanh => "matmul_geglu",
+        };
+        let kind = self.fused_kind(name, w_gate);
         let n = n_tokens * ffn_dim;
         self.check(gate, n, kind, OpLabel::layer(layer, "ffn_gate_up"))?;
         self.sync(up, n)
+    }
+
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        // The GPU adds in the norm's launch: the sum compared, the CPU's scratch copied over.
+        self.cpu
+            .rms_norm_add(x, weight, acc, tmp, n_tokens, dim, eps, label, add_label)?;
+        self.gpu
+            .rms_norm_add(x, weight, acc, tmp, n_tokens, dim, eps, label, add_label)?;
+        self.check(acc, n_tokens * dim, "rms_norm + add (fused)".into(), label)?;
+        self.sync(tmp, n_tokens * dim)
     }
 
     fn matmul_add(
@@ -337,23 +364,30 @@ impl Ops for Lockstep {
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        // The GPU rotates q and k in place in the launch that writes the cache (`rope +
-        // kv_store`), then attends: both rotations compared, then the attention's output.
-        self.cpu.rope_attention(q, k, v, out, rope, p)?;
-        self.gpu.rope_attention(q, k, v, out, rope, p)?;
+        // The GPU normalizes (Qwen 3, Gemma 3) and rotates q and k in place in the launch that
+        // writes the cache (`rope + kv_store`), then attends: both rotations compared, then the
+        // attention's output.
+        self.cpu.rope_attention(q, k, v, out, norms, rope, p)?;
+        self.gpu.rope_attention(q, k, v, out, norms, rope, p)?;
         let l = p.layer as u32;
-        let kind = if rope.neox {
-            "rope (neox) + kv_store (fused)"
+        let normed = if norms.q.is_some() || norms.k.is_some() {
+            "qk_norm + "
         } else {
-            "rope + kv_store (fused)"
+            ""
+        };
+        let kind = if rope.neox {
+            format!("{normed}rope (neox) + kv_store (fused)")
+        } else {
+            format!("{normed}rope + kv_store (fused)")
         };
         let (q_len, k_len) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
         let rows = p.row0 + p.n_tokens;
-        self.check(q, rows * q_len, kind.into(), OpLabel::layer(l, "rope_q"))?;
-        self.check(k, rows * k_len, kind.into(), OpLabel::layer(l, "rope_k"))?;
+        self.check(q, rows * q_len, kind.clone(), OpLabel::layer(l, "rope_q"))?;
+        self.check(k, rows * k_len, kind, OpLabel::layer(l, "rope_k"))?;
         let at = OpLabel::layer(l, "attention");
         self.check(out, rows * q_len, attention_kind(p).into(), at)
     }

@@ -227,9 +227,10 @@ impl GpuCompute {
         Ok(())
     }
 
-    /// gate = silu(Wgate · x) * (Wup · x) for one token in one launch; otherwise separate ops.
+    /// gate = act(Wgate · x) * (Wup · x) for one token in one launch (SiLU or GELU in the
+    /// kernel's epilogue); otherwise separate ops.
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn launch_matmul_swiglu(
+    pub(super) fn launch_matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -238,21 +239,14 @@ impl GpuCompute {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
         let shape = match self.fused_shape(&[w_gate, w_up], n_tokens)? {
             Some(s) if s.rows == [ffn_dim, ffn_dim] && x != gate => s,
             _ => {
-                return crate::gpu::backend::swiglu_separately(
-                    self,
-                    [w_gate, w_up],
-                    x,
-                    gate,
-                    up,
-                    n_tokens,
-                    ffn_dim,
-                    layer,
-                );
+                let w = [w_gate, w_up];
+                return glu_separately(self, w, x, gate, up, n_tokens, ffn_dim, act, layer);
             }
         };
         self.buf(x, shape.cols)?;
@@ -277,7 +271,11 @@ impl GpuCompute {
                 Arg::U64(0),
                 Arg::U64(0),
                 Arg::U32(0),
-                Arg::U32(0),
+                // No experts (ids null): k names the activation.
+                Arg::U32(match act {
+                    Glu::Silu => 0,
+                    Glu::GeluTanh => 1,
+                }),
             ],
         )?;
         self.wrote(gate);

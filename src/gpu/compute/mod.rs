@@ -37,8 +37,8 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::arena::{DeviceBuffer, Region};
 use crate::gpu::backend::{
-    AttnParams, BackendError, BackendMonitor, Buf, KvLayout, MemoryPlan, OpLabel, Result,
-    RopeParams, Weight, WeightData,
+    AttnParams, BackendError, BackendMonitor, Buf, Glu, HeadNorms, KvLayout, MemoryPlan, OpLabel,
+    Result, RopeParams, Weight, WeightData, glu_separately,
 };
 use crate::gpu::device::{Device, DeviceInfo, DevicePtr, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};

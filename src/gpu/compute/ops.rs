@@ -135,6 +135,44 @@ impl GpuCompute {
         Ok(())
     }
 
+    /// acc += rms_norm(x) · weight over `n_tokens` rows of `dim`, one launch (Gemma's norms
+    /// after attention and after the feed-forward, with the residual add).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn launch_rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()> {
+        if n_tokens == 0 {
+            return Ok(());
+        }
+        let w = self.vector(weight, dim)?;
+        let xb = self.buf(x, n_tokens * dim)?;
+        let ab = self.buf(acc, n_tokens * dim)?;
+        let f = self.kernels.rms_norm_add;
+        self.launch(
+            label,
+            "rms_norm + add",
+            f,
+            [n_tokens as u32, 1, 1],
+            [256, 1, 1],
+            &[
+                Arg::Ptr(xb.ptr),
+                Arg::Ptr(w.ptr),
+                Arg::Ptr(ab.ptr),
+                Arg::U32(dim as u32),
+                Arg::F32(eps),
+            ],
+        )?;
+        self.wrote(acc);
+        Ok(())
+    }
+
     pub(super) fn launch_add_bias(
         &mut self,
         x: Buf,

@@ -21,8 +21,9 @@ use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
-    AttnParams, BackendError, Buf, KvLayout, KvType, OpLabel, Ops, Result, RopeParams, SharedBytes,
-    Weight, add_separately, qkv_separately, rope_attention_separately, swiglu_separately,
+    AttnParams, BackendError, Buf, Glu, HeadNorms, KvLayout, KvType, OpLabel, Ops, Result,
+    RopeParams, SharedBytes, Weight, add_separately, glu_separately, norm_add_separately,
+    qkv_separately, rope_attention_separately,
 };
 use crate::gpu::quant::dot::{PACK_MIN_TOKENS, PackedMatrix};
 use crate::gpu::quant::{self, GgmlType};
@@ -336,7 +337,7 @@ impl Ops for CpuBackend {
         qkv_separately(self, w, bias, x, out, n_tokens, layer)
     }
 
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -345,9 +346,28 @@ impl Ops for CpuBackend {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
-        swiglu_separately(self, [w_gate, w_up], x, gate, up, n_tokens, ffn_dim, layer)
+        let w = [w_gate, w_up];
+        glu_separately(self, w, x, gate, up, n_tokens, ffn_dim, act, layer)
+    }
+
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        norm_add_separately(
+            self, x, weight, acc, tmp, n_tokens, dim, eps, label, add_label,
+        )
     }
 
     fn matmul_add(
@@ -509,10 +529,11 @@ impl Ops for CpuBackend {
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        rope_attention_separately(self, q, k, v, out, rope, p)
+        rope_attention_separately(self, q, k, v, out, norms, rope, p)
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {

@@ -22,8 +22,8 @@ use std::sync::{Mutex, OnceLock};
 
 use super::{Placement, Side};
 use crate::gpu::backend::{
-    AttnParams, Backend, BackendError, Buf, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn,
-    OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
+    AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, KvType, Memory,
+    MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::snapshot::{ArenaSnapshot, SplitGpu, SplitSnapshot};
@@ -389,7 +389,7 @@ impl Ops for SplitBackend {
         Ok(())
     }
 
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         w_gate: Weight,
         w_up: Weight,
@@ -398,6 +398,7 @@ impl Ops for SplitBackend {
         up: Buf,
         n_tokens: usize,
         ffn_dim: usize,
+        act: Glu,
         layer: u32,
     ) -> Result<()> {
         let s = self.weight_side(w_gate, self.place.layer_side(layer as usize));
@@ -405,9 +406,33 @@ impl Ops for SplitBackend {
         let (g, u) = (self.w_on(w_gate, s)?, self.w_on(w_up, s)?);
         let (xs, gs, us) = (self.on(x, s)?, self.on(gate, s)?, self.on(up, s)?);
         self.side(s)
-            .matmul_swiglu(g, u, xs, gs, us, n_tokens, ffn_dim, layer)?;
+            .matmul_glu(g, u, xs, gs, us, n_tokens, ffn_dim, act, layer)?;
         self.wrote(gate, s, n_tokens * ffn_dim);
         self.wrote(up, s, n_tokens * ffn_dim);
+        Ok(())
+    }
+
+    fn rms_norm_add(
+        &mut self,
+        x: Buf,
+        weight: Weight,
+        acc: Buf,
+        tmp: Buf,
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+        add_label: OpLabel,
+    ) -> Result<()> {
+        let s = self.weight_side(weight, self.label_side(label, x));
+        self.need(x, s)?;
+        self.need(acc, s)?;
+        let (xs, w) = (self.on(x, s)?, self.w_on(weight, s)?);
+        let (a, t) = (self.on(acc, s)?, self.on(tmp, s)?);
+        self.side(s)
+            .rms_norm_add(xs, w, a, t, n_tokens, dim, eps, label, add_label)?;
+        self.wrote(acc, s, n_tokens * dim);
+        self.wrote(tmp, s, n_tokens * dim);
         Ok(())
     }
 
@@ -524,6 +549,7 @@ impl Ops for SplitBackend {
         k: Buf,
         v: Buf,
         out: Buf,
+        norms: &HeadNorms,
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
@@ -533,13 +559,18 @@ impl Ops for SplitBackend {
             self.need(b, s)?;
         }
         let r = self.rope_on(rope, s)?;
+        let n = HeadNorms {
+            q: norms.q.map(|w| self.w_on(w, s)).transpose()?,
+            k: norms.k.map(|w| self.w_on(w, s)).transpose()?,
+            eps: norms.eps,
+        };
         let (qs, ks, vs, o) = (
             self.on(q, s)?,
             self.on(k, s)?,
             self.on(v, s)?,
             self.on(out, s)?,
         );
-        self.side(s).rope_attention(qs, ks, vs, o, &r, p)?;
+        self.side(s).rope_attention(qs, ks, vs, o, &n, &r, p)?;
         // Rows up to the group's end (a multi-sequence batch's groups go in row order).
         let rows = p.row0 + p.n_tokens;
         self.wrote(q, s, rows * p.n_heads * p.head_dim);

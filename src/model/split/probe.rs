@@ -77,7 +77,7 @@ impl Ops for PlanProbe {
         Err(probe())
     }
     #[allow(clippy::too_many_arguments)]
-    fn matmul_swiglu(
+    fn matmul_glu(
         &mut self,
         _: Weight,
         _: Weight,
@@ -86,7 +86,23 @@ impl Ops for PlanProbe {
         _: Buf,
         _: usize,
         _: usize,
+        _: crate::gpu::backend::Glu,
         _: u32,
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn rms_norm_add(
+        &mut self,
+        _: Buf,
+        _: Weight,
+        _: Buf,
+        _: Buf,
+        _: usize,
+        _: usize,
+        _: f32,
+        _: OpLabel,
+        _: OpLabel,
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
@@ -145,6 +161,7 @@ impl Ops for PlanProbe {
         _: Buf,
         _: Buf,
         _: Buf,
+        _: &crate::gpu::backend::HeadNorms,
         _: &RopeParams,
         _: &crate::gpu::backend::AttnParams,
     ) -> crate::gpu::backend::Result<()> {
