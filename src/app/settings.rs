@@ -123,16 +123,16 @@ pub struct SplitArgs {
     /// How a model is split over several GPUs: none (one GPU: --main-gpu, else --device, else
     /// the largest) or layer (the layers over every GPU of the runtime). Default: one GPU, or
     /// layer when the model does not fit one (also `-sm`; config `split_mode`).
-    #[arg(long = "split-mode", visible_alias = "sm", value_name = "none|layer",
+    #[arg(long = "split-mode", value_name = "none|layer",
           value_parser = crate::model::split::parse_split_mode)]
     pub split_mode: Option<SplitMode>,
     /// The share of the layers each GPU takes, in the runtime's order, such as 3,1 (default: in
     /// proportion to each GPU's free memory; also `-ts`; config `tensor_split`).
-    #[arg(long = "tensor-split", visible_alias = "ts", value_name = "A,B,…",
+    #[arg(long = "tensor-split", value_name = "A,B,…",
           value_parser = crate::model::split::parse_tensor_split)]
     pub tensor_split: Option<TensorSplit>,
     /// The GPU used with --split-mode none, as --device (also `-mg`; config `main_gpu`).
-    #[arg(long = "main-gpu", visible_alias = "mg", value_name = "N")]
+    #[arg(long = "main-gpu", value_name = "N")]
     pub main_gpu: Option<u32>,
 }
 

@@ -555,3 +555,57 @@ fn a_peer_copy_between_two_gpus_carries_the_data_intact() {
         );
     }
 }
+
+/// hipscope with an empty home of its own.
+fn hipscope_in(home: &std::path::Path) -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_hipscope"));
+    c.env("HIPSCOPE_HOME", home)
+        .env_remove("HIPSCOPE_CONFIG")
+        .env_remove("HIPSCOPE_SPLIT_MODE")
+        .env_remove("HIPSCOPE_TENSOR_SPLIT")
+        .env_remove("HIPSCOPE_MAIN_GPU")
+        .current_dir(home)
+        .stdin(std::process::Stdio::null());
+    c
+}
+
+#[test]
+fn the_split_flags_are_checked_as_usage_errors() {
+    let home = tempfile::tempdir().unwrap();
+    let run = |args: Vec<String>, env: &[(&str, &str)]| {
+        let o = hipscope_in(home.path())
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let base = ["generate", "--synthetic", "tiny", "-p", "hi", "-n", "1"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    // Row split is llama.cpp's, not hipscope's: said so.
+    let (code, err) = run(with(&["--split-mode", "row"]), &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("\"row\" is not implemented"), "{err}");
+    let (code, err) = run(with(&["-ts", "3,x"]), &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("such as 3,1"), "{err}");
+    // --device and --main-gpu naming two GPUs.
+    let (code, err) = run(with(&["--device", "1", "--main-gpu", "0"]), &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--device 1 and --main-gpu 0"), "{err}");
+    // The environment's value is checked like a flag's, naming its variable.
+    let (code, err) = run(with(&[]), &[("HIPSCOPE_SPLIT_MODE", "rows")]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("HIPSCOPE_SPLIT_MODE=rows"), "{err}");
+    // On the CPU the split settings change nothing: the answer comes.
+    let (code, err) = run(
+        with(&["--backend", "cpu", "-sm", "layer", "-ts", "1,1", "-mg", "0"]),
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+}

@@ -82,11 +82,11 @@ pub struct SelftestArgs {
     pub n_gpu_layers: Option<crate::model::split::GpuLayers>,
     /// With --compute: the split case, each model over every GPU of the runtime (`layer`), in
     /// proportion to free memory or to --tensor-split.
-    #[arg(long = "split-mode", visible_alias = "sm", value_name = "none|layer", requires = "compute",
+    #[arg(long = "split-mode", value_name = "none|layer", requires = "compute",
           value_parser = crate::model::split::parse_split_mode)]
     pub split_mode: Option<crate::model::split::SplitMode>,
     /// With --compute and --split-mode layer: each GPU's share of the layers, such as 1,1.
-    #[arg(long = "tensor-split", visible_alias = "ts", value_name = "A,B,…", requires = "compute",
+    #[arg(long = "tensor-split", value_name = "A,B,…", requires = "compute",
           value_parser = crate::model::split::parse_tensor_split)]
     pub tensor_split: Option<crate::model::split::TensorSplit>,
     /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
