@@ -513,10 +513,6 @@ pub fn arrange(
     let usable = usable_memory(&gpu.device(), how.roots);
     // Every sequence's positions (`--parallel`): the GPU part holds all of them.
     let n_ctx = options.n_ctx.max(1) * options.n_seq.max(1);
-    let others = match (how.split.mode, how.more, gpu.watch_target()) {
-        (SplitMode::None, _, _) | (_, None, _) | (_, _, None) => Vec::new(),
-        (_, Some(m), Some((_, info))) => m.others(&info),
-    };
     let one = choose(
         want,
         &full,
@@ -526,23 +522,27 @@ pub fn arrange(
         config,
         n_ctx,
     );
-    let several = match how.split.mode {
+    // The other GPUs are listed only where they may be used: `layer`, or a model that does not
+    // fit the first GPU.
+    let wanted = match how.split.mode {
         SplitMode::None => false,
-        SplitMode::Layer => !others.is_empty(),
-        SplitMode::Auto => {
-            !others.is_empty()
-                && !fits_one(
-                    &one,
-                    want,
-                    &full,
-                    gpu.as_ref(),
-                    usable.as_ref(),
-                    file,
-                    config,
-                    n_ctx,
-                )
-        }
+        SplitMode::Layer => true,
+        SplitMode::Auto => !fits_one(
+            &one,
+            want,
+            &full,
+            gpu.as_ref(),
+            usable.as_ref(),
+            file,
+            config,
+            n_ctx,
+        ),
     };
+    let others = match (wanted, how.more, gpu.watch_target()) {
+        (true, Some(m), Some((_, info))) => m.others(&info),
+        _ => Vec::new(),
+    };
+    let several = !others.is_empty();
     let (Some(more), true) = (how.more, several) else {
         let mut choice = one?;
         if how.split.mode == SplitMode::Layer {
