@@ -55,14 +55,19 @@ tps() {
 ngpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 echo "hipscope multi-GPU check: ${ngpu} GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | tr -s ' ' | paste -sd';'), $("$BIN" --version 2>/dev/null)"
 
-# 1. doctor on each GPU (its functional checks, and the peer copy between the two).
+# 1. doctor: its functional checks on each GPU, and the copy check of the pair.
+r=($(step doctor 150 "$BIN" doctor --backend "$BACKEND"))
 for g in 0 1; do
-    r=($(step "doctor-$g" 60 "$BIN" doctor --backend "$BACKEND" --device "$g"))
-    v=$(grep -m1 -iE 'verdict|runs models' "$LOGS/doctor-$g.log" | sed 's/^ *//' | cut -c1-70)
-    peer=$(grep -m1 -iE 'peer' "$LOGS/doctor-$g.log" | sed 's/^ *//' | cut -c1-60)
-    if [ "${r[0]}" = 0 ]; then res="PASS ${v}${peer:+; $peer}"; else res="FAIL (rc ${r[0]}) ${v}"; fi
-    rows+=("doctor --device $g|${r[1]}|$res")
+    n=$(grep -cE "^(PASS|WARN|FAIL|SKIP) .* GPU $g: " "$LOGS/doctor.log")
+    bad=$(grep -cE "^FAIL .* GPU $g: " "$LOGS/doctor.log")
+    if [ "$n" -gt 0 ] && [ "$bad" = 0 ]; then res="PASS $n checks"; else res="FAIL $bad of $n checks (rc ${r[0]}); see $LOGS/doctor.log"; fi
+    rows+=("doctor, functional checks on GPU $g|${r[1]}|$res")
 done
+peer=$(grep -m1 -E "^[A-Z]+ +peer copy" "$LOGS/doctor.log" | tr -s ' ' | cut -c1-150)
+case "$peer" in
+    PASS*) rows+=("doctor, copy between GPU 0 and GPU 1|-|$peer") ;;
+    *) rows+=("doctor, copy between GPU 0 and GPU 1|-|FAIL ${peer:-no peer check in the report}") ;;
+esac
 
 # 2. The selftest's split case: each model over both GPUs, against the CPU.
 r=($(step selftest-split 120 "$BIN" selftest --compute --backend "$BACKEND" --split-mode layer --shapes tiny,smollm2-135m,tiny-qwen3moe --quants Q4_0,Q8_0))
@@ -96,7 +101,7 @@ fi
 # 4. bench: hipscope split (and one GPU) beside llama-bench -sm layer, pp512 / tg128.
 bench_pair() { # NAME FILE
     local name=$1 f=$2 r res
-    r=($(step "hs-$name" 150 "$BIN" bench --backend "$BACKEND" -m "$f" --split-mode layer -p 512 -n 128 -r 3))
+    r=($(step "hs-$name" 150 "$BIN" bench --backend "$BACKEND" -m "$f" --split-mode layer -p 512 -n 128 -r 2))
     if [ "${r[0]}" = 0 ]; then res="pp512 $(tps "$LOGS/hs-$name.log" pp512) t/s, tg128 $(tps "$LOGS/hs-$name.log" tg128) t/s"
     else res="FAIL (rc ${r[0]}); see $LOGS/hs-$name.log"; fi
     rows+=("hipscope bench $name --split-mode layer|${r[1]}|$res")
@@ -104,7 +109,7 @@ bench_pair() { # NAME FILE
         rows+=("llama-bench $name -sm layer|-|llama-bench not available")
         return
     fi
-    r=($(step "lb-$name" 150 "$LB" -m "$f" -sm layer -ngl 99 -p 512 -n 128 -r 3))
+    r=($(step "lb-$name" 150 "$LB" -m "$f" -sm layer -ngl 99 -p 512 -n 128 -r 2))
     if [ "${r[0]}" = 0 ]; then res="pp512 $(tps "$LOGS/lb-$name.log" pp512) t/s, tg128 $(tps "$LOGS/lb-$name.log" tg128) t/s"
     else res="FAIL (rc ${r[0]}); see $LOGS/lb-$name.log"; fi
     rows+=("llama-bench $name -sm layer|${r[1]}|$res")
