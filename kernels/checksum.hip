@@ -1,3 +1,5 @@
+// Kernels that only read device memory: upload verification and the read-bandwidth probe.
+//
 // Upload verification (the gfx1151 "weights become zeros" reports: llama.cpp #28211, #25863,
 // #26543). A position-weighted sum over the little-endian 32-bit words of a byte range, plus the
 // count of non-zero words, one partial pair per block; the host adds the partials. The host side,
@@ -44,5 +46,38 @@ HS_KERNEL void hs_checksum(HS_TRACK_PARAMS, const unsigned char *data, hs_u64 nb
     if (threadIdx.x == 0) {
         partials[2 * blockIdx.x] = s_sum[0];
         partials[2 * blockIdx.x + 1] = s_nz[0];
+    }
+}
+
+// Device memory read bandwidth (bench's decode bound, doctor): every thread streams 16-byte words
+// of `data` (grid-stride, four loads in flight) and folds them with XOR. The fold is stored only
+// if it equals `never`, which the host picks so that it does not happen; the compiler cannot know
+// that, so every load stays. Nothing else is written: the kernel's time is the read alone.
+HS_KERNEL void hs_read_bw(HS_TRACK_PARAMS, const uint4 *data, hs_u64 nvec, hs_u64 never,
+                          hs_u64 *sink) {
+    HS_BREADCRUMB();
+    const hs_u64 stride = (hs_u64)gridDim.x * blockDim.x;
+    hs_u32 x = 0, y = 0, z = 0, w = 0;
+    hs_u64 i = (hs_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < nvec; i += 4 * stride) {
+        const uint4 a = data[i];
+        const uint4 b = data[i + stride];
+        const uint4 c = data[i + 2 * stride];
+        const uint4 d = data[i + 3 * stride];
+        x ^= a.x ^ b.x ^ c.x ^ d.x;
+        y ^= a.y ^ b.y ^ c.y ^ d.y;
+        z ^= a.z ^ b.z ^ c.z ^ d.z;
+        w ^= a.w ^ b.w ^ c.w ^ d.w;
+    }
+    for (; i < nvec; i += stride) {
+        const uint4 a = data[i];
+        x ^= a.x;
+        y ^= a.y;
+        z ^= a.z;
+        w ^= a.w;
+    }
+    const hs_u64 fold = ((hs_u64)(x ^ y) << 32) | (hs_u64)(z ^ w);
+    if (fold == never) {
+        sink[0] = fold;
     }
 }

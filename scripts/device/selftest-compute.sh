@@ -86,7 +86,7 @@ awk -v rc="$rc" -v secs="$secs" -v full="$full" '
                 want[++n] = ops[o] " " types[t] " (mv fused)"
         want[++n] = "rope + kv_store (fused)"
         want[++n] = "rope (neox) + kv_store (fused)"
-        # Qwen 3's and Gemma 3's head norms in the rotation, Gemma's GeGLU and post-norms.
+        # The head norms of Qwen 3 and Gemma 3 in the rotation, the GeGLU and post-norms of Gemma.
         want[++n] = "qk_norm + rope (neox) + kv_store (fused)"
         split("Q4_0 Q4_1 Q8_0 Q4_K Q6_K", gtypes, " ")
         for (t = 1; t <= 5; t++)

@@ -269,10 +269,7 @@ pub fn inspect(path: &Path) -> Result<ModelHeader, String> {
     let architecture = f.architecture().unwrap_or("?").to_string();
     let context_length = f.get_u64(&format!("{architecture}.context_length"));
     Ok(ModelHeader {
-        quant: f
-            .dominant_type()
-            .map(|t| t.name().to_string())
-            .unwrap_or_else(|| "?".into()),
+        quant: f.type_label().unwrap_or_else(|| "?".into()),
         parameters: Some(f.parameter_count()).filter(|&n| n > 0),
         context_length,
         name: f.get_str("general.name").map(str::to_string),

@@ -20,6 +20,7 @@ use super::config::{Config, ConfigError};
 pub use super::tuning::Tuning;
 use crate::gpu::dirs::Dirs;
 use crate::gpu::quant::dot::Isa;
+use crate::gpu::trace::device::TraceEvents;
 use crate::model::split::{SplitMode, SplitOptions, TensorSplit};
 
 /// Everything a command starts from.
@@ -214,6 +215,13 @@ impl Tuning {
                 _ => return Err(bad("HIPSCOPE_MV_ACT", v, "f32 or q8")),
             };
         }
+        if let Some(v) = get("HIPSCOPE_TRACE_EVENTS") {
+            t.trace_events = match v.to_ascii_lowercase().as_str() {
+                "ends" => TraceEvents::Ends,
+                "pairs" => TraceEvents::Pairs,
+                _ => return Err(bad("HIPSCOPE_TRACE_EVENTS", v, "pairs or ends")),
+            };
+        }
         Ok((t, notes))
     }
 }
@@ -264,6 +272,7 @@ mod tests {
             ("HIPSCOPE_GEMM_MIN_TOKENS", "4"),
             ("HIPSCOPE_MV_ACT", "F32"),
             ("HIPSCOPE_CPU_ISA", "scalar"),
+            ("HIPSCOPE_TRACE_EVENTS", "ends"),
         ]))
         .unwrap();
         assert!(notes.is_empty());
@@ -275,6 +284,7 @@ mod tests {
                 prefill: PrefillGemm::Own,
                 gemm_min_tokens: Some(4),
                 mv_act_f32: true,
+                trace_events: TraceEvents::Ends,
             }
         );
         let c = t.compute(KvType::F32, false);
@@ -282,6 +292,7 @@ mod tests {
             (c.prefill, c.gemm_min_tokens, c.mv_act_f32, c.graphs),
             (PrefillGemm::Own, 4, true, false)
         );
+        assert_eq!(c.trace_events, TraceEvents::Ends);
         assert_eq!(t.cpu(3).threads, 3);
         assert!(!t.cpu(3).repack);
         assert_eq!(
@@ -294,6 +305,7 @@ mod tests {
             ("HIPSCOPE_GEMM_MIN_TOKENS", "0"),
             ("HIPSCOPE_CPU_ISA", "neon"),
             ("HIPSCOPE_CPU_REPACK", "no"),
+            ("HIPSCOPE_TRACE_EVENTS", "all"),
         ] {
             let e = Tuning::from_env(&env(&[(k, v)])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");

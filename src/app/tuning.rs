@@ -6,6 +6,7 @@
 use crate::gpu::compute::{ComputeOptions, KvType, PrefillGemm};
 use crate::gpu::cpu::CpuOptions;
 use crate::gpu::quant::dot::Isa;
+use crate::gpu::trace::device::TraceEvents;
 
 /// Switches for measuring one code path against another, set only by the environment (they
 /// are for benchmarks and studies, not for use): resolved here once and passed down as options
@@ -23,6 +24,9 @@ pub struct Tuning {
     pub gemm_min_tokens: Option<usize>,
     /// `HIPSCOPE_MV_ACT=f32`: the one-token products take f32 activations where they can.
     pub mv_act_f32: bool,
+    /// `HIPSCOPE_TRACE_EVENTS=ends`: the tracer records one timed event per op instead of two
+    /// (what the second costs, `scripts/device/trace-check.sh`).
+    pub trace_events: TraceEvents,
 }
 
 impl Default for Tuning {
@@ -33,6 +37,7 @@ impl Default for Tuning {
             prefill: PrefillGemm::Auto,
             gemm_min_tokens: None,
             mv_act_f32: false,
+            trace_events: TraceEvents::Pairs,
         }
     }
 }
@@ -56,6 +61,7 @@ impl Tuning {
             prefill: self.prefill,
             gemm_min_tokens: self.gemm_min_tokens.unwrap_or(d.gemm_min_tokens),
             mv_act_f32: self.mv_act_f32,
+            trace_events: self.trace_events,
             ..d
         }
     }

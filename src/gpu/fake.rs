@@ -499,8 +499,8 @@ fn run_kernel(s: &mut FakeState, name: &str, a: &[u64]) -> bool {
             let data: Vec<u8> = (0..n).flat_map(|_| v.to_le_bytes()).collect();
             let _ = wr_bytes(s, dst, &data);
         }
-        // A timing stand-in: the fake runs it as a no-op.
-        "hs_busy" => {}
+        // Timing stand-ins: the fake runs them as no-ops.
+        "hs_busy" | "hs_read_bw" => {}
         "hs_graph_step" => {
             let (block, base, host, pos, tok, token) = (a[2], a[3], a[4], a[5] as u32, a[6], a[7]);
             let mut b = [0u8; 20];
@@ -584,6 +584,7 @@ fn kernel_arity(name: &str) -> Option<usize> {
         "hs_checksum" => 5,
         "hs_fill_u32" => 5,
         "hs_busy" => 5,
+        "hs_read_bw" => 6,
         "hs_spin_on_flag" => 5,
         "hs_graph_step" => 8,
         "hs_sgemm" => 15,
@@ -597,6 +598,7 @@ fn kernel_widths(name: &str) -> Vec<usize> {
         "hs_checksum" => vec![8, 8, 8, 8, 8],
         "hs_fill_u32" => vec![8, 8, 8, 8, 4],
         "hs_busy" => vec![8, 8, 8, 4, 4],
+        "hs_read_bw" => vec![8, 8, 8, 8, 8, 8],
         "hs_spin_on_flag" => vec![8, 8, 8, 8, 8],
         "hs_graph_step" => vec![8, 8, 8, 8, 8, 4, 8, 4],
         "hs_sgemm" => vec![8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 4],

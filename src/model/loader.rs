@@ -265,9 +265,7 @@ fn trained_context_in_memory(
 
 fn summarize(file: &GgufFile, model: &Model) -> ModelSummary {
     let path = file.path();
-    let quant = file
-        .dominant_type()
-        .map_or_else(|| "?".into(), |t| t.name().to_string());
+    let quant = file.type_label().unwrap_or_else(|| "?".into());
     let on_disk = path.is_file();
     ModelSummary {
         name: display_name(file.get_str("general.name"), &file_stem(path), &quant),
@@ -294,9 +292,21 @@ pub fn display_name(general_name: Option<&str>, stem: &str, quant: &str) -> Stri
     without_quant(name, quant).to_string()
 }
 
-/// `name` without a trailing `quant` (`SmolLM2-135M-Instruct.Q4_1` → `SmolLM2-135M-Instruct`),
-/// matched without regard to case after a separator; a name that is nothing else stays.
+/// `name` without a trailing weight type (`SmolLM2-135M-Instruct.Q4_1` → `SmolLM2-135M-Instruct`):
+/// `quant` is a type label, and a name may end in any of its forms (`ftype::name_suffixes`:
+/// `Q4_K - Medium`, `Q4_K_M`, `Q4_K`), matched without regard to case after a separator; a name
+/// that is nothing else stays.
 fn without_quant<'a>(name: &'a str, quant: &str) -> &'a str {
+    for suffix in crate::model::gguf::ftype::name_suffixes(quant) {
+        let cut = without_suffix(name, suffix);
+        if cut.len() < name.len() {
+            return cut;
+        }
+    }
+    name
+}
+
+fn without_suffix<'a>(name: &'a str, quant: &str) -> &'a str {
     if quant.is_empty() || name.len() <= quant.len() {
         return name;
     }
@@ -346,5 +356,15 @@ mod tests {
         assert_eq!(display_name(None, "model-q8_0", "Q8_0"), "model");
         assert_eq!(display_name(Some("  "), "Q8_0", "Q8_0"), "Q8_0");
         assert_eq!(display_name(None, "tinyq4_0", "Q4_0"), "tinyq4_0");
+        // A type label as llama.cpp names it: the name may end in any of its forms.
+        let q4km = "Q4_K - Medium";
+        assert_eq!(
+            display_name(None, "Qwen3-30B-A3B-Q4_K_M", q4km),
+            "Qwen3-30B-A3B"
+        );
+        assert_eq!(
+            display_name(Some("synthetic tiny Q4_K"), "x", q4km),
+            "synthetic tiny"
+        );
     }
 }

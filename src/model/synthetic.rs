@@ -397,7 +397,10 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
                 s.name
             )),
         ),
-        ("general.file_type".into(), Value::U32(file_type(ty))),
+        (
+            "general.file_type".into(),
+            Value::U32(crate::model::gguf::ftype::ftype_of(ty)),
+        ),
         ("general.quantization_version".into(), Value::U32(2)),
         (k("block_count"), Value::U32(s.n_layers as u32)),
         (k("context_length"), Value::U32(s.ctx as u32)),
@@ -480,35 +483,26 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
     m
 }
 
-/// llama.cpp's `general.file_type` (LLAMA_FTYPE_MOSTLY_*) for a weight type.
-fn file_type(ty: GgmlType) -> u32 {
-    match ty {
-        GgmlType::F32 => 0,
-        GgmlType::F16 => 1,
-        GgmlType::Q4_0 => 2,
-        GgmlType::Q4_1 => 3,
-        GgmlType::Q8_0 => 7,
-        GgmlType::Q5_0 => 8,
-        GgmlType::Q5_1 => 9,
-        GgmlType::Q4K => 15,
-        GgmlType::Q5K => 17,
-        GgmlType::Q6K => 18,
-        GgmlType::Q2K => 10,
-        GgmlType::Q3K => 12,
-        GgmlType::Iq4Nl => 25,
-        GgmlType::Iq4Xs => 30,
-        // LLAMA_FTYPE_MOSTLY_MXFP4_MOE (`llama-quantize --pure … MXFP4_MOE` makes every matrix MXFP4).
-        GgmlType::Mxfp4 => 38,
-        GgmlType::Bf16 => 32,
-        _ => 0,
-    }
-}
-
 /// Rows generated (and seeded) together: fixed, so a seed gives the same weights whatever the
 /// thread count.
 const CHUNK_ROWS: usize = 64;
 
-fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8>, SynthError> {
+/// Every core (`0` threads asked for).
+fn thread_count(threads: usize) -> usize {
+    match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+}
+
+/// The tensor's bytes, its chunks generated and quantized on `threads` threads.
+fn tensor_bytes(
+    t: &Tensor,
+    index: usize,
+    seed: u64,
+    s: &Shape,
+    threads: usize,
+) -> Result<Vec<u8>, SynthError> {
     let factors = match t.spec.name.as_str() {
         "rope_freqs.weight" => Some(llama3_freq_factors(s)),
         "rope_factors_long.weight" => Some(long_rope_factors(s, true)),
@@ -526,7 +520,6 @@ fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8
     let n_chunks = rows.div_ceil(CHUNK_ROWS);
     let next = AtomicUsize::new(0);
     let failure = std::sync::Mutex::new(None);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let out_ptr = out.as_mut_ptr() as usize;
     std::thread::scope(|scope| {
         for _ in 0..threads.min(n_chunks) {
@@ -578,11 +571,14 @@ fn tensor_bytes(t: &Tensor, index: usize, seed: u64, s: &Shape) -> Result<Vec<u8
 }
 
 /// Writes the synthetic model `s` with weights of type `ty` (K-quants fall back for narrow rows)
-/// as GGUF to `out`.
+/// as GGUF to `out`, quantizing on `threads` threads (0: every core). The bytes do not depend on
+/// the thread count. The next tensor is quantized while one is written, so that the disk and the
+/// cores work at once (a 30B K-quant file is minutes of both).
 pub fn write<W: Write>(
     s: &Shape,
     ty: GgmlType,
     seed: u64,
+    threads: usize,
     out: W,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<W, SynthError> {
@@ -590,13 +586,33 @@ pub fn write<W: Write>(
         path: s.name.into(),
         cause,
     };
+    let threads = thread_count(threads);
     let ts = tensors(s, ty);
     let specs: Vec<TensorSpec> = ts.iter().map(|t| t.spec.clone()).collect();
     let mut w = GgufWriter::new(out, &metadata(s, ty, seed), &specs).map_err(io)?;
-    for (i, t) in ts.iter().enumerate() {
-        progress(i as f32 / ts.len() as f32, &t.spec.name);
-        w.write_tensor(&tensor_bytes(t, i, seed, s)?).map_err(io)?;
-    }
+    std::thread::scope(|scope| {
+        // One tensor ready while one is written: two tensors' bytes in memory at most.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let ts = &ts;
+        scope.spawn(move || {
+            for (i, t) in ts.iter().enumerate() {
+                let r = tensor_bytes(t, i, seed, s, threads);
+                let failed = r.is_err();
+                // The writer stopped (an error): nothing more to make.
+                if tx.send(r).is_err() || failed {
+                    break;
+                }
+            }
+        });
+        for (i, t) in ts.iter().enumerate() {
+            progress(i as f32 / ts.len() as f32, &t.spec.name);
+            let bytes = rx
+                .recv()
+                .map_err(|_| io(std::io::Error::other("the quantizing thread stopped")))??;
+            w.write_tensor(&bytes).map_err(io)?;
+        }
+        Ok::<(), SynthError>(())
+    })?;
     progress(1.0, "done");
     w.finish().map_err(io)
 }
@@ -632,7 +648,7 @@ pub fn build(
     seed: u64,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<GgufFile, SynthError> {
-    let bytes = write(s, ty, seed, Vec::new(), progress)?;
+    let bytes = write(s, ty, seed, 0, Vec::new(), progress)?;
     let label = format!("<synthetic {} {}>", s.name, ty);
     GgufFile::from_bytes(Path::new(&label), bytes).map_err(|e| SynthError::Io {
         path: label,
@@ -649,6 +665,18 @@ pub fn write_file(
     path: &Path,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<(), SynthError> {
+    write_file_threads(s, ty, seed, 0, path, progress)
+}
+
+/// [`write_file`] on `threads` threads (0: every core).
+pub fn write_file_threads(
+    s: &Shape,
+    ty: GgmlType,
+    seed: u64,
+    threads: usize,
+    path: &Path,
+    progress: &mut dyn FnMut(f32, &str),
+) -> Result<(), SynthError> {
     let io = |cause| SynthError::Io {
         path: path.display().to_string(),
         cause,
@@ -658,7 +686,7 @@ pub fn write_file(
         path,
         crate::gpu::atomic_file::Replace::Allow,
         |f| -> std::io::Result<()> {
-            match write(s, ty, seed, std::io::BufWriter::new(f), progress) {
+            match write(s, ty, seed, threads, std::io::BufWriter::new(f), progress) {
                 Ok(w) => w.into_inner().map(|_| ()).map_err(|e| e.into_error()),
                 Err(e) => {
                     failed = Some(e);

@@ -16,7 +16,7 @@ use super::units;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ModelHeader {
     pub architecture: String,
-    /// Most common weight type (`Q4_1`).
+    /// The file's type as llama.cpp names it (`Q4_K - Medium`; `GgufFile::type_label`).
     pub quant: String,
     pub parameters: Option<u64>,
     pub context_length: Option<u64>,

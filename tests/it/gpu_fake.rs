@@ -745,3 +745,39 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
     let want = format!("launch {kernel}");
     c.log().iter().filter(|l| **l == want).count()
 }
+
+/// `bench`'s read bandwidth (issue 33 item 8): `hs_read_bw` over a buffer of its own, a quarter
+/// of the free memory at most, one warm-up launch and five timed runs of ten; the buffer is freed
+/// after. With too little memory free it says so instead of measuring a cache.
+#[test]
+fn the_read_probe_streams_its_own_buffer_and_frees_it() {
+    let (mut gpu, ctl) = with_arena(
+        FakeScript {
+            total_memory: 1 << 30,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    let free = gpu.mem_info().expect("mem").free;
+    let bw = gpu.measure_read_bandwidth().expect("measured");
+    assert_eq!(bw.buffer_bytes, (free / 4) & !0xFFFF);
+    assert_eq!(bw.runs, hipscope::gpu::handle::READ_PROBE_RUNS);
+    assert!(bw.bytes_per_s.is_finite() && bw.bytes_per_s > 0.0, "{bw:?}");
+    assert_eq!(launched(&ctl, "hs_read_bw"), 1 + 5 * 10);
+    assert_eq!(launched(&ctl, "hs_fill_u32"), 1);
+    assert_eq!(
+        gpu.mem_info().expect("mem").free,
+        free,
+        "the buffer is freed"
+    );
+
+    let (mut small, _) = with_arena(
+        FakeScript {
+            total_memory: 200 << 20,
+            ..FakeScript::default()
+        },
+        small_cfg(),
+    );
+    let e = small.measure_read_bandwidth().unwrap_err();
+    assert!(e.to_string().contains("too little"), "{e}");
+}

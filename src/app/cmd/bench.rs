@@ -1,8 +1,9 @@
 //! `hipscope bench`: prompt processing (ppN) and generation (tgN) speed, reported as llama-bench
 //! reports them — mean ± standard deviation of tokens/s over repetitions, after a warm-up run —
 //! at one or more depths (`-d`: tokens already in the KV cache when the test starts). For the
-//! CPU backend a decode test also shows its memory-bandwidth bound (`model::bound`), from the
-//! host read bandwidth measured once per process (`gpu::cpu::bandwidth`).
+//! decode test also shows its memory-bandwidth bound (`model::bound`), from the read bandwidth
+//! measured at the start of the run: the host's (`gpu::cpu::bandwidth`) or the device's, by a
+//! kernel that only reads (`Gpu::measure_read_bandwidth`); the header and the JSON show it.
 
 use std::io::Write;
 use std::time::Instant;
@@ -95,23 +96,15 @@ pub struct BenchResult {
     pub bound: Option<DecodeBound>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bound_ts: Option<f64>,
+    /// The read bandwidth the bound is computed from, and how it was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_bandwidth: Option<String>,
     /// How `-ngl` placed the layers on a GPU (`-ngl 16: 16/33 layers on the GPU …`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offload: Option<String>,
     /// `--profile`: where the test's measured repetitions spent their time, op by op.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub profile: Option<ProfileTable>,
-}
-
-/// The device's copy bandwidth (bytes/s), from `bandwidth.json` in the cache directory if it was
-/// measured before on a device of this name, else measured now and written there.
-fn cached_bandwidth(model: &mut crate::model::forward::Model, device_key: &str) -> Option<f64> {
-    if let Some(&b) = bandwidth_table().get(device_key) {
-        return Some(b);
-    }
-    let b = model.backend_mut().copy_bandwidth()?;
-    remember_bandwidth(device_key, b);
-    Some(b)
 }
 
 /// `bandwidth.json` in the cache directory: each device's measured read bandwidth.
@@ -247,28 +240,51 @@ fn run_loaded(
         }
     });
     let decodes = a.n_gen.iter().any(|&n| n > 0);
-    // The CPU's read bandwidth is measured in-process; a GPU's copy bandwidth once per device,
-    // then kept in the cache directory.
-    let bandwidth = if is_cpu {
+    // The read bandwidth, measured now on every run (a figure kept from an earlier run may have
+    // been taken on a busy or throttled device): the host's, or the device's by a kernel that
+    // only reads. Kept in the cache directory for the chat's Profile panel.
+    let measured = if is_cpu {
         let bw = host_read_bandwidth(n_threads as usize);
-        // Kept for the chat's Profile panel (bench itself measures the host every time).
-        remember_bandwidth(&bandwidth_key(&device), bw);
-        Some(bw)
+        Some((
+            bw.bytes_per_s,
+            format!(
+                "host, {n_threads} threads summing {} MiB, best of {} passes",
+                bw.buffer_bytes >> 20,
+                bw.passes
+            ),
+        ))
     } else if decodes {
-        cached_bandwidth(model, &bandwidth_key(&device))
+        model.backend_mut().read_bandwidth().map(|bw| {
+            (
+                bw.bytes_per_s,
+                format!(
+                    "device, a read-only kernel over {} MiB, best of {} runs",
+                    bw.buffer_bytes >> 20,
+                    bw.runs
+                ),
+            )
+        })
     } else {
         None
     };
+    if let Some((bw, _)) = &measured {
+        remember_bandwidth(&bandwidth_key(&device), *bw);
+    }
+    let bandwidth = measured.as_ref().map(|m| m.0);
+    let read_bandwidth = measured
+        .as_ref()
+        .map(|(bw, how)| format!("{:.1} GB/s ({how})", bw / 1e9));
     // Keys and values are kept in the `--kv-type` asked for, on either backend.
     let kv_bytes = a.model.kv_type.bytes() as usize;
     if !a.json
-        && let (Some(k), Some(bw)) = (&cpu_kernels, bandwidth)
+        && let Some(k) = &cpu_kernels
     {
-        writeln!(
-            std::io::stdout().lock(),
-            "cpu kernels: {k}; measured read bandwidth {:.1} GB/s ({n_threads} threads)",
-            bw / 1e9
-        )?;
+        writeln!(std::io::stdout().lock(), "cpu kernels: {k}")?;
+    }
+    if !a.json
+        && let Some(r) = &read_bandwidth
+    {
+        writeln!(std::io::stdout().lock(), "read bandwidth: {r}")?;
     }
     if !a.json
         && let Some(g) = &device.graphs
@@ -357,6 +373,7 @@ fn run_loaded(
                 avg_ts: avg,
                 stddev_ts: sd,
                 cpu_kernels: cpu_kernels.clone(),
+                read_bandwidth: read_bandwidth.clone(),
                 graphs: model.backend().device().graphs,
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
@@ -525,6 +542,7 @@ mod tests {
             avg_ts: 1234.56,
             stddev_ts: 12.3,
             cpu_kernels: None,
+            read_bandwidth: None,
             graphs: None,
             bound: None,
             bound_ts: None,

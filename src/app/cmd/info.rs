@@ -31,6 +31,19 @@ pub fn run(a: InfoArgs) -> anyhow::Result<i32> {
         f.parameter_count() as f64 / 1e6,
         f.alignment()
     )?;
+    // What llama.cpp calls the file (`print_info: file type = …`).
+    let source = match f.get_u64("general.file_type") {
+        Some(v) if crate::model::gguf::ftype::ftype_name(v as u32).is_some() => {
+            format!("general.file_type {v}")
+        }
+        Some(v) => format!("general.file_type {v} unknown: the type most bytes have"),
+        None => "no general.file_type: the type most bytes have".to_string(),
+    };
+    writeln!(
+        out,
+        "file type: {} ({source})",
+        f.type_label().unwrap_or_else(|| "?".into())
+    )?;
     for (k, v) in f.metadata() {
         writeln!(out, "  {k:<44} {}", v.summary())?;
     }

@@ -28,16 +28,21 @@ pub struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Output file.
+    /// Output file (written beside it and renamed into place when whole).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Threads that quantize (0: every core). The file is the same whatever the count.
+    #[arg(short = 't', long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
 }
 
 pub fn run(a: SynthArgs) -> anyhow::Result<i32> {
     let shape = synthetic::shape(&a.name).map_err(|e| UsageError(e.to_string()))?;
     let ty = synthetic::quant_type(&a.quant).map_err(|e| UsageError(e.to_string()))?;
     let mut bar = ProgressLine::new("writing");
-    synthetic::write_file(shape, ty, a.seed, &a.output, &mut |f, t| bar.update(f, t))?;
+    synthetic::write_file_threads(shape, ty, a.seed, a.threads, &a.output, &mut |f, t| {
+        bar.update(f, t)
+    })?;
     bar.finish();
     let size = std::fs::metadata(&a.output).map(|m| m.len()).unwrap_or(0);
     errln!(
@@ -116,13 +121,9 @@ pub fn convert(a: ConvertArgs) -> anyhow::Result<i32> {
         .filter(|(k, _)| k != "general.alignment")
         .cloned()
         .collect();
+    // The file's type is the one its matrices now have, as llama-quantize writes it.
     if let Some(ft) = meta.iter_mut().find(|(k, _)| k == "general.file_type") {
-        ft.1 = Value::U32(match ty {
-            GgmlType::F32 => 0,
-            GgmlType::F16 => 1,
-            GgmlType::Q8_0 => 7,
-            _ => 0,
-        });
+        ft.1 = Value::U32(crate::model::gguf::ftype::ftype_of(ty));
     }
     let plan: Vec<(TensorSpec, GgmlType)> = f
         .tensors()

@@ -20,9 +20,10 @@ pub trait Instrument {
     /// What this backend runs on.
     fn device(&self) -> DeviceSummary;
 
-    /// Device memory bandwidth in bytes/s, read plus write, measured by a copy (`None` where the
-    /// backend has no device memory to measure).
-    fn copy_bandwidth(&mut self) -> Option<f64> {
+    /// Device memory read bandwidth, measured now by a kernel that only reads
+    /// (`Gpu::measure_read_bandwidth`; `None` where the backend has no device memory to measure,
+    /// or the measurement failed).
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
         None
     }
 

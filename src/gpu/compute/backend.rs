@@ -435,9 +435,9 @@ impl Instrument for GpuCompute {
         }
     }
 
-    fn copy_bandwidth(&mut self) -> Option<f64> {
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
         let g = self.gpu.as_mut()?;
-        match g.measure_copy_bandwidth() {
+        match g.measure_read_bandwidth() {
             Ok(b) => Some(b),
             Err(e) => {
                 tracing::warn!("bandwidth measurement failed: {e}");

@@ -40,9 +40,9 @@ pub(super) struct Kernels {
     /// RMS norm that also quantizes its output for the products that follow.
     pub rms_norm_q8: KernelFn,
     /// Per weight type, once first needed.
-    pub types: HashMap<GgmlType, TypeFns>,
+    pub types: super::FastMap<GgmlType, TypeFns>,
     /// Per weight type, the experts' gate/up kernel, once first needed.
-    pub gate_up: HashMap<GgmlType, KernelFn>,
+    pub gate_up: super::FastMap<GgmlType, KernelFn>,
     /// The mixture-of-experts kernels, once first needed.
     pub moe: Option<MoeFns>,
 }
@@ -71,8 +71,8 @@ impl Kernels {
             quantize: gpu.function("hs_quantize_act")?,
             quantize_f16: gpu.function("hs_quantize_act_f16")?,
             rms_norm_q8: gpu.function("hs_rms_norm_q8")?,
-            types: HashMap::new(),
-            gate_up: HashMap::new(),
+            types: Default::default(),
+            gate_up: Default::default(),
             moe: None,
         })
     }

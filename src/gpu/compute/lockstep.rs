@@ -5,12 +5,14 @@
 //! `hipscope selftest --compute`, far too slow for anything else (a download per op).
 //!
 //! A fused op runs as the GPU runs it: where the GPU launches one fused kernel (a one-token
-//! `matmul_qkv`, `matmul_swiglu` or `matmul_add` of a quantized type, `GpuCompute::fuses`;
-//! every `rope_attention`), both sides run the fused op (the CPU as its separate ops) and each
-//! output is compared under the fused kernel's own kind (`matmul_qkv Q4_0 (mv fused)`,
-//! `rope + kv_store (fused)`); where the GPU would run the separate ops, so does the lockstep,
-//! comparing each. A scratch output that the fused kernel leaves untouched (`matmul_add`'s
-//! `tmp`, `matmul_swiglu`'s `up`) is copied across uncompared.
+//! `matmul_qkv`, `matmul_glu` (`matmul_swiglu`/`matmul_geglu` kinds) or `matmul_add` of a
+//! quantized type, `GpuCompute::fuses`; every `rope_attention`, with Qwen 3's and Gemma 3's head
+//! norms inside it; every `rms_norm_add`), both sides run the fused op (the CPU as its separate
+//! ops) and each output is compared under the fused kernel's own kind (`matmul_qkv Q4_0 (mv
+//! fused)`, `qk_norm + rope (neox) + kv_store (fused)`, `rms_norm + add (fused)`); where the GPU
+//! would run the separate ops, so does the lockstep, comparing each. A scratch output that the
+//! fused kernel leaves untouched (`matmul_add`'s and `rms_norm_add`'s `tmp`, `matmul_glu`'s
+//! `up`) is copied across uncompared.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -32,6 +32,7 @@ pub mod plan;
 pub mod units;
 
 use std::collections::HashMap;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,10 @@ use plan::{
     mv_grid, q8_block, rope_theta_scale, tile_rows, type_kernels,
 };
 pub use units::KernelScope;
+
+/// The maps a decode step looks up for every launch (labels, a type's kernels): foldhash rather
+/// than SipHash, whose hashing of the label's strings was a tenth of a step's host time.
+pub(crate) type FastMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
 
 /// How often the event prober asks the runtime about events (breadcrumbs show progress between).
 const PROBE_INTERVAL: Duration = Duration::from_millis(5);
@@ -157,7 +162,7 @@ pub struct GpuCompute {
     kv: Option<KvCache>,
     ws: Option<Workspace>,
     plan: Option<MemoryPlan>,
-    labels: HashMap<(Option<u32>, &'static str, &'static str), LabelId>,
+    labels: FastMap<(Option<u32>, &'static str, &'static str), LabelId>,
     quant: Option<QuantKey>,
     /// Block size of the last Q8 quantization for the matrix-vector path: the RMS norm quantizes
     /// its output for it (a product that needs another size quantizes again).
@@ -205,7 +210,11 @@ impl GpuCompute {
             cache: cache.clone(),
             mode,
         };
-        let mut gpu = Gpu::open(device, GpuConfig::default())?;
+        let cfg = GpuConfig {
+            trace_events: opts.trace_events,
+            ..GpuConfig::default()
+        };
+        let mut gpu = Gpu::open(device, cfg)?;
         let scope = opts.kernels.map_or(KernelScope::All, |n| {
             KernelScope::Model(KernelNeeds { kv: opts.kv, ..n })
         });
@@ -239,7 +248,7 @@ impl GpuCompute {
             kv: None,
             ws: None,
             plan: None,
-            labels: HashMap::new(),
+            labels: FastMap::default(),
             quant: None,
             norm_bs: None,
             next_version: 1,

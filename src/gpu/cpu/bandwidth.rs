@@ -3,22 +3,101 @@
 //!
 //! Measured, not looked up: the figure that matters is what these threads get on this machine
 //! now (channels populated, other load, NUMA placement), as `bench`'s bound column compares with.
+//! The buffer is four times the last-level cache sysfs reports (256 MiB at least), so that the
+//! cache does not flatter the figure on a CPU with a large L3.
 
+use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-/// Bytes each measurement streams through: well beyond any last-level cache.
-const BUFFER_BYTES: usize = 256 << 20;
+/// Bytes each measurement streams through at least: beyond most last-level caches.
+const MIN_BUFFER_BYTES: usize = 256 << 20;
+/// At most (a CPU with a gigabyte of stacked L3 gets 4 GiB).
+const MAX_BUFFER_BYTES: usize = 4 << 30;
+/// The buffer is this many times the last-level cache, so that what the cache holds from the
+/// previous pass is a small part of the next.
+const LLC_MULTIPLE: usize = 4;
 
 /// Passes over the buffer; the fastest counts (the others paid for page faults or interference).
-const PASSES: usize = 4;
+const PASSES: usize = 5;
 
-/// Read bandwidth in bytes/s with `n_threads` threads each summing its share of a 256 MiB
-/// buffer, best of four passes. Measured on the first call (about half a second) and cached
-/// for the process; later calls return the first figure whatever their thread count.
-pub fn host_read_bandwidth(n_threads: usize) -> f64 {
-    static CACHED: OnceLock<f64> = OnceLock::new();
-    *CACHED.get_or_init(|| measure(n_threads.max(1), BUFFER_BYTES, PASSES))
+/// The host's read bandwidth as measured by [`host_read_bandwidth`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostBandwidth {
+    pub bytes_per_s: f64,
+    pub buffer_bytes: usize,
+    pub passes: usize,
+}
+
+/// Read bandwidth with `n_threads` threads each summing its share of a buffer four times the
+/// last-level cache (256 MiB to 4 GiB), best of five passes. Measured on the first call (about
+/// a second) and cached for the process; later calls return the first figure whatever their
+/// thread count.
+pub fn host_read_bandwidth(n_threads: usize) -> HostBandwidth {
+    static CACHED: OnceLock<HostBandwidth> = OnceLock::new();
+    *CACHED.get_or_init(|| {
+        let bytes = buffer_bytes(last_level_cache(Path::new("/sys")));
+        HostBandwidth {
+            bytes_per_s: measure(n_threads.max(1), bytes, PASSES),
+            buffer_bytes: bytes,
+            passes: PASSES,
+        }
+    })
+}
+
+/// The buffer for a last-level cache of `llc` bytes (unknown: the minimum).
+pub fn buffer_bytes(llc: Option<u64>) -> usize {
+    let want = llc.map_or(0, |c| c as usize * LLC_MULTIPLE);
+    want.clamp(MIN_BUFFER_BYTES, MAX_BUFFER_BYTES)
+}
+
+/// The last-level cache of the whole machine, from sysfs under `sys`: the largest cache of cpu0
+/// (`devices/system/cpu/cpu0/cache/index*/size`, "32768K") times the number of such caches (the
+/// online CPUs over the CPUs sharing it, its `shared_cpu_list`: a chiplet CPU has one L3 per
+/// chiplet, and threads on every chiplet use them all). `None` where sysfs does not say.
+pub fn last_level_cache(sys: &Path) -> Option<u64> {
+    let cpu = sys.join("devices/system/cpu");
+    let (size, shared) = std::fs::read_dir(cpu.join("cpu0/cache"))
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let size = parse_size(std::fs::read_to_string(e.path().join("size")).ok()?.trim())?;
+            let shared = std::fs::read_to_string(e.path().join("shared_cpu_list"))
+                .ok()
+                .and_then(|l| count_cpus(l.trim()));
+            Some((size, shared))
+        })
+        .max_by_key(|&(size, _)| size)?;
+    let online = std::fs::read_to_string(cpu.join("online"))
+        .ok()
+        .and_then(|l| count_cpus(l.trim()));
+    let instances = match (online, shared) {
+        (Some(n), Some(per)) if per > 0 => n.div_ceil(per).max(1),
+        _ => 1,
+    };
+    Some(size * instances)
+}
+
+/// The CPUs in a sysfs list ("0-7,64-71" is 16).
+fn count_cpus(list: &str) -> Option<u64> {
+    list.split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => Some(b.parse::<u64>().ok()? + 1 - a.parse::<u64>().ok()?),
+            None => r.parse::<u64>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
+/// "32768K", "1M", "512" (bytes) as sysfs writes a cache's size.
+fn parse_size(s: &str) -> Option<u64> {
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 1 << 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mult)
 }
 
 /// One measurement: `bytes` (rounded down to whole u64s) split over `n_threads`, best of
@@ -70,6 +149,44 @@ mod tests {
     fn sum_is_exact() {
         let xs: Vec<u64> = (0..1001).collect();
         assert_eq!(sum(&xs), 1000 * 1001 / 2);
+    }
+
+    #[test]
+    fn the_buffer_is_four_times_the_largest_cache_within_bounds() {
+        let root = tempfile::tempdir().unwrap();
+        let cache = root.path().join("devices/system/cpu/cpu0/cache");
+        // An 8-chiplet CPU: 32 MiB of L3 per chiplet of 8 cores (16 threads).
+        for (i, (size, shared)) in [("48K", "0,64"), ("1024K", "0,64"), ("32768K", "0-7,64-71")]
+            .iter()
+            .enumerate()
+        {
+            let d = cache.join(format!("index{i}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("size"), format!("{size}\n")).unwrap();
+            std::fs::write(d.join("shared_cpu_list"), format!("{shared}\n")).unwrap();
+        }
+        // Not a cache level: ignored.
+        std::fs::create_dir_all(cache.join("uevent_dir")).unwrap();
+        let online = root.path().join("devices/system/cpu/online");
+        std::fs::write(&online, "0-127\n").unwrap();
+        let llc = last_level_cache(root.path());
+        assert_eq!(llc, Some(256 << 20), "eight 32 MiB caches");
+        assert_eq!(buffer_bytes(llc), 1 << 30);
+        // Without the CPU lists: cpu0's cache alone.
+        std::fs::remove_file(&online).unwrap();
+        assert_eq!(last_level_cache(root.path()), Some(32 << 20));
+        assert_eq!(count_cpus("0-7,64-71"), Some(16));
+        assert_eq!(count_cpus("3"), Some(1));
+        assert_eq!(
+            buffer_bytes(Some(8 << 20)),
+            256 << 20,
+            "small L3: the minimum"
+        );
+        assert_eq!(buffer_bytes(Some(2 << 30)), 4 << 30, "the most");
+        assert_eq!(buffer_bytes(None), 256 << 20);
+        assert_eq!(last_level_cache(&root.path().join("none")), None);
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("x"), None);
     }
 
     #[test]

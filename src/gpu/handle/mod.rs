@@ -28,8 +28,12 @@ use crate::gpu::device::{
 };
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
-use crate::gpu::trace::{self, device::DeviceTimer};
+use crate::gpu::trace::{
+    self,
+    device::{DeviceTimer, TraceEvents},
+};
 pub use graph::{GraphMode, GraphStats};
+pub use transfer::{READ_PROBE_BYTES, READ_PROBE_RUNS, ReadBandwidth};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,6 +54,8 @@ pub struct GpuConfig {
     pub blas_workspace: u64,
     /// Longest wait for a staging buffer, a download or a free event.
     pub wait_timeout: Duration,
+    /// The timed events the tracer records per op while tracing is on.
+    pub trace_events: TraceEvents,
 }
 
 impl Default for GpuConfig {
@@ -64,6 +70,7 @@ impl Default for GpuConfig {
             runtime_reserve: 256 << 20,
             blas_workspace: 32 << 20,
             wait_timeout: Duration::from_secs(30),
+            trace_events: TraceEvents::Pairs,
         }
     }
 }
@@ -401,7 +408,11 @@ impl Gpu {
             return Ok(None);
         }
         if self.timer.is_none() {
-            match DeviceTimer::new(self.backend.as_mut(), self.stream.shared()) {
+            match DeviceTimer::new(
+                self.backend.as_mut(),
+                self.stream.shared(),
+                self.cfg.trace_events,
+            ) {
                 Ok(t) => self.timer = Some(t),
                 Err(e) => {
                     tracing::warn!(

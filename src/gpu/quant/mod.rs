@@ -9,6 +9,7 @@ use std::fmt;
 mod blocks;
 pub mod dot;
 pub mod mxfp4;
+mod qkx2_lanes;
 mod quantize;
 mod quantize_lowbit;
 

@@ -298,39 +298,28 @@ fn k_scales_and_quants(
     nstep: i32,
 ) -> [u8; QK_K] {
     let mut l = [0u8; QK_K];
-    let mut l_aux = [0u8; 32];
-    let mut weights = [0f32; 32];
-    let mut scales = [0f32; 8];
-    let mut mins = [0f32; 8];
-    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for j in 0..8 {
+    let mut weights = [[0f32; 32]; 8];
+    for (j, w) in weights.iter_mut().enumerate() {
         let xs = &x[32 * j..32 * j + 32];
         let mut sum_x2 = 0.0f32;
         for &v in xs {
             sum_x2 += v * v;
         }
         let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(xs) {
+        for (w, &v) in w.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            &mut l_aux,
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
-        scales[j] = s;
-        mins[j] = m;
-        if s > max_scale {
-            max_scale = s;
+    }
+    // The eight sub-blocks' searches side by side (the same bits as one at a time).
+    let (scales, mins) =
+        super::qkx2_lanes::make_qkx2_quants_x8(nmax, x, &weights, &mut l, rmin, 0.1, nstep);
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        if scales[j] > max_scale {
+            max_scale = scales[j];
         }
-        if m > max_min {
-            max_min = m;
+        if mins[j] > max_min {
+            max_min = mins[j];
         }
     }
     let inv_scale = if max_scale > 0.0 {

@@ -6,9 +6,10 @@
 //! device reached it at the host time it was recorded. The in-flight table's own events stay
 //! without timing (`GPU rules` in DESIGN.md): with tracing off, nothing here runs.
 //!
-//! `HIPSCOPE_TRACE_EVENTS=ends` records only the event after each op (half the calls): an op
-//! then starts when the previous one ended or when it was enqueued, whichever is later, which
-//! counts launch latency into ops that start on an idle device.
+//! [`TraceEvents::Ends`] (`HIPSCOPE_TRACE_EVENTS=ends`, resolved by `app/settings.rs` and passed
+//! down through `GpuConfig`) records only the event after each op (half the calls): an op then
+//! starts when the previous one ended or when it was enqueued, whichever is later, which counts
+//! launch latency into ops that start on an idle device.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,6 +26,17 @@ const HARVEST_EVERY: usize = 64;
 /// An anchor older than this is replaced at the next idle moment (the two clocks drift, and
 /// `event_elapsed_ms`'s f32 loses precision far from its anchor).
 const ANCHOR_AGE_NS: u64 = 50_000_000;
+
+/// Which timed events the tracer records per op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TraceEvents {
+    /// One before and one after each op: the op's own device time.
+    #[default]
+    Pairs,
+    /// Only the one after each op (half the calls; launch latency counts into an op that starts
+    /// on an idle device).
+    Ends,
+}
 
 /// One op whose events are not read back yet.
 struct Pending {
@@ -66,9 +78,13 @@ pub struct DeviceTimer {
 }
 
 impl DeviceTimer {
-    /// Creates the event pool on `dev` for the stream `stream`.
-    pub fn new(dev: &mut dyn Device, stream: &Arc<StreamShared>) -> Result<DeviceTimer, GpuError> {
-        let pairs = !std::env::var("HIPSCOPE_TRACE_EVENTS").is_ok_and(|v| v == "ends");
+    /// Creates the event pool on `dev` for the stream `stream`, recording `events` per op.
+    pub fn new(
+        dev: &mut dyn Device,
+        stream: &Arc<StreamShared>,
+        events: TraceEvents,
+    ) -> Result<DeviceTimer, GpuError> {
+        let pairs = events == TraceEvents::Pairs;
         let mut all = Vec::with_capacity(POOL);
         for _ in 0..POOL {
             match dev.create_timed_event() {

@@ -6,6 +6,7 @@
 //! counts, predates every model in circulation); version 3 is written.
 
 mod error;
+pub mod ftype;
 mod read;
 mod value;
 mod write;

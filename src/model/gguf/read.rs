@@ -267,13 +267,25 @@ impl GgufFile {
         &self.bytes()[start..start + t.size as usize]
     }
 
-    /// The weight type most tensors (by bytes) have, as llama.cpp names a file's quantization.
+    /// The weight type most matrices (by bytes) have: a file's type when `general.file_type`
+    /// does not say it ([`GgufFile::type_label`]).
     pub fn dominant_type(&self) -> Option<GgmlType> {
         let mut by_type: HashMap<GgmlType, u64> = HashMap::new();
         for t in self.tensors.iter().filter(|t| t.dims.len() >= 2) {
             *by_type.entry(t.ty).or_default() += t.size;
         }
         by_type.into_iter().max_by_key(|&(_, b)| b).map(|(t, _)| t)
+    }
+
+    /// What the file's weights are, as llama.cpp names them: from `general.file_type`
+    /// ("Q4_K - Medium", `ftype.rs`), else (no key, or a value llama.cpp does not know) the type
+    /// most of the matrices' bytes have ("Q4_0"). `None` for a file without matrices.
+    pub fn type_label(&self) -> Option<String> {
+        self.get_u64("general.file_type")
+            .and_then(|v| u32::try_from(v).ok())
+            .and_then(super::ftype::ftype_name)
+            .map(str::to_string)
+            .or_else(|| self.dominant_type().map(|t| t.name().to_string()))
     }
 
     /// Total number of weights.

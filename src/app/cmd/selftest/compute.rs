@@ -17,10 +17,12 @@
 //!   same integer dot products, RoPE angles built the same way) in another summation order, so
 //!   each op's output may differ by f32 rounding only: 1e-5. That holds for the fused decode
 //!   kernels too, which the lockstep runs as the GPU runs them and compares with the CPU's
-//!   separate ops: one-token Q/K/V with their biases, gate/up with SwiGLU and a product with the
-//!   residual add (`matmul_qkv|matmul_swiglu|matmul_add … (mv fused)`), and RoPE of q and k fused
-//!   with the KV-cache write (`rope + kv_store (fused)`; the attention after it is compared as
-//!   `attention (…)`). With an f16 KV cache, attention reads
+//!   separate ops: one-token Q/K/V with their biases, gate/up with SwiGLU or GeGLU and a product
+//!   with the residual add (`matmul_qkv|matmul_swiglu|matmul_geglu|matmul_add … (mv fused)`), RoPE
+//!   of q and k fused with the KV-cache write, Qwen 3's and Gemma 3's head norms inside it
+//!   (`[qk_norm + ]rope + kv_store (fused)`; the attention after it is compared as
+//!   `attention (…)`), and Gemma's norms after a block with the residual add (`rms_norm + add
+//!   (fused)`). With an f16 KV cache, attention reads
 //!   keys and values rounded to 11 significant bits (relative error up to 2⁻¹²): 1e-3 there.
 //!   Prompt-batch products on the matrix units (`matmul … (gemm f16)`, see
 //!   `src/gpu/compute/dequant.rs`; a MoE op's grouped expert products, `moe experts … (gemm

@@ -53,8 +53,8 @@ impl Instrument for SplitBackend {
         d
     }
 
-    fn copy_bandwidth(&mut self) -> Option<f64> {
-        self.parts.get_mut(1)?.copy_bandwidth()
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
+        self.parts.get_mut(1)?.read_bandwidth()
     }
 
     fn streams(&self) -> Vec<StreamSnapshot> {
