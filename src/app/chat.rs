@@ -41,6 +41,8 @@ pub struct WorkerConfig {
     pub threads: u32,
     pub n_gpu_layers: crate::model::split::GpuLayers,
     pub device: Option<u32>,
+    /// A model over several GPUs (`--split-mode`, `--tensor-split`, `--main-gpu`).
+    pub split: crate::model::split::SplitOptions,
     /// Graph replay of the GPU decode step (config `graphs`, `--no-graphs`).
     pub graphs: bool,
     /// Most tokens per forward step of a prompt (`-b`).
@@ -134,6 +136,7 @@ pub fn worker_config(config: &Config) -> WorkerConfig {
         threads: config.threads,
         n_gpu_layers: config.n_gpu_layers,
         device: config.device,
+        split: config.split.clone(),
         graphs: config.graphs,
         n_batch: crate::model::loader::LoadOptions::default().n_batch,
         kv_type: crate::gpu::compute::KvType::default(),
@@ -456,6 +459,9 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
         cpu: cfg.tuning.cpu(cfg.threads as usize),
         compute: cfg.tuning.compute(cfg.kv_type, cfg.graphs),
     };
+    // The other GPUs a split over several opens (`--split-mode layer`, or a model too large for
+    // one): as the first, each with its own watchdog.
+    let more_gpus = crate::gpu::open::MoreGpus::for_request(&request);
     let opts = WorkerOptions {
         source: match cfg.remote {
             Some(spec) => Some(ModelSource::Remote(spec)),
@@ -497,6 +503,8 @@ pub fn spawn_worker(cfg: WorkerConfig) -> WorkerHandle {
             discard: f32::from(cfg.ctx_discard) / 100.0,
             gpu_layers: cfg.n_gpu_layers,
             cpu: cfg.tuning.cpu(cfg.threads as usize),
+            split: cfg.split,
+            more_gpus: Some(more_gpus),
             ..LoadOptions::default()
         },
         system: (!cfg.system_prompt.trim().is_empty()).then_some(cfg.system_prompt),

@@ -44,6 +44,8 @@ pub struct ChatArgs {
     /// GPU number as the runtime counts them (default: the largest discrete GPU).
     #[arg(long, value_name = "N")]
     pub device: Option<u32>,
+    #[command(flatten)]
+    pub split: crate::app::settings::SplitArgs,
     /// Most tokens per forward step when processing a prompt (default 512).
     #[arg(short = 'b', long = "batch-size", value_name = "N", allow_negative_numbers = true,
           value_parser = super::cmd::usage::whole::<usize>(1, super::cmd::usage::MAX_CTX))]
@@ -151,6 +153,8 @@ impl ChatArgs {
         if let Some(d) = self.device {
             config.device = Some(d);
         }
+        config.split = self.split.over(&config.split);
+        config.device = crate::app::settings::first_gpu(config.device, &config.split)?;
         if let Some(s) = &self.system_prompt {
             config.system_prompt = s.clone();
         }

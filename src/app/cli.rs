@@ -139,7 +139,8 @@ fn chat(mut args: ChatArgs, config: Option<&std::path::Path>) -> i32 {
 }
 
 /// llama.cpp's multi-letter short flags, which clap cannot declare, as their long names:
-/// `-ngl N` → `--n-gpu-layers N` (up to a `--`, after which everything is a value).
+/// `-ngl N` → `--n-gpu-layers N`, `-sm`, `-ts`, `-mg` → `--split-mode`, `--tensor-split`,
+/// `--main-gpu` (up to a `--`, after which everything is a value).
 pub fn llama_spellings(
     args: impl IntoIterator<Item = std::ffi::OsString>,
 ) -> Vec<std::ffi::OsString> {
@@ -152,11 +153,22 @@ pub fn llama_spellings(
             if rest {
                 return a;
             }
-            match a.to_str() {
-                Some("-ngl") => "--n-gpu-layers".into(),
-                Some(s) if s.starts_with("-ngl=") => format!("--n-gpu-layers={}", &s[5..]).into(),
-                _ => a,
+            const SPELLINGS: [(&str, &str); 4] = [
+                ("-ngl", "--n-gpu-layers"),
+                ("-sm", "--split-mode"),
+                ("-ts", "--tensor-split"),
+                ("-mg", "--main-gpu"),
+            ];
+            let Some(s) = a.to_str() else { return a };
+            for (short, long) in SPELLINGS {
+                if s == short {
+                    return long.into();
+                }
+                if let Some(v) = s.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                    return format!("{long}={v}").into();
+                }
             }
+            a
         })
         .collect()
 }

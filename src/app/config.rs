@@ -16,7 +16,7 @@ use toml::Value;
 use super::remote_config;
 use super::tuning::Tuning;
 use crate::model::protocol::{QuitConfig, SamplerConfig};
-use crate::model::split::GpuLayers;
+use crate::model::split::{GpuLayers, SplitMode, SplitOptions};
 use crate::ui::sampler;
 use crate::ui::settings::Panels;
 use crate::ui::theme::ThemeName;
@@ -145,6 +145,9 @@ pub struct Config {
     pub n_gpu_layers: GpuLayers,
     /// GPU number as the runtime counts them; `None`: the largest discrete GPU.
     pub device: Option<u32>,
+    /// A model over several GPUs (`split_mode`, `tensor_split`, `main_gpu`; llama.cpp's
+    /// `--split-mode`, `--tensor-split`, `--main-gpu`).
+    pub split: SplitOptions,
     /// Replay the GPU decode step as a graph where the runtime can (`--no-graphs` overrides).
     pub graphs: bool,
     pub system_prompt: String,
@@ -174,6 +177,7 @@ impl Default for Config {
             threads: 0,
             n_gpu_layers: GpuLayers::Auto,
             device: None,
+            split: SplitOptions::default(),
             system_prompt: String::new(),
             sampler: SamplerConfig::default(),
             ui: UiConfig {
@@ -362,6 +366,9 @@ const TOP_KEYS: &[&str] = &[
     "threads",
     "n_gpu_layers",
     "device",
+    "split_mode",
+    "tensor_split",
+    "main_gpu",
     "graphs",
     "system_prompt",
     "sampler",
@@ -467,6 +474,37 @@ impl Config {
             "-1 (the largest discrete GPU) or a GPU number from 0",
         )? {
             c.device = u32::try_from(n).ok();
+        }
+        if let Some(v) = top.get("split_mode") {
+            c.split.mode = v
+                .as_str()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| top.invalid("split_mode", v, SplitMode::ALLOWED))?;
+        }
+        if let Some(v) = top.get("tensor_split") {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                Value::Array(a) => a
+                    .iter()
+                    .map(|x| match x {
+                        Value::Integer(i) => i.to_string(),
+                        Value::Float(f) => f.to_string(),
+                        _ => "?".into(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                _ => String::new(),
+            };
+            c.split.tensor_split = Some(text.parse().map_err(|_| {
+                top.invalid(
+                    "tensor_split",
+                    v,
+                    "proportions per GPU, such as \"3,1\" or [3, 1]",
+                )
+            })?);
+        }
+        if let Some(n) = top.integer("main_gpu", 0, 1023, "a GPU number from 0")? {
+            c.split.main_gpu = Some(n as u32);
         }
         top.boolean("graphs", &mut c.graphs)?;
         top.string("system_prompt", &mut c.system_prompt)?;

@@ -21,6 +21,7 @@ pub use super::tuning::Tuning;
 use crate::gpu::dirs::Dirs;
 use crate::gpu::quant::dot::Isa;
 use crate::gpu::trace::device::TraceEvents;
+use crate::model::split::{SplitMode, SplitOptions, TensorSplit};
 
 /// Everything a command starts from.
 #[derive(Clone, Debug, PartialEq)]
@@ -55,6 +56,7 @@ impl Settings {
             (None, None) => (dirs.config.join("config.toml"), false),
         };
         let mut config = Config::load(&config_path)?;
+        split_from_env(&mut config.split, env)?;
         let (tuning, notes) = Tuning::from_env(env)?;
         config.tuning = tuning;
         Ok(Settings {
@@ -67,22 +69,109 @@ impl Settings {
     }
 }
 
+/// The value of environment variable `k`, trimmed; unset or empty: `None`.
+fn env_value(env: &dyn Fn(&str) -> Option<OsString>, k: &str) -> Option<String> {
+    env(k)
+        .map(|v| v.to_string_lossy().trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The error for variable `key` set to `got`, with what it allows.
+fn bad(key: &str, got: String, allowed: &str) -> ConfigError {
+    ConfigError::Env {
+        key: key.to_string(),
+        got,
+        allowed: allowed.to_string(),
+    }
+}
+
+/// The split over several GPUs from the environment, over the config file's
+/// (`HIPSCOPE_SPLIT_MODE`, `HIPSCOPE_TENSOR_SPLIT`, `HIPSCOPE_MAIN_GPU`, as llama.cpp's
+/// `LLAMA_ARG_SPLIT_MODE`, …); a value that is not allowed names its variable.
+fn split_from_env(
+    split: &mut SplitOptions,
+    env: &dyn Fn(&str) -> Option<OsString>,
+) -> Result<(), ConfigError> {
+    let get = |k: &str| env_value(env, k);
+    if let Some(v) = get("HIPSCOPE_SPLIT_MODE") {
+        split.mode = v
+            .parse()
+            .map_err(|_| bad("HIPSCOPE_SPLIT_MODE", v, SplitMode::ALLOWED))?;
+    }
+    if let Some(v) = get("HIPSCOPE_TENSOR_SPLIT") {
+        split.tensor_split = Some(v.parse().map_err(|_| {
+            bad(
+                "HIPSCOPE_TENSOR_SPLIT",
+                v,
+                "proportions per GPU, such as 3,1",
+            )
+        })?);
+    }
+    if let Some(v) = get("HIPSCOPE_MAIN_GPU") {
+        split.main_gpu = Some(
+            v.parse()
+                .map_err(|_| bad("HIPSCOPE_MAIN_GPU", v, "a GPU number from 0"))?,
+        );
+    }
+    Ok(())
+}
+
+/// `--split-mode`, `--tensor-split`, `--main-gpu`: every command that runs a model takes them
+/// (llama.cpp's flags and meanings); laid over the settings' [`SplitOptions`] by
+/// [`SplitArgs::over`].
+#[derive(clap::Args, Clone, Debug, Default, PartialEq)]
+pub struct SplitArgs {
+    /// How a model is split over several GPUs: none (one GPU: --main-gpu, else --device, else
+    /// the largest) or layer (the layers over every GPU of the runtime). Default: one GPU, or
+    /// layer when the model does not fit one (also `-sm`; config `split_mode`).
+    #[arg(long = "split-mode", value_name = "none|layer",
+          value_parser = crate::model::split::parse_split_mode)]
+    pub split_mode: Option<SplitMode>,
+    /// The share of the layers each GPU takes, in the runtime's order, such as 3,1 (default: in
+    /// proportion to each GPU's free memory; also `-ts`; config `tensor_split`).
+    #[arg(long = "tensor-split", value_name = "A,B,…",
+          value_parser = crate::model::split::parse_tensor_split)]
+    pub tensor_split: Option<TensorSplit>,
+    /// The GPU used with --split-mode none, as --device (also `-mg`; config `main_gpu`).
+    #[arg(long = "main-gpu", value_name = "N")]
+    pub main_gpu: Option<u32>,
+}
+
+impl SplitArgs {
+    /// The flags over `split` (the settings': environment over config over defaults).
+    pub fn over(&self, split: &SplitOptions) -> SplitOptions {
+        let mut s = split.clone();
+        if let Some(m) = self.split_mode {
+            s.mode = m;
+        }
+        if let Some(t) = &self.tensor_split {
+            s.tensor_split = Some(t.clone());
+        }
+        if let Some(g) = self.main_gpu {
+            s.main_gpu = Some(g);
+        }
+        s
+    }
+}
+
+/// The GPU to open first: `--device` (flag, else config), else `--main-gpu` (llama.cpp's name
+/// for it); both naming different GPUs is a usage error.
+pub fn first_gpu(device: Option<u32>, split: &SplitOptions) -> Result<Option<u32>, String> {
+    match (device, split.main_gpu) {
+        (Some(d), Some(m)) if d != m => Err(format!(
+            "--device {d} and --main-gpu {m} name different GPUs; give one of them"
+        )),
+        (d, m) => Ok(d.or(m)),
+    }
+}
+
 impl Tuning {
     /// The knobs from `env` (unset or empty: the default), and notes for the user. A value that
     /// is not one of the allowed ones is an error naming the variable.
     pub fn from_env(
         env: &dyn Fn(&str) -> Option<OsString>,
     ) -> Result<(Tuning, Vec<String>), ConfigError> {
-        let get = |k: &str| {
-            env(k)
-                .map(|v| v.to_string_lossy().trim().to_string())
-                .filter(|v| !v.is_empty())
-        };
-        let bad = |key: &str, got: String, allowed: &str| ConfigError::Env {
-            key: key.to_string(),
-            got,
-            allowed: allowed.to_string(),
-        };
+        let get = |k: &str| env_value(env, k);
         let mut t = Tuning::default();
         let mut notes = Vec::new();
         if let Some(want) = get("HIPSCOPE_CPU_ISA") {
@@ -221,5 +310,74 @@ mod tests {
             let e = Tuning::from_env(&env(&[(k, v)])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");
         }
+    }
+
+    #[test]
+    fn the_split_settings_come_from_flags_over_environment_over_config() {
+        use crate::model::split::{SplitMode, TensorSplit};
+        let t = tempfile::tempdir().unwrap();
+        let dirs = Dirs::under(t.path());
+        let file = t.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "split_mode = \"layer\"\ntensor_split = [3, 1]\nmain_gpu = 1\n",
+        )
+        .unwrap();
+        let s = Settings::resolve_with(Some(&file), dirs.clone(), &env(&[])).unwrap();
+        let from_file = s.config.split.clone();
+        assert_eq!(
+            from_file,
+            SplitOptions {
+                mode: SplitMode::Layer,
+                tensor_split: Some(TensorSplit(vec![3.0, 1.0])),
+                main_gpu: Some(1),
+            }
+        );
+        let e = env(&[
+            ("HIPSCOPE_SPLIT_MODE", "none"),
+            ("HIPSCOPE_TENSOR_SPLIT", "1,1"),
+        ]);
+        let s = Settings::resolve_with(Some(&file), dirs.clone(), &e).unwrap();
+        assert_eq!(s.config.split.mode, SplitMode::None);
+        assert_eq!(
+            s.config.split.tensor_split,
+            Some(TensorSplit(vec![1.0, 1.0]))
+        );
+        assert_eq!(
+            s.config.split.main_gpu,
+            Some(1),
+            "the file's, not overridden"
+        );
+        // The flags over both.
+        let flags = SplitArgs {
+            split_mode: Some(SplitMode::Layer),
+            tensor_split: None,
+            main_gpu: Some(0),
+        };
+        let o = flags.over(&s.config.split);
+        assert_eq!(
+            (o.mode, o.main_gpu, o.tensor_split.clone()),
+            (SplitMode::Layer, Some(0), Some(TensorSplit(vec![1.0, 1.0])))
+        );
+        // --main-gpu picks the GPU --device would; naming two different ones is refused.
+        assert_eq!(first_gpu(None, &o), Ok(Some(0)));
+        assert_eq!(first_gpu(Some(0), &o), Ok(Some(0)));
+        let e = first_gpu(Some(2), &o).unwrap_err();
+        assert!(
+            e.contains("--device 2") && e.contains("--main-gpu 0"),
+            "{e}"
+        );
+        // A bad value names its variable or key.
+        for (k, v) in [
+            ("HIPSCOPE_SPLIT_MODE", "row"),
+            ("HIPSCOPE_TENSOR_SPLIT", "a,b"),
+            ("HIPSCOPE_MAIN_GPU", "-1"),
+        ] {
+            let err = Settings::resolve_with(None, dirs.clone(), &env(&[(k, v)])).unwrap_err();
+            assert!(err.to_string().starts_with(&format!("{k}={v}")), "{err}");
+        }
+        std::fs::write(&file, "tensor_split = \"3;x\"\n").unwrap();
+        let err = Settings::resolve_with(Some(&file), dirs, &env(&[])).unwrap_err();
+        assert!(err.to_string().contains("tensor_split"), "{err}");
     }
 }

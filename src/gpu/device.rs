@@ -326,6 +326,50 @@ pub trait Device: Send {
         bytes: usize,
     ) -> Result<(), GpuError>;
 
+    /// What another device of the same runtime names this one by in a peer copy
+    /// ([`Device::copy_from_peer`]): the CUDA context, the HIP device number. `None`: this
+    /// runtime makes no peer copies.
+    fn peer_id(&self) -> Option<u64> {
+        None
+    }
+
+    /// Lets this device read the memory of device `peer` (its [`Device::peer_id`], runtime
+    /// number `ordinal`) directly: `cuCtxEnablePeerAccess` / `hipDeviceEnablePeerAccess`, once
+    /// per pair. `Ok(false)`: the runtime or the link does not allow it (copies then go through
+    /// pinned host memory).
+    fn enable_peer(&mut self, _peer: u64, _ordinal: u32) -> Result<bool, GpuError> {
+        Ok(false)
+    }
+
+    /// Enqueues on this device's stream a copy of `bytes` from `src` on device `peer` into `dst`
+    /// (`cuMemcpyPeerAsync` / `hipMemcpyPeerAsync`), after [`Device::enable_peer`] said yes.
+    ///
+    /// # Safety
+    /// Both ranges lie in live allocations of their devices, and `src` is not written until the
+    /// copy has completed.
+    unsafe fn copy_from_peer(
+        &mut self,
+        _dst: DevicePtr,
+        _peer: u64,
+        _src: DevicePtr,
+        _bytes: usize,
+    ) -> Result<(), GpuError> {
+        Err(GpuError::InvalidArgument(
+            "this runtime makes no peer copies".into(),
+        ))
+    }
+
+    /// Makes this device's stream wait until `e` (recorded on another device's stream) has
+    /// completed, without blocking the host (`cuStreamWaitEvent` / `hipStreamWaitEvent`).
+    ///
+    /// # Safety
+    /// `e` is a live event, recorded before this call.
+    unsafe fn wait_event(&mut self, _e: RawEvent) -> Result<(), GpuError> {
+        Err(GpuError::InvalidArgument(
+            "this runtime cannot wait on another stream's event".into(),
+        ))
+    }
+
     /// Loads a code object (HSACO / CUBIN / PTX) from memory: no fat-binary registration.
     fn load_module(&mut self, image: &[u8]) -> Result<RawModule, GpuError>;
     fn get_function(&mut self, m: RawModule, name: &str) -> Result<RawFunction, GpuError>;

@@ -43,12 +43,34 @@ impl Default for FakeScript {
 
 #[derive(Clone)]
 enum FakeOp {
-    H2D { dst: u64, src: usize, len: usize },
-    D2H { dst: usize, src: u64, len: usize },
-    D2D { dst: u64, src: u64, len: usize },
-    Kernel { name: String, args: Vec<u64> },
+    H2D {
+        dst: u64,
+        src: usize,
+        len: usize,
+    },
+    D2H {
+        dst: usize,
+        src: u64,
+        len: usize,
+    },
+    D2D {
+        dst: u64,
+        src: u64,
+        len: usize,
+    },
+    /// Bytes read from a peer device when the copy was enqueued (`copy_from_peer`).
+    Write {
+        dst: u64,
+        data: Vec<u8>,
+    },
+    Kernel {
+        name: String,
+        args: Vec<u64>,
+    },
     Gemm(GemmF32),
-    Record { event: u64 },
+    Record {
+        event: u64,
+    },
 }
 
 struct Queued {
@@ -207,6 +229,15 @@ impl FakeControl {
     }
 }
 
+type FakeShared = (Mutex<FakeState>, Condvar);
+
+/// Every fake device that was asked for its peer id, for the peer copies of a split over fakes.
+fn fake_peers() -> &'static Mutex<HashMap<u64, std::sync::Weak<FakeShared>>> {
+    static PEERS: std::sync::OnceLock<Mutex<HashMap<u64, std::sync::Weak<FakeShared>>>> =
+        std::sync::OnceLock::new();
+    PEERS.get_or_init(Default::default)
+}
+
 /// The fake device.
 pub struct FakeDevice {
     info: DeviceInfo,
@@ -214,6 +245,17 @@ pub struct FakeDevice {
 }
 
 impl FakeDevice {
+    /// The fake device as the runtime's device `ordinal` (`fake:1 stream 0`, `fake GPU 1`): a
+    /// second (third, …) GPU for the tests of a model split over several.
+    pub fn with_ordinal(script: FakeScript, ordinal: u32) -> FakeDevice {
+        let mut d = FakeDevice::new(script);
+        d.info.ordinal = ordinal;
+        if ordinal > 0 {
+            d.info.name = format!("fake GPU {ordinal}");
+        }
+        d
+    }
+
     pub fn new(script: FakeScript) -> FakeDevice {
         let info = DeviceInfo {
             backend: Some(RuntimeKind::Fake),
@@ -418,6 +460,9 @@ fn run_op_inner(s: &mut FakeState, op: &FakeOp) -> bool {
                 let data = unsafe { std::slice::from_raw_parts(p, *len) }.to_vec();
                 let _ = wr_bytes(s, *dst, &data);
             }
+        }
+        FakeOp::Write { dst, data } => {
+            let _ = wr_bytes(s, *dst, data);
         }
         FakeOp::Record { event } => {
             let at = s.executed + 1;
@@ -868,6 +913,59 @@ impl Device for FakeDevice {
         bytes: usize,
     ) -> Result<(), GpuError> {
         self.d2h(dst, src, bytes, false)
+    }
+
+    fn peer_id(&self) -> Option<u64> {
+        let id = Arc::as_ptr(&self.ctl.state) as u64;
+        fake_peers()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, Arc::downgrade(&self.ctl.state));
+        Some(id)
+    }
+
+    fn enable_peer(&mut self, peer: u64, _ordinal: u32) -> Result<bool, GpuError> {
+        let peers = fake_peers().lock().unwrap_or_else(|p| p.into_inner());
+        Ok(peers.get(&peer).is_some_and(|w| w.strong_count() > 0))
+    }
+
+    /// The peer's bytes as they are when the copy is enqueued (the fake's ops run as they are
+    /// enqueued in its automatic mode, which the split tests use).
+    unsafe fn copy_from_peer(
+        &mut self,
+        dst: DevicePtr,
+        peer: u64,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        let state = fake_peers()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&peer)
+            .and_then(|w| w.upgrade())
+            .ok_or_else(|| GpuError::InvalidArgument("no such peer device".into()))?;
+        let data = {
+            let mut ps = state.0.lock().unwrap_or_else(|p| p.into_inner());
+            let p = resolve(&mut ps, src.0, bytes).ok_or_else(|| {
+                GpuError::InvalidArgument("peer copy: source outside an allocation".into())
+            })?;
+            // SAFETY: resolve checked that `bytes` bytes from p lie in one live allocation.
+            unsafe { std::slice::from_raw_parts(p, bytes) }.to_vec()
+        };
+        let mut s = self.lock();
+        stream_check(&s)?;
+        s.log.push("copy from peer".into());
+        s.queue.push_back(Queued {
+            op: FakeOp::Write { dst: dst.0, data },
+            started: false,
+        });
+        advance(&mut s);
+        Ok(())
+    }
+
+    unsafe fn wait_event(&mut self, _e: RawEvent) -> Result<(), GpuError> {
+        // One queue per fake device, run in order as enqueued: nothing to wait for.
+        stream_check(&self.lock())
     }
 
     unsafe fn copy_d2d(

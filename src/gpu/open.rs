@@ -8,10 +8,12 @@
 //! device does — load, prompts, answers, idle, the quit's drain — until the backend is dropped.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use crate::gpu::backend::Backend;
 use crate::gpu::compute::{ComputeOptions, GpuCompute};
 use crate::gpu::cpu::{CpuBackend, CpuOptions};
+use crate::gpu::device::{DeviceInfo, RuntimeKind};
 use crate::gpu::kernels::{CompileProgress, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::WatchState;
@@ -112,5 +114,93 @@ fn open_backend(
                 Err(e) => Err(format!("{reason}: {e}")),
             }
         }
+    }
+}
+
+/// A watchdog sink for each GPU opened beside the first (each GPU has its own watchdog).
+pub type SinkMaker = Arc<dyn Fn() -> WatchSink + Send + Sync>;
+
+type ListFn = dyn Fn(&DeviceInfo) -> Vec<DeviceInfo> + Send + Sync;
+type OpenFn = dyn Fn(&DeviceInfo, WatchSink) -> Result<Box<dyn Backend>, String> + Send + Sync;
+
+/// The other GPUs of an opened backend's runtime, for a model split over several
+/// (`--split-mode layer`, `model/split/`): listed when asked, each opened — its kernels compiled
+/// or taken from the cache, its own watchdog started — only when the split takes it.
+#[derive(Clone)]
+pub struct MoreGpus {
+    list: Arc<ListFn>,
+    open: Arc<OpenFn>,
+    sink: SinkMaker,
+}
+
+impl std::fmt::Debug for MoreGpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MoreGpus")
+    }
+}
+
+impl MoreGpus {
+    /// From a lister (the devices beside the one given) and an opener (tests: CPU backends in
+    /// the GPUs' place).
+    pub fn new(
+        list: impl Fn(&DeviceInfo) -> Vec<DeviceInfo> + Send + Sync + 'static,
+        open: impl Fn(&DeviceInfo, WatchSink) -> Result<Box<dyn Backend>, String>
+        + Send
+        + Sync
+        + 'static,
+    ) -> MoreGpus {
+        MoreGpus {
+            list: Arc::new(list),
+            open: Arc::new(open),
+            sink: Arc::new(hangs_to_stderr),
+        }
+    }
+
+    /// The runtime's other devices, each opened as `req` says (the same options, the device's
+    /// runtime named).
+    pub fn for_request(req: &BackendRequest) -> MoreGpus {
+        let req = req.clone();
+        MoreGpus::new(
+            |main| {
+                let all = match main.backend {
+                    Some(RuntimeKind::Hip) => crate::gpu::hip::probe(),
+                    Some(RuntimeKind::Cuda) => crate::gpu::cuda::probe(),
+                    _ => Ok(Vec::new()),
+                };
+                let mut v: Vec<DeviceInfo> = all
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|d| d.ordinal != main.ordinal && !d.integrated)
+                    .collect();
+                v.sort_by_key(|d| d.ordinal);
+                v
+            },
+            move |d, sink| {
+                let mut r = req.clone();
+                r.choice = match d.backend {
+                    Some(RuntimeKind::Hip) => BackendChoice::Hip,
+                    Some(RuntimeKind::Cuda) => BackendChoice::Cuda,
+                    _ => return Err("not a GPU of a known runtime".into()),
+                };
+                r.device = Some(d.ordinal);
+                open(&r, sink, &mut |_| {}).map(|(b, _)| b)
+            },
+        )
+    }
+
+    /// Each GPU opened from now on reports its watchdog's events to a sink made by `sink`.
+    pub fn with_sink(mut self, sink: SinkMaker) -> MoreGpus {
+        self.sink = sink;
+        self
+    }
+
+    /// The devices beside `main`, in the runtime's order.
+    pub fn others(&self, main: &DeviceInfo) -> Vec<DeviceInfo> {
+        (self.list)(main)
+    }
+
+    /// Opens `device`, its watchdog started.
+    pub fn open(&self, device: &DeviceInfo) -> Result<Box<dyn Backend>, String> {
+        (self.open)(device, (self.sink)())
     }
 }

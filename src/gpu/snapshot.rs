@@ -64,6 +64,20 @@ pub struct SplitSnapshot {
     pub handover_bytes: u64,
     /// `16/33 layers on the GPU (layers 17–31 and the output), …`
     pub summary: String,
+    /// Each GPU of the split, in order (one with `-ngl` alone; several with `--split-mode
+    /// layer`): the Arena panel's block per GPU.
+    pub gpus: Vec<SplitGpu>,
+}
+
+/// One GPU of a split model.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SplitGpu {
+    pub name: String,
+    /// Layers it holds, the output counted as one (llama.cpp's count).
+    pub layers: usize,
+    pub weight_bytes: u64,
+    /// Its own arena (the split's `ArenaSnapshot` is the first GPU's).
+    pub arena: ArenaSnapshot,
 }
 
 /// How an [`ArenaSnapshot`]'s `kind` starts when it is a remote server's KV cache: its amounts

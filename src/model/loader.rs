@@ -12,7 +12,7 @@ use crate::model::forward::{Model, ModelError, ModelOptions};
 use crate::model::gguf::{GgufError, GgufFile};
 use crate::model::protocol::{ModelSource, ModelSummary, SamplerConfig};
 use crate::model::session::Session;
-use crate::model::split::{self, GpuLayers};
+use crate::model::split::{self, GpuLayers, MoreGpus, SplitOptions};
 use crate::model::synthetic::{self, SynthError};
 use crate::model::template::ChatTemplate;
 use crate::model::tokenizer::{Tokenizer, TokenizerError};
@@ -54,6 +54,10 @@ pub struct LoadOptions {
     pub cpu: CpuOptions,
     /// Sequences the KV cache holds, each of the context (`hipscope serve --parallel`).
     pub n_seq: usize,
+    /// How a model is split over several GPUs (`--split-mode`, `--tensor-split`, `--main-gpu`).
+    pub split: SplitOptions,
+    /// The other GPUs of the opened one's runtime; `None`: one GPU only.
+    pub more_gpus: Option<MoreGpus>,
 }
 
 impl Default for LoadOptions {
@@ -67,6 +71,8 @@ impl Default for LoadOptions {
             gpu_layers: GpuLayers::Auto,
             cpu: CpuOptions::default(),
             n_seq: 1,
+            split: SplitOptions::default(),
+            more_gpus: None,
         }
     }
 }
@@ -164,9 +170,13 @@ pub fn load(
         backend,
         &config,
         options,
-        opts.gpu_layers,
-        &opts.cpu,
-        &Roots::from_env(),
+        split::Arrange {
+            want: opts.gpu_layers,
+            split: &opts.split,
+            more: opts.more_gpus.as_ref(),
+            cpu: &opts.cpu,
+            roots: &Roots::from_env(),
+        },
     )?;
     let model = Model::load(file.clone(), backend, options, progress)?;
     // What each op reads and writes, for a trace's and the profile's bytes columns.

@@ -445,7 +445,9 @@ impl Worker {
             Ok(b) => b,
             Err(e) => return failed(self, "opening the device", e),
         };
-        match loader::load(file, backend, &self.opts.load, &mut |f, what| {
+        let mut load = self.opts.load.clone();
+        load.more_gpus = load.more_gpus.map(|m| m.with_sink(self.other_gpus_sink()));
+        match loader::load(file, backend, &load, &mut |f, what| {
             progress("load", Some(f), what)
         }) {
             Ok(loaded) => {
@@ -484,6 +486,24 @@ impl Worker {
     }
 
     /// The watchdog's verdicts, straight to the UI: they arrive while this thread is stuck.
+    /// The watchdog sinks of the GPUs a split opens beside the first: only what is not OK
+    /// reaches the Watchdog panel (the first GPU's heartbeat keeps it current), so that a GPU
+    /// whose op is SLOW or HUNG is what it shows, named by its stream.
+    fn other_gpus_sink(&self) -> crate::gpu::open::SinkMaker {
+        let events = self.events.clone();
+        std::sync::Arc::new(move || {
+            let events = events.clone();
+            Box::new(move |ev| {
+                let snapshot = match ev {
+                    WatchEvent::Snapshot(s) | WatchEvent::Hung { snapshot: s, .. } => s,
+                };
+                if snapshot.state != crate::gpu::snapshot::WatchState::Ok {
+                    let _ = events.send(Event::Watchdog(snapshot));
+                }
+            })
+        })
+    }
+
     fn watch_sink(&self) -> WatchSink {
         let events = self.events.clone();
         Box::new(move |ev| {

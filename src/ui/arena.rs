@@ -252,6 +252,46 @@ fn split_lines(s: &SplitSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>>
             text(bar(gpu_share, w.saturating_sub(6).min(40)), theme.gauge),
         ]),
     ]
+    .into_iter()
+    .chain(gpu_blocks(s, w, theme))
+    .collect()
+}
+
+/// A model over several GPUs (`--split-mode layer`): a block per GPU, its layers, weights and
+/// its own arena's use.
+fn gpu_blocks(s: &SplitSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>> {
+    if s.gpus.len() < 2 {
+        return Vec::new();
+    }
+    let mut v = Vec::new();
+    for (i, g) in s.gpus.iter().enumerate() {
+        v.push(Line::from(vec![
+            text(format!("GPU {i} "), theme.dim),
+            text(
+                format!(
+                    "{} · {} layers · {}",
+                    g.name,
+                    g.layers,
+                    units::bytes(g.weight_bytes)
+                ),
+                theme.text,
+            ),
+        ]));
+        let used = ratio(g.arena.used, g.arena.capacity);
+        v.push(Line::from(vec![
+            text("      ", theme.dim),
+            text(bar(used, w.saturating_sub(30).clamp(4, 30)), theme.gauge),
+            text(
+                format!(
+                    " {} of {}",
+                    units::bytes(g.arena.used),
+                    units::bytes(g.arena.capacity)
+                ),
+                theme.text,
+            ),
+        ]));
+    }
+    v
 }
 
 /// The host's memory in use, as one line.
@@ -368,4 +408,51 @@ fn remote_arena(a: &ArenaSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>
             theme.dim,
         )),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::snapshot::SplitGpu;
+
+    fn plain(lines: &[Line<'_>]) -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_split_over_two_gpus_shows_a_block_per_gpu() {
+        let gpu = |name: &str, layers, used| SplitGpu {
+            name: name.into(),
+            layers,
+            weight_bytes: 3 << 30,
+            arena: ArenaSnapshot {
+                capacity: 20 << 30,
+                used,
+                ..ArenaSnapshot::default()
+            },
+        };
+        let s = SplitSnapshot {
+            gpu_layers: 33,
+            cpu_layers: 0,
+            gpus: vec![
+                gpu("RX 7900 XTX", 17, 10 << 30),
+                gpu("RX 7900 XT", 16, 5 << 30),
+            ],
+            ..SplitSnapshot::default()
+        };
+        let theme = Theme::default();
+        let text = plain(&split_lines(&s, 60, &theme)).join("\n");
+        assert!(text.contains("GPU 0 RX 7900 XTX · 17 layers"), "{text}");
+        assert!(text.contains("GPU 1 RX 7900 XT · 16 layers"), "{text}");
+        assert!(text.contains("10.0 GiB of 20.0 GiB"), "{text}");
+        // One GPU (-ngl): the two lines of before, no blocks.
+        let one = SplitSnapshot {
+            gpus: vec![gpu("RX 7900 XTX", 17, 1)],
+            ..s
+        };
+        assert_eq!(split_lines(&one, 60, &theme).len(), 2);
+    }
 }

@@ -306,6 +306,8 @@ impl GpuPanel {
                 }
             }
         }
+        // A model over several GPUs: a line for each other GPU hipscope has open.
+        lines.extend(self.other_gpu_lines(label_w, value_w, theme));
         // Whether the decode step is replayed as a graph, and why not.
         if let Some(g) = &d.graphs {
             lines.push(kv("graphs", &ellipsize(g, value_w), label_w, theme));
@@ -317,6 +319,38 @@ impl GpuPanel {
         }
         let y = lines_on_top(frame, inner, lines).y;
         self.graphs(frame, inner, y, theme);
+    }
+
+    /// Every GPU hipscope has open besides the one the panel is about (a split over several):
+    /// one line each, its use, power, temperature and memory.
+    fn other_gpu_lines(&self, label_w: usize, value_w: usize, theme: &Theme) -> Vec<Line<'static>> {
+        let Some(sample) = &self.telemetry else {
+            return Vec::new();
+        };
+        let main = self.pick(sample).map(|g| g.id.as_str());
+        let ours: Vec<&GpuReading> = sample.gpus.iter().filter(|g| g.ours).collect();
+        if ours.len() < 2 {
+            return Vec::new();
+        }
+        ours.iter()
+            .filter(|g| Some(g.id.as_str()) != main)
+            .map(|g| {
+                let mut v = Vec::new();
+                if let Some(u) = g.gpu_util_pct {
+                    v.push(format!("{u:.0}%"));
+                }
+                if let Some(p) = g.power_w {
+                    v.push(format!("{p:.0} W"));
+                }
+                if let Some(t) = g.temp_junction_c.or(g.temp_edge_c) {
+                    v.push(format!("{t:.0}°C"));
+                }
+                if let Some((_, used, total)) = g.headline_memory() {
+                    v.push(format!("{} / {}", units::bytes(used), units::bytes(total)));
+                }
+                kv(&g.id, &ellipsize(&v.join(" · "), value_w), label_w, theme)
+            })
+            .collect()
     }
 
     /// History below `y`: utilization, power, temperature, memory, clock and fan (or the host's
@@ -385,4 +419,49 @@ fn kv(label: &str, value: &str, label_w: usize, theme: &Theme) -> Line<'static> 
         text(format!("{label:<label_w$}"), theme.dim),
         text(value.to_string(), theme.text),
     ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_other_gpu_of_a_split_gets_a_line() {
+        let gpu = |id: &str, ours: bool, util: f32| GpuReading {
+            id: id.into(),
+            vendor: "nvidia".into(),
+            ours,
+            gpu_util_pct: Some(util),
+            vram_used: Some(30 << 30),
+            vram_total: Some(80 << 30),
+            ..GpuReading::default()
+        };
+        let mut p = GpuPanel::default();
+        p.set_device(DeviceSummary {
+            backend: "cuda".into(),
+            ..DeviceSummary::default()
+        });
+        let theme = Theme::default();
+        let text = |p: &GpuPanel| -> Vec<String> {
+            p.other_gpu_lines(8, 40, &theme)
+                .iter()
+                .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect())
+                .collect()
+        };
+        // One GPU open: nothing more.
+        p.apply(TelemetrySample {
+            gpus: vec![gpu("nvidia0", true, 90.0), gpu("nvidia1", false, 0.0)],
+            ..TelemetrySample::default()
+        });
+        assert!(text(&p).is_empty());
+        // Both open (a split): the second gets its line, the first is the panel's own.
+        p.apply(TelemetrySample {
+            gpus: vec![gpu("nvidia0", true, 90.0), gpu("nvidia1", true, 45.0)],
+            ..TelemetrySample::default()
+        });
+        let lines = text(&p);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].starts_with("nvidia1"), "{lines:?}");
+        assert!(lines[0].contains("45% · 30.0 GiB / 80.0 GiB"), "{lines:?}");
+    }
 }

@@ -34,6 +34,7 @@ mod kv_shift;
 mod layering;
 mod lockstep_fused;
 mod model_names;
+mod multi_gpu;
 mod no_gpu;
 mod offload;
 mod perplexity_reference;

@@ -91,10 +91,10 @@ fn split_model(file: &Arc<GgufFile>, ngl: usize, all: bool) -> Model {
     let config = ModelConfig::from_gguf(file).expect("config");
     let place = Placement::from_ngl(config.n_layers, ngl, config.tied_embeddings);
     let split = SplitBackend::new(
-        Box::new(CpuBackend::new(2)),
+        vec![Box::new(CpuBackend::new(2))],
         Box::new(CpuBackend::new(2)),
         place,
-        MemoryPlan::default(),
+        vec![MemoryPlan::default()],
         format!("-ngl {ngl}"),
     );
     Model::load(file.clone(), Box::new(split), opts(all), &mut |_, _| {}).expect("load split")

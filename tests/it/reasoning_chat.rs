@@ -226,6 +226,12 @@ impl Memory for Scripted {
     fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
         self.inner.write(buf, offset, data)
     }
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()> {
+        self.inner.cross_out(buf, out, label)
+    }
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()> {
+        self.inner.cross_in(buf, data, label)
+    }
     fn arena(&self) -> ArenaSnapshot {
         self.inner.arena()
     }

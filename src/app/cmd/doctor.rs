@@ -90,6 +90,16 @@ fn backend_name(b: BackendChoice) -> &'static str {
 }
 
 fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Duration) {
+    run_child_with(check, a, deadline, None)
+}
+
+/// [`run_child`] with the second GPU of a pair (the `peer` check).
+fn run_child_with(
+    check: &str,
+    a: &DoctorArgs,
+    deadline: Duration,
+    peer: Option<u32>,
+) -> (Outcome, Duration) {
     let t = Instant::now();
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -104,6 +114,9 @@ fn run_child(check: &str, a: &DoctorArgs, deadline: Duration) -> (Outcome, Durat
     ]);
     if let Some(d) = a.device {
         cmd.args(["--device", &d.to_string()]);
+    }
+    if let Some(p) = peer {
+        cmd.args(["--peer", &p.to_string()]);
     }
     let mut child = match cmd
         .stdin(Stdio::null())
@@ -234,7 +247,97 @@ const FUNCTIONAL: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The functional checks on the GPU `--device` names; without it, on every GPU of the runtime
+/// when there are several (each check's detail naming its GPU), then a peer copy for each pair.
 fn functional(a: &DoctorArgs, report: &mut Report) {
+    let n = match a.device {
+        Some(_) => 1,
+        None => gpu_count(a),
+    };
+    if n < 2 {
+        functional_on(a, report);
+        return;
+    }
+    for g in 0..n {
+        let start = report.checks.len();
+        functional_on(
+            &DoctorArgs {
+                device: Some(g),
+                ..a.clone()
+            },
+            report,
+        );
+        for c in &mut report.checks[start..] {
+            c.detail = format!("GPU {g}: {}", c.detail);
+        }
+    }
+    if !a.only.is_empty() && !a.only.iter().any(|o| o == "peer") {
+        return;
+    }
+    let deadline = Duration::from_secs(a.deadline.max(1));
+    for i in 0..n {
+        for j in i + 1..n {
+            let on = DoctorArgs {
+                device: Some(i),
+                ..a.clone()
+            };
+            let (o, t) = run_child_with("peer", &on, deadline, Some(j));
+            let name = format!("peer copy GPU {i} ↔ GPU {j}");
+            let mut c = match o {
+                Outcome::Exited {
+                    status: Some(s),
+                    detail,
+                    ..
+                } => Check::new("functional", &name, s, detail),
+                Outcome::Exited { code, detail, .. } => Check::new(
+                    "functional",
+                    &name,
+                    Status::Fail,
+                    format!(
+                        "crashed (exit {}): {detail}",
+                        code.map(|c| c.to_string()).unwrap_or("?".into())
+                    ),
+                ),
+                Outcome::Hung => Check::new(
+                    "functional",
+                    &name,
+                    Status::Fail,
+                    format!(
+                        "HUNG — no end within {} s, child killed",
+                        deadline.as_secs()
+                    ),
+                ),
+                Outcome::SpawnFailed(e) => Check::new(
+                    "functional",
+                    &name,
+                    Status::Fail,
+                    format!("could not start a child: {e}"),
+                ),
+            };
+            c.ms = Some(t.as_millis() as u64);
+            report.push(c);
+        }
+    }
+}
+
+/// GPUs of the runtime `--backend` picks, as its `probe` child counts them (`… · 2 GPUs`); 1
+/// when it cannot tell.
+fn gpu_count(a: &DoctorArgs) -> u32 {
+    match run_child("probe", a, Duration::from_secs(a.deadline.max(1))).0 {
+        Outcome::Exited {
+            status: Some(Status::Pass),
+            detail,
+            ..
+        } => detail
+            .rsplit_once(" · ")
+            .and_then(|(_, n)| n.strip_suffix(" GPUs").or(n.strip_suffix(" GPU")))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1),
+        _ => 1,
+    }
+}
+
+fn functional_on(a: &DoctorArgs, report: &mut Report) {
     let sec = "functional";
     let deadline = Duration::from_secs(a.deadline.max(1));
     let (probe, ms) = run_child("probe", a, deadline);

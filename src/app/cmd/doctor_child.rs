@@ -9,7 +9,7 @@ use clap::Args;
 
 use crate::gpu::arena::{ArenaPlan, Region};
 use crate::gpu::compute::{KernelScope, scope_units};
-use crate::gpu::device::{GemmF32, GpuError, Op, reference_sgemm};
+use crate::gpu::device::{GemmF32, GpuError, Op, RuntimeKind, reference_sgemm};
 use crate::gpu::handle::{GemmPath, Gpu, GpuConfig};
 use crate::gpu::kernels::{CompileMode, KernelCache};
 use crate::gpu::select::{BackendChoice, Selected, select};
@@ -22,6 +22,9 @@ pub struct ChildArgs {
     pub backend: BackendChoice,
     #[arg(long)]
     pub device: Option<u32>,
+    /// The second GPU of the `peer` check.
+    #[arg(long)]
+    pub peer: Option<u32>,
 }
 
 fn parse_backend(s: &str) -> Result<BackendChoice, String> {
@@ -75,14 +78,27 @@ pub fn run(a: ChildArgs) -> i32 {
     let r: Result<(bool, String), GpuError> = match a.check.as_str() {
         "probe" => {
             let i = gpu.info().clone();
+            // How many GPUs the runtime lists: the doctor checks each of several (the count
+            // is the detail's last part, which it reads).
+            let n = match gpu.kind() {
+                RuntimeKind::Hip => crate::gpu::hip::probe().map(|v| v.len()),
+                RuntimeKind::Cuda => crate::gpu::cuda::probe().map(|v| v.len()),
+                RuntimeKind::Fake => Ok(1),
+            }
+            .unwrap_or(1);
             Ok((
                 true,
                 format!(
-                    "{} [{}], kernels ready in {opened_ms} ms, driver {}, runtime {}",
-                    i.name, i.arch, i.driver_version, i.runtime_version
+                    "{} [{}], kernels ready in {opened_ms} ms, driver {}, runtime {} · {n} GPU{}",
+                    i.name,
+                    i.arch,
+                    i.driver_version,
+                    i.runtime_version,
+                    if n == 1 { "" } else { "s" }
                 ),
             ))
         }
+        "peer" => peer(&mut gpu, &a),
         "kernels" => kernels(&mut gpu),
         "roundtrip" => roundtrip(&mut gpu),
         "ordering" => ordering(&mut gpu),
@@ -127,6 +143,90 @@ pub fn run(a: ChildArgs) -> i32 {
         crate::app::quit::hard_exit_now(code);
     }
     code
+}
+
+/// A copy between two GPUs, each way: a patterned buffer uploaded to one, handed to the other
+/// as a split model's activations cross (peer to peer where the runtime and link allow it, else
+/// through pinned host memory), read back from there and compared; the bandwidth is the
+/// hand-over's.
+fn peer(gpu: &mut Gpu, a: &ChildArgs) -> Result<(bool, String), GpuError> {
+    let Some(p) = a.peer else {
+        return Ok((false, "no --peer GPU named".into()));
+    };
+    let mut other = match open(&ChildArgs {
+        device: Some(p),
+        ..a.clone()
+    }) {
+        Ok(Ok(g)) => g,
+        Ok(Err(e)) | Err(e) => return Ok((false, format!("GPU {p} did not open: {e}"))),
+    };
+    let bytes: usize = 64 << 20;
+    let mut report = Vec::new();
+    let mut ok = true;
+    let r = (|| -> Result<(), GpuError> {
+        for g in [&mut *gpu, &mut other] {
+            g.create_arena(&ArenaPlan::new().with(Region::Activations, bytes as u64 + (1 << 20)))?;
+        }
+        let (ba, bb) = (
+            gpu.alloc(Region::Activations, bytes as u64)?,
+            other.alloc(Region::Activations, bytes as u64)?,
+        );
+        let (la, lb) = (
+            gpu.label("doctor · peer copy"),
+            other.label("doctor · peer copy"),
+        );
+        let mut host = vec![0u8; bytes];
+        for (dir, seed) in [("→", 17u32), ("←", 31)] {
+            let data = pattern(bytes / 4, seed);
+            let (src, dst) = if dir == "→" {
+                ((&mut *gpu, ba, la), (&mut other, bb, lb))
+            } else {
+                ((&mut other, bb, lb), (&mut *gpu, ba, la))
+            };
+            src.0.upload(src.2, src.1, &data)?;
+            src.0.wait_idle(Duration::from_secs(30))?;
+            let t = Instant::now();
+            // Peer to peer where the runtime and the link allow it (as a split model's
+            // crossings go), else through pinned host memory.
+            let peer = src
+                .0
+                .send_to_peer(src.2, src.1, dst.0, dst.2, dst.1, bytes)?;
+            if !peer {
+                src.0.download(src.2, src.1, &mut host)?;
+                dst.0.upload(dst.2, dst.1, &host)?;
+            }
+            dst.0.wait_idle(Duration::from_secs(30))?;
+            src.0.wait_idle(Duration::from_secs(30))?;
+            let secs = t.elapsed().as_secs_f64().max(1e-9);
+            let via = if peer {
+                "peer to peer"
+            } else {
+                "via pinned host memory"
+            };
+            let mut back = vec![0xA5u8; bytes];
+            dst.0.download(dst.2, dst.1, &mut back)?;
+            let i = a.device.map_or("?".into(), |d| d.to_string());
+            let (from, to) = if dir == "→" {
+                (i.clone(), p.to_string())
+            } else {
+                (p.to_string(), i)
+            };
+            match compare_words(&data, &back) {
+                None => report.push(format!(
+                    "{from}→{to} {via} {:.1} GB/s intact",
+                    bytes as f64 / secs / 1e9
+                )),
+                Some(e) => {
+                    ok = false;
+                    report.push(format!("{from}→{to}: {e}"));
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = other.teardown(Duration::from_secs(5), &mut |_| {});
+    r?;
+    Ok((ok, format!("64 MiB each way: {}", report.join(", "))))
 }
 
 /// Lines a child writes on stderr to say how a long step goes: the doctor shows them as they come

@@ -82,6 +82,8 @@ pub struct ModelArgs {
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto",
           value_parser = crate::model::split::parse_gpu_layers)]
     pub n_gpu_layers: Option<GpuLayers>,
+    #[command(flatten)]
+    pub split: crate::app::settings::SplitArgs,
     /// Element type of the KV cache (f16 or f32), on the GPU and the CPU alike; f16 halves its
     /// memory and the bytes attention reads at depth, as llama.cpp keeps it.
     #[arg(long, value_name = "TYPE", default_value = "f16", value_parser = parse_kv)]
@@ -171,7 +173,8 @@ pub fn load_model_with(
     all_logits: bool,
 ) -> anyhow::Result<Loaded> {
     let file = open_model(args, config)?;
-    let backend = open_backend(args, config, Some(loader::kernel_needs(&file)))?;
+    let needs = Some(loader::kernel_needs(&file));
+    let backend = open_backend(args, config, needs)?;
     let opts = LoadOptions {
         n_ctx: args.ctx_size.or(config.ctx_size.map(|n| n as usize)),
         n_batch: args.batch_size.max(1),
@@ -179,7 +182,7 @@ pub fn load_model_with(
         sampler,
         gpu_layers: args.n_gpu_layers.unwrap_or(config.n_gpu_layers),
         cpu: cpu_options(args, config),
-        ..LoadOptions::default()
+        ..split_load_options(args, config, needs)?
     };
     load_on(args, file, backend, &opts)
 }
@@ -243,32 +246,57 @@ pub fn open_backend_with(
     needs: Option<KernelNeeds>,
     sink: crate::gpu::watchdog::WatchSink,
 ) -> anyhow::Result<Box<dyn Backend>> {
-    let choice = args.backend.unwrap_or(config.backend);
-    let device = args.device.or(config.device);
-    crate::gpu::select::preflight(choice, device).map_err(|e| {
+    let req = backend_request(args, config, needs)?;
+    crate::gpu::select::preflight(req.choice, req.device).map_err(|e| {
         UsageError(format!(
-            "the {choice} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU \
-             can start)"
+            "the {} backend cannot start: {e}\n  (--backend auto uses the CPU when no GPU \
+             can start)",
+            req.choice
         ))
     })?;
     let mut compile = super::progress::CompileLine::new();
-    let (backend, said) = crate::gpu::open::open(
-        &BackendRequest {
-            choice,
-            device,
-            cpu: cpu_options(args, config),
-            compute: ComputeOptions {
-                kernels: needs,
-                ..compute_options(args, config)
-            },
-        },
-        sink,
-        &mut |p| compile.update(p),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let (backend, said) = crate::gpu::open::open(&req, sink, &mut |p| compile.update(p))
+        .map_err(anyhow::Error::msg)?;
     compile.finish();
     errln!("backend: {said}");
     Ok(backend)
+}
+
+/// What to open: `--backend`/`--device` (`--main-gpu`), else the settings'.
+pub fn backend_request(
+    args: &ModelArgs,
+    config: &Config,
+    needs: Option<KernelNeeds>,
+) -> anyhow::Result<BackendRequest> {
+    let split = args.split.over(&config.split);
+    let device = crate::app::settings::first_gpu(args.device.or(config.device), &split)
+        .map_err(UsageError)?;
+    Ok(BackendRequest {
+        choice: args.backend.unwrap_or(config.backend),
+        device,
+        cpu: cpu_options(args, config),
+        compute: ComputeOptions {
+            kernels: needs,
+            ..compute_options(args, config)
+        },
+    })
+}
+
+/// The split settings (`--split-mode`, `--tensor-split`, `--main-gpu` over the settings') and
+/// the other GPUs a split may open, as the first was opened: the `LoadOptions` of a command
+/// that runs a model, the rest at their defaults.
+pub fn split_load_options(
+    args: &ModelArgs,
+    config: &Config,
+    needs: Option<KernelNeeds>,
+) -> anyhow::Result<LoadOptions> {
+    Ok(LoadOptions {
+        split: args.split.over(&config.split),
+        more_gpus: Some(crate::gpu::open::MoreGpus::for_request(&backend_request(
+            args, config, needs,
+        )?)),
+        ..LoadOptions::default()
+    })
 }
 
 /// Ends a command that ran a model: the backend's quit protocol (bounded drain, then every

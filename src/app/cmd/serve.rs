@@ -135,7 +135,11 @@ pub fn run(mut a: ServeArgs, settings: &crate::app::settings::Settings) -> anyho
         gpu_layers: a.model.n_gpu_layers.unwrap_or(config.n_gpu_layers),
         cpu: cpu_options(&a.model, config),
         n_seq: n_slots,
-        ..LoadOptions::default()
+        ..super::model_args::split_load_options(
+            &a.model,
+            config,
+            Some(loader::kernel_needs(&file)),
+        )?
     };
     let loaded = load_on(&a.model, file, backend, &opts)?;
     let summary = loaded.summary.clone();

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::kv_layout::{KvLayout, KvShift, KvType};
-use super::{BackendError, Buf, Result, Weight};
+use super::{BackendError, Buf, OpLabel, Result, Weight};
 use crate::gpu::quant::GgmlType;
 use crate::gpu::snapshot::ArenaSnapshot;
 
@@ -44,6 +44,15 @@ pub trait Memory {
     /// hand-over of activations between the two backends of a split model); an `Unsupported`
     /// error from a backend that cannot take activations from another.
     fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()>;
+
+    /// One crossing of a model split over several devices, its sending half: `read` of
+    /// `buf[..out.len()]` as one op labelled `label` on this backend's stream (`cross 0→1`), so
+    /// that the Streams panel and the watchdog see it on both devices.
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()>;
+
+    /// The receiving half of a crossing: `write` of `data` to `buf[..data.len()]` as one op
+    /// labelled `label` on this backend's stream.
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()>;
 
     /// Memory held by the backend, for the UI.
     fn arena(&self) -> ArenaSnapshot;

@@ -308,11 +308,67 @@ impl Memory for GpuCompute {
     }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
+        self.read_as(buf, offset, out, OpLabel::global("read"), "logits")
+    }
+
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()> {
+        self.read_as(buf, 0, out, label, "")
+    }
+
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()> {
+        self.write_as(buf, 0, data, label)
+    }
+
+    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_at(buf, offset, data)
+    }
+
+    fn arena(&self) -> ArenaSnapshot {
+        self.arena_cache.clone()
+    }
+}
+
+impl GpuCompute {
+    /// One crossing of a model split over GPUs, peer to peer: elements `0..len` of `buf` here
+    /// into `to_buf` on `to`, one op labelled `label` on each stream (`Gpu::send_to_peer`).
+    /// `Ok(false)`: these two devices make no peer copy (the caller goes through the host).
+    pub fn send_to_peer(
+        &mut self,
+        buf: Buf,
+        to: &mut GpuCompute,
+        to_buf: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<bool> {
+        let src = self.buf(buf, len)?;
+        let dst = to.buf(to_buf, len)?;
+        let (l, tl) = (self.label(label, "peer")?, to.label(label, "peer")?);
+        let (Some(a), Some(b)) = (self.gpu.as_mut(), to.gpu.as_mut()) else {
+            return Err(BackendError::Device("the device was shut down".into()));
+        };
+        let sent = a
+            .send_to_peer(l, src, b, tl, dst, len * 4)
+            .map_err(gpu_err)?;
+        if sent {
+            to.wrote(to_buf);
+        }
+        Ok(sent)
+    }
+
+    /// `read` as an op labelled `l` (· `kernel`): the logits' read, or a split model's crossing.
+    fn read_as(
+        &mut self,
+        buf: Buf,
+        offset: usize,
+        out: &mut [f32],
+        l: OpLabel,
+        kernel: &'static str,
+    ) -> Result<()> {
         let src = self
             .buf(buf, offset + out.len())?
             .slice(offset as u64 * 4, out.len() as u64 * 4)
             .map_err(gpu_err)?;
-        let l = self.label(OpLabel::global("read"), "logits")?;
+        let l = self.label(l, kernel)?;
         // The end of a decode step recorded for graph replay: it runs now.
         self.gpu_mut()?.graph_end_step().map_err(gpu_err)?;
         // Through pinned staging, waiting with the configured deadline (never unbounded). The
@@ -342,14 +398,6 @@ impl Memory for GpuCompute {
         };
         self.refresh_arena(false);
         r
-    }
-
-    fn write(&mut self, buf: Buf, offset: usize, data: &[f32]) -> Result<()> {
-        self.write_at(buf, offset, data)
-    }
-
-    fn arena(&self) -> ArenaSnapshot {
-        self.arena_cache.clone()
     }
 }
 

@@ -485,6 +485,15 @@ impl Memory for Lockstep {
         self.gpu.write(buf, offset, data)
     }
 
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()> {
+        self.cpu.cross_out(buf, out, label)
+    }
+
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()> {
+        self.cpu.cross_in(buf, data, label)?;
+        self.gpu.cross_in(buf, data, label)
+    }
+
     fn arena(&self) -> ArenaSnapshot {
         self.gpu.arena()
     }

@@ -380,12 +380,17 @@ impl GpuCompute {
     /// Overwrites elements `offset..offset + data.len()` of buffer `b`, as
     /// [`GpuCompute::write_buffer`] does from 0.
     fn write_at(&mut self, b: Buf, offset: usize, data: &[f32]) -> Result<()> {
+        self.write_as(b, offset, data, OpLabel::global("write buffer"))
+    }
+
+    /// `write_at` as an op labelled `label` (a split model's crossing names its devices).
+    fn write_as(&mut self, b: Buf, offset: usize, data: &[f32], label: OpLabel) -> Result<()> {
         let dst = self
             .buf(b, offset + data.len())?
             .slice(offset as u64 * 4, data.len() as u64 * 4)
             .map_err(gpu_err)?;
         let bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
-        let l = self.label(OpLabel::global("write buffer"), "")?;
+        let l = self.label(label, "")?;
         self.gpu_mut()?.upload(l, dst, &bytes).map_err(gpu_err)?;
         self.wrote(b);
         Ok(())

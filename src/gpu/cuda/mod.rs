@@ -35,6 +35,11 @@ const GRAPH_SYMBOLS: [&str; 6] = [
     "cuGraphDestroy",
 ];
 
+thread_local! {
+    /// The context this thread last made current through a [`CudaDevice`] (0: none).
+    static CURRENT_CTX: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
 /// One opened CUDA device: its primary context and one non-blocking stream.
 pub struct CudaDevice {
     info: DeviceInfo,
@@ -64,6 +69,7 @@ impl CudaDevice {
                 cu::cuDevicePrimaryCtxRetain(&mut ctx, dev)
             })?;
             check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx) })?;
+            CURRENT_CTX.with(|c| c.set(ctx as usize));
             let mut stream: cu::CUstream = std::ptr::null_mut();
             check("cuStreamCreate", unsafe {
                 cu::cuStreamCreate(
@@ -92,11 +98,16 @@ impl CudaDevice {
         })
     }
 
+    /// Makes this device's context current on the calling thread, unless it already is: with
+    /// several GPUs in one process (a model split over them) the worker thread alternates
+    /// between their contexts, so "current on this thread" is per thread and per context.
     fn ensure_current(&mut self) -> Result<(), GpuError> {
         let me = std::thread::current().id();
-        if self.current_on != Some(me) {
+        let mine = self.ctx as usize;
+        if self.current_on != Some(me) || CURRENT_CTX.with(|c| c.get()) != mine {
             // SAFETY: ctx is our retained primary context.
             check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.ctx) })?;
+            CURRENT_CTX.with(|c| c.set(mine));
             self.current_on = Some(me);
         }
         Ok(())
@@ -314,6 +325,57 @@ impl Device for CudaDevice {
         // SAFETY: see the trait contract.
         check("cuMemcpyDtoDAsync", unsafe {
             cu::cuMemcpyDtoDAsync_v2(dst.0, src.0, bytes, s)
+        })
+    }
+
+    fn peer_id(&self) -> Option<u64> {
+        Some(self.ctx as u64)
+    }
+
+    fn enable_peer(&mut self, peer: u64, ordinal: u32) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let mut peer_dev: cu::CUdevice = 0;
+        // SAFETY: each call writes into the local it is given.
+        check("cuDeviceGet", unsafe {
+            cu::cuDeviceGet(&mut peer_dev, ordinal as c_int)
+        })?;
+        let mut can: c_int = 0;
+        check("cuDeviceCanAccessPeer", unsafe {
+            cu::cuDeviceCanAccessPeer(&mut can, self.dev, peer_dev)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        // SAFETY: the peer context is retained by its device, which outlives the split's use.
+        match unsafe { cu::cuCtxEnablePeerAccess(peer as cu::CUcontext, 0) } {
+            cu::CUresult::CUDA_SUCCESS | cu::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {
+                Ok(true)
+            }
+            r => Err(cu_err("cuCtxEnablePeerAccess", r)),
+        }
+    }
+
+    unsafe fn copy_from_peer(
+        &mut self,
+        dst: DevicePtr,
+        peer: u64,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("cuMemcpyPeerAsync", unsafe {
+            cu::cuMemcpyPeerAsync(dst.0, self.ctx, src.0, peer as cu::CUcontext, bytes, s)
+        })
+    }
+
+    unsafe fn wait_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("cuStreamWaitEvent", unsafe {
+            cu::cuStreamWaitEvent(s, e.0 as cu::CUevent, 0)
         })
     }
 

@@ -195,6 +195,12 @@ pub struct Gpu {
     timer: Option<DeviceTimer>,
     /// Why the timed events could not be made (tracing then shows no device ops).
     timer_failed: Option<String>,
+    /// Recorded after each crossing this device sends peer to peer (`send_to_peer`), for the
+    /// receiving stream to wait on; made at the first.
+    peer_event: Option<crate::gpu::device::RawEvent>,
+    /// Peers whose memory this device may read directly (`enable_peer` said yes), by peer id;
+    /// and those it may not.
+    peers: std::collections::HashMap<u64, bool>,
 }
 
 /// Partials the checksum kernel writes: one (sum, nonzero) pair per block.
@@ -232,6 +238,8 @@ impl Gpu {
             mem_at_open,
             timer: None,
             timer_failed: None,
+            peer_event: None,
+            peers: std::collections::HashMap::new(),
         };
         match gpu.alloc_host_side() {
             Ok(()) => Ok(gpu),

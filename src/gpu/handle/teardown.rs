@@ -117,6 +117,10 @@ impl Gpu {
                 unsafe { self.backend.destroy_event(e) }.map_err(|e| e.to_string())?;
             }
             self.stream.clear_events();
+            if let Some(e) = self.peer_event.take() {
+                // SAFETY: drained; a peer's stream that waited on it was drained before it.
+                unsafe { self.backend.destroy_event(e) }.map_err(|e| e.to_string())?;
+            }
             if let Some(t) = self.timer.take() {
                 for &e in t.events() {
                     // SAFETY: drained; the tracer's events are only read by the worker.

@@ -54,6 +54,90 @@ impl Gpu {
         Ok(last)
     }
 
+    /// One crossing of a model split over GPUs, peer to peer: `bytes` of `src` here into `dst`
+    /// on `to`. Where the runtime and the link allow it (`enable_peer`, asked once per pair), an
+    /// op on this stream records the event `to`'s stream waits on, and the copy is an op on
+    /// `to`'s stream (both labelled by the caller: `cross GPU 0 → GPU 1`); the host waits for
+    /// neither. `Ok(false)`: no peer copy between these two (the caller goes through the host).
+    pub fn send_to_peer(
+        &mut self,
+        label: LabelId,
+        src: DeviceBuffer,
+        to: &mut Gpu,
+        to_label: LabelId,
+        dst: DeviceBuffer,
+        bytes: usize,
+    ) -> Result<bool, GpuError> {
+        self.check_alive()?;
+        to.check_alive()?;
+        fits("peer copy", bytes, src)?;
+        fits("peer copy", bytes, dst)?;
+        let (Some(me), Some(_)) = (self.backend.peer_id(), to.backend.peer_id()) else {
+            return Ok(false);
+        };
+        if self.kind() != to.kind() {
+            return Ok(false);
+        }
+        let ordinal = self.info().ordinal;
+        let allowed = match to.peers.get(&me) {
+            Some(&a) => a,
+            None => {
+                let r = to.backend.enable_peer(me, ordinal);
+                let a = to.guard(r)?;
+                to.peers.insert(me, a);
+                a
+            }
+        };
+        if !allowed {
+            return Ok(false);
+        }
+        let ev = match self.peer_event {
+            Some(e) => e,
+            None => {
+                let r = self.backend.create_event();
+                let e = self.guard(r)?;
+                self.peer_event = Some(e);
+                e
+            }
+        };
+        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes as u64, |be, _, _| {
+            // SAFETY: a live event of this device.
+            unsafe { be.record_event(ev) }
+        })?;
+        // A copy writes no breadcrumb: the stream's own event shows when it is done (the
+        // sender may do nothing more this step, and must not look in flight meanwhile).
+        let d = self.deadline();
+        let r = self.stream.record_event(self.backend.as_mut(), d);
+        self.guard(r)?;
+        let back = match to.peer_event {
+            Some(e) => e,
+            None => {
+                let r = to.backend.create_event();
+                let e = to.guard(r)?;
+                to.peer_event = Some(e);
+                e
+            }
+        };
+        to.enqueue_traced(OpKind::CopyD2D, to_label, None, bytes as u64, |be, _, _| {
+            // SAFETY: the event was recorded just above; both ranges were checked; the sender
+            // writes `src` again only after waiting for `back` (below).
+            unsafe {
+                be.wait_event(ev)?;
+                be.copy_from_peer(dst.ptr, me, src.ptr, bytes)?;
+                be.record_event(back)
+            }
+        })?;
+        let d = to.deadline();
+        let r = to.stream.record_event(to.backend.as_mut(), d);
+        to.guard(r)?;
+        // The sender's later ops (the next batch overwriting `src`) wait for the copy, on the
+        // device: the host waits for nothing.
+        // SAFETY: `back` was recorded just above on the receiving stream.
+        let r = unsafe { self.backend.wait_event(back) };
+        self.guard(r)?;
+        Ok(true)
+    }
+
     /// Copies `out.len()` bytes from `src` to the host, waiting (with the configured deadline)
     /// for the copy: the one synchronisation point of a decode step.
     pub fn download(

@@ -22,6 +22,8 @@ pub const HIP_SUCCESS: HipError = 0;
 pub const HIP_ERROR_NOT_READY: HipError = 600;
 pub const HIP_ERROR_NO_DEVICE: HipError = 100;
 pub const HIP_ERROR_INVALID_DEVICE: HipError = 101;
+/// `hipDeviceEnablePeerAccess` on a pair already enabled.
+pub const HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED: HipError = 704;
 
 pub const HIP_STREAM_NON_BLOCKING: c_uint = 0x01;
 pub const HIP_EVENT_DISABLE_TIMING: c_uint = 0x02;
@@ -135,6 +137,10 @@ symbol_table! {
     hipMemcpyHtoDAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;
     hipMemcpyDtoHAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;
     hipMemcpyDtoDAsync: fn(*mut c_void, *mut c_void, usize, HipStream) -> HipError;
+    hipDeviceCanAccessPeer: fn(*mut c_int, c_int, c_int) -> HipError;
+    hipDeviceEnablePeerAccess: fn(c_int, c_uint) -> HipError;
+    hipMemcpyPeerAsync: fn(*mut c_void, c_int, *const c_void, c_int, usize, HipStream) -> HipError;
+    hipStreamWaitEvent: fn(HipStream, HipEvent, c_uint) -> HipError;
     hipModuleLoadData: fn(*mut HipModule, *const c_void) -> HipError;
     hipModuleGetFunction: fn(*mut HipFunction, HipModule, *const c_char) -> HipError;
     hipModuleUnload: fn(HipModule) -> HipError;

@@ -221,6 +221,7 @@ impl HipRuntime {
         check("hipSetDevice", unsafe {
             (self.api.hipSetDevice)(ordinal as c_int)
         })?;
+        CURRENT_DEVICE.with(|c| c.set(ordinal as c_int));
         let mut stream: HipStream = std::ptr::null_mut();
         // SAFETY: writes one handle.
         check("hipStreamCreateWithFlags", unsafe {
@@ -260,6 +261,11 @@ impl HipDevice {
     }
 }
 
+thread_local! {
+    /// The device this thread last made current through a [`HipDevice`] (-1: none).
+    static CURRENT_DEVICE: std::cell::Cell<c_int> = const { std::cell::Cell::new(-1) };
+}
+
 /// One opened HIP device.
 pub struct HipDevice {
     api: Arc<HipApi>,
@@ -280,13 +286,17 @@ pub struct HipDevice {
 unsafe impl Send for HipDevice {}
 
 impl HipDevice {
+    /// Makes this device current on the calling thread, unless it already is: with several
+    /// GPUs in one process (a model split over them) the worker thread alternates between them,
+    /// so "current on this thread" is per thread and per device.
     fn ensure_current(&mut self) -> Result<(), GpuError> {
         let me = std::thread::current().id();
-        if self.current_on != Some(me) {
+        if self.current_on != Some(me) || CURRENT_DEVICE.with(|c| c.get()) != self.ordinal {
             // SAFETY: plain call.
             check("hipSetDevice", unsafe {
                 (self.api.hipSetDevice)(self.ordinal)
             })?;
+            CURRENT_DEVICE.with(|c| c.set(self.ordinal));
             self.current_on = Some(me);
         }
         Ok(())
@@ -517,6 +527,58 @@ impl Device for HipDevice {
         // SAFETY: see the trait contract.
         check("hipMemcpyDtoDAsync", unsafe {
             (self.api.hipMemcpyDtoDAsync)(dst.0 as *mut c_void, src.0 as *mut c_void, bytes, s)
+        })
+    }
+
+    fn peer_id(&self) -> Option<u64> {
+        Some(self.ordinal as u64)
+    }
+
+    fn enable_peer(&mut self, peer: u64, _ordinal: u32) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let mut can: c_int = 0;
+        // SAFETY: writes one int.
+        check("hipDeviceCanAccessPeer", unsafe {
+            (self.api.hipDeviceCanAccessPeer)(&mut can, self.ordinal, peer as c_int)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        // SAFETY: plain call; access is enabled for the current device (this one).
+        match unsafe { (self.api.hipDeviceEnablePeerAccess)(peer as c_int, 0) } {
+            ffi::HIP_SUCCESS | ffi::HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+            r => check("hipDeviceEnablePeerAccess", r).map(|_| false),
+        }
+    }
+
+    unsafe fn copy_from_peer(
+        &mut self,
+        dst: DevicePtr,
+        peer: u64,
+        src: DevicePtr,
+        bytes: usize,
+    ) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("hipMemcpyPeerAsync", unsafe {
+            (self.api.hipMemcpyPeerAsync)(
+                dst.0 as *mut c_void,
+                self.ordinal,
+                src.0 as *const c_void,
+                peer as c_int,
+                bytes,
+                s,
+            )
+        })
+    }
+
+    unsafe fn wait_event(&mut self, e: RawEvent) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        let s = self.live_stream()?;
+        // SAFETY: see the trait contract.
+        check("hipStreamWaitEvent", unsafe {
+            (self.api.hipStreamWaitEvent)(s, e.0 as ffi::HipEvent, 0)
         })
     }
 

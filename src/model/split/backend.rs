@@ -1,94 +1,130 @@
-//! [`SplitBackend`]: one [`Backend`] over two — the GPU backend for the layers [`Placement`]
-//! gives it, the CPU backend for the rest — so that the forward pass runs unchanged on a split
-//! model. The ops and the memory side are here; the instrumentation (device, streams, watchdog,
-//! quit) is in `backend/instrument.rs`.
+//! [`SplitBackend`]: one [`Backend`] over several — a CPU backend for the layers [`Placement`]
+//! leaves on the CPU (and the token embedding), and one GPU backend per GPU for its range of
+//! layers (`-ngl`, `--split-mode layer`) — so that the forward pass runs unchanged on a split
+//! model. The ops and the memory side are here; the instrumentation (devices, streams,
+//! watchdogs, quit) is in `backend/instrument.rs`.
 //!
-//! Every activation buffer exists on both sides; each remembers which side holds its latest
-//! contents and how far (the rows the last ops wrote). An op runs on the side of its layer (its
-//! label, its attention call, the weight it reads); a buffer it reads that the other side wrote
-//! last is copied across first (read there, written here: the hand-over). With llama.cpp's
-//! placement — embedding and first layers on the CPU, last layers and output on the GPU — that
-//! is one copy of the residual stream (`n_tokens × dim` floats) up to the GPU per step, before
-//! the first GPU layer, and the logits read back as without a split. Each side keeps the KV cache
-//! of its own layers only.
+//! Every activation buffer exists on every part; each remembers which parts hold its latest
+//! contents and how far (the rows the last ops wrote). An op runs on the part of its layer (its
+//! label, its attention call, the weight it reads); a buffer it reads that another part wrote
+//! last is copied across first: the crossing, one op on the sending part's stream
+//! ([`Memory::cross_out`]) and one on the receiving part's ([`Memory::cross_in`]), both labelled
+//! `cross A → B`; a GPU backend stages it through its pinned host buffers. With llama.cpp's
+//! placement — embedding and first layers on the CPU, then each GPU's layers in turn, the output
+//! on the last — that is one copy of the residual stream (`n_tokens × dim` floats) per boundary
+//! per step, and the logits read back as without a split. Each part keeps the KV cache of its
+//! own layers only.
 
 mod instrument;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use super::{Placement, Side};
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, KvType, Memory,
     MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
 };
-use crate::gpu::snapshot::{ArenaSnapshot, SplitSnapshot};
-
-/// Where a buffer's latest contents are.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Home {
-    Both,
-    Only(Side),
-}
+use crate::gpu::compute::GpuCompute;
+use crate::gpu::snapshot::{ArenaSnapshot, SplitGpu, SplitSnapshot};
 
 struct BufSlot {
-    gpu: Buf,
-    cpu: Buf,
-    home: Home,
-    /// Elements `0..extent` may differ between the sides (the rows written since they agreed).
+    /// The buffer's handle on each part (index: [`part`]).
+    on: Vec<Buf>,
+    /// The parts holding its latest contents (bit `part`).
+    current: u64,
+    /// Elements `0..extent` may differ between the parts that are current and those that are not.
     extent: usize,
 }
 
 struct WeightSlot {
-    gpu: Option<Weight>,
-    cpu: Option<Weight>,
+    on: Vec<Option<Weight>>,
     rows: usize,
     cols: usize,
     name: String,
 }
 
-/// A model's layers split between a GPU backend and the CPU backend.
+/// The GPU backend under a part, for a peer copy.
+fn as_gpu(p: &mut Box<dyn Backend>) -> Option<&mut GpuCompute> {
+    p.as_any_mut()?.downcast_mut::<GpuCompute>()
+}
+
+/// A part's index: the CPU first, then the GPUs in order.
+fn part(s: Side) -> usize {
+    match s {
+        Side::Cpu => 0,
+        Side::Gpu(g) => g + 1,
+    }
+}
+
+fn side_of(i: usize) -> Side {
+    match i {
+        0 => Side::Cpu,
+        g => Side::Gpu(g - 1),
+    }
+}
+
+/// A crossing's label (`cross GPU 0 → GPU 1`): a few distinct texts per process, kept for good.
+fn cross_label(from: Side, to: Side) -> OpLabel {
+    static NAMES: OnceLock<Mutex<HashMap<(Side, Side), &'static str>>> = OnceLock::new();
+    let mut m = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let name = *m
+        .entry((from, to))
+        .or_insert_with(|| Box::leak(format!("cross {from} → {to}").into_boxed_str()));
+    OpLabel::global(name)
+}
+
+/// A model's layers split between a CPU backend and one or more GPU backends.
 pub struct SplitBackend {
-    gpu: Box<dyn Backend>,
-    cpu: Box<dyn Backend>,
+    /// The CPU part, then the GPUs' (index: [`part`]).
+    parts: Vec<Box<dyn Backend>>,
     place: Placement,
-    /// The plan the GPU side is given (its weights, its layers' KV cache).
-    gpu_plan: MemoryPlan,
+    /// The plan each GPU is given (its weights, its layers' KV cache).
+    gpu_plans: Vec<MemoryPlan>,
     /// How the split was chosen, for the device summary (`-ngl auto: 16/33 layers …`).
     said: String,
     weights: Vec<WeightSlot>,
     bufs: Vec<BufSlot>,
-    gpu_weight_bytes: u64,
-    cpu_weight_bytes: u64,
+    /// Weight bytes each part holds.
+    weight_bytes: Vec<u64>,
     handovers: u64,
     handover_bytes: u64,
 }
 
 impl SplitBackend {
+    /// `gpus` in the order of `place` (GPU 0 first), each with its plan.
     pub fn new(
-        gpu: Box<dyn Backend>,
+        gpus: Vec<Box<dyn Backend>>,
         cpu: Box<dyn Backend>,
         place: Placement,
-        gpu_plan: MemoryPlan,
+        gpu_plans: Vec<MemoryPlan>,
         said: String,
     ) -> SplitBackend {
+        let mut parts = vec![cpu];
+        parts.extend(gpus);
+        let n = parts.len();
         SplitBackend {
-            gpu,
-            cpu,
+            parts,
             place,
-            gpu_plan,
+            gpu_plans,
             said,
             weights: Vec::new(),
             bufs: Vec::new(),
-            gpu_weight_bytes: 0,
-            cpu_weight_bytes: 0,
+            weight_bytes: vec![0; n],
             handovers: 0,
             handover_bytes: 0,
         }
     }
 
     fn side(&mut self, s: Side) -> &mut dyn Backend {
-        match s {
-            Side::Gpu => self.gpu.as_mut(),
-            Side::Cpu => self.cpu.as_mut(),
-        }
+        self.parts[part(s)].as_mut()
+    }
+
+    fn all(&self) -> u64 {
+        (1u64 << self.parts.len()) - 1
     }
 
     fn slot(&self, b: Buf) -> Result<&BufSlot> {
@@ -99,11 +135,11 @@ impl SplitBackend {
 
     /// The buffer's handle on side `s`.
     fn on(&self, b: Buf, s: Side) -> Result<Buf> {
-        let slot = self.slot(b)?;
-        Ok(match s {
-            Side::Gpu => slot.gpu,
-            Side::Cpu => slot.cpu,
-        })
+        self.slot(b)?
+            .on
+            .get(part(s))
+            .copied()
+            .ok_or_else(|| BackendError::Invalid(format!("split: no part {s}")))
     }
 
     /// The weight's handle on side `s`.
@@ -112,25 +148,18 @@ impl SplitBackend {
             .weights
             .get(w.0 as usize)
             .ok_or_else(|| BackendError::Invalid(format!("split: no weight #{}", w.0)))?;
-        let h = match s {
-            Side::Gpu => slot.gpu,
-            Side::Cpu => slot.cpu,
-        };
-        h.ok_or_else(|| {
-            BackendError::Invalid(format!(
-                "split: tensor {} is not on the {} side",
-                slot.name,
-                side_name(s)
-            ))
+        slot.on.get(part(s)).copied().flatten().ok_or_else(|| {
+            BackendError::Invalid(format!("split: tensor {} is not on the {s}", slot.name))
         })
     }
 
     /// Where an op reading weight `w` runs: `want` (its layer's side) if the weight is there,
-    /// else the one side that holds it.
+    /// else the first part that holds it.
     fn weight_side(&self, w: Weight, want: Side) -> Side {
         match self.weights.get(w.0 as usize) {
-            Some(s) if want == Side::Gpu && s.gpu.is_none() => Side::Cpu,
-            Some(s) if want == Side::Cpu && s.cpu.is_none() => Side::Gpu,
+            Some(s) if s.on.get(part(want)).copied().flatten().is_none() => {
+                s.on.iter().position(Option::is_some).map_or(want, side_of)
+            }
             _ => want,
         }
     }
@@ -147,51 +176,81 @@ impl SplitBackend {
         match label.layer {
             Some(l) => self.place.layer_side(l as usize),
             None if matches!(label.name, "output_norm" | "output") => self.place.output_side(),
-            None => match self.slot(x).map(|s| s.home) {
-                Ok(Home::Only(s)) => s,
+            None => match self.slot(x).map(|s| s.current) {
+                Ok(c) if c.count_ones() == 1 => side_of(c.trailing_zeros() as usize),
                 _ => self.place.output_side(),
             },
         }
     }
 
-    /// Makes buffer `b` current on side `s`: the hand-over, when the other side wrote it last.
+    /// Makes buffer `b` current on side `s`: the crossing, when another part wrote it last.
     fn need(&mut self, b: Buf, s: Side) -> Result<()> {
-        let (home, extent, from_buf, to_buf) = {
+        let to = part(s);
+        let (current, extent) = {
             let slot = self.slot(b)?;
-            let (from, to) = match s {
-                Side::Gpu => (slot.cpu, slot.gpu),
-                Side::Cpu => (slot.gpu, slot.cpu),
-            };
-            (slot.home, slot.extent, from, to)
+            (slot.current, slot.extent)
         };
-        let from = match home {
-            Home::Only(h) if h != s => h,
-            _ => return Ok(()),
-        };
+        if current & (1 << to) != 0 || current == 0 {
+            return Ok(());
+        }
+        // The last part that holds it: the one nearest the output, where the stream came from.
+        let from = 63 - current.leading_zeros() as usize;
         if extent > 0 {
-            let mut data = vec![0f32; extent];
-            self.side(from).read(from_buf, 0, &mut data)?;
-            self.side(s).write(to_buf, 0, &data)?;
+            let (fb, tb) = (self.on(b, side_of(from))?, self.on(b, s)?);
+            let label = cross_label(side_of(from), s);
+            if !self.peer_copy(from, to, fb, tb, extent, label)? {
+                let mut data = vec![0f32; extent];
+                self.parts[from].cross_out(fb, &mut data, label)?;
+                self.parts[to].cross_in(tb, &data, label)?;
+            }
             self.handovers += 1;
             self.handover_bytes += extent as u64 * 4;
         }
+        let all = self.all();
         if let Some(slot) = self.bufs.get_mut(b.0 as usize) {
-            slot.home = Home::Both;
-            slot.extent = 0;
+            slot.current |= 1 << to;
+            if slot.current == all {
+                slot.extent = 0;
+            }
         }
         Ok(())
     }
 
+    /// A crossing between two GPU parts peer to peer, where both are GPU backends whose runtime
+    /// and link allow it (`GpuCompute::send_to_peer`); `false`: the caller goes through the host.
+    fn peer_copy(
+        &mut self,
+        from: usize,
+        to: usize,
+        fb: Buf,
+        tb: Buf,
+        len: usize,
+        label: OpLabel,
+    ) -> Result<bool> {
+        if from == 0 || to == 0 || from == to {
+            return Ok(false);
+        }
+        let (lo, hi) = self.parts.split_at_mut(from.max(to));
+        let (a, b) = (&mut lo[from.min(to)], &mut hi[0]);
+        let (src, dst) = if from < to { (a, b) } else { (b, a) };
+        let (Some(s), Some(d)) = (as_gpu(src), as_gpu(dst)) else {
+            return Ok(false);
+        };
+        s.send_to_peer(fb, d, tb, len, label)
+    }
+
     /// Side `s` wrote elements `0..len` of `b` (after [`SplitBackend::need`] where the op also
-    /// read it). A write on one side over a buffer the other side wrote last leaves that side's
+    /// read it). A write on one part over a buffer another part wrote last leaves that part's
     /// rows beyond `len` behind: the forward pass never reads past the rows of its batch.
     fn wrote(&mut self, b: Buf, s: Side, len: usize) {
+        let bit = 1u64 << part(s);
         if let Some(slot) = self.bufs.get_mut(b.0 as usize) {
-            slot.extent = match slot.home {
-                Home::Only(h) if h == s => slot.extent.max(len),
-                _ => len,
+            slot.extent = if slot.current & bit != 0 {
+                slot.extent.max(len)
+            } else {
+                len
             };
-            slot.home = Home::Only(s);
+            slot.current = bit;
         }
     }
 
@@ -216,24 +275,37 @@ impl SplitBackend {
         })
     }
 
-    /// The split for the Arena panel.
+    /// The split for the Arena panel: one block per GPU.
     fn split_snapshot(&self) -> SplitSnapshot {
+        let gpus = (0..self.place.n_gpus())
+            .map(|g| {
+                let r = self.place.gpu_range(g);
+                SplitGpu {
+                    name: self.parts[g + 1].device().name,
+                    layers: r.len() + usize::from(self.place.output_side() == Side::Gpu(g)),
+                    weight_bytes: self.weight_bytes[g + 1],
+                    arena: self.parts[g + 1].arena(),
+                }
+            })
+            .collect();
         SplitSnapshot {
             gpu_layers: self.place.ngl(),
             cpu_layers: self.place.n_layers + 1 - self.place.ngl(),
-            gpu_weight_bytes: self.gpu_weight_bytes,
-            cpu_weight_bytes: self.cpu_weight_bytes,
+            gpu_weight_bytes: self.weight_bytes[1..].iter().sum(),
+            cpu_weight_bytes: self.weight_bytes[0],
             handovers: self.handovers,
             handover_bytes: self.handover_bytes,
             summary: self.place.describe(),
+            gpus,
         }
     }
-}
 
-fn side_name(s: Side) -> &'static str {
-    match s {
-        Side::Gpu => "GPU",
-        Side::Cpu => "CPU",
+    /// The parts holding the KV cache of some layer, each with its layers.
+    fn kv_parts(&self) -> Vec<(Side, std::ops::Range<usize>)> {
+        let mut v = vec![(Side::Cpu, 0..self.place.gpu_from)];
+        v.extend((0..self.place.n_gpus()).map(|g| (Side::Gpu(g), self.place.gpu_range(g))));
+        v.retain(|(_, r)| !r.is_empty());
+        v
     }
 }
 
@@ -547,8 +619,9 @@ impl Ops for SplitBackend {
     }
 
     fn set_exact_rows_below(&mut self, rows: usize) {
-        self.gpu.set_exact_rows_below(rows);
-        self.cpu.set_exact_rows_below(rows);
+        for p in &mut self.parts {
+            p.set_exact_rows_below(rows);
+        }
     }
 
     fn copy(
@@ -573,32 +646,30 @@ impl Ops for SplitBackend {
 
 impl Memory for SplitBackend {
     fn plan(&mut self, plan: &MemoryPlan) -> Result<()> {
-        self.cpu.plan(plan)?;
-        let g = self.gpu_plan;
-        self.gpu.plan(&g)
+        self.parts[0].plan(plan)?;
+        for g in 0..self.gpu_plans.len().min(self.parts.len() - 1) {
+            let p = self.gpu_plans[g];
+            self.parts[g + 1].plan(&p)?;
+        }
+        Ok(())
     }
 
     fn plan_bytes(&self, plan: &MemoryPlan) -> Option<u64> {
-        self.gpu.plan_bytes(plan)
+        self.parts.get(1)?.plan_bytes(plan)
     }
 
     fn load_weight(&mut self, data: &WeightData) -> Result<Weight> {
-        let (on_gpu, on_cpu) = self.place.tensor_sides(data.name);
-        let gpu = if on_gpu {
-            self.gpu_weight_bytes += data.len as u64;
-            Some(self.gpu.load_weight(data)?)
-        } else {
-            None
-        };
-        let cpu = if on_cpu {
-            self.cpu_weight_bytes += data.len as u64;
-            Some(self.cpu.load_weight(data)?)
-        } else {
-            None
-        };
+        let sides = self.place.tensor_parts(data.name);
+        let mut on = vec![None; self.parts.len()];
+        for s in sides {
+            let i = part(s);
+            if i < self.parts.len() {
+                self.weight_bytes[i] += data.len as u64;
+                on[i] = Some(self.parts[i].load_weight(data)?);
+            }
+        }
         self.weights.push(WeightSlot {
-            gpu,
-            cpu,
+            on,
             rows: data.rows,
             cols: data.cols,
             name: data.name.to_string(),
@@ -607,12 +678,15 @@ impl Memory for SplitBackend {
     }
 
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
-        let gpu = self.gpu.alloc(name, len)?;
-        let cpu = self.cpu.alloc(name, len)?;
+        let on = self
+            .parts
+            .iter_mut()
+            .map(|p| p.alloc(name, len))
+            .collect::<Result<Vec<_>>>()?;
+        let current = self.all();
         self.bufs.push(BufSlot {
-            gpu,
-            cpu,
-            home: Home::Both,
+            on,
+            current,
             extent: 0,
         });
         Ok(Buf(self.bufs.len() as u32 - 1))
@@ -620,37 +694,34 @@ impl Memory for SplitBackend {
 
     fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         let n = layout.n_layers();
-        let g = self.place.gpu_from.min(n);
-        if let Some(part) = layout.part(0..g) {
-            self.cpu.alloc_kv_cache(&part)?;
-        }
-        if let Some(part) = layout.part(g..n) {
-            self.gpu.alloc_kv_cache(&part)?;
+        for (s, r) in self.kv_parts() {
+            if let Some(part) = layout.part(r.start.min(n)..r.end.min(n)) {
+                self.side(s).alloc_kv_cache(&part)?;
+            }
         }
         Ok(())
     }
 
     fn kv_type(&self) -> KvType {
-        self.gpu.kv_type()
+        self.parts
+            .get(1)
+            .map_or_else(|| self.parts[0].kv_type(), |g| g.kv_type())
     }
 
     fn kv_shift(&mut self, sh: &KvShift) -> Result<()> {
-        let n = self.place.n_layers;
-        if self.place.gpu_from > 0 {
-            let r = self.rope_on(&sh.rope, Side::Cpu)?;
-            self.cpu.kv_shift(&KvShift { rope: r, ..*sh })?;
-        }
-        if self.place.gpu_from < n {
-            let r = self.rope_on(&sh.rope, Side::Gpu)?;
-            self.gpu.kv_shift(&KvShift { rope: r, ..*sh })?;
+        for (s, _) in self.kv_parts() {
+            let r = self.rope_on(&sh.rope, s)?;
+            self.side(s).kv_shift(&KvShift { rope: r, ..*sh })?;
         }
         Ok(())
     }
 
     fn read(&mut self, buf: Buf, offset: usize, out: &mut [f32]) -> Result<()> {
-        let s = match self.slot(buf)?.home {
-            Home::Only(s) => s,
-            Home::Both => Side::Cpu,
+        let c = self.slot(buf)?.current;
+        let s = if c & 1 != 0 || c == 0 {
+            Side::Cpu
+        } else {
+            side_of(63 - c.leading_zeros() as usize)
         };
         let b = self.on(buf, s)?;
         self.side(s).read(b, offset, out)
@@ -661,13 +732,24 @@ impl Memory for SplitBackend {
             self.need(buf, Side::Cpu)?;
         }
         let b = self.on(buf, Side::Cpu)?;
-        self.cpu.write(b, offset, data)?;
+        self.parts[0].write(b, offset, data)?;
         self.wrote(buf, Side::Cpu, offset + data.len());
         Ok(())
     }
 
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], _label: OpLabel) -> Result<()> {
+        self.read(buf, 0, out)
+    }
+
+    fn cross_in(&mut self, buf: Buf, data: &[f32], _label: OpLabel) -> Result<()> {
+        self.write(buf, 0, data)
+    }
+
     fn arena(&self) -> ArenaSnapshot {
-        let mut a = self.gpu.arena();
+        let mut a = self
+            .parts
+            .get(1)
+            .map_or_else(|| self.parts[0].arena(), |g| g.arena());
         a.split = Some(self.split_snapshot());
         a
     }

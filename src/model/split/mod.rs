@@ -8,22 +8,31 @@
 //! the embedding on the CPU; `-ngl 0` runs everything on the CPU; `-ngl 33` (or more) runs the
 //! whole model on the GPU as without a split. A step crosses between the backends once: the
 //! residual stream after the last CPU layer goes up to the GPU ([`backend::SplitBackend`]).
+//!
+//! Several GPUs (`--split-mode layer`, `--tensor-split`, `--main-gpu`: `options.rs`): the
+//! offloaded layers are cut over the GPUs as llama.cpp cuts them (the output counted as the last
+//! layer, each GPU taking its share in the runtime's order), each GPU its own backend (streams,
+//! arena, KV cache of its layers, watchdog), the residual stream crossing once per boundary per
+//! step. By default a model that does not fit one GPU goes over all of them in proportion to
+//! their free memory, said at start beside the backend's choice.
 
 pub mod backend;
+mod options;
+mod probe;
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::gpu::backend::{
-    Backend, BackendError, Buf, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan, MoeFfn,
-    OpLabel, Ops, RopeParams, Weight, WeightData,
-};
+pub use options::{SplitMode, SplitOptions, TensorSplit, parse_split_mode, parse_tensor_split};
+pub use probe::model_plan;
+
+use crate::gpu::backend::{Backend, BackendError, MemoryPlan};
 use crate::gpu::budget::{UsableMemory, usable_memory};
 use crate::gpu::cpu::CpuBackend;
-use crate::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
+pub use crate::gpu::open::MoreGpus;
 use crate::gpu::telemetry::Roots;
 use crate::model::config::ModelConfig;
-use crate::model::forward::{Model, ModelError, ModelOptions};
+use crate::model::forward::{ModelError, ModelOptions};
 use crate::model::gguf::GgufFile;
 
 /// How many layers go to the GPU: the one setting (`-ngl` on every command, `n_gpu_layers` in
@@ -63,33 +72,89 @@ impl fmt::Display for GpuLayers {
     }
 }
 
-/// Which side of a split holds what.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Which part of a split holds what: the CPU, or the `n`th GPU of the split (in the runtime's
+/// order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Side {
-    Gpu,
     Cpu,
+    Gpu(usize),
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Side::Cpu => f.write_str("CPU"),
+            Side::Gpu(g) => write!(f, "GPU {g}"),
+        }
+    }
 }
 
 /// Where each layer of a model runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placement {
     pub n_layers: usize,
-    /// The first repeating layer on the GPU (`n_layers`: none).
+    /// The first repeating layer on a GPU (`n_layers`: none).
     pub gpu_from: usize,
-    /// `output_norm` and `output` on the GPU.
+    /// With several GPUs, where each GPU after the first starts (ascending, from `gpu_from` to
+    /// `n_layers`; equal bounds: a GPU without repeating layers); empty with one GPU.
+    pub gpu_bounds: Vec<usize>,
+    /// `output_norm` and `output` on a GPU.
     pub output_on_gpu: bool,
+    /// Which GPU holds the output (llama.cpp's split treats it as layer `n_layers`).
+    pub output_gpu: usize,
     /// No `output.weight`: the token embedding is the output matrix too, so it is needed on the
     /// GPU when the output is there.
     pub tied_output: bool,
 }
 
 impl Placement {
-    /// llama.cpp's placement for `-ngl ngl`.
+    /// llama.cpp's placement for `-ngl ngl` on one GPU.
     pub fn from_ngl(n_layers: usize, ngl: usize, tied_output: bool) -> Placement {
+        Placement::from_split(n_layers, ngl, tied_output, &[1.0])
+    }
+
+    /// llama.cpp's placement for `-ngl ngl` over GPUs taking `shares` of the layers
+    /// (`llama_model::load_tensors`: the offloaded layers, the output counted as the last,
+    /// cut where the cumulative shares pass each layer's fraction).
+    pub fn from_split(n_layers: usize, ngl: usize, tied_output: bool, shares: &[f64]) -> Placement {
+        let i_start = (n_layers + 1).saturating_sub(ngl);
+        let gpu_from = i_start.min(n_layers);
+        let act = ngl.min(n_layers + 1);
+        let k = shares.len().max(1);
+        let total: f64 = shares.iter().filter(|x| x.is_finite() && **x > 0.0).sum();
+        let mut cum = Vec::with_capacity(k);
+        let mut run = 0.0;
+        for i in 0..k {
+            let x = shares.get(i).copied().filter(|x| x.is_finite() && *x > 0.0);
+            run += if total > 0.0 {
+                x.unwrap_or(0.0) / total
+            } else {
+                1.0 / k as f64
+            };
+            cum.push(run);
+        }
+        // The GPU of layer `il` (`n_layers`: the output): the first whose cumulative share
+        // passes the layer's fraction (std::upper_bound).
+        let dev = |il: usize| -> usize {
+            if act == 0 {
+                return 0;
+            }
+            let x = (il - i_start) as f32 / act as f32;
+            cum.iter().position(|&c| c as f32 > x).unwrap_or(k - 1)
+        };
+        let gpu_bounds = (1..k)
+            .map(|g| {
+                (gpu_from..n_layers)
+                    .find(|&l| dev(l) >= g)
+                    .unwrap_or(n_layers)
+            })
+            .collect();
         Placement {
             n_layers,
-            gpu_from: (n_layers + 1).saturating_sub(ngl).min(n_layers),
+            gpu_from,
+            gpu_bounds,
             output_on_gpu: ngl >= 1,
+            output_gpu: if ngl >= 1 { dev(n_layers) } else { 0 },
             tied_output,
         }
     }
@@ -99,62 +164,97 @@ impl Placement {
         self.gpu_layers() + usize::from(self.output_on_gpu)
     }
 
-    /// Repeating layers on the GPU.
+    /// GPUs in the split.
+    pub fn n_gpus(&self) -> usize {
+        self.gpu_bounds.len() + 1
+    }
+
+    /// Repeating layers on GPU `g`.
+    pub fn gpu_range(&self, g: usize) -> std::ops::Range<usize> {
+        let start = match g {
+            0 => self.gpu_from,
+            g => self.gpu_bounds.get(g - 1).copied().unwrap_or(self.n_layers),
+        };
+        let end = self.gpu_bounds.get(g).copied().unwrap_or(self.n_layers);
+        start..end.max(start)
+    }
+
+    /// Repeating layers on the GPUs.
     pub fn gpu_layers(&self) -> usize {
         self.n_layers - self.gpu_from
     }
 
-    /// Every layer and the embedding on the GPU: no split at all.
+    /// Every layer and the embedding on one GPU: no split at all.
     pub fn all_on_gpu(&self) -> bool {
-        self.gpu_from == 0 && self.output_on_gpu
+        self.gpu_from == 0 && self.output_on_gpu && self.n_gpus() == 1
     }
 
     pub fn layer_side(&self, l: usize) -> Side {
-        if l >= self.gpu_from {
-            Side::Gpu
-        } else {
+        if l < self.gpu_from {
             Side::Cpu
+        } else {
+            Side::Gpu(self.gpu_bounds.iter().filter(|&&b| b <= l).count())
         }
     }
 
     pub fn output_side(&self) -> Side {
         if self.output_on_gpu {
-            Side::Gpu
+            Side::Gpu(self.output_gpu)
         } else {
             Side::Cpu
         }
     }
 
-    /// The sides a tensor (by its name, or a fused part's label `blk.3.attn_qkv.weight (q
-    /// rows)`) is loaded on: `(gpu, cpu)`.
-    pub fn tensor_sides(&self, name: &str) -> (bool, bool) {
+    /// The parts a tensor (by its name, or a fused part's label `blk.3.attn_qkv.weight (q
+    /// rows)`) is loaded on.
+    pub fn tensor_parts(&self, name: &str) -> Vec<Side> {
         if let Some(l) = layer_of(name) {
-            return match self.layer_side(l) {
-                Side::Gpu => (true, false),
-                Side::Cpu => (false, true),
-            };
+            return vec![self.layer_side(l)];
         }
+        let out = self.output_side();
         match name {
-            "token_embd.weight" => (self.output_on_gpu && self.tied_output, true),
-            "output.weight" => (self.output_on_gpu, !self.output_on_gpu),
-            // Norms and RoPE factors: small, and used on both sides.
-            _ => (self.output_on_gpu || self.gpu_from < self.n_layers, true),
+            "token_embd.weight" if self.output_on_gpu && self.tied_output => vec![Side::Cpu, out],
+            "token_embd.weight" => vec![Side::Cpu],
+            "output.weight" => vec![out],
+            // Norms and RoPE factors: small, and used everywhere.
+            _ if self.output_on_gpu || self.gpu_from < self.n_layers => std::iter::once(Side::Cpu)
+                .chain((0..self.n_gpus()).map(Side::Gpu))
+                .collect(),
+            _ => vec![Side::Cpu],
         }
     }
 
+    /// The sides a tensor is loaded on: `(on a GPU, on the CPU)`.
+    pub fn tensor_sides(&self, name: &str) -> (bool, bool) {
+        let p = self.tensor_parts(name);
+        (
+            p.iter().any(|s| matches!(s, Side::Gpu(_))),
+            p.contains(&Side::Cpu),
+        )
+    }
+
     /// `16/33 layers on the GPU (layers 17–31 and the output), 17 on the CPU (layers 0–16 and
-    /// the embedding)`.
+    /// the embedding)`; with several GPUs, each GPU's layers.
     pub fn describe(&self) -> String {
         let total = self.n_layers + 1;
-        let gpu = match (self.gpu_layers(), self.output_on_gpu) {
-            (0, false) => "nothing".to_string(),
-            (0, true) => "the output".to_string(),
-            (n, out) => format!(
-                "layers {}–{}{}",
-                self.gpu_from,
-                self.gpu_from + n - 1,
-                if out { " and the output" } else { "" }
-            ),
+        let span = |r: std::ops::Range<usize>, out: bool| -> String {
+            let and = if out { " and the output" } else { "" };
+            match r.len() {
+                0 if out => "the output".to_string(),
+                0 => "nothing".to_string(),
+                _ => format!("layers {}–{}{and}", r.start, r.end - 1),
+            }
+        };
+        let gpu = if self.n_gpus() == 1 {
+            span(self.gpu_from..self.n_layers, self.output_on_gpu)
+        } else {
+            (0..self.n_gpus())
+                .map(|g| {
+                    let out = self.output_side() == Side::Gpu(g);
+                    format!("GPU {g}: {}", span(self.gpu_range(g), out))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
         };
         let cpu = match self.gpu_from {
             0 => "the embedding".to_string(),
@@ -168,8 +268,12 @@ impl Placement {
                 }
             ),
         };
+        let on = match self.n_gpus() {
+            1 => "the GPU".to_string(),
+            k => format!("{k} GPUs"),
+        };
         format!(
-            "{}/{total} layers on the GPU ({gpu}), {} on the CPU ({cpu})",
+            "{}/{total} layers on {on} ({gpu}), {} on the CPU ({cpu})",
             self.ngl(),
             total - self.ngl()
         )
@@ -183,12 +287,13 @@ fn layer_of(name: &str) -> Option<usize> {
     n.parse().ok()
 }
 
-/// The [`MemoryPlan`] the GPU side of `place` needs, from the whole model's `full` plan: the
-/// weights placed there, the KV cache of its layers (each at most the context), the same
-/// activations and workspace.
-pub fn gpu_plan(
+/// The [`MemoryPlan`] GPU `g` of `place` needs, from the whole model's `full` plan: the weights
+/// placed there, the KV cache of its layers (each at most the context), the same activations
+/// and workspace.
+pub fn gpu_plan_of(
     full: &MemoryPlan,
     place: &Placement,
+    g: usize,
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
@@ -196,7 +301,7 @@ pub fn gpu_plan(
     let mut weights = 0u64;
     let mut vectors = 0u64;
     for t in file.tensors() {
-        if place.tensor_sides(&t.name).0 {
+        if place.tensor_parts(&t.name).contains(&Side::Gpu(g)) {
             weights += t.size;
             let (rows, cols) = t.rows_cols();
             if rows == 1 {
@@ -204,7 +309,7 @@ pub fn gpu_plan(
             }
         }
     }
-    let kv_cap = (place.gpu_layers() * n_ctx * config.kv_dim()) as u64;
+    let kv_cap = (place.gpu_range(g).len() * n_ctx * config.kv_dim()) as u64;
     MemoryPlan {
         weights,
         vector_elems: vectors,
@@ -213,229 +318,15 @@ pub fn gpu_plan(
     }
 }
 
-/// The memory plan `Model::load` will make for `file` with `options`, without loading anything:
-/// the load runs until it tells its backend the plan (a probe that keeps it and stops there).
-pub fn model_plan(file: &Arc<GgufFile>, options: ModelOptions) -> Result<MemoryPlan, ModelError> {
-    let seen = Arc::new(Mutex::new(None));
-    match Model::load(
-        file.clone(),
-        Box::new(PlanProbe { plan: seen.clone() }),
-        options,
-        &mut |_, _| {},
-    ) {
-        Ok(_) => {}
-        Err(ModelError::Backend(BackendError::Unsupported(m))) if m == PROBE_DONE => {}
-        Err(e) => return Err(e),
-    }
-    let plan = *seen.lock().unwrap_or_else(|e| e.into_inner());
-    plan.ok_or_else(|| {
-        ModelError::Backend(BackendError::Invalid(
-            "loading the model made no memory plan".into(),
-        ))
-    })
-}
-
-const PROBE_DONE: &str = "memory plan probe: done";
-
-/// A backend that only records the plan it is told, then refuses to go on.
-struct PlanProbe {
-    plan: Arc<Mutex<Option<MemoryPlan>>>,
-}
-impl Ops for PlanProbe {
-    fn embed(&mut self, _: Weight, _: &[u32], _: Buf) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn rms_norm(
-        &mut self,
-        _: Buf,
-        _: Weight,
-        _: Buf,
-        _: usize,
-        _: usize,
-        _: f32,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn matmul(
-        &mut self,
-        _: Weight,
-        _: Buf,
-        _: Buf,
-        _: usize,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn matmul_qkv(
-        &mut self,
-        _: [Weight; 3],
-        _: [Option<Weight>; 3],
-        _: Buf,
-        _: [Buf; 3],
-        _: usize,
-        _: u32,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_glu(
-        &mut self,
-        _: Weight,
-        _: Weight,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: usize,
-        _: usize,
-        _: crate::gpu::backend::Glu,
-        _: u32,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    #[allow(clippy::too_many_arguments)]
-    fn rms_norm_add(
-        &mut self,
-        _: Buf,
-        _: Weight,
-        _: Buf,
-        _: Buf,
-        _: usize,
-        _: usize,
-        _: f32,
-        _: OpLabel,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    #[allow(clippy::too_many_arguments)]
-    fn matmul_add(
-        &mut self,
-        _: Weight,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: usize,
-        _: usize,
-        _: OpLabel,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn moe_ffn(&mut self, _: &MoeFfn) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn add_bias(
-        &mut self,
-        _: Buf,
-        _: Weight,
-        _: usize,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn rope(
-        &mut self,
-        _: Buf,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: usize,
-        _: &RopeParams,
-        _: OpLabel,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn attention(
-        &mut self,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: &crate::gpu::backend::AttnParams,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn rope_attention(
-        &mut self,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: Buf,
-        _: &crate::gpu::backend::HeadNorms,
-        _: &RopeParams,
-        _: &crate::gpu::backend::AttnParams,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn swiglu(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn geglu(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn scale(&mut self, _: Buf, _: usize, _: f32, _: OpLabel) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn add(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn set_exact_rows_below(&mut self, _: usize) {}
-    fn copy(
-        &mut self,
-        _: Buf,
-        _: usize,
-        _: Buf,
-        _: usize,
-        _: usize,
-    ) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-}
-
-impl Memory for PlanProbe {
-    fn plan(&mut self, plan: &MemoryPlan) -> crate::gpu::backend::Result<()> {
-        *self.plan.lock().unwrap_or_else(|e| e.into_inner()) = Some(*plan);
-        Err(BackendError::Unsupported(PROBE_DONE.into()))
-    }
-    fn plan_bytes(&self, _: &MemoryPlan) -> Option<u64> {
-        None
-    }
-    fn load_weight(&mut self, _: &WeightData) -> crate::gpu::backend::Result<Weight> {
-        Err(probe())
-    }
-    fn alloc(&mut self, _: &'static str, _: usize) -> crate::gpu::backend::Result<Buf> {
-        Err(probe())
-    }
-    fn alloc_kv_cache(&mut self, _: &KvLayout) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn kv_type(&self) -> KvType {
-        KvType::F32
-    }
-    fn kv_shift(&mut self, _: &KvShift) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn read(&mut self, _: Buf, _: usize, _: &mut [f32]) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn write(&mut self, _: Buf, _: usize, _: &[f32]) -> crate::gpu::backend::Result<()> {
-        Err(probe())
-    }
-    fn arena(&self) -> ArenaSnapshot {
-        ArenaSnapshot::default()
-    }
-}
-
-impl Instrument for PlanProbe {
-    fn device(&self) -> DeviceSummary {
-        DeviceSummary::default()
-    }
-}
-
-fn probe() -> BackendError {
-    BackendError::Unsupported(PROBE_DONE.into())
+/// The plan of the GPU side of a one-GPU split (`-ngl`).
+pub fn gpu_plan(
+    full: &MemoryPlan,
+    place: &Placement,
+    file: &GgufFile,
+    config: &ModelConfig,
+    n_ctx: usize,
+) -> MemoryPlan {
+    gpu_plan_of(full, place, 0, file, config, n_ctx)
 }
 
 /// What `-ngl` came to for a model on a device, and the sentence that says so.
@@ -458,86 +349,171 @@ pub fn choose(
     config: &ModelConfig,
     n_ctx: usize,
 ) -> Result<SplitChoice, ModelError> {
+    choose_over(
+        want,
+        full,
+        &[(gpu, usable.cloned())],
+        &[1.0],
+        file,
+        config,
+        n_ctx,
+    )
+}
+
+/// [`choose`] over several GPUs taking `shares` of the layers, each with its usable memory.
+pub fn choose_over(
+    want: GpuLayers,
+    full: &MemoryPlan,
+    gpus: &[(&dyn Backend, Option<UsableMemory>)],
+    shares: &[f64],
+    file: &GgufFile,
+    config: &ModelConfig,
+    n_ctx: usize,
+) -> Result<SplitChoice, ModelError> {
     let n = config.n_layers;
     let tied = config.tied_embeddings;
-    let needs = |p: &Placement| -> Option<u64> {
-        if p.all_on_gpu() {
-            gpu.plan_bytes(full)
-        } else {
-            gpu.plan_bytes(&gpu_plan(full, p, file, config, n_ctx))
-        }
+    let place_for = |k: usize| Placement::from_split(n, k, tied, shares);
+    let needs = |p: &Placement| -> Option<Vec<u64>> {
+        gpus.iter()
+            .enumerate()
+            .map(|(g, (b, _))| {
+                if p.all_on_gpu() {
+                    b.plan_bytes(full)
+                } else {
+                    b.plan_bytes(&gpu_plan_of(full, p, g, file, config, n_ctx))
+                }
+            })
+            .collect()
     };
     let mib = |b: u64| b >> 20;
+    let usable: Option<Vec<&UsableMemory>> = gpus.iter().map(|(_, u)| u.as_ref()).collect();
     match want {
         GpuLayers::Count(k) => {
-            let place = Placement::from_ngl(n, k, tied);
-            Ok(SplitChoice {
-                place,
-                said: format!("-ngl {k}: {}", place.describe()),
-            })
+            let place = place_for(k);
+            let said = format!("-ngl {k}: {}", place.describe());
+            Ok(SplitChoice { place, said })
         }
         GpuLayers::Auto => {
             let Some(usable) = usable else {
-                let place = Placement::from_ngl(n, n + 1, tied);
+                let place = place_for(n + 1);
                 return Ok(SplitChoice {
-                    place,
                     said: format!(
                         "-ngl auto: {} (the device's free memory is not known)",
                         place.describe()
                     ),
+                    place,
                 });
             };
+            let of = |need: &[u64]| -> String {
+                need.iter()
+                    .zip(&usable)
+                    .map(|(n, u)| {
+                        format!(
+                            "{} MiB of the {} MiB usable ({})",
+                            mib(*n),
+                            mib(u.bytes),
+                            u.source
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             for k in (0..=n + 1).rev() {
-                let place = Placement::from_ngl(n, k, tied);
+                let place = place_for(k);
                 let Some(need) = needs(&place) else {
                     continue;
                 };
-                if need <= usable.bytes {
+                if need.iter().zip(&usable).all(|(n, u)| *n <= u.bytes) {
                     return Ok(SplitChoice {
+                        said: format!("-ngl auto: {}; {}", place.describe(), of(&need)),
                         place,
-                        said: format!(
-                            "-ngl auto: {}; {} MiB of the {} MiB usable ({})",
-                            place.describe(),
-                            mib(need),
-                            mib(usable.bytes),
-                            usable.source
-                        ),
                     });
                 }
             }
-            let least = needs(&Placement::from_ngl(n, 0, tied)).unwrap_or(0);
-            Err(ModelError::Backend(BackendError::OutOfMemory(format!(
-                "-ngl auto: even with every layer on the CPU the GPU needs {} MiB for activations \
-                 and workspace, {} MiB are usable ({}); use --backend cpu or a smaller batch (-b)",
-                mib(least),
-                mib(usable.bytes),
-                usable.source
-            ))))
+            let least = needs(&place_for(0)).unwrap_or_default();
+            let e = match (least.as_slice(), usable.as_slice()) {
+                ([need], [u]) => format!(
+                    "-ngl auto: even with every layer on the CPU the GPU needs {} MiB for \
+                     activations and workspace, {} MiB are usable ({}); use --backend cpu or a \
+                     smaller batch (-b)",
+                    mib(*need),
+                    mib(u.bytes),
+                    u.source
+                ),
+                _ => format!(
+                    "-ngl auto: even with every layer on the CPU the GPUs need {}; use \
+                     --backend cpu or a smaller batch (-b)",
+                    of(&least)
+                ),
+            };
+            Err(ModelError::Backend(BackendError::OutOfMemory(e)))
         }
     }
 }
 
-/// Puts a model on `backend` as `-ngl` asks: unchanged on the CPU backend or when every layer
-/// goes to the GPU; else a [`backend::SplitBackend`] over the GPU backend and a CPU backend
-/// computing as `cpu` says. Returns the sentence saying how it was placed (`None` on the CPU).
+/// Whether `choice` (one GPU's) leaves no layer on the CPU for want of memory: for `-ngl auto`
+/// every layer went to the GPU; for a count, its plan fits the usable memory (or that is not
+/// known).
+#[allow(clippy::too_many_arguments)]
+fn fits_one(
+    choice: &Result<SplitChoice, ModelError>,
+    want: GpuLayers,
+    full: &MemoryPlan,
+    gpu: &dyn Backend,
+    usable: Option<&UsableMemory>,
+    file: &GgufFile,
+    config: &ModelConfig,
+    n_ctx: usize,
+) -> bool {
+    let Ok(c) = choice else { return false };
+    match want {
+        GpuLayers::Auto => c.place.ngl() == config.n_layers + 1,
+        GpuLayers::Count(_) => {
+            let plan = if c.place.all_on_gpu() {
+                *full
+            } else {
+                gpu_plan(full, &c.place, file, config, n_ctx)
+            };
+            match (gpu.plan_bytes(&plan), usable) {
+                (Some(need), Some(u)) => need <= u.bytes,
+                _ => true,
+            }
+        }
+    }
+}
+
+/// How a model is to be placed: `-ngl`, the split over GPUs, and how the CPU part computes.
+#[derive(Clone, Copy, Debug)]
+pub struct Arrange<'a> {
+    pub want: GpuLayers,
+    pub split: &'a SplitOptions,
+    /// The other GPUs of the opened one's runtime (`None`: one GPU only).
+    pub more: Option<&'a MoreGpus>,
+    pub cpu: &'a crate::gpu::cpu::CpuOptions,
+    pub roots: &'a Roots,
+}
+
+/// Puts a model on `backend` as `-ngl` and the split settings ask: unchanged on the CPU backend
+/// or when every layer goes to the one GPU; else a [`backend::SplitBackend`] over the GPU
+/// backend (and, split by layers, the other GPUs `how.more` opens) and a CPU backend computing
+/// as `how.cpu` says. Returns the sentence saying how it was placed (`None` on the CPU).
 pub fn arrange(
     file: &Arc<GgufFile>,
     gpu: Box<dyn Backend>,
     config: &ModelConfig,
     options: ModelOptions,
-    want: GpuLayers,
-    cpu: &crate::gpu::cpu::CpuOptions,
-    roots: &Roots,
+    how: Arrange<'_>,
 ) -> Result<(Box<dyn Backend>, Option<String>), ModelError> {
     // Only a backend with device memory to plan is split.
     if gpu.plan_bytes(&MemoryPlan::default()).is_none() {
         return Ok((gpu, None));
     }
+    let want = how.want;
     let full = model_plan(file, options)?;
-    let usable = usable_memory(&gpu.device(), roots);
+    let usable = usable_memory(&gpu.device(), how.roots);
     // Every sequence's positions (`--parallel`): the GPU part holds all of them.
     let n_ctx = options.n_ctx.max(1) * options.n_seq.max(1);
-    let choice = choose(
+    let one = choose(
         want,
         &full,
         gpu.as_ref(),
@@ -545,21 +521,155 @@ pub fn arrange(
         file,
         config,
         n_ctx,
-    )?;
-    if choice.place.all_on_gpu() {
-        return Ok((gpu, Some(choice.said)));
+    );
+    // The other GPUs are listed only where they may be used: `layer`, or a model that does not
+    // fit the first GPU.
+    let wanted = match how.split.mode {
+        SplitMode::None => false,
+        SplitMode::Layer => true,
+        SplitMode::Auto => !fits_one(
+            &one,
+            want,
+            &full,
+            gpu.as_ref(),
+            usable.as_ref(),
+            file,
+            config,
+            n_ctx,
+        ),
+    };
+    let others = match (wanted, how.more, gpu.watch_target()) {
+        (true, Some(m), Some((_, info))) => m.others(&info),
+        _ => Vec::new(),
+    };
+    let several = !others.is_empty();
+    let (Some(more), true) = (how.more, several) else {
+        let mut choice = one?;
+        if how.split.mode == SplitMode::Layer {
+            choice.said += "; --split-mode layer: no other GPU of this runtime";
+        }
+        if choice.place.all_on_gpu() {
+            return Ok((gpu, Some(choice.said)));
+        }
+        let plan = gpu_plan(&full, &choice.place, file, config, n_ctx);
+        let cpu = CpuBackend::with_options(how.cpu, "the CPU part of a split model (-ngl)")
+            .with_kv_type(gpu.kv_type());
+        let said = choice.said.clone();
+        return Ok((
+            Box::new(backend::SplitBackend::new(
+                vec![gpu],
+                Box::new(cpu),
+                choice.place,
+                vec![plan],
+                choice.said,
+            )),
+            Some(said),
+        ));
+    };
+    over_gpus(file, gpu, &others, more, config, &full, n_ctx, how)
+}
+
+/// The split over several GPUs: opens the others, orders them as the runtime numbers them, gives
+/// each its share (`--tensor-split`, else its free memory), and fits `-ngl` over them.
+#[allow(clippy::too_many_arguments)]
+fn over_gpus(
+    file: &Arc<GgufFile>,
+    gpu: Box<dyn Backend>,
+    others: &[crate::gpu::device::DeviceInfo],
+    more: &MoreGpus,
+    config: &ModelConfig,
+    full: &MemoryPlan,
+    n_ctx: usize,
+    how: Arrange<'_>,
+) -> Result<(Box<dyn Backend>, Option<String>), ModelError> {
+    let mut gpus = vec![gpu];
+    let mut notes = Vec::new();
+    for d in others {
+        match more.open(d) {
+            Ok(b) => gpus.push(b),
+            Err(e) if how.split.mode == SplitMode::Auto => {
+                notes.push(format!("GPU {} ({}) not used: {e}", d.ordinal, d.name));
+            }
+            Err(e) => {
+                return Err(ModelError::Backend(BackendError::Device(format!(
+                    "--split-mode layer: GPU {} ({}): {e}",
+                    d.ordinal, d.name
+                ))));
+            }
+        }
     }
-    let cpu = CpuBackend::with_options(cpu, "the CPU part of a split model (-ngl)")
-        .with_kv_type(gpu.kv_type());
-    let plan = gpu_plan(&full, &choice.place, file, config, n_ctx);
-    let said = choice.said.clone();
+    gpus.sort_by_key(|g| g.watch_target().map_or(0, |(_, i)| i.ordinal));
+    let usable: Vec<Option<UsableMemory>> = gpus
+        .iter()
+        .map(|g| usable_memory(&g.device(), how.roots))
+        .collect();
+    let free: Vec<u64> = gpus
+        .iter()
+        .zip(&usable)
+        .map(|(g, u)| {
+            let d = g.device();
+            u.as_ref()
+                .map(|u| u.bytes)
+                .or(d.free_memory)
+                .or(d.total_memory)
+                .unwrap_or(1)
+        })
+        .collect();
+    let shares = how.split.shares(&free);
+    // A GPU given no share holds nothing: released at once.
+    let mut kept = Vec::new();
+    for ((g, u), s) in gpus.into_iter().zip(usable).zip(shares) {
+        if s > 0.0 {
+            kept.push((g, u, s));
+        } else {
+            let mut g = g;
+            g.shutdown(std::time::Duration::from_secs(5), &mut |_| {});
+        }
+    }
+    if kept.is_empty() {
+        return Err(ModelError::Backend(BackendError::Invalid(
+            "--tensor-split gives no GPU a share".into(),
+        )));
+    }
+    let shares: Vec<f64> = kept.iter().map(|k| k.2).collect();
+    let choice = {
+        let slots: Vec<(&dyn Backend, Option<UsableMemory>)> = kept
+            .iter()
+            .map(|(g, u, _)| (g.as_ref(), u.clone()))
+            .collect();
+        choose_over(how.want, full, &slots, &shares, file, config, n_ctx)?
+    };
+    let plans = (0..kept.len())
+        .map(|g| gpu_plan_of(full, &choice.place, g, file, config, n_ctx))
+        .collect();
+    let why = match how.split.mode {
+        SplitMode::Layer => "--split-mode layer",
+        _ => "split by layers: the model does not fit one GPU",
+    };
+    let by = match &how.split.tensor_split {
+        Some(t) => format!("--tensor-split {t}"),
+        None => {
+            let gib: Vec<String> = free
+                .iter()
+                .map(|b| format!("{:.1}", *b as f64 / (1u64 << 30) as f64))
+                .collect();
+            format!("in proportion to free memory ({} GiB)", gib.join(", "))
+        }
+    };
+    let mut said = format!("{why}, {} GPUs {by}; {}", kept.len(), choice.said);
+    for n in notes {
+        said += &format!("; {n}");
+    }
+    let gpus: Vec<Box<dyn Backend>> = kept.into_iter().map(|k| k.0).collect();
+    let cpu = CpuBackend::with_options(how.cpu, "the CPU part of a split model")
+        .with_kv_type(gpus[0].kv_type());
     Ok((
         Box::new(backend::SplitBackend::new(
-            gpu,
+            gpus,
             Box::new(cpu),
             choice.place,
-            plan,
-            choice.said,
+            plans,
+            said.clone(),
         )),
         Some(said),
     ))

@@ -129,6 +129,9 @@ pub struct ComputeCheckOptions {
     /// Split each GPU model as `-ngl` asks (the op-by-op table stays all on the GPU); `None`:
     /// all layers on the GPU.
     pub gpu_layers: Option<GpuLayers>,
+    /// Split each GPU model over every GPU of the runtime (`--split-mode layer`,
+    /// `--tensor-split`): the split case, its logits against the CPU's as the one-GPU run's are.
+    pub split: split::SplitOptions,
 }
 
 struct Case {
@@ -382,11 +385,30 @@ impl Outcome {
 fn run_case(
     file: &Arc<GgufFile>,
     gpu: GpuCompute,
-    ngl: Option<GpuLayers>,
+    o: &ComputeCheckOptions,
+    kv: KvType,
 ) -> Result<Outcome, String> {
     let load = |f: &Arc<GgufFile>, b: Box<dyn Backend>| {
         Model::load(f.clone(), b, model_options(), &mut |_, _| {}).map_err(|e| e.to_string())
     };
+    let several = o.split.mode == split::SplitMode::Layer;
+    let ngl = match (o.gpu_layers, several) {
+        (None, true) => Some(GpuLayers::Auto),
+        (n, _) => n,
+    };
+    // The other GPUs of the split case, opened as the first (the same kernel options).
+    let more = several.then(|| {
+        crate::gpu::open::MoreGpus::for_request(&crate::gpu::open::BackendRequest {
+            choice: o.backend,
+            device: o.device,
+            cpu: tuning().map(|t| t.cpu(0)).unwrap_or_default(),
+            compute: ComputeOptions {
+                kv,
+                prefill: tuning().map(|t| t.prefill).unwrap_or_default(),
+                ..ComputeOptions::default()
+            },
+        })
+    });
     let gpu: Box<dyn Backend> = match ngl {
         Some(n) => {
             let config = ModelConfig::from_gguf(file).map_err(|e| e.to_string())?;
@@ -395,12 +417,21 @@ fn run_case(
                 Box::new(gpu),
                 &config,
                 model_options(),
-                n,
-                &tuning()?.cpu(0),
-                &Roots::from_env(),
+                split::Arrange {
+                    want: n,
+                    split: &o.split,
+                    more: more.as_ref(),
+                    cpu: &tuning()?.cpu(0),
+                    roots: &Roots::from_env(),
+                },
             )
-            .map_err(|e| e.to_string())?
-            .0
+            .map_err(|e| e.to_string())
+            .map(|(b, said)| {
+                if several && let Some(s) = said {
+                    outln!("  split: {s}");
+                }
+                b
+            })?
         }
         None => Box::new(gpu),
     };
@@ -565,7 +596,7 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
             );
             device_line = true;
         }
-        let r = run_case(&file, gpu, o.gpu_layers);
+        let r = run_case(&file, gpu, o, c.kv);
         let ops = open_gpu(o, c.kv).and_then(|g| run_lockstep(&file, g));
         let secs = t.elapsed().as_secs_f64();
         let bound = end_to_end_tolerance(&file);

@@ -67,6 +67,7 @@ impl DecodeModel {
             files: Vec::new(),
             ops: false,
             gpu_layers: None,
+            split: Default::default(),
         };
         // The cache type chat uses (the compute options' default).
         let gpu = open_gpu(&o, KvType::F16)?;

@@ -80,6 +80,15 @@ pub struct SelftestArgs {
     #[arg(long = "n-gpu-layers", visible_alias = "ngl", value_name = "N|auto", requires = "compute",
           value_parser = crate::model::split::parse_gpu_layers)]
     pub n_gpu_layers: Option<crate::model::split::GpuLayers>,
+    /// With --compute: the split case, each model over every GPU of the runtime (`layer`), in
+    /// proportion to free memory or to --tensor-split.
+    #[arg(long = "split-mode", value_name = "none|layer", requires = "compute",
+          value_parser = crate::model::split::parse_split_mode)]
+    pub split_mode: Option<crate::model::split::SplitMode>,
+    /// With --compute and --split-mode layer: each GPU's share of the layers, such as 1,1.
+    #[arg(long = "tensor-split", value_name = "A,B,…", requires = "compute",
+          value_parser = crate::model::split::parse_tensor_split)]
+    pub tensor_split: Option<crate::model::split::TensorSplit>,
     /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -108,6 +117,11 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
             files: args.models.clone(),
             ops: args.ops,
             gpu_layers: args.n_gpu_layers,
+            split: crate::model::split::SplitOptions {
+                mode: args.split_mode.unwrap_or_default(),
+                tensor_split: args.tensor_split.clone(),
+                main_gpu: None,
+            },
         });
     }
     run(&SelftestOptions {

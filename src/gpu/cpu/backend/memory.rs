@@ -128,6 +128,21 @@ impl Memory for CpuBackend {
         Ok(())
     }
 
+    fn cross_out(&mut self, buf: Buf, out: &mut [f32], label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
+        let b = self.buf(buf, out.len())?;
+        out.copy_from_slice(&b[..out.len()]);
+        Ok(())
+    }
+
+    fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()> {
+        let _op = self.ops.begin(label);
+        let mut d = self.take(buf, data.len())?;
+        d[..data.len()].copy_from_slice(data);
+        self.put(buf, d);
+        Ok(())
+    }
+
     fn arena(&self) -> ArenaSnapshot {
         let weights: u64 = self.weights.iter().map(|w| w.len as u64).sum();
         let acts: u64 = self.bufs.iter().map(|(_, b)| b.len() as u64 * 4).sum();
