@@ -175,3 +175,14 @@ pub enum DeviceRelease {
     /// handler can wait on it.
     Abandoned,
 }
+
+/// The device's read bandwidth as measured by `Gpu::measure_read_bandwidth` (`gpu/handle/transfer.rs`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReadBandwidth {
+    /// Bytes per second.
+    pub bytes_per_s: f64,
+    /// The buffer read by each launch.
+    pub buffer_bytes: u64,
+    /// Timed runs, the fastest of which gave the figure.
+    pub runs: usize,
+}

@@ -23,7 +23,7 @@ pub trait Instrument {
     /// Device memory read bandwidth, measured now by a kernel that only reads
     /// (`Gpu::measure_read_bandwidth`; `None` where the backend has no device memory to measure,
     /// or the measurement failed).
-    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::snapshot::ReadBandwidth> {
         None
     }
 

@@ -435,7 +435,7 @@ impl Instrument for GpuCompute {
         }
     }
 
-    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::snapshot::ReadBandwidth> {
         let g = self.gpu.as_mut()?;
         match g.measure_read_bandwidth() {
             Ok(b) => Some(b),

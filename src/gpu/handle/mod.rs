@@ -26,6 +26,7 @@ use crate::gpu::device::{
     Device, DeviceInfo, DevicePtr, GpuError, MemInfo, PinnedRaw, RawBlas, RawFunction, RawModule,
     RuntimeKind,
 };
+pub use crate::gpu::snapshot::ReadBandwidth;
 use crate::gpu::snapshot::{ArenaSnapshot, DeviceRelease, DeviceSummary, QuitStep, StreamSnapshot};
 use crate::gpu::stream::{Backoff, Budget, LabelId, OpKind, RING, StreamShared, TrackedStream};
 use crate::gpu::trace::{
@@ -33,7 +34,7 @@ use crate::gpu::trace::{
     device::{DeviceTimer, TraceEvents},
 };
 pub use graph::{GraphMode, GraphStats};
-pub use transfer::{READ_PROBE_BYTES, READ_PROBE_RUNS, ReadBandwidth};
+pub use transfer::{READ_PROBE_BYTES, READ_PROBE_RUNS};
 
 /// Settings of an opened device.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,6 +6,7 @@ use super::{Arg, CHECKSUM_BLOCKS, Gpu, KernelFn};
 use crate::gpu::arena::DeviceBuffer;
 use crate::gpu::checksum::{Checksum, compare, host_checksum};
 use crate::gpu::device::{DevicePtr, GpuError};
+use crate::gpu::snapshot::ReadBandwidth;
 use crate::gpu::stream::{LabelId, OpKind};
 use std::time::{Duration, Instant};
 
@@ -300,17 +301,6 @@ const READ_PROBE_LAUNCHES: u32 = 10;
 pub const READ_PROBE_RUNS: usize = 5;
 /// What the probe's fold is compared with: the buffer is filled with one word, so the fold is 0.
 const READ_PROBE_NEVER: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// The device's read bandwidth as measured by [`Gpu::measure_read_bandwidth`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct ReadBandwidth {
-    /// Bytes per second.
-    pub bytes_per_s: f64,
-    /// The buffer read by each launch.
-    pub buffer_bytes: u64,
-    /// Timed runs, the fastest of which gave the figure.
-    pub runs: usize,
-}
 
 impl Gpu {
     /// Device memory read bandwidth: `hs_read_bw`, a kernel that only reads, streams a buffer of

@@ -12,6 +12,7 @@ pub mod mxfp4;
 mod qkx2_lanes;
 mod quantize;
 mod quantize_lowbit;
+mod round;
 
 pub use blocks::{QK, QK_K, f16_to_f32, f32_to_f16};
 

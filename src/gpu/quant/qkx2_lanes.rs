@@ -6,14 +6,12 @@
 //! same: `tests` holds it to [`make_qkx2_quants`] bit for bit. This is what `synth` and `convert`
 //! spend their time on for K-quant files (issue 33 item 7).
 
-#[cfg(test)]
-use super::quantize::make_qkx2_quants;
-use super::quantize::nearest_int;
+use super::round::nearest_int;
 
-const LANES: usize = 8;
-const N: usize = 32;
+pub(super) const LANES: usize = 8;
+pub(super) const N: usize = 32;
 
-type Lanes = [f32; LANES];
+pub(super) type Lanes = [f32; LANES];
 
 /// For sub-block `k` of `x` (elements `32k..32k+32`) with `weights[k]`: the fit's (scale, -min)
 /// and its quants in `l[32k..32k+32]`, as `make_qkx2_quants(nmax, x_k, w_k, l_k, _, rmin,
@@ -186,50 +184,71 @@ fn x8(
     (scale, neg_min)
 }
 
+/// Test inputs: uniform in [-1, 1) from a xorshift64* stream (no dependency on the model layer).
+#[cfg(test)]
+pub(super) fn lanes_rng(seed: u64) -> impl FnMut() -> f32 {
+    let mut s = seed.max(1);
+    move || {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Inputs of every kind for the tests: random of several scales, all positive, flat, zeros,
+/// an outlier, integers; with their weights.
+#[cfg(test)]
+pub(super) fn lanes_case(
+    round: usize,
+    uni: &mut impl FnMut() -> f32,
+) -> ([f32; LANES * N], [[f32; N]; LANES]) {
+    let mut x = [0f32; LANES * N];
+    for k in 0..LANES {
+        let kind = (round + k) % 6;
+        let scale = [1e-3f32, 1.0, 37.0, 1e4][(round / 6 + k) % 4];
+        for i in 0..N {
+            x[N * k + i] = match kind {
+                0 => uni() * scale,
+                1 => (uni().abs() + 0.5) * scale,
+                2 => 0.25 * scale,
+                3 => 0.0,
+                4 => {
+                    if i == 5 {
+                        50.0 * scale
+                    } else {
+                        uni() * scale
+                    }
+                }
+                _ => (uni() * scale).round(),
+            };
+        }
+    }
+    let mut weights = [[0f32; N]; LANES];
+    for k in 0..LANES {
+        for i in 0..N {
+            weights[k][i] = 0.5 + x[N * k + i].abs() + (round % 3) as f32;
+        }
+    }
+    (x, weights)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::sampler::Rng;
 
-    /// Lane by lane, the same bits as the scalar search, on sub-blocks of every kind: random of
-    /// several scales, all positive (min clamped to 0), flat (max == min), zeros, one outlier.
+    /// The AVX2 and the baseline build of the search agree bit for bit on sub-blocks of every
+    /// kind (`lanes_case`). The lanes against the scalar search, one sub-block at a time, are
+    /// compared in `quantize.rs` (`eight_lanes_give_the_scalar_search_bit_for_bit`).
     #[test]
-    fn eight_lanes_give_the_scalar_search_bit_for_bit() {
-        let mut rng = Rng::new(7);
-        let mut uni = || rng.next_f64() as f32 * 2.0 - 1.0;
+    fn the_two_builds_agree_bit_for_bit() {
+        let mut uni = lanes_rng(7);
         for round in 0..400 {
-            let mut x = [0f32; LANES * N];
-            for k in 0..LANES {
-                let kind = (round + k) % 6;
-                let scale = [1e-3f32, 1.0, 37.0, 1e4][(round / 6 + k) % 4];
-                for i in 0..N {
-                    x[N * k + i] = match kind {
-                        0 => uni() * scale,
-                        1 => (uni().abs() + 0.5) * scale,
-                        2 => 0.25 * scale,
-                        3 => 0.0,
-                        4 => {
-                            if i == 5 {
-                                50.0 * scale
-                            } else {
-                                uni() * scale
-                            }
-                        }
-                        _ => (uni() * scale).round(),
-                    };
-                }
-            }
-            let mut weights = [[0f32; N]; LANES];
-            for k in 0..LANES {
-                for i in 0..N {
-                    let v = x[N * k + i];
-                    weights[k][i] = 0.5 + v.abs() + (round % 3) as f32;
-                }
-            }
+            let (x, weights) = lanes_case(round, &mut uni);
             for (nmax, rmin, rdelta, nstep) in [(15, -1.0, 0.1, 20), (31, -0.5, 0.1, 15)] {
                 let mut l = [0u8; LANES * N];
                 let (s, m) = make_qkx2_quants_x8(nmax, &x, &weights, &mut l, rmin, rdelta, nstep);
-                // The baseline build of the same search, whichever the CPU took above.
                 let mut l2 = [0u8; LANES * N];
                 let (s2, m2) = x8(nmax, &x, &weights, &mut l2, rmin, rdelta, nstep);
                 let bits = |v: Lanes| v.map(f32::to_bits);
@@ -237,25 +256,6 @@ mod tests {
                     bits(s) == bits(s2) && bits(m) == bits(m2) && l == l2,
                     "round {round}: the two builds differ"
                 );
-                for k in 0..LANES {
-                    let mut lk = [0u8; N];
-                    let mut aux = [0u8; N];
-                    let (sk, mk) = make_qkx2_quants(
-                        nmax,
-                        &x[N * k..N * k + N],
-                        &weights[k],
-                        &mut lk,
-                        &mut aux,
-                        rmin,
-                        rdelta,
-                        nstep,
-                        false,
-                    );
-                    let at = format!("round {round}, lane {k}, nmax {nmax}");
-                    assert_eq!(s[k].to_bits(), sk.to_bits(), "scale, {at}");
-                    assert_eq!(m[k].to_bits(), mk.to_bits(), "min, {at}");
-                    assert_eq!(&l[N * k..N * k + N], &lk, "quants, {at}");
-                }
             }
         }
     }

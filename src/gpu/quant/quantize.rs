@@ -10,14 +10,7 @@ use super::blocks::{QK, QK_K, f32_to_f16, k_scale_min, layout};
 /// Below this magnitude a group counts as all zero (llama.cpp's `GROUP_MAX_EPS`).
 pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// Round to nearest, ties to even, by the float-addition trick llama.cpp uses; valid for
-/// |x| <= 2^22 - 1, which every caller guarantees by construction (out of range it returns a
-/// wrong but harmless value, never panics).
-#[inline]
-pub(crate) fn nearest_int(x: f32) -> i32 {
-    let v = x + 12_582_912.0;
-    (v.to_bits() as i32 & 0x007f_ffff) - 0x0040_0000
-}
+pub(crate) use super::round::nearest_int;
 
 /// Quantizes whole blocks; the caller checked lengths and finiteness.
 pub(crate) fn quantize_blocks(ty: GgmlType, src: &[f32], dst: &mut [u8]) {
@@ -528,6 +521,40 @@ fn q8_k(x: &[f32; QK_K], b: &mut [u8; layout::Q8_K]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `qkx2_lanes`'s eight sub-blocks side by side give, lane by lane, the same bits as the
+    /// scalar search (llama.cpp's `make_qkx2_quants`) on sub-blocks of every kind.
+    #[test]
+    fn eight_lanes_give_the_scalar_search_bit_for_bit() {
+        use crate::gpu::quant::qkx2_lanes::{LANES, N, lanes_case, lanes_rng, make_qkx2_quants_x8};
+        let mut uni = lanes_rng(7);
+        for round in 0..400 {
+            let (x, weights) = lanes_case(round, &mut uni);
+            for (nmax, rmin, rdelta, nstep) in [(15, -1.0, 0.1, 20), (31, -0.5, 0.1, 15)] {
+                let mut l = [0u8; LANES * N];
+                let (s, m) = make_qkx2_quants_x8(nmax, &x, &weights, &mut l, rmin, rdelta, nstep);
+                for k in 0..LANES {
+                    let mut lk = [0u8; N];
+                    let mut aux = [0u8; N];
+                    let (sk, mk) = make_qkx2_quants(
+                        nmax,
+                        &x[N * k..N * k + N],
+                        &weights[k],
+                        &mut lk,
+                        &mut aux,
+                        rmin,
+                        rdelta,
+                        nstep,
+                        false,
+                    );
+                    let at = format!("round {round}, lane {k}, nmax {nmax}");
+                    assert_eq!(s[k].to_bits(), sk.to_bits(), "scale, {at}");
+                    assert_eq!(m[k].to_bits(), mk.to_bits(), "min, {at}");
+                    assert_eq!(&l[N * k..N * k + N], &lk, "quants, {at}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn nearest_int_rounds_half_to_even() {

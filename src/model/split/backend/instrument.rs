@@ -53,7 +53,7 @@ impl Instrument for SplitBackend {
         d
     }
 
-    fn read_bandwidth(&mut self) -> Option<crate::gpu::handle::ReadBandwidth> {
+    fn read_bandwidth(&mut self) -> Option<crate::gpu::snapshot::ReadBandwidth> {
         self.parts.get_mut(1)?.read_bandwidth()
     }
 
