@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use hipscope::gpu::compute::lockstep::Lockstep;
+use std::sync::{Arc, Mutex};
+
+use hipscope::gpu::compute::lockstep::{Lockstep, OpErrors};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute, KvType};
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
@@ -27,9 +29,10 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
     c.log().iter().filter(|l| **l == want).count()
 }
 
-#[test]
-fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
-    // 1 GiB, ops complete at once, no BLAS, no graphs.
+/// A synthetic `shape` (Q4_0) loaded on the lockstep of the CPU and a fake GPU (f32 cache, ops
+/// complete at once, no BLAS, no graphs): the model, the fake's control and the lockstep's
+/// comparison table.
+fn lockstep_model(shape: &str) -> (Model, FakeControl, Arc<Mutex<OpErrors>>) {
     let dev = FakeDevice::new(FakeScript::default());
     let ctl = dev.control();
     let gpu = GpuCompute::open(
@@ -43,10 +46,9 @@ fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
     )
     .expect("open");
     let (lockstep, errors) = Lockstep::new(CpuBackend::new(1), gpu);
-    // qwen2: biases on Q, K and V (the fused Q/K/V kernel adds them), NeoX RoPE.
     let file = loader::open(
         &ModelSource::Synthetic {
-            shape: "tiny-qwen2".into(),
+            shape: shape.into(),
             quant: "Q4_0".into(),
             seed: 3,
         },
@@ -59,7 +61,14 @@ fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
         all_logits: false,
         n_seq: 1,
     };
-    let mut m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
+    let m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
+    (m, ctl, errors)
+}
+
+#[test]
+fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
+    // qwen2: biases on Q, K and V (the fused Q/K/V kernel adds them), NeoX RoPE.
+    let (mut m, ctl, errors) = lockstep_model("tiny-qwen2");
     let n_layers = m.config.n_layers;
     let mut logits = Vec::new();
     let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();
@@ -120,35 +129,7 @@ fn the_lockstep_runs_and_compares_the_fused_decode_kernels() {
 /// prompt batch runs the same ops as separate kernels where the GPU does not fuse them (GeGLU).
 #[test]
 fn the_lockstep_compares_gemma3s_fused_norms_and_geglu() {
-    let dev = FakeDevice::new(FakeScript::default());
-    let ctl = dev.control();
-    let gpu = GpuCompute::open(
-        Box::new(dev),
-        "fake: test device",
-        ComputeOptions {
-            kv: KvType::F32,
-            ..ComputeOptions::default()
-        },
-        &KernelCache::disabled(),
-    )
-    .expect("open");
-    let (lockstep, errors) = Lockstep::new(CpuBackend::new(1), gpu);
-    let file = loader::open(
-        &ModelSource::Synthetic {
-            shape: "tiny-gemma3".into(),
-            quant: "Q4_0".into(),
-            seed: 3,
-        },
-        &mut |_, _| {},
-    )
-    .expect("synthetic model");
-    let opts = ModelOptions {
-        n_ctx: 64,
-        n_batch: 32,
-        all_logits: false,
-        n_seq: 1,
-    };
-    let mut m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
+    let (mut m, ctl, errors) = lockstep_model("tiny-gemma3");
     let n_layers = m.config.n_layers;
     let mut logits = Vec::new();
     let prompt: Vec<u32> = (0..20).map(|i| (i * 7 + 1) % 512).collect();

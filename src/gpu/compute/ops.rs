@@ -117,22 +117,38 @@ impl GpuCompute {
             return Ok(());
         }
         let f = self.kernels.rms_norm;
+        self.launch_norm_rows(f, "rms_norm", [xb, w, ob], n_tokens, dim, eps, label)?;
+        self.wrote(out);
+        Ok(())
+    }
+
+    /// A block per row of `dim`: `hs_rms_norm_rows` (y = norm(x) · w) or `hs_rms_norm_add_rows`
+    /// (y += norm(x) · w), on `[x, w, y]`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_norm_rows(
+        &mut self,
+        f: KernelFn,
+        name: &'static str,
+        [x, w, y]: [DeviceBuffer; 3],
+        n_tokens: usize,
+        dim: usize,
+        eps: f32,
+        label: OpLabel,
+    ) -> Result<()> {
         self.launch(
             label,
-            "rms_norm",
+            name,
             f,
             [n_tokens as u32, 1, 1],
             [256, 1, 1],
             &[
-                Arg::Ptr(xb.ptr),
+                Arg::Ptr(x.ptr),
                 Arg::Ptr(w.ptr),
-                Arg::Ptr(ob.ptr),
+                Arg::Ptr(y.ptr),
                 Arg::U32(dim as u32),
                 Arg::F32(eps),
             ],
-        )?;
-        self.wrote(out);
-        Ok(())
+        )
     }
 
     /// acc += rms_norm(x) · weight over `n_tokens` rows of `dim`, one launch (Gemma's norms
@@ -155,20 +171,7 @@ impl GpuCompute {
         let xb = self.buf(x, n_tokens * dim)?;
         let ab = self.buf(acc, n_tokens * dim)?;
         let f = self.kernels.rms_norm_add;
-        self.launch(
-            label,
-            "rms_norm + add",
-            f,
-            [n_tokens as u32, 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(xb.ptr),
-                Arg::Ptr(w.ptr),
-                Arg::Ptr(ab.ptr),
-                Arg::U32(dim as u32),
-                Arg::F32(eps),
-            ],
-        )?;
+        self.launch_norm_rows(f, "rms_norm + add", [xb, w, ab], n_tokens, dim, eps, label)?;
         self.wrote(acc);
         Ok(())
     }
