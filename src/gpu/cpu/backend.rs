@@ -15,7 +15,7 @@ mod memory;
 mod moe;
 
 use super::CpuOptions;
-use super::activation::gelu_tanh;
+use super::activation::{Gate, gated};
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
@@ -522,11 +522,9 @@ impl Ops for CpuBackend {
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let _op = self.ops.begin(label);
         let mut g = self.take(gate, len)?;
-        let res = self.buf(up, len).map(|u| {
-            for (gv, &uv) in g[..len].iter_mut().zip(u) {
-                *gv = *gv / (1.0 + (-*gv).exp()) * uv;
-            }
-        });
+        let res = self
+            .buf(up, len)
+            .map(|u| gated(&self.pool, &mut g[..len], u, Gate::Silu));
         self.put(gate, g);
         res
     }
@@ -534,11 +532,9 @@ impl Ops for CpuBackend {
     fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let _op = self.ops.begin(label);
         let mut g = self.take(gate, len)?;
-        let res = self.buf(up, len).map(|u| {
-            for (gv, &uv) in g[..len].iter_mut().zip(u) {
-                *gv = gelu_tanh(*gv) * uv;
-            }
-        });
+        let res = self
+            .buf(up, len)
+            .map(|u| gated(&self.pool, &mut g[..len], u, Gate::Gelu));
         self.put(gate, g);
         res
     }
