@@ -140,6 +140,36 @@ impl ThreadPool {
         self.shared.n_threads.load(Ordering::Relaxed)
     }
 
+    /// Runs `f(first_row, part)` over `data` (rows of `row_len`) cut into one run of whole rows
+    /// per thread; on the calling thread alone when `data` holds fewer than `min_len` elements
+    /// (waking the workers would cost more than they save).
+    pub fn split_rows<T: Send>(
+        &self,
+        data: &mut [T],
+        row_len: usize,
+        min_len: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let n = self.n_threads();
+        let rows = data.len() / row_len.max(1);
+        if n == 1 || data.len() < min_len || rows < 2 {
+            return f(0, data);
+        }
+        let per = rows.div_ceil(n);
+        let parts: Vec<std::sync::Mutex<(usize, &mut [T])>> = data
+            .chunks_mut(per * row_len)
+            .enumerate()
+            .map(|(i, p)| std::sync::Mutex::new((i * per, p)))
+            .collect();
+        self.run(&|i, _| {
+            if let Some(p) = parts.get(i) {
+                let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+                let (r0, part) = &mut *p;
+                f(*r0, part);
+            }
+        });
+    }
+
     /// Run `f(thread_index, n_threads)` for every index in `0..n_threads` and return when all
     /// finished. The calling thread runs index 0, and any index whose worker has not started
     /// by the time it is done. A panic in any of them is re-raised here once all finished.

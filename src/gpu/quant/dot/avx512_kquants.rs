@@ -12,6 +12,7 @@
 #![allow(clippy::needless_range_loop)] // indexing per token keeps the accumulators in registers
 
 use super::super::blocks::layout;
+use super::avx2::k_scales_mins;
 use super::*;
 use std::arch::x86_64::*;
 
@@ -40,30 +41,6 @@ unsafe fn half2(p: *const u8) -> (f32, f32) {
     unsafe {
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128((p as *const u32).read_unaligned() as i32));
         (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
-    }
-}
-
-/// Q4_K/Q5_K six-bit scales and mins as 16 × i16: [sc0..sc7, m0..m7].
-#[inline(always)]
-unsafe fn k_scales_mins(p: *const u8) -> __m256i {
-    unsafe {
-        let s = p.add(layout::K_SCALES);
-        let u0 = (s as *const u32).read_unaligned();
-        let u1 = (s.add(4) as *const u32).read_unaligned();
-        let u2 = (s.add(8) as *const u32).read_unaligned();
-        const M1: u32 = 0x3f3f_3f3f;
-        const M2: u32 = 0x0f0f_0f0f;
-        const M3: u32 = 0x0303_0303;
-        let sc_lo = u0 & M1;
-        let sc_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
-        let mn_lo = u1 & M1;
-        let mn_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
-        _mm256_cvtepu8_epi16(_mm_setr_epi32(
-            sc_lo as i32,
-            sc_hi as i32,
-            mn_lo as i32,
-            mn_hi as i32,
-        ))
     }
 }
 
