@@ -335,6 +335,36 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
+    /// Every row is handed out once, with its own index, in whole rows, for any thread count;
+    /// below the size floor everything runs as one part.
+    #[test]
+    fn split_rows_hands_out_each_row_once() {
+        for n in 1..=3 {
+            let pool = ThreadPool::new(n);
+            for rows in [1, 2, 5, 64] {
+                let mut data: Vec<usize> = vec![usize::MAX; rows * 3];
+                let parts = AtomicUsize::new(0);
+                pool.split_rows(&mut data, 3, 0, &|r0, part| {
+                    assert_eq!(part.len() % 3, 0);
+                    parts.fetch_add(1, Ordering::Relaxed);
+                    for (i, v) in part.iter_mut().enumerate() {
+                        assert_eq!(*v, usize::MAX, "element written twice");
+                        *v = r0 + i / 3;
+                    }
+                });
+                let want: Vec<usize> = (0..rows * 3).map(|i| i / 3).collect();
+                assert_eq!(data, want, "{n} threads, {rows} rows");
+                assert!(parts.load(Ordering::Relaxed) <= n.max(1));
+                let parts = AtomicUsize::new(0);
+                pool.split_rows(&mut data, 3, usize::MAX, &|r0, part| {
+                    assert_eq!((r0, part.len()), (0, rows * 3));
+                    parts.fetch_add(1, Ordering::Relaxed);
+                });
+                assert_eq!(parts.load(Ordering::Relaxed), 1);
+            }
+        }
+    }
+
     #[test]
     fn every_index_runs_once_per_job() {
         for n in 1..=4 {
