@@ -12,7 +12,11 @@
 #   ${TMPDIR:-/tmp}/hipscope-bench-cpu); the real model is $HIPSCOPE_TEST_MODEL
 #   (`eval "$(scripts/test-assets.sh)"` or the test-env file sets it).
 # Environment: THREADS (default 2), REPS (default 3), MODELS (space-separated subset of the names
-#   below), TESTS (subset of: pp128 pp512 pp2048 tg64 tg64@d1536).
+#   below; the default set is the older dense shapes, ALL=1 adds Gemma 3, Qwen3 and the MoE
+#   shapes), TESTS (subset of: pp128 pp512 pp2048 tg64 tg64@d1536).
+#
+# ROUNDS (default 1): the llama-bench/hipscope pair runs this many times alternately, and the
+# table keeps each tool's best mean (load from other processes only ever slows a run down).
 #
 # Prints the machine's load before and after (`uptime`): figures taken on a loaded machine are
 # not comparisons. Each model runs hipscope and llama-bench back to back, so both see the same load.
@@ -23,7 +27,10 @@ HIPSCOPE=${2:-target/release/hipscope}
 WORK=${3:-${TMPDIR:-/tmp}/hipscope-bench-cpu}
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
-MODELS=${MODELS:-"smollm2-q4_1 qwen05-q4_0 qwen05-q8_0 qwen05-q4_k llama1b-q4_k"}
+DENSE="smollm2-q4_1 qwen05-q4_0 qwen05-q8_0 qwen05-q4_k llama1b-q4_k"
+NEW="gemma3-q4_0 qwen3-q4_0 qwen3moe-2l-q4_0 qwen3moe-2l-q4_k gptoss-2l-mxfp4"
+if [[ ${ALL:-0} == 1 ]]; then DEFAULT_MODELS="$DENSE $NEW"; else DEFAULT_MODELS=$DENSE; fi
+MODELS=${MODELS:-$DEFAULT_MODELS}
 TESTS=${TESTS:-"pp128 pp512 pp2048 tg64 tg64@d1536"}
 
 for f in "$LLAMA_BENCH" "$HIPSCOPE"; do
@@ -45,6 +52,13 @@ model_file() {
         qwen05-q8_0) synth qwen2.5-0.5b Q8_0 ;;
         qwen05-q4_k) synth qwen2.5-0.5b Q4_K ;;
         llama1b-q4_k) synth llama-3.2-1b Q4_K ;;
+        gemma3-q4_0) synth gemma3-1b Q4_0 ;;
+        qwen3-q4_0) synth qwen3-0.6b Q4_0 ;;
+        # The mixtures of experts, their first 2 layers (the whole 30B/20B files are 17 and 12 GB,
+        # more than a 24 GiB machine holds beside anything else); every expert of those layers.
+        qwen3moe-2l-q4_0) synth qwen3-30b-a3b-2l Q4_0 ;;
+        qwen3moe-2l-q4_k) synth qwen3-30b-a3b-2l Q4_K ;;
+        gptoss-2l-mxfp4) synth gpt-oss-20b-2l MXFP4 ;;
         *) echo "$0: unknown model $1" >&2; return 1 ;;
     esac
 }
@@ -93,16 +107,20 @@ printf '| %-14s | %-11s | %12s | %12s | %6s |\n' model test llama.cpp hipscope r
 printf '| %-14s | %-11s | %12s | %12s | %6s |\n' -------------- ----------- ----------: ----------: -----:
 for m in $MODELS; do
     file=$(model_file "$m") || continue
-    llama=$(run_tool llama "$file" || true)
-    hip=$(run_tool hipscope "$file" || true)
+    llama="" hip=""
+    for _ in $(seq "${ROUNDS:-1}"); do
+        llama+=$'\n'$(run_tool llama "$file" || true)
+        hip+=$'\n'$(run_tool hipscope "$file" || true)
+        echo "# $m round done: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    done
     for t in $TESTS; do
         case $t in
             pp*) q="select(.p == ${t#pp} and .g == 0 and .d == 0)" ;;
             tg*@d*) g=${t%@d*}; q="select(.p == 0 and .g == ${g#tg} and .d == ${t#*@d})" ;;
             tg*) q="select(.p == 0 and .g == ${t#tg} and .d == 0)" ;;
         esac
-        a=$(jq -r "$q | .ts" <<<"$llama" | head -1)
-        b=$(jq -r "$q | .ts" <<<"$hip" | head -1)
+        a=$(jq -r "$q | .ts" <<<"$llama" | sort -g | tail -1)
+        b=$(jq -r "$q | .ts" <<<"$hip" | sort -g | tail -1)
         r=$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", b / a; else print "-" }')
         printf '| %-14s | %-11s | %12s | %12s | %6s |\n' "$m" "$t" \
             "$(printf '%.1f' "${a:-0}" 2>/dev/null)" "$(printf '%.1f' "${b:-0}" 2>/dev/null)" "$r"

@@ -15,7 +15,7 @@ mod memory;
 mod moe;
 
 use super::CpuOptions;
-use super::activation::gelu_tanh;
+use super::activation::{Gate, gated};
 use super::attention;
 use super::matmul::{MatmulScratch, QuantMatrix, matmul, matmul_packed};
 use super::pool::ThreadPool;
@@ -110,6 +110,9 @@ pub struct CpuBackend {
     ops: HostOps,
     watchdog: Option<Watchdog>,
 }
+
+/// Fewest elements of an RMS norm split over the threads (a decode step's row stays on one).
+const NORM_PAR_MIN: usize = 16 * 1024;
 
 fn invalid(msg: String) -> BackendError {
     BackendError::Invalid(msg)
@@ -256,24 +259,31 @@ impl Ops for CpuBackend {
         let mut o = self.take(out, n_tokens * dim)?;
         let res = (|| {
             let w = self.vector(weight, dim)?;
-            let norm_row = |xr: &[f32], or: &mut [f32]| {
-                let ss: f64 = xr.iter().map(|&v| (v as f64) * (v as f64)).sum();
-                let scale = 1.0 / ((ss / dim as f64) as f32 + eps).sqrt();
-                for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
-                    *o = xv * scale * wv;
-                }
-            };
+            // Rows split over the threads; each row's arithmetic as before, so the result does
+            // not depend on the thread count.
+            let scale_of = |ss: f64| 1.0 / ((ss / dim as f64) as f32 + eps).sqrt();
+            let sum_sq = |r: &[f32]| -> f64 { r.iter().map(|&v| (v as f64) * (v as f64)).sum() };
+            let o = &mut o[..n_tokens * dim];
             if x == out {
-                let mut row = vec![0f32; dim];
-                for or in o[..n_tokens * dim].chunks_exact_mut(dim) {
-                    row.copy_from_slice(or);
-                    norm_row(&row, or);
-                }
+                self.pool.split_rows(o, dim, NORM_PAR_MIN, &|_, part| {
+                    for or in part.chunks_exact_mut(dim) {
+                        let scale = scale_of(sum_sq(or));
+                        for (o, &wv) in or.iter_mut().zip(w) {
+                            *o = *o * scale * wv;
+                        }
+                    }
+                });
             } else {
                 let x = self.buf(x, n_tokens * dim)?;
-                for (xr, or) in x.chunks_exact(dim).zip(o.chunks_exact_mut(dim)) {
-                    norm_row(xr, or);
-                }
+                self.pool.split_rows(o, dim, NORM_PAR_MIN, &|r0, part| {
+                    let xs = &x[r0 * dim..r0 * dim + part.len()];
+                    for (xr, or) in xs.chunks_exact(dim).zip(part.chunks_exact_mut(dim)) {
+                        let scale = scale_of(sum_sq(xr));
+                        for ((o, &xv), &wv) in or.iter_mut().zip(xr).zip(w) {
+                            *o = xv * scale * wv;
+                        }
+                    }
+                });
             }
             Ok(())
         })();
@@ -543,11 +553,9 @@ impl Ops for CpuBackend {
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let _op = self.ops.begin(label);
         let mut g = self.take(gate, len)?;
-        let res = self.buf(up, len).map(|u| {
-            for (gv, &uv) in g[..len].iter_mut().zip(u) {
-                *gv = *gv / (1.0 + (-*gv).exp()) * uv;
-            }
-        });
+        let res = self
+            .buf(up, len)
+            .map(|u| gated(&self.pool, &mut g[..len], u, Gate::Silu));
         self.put(gate, g);
         res
     }
@@ -555,11 +563,9 @@ impl Ops for CpuBackend {
     fn geglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         let _op = self.ops.begin(label);
         let mut g = self.take(gate, len)?;
-        let res = self.buf(up, len).map(|u| {
-            for (gv, &uv) in g[..len].iter_mut().zip(u) {
-                *gv = gelu_tanh(*gv) * uv;
-            }
-        });
+        let res = self
+            .buf(up, len)
+            .map(|u| gated(&self.pool, &mut g[..len], u, Gate::Gelu));
         self.put(gate, g);
         res
     }

@@ -140,6 +140,36 @@ impl ThreadPool {
         self.shared.n_threads.load(Ordering::Relaxed)
     }
 
+    /// Runs `f(first_row, part)` over `data` (rows of `row_len`) cut into one run of whole rows
+    /// per thread; on the calling thread alone when `data` holds fewer than `min_len` elements
+    /// (waking the workers would cost more than they save).
+    pub fn split_rows<T: Send>(
+        &self,
+        data: &mut [T],
+        row_len: usize,
+        min_len: usize,
+        f: &(dyn Fn(usize, &mut [T]) + Sync),
+    ) {
+        let n = self.n_threads();
+        let rows = data.len() / row_len.max(1);
+        if n == 1 || data.len() < min_len || rows < 2 {
+            return f(0, data);
+        }
+        let per = rows.div_ceil(n);
+        let parts: Vec<std::sync::Mutex<(usize, &mut [T])>> = data
+            .chunks_mut(per * row_len)
+            .enumerate()
+            .map(|(i, p)| std::sync::Mutex::new((i * per, p)))
+            .collect();
+        self.run(&|i, _| {
+            if let Some(p) = parts.get(i) {
+                let mut p = p.lock().unwrap_or_else(|e| e.into_inner());
+                let (r0, part) = &mut *p;
+                f(*r0, part);
+            }
+        });
+    }
+
     /// Run `f(thread_index, n_threads)` for every index in `0..n_threads` and return when all
     /// finished. The calling thread runs index 0, and any index whose worker has not started
     /// by the time it is done. A panic in any of them is re-raised here once all finished.
@@ -304,6 +334,36 @@ impl Drop for ThreadPool {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
+
+    /// Every row is handed out once, with its own index, in whole rows, for any thread count;
+    /// below the size floor everything runs as one part.
+    #[test]
+    fn split_rows_hands_out_each_row_once() {
+        for n in 1..=3 {
+            let pool = ThreadPool::new(n);
+            for rows in [1, 2, 5, 64] {
+                let mut data: Vec<usize> = vec![usize::MAX; rows * 3];
+                let parts = AtomicUsize::new(0);
+                pool.split_rows(&mut data, 3, 0, &|r0, part| {
+                    assert_eq!(part.len() % 3, 0);
+                    parts.fetch_add(1, Ordering::Relaxed);
+                    for (i, v) in part.iter_mut().enumerate() {
+                        assert_eq!(*v, usize::MAX, "element written twice");
+                        *v = r0 + i / 3;
+                    }
+                });
+                let want: Vec<usize> = (0..rows * 3).map(|i| i / 3).collect();
+                assert_eq!(data, want, "{n} threads, {rows} rows");
+                assert!(parts.load(Ordering::Relaxed) <= n.max(1));
+                let parts = AtomicUsize::new(0);
+                pool.split_rows(&mut data, 3, usize::MAX, &|r0, part| {
+                    assert_eq!((r0, part.len()), (0, rows * 3));
+                    parts.fetch_add(1, Ordering::Relaxed);
+                });
+                assert_eq!(parts.load(Ordering::Relaxed), 1);
+            }
+        }
+    }
 
     #[test]
     fn every_index_runs_once_per_job() {

@@ -24,14 +24,33 @@ use std::arch::x86_64::*;
 /// Qwen2.5-0.5B shape 20-40% slower than the AVX2 ones (Q4_0 tg32 33.6-41.8 t/s against
 /// 50.3-54.0, Q5_0 31.9 against 41.4-42.8, IQ4_NL 35.2-39.7 against 54.5-56.2), while Q4_1, Q5_1
 /// and Q8_0 came out level; no AMD AVX-512 CPU (Zen 4/5) has run them.
+///
+/// MXFP4 takes the AVX2 kernel on AMD CPUs: on the 2-core AMD EPYC (Zen 5) development machine
+/// the AVX2 one decoded gpt-oss-20b's first 2 layers 10% faster (`-t 1` tg32 31.6-32.2 t/s
+/// against 28.7-29.1, `docs/runs/cpu-2026-11-28.txt`); Intel CPUs keep this one.
 pub(super) fn kernel(ty: GgmlType) -> Option<KernelFn> {
     use GgmlType::*;
     Some(match ty {
         Q4_1 => rows::<B4_1>,
         Q5_1 => rows::<B5_1>,
         Q8_0 => rows::<B8_0>,
-        Mxfp4 => rows::<BMxfp4>,
+        Mxfp4 if !amd() => rows::<BMxfp4>,
         _ => return None,
+    })
+}
+
+/// Whether the CPU's vendor string is AMD's.
+fn amd() -> bool {
+    static AMD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AMD.get_or_init(|| {
+        // SAFETY: cpuid leaf 0 exists on every x86-64 CPU (newer Rust declares it safe).
+        #[allow(unused_unsafe)]
+        let r = unsafe { __cpuid(0) };
+        let mut v = [0u8; 12];
+        v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+        v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+        v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+        &v == b"AuthenticAMD"
     })
 }
 

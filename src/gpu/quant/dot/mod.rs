@@ -35,8 +35,9 @@
 //!
 //! Files: `act.rs` (activation formats and their buffers), `scalar.rs` (the reference kernels),
 //! `avx2/` (AVX2 kernels: `mod.rs` for the 32-element types, `kquants.rs` for K-quants and floats),
-//! `avx512.rs` (AVX-512 VNNI kernels for the 32-element types), `packed.rs` and
-//! `avx2_packed.rs` (weights repacked at first use, 16 rows interleaved, and their GEMM kernel).
+//! `avx512.rs` (AVX-512 VNNI kernels for the 32-element types), `packed.rs`,
+//! `avx2_packed.rs` and `avx512_packed.rs` (weights repacked at first use, 16 rows interleaved,
+//! and their GEMM kernels).
 
 use super::blocks::{QK, QK_K};
 use super::{GgmlType, QuantError};
@@ -48,11 +49,17 @@ mod avx2;
 mod avx2_packed;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
+#[cfg(target_arch = "x86_64")]
+mod avx512_kquants;
+#[cfg(target_arch = "x86_64")]
+mod avx512_packed;
 mod packed;
 /// The AVX2 kernel over `packed`'s layout, reached from `packed` through here so that the layout
 /// and the kernel reading it do not import each other.
 #[cfg(target_arch = "x86_64")]
 use avx2_packed::groups as packed_groups_avx2;
+#[cfg(target_arch = "x86_64")]
+use avx512_packed::{covers as packed_avx512_covers, groups as packed_groups_avx512};
 mod scalar;
 
 pub use act::*;
@@ -202,7 +209,9 @@ impl Kernel {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => avx2::kernel(ty),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => avx512::kernel(ty).unwrap_or_else(|| avx2::kernel(ty)),
+            Isa::Avx512 => avx512::kernel(ty)
+                .or_else(|| avx512_kquants::kernel(ty))
+                .unwrap_or_else(|| avx2::kernel(ty)),
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 | Isa::Avx512 => scalar::kernel(ty),
         };

@@ -28,8 +28,9 @@
 //! five-bit values widened to bytes). The original stays in the file's
 //! mapping for row lookups (embeddings), so a repacked matrix costs its size in memory once.
 //!
-//! The kernel is AVX2 (`avx2_packed.rs`), used on AVX2 and AVX-512 CPUs alike; other types (the
-//! other K-quants, IQ4_*, MXFP4, floats) and the portable path compute on the file's layout.
+//! The kernel is AVX2 (`avx2_packed.rs`), or on AVX-512 VNNI CPUs `avx512_packed.rs` for the
+//! 32-element types (Q4_K stays on AVX2 there); other types (the other K-quants, IQ4_*, MXFP4,
+//! floats) and the portable path compute on the file's layout.
 
 use super::{GgmlType, Isa};
 use crate::gpu::quant::blocks::{QK, QK_K, k_scale_min, k_scales};
@@ -159,9 +160,11 @@ fn widen_row(fmt: PackFmt, src: &[u8]) -> [u8; QK] {
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-/// A weight matrix repacked for the packed AVX2 kernel (see the module documentation).
+/// A weight matrix repacked for the packed kernels (see the module documentation).
 pub struct PackedMatrix {
     ty: GgmlType,
+    /// Whether the AVX-512 kernel runs it (asked for, present here, and one for the format).
+    avx512: bool,
     pub(super) fmt: PackFmt,
     rows: usize,
     cols: usize,
@@ -268,8 +271,13 @@ impl PackedMatrix {
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = isa == Isa::Avx512 && super::packed_avx512_covers(fmt);
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
         Some(PackedMatrix {
             ty,
+            avx512,
             fmt,
             rows,
             cols,
@@ -338,6 +346,13 @@ impl PackedMatrix {
         let data = self.group_data(g0, g1);
         #[cfg(target_arch = "x86_64")]
         {
+            if self.avx512 {
+                // SAFETY: sizes checked above; `new` made `avx512` true only for a format the
+                // kernel covers on a CPU with AVX-512 VNNI (`packs` checks availability).
+                return unsafe {
+                    super::packed_groups_avx512(self, data, g1 - g0, act, t0, nt, out)
+                };
+            }
             assert!(Isa::Avx2.is_available(), "packed kernels need AVX2");
             // SAFETY: sizes checked above; AVX2/FMA/F16C checked just above.
             unsafe { super::packed_groups_avx2(self, data, g1 - g0, act, t0, nt, out) }

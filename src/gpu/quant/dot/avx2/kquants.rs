@@ -19,9 +19,9 @@ unsafe fn scale_shuffle(k: usize) -> __m256i {
     unsafe { _mm256_set1_epi16((((2 * k + 1) << 8) | (2 * k)) as i16) }
 }
 
-/// Q4_K/Q5_K scales and mins as 16 × i16: [sc0..sc7, m0..m7].
+/// Q4_K/Q5_K scales and mins as 16 × i16: [sc0..sc7, m0..m7] (the AVX-512 kernels' too).
 #[inline(always)]
-unsafe fn k_scales_mins(p: *const u8) -> __m256i {
+pub(in super::super) unsafe fn k_scales_mins(p: *const u8) -> __m256i {
     unsafe {
         let s = p.add(layout::K_SCALES);
         let u0 = (s as *const u32).read_unaligned();

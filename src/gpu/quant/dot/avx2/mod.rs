@@ -359,6 +359,7 @@ tile_dispatch!(rows_32, rows_32_t, Blk32);
 
 mod kquants;
 mod lowbit;
+pub(super) use kquants::k_scales_mins;
 use kquants::*;
 use lowbit::*;
 
