@@ -370,8 +370,10 @@ fn the_chat_streams_from_the_server_and_watches_it() {
     // 1. An answer streams; meanwhile a slot is processing and the KV cache is in use.
     s.type_line("Write a long story about a dragon who learns to bake bread.");
     sees_tokens(&s, 10);
+    // One slot of the two is processing: its row in the Streams panel has depth 1, once the
+    // panels' poller has read /slots since the answer started (every telemetry interval).
+    s.sees("(llama-server /slots) depth 1", Duration::from_secs(10));
     let c = s.contents();
-    // One slot of the two is processing: its row in the Streams panel has depth 1.
     let busy = c
         .lines()
         .filter(|l| l.contains("(llama-server /slots) depth 1"))
