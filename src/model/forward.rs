@@ -1,3 +1,7 @@
+//! (Over 700 lines on purpose: the forward pass of every architecture, its buffers and its
+//! batch groups in one file, so that a layer's sequence of ops reads top to bottom in one place;
+//! the MoE feed-forward and the weight lookup are in `forward/`.)
+//!
 //! The forward pass of every supported architecture, written once over [`Backend`].
 //!
 //! ```text
