@@ -115,15 +115,17 @@ impl Drop for TerminalGuard {
 }
 
 /// Leaves the app's terminal modes. Safe to call more than once, from any thread (the panic
-/// hook, the hard exit). The sequences are the last bytes the writer takes (no frame after them);
-/// a terminal that does not read is waited for only while it takes bytes.
+/// hook, the hard exit). The line discipline first (one ioctl, which cannot block: a hard exit's
+/// hook budget cut after the bytes under load once left the shell in raw mode), then the
+/// sequences, the last bytes the writer takes (no frame after them); a terminal that does not
+/// read is waited for only while it takes bytes.
 pub fn restore_terminal() {
     if !TERMINAL_ACTIVE.swap(false, Ordering::SeqCst) {
         return;
     }
     super::signals::disarm_terminal();
-    terminal_out::give_back(RESTORE, RESTORE_PATIENCE);
     let _ = disable_raw_mode();
+    terminal_out::give_back(RESTORE, RESTORE_PATIENCE);
 }
 
 /// Whether the app's screen is up (between [`TerminalGuard::enter`] and the restore).

@@ -18,22 +18,42 @@ const TILED_MIN_TOKENS: usize = 8;
 /// would only add the combine kernel's launch.
 pub(super) const FLASH_MIN_KEYS: usize = 256;
 /// About this many keys per split, one chunk of the kernel (a power-of-two number of splits, at
-/// most [`MAX_SPLITS`]).
+/// most [`LENGTH_SPLITS`]).
 const KEYS_PER_SPLIT: usize = 128;
-/// Most splits of one head.
-pub(super) const MAX_SPLITS: usize = 32;
+/// Most splits by length alone: more (64 at 4,097 keys) measured slower on the H200 for 9 and 16
+/// heads (SmolLM2 702 → 656 t/s, Qwen3-0.6B 558 → 548 at depth 4096).
+const LENGTH_SPLITS: usize = 32;
+/// Most splits of one head (few heads: [`FEW_HEADS`]).
+pub(super) const MAX_SPLITS: usize = 64;
+/// Query heads under which the unsplit kernel's grid (a block per head) leaves most of a GPU
+/// idle: Gemma 3 1B's 4, SmolLM2's 9. Such models split from [`FEW_HEADS_MIN_KEYS`] keys, into
+/// splits of at least [`FEW_HEADS_KEYS_PER_SPLIT`], aiming at [`FEW_HEADS_BLOCKS`] blocks.
+const FEW_HEADS: usize = 16;
+const FEW_HEADS_MIN_KEYS: usize = 64;
+const FEW_HEADS_KEYS_PER_SPLIT: usize = 32;
+const FEW_HEADS_BLOCKS: usize = 256;
 
-/// Splits of a decode token's attention over `n_keys` keys (0: not split). A power of two, so
-/// that a graph captured for it serves every length up to the next (the kernels divide the keys
-/// they read from the device among the grid's splits).
-pub fn flash_splits(n_keys: usize) -> usize {
-    if n_keys < FLASH_MIN_KEYS {
+/// Splits of a decode token's attention over `n_keys` keys for `n_heads` query heads (0: not
+/// split). A power of two, so that a graph captured for it serves every length up to the next
+/// (the kernels divide the keys they read from the device among the grid's splits).
+pub fn flash_splits(n_keys: usize, n_heads: usize) -> usize {
+    let by_length = if n_keys < FLASH_MIN_KEYS {
         0
     } else {
         n_keys
             .div_ceil(KEYS_PER_SPLIT)
             .next_power_of_two()
-            .min(MAX_SPLITS)
+            .min(LENGTH_SPLITS)
+    };
+    let by_heads = if n_heads < FEW_HEADS && n_keys >= FEW_HEADS_MIN_KEYS {
+        let fill = FEW_HEADS_BLOCKS.div_ceil(n_heads.max(1));
+        fill.min(n_keys / FEW_HEADS_KEYS_PER_SPLIT)
+    } else {
+        0
+    };
+    match by_length.max(by_heads) {
+        0 | 1 => 0,
+        s => s.next_power_of_two().min(MAX_SPLITS),
     }
 }
 
@@ -119,7 +139,7 @@ impl GpuCompute {
                 if p.n_tokens == 1
                     && b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64 =>
             {
-                flash_splits(eff)
+                flash_splits(eff, p.n_heads)
             }
             _ => 0,
         };
@@ -400,5 +420,37 @@ impl GpuCompute {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn many_heads_split_by_length_and_few_heads_earlier_and_finer() {
+        // 32 query heads (llama-2-7b): as before, from 256 keys, 128 keys a split.
+        assert_eq!(flash_splits(255, 32), 0);
+        assert_eq!(flash_splits(256, 32), 2);
+        assert_eq!(flash_splits(4096, 32), 32);
+        assert_eq!(flash_splits(4097, 32), 32);
+        assert_eq!(flash_splits(100_000, 16), 32);
+        // 16 heads (Qwen3-0.6B): the same.
+        assert_eq!(flash_splits(128, 16), 0);
+        // 4 heads (Gemma 3 1B): from 64 keys, at least 32 keys a split, up to 256 blocks.
+        assert_eq!(flash_splits(63, 4), 0);
+        assert_eq!(flash_splits(64, 4), 2);
+        assert_eq!(flash_splits(128, 4), 4);
+        assert_eq!(flash_splits(4096, 4), MAX_SPLITS);
+        // 9 heads (SmolLM2-135M): 256 / 9 = 29 splits' worth of blocks, as the keys allow.
+        assert_eq!(flash_splits(100, 9), 4);
+        assert_eq!(flash_splits(2000, 9), 32);
+        for (keys, heads) in [(64, 1), (700, 4), (5000, 9), (100_000, 2), (100_000, 64)] {
+            let s = flash_splits(keys, heads);
+            assert!(
+                s.is_power_of_two() && s <= MAX_SPLITS,
+                "{keys} keys, {heads} heads: {s}"
+            );
+        }
     }
 }

@@ -133,7 +133,7 @@ fn long_context_ops(o: &ComputeCheckOptions) -> bool {
          in the global layers), a {LONG_BATCH}-token batch after them",
         LONG_PROMPT + 1,
         LONG_PROMPT + LONG_DECODE,
-        crate::gpu::compute::flash_splits(LONG_PROMPT + 1)
+        crate::gpu::compute::flash_splits(LONG_PROMPT + 1, heads_of("tiny-gpt-oss"))
     );
     let r = loader::open(&source, &mut |_, _| {})
         .map_err(|e| e.to_string())
@@ -169,7 +169,7 @@ fn long_context(o: &ComputeCheckOptions) -> bool {
         quant: "Q4_0".into(),
         seed: 7,
     };
-    let splits = crate::gpu::compute::flash_splits(LONG_PROMPT + 1);
+    let splits = crate::gpu::compute::flash_splits(LONG_PROMPT + 1, heads_of("smollm2-135m"));
     let what = format!(
         "smollm2-135m Q4_0 f16, {LONG_DECODE} decode steps at {}–{} keys ({splits} KV splits), \
          a {LONG_BATCH}-token batch after them",
@@ -198,4 +198,9 @@ fn long_context(o: &ComputeCheckOptions) -> bool {
             false
         }
     }
+}
+
+/// The query heads of a synthetic shape (for the split count its row names).
+fn heads_of(shape: &str) -> usize {
+    crate::model::synthetic::shape(shape).map_or(1, |s| s.n_heads)
 }
