@@ -1,6 +1,6 @@
 //! The KV-cache store and causal attention (`kernels/infer_attention.hip`); a decode token over a
 //! long cache is split over the KV length (flash-decoding: partial results per split, then a
-//! combine kernel), the split count chosen from the number of keys.
+//! combine kernel), the split count chosen from the number of keys and of query heads.
 
 use super::*;
 
