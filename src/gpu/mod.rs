@@ -39,6 +39,8 @@ pub mod select;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
+#[cfg(test)]
+mod test_rng;
 pub mod trace;
 pub mod watchdog;
 

@@ -184,19 +184,6 @@ fn x8(
     (scale, neg_min)
 }
 
-/// Test inputs: uniform in [-1, 1) from a xorshift64* stream (no dependency on the model layer).
-#[cfg(test)]
-pub(super) fn lanes_rng(seed: u64) -> impl FnMut() -> f32 {
-    let mut s = seed.max(1);
-    move || {
-        s ^= s >> 12;
-        s ^= s << 25;
-        s ^= s >> 27;
-        let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
-
 /// Inputs of every kind for the tests: random of several scales, all positive, flat, zeros,
 /// an outlier, integers; with their weights.
 #[cfg(test)]
@@ -243,7 +230,8 @@ mod tests {
     /// compared in `quantize.rs` (`eight_lanes_give_the_scalar_search_bit_for_bit`).
     #[test]
     fn the_two_builds_agree_bit_for_bit() {
-        let mut uni = lanes_rng(7);
+        let mut rng = crate::gpu::test_rng::TestRng::new(7);
+        let mut uni = || rng.f();
         for round in 0..400 {
             let (x, weights) = lanes_case(round, &mut uni);
             for (nmax, rmin, rdelta, nstep) in [(15, -1.0, 0.1, 20), (31, -0.5, 0.1, 15)] {

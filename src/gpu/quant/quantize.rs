@@ -526,8 +526,9 @@ mod tests {
     /// scalar search (llama.cpp's `make_qkx2_quants`) on sub-blocks of every kind.
     #[test]
     fn eight_lanes_give_the_scalar_search_bit_for_bit() {
-        use crate::gpu::quant::qkx2_lanes::{LANES, N, lanes_case, lanes_rng, make_qkx2_quants_x8};
-        let mut uni = lanes_rng(7);
+        use crate::gpu::quant::qkx2_lanes::{LANES, N, lanes_case, make_qkx2_quants_x8};
+        let mut rng = crate::gpu::test_rng::TestRng::new(7);
+        let mut uni = || rng.f();
         for round in 0..400 {
             let (x, weights) = lanes_case(round, &mut uni);
             for (nmax, rmin, rdelta, nstep) in [(15, -1.0, 0.1, 20), (31, -0.5, 0.1, 15)] {

@@ -218,20 +218,12 @@ mod tests {
     use super::*;
     use crate::gpu::backend::AttnParams;
 
-    struct Rng(u64);
-    impl Rng {
-        fn f(&mut self) -> f32 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        }
-    }
+    use crate::gpu::test_rng::TestRng;
 
     /// Every job of `p` through this kernel and through the portable body, on one random cache
     /// of `slots` positions; the largest difference relative to the output's magnitude.
     fn compare<E: Row8>(p: &AttnParams, slots: usize, seed: u64) -> f32 {
-        let mut rng = Rng(seed | 1);
+        let mut rng = TestRng::new(seed);
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
             .map(|_| rng.f())
