@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, MemoryPlan, OpLabel,
-    RopeParams, Weight,
+    RopeParams, Weight, head_norms_separately,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::rope::Yarn;
@@ -695,15 +695,8 @@ impl Model {
             let norms = if groups.len() == 1 && groups[0].row0 == 0 {
                 norms
             } else {
-                let heads = [
-                    (a.q, norms.q, c.n_heads, "attn_q_norm"),
-                    (a.k, norms.k, c.n_kv_heads, "attn_k_norm"),
-                ];
-                for (x, nw, n_heads, name) in heads {
-                    if let Some(nw) = nw {
-                        be.rms_norm(x, nw, x, n * n_heads, c.head_dim, c.rms_eps, lab(name))?;
-                    }
-                }
+                let heads = (c.n_heads, c.n_kv_heads, c.head_dim);
+                head_norms_separately(be, a.q, a.k, &norms, n, heads, li)?;
                 HeadNorms::NONE
             };
             let swa = c.is_swa(l);

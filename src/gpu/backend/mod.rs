@@ -25,7 +25,7 @@ pub use memory::{Memory, MemoryPlan, SharedBytes, WeightData};
 pub use moe::{MAX_EXPERTS, MoeFfn, OaiMoe};
 pub use ops::{
     AttnParams, Glu, HeadNorms, Ops, RopeParams, add_separately, glu_separately,
-    norm_add_separately, qkv_separately, rope_attention_separately,
+    head_norms_separately, norm_add_separately, qkv_separately, rope_attention_separately,
 };
 
 /// A weight tensor held by the backend.

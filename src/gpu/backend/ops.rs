@@ -354,6 +354,30 @@ pub fn add_separately<B: Ops + ?Sized>(
     be.add(acc, tmp, n_tokens * dim, add_label)
 }
 
+/// The per-head norms of [`HeadNorms`] as separate ops, in place: q's `n_heads` and k's
+/// `n_kv_heads` heads of `head_dim` over rows `0..n_tokens` (`heads`: those three).
+pub fn head_norms_separately<B: Ops + ?Sized>(
+    be: &mut B,
+    q: Buf,
+    k: Buf,
+    norms: &HeadNorms,
+    n_tokens: usize,
+    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    layer: u32,
+) -> Result<()> {
+    let heads = [
+        (q, norms.q, n_heads, "attn_q_norm"),
+        (k, norms.k, n_kv_heads, "attn_k_norm"),
+    ];
+    for (x, w, n, name) in heads {
+        if let Some(w) = w {
+            let at = OpLabel::layer(layer, name);
+            be.rms_norm(x, w, x, n_tokens * n, head_dim, norms.eps, at)?;
+        }
+    }
+    Ok(())
+}
+
 /// [`Ops::rope_attention`] as separate ops: the head norms (in place), RoPE of q, of k, then
 /// attention. The norms cover rows from 0 (a whole batch), so a later group of a batch of
 /// several sequences (`row0` > 0) with norms is refused: the caller normalizes the batch first.
@@ -375,17 +399,8 @@ pub fn rope_attention_separately<B: Ops + ?Sized>(
             p.row0
         )));
     }
-    let heads = [
-        (q, norms.q, p.n_heads, "attn_q_norm"),
-        (k, norms.k, p.n_kv_heads, "attn_k_norm"),
-    ];
-    for (x, w, n_heads, name) in heads {
-        if let Some(w) = w {
-            let rows = p.n_tokens * n_heads;
-            let at = OpLabel::layer(l, name);
-            be.rms_norm(x, w, x, rows, p.head_dim, norms.eps, at)?;
-        }
-    }
+    let heads = (p.n_heads, p.n_kv_heads, p.head_dim);
+    head_norms_separately(be, q, k, norms, p.n_tokens, heads, l)?;
     be.rope(
         q,
         p.row0,
