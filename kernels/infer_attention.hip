@@ -82,7 +82,10 @@ __device__ void infer_head_norm(float *row, hs_u32 head_dim, const float *w, flo
 // one launch; a block per head keeps every read-modify-write of the rotation independent of the
 // others (one block per token row left them waiting on each other's memory round trips). Where
 // qn / kn are not null, each query / key head is first normalized in place (infer_head_norm), so
-// that Qwen 3's and Gemma 3's per-head norms cost no launch of their own.
+// that Qwen 3's and Gemma 3's per-head norms cost no launch of their own. Where rows is not null,
+// token t is one decode token of another sequence: rows[2t] its sequence (whose cache region of
+// the layer starts seq * slots * kv_dim elements after kc / vc), rows[2t + 1] its position (a
+// decode step of several sequences in one launch, instead of pos0 + t in one sequence).
 template <typename KV>
 __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, KV *vc,
                                     hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
@@ -90,29 +93,36 @@ __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, 
                                     float theta_scale, const float *factors, hs_u32 neox,
                                     float mscale, float ext_factor, float corr_lo,
                                     float corr_hi, hs_u32 slots, const float *qn,
-                                    const float *kn, float norm_eps) {
+                                    const float *kn, float norm_eps, const hs_u32 *rows) {
     __shared__ float cs[HS_ROPE_MAX_PAIRS];
     __shared__ float sn[HS_ROPE_MAX_PAIRS];
     const hs_u32 t = blockIdx.x;
     const hs_u32 h = blockIdx.y;
+    const hs_u32 kv_dim = n_kv_heads * head_dim;
+    hs_u32 pos = pos0 + t;
+    if (rows != 0) {
+        const hs_u64 region = (hs_u64)rows[2 * t] * slots * kv_dim;
+        kc += region;
+        vc += region;
+        pos = rows[2 * t + 1];
+    }
     if (h < n_heads) {
         float *qr = q + ((hs_u64)t * n_heads + h) * head_dim;
         if (qn != 0) {
             infer_head_norm(qr, head_dim, qn, norm_eps);
         }
-        hs_rope_row(qr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox,
-                    mscale, ext_factor, corr_lo, corr_hi, cs, sn);
+        hs_rope_row(qr, 1, head_dim, n_rot, pos, freq_scale, theta_scale, factors, neox, mscale,
+                    ext_factor, corr_lo, corr_hi, cs, sn);
         return;
     }
     const hs_u32 j = h - n_heads;
-    const hs_u32 kv_dim = n_kv_heads * head_dim;
     float *kr = k + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
     if (kn != 0) {
         infer_head_norm(kr, head_dim, kn, norm_eps);
     }
-    hs_rope_row(kr, 1, head_dim, n_rot, pos0 + t, freq_scale, theta_scale, factors, neox, mscale,
+    hs_rope_row(kr, 1, head_dim, n_rot, pos, freq_scale, theta_scale, factors, neox, mscale,
                 ext_factor, corr_lo, corr_hi, cs, sn);
-    const hs_u64 dst = (hs_u64)((pos0 + t) % slots) * kv_dim + (hs_u64)j * head_dim;
+    const hs_u64 dst = (hs_u64)(pos % slots) * kv_dim + (hs_u64)j * head_dim;
     const float *vr = v + (hs_u64)t * kv_dim + (hs_u64)j * head_dim;
     for (hs_u32 i = threadIdx.x; i < head_dim; i += blockDim.x) {
         infer_kv_put(kc, dst + i, kr[i]);
@@ -126,12 +136,13 @@ HS_KERNEL void hs_rope_kv_store_f32(HS_TRACK_PARAMS, float *q, float *k, const f
                                     float theta_scale, const float *factors, hs_u32 neox,
                                     float mscale, float ext_factor, float corr_lo,
                                     float corr_hi, hs_u32 slots, const hs_u32 *pos_dev,
-                                    const float *qn, const float *kn, float norm_eps) {
+                                    const float *qn, const float *kn, float norm_eps,
+                                    const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<float>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot, pos0,
                                freq_scale, theta_scale, factors, neox, mscale, ext_factor,
-                               corr_lo, corr_hi, slots, qn, kn, norm_eps);
+                               corr_lo, corr_hi, slots, qn, kn, norm_eps, rows);
 }
 
 HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const float *v,
@@ -141,12 +152,13 @@ HS_KERNEL void hs_rope_kv_store_f16(HS_TRACK_PARAMS, float *q, float *k, const f
                                     const float *factors, hs_u32 neox, float mscale,
                                     float ext_factor, float corr_lo, float corr_hi,
                                     hs_u32 slots, const hs_u32 *pos_dev, const float *qn,
-                                    const float *kn, float norm_eps) {
+                                    const float *kn, float norm_eps, const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_rope_kv_store<unsigned short>(q, k, v, kc, vc, n_heads, n_kv_heads, head_dim, n_rot,
                                         pos0, freq_scale, theta_scale, factors, neox, mscale,
-                                        ext_factor, corr_lo, corr_hi, slots, qn, kn, norm_eps);
+                                        ext_factor, corr_lo, corr_hi, slots, qn, kn, norm_eps,
+                                        rows);
 }
 
 __device__ __forceinline__ float infer_kv_load(const float *p, hs_u64 i) { return p[i]; }
@@ -338,7 +350,8 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
 // its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer), by attn_keys.
 // `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
 //
-// sinks: attention sinks (attn_norm), or null.
+// sinks: attention sinks (attn_norm), or null. rows: as in infer_rope_kv_store (row t one decode
+// token of sequence rows[2t] at position rows[2t + 1]), or null.
 //
 // With bs != 0 (a divisor of head_dim), the block then Q8-quantizes its head's output for the
 // product that follows (hs_quantize_act's numbers and layout, without its launch; bs may carry
@@ -348,7 +361,7 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
                                 hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                 hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
                                 float softcap, const float *sinks, signed char *xq, float *xd,
-                                hs_u32 bs_arg) {
+                                hs_u32 bs_arg, const hs_u32 *rows) {
     __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
     bool q8_1;
     const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
@@ -356,7 +369,13 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
     const hs_u32 t = blockIdx.y;
     const hs_u32 q_dim = n_heads * head_dim;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
-    const hs_u32 n_keys = pos0 + t + 1;
+    hs_u32 n_keys = pos0 + t + 1;
+    if (rows != 0) {
+        const hs_u64 region = (hs_u64)rows[2 * t] * slots * n_kv_heads * head_dim;
+        kc += region;
+        vc += region;
+        n_keys = rows[2 * t + 1] + 1;
+    }
     const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
     float m, l;
     attn_keys<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
@@ -382,11 +401,12 @@ HS_KERNEL void hs_attention_f32(HS_TRACK_PARAMS, const float *q, const float *kc
                                 const float *vc, float *out, hs_u32 n_heads, hs_u32 n_kv_heads,
                                 hs_u32 head_dim, hs_u32 pos0, float scale, hs_u32 window,
                                 hs_u32 slots, float softcap, const float *sinks,
-                                signed char *xq, float *xd, hs_u32 bs, const hs_u32 *pos_dev) {
+                                signed char *xq, float *xd, hs_u32 bs, const hs_u32 *pos_dev,
+                                const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention<float>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale, window,
-                           slots, softcap, sinks, xq, xd, bs);
+                           slots, softcap, sinks, xq, xd, bs, rows);
 }
 
 HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
@@ -394,11 +414,11 @@ HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned 
                                 hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,
                                 hs_u32 window, hs_u32 slots, float softcap,
                                 const float *sinks, signed char *xq, float *xd, hs_u32 bs,
-                                const hs_u32 *pos_dev) {
+                                const hs_u32 *pos_dev, const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention<unsigned short>(q, kc, vc, out, n_heads, n_kv_heads, head_dim, pos0, scale,
-                                    window, slots, softcap, sinks, xq, xd, bs);
+                                    window, slots, softcap, sinks, xq, xd, bs, rows);
 }
 
 // ---- Flash-decoding: one query row's attention split over the KV length -------------------------
@@ -408,25 +428,34 @@ HS_KERNEL void hs_attention_f16(HS_TRACK_PARAMS, const float *q, const unsigned 
 // pos_dev inside a replayed graph, so one grid serves every length of its bucket) by attn_keys,
 // and writes its max, sum and unnormalised values to part:
 // [(h * gridDim.y + c) * (head_dim + 2)] = m, l, acc[head_dim]. A split that gets no key writes
-// l = 0. hs_attention_combine then merges the splits of each head.
+// l = 0. hs_attention_combine then merges the splits of each head. Where rows is not null (as in
+// infer_rope_kv_store), blockIdx.z is the row, one decode token of another sequence, and its
+// partial results follow the previous row's: [((t * n_heads + h) * gridDim.y + c) * ...].
 template <typename KV>
 __device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc, float *part,
                                       hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim,
                                       hs_u32 pos0, float scale, hs_u32 window, hs_u32 slots,
-                                      float softcap) {
+                                      float softcap, const hs_u32 *rows) {
     __shared__ float o[HS_ATTN_MAX_HEAD_DIM];
     const hs_u32 h = blockIdx.x;
     const hs_u32 c = blockIdx.y;
+    const hs_u32 t = blockIdx.z;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
-    const hs_u32 n_keys = pos0 + 1;
+    hs_u32 n_keys = pos0 + 1;
+    if (rows != 0) {
+        const hs_u64 region = (hs_u64)rows[2 * t] * slots * n_kv_heads * head_dim;
+        kc += region;
+        vc += region;
+        n_keys = rows[2 * t + 1] + 1;
+    }
     const hs_u32 lo0 = (window > 0 && n_keys > window) ? n_keys - window : 0;
     const hs_u32 len = (n_keys - lo0 + gridDim.y - 1) / gridDim.y;
     const hs_u32 lo = lo0 + c * len;
     const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
     float m, l;
-    attn_keys<KV>(q + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim, kvh, head_dim, lo,
-                  hi, slots, scale, softcap, o, &m, &l);
-    float *ph = part + ((hs_u64)h * gridDim.y + c) * (head_dim + 2);
+    attn_keys<KV>(q + ((hs_u64)t * n_heads + h) * head_dim, kc, vc, n_kv_heads * head_dim, kvh,
+                  head_dim, lo, hi, slots, scale, softcap, o, &m, &l);
+    float *ph = part + (((hs_u64)t * n_heads + h) * gridDim.y + c) * (head_dim + 2);
     if (threadIdx.x == 0) {
         ph[0] = m;
         ph[1] = l;
@@ -440,27 +469,28 @@ HS_KERNEL void hs_attention_split_f32(HS_TRACK_PARAMS, const float *q, const flo
                                       const float *vc, float *part, hs_u32 n_heads,
                                       hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0,
                                       float scale, hs_u32 window, hs_u32 slots, float softcap,
-                                      const hs_u32 *pos_dev) {
+                                      const hs_u32 *pos_dev, const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention_split<float>(q, kc, vc, part, n_heads, n_kv_heads, head_dim, pos0, scale,
-                                 window, slots, softcap);
+                                 window, slots, softcap, rows);
 }
 
 HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const unsigned short *kc,
                                       const unsigned short *vc, float *part, hs_u32 n_heads,
                                       hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0,
                                       float scale, hs_u32 window, hs_u32 slots, float softcap,
-                                      const hs_u32 *pos_dev) {
+                                      const hs_u32 *pos_dev, const hs_u32 *rows) {
     HS_BREADCRUMB();
     HS_POS_FROM_DEVICE();
     infer_attention_split<unsigned short>(q, kc, vc, part, n_heads, n_kv_heads, head_dim, pos0,
-                                          scale, window, slots, softcap);
+                                          scale, window, slots, softcap, rows);
 }
 
-// Merges the `splits` partial results of head blockIdx.x (hs_attention_split_*) into out, the
-// head's attention sink (sinks not null) counted in as one more split of sum 1 and no value, and,
-// with bs != 0, Q8-quantizes the head's output as infer_attention does.
+// Merges the `splits` partial results of head blockIdx.x of row blockIdx.y (hs_attention_split_*;
+// gridDim.x heads a row) into out, the head's attention sink (sinks not null) counted in as one
+// more split of sum 1 and no value, and, with bs != 0, Q8-quantizes the head's output as
+// infer_attention does.
 HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
                                     hs_u32 head_dim, hs_u32 splits, const float *sinks,
                                     signed char *xq, float *xd, hs_u32 bs_arg) {
@@ -468,7 +498,8 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
     bool q8_1;
     const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const hs_u32 h = blockIdx.x;
-    const float *ph = part + (hs_u64)h * splits * (head_dim + 2);
+    const hs_u64 row_head = (hs_u64)blockIdx.y * gridDim.x + h;
+    const float *ph = part + row_head * splits * (head_dim + 2);
     float mx = HS_NEG_INF;
     for (hs_u32 c = 0; c < splits; ++c) {
         const float *p = ph + (hs_u64)c * (head_dim + 2);
@@ -488,7 +519,7 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
         total += expf(sinks[h] - mx);
     }
     const float inv = 1.0f / total;
-    float *oh = out + (hs_u64)h * head_dim;
+    float *oh = out + row_head * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float o = 0.0f;
         for (hs_u32 c = 0; c < splits; ++c) {
@@ -501,7 +532,7 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
         __syncthreads();
         const hs_u32 warp = threadIdx.x / warpSize;
         const hs_u32 nwarps = blockDim.x / warpSize;
-        const hs_u64 e0 = (hs_u64)h * head_dim;
+        const hs_u64 e0 = row_head * head_dim;
         for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
             const hs_u64 e = e0 + (hs_u64)b * bs;
             hs_q8_block_warp(out + e, bs, xq + e, xd + 2 * (e / bs), 0, q8_1);

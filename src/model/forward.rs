@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, MemoryPlan, OpLabel,
-    RopeParams, Weight, head_norms_separately,
+    RopeParams, SeqPos, Weight, head_norms_separately,
 };
 use crate::gpu::fault::{self, Phase, STUCK_BUDGET};
 use crate::gpu::rope::Yarn;
@@ -657,6 +657,16 @@ impl Model {
             softcap: c.attn_softcap.unwrap_or(0.0),
             sinks: None,
         };
+        // One token of each of several sequences: their attention goes as one call a layer.
+        let seq_rows = (groups.len() > 1 && groups.iter().all(|g| g.n == 1)).then(|| {
+            groups
+                .iter()
+                .map(|g| SeqPos {
+                    seq: g.seq,
+                    pos: g.pos0,
+                })
+                .collect::<Vec<_>>()
+        });
         for (l, w) in self.layers.iter().enumerate() {
             if self.interrupt.load(Ordering::Relaxed) {
                 return Err(ModelError::Interrupted);
@@ -692,33 +702,35 @@ impl Model {
                 k: w.k_norm,
                 eps: c.rms_eps,
             };
-            let norms = if groups.len() == 1 && groups[0].row0 == 0 {
-                norms
-            } else {
-                let heads = (c.n_heads, c.n_kv_heads, c.head_dim);
-                head_norms_separately(be, a.q, a.k, &norms, n, heads, li)?;
-                HeadNorms::NONE
-            };
             let swa = c.is_swa(l);
-            for g in groups {
-                be.rope_attention(
-                    a.q,
-                    a.k,
-                    a.v,
-                    a.att,
-                    &norms,
-                    if swa { &self.rope_swa } else { &self.rope },
-                    &AttnParams {
-                        layer: l,
+            let rope = if swa { &self.rope_swa } else { &self.rope };
+            let layer_attn = AttnParams {
+                layer: l,
+                window: if swa { c.sliding_window } else { 0 },
+                sinks: w.sinks,
+                ..attn
+            };
+            if let Some(rows) = &seq_rows {
+                // A decode step of several sequences: every sequence's row in one call.
+                be.rope_attention_rows(a.q, a.k, a.v, a.att, &norms, rope, &layer_attn, rows)?;
+            } else {
+                let norms = if groups.len() == 1 && groups[0].row0 == 0 {
+                    norms
+                } else {
+                    let heads = (c.n_heads, c.n_kv_heads, c.head_dim);
+                    head_norms_separately(be, a.q, a.k, &norms, n, heads, li)?;
+                    HeadNorms::NONE
+                };
+                for g in groups {
+                    let p = AttnParams {
                         seq: g.seq,
                         row0: g.row0,
                         n_tokens: g.n,
                         pos0: g.pos0,
-                        window: if swa { c.sliding_window } else { 0 },
-                        sinks: w.sinks,
-                        ..attn
-                    },
-                )?;
+                        ..layer_attn
+                    };
+                    be.rope_attention(a.q, a.k, a.v, a.att, &norms, rope, &p)?;
+                }
             }
             match (w.post_attn_norm, w.bo) {
                 // gpt-oss: the output projection's bias before the residual add.

@@ -20,7 +20,7 @@ use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
 use hipscope::gpu::snapshot::DeviceRelease;
-use hipscope::model::forward::{Logits, Model, ModelOptions};
+use hipscope::model::forward::{Logits, Model, ModelOptions, SeqChunk};
 use hipscope::model::loader;
 use hipscope::model::protocol::ModelSource;
 
@@ -33,6 +33,11 @@ fn launched(c: &FakeControl, kernel: &str) -> usize {
 /// complete at once, no BLAS, no graphs): the model, the fake's control and the lockstep's
 /// comparison table.
 fn lockstep_model(shape: &str) -> (Model, FakeControl, Arc<Mutex<OpErrors>>) {
+    lockstep_model_seqs(shape, 1)
+}
+
+/// As [`lockstep_model`], with a cache of `n_seq` sequences.
+fn lockstep_model_seqs(shape: &str, n_seq: usize) -> (Model, FakeControl, Arc<Mutex<OpErrors>>) {
     let dev = FakeDevice::new(FakeScript::default());
     let ctl = dev.control();
     let gpu = GpuCompute::open(
@@ -59,7 +64,7 @@ fn lockstep_model(shape: &str) -> (Model, FakeControl, Arc<Mutex<OpErrors>>) {
         n_ctx: 64,
         n_batch: 32,
         all_logits: false,
-        n_seq: 1,
+        n_seq,
     };
     let m = Model::load(file, Box::new(lockstep), opts, &mut |_, _| {}).expect("load");
     (m, ctl, errors)
@@ -167,6 +172,73 @@ fn the_lockstep_compares_gemma3s_fused_norms_and_geglu() {
         ("matmul_geglu Q4_0 (mv fused)", n_layers),
         ("rms_norm + add (fused)", 4 * n_layers),
         (rope_kind.as_str(), 2 * 2 * n_layers),
+    ] {
+        let e = errors
+            .get(kind)
+            .unwrap_or_else(|| panic!("no {kind:?} among the compared ops: {kinds:?}"));
+        assert_eq!(e.calls, calls, "{kind}");
+        // The fake computes nothing: the GPU's stale output must be called wrong.
+        assert!(e.rel_l2 > 0.1, "{kind}: {}", e.rel_l2);
+    }
+    let release = m
+        .backend_mut()
+        .shutdown(Duration::from_secs(5), &mut |_| {});
+    assert_eq!(release, DeviceRelease::Clean);
+}
+
+/// A decode step of several sequences (`hipscope serve`'s batch): the GPU rotates, stores and
+/// attends every sequence's row in one launch of each kernel a layer (each row's sequence and
+/// position from a table on the device), not a launch per sequence, and the lockstep compares
+/// the rows' rotations and attention under their own kinds. Qwen 3: the per-head norms go into
+/// the same launch (no norm launch for the heads in that step).
+#[test]
+fn a_decode_step_of_several_sequences_attends_in_one_launch_a_layer() {
+    let (mut m, ctl, errors) = lockstep_model_seqs("tiny-qwen3", 3);
+    let n_layers = m.config.n_layers;
+    let mut logits = Vec::new();
+    let prompts: Vec<Vec<u32>> = (0..3u32)
+        .map(|s| (0..5 + 3 * s).map(|i| (i * 7 + s + 1) % 512).collect())
+        .collect();
+    let chunks: Vec<SeqChunk> = prompts
+        .iter()
+        .enumerate()
+        .map(|(s, p)| SeqChunk {
+            seq: s,
+            pos0: 0,
+            tokens: p,
+            logits: true,
+        })
+        .collect();
+    m.forward_seqs(&chunks, &mut logits).expect("prompts");
+    let norms = |c: &FakeControl| launched(c, "hs_rms_norm_rows") + launched(c, "hs_rms_norm_q8");
+    let before = (
+        launched(&ctl, "hs_rope_kv_store_f32"),
+        launched(&ctl, "hs_attention_f32"),
+        norms(&ctl),
+    );
+    // The prompts, three sequences of several tokens each, ran a launch per sequence.
+    assert_eq!(before.0, 3 * n_layers);
+    let next = [[7u32], [8], [9]];
+    let decode: Vec<SeqChunk> = (0..3)
+        .map(|s| SeqChunk {
+            seq: s,
+            pos0: prompts[s].len(),
+            tokens: &next[s],
+            logits: true,
+        })
+        .collect();
+    m.forward_seqs(&decode, &mut logits).expect("decode");
+    assert_eq!(logits.len(), 3 * m.config.vocab_size);
+    assert_eq!(launched(&ctl, "hs_rope_kv_store_f32") - before.0, n_layers);
+    assert_eq!(launched(&ctl, "hs_attention_f32") - before.1, n_layers);
+    // Two norms a layer before its blocks and the output norm: none for the heads.
+    assert_eq!(norms(&ctl) - before.2, 2 * n_layers + 1);
+
+    let errors = errors.lock().unwrap().clone();
+    let kinds: Vec<&String> = errors.keys().collect();
+    for (kind, calls) in [
+        ("rope + kv_store (sequences)", 2 * n_layers),
+        ("attention (sequences)", n_layers),
     ] {
         let e = errors
             .get(kind)

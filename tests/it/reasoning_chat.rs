@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use hipscope::gpu::backend::{
     AttnParams, Buf, Glu, HeadNorms, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan,
-    MoeFfn, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
+    MoeFfn, OpLabel, Ops, Result, RopeParams, SeqPos, Weight, WeightData,
 };
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::snapshot::{ArenaSnapshot, DeviceSummary};
@@ -169,6 +169,20 @@ impl Ops for Scripted {
         p: &AttnParams,
     ) -> Result<()> {
         self.inner.rope_attention(q, k, v, out, norms, rope, p)
+    }
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()> {
+        self.inner
+            .rope_attention_rows(q, k, v, out, norms, rope, p, rows)
     }
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {
         self.inner.swiglu(gate, up, len, label)

@@ -24,8 +24,9 @@ pub use kv_layout::{KvLayout, KvShift, KvType};
 pub use memory::{Memory, MemoryPlan, SharedBytes, WeightData};
 pub use moe::{MAX_EXPERTS, MoeFfn, OaiMoe};
 pub use ops::{
-    AttnParams, Glu, HeadNorms, Ops, RopeParams, add_separately, glu_separately,
-    head_norms_separately, norm_add_separately, qkv_separately, rope_attention_separately,
+    AttnParams, Glu, HeadNorms, Ops, RopeParams, SeqPos, add_separately, glu_separately,
+    head_norms_separately, norm_add_separately, qkv_separately, rope_attention_rows_separately,
+    rope_attention_separately,
 };
 
 /// A weight tensor held by the backend.

@@ -148,6 +148,24 @@ pub trait Ops {
         p: &AttnParams,
     ) -> Result<()>;
 
+    /// [`Ops::rope_attention`] for a decode step of several sequences: row `i` of q, k, v and
+    /// `out` is one token of sequence `rows[i].seq` at position `rows[i].pos` (each sequence at
+    /// most once). `p` gives the layer, the heads, the window, the scale, the soft-cap and the
+    /// sinks; its `seq`, `row0`, `n_tokens` and `pos0` are not read. What a backend may run as one
+    /// launch for every sequence ([`rope_attention_rows_separately`] otherwise).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()>;
+
     /// gate = silu(gate) * up, elementwise over `len`.
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()>;
 
@@ -270,6 +288,14 @@ pub struct AttnParams {
     pub sinks: Option<Weight>,
 }
 
+/// One row of a decode step of several sequences ([`Ops::rope_attention_rows`]): its sequence
+/// and its position in that sequence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqPos {
+    pub seq: usize,
+    pub pos: usize,
+}
+
 /// [`Ops::matmul_qkv`] as separate ops: the three products, then the biases.
 #[allow(clippy::too_many_arguments)]
 pub fn qkv_separately<B: Ops + ?Sized>(
@@ -374,6 +400,36 @@ pub fn head_norms_separately<B: Ops + ?Sized>(
             let at = OpLabel::layer(layer, name);
             be.rms_norm(x, w, x, n_tokens * n, head_dim, norms.eps, at)?;
         }
+    }
+    Ok(())
+}
+
+/// [`Ops::rope_attention_rows`] as one [`Ops::rope_attention`] a row: the head norms of every row
+/// first (a later row's call would be refused them), then each row at its own sequence and
+/// position.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_attention_rows_separately<B: Ops + ?Sized>(
+    be: &mut B,
+    q: Buf,
+    k: Buf,
+    v: Buf,
+    out: Buf,
+    norms: &HeadNorms,
+    rope: &RopeParams,
+    p: &AttnParams,
+    rows: &[SeqPos],
+) -> Result<()> {
+    let heads = (p.n_heads, p.n_kv_heads, p.head_dim);
+    head_norms_separately(be, q, k, norms, rows.len(), heads, p.layer as u32)?;
+    for (i, r) in rows.iter().enumerate() {
+        let one = AttnParams {
+            seq: r.seq,
+            row0: i,
+            n_tokens: 1,
+            pos0: r.pos,
+            ..*p
+        };
+        be.rope_attention(q, k, v, out, &HeadNorms::NONE, rope, &one)?;
     }
     Ok(())
 }

@@ -1,6 +1,10 @@
 //! The KV-cache store and causal attention (`kernels/infer_attention.hip`); a decode token over a
 //! long cache is split over the KV length (flash-decoding: partial results per split, then a
-//! combine kernel), the split count chosen from the number of keys and of query heads.
+//! combine kernel), the split count chosen from the number of keys and of query heads. A decode
+//! step of several sequences ([`Ops::rope_attention_rows`]) runs every sequence's row in one
+//! launch of each kernel, each row's sequence and position read from a table on the device.
+//!
+//! [`Ops::rope_attention_rows`]: crate::gpu::backend::Ops::rope_attention_rows
 
 use super::*;
 
@@ -88,6 +92,37 @@ impl GpuCompute {
         }
     }
 
+    /// The table of a decode step of several sequences on the device: (sequence, position) a
+    /// row, after the batch's token ids in the tokens buffer. Uploaded once a step (every layer
+    /// passes the same rows).
+    fn seq_rows_table(&mut self, rows: &[SeqPos]) -> Result<DevicePtr> {
+        let n_batch = self.n_batch();
+        if rows.is_empty() || rows.len() > n_batch {
+            return Err(invalid(format!(
+                "{} sequences in one step; the plan allows {n_batch}",
+                rows.len()
+            )));
+        }
+        let tab: Vec<u32> = rows
+            .iter()
+            .flat_map(|r| [r.seq as u32, r.pos as u32])
+            .collect();
+        let tokens = self.workspace()?.tokens;
+        let dst = tokens
+            .slice(n_batch as u64 * 4, tab.len() as u64 * 4)
+            .map_err(gpu_err)?;
+        if self.seq_rows_up != tab {
+            let bytes: Vec<u8> = tab.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let l = self.label(OpLabel::global("attention"), "sequence rows")?;
+            self.gpu_mut()?.upload(l, dst, &bytes).map_err(gpu_err)?;
+            self.seq_rows_up = tab;
+        }
+        Ok(dst.ptr)
+    }
+
+    /// Stores k and v in the cache and attends: one sequence's rows `p.row0..+p.n_tokens`
+    /// (`seq_rows` `None`), or one row of each sequence of `seq_rows` (rows from 0). With `rope`,
+    /// the head norms and the rotation go into the launch that writes the cache.
     pub(super) fn launch_attention(
         &mut self,
         q: Buf,
@@ -96,15 +131,40 @@ impl GpuCompute {
         out: Buf,
         p: &AttnParams,
         rope: Option<(&RopeParams, &HeadNorms)>,
+        seq_rows: Option<&[SeqPos]>,
     ) -> Result<()> {
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q_dim = p.n_heads * p.head_dim;
+        // Several sequences: rows 0..n, sequence 0's region (each row adds its own), positions
+        // from the table.
+        let p = &match seq_rows {
+            Some(r) => AttnParams {
+                seq: 0,
+                row0: 0,
+                n_tokens: r.len(),
+                pos0: 0,
+                ..*p
+            },
+            None => *p,
+        };
         let (k_cache, v_cache, layer_off, slots) = {
             let kv = self
                 .kv
                 .as_ref()
                 .ok_or_else(|| invalid("attention before the KV cache was allocated".into()))?;
-            kv.layout.check_attention(p)?;
+            match seq_rows {
+                Some(rows) => {
+                    for r in rows {
+                        kv.layout.check_attention(&AttnParams {
+                            seq: r.seq,
+                            n_tokens: 1,
+                            pos0: r.pos,
+                            ..*p
+                        })?;
+                    }
+                }
+                None => kv.layout.check_attention(p)?,
+            }
             (
                 kv.k,
                 kv.v,
@@ -127,25 +187,47 @@ impl GpuCompute {
             return Err(invalid(format!("{} query rows in one call", p.n_tokens)));
         }
         // One decode token over a long cache: split over the KV length (the bucket of graphs).
-        let n_keys = p.pos0 + 1;
-        let eff = if p.window > 0 {
-            n_keys.min(p.window)
-        } else {
-            n_keys
+        // Several sequences split by the longest, their rows' splits within the partial results
+        // of one row's most splits.
+        let keys = |pos: usize| {
+            if p.window > 0 {
+                (pos + 1).min(p.window)
+            } else {
+                pos + 1
+            }
+        };
+        let eff = match seq_rows {
+            Some(rows) => rows.iter().map(|r| keys(r.pos)).max().unwrap_or(0),
+            None => keys(p.pos0),
         };
         let part = self.ws.as_ref().and_then(|w| w.attn_part);
-        let splits = match part {
-            Some(b)
-                if p.n_tokens == 1
-                    && b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64 =>
-            {
-                flash_splits(eff, p.n_heads)
+        let part_fits =
+            part.is_some_and(|b| b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64);
+        let splits = match seq_rows {
+            _ if !part_fits => 0,
+            None if p.n_tokens == 1 => flash_splits(eff, p.n_heads),
+            None => 0,
+            Some(rows) => {
+                let most = MAX_SPLITS / rows.len();
+                match flash_splits(eff, p.n_heads * rows.len()) {
+                    s if most < 2 || s < 2 => 0,
+                    s => s.min(1 << most.ilog2()),
+                }
             }
-            _ => 0,
         };
-        // Each sequence's cache is another pointer in the recorded launches: its own graph.
-        let bucket = splits as u64 | (p.seq as u64) << 16;
-        let (pos0, pos_dev) = self.step_position(p.pos0, Some(bucket))?;
+        let (pos0, pos_dev, rows_arg) = match seq_rows {
+            Some(rows) => {
+                let tab = self.seq_rows_table(rows)?;
+                (Arg::U32(0), Arg::U64(0), Arg::Ptr(tab))
+            }
+            None => {
+                // Each sequence's cache is another pointer in the recorded launches: its own
+                // graph.
+                let bucket = splits as u64 | (p.seq as u64) << 16;
+                let (pos0, pos_dev) = self.step_position(p.pos0, Some(bucket))?;
+                (pos0, pos_dev, Arg::U64(0))
+            }
+        };
         // gpt-oss's attention sinks: one f32 per query head, or a null pointer.
         let sinks = match p.sinks {
             Some(w) => Arg::Ptr(self.vector(w, p.n_heads)?.ptr),
@@ -256,10 +338,16 @@ impl GpuCompute {
                         qn,
                         kn,
                         Arg::F32(norms.eps),
+                        rows_arg,
                     ],
                 )?;
                 self.wrote(q);
                 self.wrote(k);
+            }
+            None if seq_rows.is_some() => {
+                return Err(invalid(
+                    "a step of several sequences stores its keys with the rotation".into(),
+                ));
             }
             None => {
                 self.launch(
@@ -308,7 +396,7 @@ impl GpuCompute {
                 OpLabel::layer(li, "attention"),
                 split_name,
                 split,
-                [p.n_heads as u32, splits as u32, 1],
+                [p.n_heads as u32, splits as u32, p.n_tokens as u32],
                 [128, 1, 1],
                 &[
                     Arg::Ptr(qb.ptr),
@@ -324,6 +412,7 @@ impl GpuCompute {
                     Arg::U32(slots as u32),
                     Arg::F32(p.softcap),
                     pos_dev,
+                    rows_arg,
                 ],
             )?;
             let combine = self.kernels.attention_combine;
@@ -335,7 +424,7 @@ impl GpuCompute {
                     "attention_combine"
                 },
                 combine,
-                [p.n_heads as u32, 1, 1],
+                [p.n_heads as u32, p.n_tokens as u32, 1],
                 [128, 1, 1],
                 &[
                     Arg::Ptr(part.ptr),
@@ -349,8 +438,8 @@ impl GpuCompute {
                 ],
             )?;
         } else if let (Some(f), Arg::U64(0)) = (
-            match pos_dev {
-                Arg::U64(0) => self.tiled_kernel(p, fuse_bs.is_some())?,
+            match (pos_dev, seq_rows) {
+                (Arg::U64(0), None) => self.tiled_kernel(p, fuse_bs.is_some())?,
                 _ => None,
             },
             pos_dev,
@@ -406,6 +495,7 @@ impl GpuCompute {
                     xd,
                     Arg::U32(fuse_bs.unwrap_or(0)),
                     pos_dev,
+                    rows_arg,
                 ],
             )?;
         }

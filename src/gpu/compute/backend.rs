@@ -115,7 +115,7 @@ impl Ops for GpuCompute {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        self.launch_attention(q, k, v, out, p, None)
+        self.launch_attention(q, k, v, out, p, None, None)
     }
 
     fn rope_attention(
@@ -133,7 +133,26 @@ impl Ops for GpuCompute {
                 self, q, k, v, out, norms, rope, p,
             );
         }
-        self.launch_attention(q, k, v, out, p, Some((rope, norms)))
+        self.launch_attention(q, k, v, out, p, Some((rope, norms)), None)
+    }
+
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()> {
+        if q == k || k == v || q == v {
+            return crate::gpu::backend::rope_attention_rows_separately(
+                self, q, k, v, out, norms, rope, p, rows,
+            );
+        }
+        self.launch_attention(q, k, v, out, p, Some((rope, norms)), Some(rows))
     }
 
     // The matvec and GEMM paths are not held equal row for row yet (a multi-sequence decode step
@@ -218,6 +237,7 @@ impl Memory for GpuCompute {
             attn_part: Some(alloc(Region::Workspace, sizes.attn_part)?),
         };
         self.ws = Some(ws);
+        self.seq_rows_up.clear();
         self.plan = Some(*plan);
         self.refresh_arena(true);
         Ok(())

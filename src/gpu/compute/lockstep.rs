@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use crate::gpu::backend::{
     AttnParams, Buf, Glu, HeadNorms, Instrument, KvLayout, KvShift, KvType, Memory, MemoryPlan,
-    MoeFfn, OpLabel, Ops, Result, RopeParams, Weight, WeightData, add_separately, glu_separately,
-    qkv_separately,
+    MoeFfn, OpLabel, Ops, Result, RopeParams, SeqPos, Weight, WeightData, add_separately,
+    glu_separately, qkv_separately,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::cpu::CpuBackend;
@@ -392,6 +392,37 @@ impl Ops for Lockstep {
         self.check(k, rows * k_len, kind, OpLabel::layer(l, "rope_k"))?;
         let at = OpLabel::layer(l, "attention");
         self.check(out, rows * q_len, attention_kind(p).into(), at)
+    }
+
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()> {
+        // The GPU runs every sequence's row in one launch of each kernel; the CPU a row at a
+        // time. The rotated q and k, then the attention's output, of every row.
+        self.cpu
+            .rope_attention_rows(q, k, v, out, norms, rope, p, rows)?;
+        self.gpu
+            .rope_attention_rows(q, k, v, out, norms, rope, p, rows)?;
+        let l = p.layer as u32;
+        let n = rows.len();
+        let kind = "rope + kv_store (sequences)".to_string();
+        let (q_len, k_len) = (p.n_heads * p.head_dim, p.n_kv_heads * p.head_dim);
+        self.check(q, n * q_len, kind.clone(), OpLabel::layer(l, "rope_q"))?;
+        self.check(k, n * k_len, kind, OpLabel::layer(l, "rope_k"))?;
+        let at = if p.window > 0 {
+            "attention (sequences, window)"
+        } else {
+            "attention (sequences)"
+        };
+        self.check(out, n * q_len, at.into(), OpLabel::layer(l, "attention"))
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

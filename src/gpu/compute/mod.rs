@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 use crate::gpu::arena::{DeviceBuffer, Region};
 use crate::gpu::backend::{
     AttnParams, BackendError, BackendMonitor, Buf, Glu, HeadNorms, KvLayout, MemoryPlan, OpLabel,
-    Result, RopeParams, Weight, WeightData, glu_separately,
+    Result, RopeParams, SeqPos, Weight, WeightData, glu_separately,
 };
 use crate::gpu::device::{Device, DeviceInfo, DevicePtr, GemmF32, GpuError, Op, RuntimeKind};
 use crate::gpu::handle::{Arg, Gpu, GpuConfig, KernelFn};
@@ -169,6 +169,9 @@ pub struct GpuCompute {
     norm_bs: Option<u32>,
     next_version: u64,
     host_bytes: Vec<u8>,
+    /// The (sequence, position) table last uploaded for a step of several sequences
+    /// (`attention.rs`); empty when none is on the device.
+    seq_rows_up: Vec<u32>,
     monitor: Arc<GpuMonitor>,
     arena_cache: ArenaSnapshot,
     arena_at: Option<Instant>,
@@ -253,6 +256,7 @@ impl GpuCompute {
             norm_bs: None,
             next_version: 1,
             host_bytes: Vec::new(),
+            seq_rows_up: Vec::new(),
             monitor,
             arena_cache: ArenaSnapshot::default(),
             arena_at: None,

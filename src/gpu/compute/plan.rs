@@ -328,7 +328,8 @@ pub const MAX_GRID_Y: usize = 65_535;
 /// Where each buffer of the backend's own workspace lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WorkspaceSizes {
-    /// Token ids of one batch (u32).
+    /// Token ids of one batch (u32), then each row's (sequence, position) (2 × u32) for a
+    /// decode step of several sequences.
     pub tokens: u64,
     /// Q8 quants of one batch's widest input.
     pub xq: u64,
@@ -349,7 +350,7 @@ pub fn workspace_sizes(plan: &MemoryPlan, opts: &ComputeOptions) -> WorkspaceSiz
     let cols = plan.max_cols.max(1) as u64;
     let gemm = plan.n_batch >= opts.gemm_min_tokens.max(1);
     WorkspaceSizes {
-        tokens: n * 4,
+        tokens: n * 4 * 3,
         xq: n * cols,
         xd: n * cols.div_ceil(32) * 8,
         xdq: if gemm { n * cols * 4 } else { 0 },

@@ -22,8 +22,8 @@ use super::pool::ThreadPool;
 use super::track::HostOps;
 use crate::gpu::backend::{
     AttnParams, BackendError, Buf, Glu, HeadNorms, KvLayout, KvType, OpLabel, Ops, Result,
-    RopeParams, SharedBytes, Weight, add_separately, glu_separately, norm_add_separately,
-    qkv_separately, rope_attention_separately,
+    RopeParams, SeqPos, SharedBytes, Weight, add_separately, glu_separately, norm_add_separately,
+    qkv_separately, rope_attention_rows_separately, rope_attention_separately,
 };
 use crate::gpu::quant::dot::{PACK_MIN_TOKENS, PackedMatrix};
 use crate::gpu::quant::{self, GgmlType};
@@ -544,6 +544,20 @@ impl Ops for CpuBackend {
         p: &AttnParams,
     ) -> Result<()> {
         rope_attention_separately(self, q, k, v, out, norms, rope, p)
+    }
+
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()> {
+        rope_attention_rows_separately(self, q, k, v, out, norms, rope, p, rows)
     }
 
     fn moe_ffn(&mut self, m: &crate::gpu::backend::MoeFfn) -> Result<()> {

@@ -26,7 +26,7 @@ use std::sync::{Mutex, OnceLock};
 use super::{Placement, Side};
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, KvType, Memory,
-    MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, Weight, WeightData,
+    MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, SeqPos, Weight, WeightData,
 };
 use crate::gpu::compute::GpuCompute;
 use crate::gpu::snapshot::{ArenaSnapshot, SplitGpu, SplitSnapshot};
@@ -310,6 +310,55 @@ impl SplitBackend {
         v.retain(|(_, r)| !r.is_empty());
         v
     }
+
+    /// [`Ops::rope_attention`] (`seq_rows` `None`) or [`Ops::rope_attention_rows`] on the side
+    /// that holds layer `p.layer`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_on(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        seq_rows: Option<&[SeqPos]>,
+    ) -> Result<()> {
+        let s = self.place.layer_side(p.layer);
+        let p = &self.attn_on(p, s)?;
+        for b in [q, k, v] {
+            self.need(b, s)?;
+        }
+        let r = self.rope_on(rope, s)?;
+        let n = HeadNorms {
+            q: norms.q.map(|w| self.w_on(w, s)).transpose()?,
+            k: norms.k.map(|w| self.w_on(w, s)).transpose()?,
+            eps: norms.eps,
+        };
+        let (qs, ks, vs, o) = (
+            self.on(q, s)?,
+            self.on(k, s)?,
+            self.on(v, s)?,
+            self.on(out, s)?,
+        );
+        let rows = match seq_rows {
+            Some(sr) => {
+                self.side(s)
+                    .rope_attention_rows(qs, ks, vs, o, &n, &r, p, sr)?;
+                sr.len()
+            }
+            None => {
+                self.side(s).rope_attention(qs, ks, vs, o, &n, &r, p)?;
+                // Rows up to the group's end (a multi-sequence batch's groups go in row order).
+                p.row0 + p.n_tokens
+            }
+        };
+        self.wrote(q, s, rows * p.n_heads * p.head_dim);
+        self.wrote(k, s, rows * p.n_kv_heads * p.head_dim);
+        self.wrote(out, s, rows * p.n_heads * p.head_dim);
+        Ok(())
+    }
 }
 
 impl Ops for SplitBackend {
@@ -556,30 +605,21 @@ impl Ops for SplitBackend {
         rope: &RopeParams,
         p: &AttnParams,
     ) -> Result<()> {
-        let s = self.place.layer_side(p.layer);
-        let p = &self.attn_on(p, s)?;
-        for b in [q, k, v] {
-            self.need(b, s)?;
-        }
-        let r = self.rope_on(rope, s)?;
-        let n = HeadNorms {
-            q: norms.q.map(|w| self.w_on(w, s)).transpose()?,
-            k: norms.k.map(|w| self.w_on(w, s)).transpose()?,
-            eps: norms.eps,
-        };
-        let (qs, ks, vs, o) = (
-            self.on(q, s)?,
-            self.on(k, s)?,
-            self.on(v, s)?,
-            self.on(out, s)?,
-        );
-        self.side(s).rope_attention(qs, ks, vs, o, &n, &r, p)?;
-        // Rows up to the group's end (a multi-sequence batch's groups go in row order).
-        let rows = p.row0 + p.n_tokens;
-        self.wrote(q, s, rows * p.n_heads * p.head_dim);
-        self.wrote(k, s, rows * p.n_kv_heads * p.head_dim);
-        self.wrote(out, s, rows * p.n_heads * p.head_dim);
-        Ok(())
+        self.rope_attention_on(q, k, v, out, norms, rope, p, None)
+    }
+
+    fn rope_attention_rows(
+        &mut self,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        out: Buf,
+        norms: &HeadNorms,
+        rope: &RopeParams,
+        p: &AttnParams,
+        rows: &[SeqPos],
+    ) -> Result<()> {
+        self.rope_attention_on(q, k, v, out, norms, rope, p, Some(rows))
     }
 
     fn swiglu(&mut self, gate: Buf, up: Buf, len: usize, label: OpLabel) -> Result<()> {

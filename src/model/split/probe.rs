@@ -167,6 +167,19 @@ impl Ops for PlanProbe {
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+    fn rope_attention_rows(
+        &mut self,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: Buf,
+        _: &crate::gpu::backend::HeadNorms,
+        _: &RopeParams,
+        _: &crate::gpu::backend::AttnParams,
+        _: &[crate::gpu::backend::SeqPos],
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
     fn swiglu(&mut self, _: Buf, _: Buf, _: usize, _: OpLabel) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }

@@ -21,8 +21,10 @@
 //!   with the residual add (`matmul_qkv|matmul_swiglu|matmul_geglu|matmul_add … (mv fused)`), RoPE
 //!   of q and k fused with the KV-cache write, Qwen 3's and Gemma 3's head norms inside it
 //!   (`[qk_norm + ]rope + kv_store (fused)`; the attention after it is compared as
-//!   `attention (…)`), and Gemma's norms after a block with the residual add (`rms_norm + add
-//!   (fused)`). With an f16 KV cache, attention reads
+//!   `attention (…)`), Gemma's norms after a block with the residual add (`rms_norm + add
+//!   (fused)`), and `serve`'s decode step of several sequences, whose rotation, cache writes and
+//!   attention run every sequence's row in one launch (`… (sequences)`, a second model of three
+//!   sequences per case). With an f16 KV cache, attention reads
 //!   keys and values rounded to 11 significant bits (relative error up to 2⁻¹²): 1e-3 there.
 //!   Prompt-batch products on the matrix units (`matmul … (gemm f16)`, see
 //!   `src/gpu/compute/dequant.rs`; a MoE op's grouped expert products, `moe experts … (gemm
@@ -59,7 +61,7 @@ use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::DeviceRelease;
 use crate::gpu::telemetry::Roots;
 use crate::model::config::ModelConfig;
-use crate::model::forward::{Logits, Model, ModelOptions};
+use crate::model::forward::{Logits, Model, ModelOptions, SeqChunk};
 use crate::model::gguf::GgufFile;
 use crate::model::loader;
 use crate::model::protocol::ModelSource;
@@ -106,6 +108,10 @@ const SHIFT_N: usize = PROMPT + SHORT + DECODE - SHIFT_SRC;
 
 /// The batch that runs the sliding-window rings round, in place of the shift.
 const WRAP: usize = 24;
+
+/// Sequences of the op-by-op run of `serve`'s batches, and each one's context.
+const SEQS: usize = 3;
+const SEQ_CTX: usize = 128;
 
 /// Shifts `m`'s cache before the first `shift` step.
 fn shift_before(m: &mut Model, what: &str, pos: usize) -> Result<(), String> {
@@ -513,6 +519,81 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
     Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
 }
 
+/// `hipscope serve`'s batches op by op: a cache of [`SEQS`] sequences, their prompts one call
+/// each (the longest past the split attention's threshold), then [`DECODE`] decode steps of one
+/// token of every sequence in one call (`rope + kv_store (sequences)`, `attention (sequences)`).
+fn run_lockstep_seqs(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, String> {
+    let (ls, errors) = Lockstep::new(CpuBackend::new(0), gpu);
+    let opts = ModelOptions {
+        n_ctx: SEQ_CTX,
+        n_seq: SEQS,
+        ..model_options()
+    };
+    let mut m =
+        Model::load(file.clone(), Box::new(ls), opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
+    let vocab = m.config.vocab_size as u64;
+    let mut rng = Rng::new(0x5e95);
+    let mut toks =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
+    let n_batch = model_options().n_batch;
+    let mut logits = Vec::new();
+    let mut pos = [0usize; SEQS];
+    let run = (|| {
+        // Prompts of 3, 2 and 1 full batches: the first sequence's decode steps read ~100 keys.
+        for (s, at) in pos.iter_mut().enumerate() {
+            for _ in 0..SEQS - s {
+                let t = toks(n_batch);
+                let c = [SeqChunk {
+                    seq: s,
+                    pos0: *at,
+                    tokens: &t,
+                    logits: true,
+                }];
+                m.forward_seqs(&c, &mut logits)
+                    .map_err(|e| format!("prompt: {e}"))?;
+                *at += n_batch;
+            }
+        }
+        for _ in 0..DECODE {
+            let next = toks(SEQS);
+            let chunks: Vec<SeqChunk> = (0..SEQS)
+                .map(|s| SeqChunk {
+                    seq: s,
+                    pos0: pos[s],
+                    tokens: &next[s..s + 1],
+                    logits: true,
+                })
+                .collect();
+            m.forward_seqs(&chunks, &mut logits)
+                .map_err(|e| format!("decode of {SEQS} sequences: {e}"))?;
+            for p in &mut pos {
+                *p += 1;
+            }
+        }
+        Ok(())
+    })();
+    release_then(&mut m, run)?;
+    Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
+}
+
+/// `more`'s kinds into `errors`: calls added, the worst kept.
+fn merge_ops(errors: &mut OpErrors, more: OpErrors) {
+    for (kind, e) in more {
+        match errors.get_mut(&kind) {
+            Some(have) => {
+                have.calls += e.calls;
+                if e.rel_l2 > have.rel_l2 {
+                    have.rel_l2 = e.rel_l2;
+                    have.worst_at = e.worst_at;
+                }
+            }
+            None => {
+                errors.insert(kind, e);
+            }
+        }
+    }
+}
+
 fn print_ops(errors: &OpErrors, kv: KvType) {
     for (kind, e) in errors {
         outln!(
@@ -541,6 +622,10 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
     );
     outln!(
         "floor: the same measure between the CPU and the CPU with norm weights moved by one ulp"
+    );
+    outln!(
+        "op by op also: {SEQS} sequences' prompts, then {DECODE} steps of a token of each in one \
+         batch (serve's; `… (sequences)`)"
     );
     let all = cases(o);
     let mut device_line = false;
@@ -597,7 +682,13 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
             device_line = true;
         }
         let r = run_case(&file, gpu, o, c.kv);
-        let ops = open_gpu(o, c.kv).and_then(|g| run_lockstep(&file, g));
+        let ops = open_gpu(o, c.kv)
+            .and_then(|g| run_lockstep(&file, g))
+            .and_then(|mut errors| {
+                let seqs = open_gpu(o, c.kv).and_then(|g| run_lockstep_seqs(&file, g))?;
+                merge_ops(&mut errors, seqs);
+                Ok(errors)
+            });
         let secs = t.elapsed().as_secs_f64();
         let bound = end_to_end_tolerance(&file);
         let worst_op = match &ops {
