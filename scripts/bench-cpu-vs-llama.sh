@@ -28,7 +28,7 @@ WORK=${3:-${TMPDIR:-/tmp}/hipscope-bench-cpu}
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
 DENSE="smollm2-q4_1 qwen05-q4_0 qwen05-q8_0 qwen05-q4_k llama1b-q4_k"
-NEW="gemma3-q4_0 qwen3-q4_0 qwen3moe-2l-q4_0 qwen3moe-2l-q4_k gptoss-2l-mxfp4"
+NEW="gemma3-q4_0 qwen3-q4_0 qwen3moe-2l-q4_0 qwen3moe-2l-q4_k gptoss-2l-mxfp4 gptoss-2l-q8_0"
 if [[ ${ALL:-0} == 1 ]]; then DEFAULT_MODELS="$DENSE $NEW"; else DEFAULT_MODELS=$DENSE; fi
 MODELS=${MODELS:-$DEFAULT_MODELS}
 TESTS=${TESTS:-"pp128 pp512 pp2048 tg64 tg64@d1536"}
@@ -59,6 +59,9 @@ model_file() {
         qwen3moe-2l-q4_0) synth qwen3-30b-a3b-2l Q4_0 ;;
         qwen3moe-2l-q4_k) synth qwen3-30b-a3b-2l Q4_K ;;
         gptoss-2l-mxfp4) synth gpt-oss-20b-2l MXFP4 ;;
+        # As the published gpt-oss GGUFs are: MXFP4 experts, Q8_0 for the rest (the output head
+        # of 201,088 rows included).
+        gptoss-2l-q8_0) synth gpt-oss-20b-2l Q8_0 ;;
         *) echo "$0: unknown model $1" >&2; return 1 ;;
     esac
 }
