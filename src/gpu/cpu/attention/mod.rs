@@ -8,9 +8,10 @@
 //! exponentials of `exp.rs`), then the weighted sum of value rows. The scores of a tile live in a
 //! per-thread buffer of (queries × keys) floats — never the whole score matrix of the prompt.
 //!
-//! The cache holds f32 or f16 elements ([`KvElem`]; `--kv-type`). On AVX2 and AVX-512 CPUs a job
-//! runs the hand-written kernel of `x86.rs` (head dimensions a multiple of 8); the
-//! plain-Rust body here is the portable path and the reference the tests hold that kernel to.
+//! The cache holds f32 or f16 elements ([`KvElem`]; `--kv-type`). On AVX-512 CPUs a job runs the
+//! kernel of `x86_512.rs` (head dimensions a multiple of 16: four queries a register block), on
+//! AVX2 CPUs (and other head dimensions a multiple of 8) the one of `x86.rs`; the plain-Rust body
+//! here is the portable path and the reference the tests hold both kernels to.
 
 use std::sync::Mutex;
 
@@ -22,6 +23,8 @@ use super::exp::exp_shifted_sum;
 
 #[cfg(target_arch = "x86_64")]
 mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_512;
 
 /// An element of the KV cache: f32, or an IEEE half held as its bits (`u16`).
 pub trait KvElem: Copy + Default + Send + Sync + 'static {
@@ -82,6 +85,10 @@ macro_rules! job_kernel {
                 // SAFETY: the ISA's presence was checked when the backend chose it
                 // (`MatmulScratch::with_isa`); the rest is the caller's contract.
                 unsafe {
+                    #[cfg(target_arch = "x86_64")]
+                    if isa == Isa::Avx512 && x86_512::fits(a.hd) {
+                        return x86_512::job(a, q, k, v, sc, out);
+                    }
                     #[cfg(target_arch = "x86_64")]
                     if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::fits(a.hd) {
                         return x86::job(a, q, k, v, sc, out);
@@ -456,6 +463,159 @@ fn dot<E: KvElem>(a: &[f32], b: &[E]) -> f32 {
         s += x * y.to_f32();
     }
     s
+}
+
+/// What the x86 kernels' tests share: the shapes, and a comparison with the portable body.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod kernel_tests {
+    use super::*;
+    use crate::gpu::test_rng::TestRng;
+
+    /// A job kernel of `x86.rs` or `x86_512.rs`.
+    pub(super) type Kernel<E> = unsafe fn(&Job, &[f32], &[E], &[E], &mut [f32], *mut f32);
+
+    /// Every job of `p` through `kernel` and through the portable body, on one random cache of
+    /// `slots` positions; the largest difference relative to the output's magnitude.
+    fn compare<E: KvElem>(p: &AttnParams, slots: usize, seed: u64, kernel: Kernel<E>) -> f32 {
+        let mut rng = TestRng::new(seed);
+        let kv_dim = p.n_kv_heads * p.head_dim;
+        let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
+            .map(|_| rng.f())
+            .collect();
+        let keys: Vec<E> = (0..slots * kv_dim)
+            .map(|_| E::from_f32(rng.f() * 2.0))
+            .collect();
+        let vals: Vec<E> = (0..slots * kv_dim).map(|_| E::from_f32(rng.f())).collect();
+        let mut want = vec![0f32; q.len()];
+        let mut got = vec![f32::NAN; q.len()];
+        let mut sc = Vec::new();
+        for n_threads in [1, 3] {
+            let split = Split::new(p, n_threads);
+            for j in 0..split.jobs {
+                let a = Job::new(p, split, j, kv_dim, slots, &[]);
+                let need = a.nq() * a.stride + a.nq();
+                sc.resize(need, 0.0);
+                // SAFETY: the caller checked the kernel's ISA; outputs sized for every row;
+                // jobs write disjoint rows.
+                unsafe {
+                    job_body(&a, &q, &keys, &vals, &mut sc, want.as_mut_ptr());
+                    kernel(&a, &q, &keys, &vals, &mut sc, got.as_mut_ptr());
+                }
+            }
+        }
+        let mag = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+        want.iter()
+            .zip(&got)
+            .map(|(w, g)| (w - g).abs() / mag)
+            .fold(
+                0f32,
+                |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+            )
+    }
+
+    /// Holds a kernel (its f32 and f16 forms) to the portable body on every shape it `fits`:
+    /// decode at depth, prompts with and without earlier context, a sliding window with
+    /// soft-capping, several head dimensions and GQA groups (partial register blocks).
+    pub(super) fn check_every_case(fits: fn(usize) -> bool, f32k: Kernel<f32>, f16k: Kernel<u16>) {
+        let base = AttnParams {
+            layer: 0,
+            seq: 0,
+            row0: 0,
+            n_tokens: 1,
+            pos0: 0,
+            n_heads: 6,
+            n_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+            window: 0,
+            softcap: 0.0,
+            sinks: None,
+        };
+        let cases = [
+            // Decode at depth, a key count that leaves a partial block of four.
+            AttnParams { pos0: 1537, ..base },
+            // A prompt batch after some context: causal edges inside the key blocks.
+            AttnParams {
+                n_tokens: 11,
+                pos0: 6,
+                ..base
+            },
+            // A first prompt.
+            AttnParams {
+                n_tokens: 9,
+                ..base
+            },
+            // Sliding window (a ring of slots) and soft-capping (Gemma 2).
+            AttnParams {
+                n_tokens: 7,
+                pos0: 40,
+                window: 16,
+                softcap: 50.0,
+                ..base
+            },
+            // Head dimensions of 128 (two 64-wide value passes), 96 (64 + 32), 40 (32 + 8)
+            // and 256 with a group of four (Gemma 3).
+            AttnParams {
+                n_tokens: 5,
+                pos0: 3,
+                head_dim: 128,
+                ..base
+            },
+            AttnParams {
+                n_tokens: 5,
+                pos0: 3,
+                head_dim: 96,
+                n_kv_heads: 6,
+                ..base
+            },
+            AttnParams {
+                n_tokens: 3,
+                pos0: 30,
+                head_dim: 40,
+                n_kv_heads: 1,
+                ..base
+            },
+            AttnParams {
+                n_tokens: 13,
+                pos0: 300,
+                head_dim: 256,
+                n_heads: 4,
+                n_kv_heads: 1,
+                window: 64,
+                ..base
+            },
+            // A long prompt with a group of two (Qwen 3): every job a full block of queries.
+            AttnParams {
+                n_tokens: 64,
+                pos0: 100,
+                head_dim: 128,
+                n_heads: 4,
+                n_kv_heads: 2,
+                ..base
+            },
+        ];
+        let mut ran = 0;
+        for (i, p) in cases.iter().enumerate() {
+            if !fits(p.head_dim) {
+                continue;
+            }
+            ran += 1;
+            // A sliding-window layer keeps window + batch slots; a global one every position.
+            let slots = if p.window > 0 {
+                p.window + p.n_tokens
+            } else {
+                p.pos0 + p.n_tokens
+            };
+            let d32 = compare::<f32>(p, slots, i as u64 + 1, f32k);
+            let d16 = compare::<u16>(p, slots, i as u64 + 101, f16k);
+            // Same inputs, other summation order: f32 rounding only.
+            assert!(
+                d32 < 2e-5 && d16 < 2e-5,
+                "case {i} {p:?}: f32 {d32:e}, f16 {d16:e}"
+            );
+        }
+        assert!(ran >= 7, "only {ran} shapes fit the kernel");
+    }
 }
 
 #[cfg(test)]

@@ -214,50 +214,8 @@ unsafe fn values_chunk<E: Row8, const N: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Split, job_body};
+    use super::super::kernel_tests::check_every_case;
     use super::*;
-    use crate::gpu::backend::AttnParams;
-
-    use crate::gpu::test_rng::TestRng;
-
-    /// Every job of `p` through this kernel and through the portable body, on one random cache
-    /// of `slots` positions; the largest difference relative to the output's magnitude.
-    fn compare<E: Row8>(p: &AttnParams, slots: usize, seed: u64) -> f32 {
-        let mut rng = TestRng::new(seed);
-        let kv_dim = p.n_kv_heads * p.head_dim;
-        let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
-            .map(|_| rng.f())
-            .collect();
-        let keys: Vec<E> = (0..slots * kv_dim)
-            .map(|_| E::from_f32(rng.f() * 2.0))
-            .collect();
-        let vals: Vec<E> = (0..slots * kv_dim).map(|_| E::from_f32(rng.f())).collect();
-        let mut want = vec![0f32; q.len()];
-        let mut got = vec![f32::NAN; q.len()];
-        let mut sc = Vec::new();
-        for n_threads in [1, 3] {
-            let split = Split::new(p, n_threads);
-            for j in 0..split.jobs {
-                let a = Job::new(p, split, j, kv_dim, slots, &[]);
-                let need = a.nq() * a.stride + a.nq();
-                sc.resize(need, 0.0);
-                // SAFETY: AVX2 checked by the caller; outputs sized for every row; jobs write
-                // disjoint rows.
-                unsafe {
-                    job_body(&a, &q, &keys, &vals, &mut sc, want.as_mut_ptr());
-                    job(&a, &q, &keys, &vals, &mut sc, got.as_mut_ptr());
-                }
-            }
-        }
-        let mag = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-        want.iter()
-            .zip(&got)
-            .map(|(w, g)| (w - g).abs() / mag)
-            .fold(
-                0f32,
-                |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-            )
-    }
 
     #[test]
     fn matches_the_portable_body_on_every_shape() {
@@ -265,78 +223,6 @@ mod tests {
             crate::gpu::quant::dot::Isa::Avx2.is_available(),
             "this test runs the AVX2 kernel: it needs an AVX2 CPU"
         );
-        let base = AttnParams {
-            layer: 0,
-            seq: 0,
-            row0: 0,
-            n_tokens: 1,
-            pos0: 0,
-            n_heads: 6,
-            n_kv_heads: 2,
-            head_dim: 64,
-            scale: 0.125,
-            window: 0,
-            softcap: 0.0,
-            sinks: None,
-        };
-        let cases = [
-            // Decode at depth, a key count that leaves a partial block of four.
-            AttnParams { pos0: 1537, ..base },
-            // A prompt batch after some context: causal edges inside the key blocks.
-            AttnParams {
-                n_tokens: 11,
-                pos0: 6,
-                ..base
-            },
-            // A first prompt.
-            AttnParams {
-                n_tokens: 9,
-                ..base
-            },
-            // Sliding window (a ring of slots) and soft-capping (Gemma 2).
-            AttnParams {
-                n_tokens: 7,
-                pos0: 40,
-                window: 16,
-                softcap: 50.0,
-                ..base
-            },
-            // Head dimensions of 128 (two 64-wide value passes), 96 (64 + 32) and 40 (32 + 8).
-            AttnParams {
-                n_tokens: 5,
-                pos0: 3,
-                head_dim: 128,
-                ..base
-            },
-            AttnParams {
-                n_tokens: 5,
-                pos0: 3,
-                head_dim: 96,
-                n_kv_heads: 6,
-                ..base
-            },
-            AttnParams {
-                n_tokens: 3,
-                pos0: 30,
-                head_dim: 40,
-                n_kv_heads: 1,
-                ..base
-            },
-        ];
-        for (i, p) in cases.iter().enumerate() {
-            // A sliding-window layer keeps window + batch slots; a global one every position.
-            let slots = if p.window > 0 {
-                p.window + p.n_tokens
-            } else {
-                p.pos0 + p.n_tokens
-            };
-            let d32 = compare::<f32>(p, slots, i as u64 + 1);
-            let d16 = compare::<u16>(p, slots, i as u64 + 101);
-            // Same inputs, other summation order: f32 rounding only.
-            assert!(
-                d32 < 2e-5 && d16 < 2e-5,
-                "case {i} {p:?}: f32 {d32:e}, f16 {d16:e}"
-            );
-        }
+        check_every_case(fits, job::<f32>, job::<u16>);
     }
 }
