@@ -326,7 +326,9 @@ impl<'s> Job<'s> {
 
     /// 1 / the softmax denominator of query head `h0 + h` over `row` (its scores, turned into
     /// exp(s − max) in place), the head's sink counted in as llama.cpp's `soft_max` counts it: in
-    /// the maximum and as one more term of the sum.
+    /// the maximum and as one more term of the sum. Inlined, so that the exponentials vectorize
+    /// for the instruction set of the kernel that calls it.
+    #[inline(always)]
     fn softmax_inv(&self, row: &mut [f32], h: usize) -> f32 {
         let mut max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sink = self.sinks.get(self.h0 + h).copied();
