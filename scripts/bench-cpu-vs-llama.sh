@@ -62,6 +62,10 @@ model_file() {
         # As the published gpt-oss GGUFs are: MXFP4 experts, Q8_0 for the rest (the output head
         # of 201,088 rows included).
         gptoss-2l-q8_0) synth gpt-oss-20b-2l Q8_0 ;;
+        # The whole mixtures of experts (16.0 and 11.3 GiB: a 24 GiB machine holds one at a time
+        # in its page cache, so MODELS names them on their own runs).
+        qwen3moe-q4_0) synth qwen3-30b-a3b Q4_0 ;;
+        gptoss-q8_0) synth gpt-oss-20b Q8_0 ;;
         *) echo "$0: unknown model $1" >&2; return 1 ;;
     esac
 }
