@@ -487,6 +487,232 @@ HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const uns
                                           scale, window, slots, softcap, rows);
 }
 
+// ---- Flash-decoding for a GQA group: the G query heads of one KV head in one block ------------
+//
+// As attn_keys for G query heads that share KV head kvh (qh: their G query rows, one after
+// another): thread i scores key c0 + i against all G queries from one read of the key, and each
+// value row, read once, is added into all G heads' sums. Per head its own running max and sum (G
+// block reductions a chunk). A model whose query heads outnumber its KV heads G to 1 (Qwen 3: 2,
+// Gemma 3 and Llama 3: 4, Qwen3-30B-A3B and gpt-oss: 8) so reads each key and value once instead
+// of G times. o (shared, G × head_dim) gets the unnormalised outputs, m_out / l_out each head's
+// max and sum; leaves the block synchronised.
+template <typename KV, int G>
+__device__ __forceinline__ void attn_keys_group(const float *qh, const KV *kc, const KV *vc,
+                                                hs_u32 kv_dim, hs_u32 kvh, hs_u32 head_dim,
+                                                hs_u32 lo, hs_u32 hi, hs_u32 slots,
+                                                float scale, float softcap, float *o,
+                                                float *m_out, float *l_out) {
+    const hs_u32 W = attn_w<KV>::W;
+    const hs_u32 QS = HS_ATTN_MAX_HEAD_DIM + HS_ATTN_W_MAX;
+    __shared__ float qs[G * QS];
+    __shared__ float ps[G * HS_ATTN_THREADS];
+    __shared__ float red_m[G * HS_ATTN_RED];
+    __shared__ float red_l[G * HS_ATTN_RED];
+    __shared__ float oacc[HS_ATTN_THREADS * HS_ATTN_W_MAX];
+    const hs_u32 tid = threadIdx.x;
+    const hs_u32 lane = tid % warpSize;
+    const hs_u32 warp = tid / warpSize;
+    const hs_u32 nwarps = blockDim.x / warpSize;
+    const hs_u32 nw = (head_dim + W - 1) / W;
+    const bool vec = (head_dim % W) == 0;
+    for (hs_u32 g = 0; g < G; ++g) {
+        for (hs_u32 d = tid; d < W * nw; d += blockDim.x) {
+            qs[g * QS + d] = (d < head_dim) ? qh[(hs_u64)g * head_dim + d] : 0.0f;
+        }
+    }
+    __syncthreads();
+    const hs_u32 groups = blockDim.x / nw;
+    const hs_u32 gi = tid / nw;
+    const hs_u32 c = tid % nw;
+    const hs_u64 koff = (hs_u64)kvh * head_dim;
+    float m[G], l[G], acc[G][HS_ATTN_W_MAX];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        m[g] = HS_NEG_INF;
+        l[g] = 0.0f;
+#pragma unroll
+        for (hs_u32 i = 0; i < W; ++i) {
+            acc[g][i] = 0.0f;
+        }
+    }
+    for (hs_u32 c0 = lo; c0 < hi; c0 += blockDim.x) {
+        const hs_u32 j = c0 + tid;
+        float s[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            s[g] = 0.0f;
+        }
+        if (j < hi) {
+            const KV *kj = kc + (hs_u64)(j % slots) * kv_dim + koff;
+#pragma unroll 2
+            for (hs_u32 k = 0; k < nw; ++k) {
+                float r[HS_ATTN_W_MAX];
+                attn_load(kj, W * k, head_dim, vec, r);
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+#pragma unroll
+                    for (hs_u32 i = 0; i < W; ++i) {
+                        s[g] = fmaf(qs[g * QS + W * k + i], r[i], s[g]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float v = HS_NEG_INF;
+            if (j < hi) {
+                v = s[g] * scale;
+                if (softcap > 0.0f) {
+                    v = softcap * tanhf(v / softcap);
+                }
+            }
+            s[g] = v;
+            const float wmax = hs_warp_max(v);
+            if (lane == 0) {
+                red_m[g * HS_ATTN_RED + warp] = wmax;
+            }
+        }
+        __syncthreads();
+        float corr[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float cmax = HS_NEG_INF;
+            for (hs_u32 w = 0; w < nwarps; ++w) {
+                cmax = fmaxf(cmax, red_m[g * HS_ATTN_RED + w]);
+            }
+            const float m_new = fmaxf(m[g], cmax);
+            const float p = (j < hi) ? expf(s[g] - m_new) : 0.0f;
+            ps[g * HS_ATTN_THREADS + tid] = p;
+            const float wsum = hs_warp_sum(p);
+            if (lane == 0) {
+                red_l[g * HS_ATTN_RED + warp] = wsum;
+            }
+            // m = -inf before the first chunk: corr = 0 and the (zero) sums stay zero.
+            corr[g] = expf(m[g] - m_new);
+            m[g] = m_new;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float csum = 0.0f;
+            for (hs_u32 w = 0; w < nwarps; ++w) {
+                csum += red_l[g * HS_ATTN_RED + w];
+            }
+            l[g] = l[g] * corr[g] + csum;
+        }
+        if (gi < groups) {
+            const hs_u32 n = (hi - c0 < blockDim.x) ? hi - c0 : blockDim.x;
+#pragma unroll
+            for (int g = 0; g < G; ++g) {
+#pragma unroll
+                for (hs_u32 i = 0; i < W; ++i) {
+                    acc[g][i] *= corr[g];
+                }
+            }
+#pragma unroll 4
+            for (hs_u32 k = gi; k < n; k += groups) {
+                float r[HS_ATTN_W_MAX];
+                attn_load(vc + (hs_u64)((c0 + k) % slots) * kv_dim + koff, W * c, head_dim, vec,
+                          r);
+#pragma unroll
+                for (int g = 0; g < G; ++g) {
+                    const float pk = ps[g * HS_ATTN_THREADS + k];
+#pragma unroll
+                    for (hs_u32 i = 0; i < W; ++i) {
+                        acc[g][i] = fmaf(pk, r[i], acc[g][i]);
+                    }
+                }
+            }
+        }
+        // The next chunk's first writes (red_m, then ps after a barrier) come after every
+        // thread has passed this chunk's second barrier and read ps: no barrier needed here.
+    }
+    // Each head's sums over the groups of threads, one head at a time through oacc.
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        __syncthreads();
+        if (gi < groups) {
+#pragma unroll
+            for (hs_u32 i = 0; i < W; ++i) {
+                oacc[W * tid + i] = acc[g][i];
+            }
+        }
+        __syncthreads();
+        for (hs_u32 d = tid; d < head_dim; d += blockDim.x) {
+            float v = 0.0f;
+            for (hs_u32 k = 0; k < groups; ++k) {
+                v += oacc[W * (k * nw) + d];
+            }
+            o[g * head_dim + d] = v;
+        }
+        m_out[g] = m[g];
+        l_out[g] = l[g];
+    }
+    __syncthreads();
+}
+
+// infer_attention_split for the G query heads of KV head blockIdx.x in one block
+// (attn_keys_group): the same partial results, each head's where hs_attention_combine reads it.
+template <typename KV, int G>
+__device__ void infer_attention_split_group(const float *q, const KV *kc, const KV *vc,
+                                            float *part, hs_u32 n_heads, hs_u32 n_kv_heads,
+                                            hs_u32 head_dim, hs_u32 pos0, float scale,
+                                            hs_u32 window, hs_u32 slots, float softcap,
+                                            const hs_u32 *rows) {
+    __shared__ float o[G * HS_ATTN_MAX_HEAD_DIM];
+    __shared__ float ml[2 * G];
+    const hs_u32 kvh = blockIdx.x;
+    const hs_u32 c = blockIdx.y;
+    const hs_u32 t = blockIdx.z;
+    hs_u32 n_keys = pos0 + 1;
+    if (rows != 0) {
+        const hs_u64 region = (hs_u64)rows[2 * t] * slots * n_kv_heads * head_dim;
+        kc += region;
+        vc += region;
+        n_keys = rows[2 * t + 1] + 1;
+    }
+    const hs_u32 lo0 = (window > 0 && n_keys > window) ? n_keys - window : 0;
+    const hs_u32 len = (n_keys - lo0 + gridDim.y - 1) / gridDim.y;
+    const hs_u32 lo = lo0 + c * len;
+    const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
+    const hs_u32 h0 = kvh * G;
+    attn_keys_group<KV, G>(q + ((hs_u64)t * n_heads + h0) * head_dim, kc, vc,
+                           n_kv_heads * head_dim, kvh, head_dim, lo, hi, slots, scale, softcap,
+                           o, ml, ml + G);
+    for (hs_u32 g = 0; g < G; ++g) {
+        float *ph = part + (((hs_u64)t * n_heads + h0 + g) * gridDim.y + c) * (head_dim + 2);
+        if (threadIdx.x == 0) {
+            ph[0] = ml[g];
+            ph[1] = ml[G + g];
+        }
+        for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
+            ph[2 + d] = o[g * head_dim + d];
+        }
+    }
+}
+
+// hs_attention_split_<T> for T = g{G}_{f32,f16}: hs_attention_split_* a block per KV head (G =
+// n_heads / n_kv_heads query heads each), the same arguments.
+#define HS_ATTN_SPLIT_GROUP(T, G, KV)                                                          \
+    HS_KERNEL void hs_attention_split_##T(                                                     \
+        HS_TRACK_PARAMS, const float *q, const KV *kc, const KV *vc, float *part,             \
+        hs_u32 n_heads, hs_u32 n_kv_heads, hs_u32 head_dim, hs_u32 pos0, float scale,         \
+        hs_u32 window, hs_u32 slots, float softcap, const hs_u32 *pos_dev,                     \
+        const hs_u32 *rows) {                                                                  \
+        HS_BREADCRUMB();                                                                       \
+        HS_POS_FROM_DEVICE();                                                                  \
+        infer_attention_split_group<KV, G>(q, kc, vc, part, n_heads, n_kv_heads, head_dim,     \
+                                           pos0, scale, window, slots, softcap, rows);         \
+    }
+#define HS_ATTN_GROUP_TYPES(X)                                                                 \
+    X(g2_f32, 2, float)                                                                        \
+    X(g4_f32, 4, float)                                                                        \
+    X(g8_f32, 8, float)                                                                        \
+    X(g2_f16, 2, unsigned short)                                                               \
+    X(g4_f16, 4, unsigned short)                                                               \
+    X(g8_f16, 8, unsigned short)
+HS_ATTN_GROUP_TYPES(HS_ATTN_SPLIT_GROUP)
+
 // Merges the `splits` partial results of head blockIdx.x of row blockIdx.y (hs_attention_split_*;
 // gridDim.x heads a row) into out, the head's attention sink (sinks not null) counted in as one
 // more split of sum 1 and no value, and, with bs != 0, Q8-quantizes the head's output as

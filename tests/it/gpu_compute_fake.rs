@@ -441,3 +441,75 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
         DeviceRelease::Clean
     );
 }
+
+/// Decode at a context long enough to split over the keys: a model whose query heads share
+/// their KV heads in groups (tiny-qwen3: 4 query heads over 2 KV heads; tiny-gemma3: 4 over 1)
+/// takes the grouped split kernel, a block per KV head, and never the per-query-head one; a
+/// model without grouping (tiny-phi3, 4 over 4) the per-head one. The combine after each.
+#[test]
+fn a_long_decode_splits_a_block_per_kv_head_where_heads_share_one() {
+    for (shape, grouped) in [
+        ("tiny-qwen3", Some("hs_attention_split_g2_f32")),
+        ("tiny-gemma3", Some("hs_attention_split_g4_f32")),
+        ("tiny-phi3", None),
+    ] {
+        let (gpu, ctl) = open_fake(
+            1 << 30,
+            ComputeOptions {
+                kv: KvType::F32,
+                ..ComputeOptions::default()
+            },
+        );
+        let file = loader::open(
+            &ModelSource::Synthetic {
+                shape: shape.into(),
+                quant: "Q4_0".into(),
+                seed: 3,
+            },
+            &mut |_, _| {},
+        )
+        .expect("synthetic model");
+        let options = ModelOptions {
+            n_ctx: 512,
+            ..opts()
+        };
+        let mut m = Model::load(file, Box::new(gpu), options, &mut |_, _| {}).expect("load");
+        let (n_heads, n_kv) = (m.config.n_heads, m.config.n_kv_heads);
+        let mut logits = Vec::new();
+        let mut pos = 0;
+        // 288 tokens of prompt: past the split's threshold for any number of heads.
+        for _ in 0..9 {
+            let chunk: Vec<u32> = (0..32).map(|i| ((pos + i) * 7 + 1) as u32 % 512).collect();
+            m.forward(&chunk, pos, Logits::Last, &mut logits)
+                .expect("prompt");
+            pos += 32;
+        }
+        let before = ctl.log().len();
+        m.forward(&[5], pos, Logits::Last, &mut logits)
+            .expect("decode");
+        let step = &ctl.log()[before..];
+        let count = |k: &str| step.iter().filter(|l| **l == format!("launch {k}")).count();
+        let layers = m.config.n_layers;
+        // Sliding-window layers (Gemma 3's) attend over a window too short to split.
+        let global = (0..layers).filter(|&l| !m.config.is_swa(l)).count();
+        match grouped {
+            Some(k) => {
+                assert_eq!(n_heads / n_kv, [2, 4][usize::from(shape == "tiny-gemma3")]);
+                assert_eq!(
+                    count(k),
+                    global,
+                    "{shape}: the grouped split a global layer"
+                );
+                assert_eq!(count("hs_attention_split_f32"), 0, "{shape}");
+            }
+            None => {
+                assert_eq!(n_heads, n_kv, "{shape}");
+                assert_eq!(count("hs_attention_split_f32"), global, "{shape}");
+            }
+        }
+        assert_eq!(count("hs_attention_combine"), global, "{shape}");
+        let _ = m
+            .backend_mut()
+            .shutdown(Duration::from_secs(5), &mut |_| {});
+    }
+}

@@ -111,7 +111,7 @@ const WRAP: usize = 24;
 
 /// Sequences of the op-by-op run of `serve`'s batches, and each one's context.
 const SEQS: usize = 3;
-const SEQ_CTX: usize = 128;
+const SEQ_CTX: usize = 320;
 
 /// Shifts `m`'s cache before the first `shift` step.
 fn shift_before(m: &mut Model, what: &str, pos: usize) -> Result<(), String> {
@@ -520,7 +520,7 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
 }
 
 /// `hipscope serve`'s batches op by op: a cache of [`SEQS`] sequences, their prompts one call
-/// each (the longest past the split attention's threshold), then [`DECODE`] decode steps of one
+/// a batch (the longest past the split attention's threshold), then [`DECODE`] decode steps of one
 /// token of every sequence in one call (`rope + kv_store (sequences)`, `attention (sequences)`).
 fn run_lockstep_seqs(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, String> {
     let (ls, errors) = Lockstep::new(CpuBackend::new(0), gpu);
@@ -539,9 +539,15 @@ fn run_lockstep_seqs(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, 
     let mut logits = Vec::new();
     let mut pos = [0usize; SEQS];
     let run = (|| {
-        // Prompts of 3, 2 and 1 full batches: the first sequence's decode steps read ~100 keys.
+        // Prompts of 9, 2 and 1 full batches: the first sequence's decode steps read ~290 keys,
+        // past the split attention's threshold for every head count.
         for (s, at) in pos.iter_mut().enumerate() {
-            for _ in 0..SEQS - s {
+            let batches = if s == 0 {
+                SEQ_CTX / n_batch - 1
+            } else {
+                SEQS - s
+            };
+            for _ in 0..batches {
                 let t = toks(n_batch);
                 let c = [SeqChunk {
                     seq: s,

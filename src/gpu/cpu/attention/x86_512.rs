@@ -236,7 +236,10 @@ unsafe fn values_block<E: Row16, const N: usize>(
         for j in lo..hi {
             let p = values[a.at(a.jbase + j) + d..][..16 * N].as_ptr();
             if j + PREFETCH_KEYS < hi {
-                prefetch_row(values[a.at(a.jbase + j + PREFETCH_KEYS) + d..].as_ptr(), 16 * N);
+                prefetch_row(
+                    values[a.at(a.jbase + j + PREFETCH_KEYS) + d..].as_ptr(),
+                    16 * N,
+                );
             }
             let vv: [__m512; N] = std::array::from_fn(|n| E::load16(p.add(16 * n)));
             for qi in 0..QB {
