@@ -65,6 +65,7 @@ model_file() {
         # The whole mixtures of experts (16.0 and 11.3 GiB: a 24 GiB machine holds one at a time
         # in its page cache, so MODELS names them on their own runs).
         qwen3moe-q4_0) synth qwen3-30b-a3b Q4_0 ;;
+        qwen3moe-q4_k) synth qwen3-30b-a3b Q4_K ;;
         gptoss-q8_0) synth gpt-oss-20b Q8_0 ;;
         *) echo "$0: unknown model $1" >&2; return 1 ;;
     esac

@@ -1,15 +1,11 @@
 //! The KV-cache store and causal attention (`kernels/infer_attention.hip`); a decode token over a
 //! long cache is split over the KV length (flash-decoding: partial results per split, then a
-//! combine kernel), the split count chosen from the number of keys and of blocks. A model whose
-//! query heads share a KV head in groups of 2, 4 or 8 splits a block per KV head
-//! (`hs_attention_split_g*`: each key and value read once for its group), others a block per
-//! query head. A decode
+//! combine kernel), the split count chosen from the number of keys and of query heads. A decode
 //! step of several sequences ([`Ops::rope_attention_rows`]) runs every sequence's row in one
 //! launch of each kernel, each row's sequence and position read from a table on the device.
 //!
 //! [`Ops::rope_attention_rows`]: crate::gpu::backend::Ops::rope_attention_rows
 
-use super::kernel_set::GQA_GROUPS;
 use super::*;
 
 /// Head dimensions of the tiled prompt kernels (`hs_attention_tiled_{f32,f16}_{d}`).
@@ -41,8 +37,8 @@ const FEW_HEADS_MIN_KEYS: usize = 64;
 const FEW_HEADS_KEYS_PER_SPLIT: usize = 32;
 const FEW_HEADS_BLOCKS: usize = 256;
 
-/// Splits of a decode token's attention over `n_keys` keys for `n_heads` blocks of heads (query
-/// heads, or KV heads where a block serves a GQA group; 0: not split). A power of two, so that a graph captured for it serves every length up to the next
+/// Splits of a decode token's attention over `n_keys` keys for `n_heads` query heads (0: not
+/// split). A power of two, so that a graph captured for it serves every length up to the next
 /// (the kernels divide the keys they read from the device among the grid's splits).
 pub fn flash_splits(n_keys: usize, n_heads: usize) -> usize {
     let by_length = if n_keys < FLASH_MIN_KEYS {
@@ -207,22 +203,13 @@ impl GpuCompute {
         let part = self.ws.as_ref().and_then(|w| w.attn_part);
         let part_fits =
             part.is_some_and(|b| b.bytes >= ((q_dim + 2 * p.n_heads) * MAX_SPLITS * 4) as u64);
-        // A GQA group of 2, 4 or 8 query heads splits as one block per KV head: its blocks are
-        // the KV heads' (each reads its keys and values once for the group).
-        let group = p.n_heads / p.n_kv_heads.max(1);
-        let grouped = GQA_GROUPS.iter().position(|&g| g == group);
-        let blocks = if grouped.is_some() {
-            p.n_kv_heads
-        } else {
-            p.n_heads
-        };
         let splits = match seq_rows {
             _ if !part_fits => 0,
-            None if p.n_tokens == 1 => flash_splits(eff, blocks),
+            None if p.n_tokens == 1 => flash_splits(eff, p.n_heads),
             None => 0,
             Some(rows) => {
                 let most = MAX_SPLITS / rows.len();
-                match flash_splits(eff, blocks * rows.len()) {
+                match flash_splits(eff, p.n_heads * rows.len()) {
                     s if most < 2 || s < 2 => 0,
                     s => s.min(1 << most.ilog2()),
                 }
@@ -401,23 +388,15 @@ impl GpuCompute {
             _ => (Arg::U64(0), Arg::U64(0)),
         };
         if let (true, Some(part)) = (splits > 0, part) {
-            let kv_i = match self.opts.kv {
-                KvType::F32 => 0,
-                KvType::F16 => 1,
-            };
-            let (split, split_name) = match (grouped, self.opts.kv) {
-                (Some(gi), _) => (
-                    self.kernels.attention_split_group[kv_i][gi],
-                    ["attention_split_group_f32", "attention_split_group_f16"][kv_i],
-                ),
-                (None, KvType::F32) => (self.kernels.attention_split_f32, "attention_split_f32"),
-                (None, KvType::F16) => (self.kernels.attention_split_f16, "attention_split_f16"),
+            let (split, split_name) = match self.opts.kv {
+                KvType::F32 => (self.kernels.attention_split_f32, "attention_split_f32"),
+                KvType::F16 => (self.kernels.attention_split_f16, "attention_split_f16"),
             };
             self.launch(
                 OpLabel::layer(li, "attention"),
                 split_name,
                 split,
-                [blocks as u32, splits as u32, p.n_tokens as u32],
+                [p.n_heads as u32, splits as u32, p.n_tokens as u32],
                 [128, 1, 1],
                 &[
                     Arg::Ptr(qb.ptr),

@@ -32,9 +32,6 @@ pub(super) struct Kernels {
     pub attention_f16: KernelFn,
     pub attention_split_f32: KernelFn,
     pub attention_split_f16: KernelFn,
-    /// The split kernels a block per KV head (`hs_attention_split_g{2,4,8}_{f32,f16}`): per
-    /// cache type (f32, f16), per group of 2, 4 and 8 query heads ([`GQA_GROUPS`]).
-    pub attention_split_group: [[KernelFn; 3]; 2],
     pub attention_combine: KernelFn,
     /// The tiled prompt kernels, per cache type and head dimension, once first needed.
     pub attention_tiled: HashMap<(&'static str, usize), KernelFn>,
@@ -49,9 +46,6 @@ pub(super) struct Kernels {
     /// The mixture-of-experts kernels, once first needed.
     pub moe: Option<MoeFns>,
 }
-
-/// Query heads per KV head that the split decode attention serves a block per KV head.
-pub const GQA_GROUPS: [usize; 3] = [2, 4, 8];
 
 impl Kernels {
     pub fn resolve(gpu: &Gpu) -> std::result::Result<Kernels, GpuError> {
@@ -72,13 +66,6 @@ impl Kernels {
             attention_f16: gpu.function("hs_attention_f16")?,
             attention_split_f32: gpu.function("hs_attention_split_f32")?,
             attention_split_f16: gpu.function("hs_attention_split_f16")?,
-            attention_split_group: {
-                let f = |kv: &str, g: usize| gpu.function(&format!("hs_attention_split_g{g}_{kv}"));
-                [
-                    [f("f32", 2)?, f("f32", 4)?, f("f32", 8)?],
-                    [f("f16", 2)?, f("f16", 4)?, f("f16", 8)?],
-                ]
-            },
             attention_combine: gpu.function("hs_attention_combine")?,
             attention_tiled: HashMap::new(),
             quantize: gpu.function("hs_quantize_act")?,
