@@ -123,6 +123,7 @@ impl GpuCompute {
     /// Stores k and v in the cache and attends: one sequence's rows `p.row0..+p.n_tokens`
     /// (`seq_rows` `None`), or one row of each sequence of `seq_rows` (rows from 0). With `rope`,
     /// the head norms and the rotation go into the launch that writes the cache.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn launch_attention(
         &mut self,
         q: Buf,
