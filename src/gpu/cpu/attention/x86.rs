@@ -47,7 +47,7 @@ const PREFETCH_KEYS: usize = 32;
 
 /// Asks for the cache lines of `n` elements from `p` (a prefetch never faults).
 #[inline(always)]
-fn prefetch_row<E>(p: *const E, n: usize) {
+pub(super) fn prefetch_row<E>(p: *const E, n: usize) {
     let bytes = n * std::mem::size_of::<E>();
     let mut off = 0;
     while off < bytes {

@@ -20,6 +20,7 @@
 
 use std::arch::x86_64::*;
 
+use super::x86::prefetch_row;
 use super::{Job, KvElem};
 
 /// Sixteen consecutive cache elements as f32.
@@ -72,18 +73,6 @@ unsafe fn hsum4(a: [__m512; 4]) -> __m128 {
         let s23 = _mm256_hadd_ps(h[2], h[3]);
         let s = _mm256_hadd_ps(s01, s23);
         _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
-    }
-}
-
-/// Asks for the cache lines of `n` elements from `p` (a prefetch never faults).
-#[inline(always)]
-fn prefetch_row<E>(p: *const E, n: usize) {
-    let bytes = n * std::mem::size_of::<E>();
-    let mut off = 0;
-    while off < bytes {
-        // SAFETY: a prefetch is a hint; it reads nothing and cannot fault.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>((p as *const i8).wrapping_add(off)) };
-        off += 64;
     }
 }
 
