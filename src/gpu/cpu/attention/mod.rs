@@ -586,6 +586,15 @@ mod kernel_tests {
                 window: 64,
                 ..base
             },
+            // SmolLM2's shape over a whole 512-token prompt.
+            AttnParams {
+                n_tokens: 512,
+                pos0: 0,
+                head_dim: 64,
+                n_heads: 9,
+                n_kv_heads: 3,
+                ..base
+            },
             // A long prompt with a group of two (Qwen 3): every job a full block of queries.
             AttnParams {
                 n_tokens: 64,

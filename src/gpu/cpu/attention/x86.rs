@@ -64,7 +64,7 @@ pub(super) fn fits(head_dim: usize) -> bool {
 
 /// The four sums of `a`'s lanes, as [Σa0, Σa1, Σa2, Σa3].
 #[inline(always)]
-unsafe fn hsum4(a: [__m256; 4]) -> __m128 {
+pub(super) unsafe fn hsum4(a: [__m256; 4]) -> __m128 {
     // SAFETY: register operations only.
     unsafe {
         let s01 = _mm256_hadd_ps(a[0], a[1]);

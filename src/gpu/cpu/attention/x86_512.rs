@@ -5,14 +5,17 @@
 //! AVX2 kernel (`x86.rs`) takes them a query at a time, so each key and value vector it loads
 //! serves one query. Here both products are register-blocked over four queries:
 //!
-//! - **Scores**, four queries × four keys a block: per 16 dimensions four query and four key
-//!   loads feed sixteen FMAs (the AVX2 kernel: five loads for four), the sixteen sums reduced
-//!   together at the block's end. Every query of the job gets a score for every key of the
+//! - **Scores**, four queries × four keys a block: per 8 dimensions four query and four key
+//!   loads feed sixteen FMAs (the AVX2 kernel: five loads for four), each sum in eight lanes and
+//!   reduced as the AVX2 kernel reduces it, so that every score — and with the same softmax and
+//!   the same per-dimension value sums, every output — is the AVX2 kernel's to the bit (a
+//!   result does not depend on the CPU's vector width; `tests::equals_the_avx2_kernel_bit_for_bit`). Every query of the job gets a score for every key of the
 //!   job's range (the union of its tokens' ranges); a query's keys outside its own range get a
 //!   weight of 0 after its softmax.
 //! - **Softmax** per query over its own keys, as the portable body does it.
-//! - **Values**, four queries × 64 dimensions a block: each value vector loaded once for the
-//!   four queries (sixteen accumulators), instead of once per query.
+//! - **Values**, four queries × 64 dimensions a block, 16 lanes wide: each value vector loaded
+//!   once for the four queries (sixteen accumulators), instead of once per query; a query's keys
+//!   outside its own range add weights of exactly 0.
 //!
 //! The portable body in `mod.rs` stays the reference: the tests hold this kernel to it.
 
@@ -20,11 +23,11 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::prefetch_row;
+use super::x86::{Row8, hsum4, prefetch_row};
 use super::{Job, KvElem};
 
 /// Sixteen consecutive cache elements as f32.
-pub(super) trait Row16: KvElem {
+pub(super) trait Row16: KvElem + Row8 {
     /// # Safety
     /// `p..p + 16` is readable; AVX-512F present.
     unsafe fn load16(p: *const Self) -> __m512;
@@ -58,31 +61,13 @@ pub(super) fn fits(head_dim: usize) -> bool {
     head_dim > 0 && head_dim.is_multiple_of(16)
 }
 
-/// The four sums of each of four accumulators: `[Σa0, Σa1, Σa2, Σa3]`.
-#[inline(always)]
-unsafe fn hsum4(a: [__m512; 4]) -> __m128 {
-    // SAFETY: register operations only (AVX-512F and AVX present: the caller's contract).
-    unsafe {
-        let h: [__m256; 4] = std::array::from_fn(|k| {
-            _mm256_add_ps(
-                _mm512_castps512_ps256(a[k]),
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a[k]))),
-            )
-        });
-        let s01 = _mm256_hadd_ps(h[0], h[1]);
-        let s23 = _mm256_hadd_ps(h[2], h[3]);
-        let s = _mm256_hadd_ps(s01, s23);
-        _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps::<1>(s))
-    }
-}
-
 /// Runs one job (see `attention::run_job`).
 ///
 /// # Safety
 /// AVX-512F/BW/VL, AVX2, FMA and F16C present; [`fits`]`(a.hd)`; the rest as
 /// `attention::run_job`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn job<E: Row16>(
+pub(super) unsafe fn job<E: Row16 + Row8>(
     a: &Job,
     q: &[f32],
     keys: &[E],
@@ -124,19 +109,21 @@ pub(super) unsafe fn job<E: Row16>(
                     prefetch_row(keys[a.at(j)..].as_ptr(), hd);
                 }
             }
-            // SAFETY: every query and key row holds hd elements; d + 16 ≤ hd.
+            // Eight lanes a sum, as the AVX2 kernel sums them (with its reduction): every score
+            // is the AVX2 kernel's to the bit, whatever the CPU's vector width.
+            // SAFETY: every query and key row holds hd elements; d + 8 ≤ hd.
             let sums: [__m128; QB] = unsafe {
-                let mut acc = [[_mm512_setzero_ps(); KB]; QB];
+                let mut acc = [[_mm256_setzero_ps(); KB]; QB];
                 let mut d = 0;
                 while d < hd {
-                    let kv: [__m512; KB] = std::array::from_fn(|k| E::load16(rows[k].add(d)));
+                    let kv: [__m256; KB] = std::array::from_fn(|k| E::load8(rows[k].add(d)));
                     for qi in 0..QB {
-                        let qv = _mm512_loadu_ps(qp[qi].add(d));
+                        let qv = _mm256_loadu_ps(qp[qi].add(d));
                         for k in 0..KB {
-                            acc[qi][k] = _mm512_fmadd_ps(qv, kv[k], acc[qi][k]);
+                            acc[qi][k] = _mm256_fmadd_ps(qv, kv[k], acc[qi][k]);
                         }
                     }
-                    d += 16;
+                    d += 8;
                 }
                 std::array::from_fn(|qi| hsum4(acc[qi]))
             };
@@ -260,5 +247,89 @@ mod tests {
             "this test runs the AVX-512 kernel: it needs an AVX-512 CPU"
         );
         check_every_case(fits, job::<f32>, job::<u16>);
+    }
+
+    /// Every output of this kernel is the AVX2 kernel's to the bit (f32 and f16 caches; a prompt
+    /// with causal edges inside the blocks, a sliding window with soft-capping, decode at
+    /// depth), so that a model's numbers do not depend on the CPU's vector width.
+    #[test]
+    fn equals_the_avx2_kernel_bit_for_bit() {
+        use super::super::{AttnParams, Split};
+        use crate::gpu::test_rng::TestRng;
+        assert!(
+            crate::gpu::quant::dot::Isa::Avx512.is_available(),
+            "this test runs the AVX-512 kernel: it needs an AVX-512 CPU"
+        );
+        fn outputs<E: Row16>(p: &AttnParams, wide: bool, seed: u64) -> Vec<u32> {
+            let kv_dim = p.n_kv_heads * p.head_dim;
+            let slots = p.pos0 + p.n_tokens;
+            let mut rng = TestRng::new(seed);
+            let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
+                .map(|_| rng.f())
+                .collect();
+            let k: Vec<E> = (0..slots * kv_dim)
+                .map(|_| E::from_f32(rng.f() * 2.0))
+                .collect();
+            let v: Vec<E> = (0..slots * kv_dim).map(|_| E::from_f32(rng.f())).collect();
+            let mut out = vec![0f32; q.len()];
+            let split = Split::new(p, 2);
+            let mut sc = Vec::new();
+            for j in 0..split.jobs {
+                let a = Job::new(p, split, j, kv_dim, slots, &[]);
+                sc.resize(a.nq() * a.stride + a.nq(), 0.0);
+                // SAFETY: AVX-512 asserted above; jobs write disjoint rows of `out`.
+                unsafe {
+                    if wide {
+                        job::<E>(&a, &q, &k, &v, &mut sc, out.as_mut_ptr());
+                    } else {
+                        super::super::x86::job::<E>(&a, &q, &k, &v, &mut sc, out.as_mut_ptr());
+                    }
+                }
+            }
+            out.iter().map(|x| x.to_bits()).collect()
+        }
+        let base = AttnParams {
+            layer: 0,
+            seq: 0,
+            row0: 0,
+            n_tokens: 37,
+            pos0: 0,
+            n_heads: 9,
+            n_kv_heads: 3,
+            head_dim: 64,
+            scale: 0.125,
+            window: 0,
+            softcap: 0.0,
+            sinks: None,
+        };
+        for (i, p) in [
+            base,
+            AttnParams {
+                n_tokens: 13,
+                pos0: 40,
+                window: 16,
+                softcap: 50.0,
+                head_dim: 128,
+                ..base
+            },
+            AttnParams {
+                n_tokens: 1,
+                pos0: 700,
+                ..base
+            },
+        ]
+        .iter()
+        .enumerate()
+        {
+            let seed = i as u64 + 7;
+            assert!(
+                outputs::<f32>(p, true, seed) == outputs::<f32>(p, false, seed),
+                "{p:?} f32"
+            );
+            assert!(
+                outputs::<u16>(p, true, seed) == outputs::<u16>(p, false, seed),
+                "{p:?} f16"
+            );
+        }
     }
 }
