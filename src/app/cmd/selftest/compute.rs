@@ -61,7 +61,7 @@ use crate::gpu::select::{BackendChoice, Selected, select};
 use crate::gpu::snapshot::DeviceRelease;
 use crate::gpu::telemetry::Roots;
 use crate::model::config::ModelConfig;
-use crate::model::forward::{Logits, Model, ModelOptions, SeqChunk};
+use crate::model::forward::{Logits, Model, ModelOptions};
 use crate::model::gguf::GgufFile;
 use crate::model::loader;
 use crate::model::protocol::ModelSource;
@@ -69,6 +69,7 @@ use crate::model::sampler::Rng;
 use crate::model::split::{self, GpuLayers};
 
 mod long;
+mod seqs;
 
 /// The default matrix: the synthetic shapes and weight types the task's table asks for.
 pub const SHAPES: &[&str] = &[
@@ -108,10 +109,6 @@ const SHIFT_N: usize = PROMPT + SHORT + DECODE - SHIFT_SRC;
 
 /// The batch that runs the sliding-window rings round, in place of the shift.
 const WRAP: usize = 24;
-
-/// Sequences of the op-by-op run of `serve`'s batches, and each one's context.
-const SEQS: usize = 3;
-const SEQ_CTX: usize = 320;
 
 /// Shifts `m`'s cache before the first `shift` step.
 fn shift_before(m: &mut Model, what: &str, pos: usize) -> Result<(), String> {
@@ -519,87 +516,6 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
     Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
 }
 
-/// `hipscope serve`'s batches op by op: a cache of [`SEQS`] sequences, their prompts one call
-/// a batch (the longest past the split attention's threshold), then [`DECODE`] decode steps of one
-/// token of every sequence in one call (`rope + kv_store (sequences)`, `attention (sequences)`).
-fn run_lockstep_seqs(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, String> {
-    let (ls, errors) = Lockstep::new(CpuBackend::new(0), gpu);
-    let opts = ModelOptions {
-        n_ctx: SEQ_CTX,
-        n_seq: SEQS,
-        ..model_options()
-    };
-    let mut m =
-        Model::load(file.clone(), Box::new(ls), opts, &mut |_, _| {}).map_err(|e| e.to_string())?;
-    let vocab = m.config.vocab_size as u64;
-    let mut rng = Rng::new(0x5e95);
-    let mut toks =
-        |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
-    let n_batch = model_options().n_batch;
-    let mut logits = Vec::new();
-    let mut pos = [0usize; SEQS];
-    let run = (|| {
-        // Prompts of 9, 2 and 1 full batches: the first sequence's decode steps read ~290 keys,
-        // past the split attention's threshold for every head count.
-        for (s, at) in pos.iter_mut().enumerate() {
-            let batches = if s == 0 {
-                SEQ_CTX / n_batch - 1
-            } else {
-                SEQS - s
-            };
-            for _ in 0..batches {
-                let t = toks(n_batch);
-                let c = [SeqChunk {
-                    seq: s,
-                    pos0: *at,
-                    tokens: &t,
-                    logits: true,
-                }];
-                m.forward_seqs(&c, &mut logits)
-                    .map_err(|e| format!("prompt: {e}"))?;
-                *at += n_batch;
-            }
-        }
-        for _ in 0..DECODE {
-            let next = toks(SEQS);
-            let chunks: Vec<SeqChunk> = (0..SEQS)
-                .map(|s| SeqChunk {
-                    seq: s,
-                    pos0: pos[s],
-                    tokens: &next[s..s + 1],
-                    logits: true,
-                })
-                .collect();
-            m.forward_seqs(&chunks, &mut logits)
-                .map_err(|e| format!("decode of {SEQS} sequences: {e}"))?;
-            for p in &mut pos {
-                *p += 1;
-            }
-        }
-        Ok(())
-    })();
-    release_then(&mut m, run)?;
-    Ok(errors.lock().map(|e| e.clone()).unwrap_or_default())
-}
-
-/// `more`'s kinds into `errors`: calls added, the worst kept.
-fn merge_ops(errors: &mut OpErrors, more: OpErrors) {
-    for (kind, e) in more {
-        match errors.get_mut(&kind) {
-            Some(have) => {
-                have.calls += e.calls;
-                if e.rel_l2 > have.rel_l2 {
-                    have.rel_l2 = e.rel_l2;
-                    have.worst_at = e.worst_at;
-                }
-            }
-            None => {
-                errors.insert(kind, e);
-            }
-        }
-    }
-}
-
 fn print_ops(errors: &OpErrors, kv: KvType) {
     for (kind, e) in errors {
         outln!(
@@ -630,8 +546,9 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         "floor: the same measure between the CPU and the CPU with norm weights moved by one ulp"
     );
     outln!(
-        "op by op also: {SEQS} sequences' prompts, then {DECODE} steps of a token of each in one \
-         batch (serve's; `… (sequences)`)"
+        "op by op also: {} sequences' prompts, then {DECODE} steps of a token of each in one \
+         batch (serve's; `… (sequences)`)",
+        seqs::SEQS
     );
     let all = cases(o);
     let mut device_line = false;
@@ -691,8 +608,8 @@ pub fn run(o: &ComputeCheckOptions) -> i32 {
         let ops = open_gpu(o, c.kv)
             .and_then(|g| run_lockstep(&file, g))
             .and_then(|mut errors| {
-                let seqs = open_gpu(o, c.kv).and_then(|g| run_lockstep_seqs(&file, g))?;
-                merge_ops(&mut errors, seqs);
+                let more = open_gpu(o, c.kv).and_then(|g| seqs::run_lockstep(&file, g))?;
+                seqs::merge_ops(&mut errors, more);
                 Ok(errors)
             });
         let secs = t.elapsed().as_secs_f64();
