@@ -1,6 +1,9 @@
 //! `hipscope serve`: the multi-sequence forward pass against the single-sequence one, the
 //! scheduler's continuous batching, and the HTTP endpoint with real clients (curl, the official
 //! `openai` Python package, hipscope's own `chat --remote` / `top --remote`).
+//!
+//! (Over 700 lines on purpose: one feature's integration tests beside the helpers they share — a
+//! server per test, the HTTP and curl wrappers — which a split would only move apart.)
 
 use crate::common;
 
