@@ -33,6 +33,21 @@ __device__ void infer_kv_store(const float *k, const float *v, KV *kc, KV *vc, h
         }                                                                                      \
     } while (0)
 
+// Row t of a decode step of several sequences (rows not null: rows[2t] its sequence, rows[2t + 1]
+// its position): moves kc / vc to that sequence's region of the layer (seq * slots * kv_dim
+// elements on) and returns its position; with rows null, leaves them and returns `pos`.
+template <typename P>
+__device__ __forceinline__ hs_u32 infer_seq_row(const hs_u32 *rows, hs_u32 t, hs_u32 slots,
+                                                hs_u32 kv_dim, P *&kc, P *&vc, hs_u32 pos) {
+    if (rows == 0) {
+        return pos;
+    }
+    const hs_u64 region = (hs_u64)rows[2 * t] * slots * kv_dim;
+    kc += region;
+    vc += region;
+    return rows[2 * t + 1];
+}
+
 HS_KERNEL void hs_kv_store_f32(HS_TRACK_PARAMS, const float *k, const float *v, float *kc,
                                float *vc, hs_u32 pos0, hs_u32 kv_dim, hs_u32 slots, hs_u64 n,
                                const hs_u32 *pos_dev) {
@@ -99,13 +114,7 @@ __device__ void infer_rope_kv_store(float *q, float *k, const float *v, KV *kc, 
     const hs_u32 t = blockIdx.x;
     const hs_u32 h = blockIdx.y;
     const hs_u32 kv_dim = n_kv_heads * head_dim;
-    hs_u32 pos = pos0 + t;
-    if (rows != 0) {
-        const hs_u64 region = (hs_u64)rows[2 * t] * slots * kv_dim;
-        kc += region;
-        vc += region;
-        pos = rows[2 * t + 1];
-    }
+    const hs_u32 pos = infer_seq_row(rows, t, slots, kv_dim, kc, vc, pos0 + t);
     if (h < n_heads) {
         float *qr = q + ((hs_u64)t * n_heads + h) * head_dim;
         if (qn != 0) {
@@ -369,13 +378,8 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
     const hs_u32 t = blockIdx.y;
     const hs_u32 q_dim = n_heads * head_dim;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
-    hs_u32 n_keys = pos0 + t + 1;
-    if (rows != 0) {
-        const hs_u64 region = (hs_u64)rows[2 * t] * slots * n_kv_heads * head_dim;
-        kc += region;
-        vc += region;
-        n_keys = rows[2 * t + 1] + 1;
-    }
+    const hs_u32 n_keys =
+        infer_seq_row(rows, t, slots, n_kv_heads * head_dim, kc, vc, pos0 + t) + 1;
     const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
     float m, l;
     attn_keys<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
@@ -441,13 +445,7 @@ __device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc
     const hs_u32 c = blockIdx.y;
     const hs_u32 t = blockIdx.z;
     const hs_u32 kvh = h / (n_heads / n_kv_heads);
-    hs_u32 n_keys = pos0 + 1;
-    if (rows != 0) {
-        const hs_u64 region = (hs_u64)rows[2 * t] * slots * n_kv_heads * head_dim;
-        kc += region;
-        vc += region;
-        n_keys = rows[2 * t + 1] + 1;
-    }
+    const hs_u32 n_keys = infer_seq_row(rows, t, slots, n_kv_heads * head_dim, kc, vc, pos0) + 1;
     const hs_u32 lo0 = (window > 0 && n_keys > window) ? n_keys - window : 0;
     const hs_u32 len = (n_keys - lo0 + gridDim.y - 1) / gridDim.y;
     const hs_u32 lo = lo0 + c * len;

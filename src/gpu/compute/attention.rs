@@ -103,19 +103,36 @@ impl GpuCompute {
                 rows.len()
             )));
         }
-        let tab: Vec<u32> = rows
-            .iter()
-            .flat_map(|r| [r.seq as u32, r.pos as u32])
-            .collect();
         let tokens = self.workspace()?.tokens;
         let dst = tokens
-            .slice(n_batch as u64 * 4, tab.len() as u64 * 4)
+            .slice(n_batch as u64 * 4, rows.len() as u64 * 8)
             .map_err(gpu_err)?;
-        if self.seq_rows_up != tab {
-            let bytes: Vec<u8> = tab.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let pairs = rows.iter().map(|r| [r.seq as u32, r.pos as u32]);
+        // Every layer after the first finds the table on the device already.
+        if self
+            .seq_rows_up
+            .as_chunks::<2>()
+            .0
+            .iter()
+            .copied()
+            .ne(pairs.clone())
+        {
             let l = self.label(OpLabel::global("attention"), "sequence rows")?;
-            self.gpu_mut()?.upload(l, dst, &bytes).map_err(gpu_err)?;
-            self.seq_rows_up = tab;
+            self.seq_rows_up.clear();
+            self.seq_rows_up.extend(pairs.flatten());
+            self.host_bytes.clear();
+            self.host_bytes
+                .extend(self.seq_rows_up.iter().flat_map(|v| v.to_le_bytes()));
+            let bytes = std::mem::take(&mut self.host_bytes);
+            let r = self
+                .gpu_mut()
+                .and_then(|g| g.upload(l, dst, &bytes).map_err(gpu_err));
+            self.host_bytes = bytes;
+            if r.is_err() {
+                // Nothing is known to be on the device: the next call uploads again.
+                self.seq_rows_up.clear();
+            }
+            r?;
         }
         Ok(dst.ptr)
     }

@@ -476,9 +476,15 @@ mod kernel_tests {
     /// A job kernel of `x86.rs` or `x86_512.rs`.
     pub(super) type Kernel<E> = unsafe fn(&Job, &[f32], &[E], &[E], &mut [f32], *mut f32);
 
-    /// Every job of `p` through `kernel` and through the portable body, on one random cache of
-    /// `slots` positions; the largest difference relative to the output's magnitude.
-    fn compare<E: KvElem>(p: &AttnParams, slots: usize, seed: u64, kernel: Kernel<E>) -> f32 {
+    /// Every job of `p` (split for `n_threads`) through `kernel`, on random queries and a random
+    /// cache of `slots` positions drawn from `seed`: the output.
+    pub(super) fn run_jobs<E: KvElem>(
+        p: &AttnParams,
+        slots: usize,
+        seed: u64,
+        n_threads: usize,
+        kernel: Kernel<E>,
+    ) -> Vec<f32> {
         let mut rng = TestRng::new(seed);
         let kv_dim = p.n_kv_heads * p.head_dim;
         let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
@@ -488,31 +494,38 @@ mod kernel_tests {
             .map(|_| E::from_f32(rng.f() * 2.0))
             .collect();
         let vals: Vec<E> = (0..slots * kv_dim).map(|_| E::from_f32(rng.f())).collect();
-        let mut want = vec![0f32; q.len()];
-        let mut got = vec![f32::NAN; q.len()];
+        let mut out = vec![f32::NAN; q.len()];
         let mut sc = Vec::new();
-        for n_threads in [1, 3] {
-            let split = Split::new(p, n_threads);
-            for j in 0..split.jobs {
-                let a = Job::new(p, split, j, kv_dim, slots, &[]);
-                let need = a.nq() * a.stride + a.nq();
-                sc.resize(need, 0.0);
-                // SAFETY: the caller checked the kernel's ISA; outputs sized for every row;
-                // jobs write disjoint rows.
-                unsafe {
-                    job_body(&a, &q, &keys, &vals, &mut sc, want.as_mut_ptr());
-                    kernel(&a, &q, &keys, &vals, &mut sc, got.as_mut_ptr());
-                }
-            }
+        let split = Split::new(p, n_threads);
+        for j in 0..split.jobs {
+            let a = Job::new(p, split, j, kv_dim, slots, &[]);
+            sc.resize(a.nq() * a.stride + a.nq(), 0.0);
+            // SAFETY: the caller checked the kernel's ISA; `out` holds every row; jobs write
+            // disjoint rows.
+            unsafe { kernel(&a, &q, &keys, &vals, &mut sc, out.as_mut_ptr()) };
         }
-        let mag = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-        want.iter()
-            .zip(&got)
-            .map(|(w, g)| (w - g).abs() / mag)
-            .fold(
-                0f32,
-                |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
-            )
+        out
+    }
+
+    /// Every job of `p` through `kernel` and through the portable body, split for one and for
+    /// three threads, on one random cache of `slots` positions; the largest difference relative
+    /// to the output's magnitude.
+    fn compare<E: KvElem>(p: &AttnParams, slots: usize, seed: u64, kernel: Kernel<E>) -> f32 {
+        let mut worst = 0f32;
+        for n_threads in [1, 3] {
+            let want = run_jobs(p, slots, seed, n_threads, job_body::<E>);
+            let got = run_jobs(p, slots, seed, n_threads, kernel);
+            let mag = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            worst = want
+                .iter()
+                .zip(&got)
+                .map(|(w, g)| (w - g).abs() / mag)
+                .fold(
+                    worst,
+                    |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+                );
+        }
+        worst
     }
 
     /// Holds a kernel (its f32 and f16 forms) to the portable body on every shape it `fits`:

@@ -8,10 +8,10 @@
 //! - **Scores**, four queries × four keys a block: per 8 dimensions four query and four key
 //!   loads feed sixteen FMAs (the AVX2 kernel: five loads for four), each sum in eight lanes and
 //!   reduced as the AVX2 kernel reduces it, so that every score — and with the same softmax and
-//!   the same per-dimension value sums, every output — is the AVX2 kernel's to the bit (a
-//!   result does not depend on the CPU's vector width; `tests::equals_the_avx2_kernel_bit_for_bit`). Every query of the job gets a score for every key of the
-//!   job's range (the union of its tokens' ranges); a query's keys outside its own range get a
-//!   weight of 0 after its softmax.
+//!   the same per-dimension value sums, every output — is the AVX2 kernel's to the bit: a result
+//!   does not depend on the CPU's vector width (`tests::equals_the_avx2_kernel_bit_for_bit`).
+//!   Every query of a block gets a score for every key of the block's range (the union of its
+//!   queries' ranges); a query's keys outside its own range get a weight of 0 after its softmax.
 //! - **Softmax** per query over its own keys, as the portable body does it.
 //! - **Values**, four queries × 64 dimensions a block, 16 lanes wide: each value vector loaded
 //!   once for the four queries (sixteen accumulators), instead of once per query; a query's keys
@@ -67,7 +67,7 @@ pub(super) fn fits(head_dim: usize) -> bool {
 /// AVX-512F/BW/VL, AVX2, FMA and F16C present; [`fits`]`(a.hd)`; the rest as
 /// `attention::run_job`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-pub(super) unsafe fn job<E: Row16 + Row8>(
+pub(super) unsafe fn job<E: Row16>(
     a: &Job,
     q: &[f32],
     keys: &[E],
@@ -254,38 +254,21 @@ mod tests {
     /// depth), so that a model's numbers do not depend on the CPU's vector width.
     #[test]
     fn equals_the_avx2_kernel_bit_for_bit() {
-        use super::super::{AttnParams, Split};
-        use crate::gpu::test_rng::TestRng;
+        use super::super::AttnParams;
+        use super::super::kernel_tests::run_jobs;
         assert!(
             crate::gpu::quant::dot::Isa::Avx512.is_available(),
             "this test runs the AVX-512 kernel: it needs an AVX-512 CPU"
         );
+        // Both kernels' outputs, as bits, for `p` on the same random inputs.
         fn outputs<E: Row16>(p: &AttnParams, wide: bool, seed: u64) -> Vec<u32> {
-            let kv_dim = p.n_kv_heads * p.head_dim;
             let slots = p.pos0 + p.n_tokens;
-            let mut rng = TestRng::new(seed);
-            let q: Vec<f32> = (0..p.n_tokens * p.n_heads * p.head_dim)
-                .map(|_| rng.f())
-                .collect();
-            let k: Vec<E> = (0..slots * kv_dim)
-                .map(|_| E::from_f32(rng.f() * 2.0))
-                .collect();
-            let v: Vec<E> = (0..slots * kv_dim).map(|_| E::from_f32(rng.f())).collect();
-            let mut out = vec![0f32; q.len()];
-            let split = Split::new(p, 2);
-            let mut sc = Vec::new();
-            for j in 0..split.jobs {
-                let a = Job::new(p, split, j, kv_dim, slots, &[]);
-                sc.resize(a.nq() * a.stride + a.nq(), 0.0);
-                // SAFETY: AVX-512 asserted above; jobs write disjoint rows of `out`.
-                unsafe {
-                    if wide {
-                        job::<E>(&a, &q, &k, &v, &mut sc, out.as_mut_ptr());
-                    } else {
-                        super::super::x86::job::<E>(&a, &q, &k, &v, &mut sc, out.as_mut_ptr());
-                    }
-                }
-            }
+            let kernel: super::super::kernel_tests::Kernel<E> = if wide {
+                job::<E>
+            } else {
+                super::super::x86::job::<E>
+            };
+            let out = run_jobs(p, slots, seed, 2, kernel);
             out.iter().map(|x| x.to_bits()).collect()
         }
         let base = AttnParams {
