@@ -34,27 +34,85 @@ typedef long long hs_i64;
 // memory (or is null when tracking is off); hs_op is the op's sequence number on its stream.
 #define HS_TRACK_PARAMS volatile hs_u64 *hs_crumb, hs_u64 hs_op
 
-// The first thread of the grid stores "op hs_op has started". On one stream ops run in order, so
-// this also proves that op hs_op - 1 has finished; the watchdog reads it without any runtime call.
-// No fence after the store: a late-visible value is still true, and a system fence would stall
-// the thread for a bus round trip in every kernel.
+// The device's own clock, as the tracer reads it (src/gpu/trace/stamps.rs): CUDA's global
+// nanosecond timer; HIP's constant-rate wall clock (s_memrealtime, 100 MHz; on gfx11 the
+// steady counter HIP 5.7 reads through __ockl_steadyctr_u64). The host maps it onto its own
+// clock with a calibration launch (hs_clock_probe); its rate need not be known here.
+__device__ __forceinline__ hs_u64 hs_now() {
+#if defined(HS_BACKEND_CUDA)
+    hs_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+#else
+    return (hs_u64)wall_clock64();
+#endif
+}
+
+// Set in hs_op (bit 62) when the tracer wants the kernel to time itself. hs_crumb then points at
+// the stream's stamp block in device memory: [0] the host breadcrumb's address, [1] the host
+// stamp ring's address (pinned, host-mapped: two words a slot, start and end), then from word
+// HS_STAMP_COUNTERS one u32 per slot counting the blocks that have finished. The slot is the op's
+// seq modulo HS_STAMP_SLOTS (more than the stream's in-flight table holds).
+#define HS_STAMP_OP (1ULL << 62)
+#define HS_STAMP_SLOTS 8192u
+#define HS_STAMP_COUNTERS 8
+
+// HS_BREADCRUMB(), the first statement of every kernel, declares this guard.
+//
+// On entry the first thread of the grid stores "op hs_op has started". On one stream ops run in
+// order, so this also proves that op hs_op - 1 has finished; the watchdog reads it without any
+// runtime call. No fence after the store: a late-visible value is still true, and a system fence
+// would stall the thread for a bus round trip in every kernel.
 //
 // Inside a replayed graph (src/gpu/handle/graph.rs) hs_op is baked into the graph, so it is
 // flagged (bit 63) and holds the kernel's node index; hs_crumb then points at the step block in
 // device memory, written before each replay: [0] the replay's base, [1] the host breadcrumb's
 // address. The kernel stores base + node there (decoded by src/gpu/stream/graph.rs).
-#define HS_BREADCRUMB()                                                                        \
-    do {                                                                                       \
-        if (hs_crumb != 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 &&      \
-            blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {                           \
-            if (hs_op >> 63) {                                                                 \
-                const hs_u64 *hs_g = (const hs_u64 *)hs_crumb;                                 \
-                *(volatile hs_u64 *)hs_g[1] = hs_g[0] + (hs_op & 0x7fffffffffffffffULL);       \
-            } else {                                                                           \
-                *hs_crumb = hs_op;                                                             \
-            }                                                                                  \
-        }                                                                                      \
-    } while (0)
+//
+// With HS_STAMP_OP the first thread also stores the time it started into the op's ring slot, and
+// on leaving (the destructor, at every return) the first thread of each block counts its block
+// out; the block that completes the count stores the time into the slot's second word and resets
+// the counter (atomicInc wraps it to 0). A block counts as done when its first thread leaves; the
+// block's other warps finish with it or before the counter's round trip ends. Without the flag
+// the exit costs one uniform branch on a kernel parameter.
+struct hs_op_guard {
+    volatile hs_u64 *crumb;
+    hs_u64 op;
+    __device__ __forceinline__ hs_op_guard(volatile hs_u64 *c, hs_u64 o) : crumb(c), op(o) {
+        if (c == 0 || threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0 ||
+            blockIdx.x != 0 || blockIdx.y != 0 || blockIdx.z != 0) {
+            return;
+        }
+        if (o >> 63) {
+            const hs_u64 *g = (const hs_u64 *)c;
+            *(volatile hs_u64 *)g[1] = g[0] + (o & 0x7fffffffffffffffULL);
+        } else if (o & HS_STAMP_OP) {
+            const hs_u64 t = hs_now();
+            const hs_u64 *b = (const hs_u64 *)c;
+            const hs_u64 seq = o & ~HS_STAMP_OP;
+            *(volatile hs_u64 *)b[0] = seq;
+            ((volatile hs_u64 *)b[1])[2 * (seq & (HS_STAMP_SLOTS - 1))] = t;
+        } else {
+            *c = o;
+        }
+    }
+    __device__ __forceinline__ ~hs_op_guard() {
+        if ((op >> 62) != 1 || crumb == 0 || threadIdx.x != 0 || threadIdx.y != 0 ||
+            threadIdx.z != 0) {
+            return;
+        }
+        const hs_u64 t = hs_now();
+        const hs_u32 slot = (hs_u32)(op & (HS_STAMP_SLOTS - 1));
+        hs_u64 *b = (hs_u64 *)crumb;
+        hs_u32 *count = (hs_u32 *)(b + HS_STAMP_COUNTERS) + slot;
+        const hs_u32 blocks = gridDim.x * gridDim.y * gridDim.z;
+        if (atomicInc(count, blocks - 1) == blocks - 1) {
+            ((volatile hs_u64 *)b[1])[2 * slot + 1] = t;
+        }
+    }
+};
+
+#define HS_BREADCRUMB() hs_op_guard hs_guard_(hs_crumb, hs_op)
 
 // ---- Helpers of the inference kernels (kernels/infer_*.hip) --------------------------------
 

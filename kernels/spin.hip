@@ -15,3 +15,20 @@ HS_KERNEL void hs_spin_on_flag(HS_TRACK_PARAMS, volatile hs_u32 *flag, hs_u64 ma
     }
     result[0] = (*flag != 0) ? 1u : 2u;
 }
+
+// The tracer's clock calibration (src/gpu/trace/stamps.rs): the first thread stores hs_now() into
+// out[0] again and again, for the host to read beside its own clock, until the host sets the flag
+// or `max_polls` stores have passed. out[1] = 1 when it has stopped.
+HS_KERNEL void hs_clock_probe(HS_TRACK_PARAMS, volatile hs_u64 *out, volatile hs_u32 *flag,
+                              hs_u64 max_polls) {
+    HS_BREADCRUMB();
+    if (threadIdx.x != 0 || blockIdx.x != 0) {
+        return;
+    }
+    hs_u64 polls = 0;
+    while (*flag == 0 && polls < max_polls) {
+        out[0] = hs_now();
+        ++polls;
+    }
+    out[1] = 1;
+}

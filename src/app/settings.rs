@@ -217,9 +217,10 @@ impl Tuning {
         }
         if let Some(v) = get("HIPSCOPE_TRACE_EVENTS") {
             t.trace_events = match v.to_ascii_lowercase().as_str() {
+                "stamps" => TraceEvents::Stamps,
                 "ends" => TraceEvents::Ends,
                 "pairs" => TraceEvents::Pairs,
-                _ => return Err(bad("HIPSCOPE_TRACE_EVENTS", v, "pairs or ends")),
+                _ => return Err(bad("HIPSCOPE_TRACE_EVENTS", v, "stamps, pairs or ends")),
             };
         }
         Ok((t, notes))

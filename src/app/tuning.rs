@@ -24,8 +24,9 @@ pub struct Tuning {
     pub gemm_min_tokens: Option<usize>,
     /// `HIPSCOPE_MV_ACT=f32`: the one-token products take f32 activations where they can.
     pub mv_act_f32: bool,
-    /// `HIPSCOPE_TRACE_EVENTS=ends`: the tracer records one timed event per op instead of two
-    /// (what the second costs, `scripts/device/trace-check.sh`).
+    /// `HIPSCOPE_TRACE_EVENTS=stamps|pairs|ends`: how the tracer times a GPU op — kernels by
+    /// their own stamps and other ops by two timed events (the default), every op by two events,
+    /// or every op by one (what each costs: `scripts/device/trace-check.sh`).
     pub trace_events: TraceEvents,
 }
 
@@ -37,7 +38,7 @@ impl Default for Tuning {
             prefill: PrefillGemm::Auto,
             gemm_min_tokens: None,
             mv_act_f32: false,
-            trace_events: TraceEvents::Pairs,
+            trace_events: TraceEvents::Stamps,
         }
     }
 }

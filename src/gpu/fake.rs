@@ -4,9 +4,10 @@
 //! A scripted fake device for unit tests: host memory stands in for device memory, ops queue in
 //! order on one stream and complete when the script says (at once, when the test releases them,
 //! or — for `hs_spin_on_flag` — only once its host flag is set). Kernels that the mechanisms use
-//! (`hs_checksum`, `hs_fill_u32`, `hs_sgemm`, `hs_busy`, `hs_spin_on_flag`) are implemented in
-//! Rust so that uploads, verification and the GEMM fallback's argument passing can be checked
-//! end to end. Like a real GPU, copies read their source when they execute, not when enqueued.
+//! (`hs_checksum`, `hs_fill_u32`, `hs_sgemm`, `hs_busy`, `hs_spin_on_flag`, `hs_clock_probe`) are
+//! implemented in Rust so that uploads, verification and the GEMM fallback's argument passing can
+//! be checked end to end; every kernel writes its breadcrumb and, stamped, its start and end on
+//! the fake's clock. Like a real GPU, copies read their source when they execute, not when enqueued.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::c_void;
@@ -18,6 +19,7 @@ use crate::gpu::device::{
     PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
 use crate::gpu::kernels::{KernelCompiler, declarations};
+use crate::gpu::trace::stamps::{self, STAMP_OP};
 
 /// How the fake behaves.
 #[derive(Clone, Debug, PartialEq)]
@@ -353,25 +355,51 @@ fn wr_bytes(s: &mut FakeState, addr: u64, data: &[u8]) -> Option<()> {
     Some(())
 }
 
+fn word(s: &mut FakeState, a: u64) -> Option<u64> {
+    resolve(s, a, 8).map(|p| {
+        // SAFETY: resolve checked 8 bytes.
+        unsafe { std::ptr::read_unaligned(p as *const u64) }
+    })
+}
+
 /// A kernel's breadcrumb as `HS_BREADCRUMB` writes it: its op seq, or inside a replayed graph
-/// (bit 63 of `op`) the step block's base plus its node index, at the address the block names.
+/// (bit 63 of `op`) the step block's base plus its node index, at the address the block names;
+/// a stamped kernel (bit 62) writes its seq where its stamp block says, and its start time (the
+/// fake's clock) into its ring slot.
 fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
     if crumb == 0 {
         return;
     }
-    if op >> 63 == 0 {
-        let _ = wr_bytes(s, crumb, &op.to_le_bytes());
+    match op >> 62 {
+        0 => {
+            let _ = wr_bytes(s, crumb, &op.to_le_bytes());
+        }
+        1 => {
+            let seq = op & !STAMP_OP;
+            if let (Some(host), Some(ring)) = (word(s, crumb), word(s, crumb + 8)) {
+                let now = s.clock_ns;
+                let _ = wr_bytes(s, host, &seq.to_le_bytes());
+                let _ = wr_bytes(s, ring + 16 * stamps::slot(seq) as u64, &now.to_le_bytes());
+            }
+        }
+        _ => {
+            if let (Some(base), Some(host)) = (word(s, crumb), word(s, crumb + 8)) {
+                let v = base + (op & !(1 << 63));
+                let _ = wr_bytes(s, host, &v.to_le_bytes());
+            }
+        }
+    }
+}
+
+/// A stamped kernel that has finished stores the fake's clock as its end.
+fn write_end_stamp(s: &mut FakeState, crumb: u64, op: u64) {
+    if crumb == 0 || op >> 62 != 1 {
         return;
     }
-    let word = |s: &mut FakeState, a: u64| {
-        resolve(s, a, 8).map(|p| {
-            // SAFETY: resolve checked 8 bytes.
-            unsafe { std::ptr::read_unaligned(p as *const u64) }
-        })
-    };
-    if let (Some(base), Some(host)) = (word(s, crumb), word(s, crumb + 8)) {
-        let v = base + (op & !(1 << 63));
-        let _ = wr_bytes(s, host, &v.to_le_bytes());
+    if let Some(ring) = word(s, crumb + 8) {
+        let now = s.clock_ns;
+        let at = ring + 16 * stamps::slot(op & !STAMP_OP) as u64 + 8;
+        let _ = wr_bytes(s, at, &now.to_le_bytes());
     }
 }
 
@@ -431,6 +459,9 @@ fn run_op(s: &mut FakeState, op: &FakeOp) -> bool {
     let done = run_op_inner(s, op);
     if done {
         s.clock_ns += ns.unwrap_or(DEFAULT_OP_NS);
+        if let FakeOp::Kernel { args, .. } = op {
+            write_end_stamp(s, args[0], args[1]);
+        }
     }
     done
 }
@@ -512,6 +543,13 @@ fn run_kernel(s: &mut FakeState, name: &str, a: &[u64]) -> bool {
                 let _ = wr_bytes(s, tok, &(token as u32).to_le_bytes());
             }
         }
+        "hs_clock_probe" => {
+            // One reading of the clock (never 0: the host takes 0 as "not yet"), then stopped.
+            let out = a[2];
+            let now = s.clock_ns.max(1);
+            let _ = wr_bytes(s, out, &now.to_le_bytes());
+            let _ = wr_bytes(s, out + 8, &1u64.to_le_bytes());
+        }
         "hs_spin_on_flag" => {
             let (flag, result) = (a[2], a[4]);
             match rd_u32(s, flag) {
@@ -586,6 +624,7 @@ fn kernel_arity(name: &str) -> Option<usize> {
         "hs_busy" => 5,
         "hs_read_bw" => 6,
         "hs_spin_on_flag" => 5,
+        "hs_clock_probe" => 5,
         "hs_graph_step" => 8,
         "hs_sgemm" => 15,
         _ => return None,
@@ -600,6 +639,7 @@ fn kernel_widths(name: &str) -> Vec<usize> {
         "hs_busy" => vec![8, 8, 8, 4, 4],
         "hs_read_bw" => vec![8, 8, 8, 8, 8, 8],
         "hs_spin_on_flag" => vec![8, 8, 8, 8, 8],
+        "hs_clock_probe" => vec![8, 8, 8, 8, 8],
         "hs_graph_step" => vec![8, 8, 8, 8, 8, 4, 8, 4],
         "hs_sgemm" => vec![8, 8, 4, 4, 4, 4, 4, 8, 8, 4, 8, 4, 8, 8, 4],
         _ => Vec::new(),

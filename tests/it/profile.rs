@@ -1,8 +1,9 @@
 //! The tracer and the profile (issue 34): the timeline file the binary writes is valid
 //! trace-event JSON whose events nest per track, still opens when the process is killed while
 //! writing it, holds every layer's ops in order inside each step; `bench --profile` reports the
-//! op families of the steps; the fake device's timed events come back as each kernel's device
-//! time; and the Profile panel renders a recorded profile (snapshots).
+//! op families of the steps; on the fake device each kernel's own stamps (or, asked, its timed
+//! events) come back as its device time; and the Profile panel renders a recorded profile
+//! (snapshots).
 
 use crate::common;
 use crate::ui_common;
@@ -12,6 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossterm::event::KeyCode;
+use hipscope::gpu::trace::device::TraceEvents;
 use hipscope::gpu::trace::writer::{parse_like_chrome, parse_like_perfetto};
 use serde_json::Value;
 
@@ -317,11 +319,11 @@ fn bench_profile_reports_each_op_family_per_step() {
     }
 }
 
-/// On the fake device, whose clock advances by each kernel's set time: a traced kernel's
-/// duration is its time on that clock; a replayed graph is one event on its own track that says
-/// it hides its kernels; the device's tracks nest.
-#[test]
-fn fake_device_times_come_from_its_timed_events() {
+/// Traces, on the fake device (whose clock advances by each kernel's set time, 7 µs for the
+/// fills here), three rounds of two labelled fills launched one by one, then two identical
+/// steps (captured, then replayed as a graph); returns the file's complete events and the
+/// track names.
+fn fake_trace(events: TraceEvents) -> (Vec<Value>, BTreeMap<u64, String>, bool) {
     use hipscope::gpu::arena::{ArenaPlan, Region};
     use hipscope::gpu::fake::{FakeDevice, FakeScript};
     use hipscope::gpu::handle::{Arg, Gpu, GpuConfig};
@@ -335,7 +337,11 @@ fn fake_device_times_come_from_its_timed_events() {
         ..FakeScript::default()
     });
     let ctl = be.control();
-    let mut gpu = Gpu::open(Box::new(be), GpuConfig::default()).expect("open");
+    let cfg = GpuConfig {
+        trace_events: events,
+        ..GpuConfig::default()
+    };
+    let mut gpu = Gpu::open(Box::new(be), cfg).expect("open");
     gpu.prepare_kernels(
         &KernelCache::disabled(),
         &CompileMode::InProcess,
@@ -370,8 +376,11 @@ fn fake_device_times_come_from_its_timed_events() {
             .expect("launch");
         }
     };
-    fills(&mut gpu, 7);
-    gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    for v in 0..3 {
+        fills(&mut gpu, v);
+        gpu.wait_idle(Duration::from_secs(5)).expect("idle");
+    }
+    let stamping = gpu.stamping();
     // Two identical steps: captured, then replayed.
     for _ in 0..2 {
         assert!(gpu.graph_begin_step(0).expect("begin"));
@@ -394,26 +403,56 @@ fn fake_device_times_come_from_its_timed_events() {
             .as_array()
             .unwrap()
             .clone();
-    let xs = complete_events(&events);
-    assert_nested(&xs);
     let names = track_names(&events);
+    let xs: Vec<Value> = complete_events(&events).into_iter().cloned().collect();
+    (xs, names, stamping)
+}
+
+/// The fills on the stream's own track, in order.
+fn fake_fills(xs: &[Value], names: &BTreeMap<u64, String>) -> Vec<Value> {
     let stream = names
         .iter()
         .find(|(_, n)| n.as_str() == "fake:0 stream 0")
         .map(|(t, _)| *t)
         .expect("the stream's track");
-    let kernels: Vec<&&Value> = xs
-        .iter()
+    xs.iter()
         .filter(|e| e["tid"] == stream && e["cat"] == "kernel" && e["args"]["kernel"] == "fill")
-        .collect();
-    assert_eq!(kernels.len(), 2, "{kernels:?}");
+        .cloned()
+        .collect()
+}
+
+/// By default a kernel times itself (kernels/prelude.h): once the first traced op has made the
+/// timer, the clock is mapped by a calibration launch when the stream is next idle, and every
+/// later kernel carries its own start and end, which come back as its time on the device's clock. A replayed
+/// graph is one event (timed events) on its own track that says it hides its kernels; the
+/// device's tracks nest.
+#[test]
+fn fake_device_kernels_time_themselves_and_graphs_by_events() {
+    let (xs, names, stamping) = fake_trace(TraceEvents::Stamps);
+    assert!(stamping, "kernels are launched stamped once the clock is mapped");
+    let refs: Vec<&Value> = xs.iter().collect();
+    assert_nested(&refs);
+    let kernels = fake_fills(&xs, &names);
+    assert_eq!(kernels.len(), 6, "{kernels:?}");
     for k in &kernels {
-        // 7 µs on the fake's clock, read back from the pair of timed events.
+        // 7 µs on the fake's clock, from the kernel's stamps or (the first) its events.
         assert!((k["dur"].as_f64().unwrap() - 7.0).abs() < 0.01, "{k}");
     }
+    // The first round ran by events: its first op made the timer, and the stream was not idle
+    // again (the clock is mapped only then) until the round's end.
+    let stamped: Vec<bool> = kernels
+        .iter()
+        .map(|k| k["args"]["timed by"] == "kernel stamps")
+        .collect();
+    assert_eq!(stamped, [false, false, true, true, true, true], "{kernels:?}");
     assert_eq!(kernels[0]["args"]["layer"], 0);
     assert_eq!(kernels[1]["args"]["layer"], 1);
-    let graphs: Vec<&&Value> = xs.iter().filter(|e| e["cat"] == "graph").collect();
+    let probes = xs
+        .iter()
+        .filter(|e| e["name"] == "trace · clock calibration")
+        .count();
+    assert!(probes >= 1, "the calibration launch is on the timeline");
+    let graphs: Vec<&Value> = xs.iter().filter(|e| e["cat"] == "graph").collect();
     assert_eq!(graphs.len(), 2, "a capture's replay and a replay");
     for g in &graphs {
         assert_eq!(g["args"]["kernels"], 2);
@@ -423,6 +462,20 @@ fn fake_device_times_come_from_its_timed_events() {
         let track = &names[&g["tid"].as_u64().unwrap()];
         assert_eq!(track, "fake:0 stream 0 · graph replays");
     }
+}
+
+/// `HIPSCOPE_TRACE_EVENTS=pairs`: every kernel timed by its two events, no calibration launch.
+#[test]
+fn fake_device_times_come_from_its_timed_events_when_asked() {
+    let (xs, names, stamping) = fake_trace(TraceEvents::Pairs);
+    assert!(!stamping);
+    let kernels = fake_fills(&xs, &names);
+    assert_eq!(kernels.len(), 6, "{kernels:?}");
+    for k in &kernels {
+        assert!((k["dur"].as_f64().unwrap() - 7.0).abs() < 0.01, "{k}");
+        assert!(k["args"].get("timed by").is_none(), "{k}");
+    }
+    assert!(!xs.iter().any(|e| e["name"] == "trace · clock calibration"));
 }
 
 /// A profile recorded from `bench --profile --json` of SmolLM2-135M Q4_1 on this project's

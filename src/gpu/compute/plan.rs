@@ -296,7 +296,7 @@ pub struct ComputeOptions {
     /// The one-token products take f32 activations where a kernel for it exists (Q4_0, Q4_1),
     /// instead of Q8 ones (`HIPSCOPE_MV_ACT=f32`: issue 13 item 8's measurement).
     pub mv_act_f32: bool,
-    /// The tracer's timed events per op (`HIPSCOPE_TRACE_EVENTS`).
+    /// How the tracer times each op (`HIPSCOPE_TRACE_EVENTS`: kernel stamps or timed events).
     pub trace_events: crate::gpu::trace::device::TraceEvents,
 }
 
@@ -310,7 +310,7 @@ impl Default for ComputeOptions {
             graphs: true,
             kernels: None,
             mv_act_f32: false,
-            trace_events: crate::gpu::trace::device::TraceEvents::Pairs,
+            trace_events: crate::gpu::trace::device::TraceEvents::Stamps,
         }
     }
 }

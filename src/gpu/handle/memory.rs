@@ -17,6 +17,7 @@ impl Gpu {
         plan.add(Region::Workspace, 256); // scalars
         plan.add(Region::Workspace, CHECKSUM_BLOCKS as u64 * 16);
         plan.add(Region::Workspace, super::graph::STEP_BLOCK_BYTES);
+        plan.add(Region::Workspace, crate::gpu::trace::stamps::BLOCK_BYTES);
         if blas {
             plan.add(Region::Workspace, self.cfg.blas_workspace);
         }
@@ -48,6 +49,7 @@ impl Gpu {
         let scalars = arena.alloc(Region::Workspace, 8)?;
         let scratch = arena.alloc(Region::Workspace, CHECKSUM_BLOCKS as u64 * 16)?;
         let step_block = arena.alloc(Region::Workspace, super::graph::STEP_BLOCK_BYTES)?;
+        let stamp_block = arena.alloc(Region::Workspace, crate::gpu::trace::stamps::BLOCK_BYTES)?;
         let workspace = if blas {
             Some(arena.alloc(Region::Workspace, self.cfg.blas_workspace)?)
         } else {
@@ -57,6 +59,7 @@ impl Gpu {
         self.scalars = Some(scalars);
         self.verify_scratch = Some(scratch);
         self.graphs.set_block(step_block);
+        self.stamp_block = Some(stamp_block);
         let l = self.label("init · scalars 0.0, 1.0");
         let mut bytes = [0u8; 8];
         bytes[4..].copy_from_slice(&1.0f32.to_le_bytes());

@@ -7,11 +7,13 @@
 //! only from this file):
 //! `launch.rs` (kernels, GEMM, fills and copies), `memory.rs` (arena and host words),
 //! `transfer.rs` (staged uploads and downloads, verified uploads), `teardown.rs` (the device half
-//! of the quit protocol and the event prober).
+//! of the quit protocol and the event prober), `stamps.rs` (the tracer's kernel stamps and clock
+//! calibration).
 
 mod graph;
 mod launch;
 mod memory;
+mod stamps;
 mod teardown;
 mod transfer;
 
@@ -55,7 +57,7 @@ pub struct GpuConfig {
     pub blas_workspace: u64,
     /// Longest wait for a staging buffer, a download or a free event.
     pub wait_timeout: Duration,
-    /// The timed events the tracer records per op while tracing is on.
+    /// How the tracer times each op while tracing is on (kernel stamps, timed events).
     pub trace_events: TraceEvents,
 }
 
@@ -71,7 +73,7 @@ impl Default for GpuConfig {
             runtime_reserve: 256 << 20,
             blas_workspace: 32 << 20,
             wait_timeout: Duration::from_secs(30),
-            trace_events: TraceEvents::Pairs,
+            trace_events: TraceEvents::Stamps,
         }
     }
 }
@@ -196,6 +198,15 @@ pub struct Gpu {
     timer: Option<DeviceTimer>,
     /// Why the timed events could not be made (tracing then shows no device ops).
     timer_failed: Option<String>,
+    /// The kernels' stamp block (device memory, in the arena's workspace), whether the host ring
+    /// is made, the calibration probe's host word, and why this device's kernels are timed by events
+    /// instead (`stamps.rs`).
+    stamp_block: Option<DeviceBuffer>,
+    stamp_ring: bool,
+    stamp_probe: Option<HostWord>,
+    stamp_failed: Option<String>,
+    /// Set while `stamps.rs` enqueues its own ops.
+    stamp_busy: bool,
     /// Recorded after each crossing this device sends peer to peer (`send_to_peer`), for the
     /// receiving stream to wait on; made at the first.
     peer_event: Option<crate::gpu::device::RawEvent>,
@@ -239,6 +250,11 @@ impl Gpu {
             mem_at_open,
             timer: None,
             timer_failed: None,
+            stamp_block: None,
+            stamp_ring: false,
+            stamp_probe: None,
+            stamp_failed: None,
+            stamp_busy: false,
             peer_event: None,
             peers: std::collections::HashMap::new(),
         };
@@ -385,14 +401,27 @@ impl Gpu {
             let r = self.stream.wait_for(self.backend.as_mut(), target, d);
             self.guard(r)?;
         }
-        let traced = self.trace_before()?;
+        self.trace_prepare()?;
+        // A stamped kernel gets the stamp block and its flagged seq as its tracking arguments
+        // (`HS_BREADCRUMB`); while its slot is still unread it is timed by events instead.
+        let stamp = match self.timer.as_mut() {
+            Some(t) if kind == OpKind::Kernel && trace::on() => {
+                t.stamp_launch(self.backend.as_mut(), self.stream.next_seq())
+            }
+            _ => None,
+        };
+        let traced = self.trace_before(stamp.is_some())?;
         let seq = self.stream.begin(kind, label, budget);
-        let crumb = self.stream.crumb_arg();
-        let r = f(self.backend.as_mut(), seq, crumb);
+        let (crumb, op) = match stamp {
+            Some((block, op)) => (DevicePtr(block), op),
+            None => (self.stream.crumb_arg(), seq),
+        };
+        debug_assert!(stamp.is_none() || op == seq | trace::stamps::STAMP_OP);
+        let r = f(self.backend.as_mut(), op, crumb);
         self.guard(r)?;
         self.stream.commit(seq);
         if let Some(enqueued_ns) = traced {
-            self.trace_after(seq, kind, label, enqueued_ns, trace_b)?;
+            self.trace_after(seq, kind, label, enqueued_ns, trace_b, stamp.is_some())?;
         }
         if self.stream.wants_event() {
             let d = self.deadline();
@@ -402,9 +431,10 @@ impl Gpu {
         Ok(seq)
     }
 
-    /// With tracing on: makes the timed events the first time, and records the op's start.
-    /// Returns the host time of the enqueue, `None` when the op is not timed.
-    fn trace_before(&mut self) -> Result<Option<u64>, GpuError> {
+    /// With tracing on: makes the timed events the first time, and records the op's start (not
+    /// for a kernel that stamps itself). Returns the host time of the enqueue, `None` when the op
+    /// is not timed.
+    fn trace_before(&mut self, stamped: bool) -> Result<Option<u64>, GpuError> {
         if !trace::on() || self.timer_failed.is_some() {
             return Ok(None);
         }
@@ -431,10 +461,12 @@ impl Gpu {
             idle = self.guard(r)? >= self.stream.last_seq();
         }
         let d = self.deadline();
+        let completed = self.stream.shared().completed();
         let Some(t) = self.timer.as_mut() else {
             return Ok(None);
         };
-        let r = t.before(self.backend.as_mut(), idle, d);
+        t.note_completed(completed);
+        let r = t.before(self.backend.as_mut(), idle, stamped, d);
         self.guard(r)?;
         Ok(Some(trace::now_ns()))
     }
@@ -446,24 +478,36 @@ impl Gpu {
         label: LabelId,
         enqueued_ns: u64,
         b: u64,
+        stamped: bool,
     ) -> Result<(), GpuError> {
         let d = self.deadline();
         let Some(t) = self.timer.as_mut() else {
             return Ok(());
         };
-        let r = t.after(self.backend.as_mut(), seq, kind, label, enqueued_ns, b, d);
+        let r = t.after(
+            self.backend.as_mut(),
+            seq,
+            kind,
+            label,
+            enqueued_ns,
+            b,
+            stamped,
+            d,
+        );
         self.guard(r)
     }
 
     /// Reads back the device times of the ops that have finished (tracing on, or its events
     /// still pending).
     pub(crate) fn trace_harvest(&mut self) -> Result<(), GpuError> {
+        let completed = self.stream.shared().completed();
         let Some(t) = self.timer.as_mut() else {
             return Ok(());
         };
         if t.pending() == 0 {
             return Ok(());
         }
+        t.note_completed(completed);
         let r = t.harvest(self.backend.as_mut());
         self.guard(r)
     }

@@ -58,6 +58,18 @@ fn every_kernel_takes_the_tracking_parameters_and_writes_a_breadcrumb() {
             "{}: every kernel writes its breadcrumb",
             s.name
         );
+        // First: the guard it declares stamps the kernel's start and, at every return, its end
+        // (kernels/prelude.h), so no block may leave before it.
+        for (at, _) in s.text.match_indices("(HS_TRACK_PARAMS") {
+            let body = &s.text[at..];
+            let open = body.find('{').expect("a body");
+            let first = body[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+            assert!(
+                first.starts_with("HS_BREADCRUMB();"),
+                "{}: the kernel at byte {at} does not start with HS_BREADCRUMB()",
+                s.name
+            );
+        }
         assert!(!s.text.contains("#include"), "{}: no includes", s.name);
     }
 }

@@ -531,6 +531,9 @@ impl Collector {
             }
             let p = parse_label(n);
             let mut args = op_args(n).u("seq", e.a).u("step", id as u64);
+            if e.cat == Cat::Op(OpKind::Kernel) && e.b == super::stamps::STAMPED {
+                args = args.s("timed by", "kernel stamps");
+            }
             let cost = match &nodes {
                 Some(nodes) => {
                     args = args.u("kernels", nodes.len() as u64).s(

@@ -1,20 +1,25 @@
-//! Device times for the tracer: while tracing is on, the tracked stream records a timed event
-//! before and after each op (from a pool of [`POOL`] events created the first time tracing is
-//! on), and reads them back once the device has passed them: the op's duration is the time
-//! between its two events (what the device spent on it, launch latency excluded), placed on the
-//! host clock through an anchor — a timed event recorded while the stream was idle, so that the
-//! device reached it at the host time it was recorded. The in-flight table's own events stay
-//! without timing (docs/ARCHITECTURE.md, "The GPU rules"): with tracing off, nothing here runs.
+//! Device times for the tracer. Kernels time themselves (`stamps.rs`) once the device clock is
+//! mapped onto the host's; every other op — a copy, a vendor BLAS call, a graph replay, and a
+//! kernel before the first calibration — is timed by the runtime's events: the tracked stream
+//! records a timed event before and after the op (from a pool of [`POOL`] events created the
+//! first time tracing is on), and reads them back once the device has passed them. The op's
+//! duration is the time between its two events (what the device spent on it, launch latency
+//! excluded), placed on the host clock through an anchor — a timed event recorded while the
+//! stream was idle, so that the device reached it at the host time it was recorded. The in-flight
+//! table's own events stay without timing (docs/ARCHITECTURE.md, "The GPU rules"): with tracing
+//! off, nothing here runs.
 //!
-//! [`TraceEvents::Ends`] (`HIPSCOPE_TRACE_EVENTS=ends`, resolved by `app/settings.rs` and passed
-//! down through `GpuConfig`) records only the event after each op (half the calls): an op then
-//! starts when the previous one ended or when it was enqueued, whichever is later, which counts
-//! launch latency into ops that start on an idle device.
+//! [`TraceEvents`] (`HIPSCOPE_TRACE_EVENTS`, resolved by `app/settings.rs` and passed down
+//! through `GpuConfig`): `stamps` (the default) as above; `pairs` times kernels by events too;
+//! `ends` records only the event after each op (half the calls): an op then starts when the
+//! previous one ended or when it was enqueued, whichever is later, which counts launch latency
+//! into ops that start on an idle device.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::stamps::{self, ClockMap, StampRing};
 use super::{Cat, Ev, Name, TrackId, now_ns, push, stream_track};
 use crate::gpu::device::{Device, GpuError, RawEvent};
 use crate::gpu::stream::{Backoff, LabelId, OpKind, StreamShared};
@@ -27,29 +32,52 @@ const HARVEST_EVERY: usize = 64;
 /// `event_elapsed_ms`'s f32 loses precision far from its anchor).
 const ANCHOR_AGE_NS: u64 = 50_000_000;
 
-/// Which timed events the tracer records per op.
+/// How the tracer times each op.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum TraceEvents {
-    /// One before and one after each op: the op's own device time.
+    /// Kernels by their own stamps, other ops by a pair of events.
     #[default]
+    Stamps,
+    /// One event before and one after each op: the op's own device time.
     Pairs,
     /// Only the one after each op (half the calls; launch latency counts into an op that starts
     /// on an idle device).
     Ends,
 }
 
-/// One op whose events are not read back yet.
+/// How a pending op was timed.
+enum Timing {
+    Events {
+        start: Option<RawEvent>,
+        end: RawEvent,
+        anchor: usize,
+    },
+    /// By the kernel itself, into its ring slot.
+    Stamped,
+}
+
+/// One op whose times are not read back yet.
 struct Pending {
-    start: Option<RawEvent>,
-    end: RawEvent,
+    timing: Timing,
     kind: OpKind,
     label: LabelId,
     seq: u64,
     step: u32,
     enqueued_ns: u64,
     b: u64,
-    anchor: usize,
 }
+
+/// The kernels' stamps of one stream: the ring they write and the clock map.
+struct Stamps {
+    ring: StampRing,
+    /// The stamp block's device address (`hs_crumb` of a stamped launch).
+    block: u64,
+    clock: Option<ClockMap>,
+    nominal: f64,
+}
+
+/// A finished kernel whose stamps have not arrived after this long is counted untimed.
+const STAMP_GRACE_NS: u64 = 100_000_000;
 
 struct Anchor {
     ev: RawEvent,
@@ -73,7 +101,12 @@ pub struct DeviceTimer {
     /// The start event recorded by `before` for the op `after` completes.
     open_start: Option<RawEvent>,
     since_harvest: usize,
-    /// Ops not timed (no anchor yet, or the pool was exhausted).
+    stamps: Option<Stamps>,
+    /// The stream's completed seq as last told (`note_completed`), and since when (host clock)
+    /// the oldest pending stamped op has been complete without its stamps.
+    completed: u64,
+    stale_since: Option<u64>,
+    /// Ops not timed (no anchor yet, the pool was exhausted, stamps that never came).
     pub untimed: u64,
 }
 
@@ -84,7 +117,7 @@ impl DeviceTimer {
         stream: &Arc<StreamShared>,
         events: TraceEvents,
     ) -> Result<DeviceTimer, GpuError> {
-        let pairs = events == TraceEvents::Pairs;
+        let pairs = events != TraceEvents::Ends;
         let mut all = Vec::with_capacity(POOL);
         for _ in 0..POOL {
             match dev.create_timed_event() {
@@ -110,8 +143,87 @@ impl DeviceTimer {
             last_end_ns: 0,
             open_start: None,
             since_harvest: 0,
+            stamps: None,
+            completed: 0,
+            stale_since: None,
             untimed: 0,
         })
+    }
+
+    /// Lets kernels stamp themselves into `ring`, through the stamp block at device address
+    /// `block`, once [`DeviceTimer::calibrate`] has mapped the clock (`nominal` ns a tick until
+    /// measured).
+    pub fn set_stamps(&mut self, ring: StampRing, block: u64, nominal: f64) {
+        self.stamps = Some(Stamps {
+            ring,
+            block,
+            clock: None,
+            nominal,
+        });
+    }
+
+    /// Whether kernels should be launched stamped: a ring and a clock map.
+    pub fn stamping(&self) -> bool {
+        self.stamps.as_ref().is_some_and(|s| s.clock.is_some())
+    }
+
+    /// Whether the clock map is missing or old (the caller then calibrates at an idle moment).
+    pub fn wants_calibration(&self) -> bool {
+        self.stamps.as_ref().is_some_and(|s| {
+            s.clock
+                .is_none_or(|c| c.made_ns() + stamps::RECALIBRATE_NS < now_ns())
+        })
+    }
+
+    /// Maps the clocks from calibration samples `(host_ns, ticks)`; false when there were none.
+    pub fn calibrate(&mut self, samples: &[(u64, u64)]) -> bool {
+        let Some(s) = self.stamps.as_mut() else {
+            return false;
+        };
+        match ClockMap::from_samples(samples, s.nominal, s.clock.as_ref()) {
+            Some(m) => {
+                s.clock = Some(m);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The clock map, for the trace's notes and tests.
+    pub fn clock(&self) -> Option<ClockMap> {
+        self.stamps.as_ref().and_then(|s| s.clock)
+    }
+
+    /// The stamp block's device address and the `hs_op` for a stamped launch of op `seq`,
+    /// having emptied its slot; `None` when kernels are not stamped now or the slot's previous
+    /// op is still unread (the op is then timed by events).
+    pub fn stamp_launch(&mut self, dev: &mut dyn Device, seq: u64) -> Option<(u64, u64)> {
+        if !self.stamping() {
+            return None;
+        }
+        if self.slot_busy(seq) {
+            let _ = self.harvest(dev);
+            if self.slot_busy(seq) {
+                return None;
+            }
+        }
+        let s = self.stamps.as_ref()?;
+        s.ring.clear(seq);
+        Some((s.block, seq | stamps::STAMP_OP))
+    }
+
+    /// Whether an unread stamped op still holds `seq`'s slot.
+    fn slot_busy(&self, seq: u64) -> bool {
+        self.pending.iter().any(|p| {
+            matches!(p.timing, Timing::Stamped)
+                && p.seq != seq
+                && stamps::slot(p.seq) == stamps::slot(seq)
+        })
+    }
+
+    /// The stream's completed seq, so that a stamped op whose stamps never come is let go.
+    pub fn note_completed(&mut self, completed: u64) {
+        self.completed = self.completed.max(completed);
     }
 
     /// The events, for teardown (after the drain).
@@ -155,11 +267,12 @@ impl DeviceTimer {
     }
 
     /// Before an op is enqueued: anchors the clocks when the stream is idle (`idle`), and records
-    /// the op's start event.
+    /// the op's start event unless the op stamps itself (`stamped`).
     pub fn before(
         &mut self,
         dev: &mut dyn Device,
         idle: bool,
+        stamped: bool,
         deadline: Instant,
     ) -> Result<(), GpuError> {
         if self.since_harvest >= HARVEST_EVERY || idle {
@@ -191,7 +304,7 @@ impl DeviceTimer {
                 self.release_anchor_if_unused(o);
             }
         }
-        if self.pairs && self.current.is_some() {
+        if self.pairs && !stamped && self.current.is_some() {
             self.open_start = self.take_event(dev, deadline)?;
             if let Some(ev) = self.open_start {
                 // SAFETY: as above.
@@ -209,7 +322,8 @@ impl DeviceTimer {
         }
     }
 
-    /// After op `seq` was enqueued: records its end event.
+    /// After op `seq` was enqueued: records its end event, or for an op that stamps itself
+    /// (`stamped`) only notes it.
     #[allow(clippy::too_many_arguments)]
     pub fn after(
         &mut self,
@@ -219,8 +333,22 @@ impl DeviceTimer {
         label: LabelId,
         enqueued_ns: u64,
         b: u64,
+        stamped: bool,
         deadline: Instant,
     ) -> Result<(), GpuError> {
+        if stamped {
+            self.pending.push_back(Pending {
+                timing: Timing::Stamped,
+                kind,
+                label,
+                seq,
+                step: super::current_step(),
+                enqueued_ns,
+                b,
+            });
+            self.since_harvest += 1;
+            return Ok(());
+        }
         let start = self.open_start.take();
         let Some(anchor) = self.current else {
             self.untimed += 1;
@@ -239,15 +367,13 @@ impl DeviceTimer {
             a.users += 1;
         }
         self.pending.push_back(Pending {
-            start,
-            end,
+            timing: Timing::Events { start, end, anchor },
             kind,
             label,
             seq,
             step: super::current_step(),
             enqueued_ns,
             b,
-            anchor,
         });
         self.since_harvest += 1;
         Ok(())
@@ -257,28 +383,37 @@ impl DeviceTimer {
     pub fn harvest(&mut self, dev: &mut dyn Device) -> Result<(), GpuError> {
         self.since_harvest = 0;
         while let Some(p) = self.pending.front() {
-            if !dev.query_event(p.end)? {
-                break;
-            }
+            let times = match p.timing {
+                Timing::Events { start, end, anchor } => {
+                    if !dev.query_event(end)? {
+                        break;
+                    }
+                    self.event_times(dev, start, end, anchor, p.enqueued_ns)?
+                }
+                Timing::Stamped => match self.stamp_times(p.seq) {
+                    Stamp::Read(t) => Some(t),
+                    Stamp::Wait => break,
+                    Stamp::Lost => None,
+                },
+            };
             let Some(p) = self.pending.pop_front() else {
                 break;
             };
-            let (anchor_ev, anchor_ns) = match self.anchors[p.anchor].as_ref() {
-                Some(a) => (a.ev, a.host_ns),
-                None => continue,
+            if let Timing::Events { start, end, anchor } = p.timing {
+                self.free.extend(start);
+                self.free.push(end);
+                if let Some(a) = self.anchors[anchor].as_mut() {
+                    a.users = a.users.saturating_sub(1);
+                }
+                self.release_anchor_if_unused(anchor);
+            }
+            let Some((start_ns, end_ns)) = times else {
+                self.untimed += 1;
+                continue;
             };
-            let to_ns = |ms: f32| (f64::from(ms) * 1e6).round().max(0.0) as u64;
-            let end_ns = anchor_ns + to_ns(dev.event_elapsed_ms(anchor_ev, p.end)?);
-            let (start_ns, end_ns) = match p.start {
-                Some(s) => {
-                    let dur = to_ns(dev.event_elapsed_ms(s, p.end)?);
-                    let start = end_ns.saturating_sub(dur).max(self.last_end_ns);
-                    (start, end_ns.max(start))
-                }
-                None => {
-                    let start = self.last_end_ns.max(p.enqueued_ns).min(end_ns);
-                    (start, end_ns)
-                }
+            let b = match p.timing {
+                Timing::Stamped => stamps::STAMPED,
+                Timing::Events { .. } => p.b,
             };
             self.last_end_ns = end_ns;
             push(Ev {
@@ -293,17 +428,73 @@ impl DeviceTimer {
                 dur_ns: end_ns - start_ns,
                 step: p.step,
                 a: p.seq,
-                b: p.b,
+                b,
             });
-            if let Some(s) = p.start {
-                self.free.push(s);
-            }
-            self.free.push(p.end);
-            if let Some(a) = self.anchors[p.anchor].as_mut() {
-                a.users = a.users.saturating_sub(1);
-            }
-            self.release_anchor_if_unused(p.anchor);
         }
         Ok(())
     }
+
+    /// An event-timed op's start and end on the host clock; `None` when its anchor is gone.
+    fn event_times(
+        &self,
+        dev: &mut dyn Device,
+        start: Option<RawEvent>,
+        end: RawEvent,
+        anchor: usize,
+        enqueued_ns: u64,
+    ) -> Result<Option<(u64, u64)>, GpuError> {
+        let Some(a) = self.anchors[anchor].as_ref() else {
+            return Ok(None);
+        };
+        let to_ns = |ms: f32| (f64::from(ms) * 1e6).round().max(0.0) as u64;
+        let end_ns = a.host_ns + to_ns(dev.event_elapsed_ms(a.ev, end)?);
+        Ok(Some(match start {
+            Some(s) => {
+                // Its length is the device's; it is moved, not cut, to start no earlier than the
+                // previous op ended (the anchor and the stamps' clock map each place ops to
+                // within about a microsecond, not always the same one).
+                let dur = to_ns(dev.event_elapsed_ms(s, end)?);
+                let start = end_ns.saturating_sub(dur).max(self.last_end_ns);
+                (start, start + dur)
+            }
+            None => {
+                let start = self.last_end_ns.max(enqueued_ns).min(end_ns);
+                (start, end_ns)
+            }
+        }))
+    }
+
+    /// A stamped op's start and end on the host clock, once both stamps are there. Its length
+    /// is the device's; it is placed no earlier than the previous op's end (ops on one stream
+    /// do not overlap; the clock map is good to about a microsecond).
+    fn stamp_times(&mut self, seq: u64) -> Stamp {
+        let Some(s) = self.stamps.as_ref() else {
+            return Stamp::Lost;
+        };
+        let (Some(clock), Some((t0, t1))) = (s.clock, s.ring.read(seq)) else {
+            // Finished (the stream says so) without its stamps: they may still be on their way
+            // over the bus; after a grace period the op is counted untimed.
+            if self.completed < seq {
+                return Stamp::Wait;
+            }
+            let now = now_ns();
+            let since = *self.stale_since.get_or_insert(now);
+            if now < since + STAMP_GRACE_NS {
+                return Stamp::Wait;
+            }
+            self.stale_since = None;
+            return Stamp::Lost;
+        };
+        self.stale_since = None;
+        let dur = clock.span_ns(t0, t1);
+        let start = clock.host_ns(t0).max(self.last_end_ns);
+        Stamp::Read((start, start + dur))
+    }
+}
+
+/// What a stamped op's slot holds now.
+enum Stamp {
+    Read((u64, u64)),
+    Wait,
+    Lost,
 }

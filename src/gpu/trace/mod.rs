@@ -1,10 +1,11 @@
 //! The tracer: where every microsecond goes. Hooks in the backends (each CPU op and pool job,
-//! each GPU kernel, copy and graph replay, timed by the runtime's events: `device.rs`), in the
-//! forward pass (decode steps, prompt batches), the session (sampling, detokenizing), the load and
-//! the UI (frames) push small plain events into one bounded ring; one collector thread
-//! (`collector.rs`) takes them off and hands them to the timeline file (`writer.rs`: Chrome's
-//! trace-event JSON, which Perfetto's UI and `chrome://tracing` open) and to the profile
-//! (`profile.rs`: each op family's share of a step, for the Profile panel and `bench --profile`).
+//! each GPU kernel, copy and graph replay, timed by the kernels' own stamps, `stamps.rs`, or the
+//! runtime's events, `device.rs`), in the forward pass (decode steps, prompt batches), the
+//! session (sampling, detokenizing), the load and the UI (frames) push small plain events into
+//! one bounded ring; one collector thread (`collector.rs`) takes them off and hands them to the
+//! timeline file (`writer.rs`: Chrome's trace-event JSON, which Perfetto's UI and
+//! `chrome://tracing` open) and to the profile (`profile.rs`: each op family's share of a step,
+//! for the Profile panel and `bench --profile`).
 //!
 //! Off, a hook costs one relaxed atomic load. On, a push is a `try_send` into the ring and never
 //! blocks: when the collector falls behind, events are dropped and counted (the file says how
@@ -17,6 +18,7 @@ mod collector;
 pub mod device;
 pub mod label;
 pub mod profile;
+pub mod stamps;
 pub mod writer;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};

@@ -1,0 +1,228 @@
+//! Kernel stamps: with tracing on, each hipscope kernel times itself. Its first thread stores the
+//! device clock when it starts, and the block that finishes last stores it when it ends, into the
+//! op's slot of a ring in pinned host memory (`HS_BREADCRUMB` in kernels/prelude.h; the kernel
+//! finds the ring through the stream's stamp block in device memory, which also holds each slot's
+//! count of finished blocks). The host reads a slot once both words are there — no runtime call
+//! per op, where two timed events per launch cost ~3.6 µs each on CUDA — and maps the device clock
+//! onto its own with a calibration launch (`hs_clock_probe`, `handle/stamps.rs`). Copies, vendor
+//! BLAS calls and graph replays run no hipscope kernel code and keep the timed events
+//! (`device.rs`).
+
+use crate::gpu::device::RuntimeKind;
+
+/// Set in a kernel's `hs_op` when it stamps itself (`HS_STAMP_OP`).
+pub const STAMP_OP: u64 = 1 << 62;
+/// `Ev::b` of a kernel op timed by its stamps (a kernel's `b` is otherwise 0).
+pub const STAMPED: u64 = 1;
+/// Slots of the ring (`HS_STAMP_SLOTS`): more than the stream's in-flight table
+/// (`stream::RING`), so a slot is free again once its op is read back.
+pub const SLOTS: usize = 8192;
+/// Word of the stamp block where the per-slot block counters start (`HS_STAMP_COUNTERS`).
+pub const COUNTERS_WORD: usize = 8;
+/// Bytes of the stamp block in device memory: the header words, then a u32 counter a slot.
+pub const BLOCK_BYTES: u64 = (COUNTERS_WORD * 8 + SLOTS * 4) as u64;
+/// Bytes of the host ring: a start and an end word a slot.
+pub const RING_BYTES: usize = SLOTS * 16;
+/// A clock map older than this is renewed at the stream's next idle moment (the two clocks
+/// drift by a few parts per million; the renewal also measures the device clock's rate).
+pub const RECALIBRATE_NS: u64 = 500_000_000;
+/// The rate is measured between two calibrations at least this far apart.
+const RATE_SPAN_NS: u64 = 100_000_000;
+
+/// The device clock's nominal nanoseconds per tick: CUDA's `%globaltimer` counts nanoseconds,
+/// HIP's `wall_clock64()` runs at 100 MHz on every AMD GPU hipscope compiles for; the fake
+/// device's clock is in nanoseconds. Calibrations refine it.
+pub fn nominal_ns_per_tick(kind: RuntimeKind) -> f64 {
+    match kind {
+        RuntimeKind::Hip => 10.0,
+        RuntimeKind::Cuda | RuntimeKind::Fake => 1.0,
+    }
+}
+
+/// The host ring's slot of op `seq`.
+pub fn slot(seq: u64) -> usize {
+    (seq % SLOTS as u64) as usize
+}
+
+/// The stamp block's first words as the kernels read them: the host breadcrumb's and the host
+/// ring's device addresses, the rest (and every counter) zero.
+pub fn block_image(host_crumb: u64, host_ring: u64) -> Vec<u8> {
+    let mut b = vec![0u8; BLOCK_BYTES as usize];
+    b[..8].copy_from_slice(&host_crumb.to_le_bytes());
+    b[8..16].copy_from_slice(&host_ring.to_le_bytes());
+    b
+}
+
+/// Device clock → host clock (`trace::now_ns`), from calibration samples.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ClockMap {
+    /// The host time of device tick `ticks`.
+    host_ns: u64,
+    ticks: u64,
+    ns_per_tick: f64,
+    /// Whether `ns_per_tick` was measured (two calibrations far enough apart) or is nominal.
+    pub measured: bool,
+}
+
+impl ClockMap {
+    /// The map from samples `(host_ns, ticks)`: the host read `ticks` at `host_ns`, so the
+    /// device wrote it at least the bus's latency earlier. Each sample bounds the offset from
+    /// above; the smallest bound is kept (within that latency, ~1 µs). With a `previous` map
+    /// far enough back, the rate is measured between the two; a measurement more than 10% from
+    /// `nominal` is not believed. `None` without samples.
+    pub fn from_samples(
+        samples: &[(u64, u64)],
+        nominal: f64,
+        previous: Option<&ClockMap>,
+    ) -> Option<ClockMap> {
+        let rate = previous.filter(|p| p.measured).map_or(nominal, |p| p.ns_per_tick);
+        // The sample with the smallest host − device offset at this rate.
+        let &(host_ns, ticks) = samples.iter().min_by(|a, b| {
+            let off = |s: &(u64, u64)| s.0 as f64 - s.1 as f64 * rate;
+            off(a).total_cmp(&off(b))
+        })?;
+        let mut map = ClockMap {
+            host_ns,
+            ticks,
+            ns_per_tick: rate,
+            measured: previous.is_some_and(|p| p.measured),
+        };
+        if let Some(p) = previous
+            && host_ns > p.host_ns + RATE_SPAN_NS
+            && ticks > p.ticks
+        {
+            let r = (host_ns - p.host_ns) as f64 / (ticks - p.ticks) as f64;
+            if (r / nominal - 1.0).abs() < 0.1 {
+                map.ns_per_tick = r;
+                map.measured = true;
+            }
+        }
+        Some(map)
+    }
+
+    /// The host time of device tick `t`.
+    pub fn host_ns(&self, t: u64) -> u64 {
+        let d = (t as i128 - self.ticks as i128) as f64 * self.ns_per_tick;
+        (self.host_ns as f64 + d).round().max(0.0) as u64
+    }
+
+    /// Nanoseconds between two device ticks.
+    pub fn span_ns(&self, from: u64, to: u64) -> u64 {
+        (to.saturating_sub(from) as f64 * self.ns_per_tick).round() as u64
+    }
+
+    pub fn ns_per_tick(&self) -> f64 {
+        self.ns_per_tick
+    }
+
+    /// When it was made (host clock).
+    pub fn made_ns(&self) -> u64 {
+        self.host_ns
+    }
+}
+
+/// The host ring (pinned, mapped into the device; owned and freed by the `Gpu`).
+pub struct StampRing {
+    words: *mut u64,
+}
+
+// SAFETY: the ring is only touched by the thread that owns the `Gpu` (and the device).
+unsafe impl Send for StampRing {}
+
+impl StampRing {
+    /// # Safety
+    /// `host` points at [`RING_BYTES`] bytes of pinned memory, 8-byte aligned, that outlive the
+    /// ring.
+    pub unsafe fn new(host: *mut u8) -> StampRing {
+        StampRing {
+            words: host as *mut u64,
+        }
+    }
+
+    /// Empties op `seq`'s slot before the op is enqueued.
+    pub fn clear(&self, seq: u64) {
+        let i = 2 * slot(seq);
+        // SAFETY: i + 1 < 2 · SLOTS words (`new`'s contract); volatile: the device writes it.
+        unsafe {
+            std::ptr::write_volatile(self.words.add(i), 0);
+            std::ptr::write_volatile(self.words.add(i + 1), 0);
+        }
+    }
+
+    /// Op `seq`'s start and end ticks, once both are there.
+    pub fn read(&self, seq: u64) -> Option<(u64, u64)> {
+        let i = 2 * slot(seq);
+        // SAFETY: as in `clear`.
+        let (s, e) = unsafe {
+            (
+                std::ptr::read_volatile(self.words.add(i)),
+                std::ptr::read_volatile(self.words.add(i + 1)),
+            )
+        };
+        (s != 0 && e != 0).then_some((s, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kernels_and_the_host_agree_on_the_layout() {
+        let prelude = crate::gpu::kernels::PRELUDE;
+        let define = |name: &str| {
+            prelude
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| panic!("{name} in prelude.h"))
+        };
+        assert_eq!(define("HS_STAMP_OP"), "(1ULL << 62)");
+        assert_eq!(STAMP_OP, 1 << 62);
+        assert_eq!(define("HS_STAMP_SLOTS"), format!("{SLOTS}u"));
+        assert_eq!(define("HS_STAMP_COUNTERS"), COUNTERS_WORD.to_string());
+        assert!(SLOTS > crate::gpu::stream::RING);
+        assert!(SLOTS.is_power_of_two());
+    }
+
+    #[test]
+    fn the_offset_is_the_tightest_sample_and_the_rate_is_measured_over_time() {
+        // Device ticks at 10 ns, device tick 0 at host 5,000 ns; the host saw each value 300 to
+        // 900 ns after it was written.
+        let host = |t: u64, lag: u64| 5_000 + t * 10 + lag;
+        let s = [(host(100, 900), 100), (host(150, 300), 150), (host(200, 600), 200)];
+        let m = ClockMap::from_samples(&s, 10.0, None).expect("map");
+        assert_eq!(m.host_ns(150), host(150, 300));
+        assert_eq!(m.host_ns(1_150), host(1_150, 300));
+        assert_eq!(m.span_ns(100, 200), 1_000);
+        assert!(!m.measured);
+        // 0.2 s later, on a device clock 0.5% fast: the rate is measured.
+        let t2 = 20_000_000u64;
+        let later = [(5_000 + t2 * 10 + 300, (t2 as f64 * 1.005) as u64)];
+        let m2 = ClockMap::from_samples(&later, 10.0, Some(&m)).expect("map");
+        assert!(m2.measured);
+        assert!((m2.ns_per_tick() - 10.0 / 1.005).abs() < 1e-3, "{m2:?}");
+        // A rate far from the nominal one is not believed.
+        let wild = [(5_000 + t2 * 10, t2 * 2)];
+        let m3 = ClockMap::from_samples(&wild, 10.0, Some(&m)).expect("map");
+        assert!(!m3.measured);
+        assert_eq!(m3.ns_per_tick(), 10.0);
+        assert!(ClockMap::from_samples(&[], 10.0, None).is_none());
+    }
+
+    #[test]
+    fn a_slot_reads_back_only_once_both_stamps_are_there() {
+        let mut mem = vec![0u64; 2 * SLOTS];
+        // SAFETY: RING_BYTES of 8-byte aligned memory that outlives the ring.
+        let ring = unsafe { StampRing::new(mem.as_mut_ptr() as *mut u8) };
+        let seq = SLOTS as u64 + 3;
+        mem[6] = 11;
+        assert_eq!(ring.read(seq), None);
+        mem[7] = 42;
+        assert_eq!(ring.read(seq), Some((11, 42)));
+        assert_eq!(ring.read(3), Some((11, 42)), "the same slot");
+        ring.clear(seq);
+        assert_eq!(ring.read(seq), None);
+        assert_eq!(&mem[6..8], &[0, 0]);
+    }
+}
