@@ -5,17 +5,21 @@
 #
 # 1. `synth llama-2-7b --quant Q4_0` (random weights in the real shapes), then
 #    `bench -p 0 -n 8 --no-graphs --profile --json --trace` records a decode trace with every
-#    kernel's device time (timed events before and after each op).
+#    kernel's device time (each kernel's own stamps, kernels/prelude.h; timed events for the
+#    copies).
 # 2. The same decode steps under `ncu --clock-control none --metrics gpu__time_duration.sum`:
 #    the kernels of the last decode step, matched by position to the trace's (the step's launches
 #    are the same at every step), grouped by the trace's op family; each family's share of the
 #    step's kernel time in the trace against ncu's, within 10% (families over 1% of the step).
 # 3. In every traced decode step: every layer's ops present, in layer order, the same ops in each
 #    layer; the sum of the step's kernels within the step's wall time.
-# 4. The cost: `bench -n 32` tokens/s without and with `--profile`, graphs on and off.
+# 4. The cost: `bench -n 32` tokens/s without and with `--profile`, graphs on and off; and, as
+#    notes, with every op timed by two events (HIPSCOPE_TRACE_EVENTS=pairs, the tracer before
+#    kernel stamps) and by one (=ends), and the stamps' shares against ncu's in the pairs trace.
 #
 # Prints a short table and PASS/FAIL lines; exit 0 only when every check passes. Files: $OUT
-# (default /tmp): trace-nographs.json, bench-profile.json, ncu.csv, trace-check.log.
+# (default /tmp): trace-nographs.json, trace-pairs.json, bench-profile.json, ncu.csv,
+# trace-check.log.
 # Usage: scripts/device/trace-check.sh    Time: about 4-6 minutes on an H200 (the 7B file is
 # written once, ~1 min; ncu replays ~1,300 kernels); each step is cut by `timeout` inside 8 min.
 set -u
@@ -70,18 +74,20 @@ cost() { # cost GRAPHS_FLAG PROFILE_FLAG -> t/s
 }
 g_off=$(cost "" ""); g_on=$(cost "" --profile)
 n_off=$(cost --no-graphs ""); n_on=$(cost --no-graphs --profile)
-# One timed event a launch instead of two (HIPSCOPE_TRACE_EVENTS=ends): its cost and its shares.
+# Every op timed by two timed events (=pairs) or one (=ends): their cost, and the pairs' shares.
 export HIPSCOPE_TRACE_EVENTS=ends
 n_ends=$(cost --no-graphs --profile)
-run 90 "$BIN" bench "${common[@]}" -r 1 -n 8 --no-graphs --trace "$OUT_DIR/trace-ends.json" \
+export HIPSCOPE_TRACE_EVENTS=pairs
+n_pairs=$(cost --no-graphs --profile)
+run 90 "$BIN" bench "${common[@]}" -r 1 -n 8 --no-graphs --trace "$OUT_DIR/trace-pairs.json" \
     >/dev/null 2>>"$LOG"
 unset HIPSCOPE_TRACE_EVENTS
 
-python3 - "$OUT_DIR" "$rc_trace" "$rc_ncu" "$g_off" "$g_on" "$n_off" "$n_on" "$n_ends" <<'EOF'
+python3 - "$OUT_DIR" "$rc_trace" "$rc_ncu" "$g_off" "$g_on" "$n_off" "$n_on" "$n_ends" "$n_pairs" <<'EOF'
 import csv, json, math, sys
 from collections import OrderedDict, defaultdict
 out, rc_trace, rc_ncu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-g_off, g_on, n_off, n_on, n_ends = (float(x) for x in sys.argv[4:9])
+g_off, g_on, n_off, n_on, n_ends, n_pairs = (float(x) for x in sys.argv[4:10])
 ok = True
 def verdict(good, what):
     global ok
@@ -138,6 +144,19 @@ verdict(layer_ok and len(steps) > 0, "every layer 0-31 in order, the same ops in
 verdict(wall_ok and len(steps) > 0,
         f"a step's kernels within its wall time (mean {kt:.0f} of {wall:.0f} µs, "
         f"{per_step[0][2] if per_step else 0} kernels a step)")
+checked = [k for s in steps for k in kern[s["args"]["step"]]]
+stamped = [k for k in checked if k["args"].get("timed by") == "kernel stamps"]
+verdict(len(checked) > 0 and len(stamped) == len(checked),
+        f"every kernel of those steps timed by its own stamps ({len(stamped)} of {len(checked)})")
+durs = [round(k["dur"] * 1000) for k in stamped]
+if durs:
+    g = 0
+    for d in durs:
+        g = math.gcd(g, d)
+    disp = sum(k["args"].get("dispatch µs", 0) for k in stamped) / max(len(steps), 1)
+    print(f"NOTE  stamped kernels: {len(set(durs))} distinct lengths, their common divisor {g} ns "
+          f"(the device clock's step shows here), shortest {min(durs)} ns; their dispatch "
+          f"{disp:.0f} µs a step (counted in, as ncu counts it)")
 
 # 2. ncu: the last decode step's kernels, by position.
 rows = []
@@ -185,14 +204,15 @@ else:
               f"{100*sn:>6.1f}% {100*d:>+6.1f}%")
     verdict(worst <= 0.10, f"per-op shares within 10% of ncu's (worst {100*worst:.1f}%, families over 1%)")
     try:
-        _, es, ek = load(f"{out}/trace-ends.json")
+        _, es, ek = load(f"{out}/trace-pairs.json")
         fe = families(es, ek)
         te = sum(fe.values())
         we = max(abs(fe.get(op, 0) / te - fam_n[op] / tn) / (fam_n[op] / tn)
                  for op in fam_n if fam_n[op] / tn >= 0.01)
-        print(f"NOTE  HIPSCOPE_TRACE_EVENTS=ends (one event a launch): worst share {100*we:.1f}% off ncu's")
+        print(f"NOTE  HIPSCOPE_TRACE_EVENTS=pairs (two events a launch): kernel time a step "
+              f"{te:.0f} µs, worst share {100*we:.1f}% off ncu's")
     except Exception as e:
-        print(f"NOTE  trace-ends.json: {e}")
+        print(f"NOTE  trace-pairs.json: {e}")
 
 # 4. Cost.
 def pct(off, on):
@@ -201,8 +221,9 @@ cg, cn = pct(g_off, g_on), pct(n_off, n_on)
 print(f"cost (bench tg32, 7B Q4_0): graphs {g_off:.1f} → {g_on:.1f} t/s ({cg:+.1f}% a step); "
       f"no graphs {n_off:.1f} → {n_on:.1f} t/s ({cn:+.1f}% a step)")
 verdict(cg <= 5.0, "tracing costs at most 5% of a decode step with graphs")
-verdict(cn <= 5.0, "tracing costs at most 5% of a decode step without graphs (two timed events a launch)")
-print(f"NOTE  without graphs, one timed event a launch (HIPSCOPE_TRACE_EVENTS=ends): {n_off:.1f} → "
-      f"{n_ends:.1f} t/s ({pct(n_off, n_ends):+.1f}% a step)")
+verdict(cn <= 5.0, "tracing costs at most 5% of a decode step without graphs (kernel stamps)")
+print(f"NOTE  without graphs, two timed events a launch (=pairs): {n_off:.1f} → {n_pairs:.1f} t/s "
+      f"({pct(n_off, n_pairs):+.1f}% a step); one (=ends): {n_ends:.1f} t/s "
+      f"({pct(n_off, n_ends):+.1f}% a step)")
 sys.exit(0 if ok else 1)
 EOF

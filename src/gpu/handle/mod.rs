@@ -455,20 +455,22 @@ impl Gpu {
                 }
             }
         }
+        // One reading of the clock an op: the enqueue's time, and the anchor's age.
+        let now = trace::now_ns();
         let mut idle = self.stream.shared().queue_depth() == 0;
-        if !idle && self.timer.as_ref().is_some_and(|t| t.wants_anchor()) {
+        if !idle && !stamped && self.timer.as_ref().is_some_and(|t| t.wants_anchor(now)) {
             let r = self.stream.poll(self.backend.as_mut());
             idle = self.guard(r)? >= self.stream.last_seq();
         }
-        let d = self.deadline();
         let completed = self.stream.shared().completed();
+        let wait = self.cfg.wait_timeout;
         let Some(t) = self.timer.as_mut() else {
             return Ok(None);
         };
         t.note_completed(completed);
-        let r = t.before(self.backend.as_mut(), idle, stamped, d);
+        let r = t.before(self.backend.as_mut(), idle, stamped, wait);
         self.guard(r)?;
-        Ok(Some(trace::now_ns()))
+        Ok(Some(now))
     }
 
     fn trace_after(
@@ -480,7 +482,7 @@ impl Gpu {
         b: u64,
         stamped: bool,
     ) -> Result<(), GpuError> {
-        let d = self.deadline();
+        let wait = self.cfg.wait_timeout;
         let Some(t) = self.timer.as_mut() else {
             return Ok(());
         };
@@ -492,7 +494,7 @@ impl Gpu {
             enqueued_ns,
             b,
             stamped,
-            d,
+            wait,
         );
         self.guard(r)
     }

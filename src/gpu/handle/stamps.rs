@@ -39,11 +39,17 @@ impl Gpu {
             return Ok(());
         };
         let needs_ring = !self.stamp_ring;
-        // Before the arena (which holds the stamp block) there is nothing to stamp yet.
-        if (needs_ring && self.stamp_block.is_none()) || (!needs_ring && !t.wants_calibration()) {
+        // Before the arena (which holds the stamp block) there is nothing to stamp yet. The
+        // clock is mapped on an idle stream: a busy one (the common case, one atomic load) is
+        // left at once.
+        if needs_ring && self.stamp_block.is_none() {
             return Ok(());
         }
-        if self.stream.shared().queue_depth() != 0 {
+        let idle = self.stream.shared().queue_depth() == 0;
+        if !needs_ring && !(idle && t.wants_calibration()) {
+            return Ok(());
+        }
+        if !idle {
             let r = self.stream.poll(self.backend.as_mut());
             if self.guard(r)? < self.stream.last_seq() {
                 return Ok(());

@@ -531,8 +531,12 @@ impl Collector {
             }
             let p = parse_label(n);
             let mut args = op_args(n).u("seq", e.a).u("step", id as u64);
-            if e.cat == Cat::Op(OpKind::Kernel) && e.b == super::stamps::STAMPED {
-                args = args.s("timed by", "kernel stamps");
+            if e.cat == Cat::Op(OpKind::Kernel)
+                && let Some(d) = super::stamps::stamped_dispatch(e.b)
+            {
+                args = args
+                    .s("timed by", "kernel stamps")
+                    .f("dispatch µs", d as f64 / 1e3);
             }
             let cost = match &nodes {
                 Some(nodes) => {

@@ -17,7 +17,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::stamps::{self, ClockMap, StampRing};
 use super::{Cat, Ev, Name, TrackId, now_ns, push, stream_track};
@@ -194,9 +194,9 @@ impl DeviceTimer {
         self.stamps.as_ref().and_then(|s| s.clock)
     }
 
-    /// The stamp block's device address and the `hs_op` for a stamped launch of op `seq`,
-    /// having emptied its slot; `None` when kernels are not stamped now or the slot's previous
-    /// op is still unread (the op is then timed by events).
+    /// The stamp block's device address and the `hs_op` for a stamped launch of op `seq`; `None`
+    /// when kernels are not stamped now or the slot's previous op is still unread (the op is
+    /// then timed by events).
     pub fn stamp_launch(&mut self, dev: &mut dyn Device, seq: u64) -> Option<(u64, u64)> {
         if !self.stamping() {
             return None;
@@ -208,17 +208,15 @@ impl DeviceTimer {
             }
         }
         let s = self.stamps.as_ref()?;
-        s.ring.clear(seq);
         Some((s.block, seq | stamps::STAMP_OP))
     }
 
-    /// Whether an unread stamped op still holds `seq`'s slot.
+    /// Whether an unread op may still hold `seq`'s slot: pending ops are in seq order, so the
+    /// oldest one tells.
     fn slot_busy(&self, seq: u64) -> bool {
-        self.pending.iter().any(|p| {
-            matches!(p.timing, Timing::Stamped)
-                && p.seq != seq
-                && stamps::slot(p.seq) == stamps::slot(seq)
-        })
+        self.pending
+            .front()
+            .is_some_and(|p| p.seq + stamps::SLOTS as u64 <= seq)
     }
 
     /// The stream's completed seq, so that a stamped op whose stamps never come is let go.
@@ -236,32 +234,37 @@ impl DeviceTimer {
         self.pending.len()
     }
 
-    /// Whether the clocks want (re)anchoring: no anchor yet, or an old one. The caller then
-    /// polls the stream, so that an idle stream is seen as idle.
-    pub fn wants_anchor(&self) -> bool {
+    /// Whether the clocks want (re)anchoring at host time `now`: no anchor yet, or an old one.
+    /// The caller then polls the stream, so that an idle stream is seen as idle.
+    pub fn wants_anchor(&self, now: u64) -> bool {
         self.current.is_none_or(|a| {
             self.anchors[a]
                 .as_ref()
-                .is_none_or(|a| a.host_ns + ANCHOR_AGE_NS < now_ns())
+                .is_none_or(|a| a.host_ns + ANCHOR_AGE_NS < now)
         })
     }
 
+    /// A free timed event, harvesting (and, while the device is a pool's worth of ops ahead,
+    /// waiting up to `wait`) when none is; `None` after the wait.
     fn take_event(
         &mut self,
         dev: &mut dyn Device,
-        deadline: Instant,
+        wait: Duration,
     ) -> Result<Option<RawEvent>, GpuError> {
         if self.free.is_empty() {
             self.harvest(dev)?;
         }
-        let mut backoff = Backoff::new();
-        while self.free.is_empty() && !self.pending.is_empty() {
+        if self.free.is_empty() && !self.pending.is_empty() {
             // The device is more than a pool's worth of ops ahead: waiting costs it nothing.
-            if Instant::now() > deadline {
-                return Ok(None);
+            let deadline = Instant::now() + wait;
+            let mut backoff = Backoff::new();
+            while self.free.is_empty() && !self.pending.is_empty() {
+                if Instant::now() > deadline {
+                    return Ok(None);
+                }
+                backoff.wait();
+                self.harvest(dev)?;
             }
-            backoff.wait();
-            self.harvest(dev)?;
         }
         Ok(self.free.pop())
     }
@@ -273,14 +276,14 @@ impl DeviceTimer {
         dev: &mut dyn Device,
         idle: bool,
         stamped: bool,
-        deadline: Instant,
+        wait: Duration,
     ) -> Result<(), GpuError> {
         if self.since_harvest >= HARVEST_EVERY || idle {
             self.harvest(dev)?;
         }
         if idle
-            && self.wants_anchor()
-            && let Some(ev) = self.take_event(dev, deadline)?
+            && self.wants_anchor(now_ns())
+            && let Some(ev) = self.take_event(dev, wait)?
         {
             // SAFETY: a timed event of this device, not in flight (taken from the free list).
             unsafe { dev.record_event(ev) }?;
@@ -305,7 +308,7 @@ impl DeviceTimer {
             }
         }
         if self.pairs && !stamped && self.current.is_some() {
-            self.open_start = self.take_event(dev, deadline)?;
+            self.open_start = self.take_event(dev, wait)?;
             if let Some(ev) = self.open_start {
                 // SAFETY: as above.
                 unsafe { dev.record_event(ev) }?;
@@ -334,7 +337,7 @@ impl DeviceTimer {
         enqueued_ns: u64,
         b: u64,
         stamped: bool,
-        deadline: Instant,
+        wait: Duration,
     ) -> Result<(), GpuError> {
         if stamped {
             self.pending.push_back(Pending {
@@ -354,7 +357,7 @@ impl DeviceTimer {
             self.untimed += 1;
             return Ok(());
         };
-        let Some(end) = self.take_event(dev, deadline)? else {
+        let Some(end) = self.take_event(dev, wait)? else {
             if let Some(s) = start {
                 self.free.push(s);
             }
@@ -389,8 +392,9 @@ impl DeviceTimer {
                         break;
                     }
                     self.event_times(dev, start, end, anchor, p.enqueued_ns)?
+                        .map(|(s, e)| (s, e, 0))
                 }
-                Timing::Stamped => match self.stamp_times(p.seq) {
+                Timing::Stamped => match self.stamp_times(p.seq, p.enqueued_ns) {
                     Stamp::Read(t) => Some(t),
                     Stamp::Wait => break,
                     Stamp::Lost => None,
@@ -407,12 +411,12 @@ impl DeviceTimer {
                 }
                 self.release_anchor_if_unused(anchor);
             }
-            let Some((start_ns, end_ns)) = times else {
+            let Some((start_ns, end_ns, dispatch_ns)) = times else {
                 self.untimed += 1;
                 continue;
             };
             let b = match p.timing {
-                Timing::Stamped => stamps::STAMPED,
+                Timing::Stamped => stamps::stamped_b(dispatch_ns),
                 Timing::Events { .. } => p.b,
             };
             self.last_end_ns = end_ns;
@@ -464,14 +468,21 @@ impl DeviceTimer {
         }))
     }
 
-    /// A stamped op's start and end on the host clock, once both stamps are there. Its length
-    /// is the device's; it is placed no earlier than the previous op's end (ops on one stream
-    /// do not overlap; the clock map is good to about a microsecond).
-    fn stamp_times(&mut self, seq: u64) -> Stamp {
+    /// A stamped op's start and end on the host clock and the part of it spent before its first
+    /// block ran, once both stamps are there. Its own run is the device's, first block to end;
+    /// it is placed no earlier than the previous op's end (ops on one stream do not overlap; the
+    /// clock map is good to about a microsecond). When the host had enqueued it before the
+    /// previous op ended, the device was busy and the gap between the two is its own dispatch
+    /// (what `ncu` counts into a kernel's time too): it starts at the previous op's end. When the
+    /// host enqueued it later, the device was waiting for the host: that gap stays outside.
+    fn stamp_times(&mut self, seq: u64, enqueued_ns: u64) -> Stamp {
         let Some(s) = self.stamps.as_ref() else {
             return Stamp::Lost;
         };
-        let (Some(clock), Some((t0, t1))) = (s.clock, s.ring.read(seq)) else {
+        let Some(clock) = s.clock else {
+            return Stamp::Lost;
+        };
+        let Some((t0, t1)) = s.ring.take(seq) else {
             // Finished (the stream says so) without its stamps: they may still be on their way
             // over the bus; after a grace period the op is counted untimed.
             if self.completed < seq {
@@ -483,18 +494,31 @@ impl DeviceTimer {
                 return Stamp::Wait;
             }
             self.stale_since = None;
+            // A stamp that comes after all must not pass for the slot's next op's.
+            s.ring.empty(seq);
             return Stamp::Lost;
         };
         self.stale_since = None;
-        let dur = clock.span_ns(t0, t1);
-        let start = clock.host_ns(t0).max(self.last_end_ns);
-        Stamp::Read((start, start + dur))
+        let run = clock.span_ns(t0, t1);
+        let first_block = clock.host_ns(t0).max(self.last_end_ns);
+        let gap = first_block - self.last_end_ns;
+        let dispatch = if enqueued_ns <= self.last_end_ns && gap <= MAX_DISPATCH_NS {
+            gap
+        } else {
+            0
+        };
+        Stamp::Read((first_block - dispatch, first_block + run, dispatch))
     }
 }
 
+/// The longest gap before a stamped kernel counted as its dispatch (a longer one is the stream
+/// waiting on something else).
+const MAX_DISPATCH_NS: u64 = 20_000;
+
 /// What a stamped op's slot holds now.
 enum Stamp {
-    Read((u64, u64)),
+    /// Start, end, and the dispatch at its start (ns).
+    Read((u64, u64, u64)),
     Wait,
     Lost,
 }

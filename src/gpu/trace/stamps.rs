@@ -1,19 +1,30 @@
 //! Kernel stamps: with tracing on, each hipscope kernel times itself. Its first thread stores the
-//! device clock when it starts, and the block that finishes last stores it when it ends, into the
-//! op's slot of a ring in pinned host memory (`HS_BREADCRUMB` in kernels/prelude.h; the kernel
-//! finds the ring through the stream's stamp block in device memory, which also holds each slot's
-//! count of finished blocks). The host reads a slot once both words are there — no runtime call
-//! per op, where two timed events per launch cost ~3.6 µs each on CUDA — and maps the device clock
-//! onto its own with a calibration launch (`hs_clock_probe`, `handle/stamps.rs`). Copies, vendor
-//! BLAS calls and graph replays run no hipscope kernel code and keep the timed events
+//! device clock when it starts, and the block that finishes last stores it when it leaves, into
+//! the op's slot of a ring in pinned host memory (`HS_BREADCRUMB` in kernels/prelude.h; the
+//! kernel finds the ring through the stream's stamp block in device memory, which also holds each
+//! slot's count of finished blocks). The host reads a slot once both words are there — no runtime
+//! call per op, where two timed events per launch cost ~3.6 µs each on CUDA — and maps the device
+//! clock onto its own with a calibration launch (`hs_clock_probe`, `handle/stamps.rs`). Copies,
+//! vendor BLAS calls and graph replays run no hipscope kernel code and keep the timed events
 //! (`device.rs`).
 
 use crate::gpu::device::RuntimeKind;
 
 /// Set in a kernel's `hs_op` when it stamps itself (`HS_STAMP_OP`).
 pub const STAMP_OP: u64 = 1 << 62;
-/// `Ev::b` of a kernel op timed by its stamps (a kernel's `b` is otherwise 0).
-pub const STAMPED: u64 = 1;
+/// Set in `Ev::b` of a kernel op timed by its stamps (a kernel's `b` is otherwise 0); the low
+/// bits hold the nanoseconds of its dispatch (`device.rs`, `stamp_times`).
+const STAMPED: u64 = 1 << 63;
+
+/// `Ev::b` of a stamped kernel whose dispatch took `dispatch_ns`.
+pub fn stamped_b(dispatch_ns: u64) -> u64 {
+    STAMPED | (dispatch_ns & !STAMPED)
+}
+
+/// A kernel op's `Ev::b` read back: `Some(dispatch_ns)` when it was timed by its stamps.
+pub fn stamped_dispatch(b: u64) -> Option<u64> {
+    (b & STAMPED != 0).then_some(b & !STAMPED)
+}
 /// Slots of the ring (`HS_STAMP_SLOTS`): more than the stream's in-flight table
 /// (`stream::RING`), so a slot is free again once its op is read back.
 pub const SLOTS: usize = 8192;
@@ -139,27 +150,36 @@ impl StampRing {
         }
     }
 
-    /// Empties op `seq`'s slot before the op is enqueued.
-    pub fn clear(&self, seq: u64) {
+    /// Takes op `seq`'s start and end ticks once both are there, emptying the slot for its next
+    /// op (the host empties a slot as it reads it, when its line is in the host's cache: an
+    /// empty slot before each launch would cost a write to a line the device wrote, a cache
+    /// miss an op).
+    pub fn take(&self, seq: u64) -> Option<(u64, u64)> {
         let i = 2 * slot(seq);
         // SAFETY: i + 1 < 2 · SLOTS words (`new`'s contract); volatile: the device writes it.
-        unsafe {
-            std::ptr::write_volatile(self.words.add(i), 0);
-            std::ptr::write_volatile(self.words.add(i + 1), 0);
-        }
-    }
-
-    /// Op `seq`'s start and end ticks, once both are there.
-    pub fn read(&self, seq: u64) -> Option<(u64, u64)> {
-        let i = 2 * slot(seq);
-        // SAFETY: as in `clear`.
         let (s, e) = unsafe {
             (
                 std::ptr::read_volatile(self.words.add(i)),
                 std::ptr::read_volatile(self.words.add(i + 1)),
             )
         };
-        (s != 0 && e != 0).then_some((s, e))
+        // An end before the start is left from an op given up on (`empty` came before its late
+        // end): not this op's.
+        if s == 0 || e < s {
+            return None;
+        }
+        self.empty(seq);
+        Some((s, e))
+    }
+
+    /// Empties op `seq`'s slot (read, or given up on).
+    pub fn empty(&self, seq: u64) {
+        let i = 2 * slot(seq);
+        // SAFETY: as in `take`.
+        unsafe {
+            std::ptr::write_volatile(self.words.add(i), 0);
+            std::ptr::write_volatile(self.words.add(i + 1), 0);
+        }
     }
 }
 
@@ -211,18 +231,25 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_reads_back_only_once_both_stamps_are_there() {
+    fn a_slot_is_taken_once_both_stamps_are_there_and_left_empty() {
         let mut mem = vec![0u64; 2 * SLOTS];
+        let p = mem.as_mut_ptr();
         // SAFETY: RING_BYTES of 8-byte aligned memory that outlives the ring.
-        let ring = unsafe { StampRing::new(mem.as_mut_ptr() as *mut u8) };
+        let ring = unsafe { StampRing::new(p as *mut u8) };
         let seq = SLOTS as u64 + 3;
-        mem[6] = 11;
-        assert_eq!(ring.read(seq), None);
-        mem[7] = 42;
-        assert_eq!(ring.read(seq), Some((11, 42)));
-        assert_eq!(ring.read(3), Some((11, 42)), "the same slot");
-        ring.clear(seq);
-        assert_eq!(ring.read(seq), None);
-        assert_eq!(&mem[6..8], &[0, 0]);
+        // SAFETY (the writes and reads): inside `mem`, standing in for the device.
+        unsafe { p.add(6).write(11) };
+        assert_eq!(ring.take(seq), None, "no end yet");
+        unsafe { p.add(7).write(42) };
+        assert_eq!(ring.take(3), Some((11, 42)), "the same slot");
+        assert_eq!(unsafe { (p.add(6).read(), p.add(7).read()) }, (0, 0));
+        assert_eq!(ring.take(seq), None, "taken");
+        // A late end of an op given up on, then the next op's start: not taken as its end.
+        unsafe { p.add(7).write(5) };
+        unsafe { p.add(6).write(9) };
+        assert_eq!(ring.take(seq), None);
+        ring.empty(seq);
+        assert_eq!(unsafe { p.add(7).read() }, 0);
+        drop(mem);
     }
 }

@@ -265,8 +265,8 @@ fn overhead_in_mode(
     let steps = steps.max(20);
     // Modes: tracking off; on (table, breadcrumbs, an event every 64 ops), as chat runs it; on
     // without breadcrumbs (to show what they cost apart from the table); on with the tracer
-    // collecting (timed events around every op, read back, the profile built: what `--trace`,
-    // `/trace` and the Profile panel cost). The compute path has no per-layer event option, so
+    // collecting (each kernel's stamps, timed events around the other ops, read back, the
+    // profile built: what `--trace`, `/trace` and the Profile panel cost). The compute path has no per-layer event option, so
     // there is no "event per layer" mode to measure.
     let modes: [(&str, bool, bool, bool); 4] = [
         ("off", false, false, false),
