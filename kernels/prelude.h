@@ -51,11 +51,15 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // Set in hs_op (bit 62) when the tracer wants the kernel to time itself. hs_crumb then points at
 // the stream's stamp block in device memory: [0] the host breadcrumb's address, [1] the host
 // stamp ring's address (pinned, host-mapped: two words a slot, start and end), then from word
-// HS_STAMP_COUNTERS one u32 per slot counting the blocks that have finished. The slot is the op's
-// seq modulo HS_STAMP_SLOTS (more than the stream's in-flight table holds).
+// HS_STAMP_ENDS one word per slot: the latest time a block of the slot's op left. The slot is the
+// op's seq modulo HS_STAMP_SLOTS (more than the stream's in-flight table holds).
 #define HS_STAMP_OP (1ULL << 62)
 #define HS_STAMP_SLOTS 8192u
-#define HS_STAMP_COUNTERS 8
+#define HS_STAMP_ENDS 8
+// The ops before a stamped kernel whose ends it hands to the host: its predecessor, and two more
+// for a kernel that follows copies (a decode step's last kernel, then the logits' download and
+// the next token's upload, then the next step's first kernel).
+#define HS_STAMP_BEHIND 3u
 
 // HS_BREADCRUMB(), the first statement of every kernel, declares this guard.
 //
@@ -70,13 +74,15 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // address. The kernel stores base + node there (decoded by src/gpu/stream/graph.rs).
 //
 // With HS_STAMP_OP the first thread also stores the time it started into the op's ring slot, and
-// on leaving (the destructor, at every return) the first thread of each block counts its block
-// out; the block that completes the count stores the time into the slot's second word (and
-// atomicInc wraps the counter back to 0 for the slot's next op). A block counts as done when its
-// first thread leaves: its other warps finish with it or before the count's round trip ends.
-// (Counting blocks in as they start instead, the last to start stamping the end, saves that round
-// trip but ends a kernel before its slowest block: op shares up to 14% off ncu's on an H100,
-// docs/PROFILING.md.) Without the flag the exit costs one uniform branch on a kernel parameter.
+// the ends of the HS_STAMP_BEHIND ops before it into theirs: each of those has finished (stream
+// order), so its end word holds the time its last block left. On leaving (the destructor, at
+// every return) the first thread of each block raises its op's end word to now (an atomic max
+// whose result nobody waits for). A block counts as done when its first thread leaves: its other
+// warps finish with it. Nothing waits at a block's exit: a count of finished blocks, the last
+// one storing the end, made every block wait for the count's round trip (~6% of a launch-bound
+// decode step on an H100; docs/PROFILING.md). A kernel followed by no kernel hands over no end:
+// the host takes the next op's start event instead (src/gpu/trace/device.rs). Without the flag
+// the exit costs one uniform branch on a kernel parameter.
 struct hs_op_guard {
     volatile hs_u64 *crumb;
     hs_u64 op;
@@ -93,7 +99,16 @@ struct hs_op_guard {
             const hs_u64 *b = (const hs_u64 *)c;
             const hs_u64 seq = o & ~HS_STAMP_OP;
             *(volatile hs_u64 *)b[0] = seq;
-            ((volatile hs_u64 *)b[1])[2 * (seq & (HS_STAMP_SLOTS - 1))] = t;
+            volatile hs_u64 *ring = (volatile hs_u64 *)b[1];
+            ring[2 * (seq & (HS_STAMP_SLOTS - 1))] = t;
+            const volatile hs_u64 *ends = (const volatile hs_u64 *)(b + HS_STAMP_ENDS);
+            hs_u64 e[HS_STAMP_BEHIND];
+            for (hs_u32 i = 0; i < HS_STAMP_BEHIND; ++i) {
+                e[i] = ends[(seq - 1 - i) & (HS_STAMP_SLOTS - 1)];
+            }
+            for (hs_u32 i = 0; i < HS_STAMP_BEHIND; ++i) {
+                ring[2 * ((seq - 1 - i) & (HS_STAMP_SLOTS - 1)) + 1] = e[i];
+            }
         } else {
             *c = o;
         }
@@ -103,14 +118,8 @@ struct hs_op_guard {
             threadIdx.z != 0) {
             return;
         }
-        const hs_u64 t = hs_now();
-        const hs_u32 slot = (hs_u32)(op & (HS_STAMP_SLOTS - 1));
-        hs_u64 *b = (hs_u64 *)crumb;
-        hs_u32 *count = (hs_u32 *)(b + HS_STAMP_COUNTERS) + slot;
-        const hs_u32 blocks = gridDim.x * gridDim.y * gridDim.z;
-        if (atomicInc(count, blocks - 1) == blocks - 1) {
-            ((volatile hs_u64 *)b[1])[2 * slot + 1] = t;
-        }
+        hs_u64 *end = (hs_u64 *)crumb + HS_STAMP_ENDS + (op & (HS_STAMP_SLOTS - 1));
+        atomicMax(end, hs_now());
     }
 };
 

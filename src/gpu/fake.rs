@@ -364,8 +364,8 @@ fn word(s: &mut FakeState, a: u64) -> Option<u64> {
 
 /// A kernel's breadcrumb as `HS_BREADCRUMB` writes it: its op seq, or inside a replayed graph
 /// (bit 63 of `op`) the step block's base plus its node index, at the address the block names;
-/// a stamped kernel (bit 62) writes its seq where its stamp block says, and its start time (the
-/// fake's clock) into its ring slot.
+/// a stamped kernel (bit 62) writes its seq where its stamp block says, its start time (the
+/// fake's clock) into its ring slot, and hands the ends of the ops before it over.
 fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
     if crumb == 0 {
         return;
@@ -380,6 +380,13 @@ fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
                 let now = s.clock_ns;
                 let _ = wr_bytes(s, host, &seq.to_le_bytes());
                 let _ = wr_bytes(s, ring + 16 * stamps::slot(seq) as u64, &now.to_le_bytes());
+                for i in 1..=stamps::BEHIND {
+                    let before = seq.wrapping_sub(i);
+                    if let Some(end) = word(s, end_word(crumb, before)) {
+                        let at = ring + 16 * stamps::slot(before) as u64 + 8;
+                        let _ = wr_bytes(s, at, &end.to_le_bytes());
+                    }
+                }
             }
         }
         _ => {
@@ -391,15 +398,20 @@ fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
     }
 }
 
-/// A stamped kernel that has finished stores the fake's clock as its end.
+/// The address of op `seq`'s end word in the stamp block at `block`.
+fn end_word(block: u64, seq: u64) -> u64 {
+    block + 8 * (stamps::ENDS_WORD + stamps::slot(seq)) as u64
+}
+
+/// A stamped kernel that has finished raises its end word to the fake's clock.
 fn write_end_stamp(s: &mut FakeState, crumb: u64, op: u64) {
     if crumb == 0 || op >> 62 != 1 {
         return;
     }
-    if let Some(ring) = word(s, crumb + 8) {
-        let now = s.clock_ns;
-        let at = ring + 16 * stamps::slot(op & !STAMP_OP) as u64 + 8;
-        let _ = wr_bytes(s, at, &now.to_le_bytes());
+    let at = end_word(crumb, op & !STAMP_OP);
+    let now = s.clock_ns;
+    if let Some(old) = word(s, at) {
+        let _ = wr_bytes(s, at, &old.max(now).to_le_bytes());
     }
 }
 

@@ -76,7 +76,8 @@ struct Stamps {
     nominal: f64,
 }
 
-/// A finished kernel whose stamps have not arrived after this long is counted untimed.
+/// A kernel whose stamps have not arrived this long after the op following it finished is
+/// counted untimed.
 const STAMP_GRACE_NS: u64 = 100_000_000;
 
 struct Anchor {
@@ -394,7 +395,7 @@ impl DeviceTimer {
                     self.event_times(dev, start, end, anchor, p.enqueued_ns)?
                         .map(|(s, e)| (s, e, 0))
                 }
-                Timing::Stamped => match self.stamp_times(p.seq, p.enqueued_ns) {
+                Timing::Stamped => match self.stamp_times(dev, p.seq, p.enqueued_ns)? {
                     Stamp::Read(t) => Some(t),
                     Stamp::Wait => break,
                     Stamp::Lost => None,
@@ -469,45 +470,99 @@ impl DeviceTimer {
     }
 
     /// A stamped op's start and end on the host clock and the part of it spent before its first
-    /// block ran, once both stamps are there. Its own run is the device's, first block to end;
-    /// it is placed no earlier than the previous op's end (ops on one stream do not overlap; the
-    /// clock map is good to about a microsecond). When the host had enqueued it before the
-    /// previous op ended, the device was busy and the gap between the two is its own dispatch
-    /// (what `ncu` counts into a kernel's time too): it starts at the previous op's end. When the
-    /// host enqueued it later, the device was waiting for the host: that gap stays outside.
-    fn stamp_times(&mut self, seq: u64, enqueued_ns: u64) -> Stamp {
-        let Some(s) = self.stamps.as_ref() else {
-            return Stamp::Lost;
+    /// block ran, once its start and its end are there: the end as the next kernel handed it
+    /// over, or, where the next op is a copy (the step's last kernel before the logits'
+    /// download), where the device reached that op's start event. Its own run is the device's,
+    /// first block to last; it is placed no earlier than the previous op's end (ops on one
+    /// stream do not overlap; the clock map is good to about a microsecond). When the host had
+    /// enqueued it before the previous op ended, the device was busy and the gap between the two
+    /// is its own dispatch (what `ncu` counts into a kernel's time too): it starts at the
+    /// previous op's end. When the host enqueued it later, the device was waiting for the host:
+    /// that gap stays outside.
+    fn stamp_times(
+        &mut self,
+        dev: &mut dyn Device,
+        seq: u64,
+        enqueued_ns: u64,
+    ) -> Result<Stamp, GpuError> {
+        let (Some(s), Some(clock)) = (
+            self.stamps.as_ref(),
+            self.stamps.as_ref().and_then(|s| s.clock),
+        ) else {
+            return Ok(Stamp::Lost);
         };
-        let Some(clock) = s.clock else {
-            return Stamp::Lost;
-        };
-        let Some((t0, t1)) = s.ring.take(seq) else {
-            // Finished (the stream says so) without its stamps: they may still be on their way
-            // over the bus; after a grace period the op is counted untimed.
-            if self.completed < seq {
-                return Stamp::Wait;
+        let (t0, end_ns) = match s.ring.take(seq) {
+            Some((t0, t1)) => (t0, clock.host_ns(t0) + clock.span_ns(t0, t1)),
+            None => {
+                let t0 = s.ring.start(seq);
+                match self.next_start_event_ns(dev, seq)? {
+                    Some(end) if t0 != 0 => {
+                        s.ring.empty(seq);
+                        (t0, end)
+                    }
+                    _ => return Ok(self.not_there(seq)),
+                }
             }
-            let now = now_ns();
-            let since = *self.stale_since.get_or_insert(now);
-            if now < since + STAMP_GRACE_NS {
-                return Stamp::Wait;
-            }
-            self.stale_since = None;
-            // A stamp that comes after all must not pass for the slot's next op's.
-            s.ring.empty(seq);
-            return Stamp::Lost;
         };
         self.stale_since = None;
-        let run = clock.span_ns(t0, t1);
         let first_block = clock.host_ns(t0).max(self.last_end_ns);
+        let run = end_ns.saturating_sub(clock.host_ns(t0));
         let gap = first_block - self.last_end_ns;
         let dispatch = if enqueued_ns <= self.last_end_ns && gap <= MAX_DISPATCH_NS {
             gap
         } else {
             0
         };
-        Stamp::Read((first_block - dispatch, first_block + run, dispatch))
+        Ok(Stamp::Read((first_block - dispatch, first_block + run, dispatch)))
+    }
+
+    /// Where the device reached the start event of op `seq + 1`, if that op is timed by events
+    /// and the device has passed it.
+    fn next_start_event_ns(
+        &self,
+        dev: &mut dyn Device,
+        seq: u64,
+    ) -> Result<Option<u64>, GpuError> {
+        let Some(next) = self.pending.get(1).filter(|n| n.seq == seq + 1) else {
+            return Ok(None);
+        };
+        let Timing::Events {
+            start: Some(ev),
+            anchor,
+            ..
+        } = next.timing
+        else {
+            return Ok(None);
+        };
+        let Some(a) = self.anchors[anchor].as_ref() else {
+            return Ok(None);
+        };
+        if !dev.query_event(ev)? {
+            return Ok(None);
+        }
+        let ms = dev.event_elapsed_ms(a.ev, ev)?;
+        Ok(Some(a.host_ns + (f64::from(ms) * 1e6).round().max(0.0) as u64))
+    }
+
+    /// A stamped op whose start or end is not there: waited for while nothing after it has
+    /// finished (its end comes with the next kernel); once the op after it has finished too,
+    /// the stamps may still be on their way over the bus, and after a grace period the op is
+    /// counted untimed.
+    fn not_there(&mut self, seq: u64) -> Stamp {
+        if self.completed <= seq {
+            return Stamp::Wait;
+        }
+        let now = now_ns();
+        let since = *self.stale_since.get_or_insert(now);
+        if now < since + STAMP_GRACE_NS {
+            return Stamp::Wait;
+        }
+        self.stale_since = None;
+        // A stamp that comes after all must not pass for the slot's next op's.
+        if let Some(s) = self.stamps.as_ref() {
+            s.ring.empty(seq);
+        }
+        Stamp::Lost
     }
 }
 

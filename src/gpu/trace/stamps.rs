@@ -1,12 +1,13 @@
-//! Kernel stamps: with tracing on, each hipscope kernel times itself. Its first thread stores the
-//! device clock when it starts, and the block that finishes last stores it when it leaves, into
-//! the op's slot of a ring in pinned host memory (`HS_BREADCRUMB` in kernels/prelude.h; the
-//! kernel finds the ring through the stream's stamp block in device memory, which also holds each
-//! slot's count of finished blocks). The host reads a slot once both words are there — no runtime
-//! call per op, where two timed events per launch cost ~3.6 µs each on CUDA — and maps the device
-//! clock onto its own with a calibration launch (`hs_clock_probe`, `handle/stamps.rs`). Copies,
-//! vendor BLAS calls and graph replays run no hipscope kernel code and keep the timed events
-//! (`device.rs`).
+//! Kernel stamps: with tracing on, each hipscope kernel times itself (`HS_BREADCRUMB` in
+//! kernels/prelude.h). Its first thread stores the device clock when it starts into the op's slot
+//! of a ring in pinned host memory; each block raises the op's end word in the stream's stamp
+//! block (device memory) to the time it leaves, and the next kernel's first thread, which starts
+//! only once the op has finished, hands that end over into the ring. The host reads a slot once
+//! both words are there — no runtime call per op, where two timed events per launch cost ~3.6 µs
+//! each on CUDA — and maps the device clock onto its own with a calibration launch
+//! (`hs_clock_probe`, `handle/stamps.rs`). Copies, vendor BLAS calls and graph replays run no
+//! hipscope kernel code and keep the timed events (`device.rs`); a kernel followed by one of them
+//! ends where the device reached that op's start event.
 
 use crate::gpu::device::RuntimeKind;
 
@@ -28,10 +29,12 @@ pub fn stamped_dispatch(b: u64) -> Option<u64> {
 /// Slots of the ring (`HS_STAMP_SLOTS`): more than the stream's in-flight table
 /// (`stream::RING`), so a slot is free again once its op is read back.
 pub const SLOTS: usize = 8192;
-/// Word of the stamp block where the per-slot block counters start (`HS_STAMP_COUNTERS`).
-pub const COUNTERS_WORD: usize = 8;
-/// Bytes of the stamp block in device memory: the header words, then a u32 counter a slot.
-pub const BLOCK_BYTES: u64 = (COUNTERS_WORD * 8 + SLOTS * 4) as u64;
+/// Word of the stamp block where the per-slot end words start (`HS_STAMP_ENDS`).
+pub const ENDS_WORD: usize = 8;
+/// Ops before a stamped kernel whose ends it hands over (`HS_STAMP_BEHIND`).
+pub const BEHIND: u64 = 3;
+/// Bytes of the stamp block in device memory: the header words, then an end word a slot.
+pub const BLOCK_BYTES: u64 = ((ENDS_WORD + SLOTS) * 8) as u64;
 /// Bytes of the host ring: a start and an end word a slot.
 pub const RING_BYTES: usize = SLOTS * 16;
 /// A clock map older than this is renewed at the stream's next idle moment (the two clocks
@@ -56,7 +59,7 @@ pub fn slot(seq: u64) -> usize {
 }
 
 /// The stamp block's first words as the kernels read them: the host breadcrumb's and the host
-/// ring's device addresses, the rest (and every counter) zero.
+/// ring's device addresses, the rest (and every end word) zero.
 pub fn block_image(host_crumb: u64, host_ring: u64) -> Vec<u8> {
     let mut b = vec![0u8; BLOCK_BYTES as usize];
     b[..8].copy_from_slice(&host_crumb.to_le_bytes());
@@ -172,6 +175,12 @@ impl StampRing {
         Some((s, e))
     }
 
+    /// Op `seq`'s start ticks, if there (0 otherwise), without taking it.
+    pub fn start(&self, seq: u64) -> u64 {
+        // SAFETY: as in `take`.
+        unsafe { std::ptr::read_volatile(self.words.add(2 * slot(seq))) }
+    }
+
     /// Empties op `seq`'s slot (read, or given up on).
     pub fn empty(&self, seq: u64) {
         let i = 2 * slot(seq);
@@ -200,7 +209,8 @@ mod tests {
         assert_eq!(define("HS_STAMP_OP"), "(1ULL << 62)");
         assert_eq!(STAMP_OP, 1 << 62);
         assert_eq!(define("HS_STAMP_SLOTS"), format!("{SLOTS}u"));
-        assert_eq!(define("HS_STAMP_COUNTERS"), COUNTERS_WORD.to_string());
+        assert_eq!(define("HS_STAMP_ENDS"), ENDS_WORD.to_string());
+        assert_eq!(define("HS_STAMP_BEHIND"), format!("{BEHIND}u"));
         assert!(SLOTS > crate::gpu::stream::RING);
         assert!(SLOTS.is_power_of_two());
     }
