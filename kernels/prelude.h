@@ -79,8 +79,8 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // every return) the first thread of each block raises its op's end word to now (an atomic max
 // whose result nobody waits for). A block counts as done when its first thread leaves: its other
 // warps finish with it. Nothing waits at a block's exit: a count of finished blocks, the last
-// one storing the end, made every block wait for the count's round trip (~6% of a launch-bound
-// decode step on an H100; docs/PROFILING.md). A kernel followed by no kernel hands over no end:
+// one storing the end, made every block wait for the count's round trip (tracing then cost 6.1%
+// of a launch-bound decode step on an H100, 3.2% this way; docs/runs/gpu-2026-12-06-trace.md). A kernel followed by no kernel hands over no end:
 // the host takes the next op's start event instead (src/gpu/trace/device.rs). Without the flag
 // the exit costs one uniform branch on a kernel parameter.
 struct hs_op_guard {

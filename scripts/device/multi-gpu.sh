@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A model split over the two GPUs of a lent 2-GPU NVIDIA host (issue 35): doctor on each GPU, the
 # selftest's split case (each model over both GPUs against the CPU), greedy answers of a split
-# model equal to the one-GPU run, and `hipscope bench --split-mode layer` beside llama-bench
+# model equal to the one-GPU run, its perplexity within 0.1% of the one-GPU run, and `hipscope bench --split-mode layer` beside llama-bench
 # `-sm layer` on the same files (synthetic llama-2-7b Q4_0 and qwen3-30b-a3b Q4_0, pp512 and
 # tg128), plus a forced `--tensor-split 3,1` run. One short table on stdout; exit 0 when every
 # step passed. Bounded by LIMIT_S seconds in all (default 560: the device's 10 minutes a command).
@@ -96,6 +96,20 @@ if [ -f "$M7" ]; then
     if [ "${r1[0]}" = 0 ] && [ "${r2[0]}" = 0 ] && [ "$one" = "$two" ]; then res="PASS equal ($one); $said"
     else res="FAIL one $one (rc ${r1[0]}), split $two (rc ${r2[0]}); see $LOGS/gen-*.log"; fi
     rows+=("greedy 48 tokens 7B: split = one GPU|$(awk -v a="${r1[1]}" -v b="${r2[1]}" 'BEGIN { print a + b }')|$res")
+fi
+
+# 3b. Perplexity: split over both GPUs within 0.1% of one GPU (4 chunks of 512 tokens of
+# tests/data/gpl-3.0.txt; the 7B's weights are random, so the value itself is large).
+if [ -f "$M7" ]; then
+    ppl=("$BIN" perplexity --backend "$BACKEND" -m "$M7" -c 512 --chunks 4 -f tests/data/gpl-3.0.txt)
+    r1=($(step ppl-one 90 "${ppl[@]}" --split-mode none))
+    r2=($(step ppl-split 90 "${ppl[@]}" --split-mode layer))
+    p1=$(grep -oE 'PPL = [0-9.]+' "$LOGS/ppl-one.log" | tail -1 | cut -d' ' -f3)
+    p2=$(grep -oE 'PPL = [0-9.]+' "$LOGS/ppl-split.log" | tail -1 | cut -d' ' -f3)
+    if [ -n "$p1" ] && [ -n "$p2" ] && awk -v a="$p1" -v b="$p2" 'BEGIN { d = (b - a) / a; exit !(d < 0.001 && d > -0.001) }'; then
+        res="PASS one $p1, split $p2"
+    else res="FAIL one ${p1:-none} (rc ${r1[0]}), split ${p2:-none} (rc ${r2[0]}); see $LOGS/ppl-*.log"; fi
+    rows+=("perplexity 7B: split within 0.1% of one GPU|$(awk -v a="${r1[1]}" -v b="${r2[1]}" 'BEGIN { print a + b }')|$res")
 fi
 
 # 4. bench: hipscope split (and one GPU) beside llama-bench -sm layer, pp512 / tg128.
