@@ -61,7 +61,7 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // the next token's upload, then the next step's first kernel).
 #define HS_STAMP_BEHIND 3u
 
-// HS_BREADCRUMB(), the first statement of every kernel, declares this guard.
+// HS_BREADCRUMB() is the first statement of every kernel.
 //
 // On entry the first thread of the grid stores "op hs_op has started". On one stream ops run in
 // order, so this also proves that op hs_op - 1 has finished; the watchdog reads it without any
@@ -73,6 +73,12 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // device memory, written before each replay: [0] the replay's base, [1] the host breadcrumb's
 // address. The kernel stores base + node there (decoded by src/gpu/stream/graph.rs).
 //
+// Kernels that time themselves are a build of their own (HS_STAMPS, defined by the host when a
+// trace or a profile is asked for before the kernels are built: src/gpu/handle/launch.rs): their
+// guard on entry and at every return costs 2-4% of a 7B decode step on an H100 even with
+// tracing off (docs/runs/gpu-2026-12-06-trace.md), so the ordinary build keeps the plain
+// breadcrumb, and the host launches a kernel stamped (HS_STAMP_OP) only from a stamped build.
+#if defined(HS_STAMPS)
 // With HS_STAMP_OP the first thread also stores the time it started into the op's ring slot, and
 // the ends of the HS_STAMP_BEHIND ops before it into theirs: each of those has finished (stream
 // order), so its end word holds the time its last block left. On leaving (the destructor, at
@@ -80,9 +86,9 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // whose result nobody waits for). A block counts as done when its first thread leaves: its other
 // warps finish with it. Nothing waits at a block's exit: a count of finished blocks, the last
 // one storing the end, made every block wait for the count's round trip (tracing then cost 6.1%
-// of a launch-bound decode step on an H100, 3.2% this way; docs/runs/gpu-2026-12-06-trace.md). A kernel followed by no kernel hands over no end:
-// the host takes the next op's start event instead (src/gpu/trace/device.rs). Without the flag
-// the exit costs one uniform branch on a kernel parameter.
+// of a launch-bound decode step on an H100, 3.2% this way). A kernel followed by no kernel
+// hands over no end: the host takes the next op's start event instead
+// (src/gpu/trace/device.rs).
 struct hs_op_guard {
     volatile hs_u64 *crumb;
     hs_u64 op;
@@ -124,6 +130,20 @@ struct hs_op_guard {
 };
 
 #define HS_BREADCRUMB() hs_op_guard hs_guard_(hs_crumb, hs_op)
+#else
+#define HS_BREADCRUMB()                                                                        \
+    do {                                                                                       \
+        if (hs_crumb != 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 &&      \
+            blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {                           \
+            if (hs_op >> 63) {                                                                 \
+                const hs_u64 *hs_g = (const hs_u64 *)hs_crumb;                                 \
+                *(volatile hs_u64 *)hs_g[1] = hs_g[0] + (hs_op & 0x7fffffffffffffffULL);       \
+            } else {                                                                           \
+                *hs_crumb = hs_op;                                                             \
+            }                                                                                  \
+        }                                                                                      \
+    } while (0)
+#endif
 
 // ---- Helpers of the inference kernels (kernels/infer_*.hip) --------------------------------
 

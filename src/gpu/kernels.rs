@@ -105,7 +105,20 @@ pub struct KernelUnit {
     pub text: String,
 }
 
+/// What a unit of the stamped build starts with: its kernels time themselves for a trace
+/// (kernels/prelude.h, `HS_STAMPS`; src/gpu/trace/stamps.rs).
+const STAMPED_BUILD: &str = "#define HS_STAMPS 1\n";
+
 impl KernelUnit {
+    /// The unit's stamped build: the same name and kernels, its own text (so its own cache
+    /// entry).
+    pub fn stamped(self) -> KernelUnit {
+        KernelUnit {
+            name: self.name,
+            text: format!("{STAMPED_BUILD}{}", self.text),
+        }
+    }
+
     /// The source file the unit compiles (`infer_matvec` for `infer_matvec.q4_0`).
     pub fn source(&self) -> &str {
         self.name.split('.').next().unwrap_or(&self.name)

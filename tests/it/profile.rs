@@ -323,7 +323,10 @@ fn bench_profile_reports_each_op_family_per_step() {
 /// fills here), four rounds of two labelled fills launched one by one (the last followed by a
 /// download), then two identical steps (captured, then replayed as a graph); returns the file's
 /// complete events, the track names and whether kernels were stamped.
-fn fake_trace(events: TraceEvents) -> (Vec<Value>, BTreeMap<u64, String>, bool) {
+fn fake_trace(
+    events: TraceEvents,
+    trace_first: bool,
+) -> (Vec<Value>, BTreeMap<u64, String>, bool) {
     use hipscope::gpu::arena::{ArenaPlan, Region};
     use hipscope::gpu::fake::{FakeDevice, FakeScript};
     use hipscope::gpu::handle::{Arg, Gpu, GpuConfig};
@@ -342,6 +345,12 @@ fn fake_trace(events: TraceEvents) -> (Vec<Value>, BTreeMap<u64, String>, bool) 
         ..GpuConfig::default()
     };
     let mut gpu = Gpu::open(Box::new(be), cfg).expect("open");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("fake.json");
+    // A trace on before the kernels are built gets their stamped build (as `--trace` does).
+    if trace_first {
+        trace::start_file(&path).expect("start");
+    }
     gpu.prepare_kernels(
         &KernelCache::disabled(),
         &CompileMode::InProcess,
@@ -355,9 +364,9 @@ fn fake_trace(events: TraceEvents) -> (Vec<Value>, BTreeMap<u64, String>, bool) 
     let out = gpu.alloc(Region::Activations, 64).expect("buffer");
     let fill = gpu.function("hs_fill_u32").expect("fill");
     ctl.set_op_time("hs_fill_u32", 7_000);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("fake.json");
-    trace::start_file(&path).expect("start");
+    if !trace_first {
+        trace::start_file(&path).expect("start");
+    }
     let labels = [
         gpu.label("layer 0 · a · fill"),
         gpu.label("layer 1 · b · fill"),
@@ -435,14 +444,14 @@ fn fake_fills(xs: &[Value], names: &BTreeMap<u64, String>) -> Vec<Value> {
 /// kernels; the device's tracks nest.
 #[test]
 fn fake_device_kernels_time_themselves_and_graphs_by_events() {
-    let (xs, names, stamping) = fake_trace(TraceEvents::Stamps);
+    let (xs, names, stamping) = fake_trace(TraceEvents::Stamps, true);
     assert!(stamping, "kernels are launched stamped once the clock is mapped");
     let refs: Vec<&Value> = xs.iter().collect();
     assert_nested(&refs);
     let kernels = fake_fills(&xs, &names);
     assert_eq!(kernels.len(), 8, "{kernels:?}");
     // 7 µs on the fake's clock, from the kernel's stamps (its end handed over by the next
-    // kernel) or (the first round) its events. The fill before the download ends where the
+    // kernel). The fill before the download ends where the
     // device reached the download's start event: an event's time is placed through the events'
     // anchor, a stamp's through the clock calibration, which agree on a GPU (both clocks run in
     // real time) but not on the fake, whose clock stands still between ops; it is checked for
@@ -452,15 +461,10 @@ fn fake_device_kernels_time_themselves_and_graphs_by_events() {
             assert!((k["dur"].as_f64().unwrap() - 7.0).abs() < 0.01, "{k}");
         }
     }
-    // The first round ran by events: its first op made the timer, and the stream was not idle
-    // again (the clock is mapped only then) until the round's end.
-    let stamped: Vec<bool> = kernels
-        .iter()
-        .map(|k| k["args"]["timed by"] == "kernel stamps")
-        .collect();
-    assert_eq!(
-        stamped,
-        [false, false, true, true, true, true, true, true],
+    // The trace was on from before the kernels were built: the arena's first upload made the
+    // timer, the clock was mapped at the next idle moment, before the first fill.
+    assert!(
+        kernels.iter().all(|k| k["args"]["timed by"] == "kernel stamps"),
         "{kernels:?}"
     );
     assert_eq!(kernels[0]["args"]["layer"], 0);
@@ -482,10 +486,19 @@ fn fake_device_kernels_time_themselves_and_graphs_by_events() {
     }
 }
 
-/// `HIPSCOPE_TRACE_EVENTS=pairs`: every kernel timed by its two events, no calibration launch.
+/// Kernels of the ordinary build — built before any trace was on, as in a chat that turns
+/// `/trace on` later — are never launched stamped (their breadcrumb would take the stamp block
+/// for its own): every kernel is timed by its two events, and there is no calibration launch.
+/// So with `HIPSCOPE_TRACE_EVENTS=pairs`, whatever the build.
 #[test]
-fn fake_device_times_come_from_its_timed_events_when_asked() {
-    let (xs, names, stamping) = fake_trace(TraceEvents::Pairs);
+fn fake_device_times_come_from_its_timed_events_without_the_stamped_build_or_when_asked() {
+    for (events, trace_first) in [(TraceEvents::Stamps, false), (TraceEvents::Pairs, true)] {
+        fake_timed_by_events(events, trace_first);
+    }
+}
+
+fn fake_timed_by_events(events: TraceEvents, trace_first: bool) {
+    let (xs, names, stamping) = fake_trace(events, trace_first);
     assert!(!stamping);
     let kernels = fake_fills(&xs, &names);
     assert_eq!(kernels.len(), 8, "{kernels:?}");

@@ -177,6 +177,10 @@ fn mean_sd(xs: &[f64]) -> (f64, f64) {
 }
 
 pub fn run(a: BenchArgs, settings: &crate::app::settings::Settings) -> anyhow::Result<i32> {
+    if a.profile {
+        // Kernels that time themselves, built with the model (the profile starts after the load).
+        trace::ask_stamped_kernels();
+    }
     let reps = a.repetitions.max(1);
     let mut args = a.model.clone();
     let longest = a

@@ -38,6 +38,10 @@ pub struct KernelsArgs {
     /// Compile children at once (default: one per core).
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
+    /// Compile the stamped build: the kernels as a trace or profile asked for at start builds
+    /// them, each timing itself (kernels/prelude.h `HS_STAMPS`; docs/PROFILING.md).
+    #[arg(long)]
+    pub stamped: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -107,6 +111,10 @@ pub fn kernels(args: &KernelsArgs, settings: &crate::app::settings::Settings) ->
         }
     };
     let (units, scope) = match units_for(args, settings, &sources) {
+        Ok((u, s)) if args.stamped => (
+            u.into_iter().map(KernelUnit::stamped).collect::<Vec<_>>(),
+            format!("{s}, stamped build"),
+        ),
         Ok(u) => u,
         Err(e) => {
             errln!("hipscope kernels: {e:#}");

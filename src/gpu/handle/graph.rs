@@ -630,6 +630,7 @@ impl Gpu {
             label,
             budget,
             (slot as u64) << 32 | kernels,
+            false,
             |be, _, _| {
                 // SAFETY: an executable graph of this backend; its buffers live in the arena.
                 unsafe { be.launch_graph(exec) }

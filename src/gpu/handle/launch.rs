@@ -10,6 +10,7 @@ use crate::gpu::kernels::{
     self, CompileMode, CompileProgress, KernelBuild, KernelCache, KernelUnit,
 };
 use crate::gpu::stream::{Budget, LabelId, OpKind};
+use crate::gpu::trace::{self, device::TraceEvents};
 
 const MAX_ARGS: usize = 32;
 
@@ -26,6 +27,7 @@ impl Gpu {
                 let f = self.guard(r)?;
                 let id = KernelFn(self.functions.len() as u32);
                 self.functions.push((k.clone(), f));
+                self.stamped_fns.push(false);
                 self.by_name.insert(k.clone(), id);
             }
         }
@@ -57,9 +59,23 @@ impl Gpu {
             .filter(|u| !self.modules.iter().any(|m| m.0 == u.name))
             .cloned()
             .collect();
+        // The stamped build (kernels/prelude.h, `HS_STAMPS`) when a trace or a profile is on or
+        // asked for: its own cache entries (the text differs), its kernels marked as able to
+        // time themselves.
+        let stamped =
+            self.cfg.trace_events == TraceEvents::Stamps && trace::stamped_kernels_wanted();
+        let todo: Vec<KernelUnit> = if stamped {
+            todo.into_iter().map(KernelUnit::stamped).collect()
+        } else {
+            todo
+        };
         let builds = kernels::build_all(compiler.as_ref(), &arch, &todo, cache, mode, progress);
         let modules = kernels::into_modules(builds.clone(), &todo)?;
+        let first = self.functions.len();
         self.load_modules(&modules)?;
+        if stamped {
+            self.stamped_fns[first..].fill(true);
+        }
         Ok(builds)
     }
 
@@ -211,8 +227,11 @@ impl Gpu {
                 "empty launch grid {grid:?} block {block:?}"
             )));
         }
-        self.enqueue(OpKind::Kernel, label, budget, |be, seq, crumb| {
-            launch_raw(be, raw, grid, block, shared_bytes, crumb, seq, args)
+        // Only a kernel of the stamped build may be launched stamped (its plain build would
+        // take the stamp block for the breadcrumb).
+        let stampable = self.stamped_fns.get(f.0 as usize).copied().unwrap_or(false);
+        self.enqueue_traced(OpKind::Kernel, label, budget, 0, stampable, |be, op, crumb| {
+            launch_raw(be, raw, grid, block, shared_bytes, crumb, op, args)
         })
     }
 
@@ -395,7 +414,7 @@ impl Gpu {
         src: DeviceBuffer,
         bytes: u64,
     ) -> Result<u64, GpuError> {
-        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes, |be, _, _| {
+        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes, false, |be, _, _| {
             // SAFETY: both ranges lie in arena buffers (checked sizes above).
             unsafe { be.copy_d2d(dst.ptr, src.ptr, bytes as usize) }
         })

@@ -179,6 +179,8 @@ pub struct Gpu {
     arena: Option<Arena>,
     modules: Vec<(String, RawModule)>,
     functions: Vec<(String, RawFunction)>,
+    /// Per function: from the stamped build of its unit (kernels/prelude.h, `HS_STAMPS`).
+    stamped_fns: Vec<bool>,
     by_name: HashMap<String, KernelFn>,
     blas: Option<RawBlas>,
     gemm_path: GemmPath,
@@ -236,6 +238,7 @@ impl Gpu {
             arena: None,
             modules: Vec::new(),
             functions: Vec::new(),
+            stamped_fns: Vec::new(),
             by_name: HashMap::new(),
             blas: None,
             gemm_path: GemmPath::NotReady,
@@ -379,17 +382,20 @@ impl Gpu {
         budget: Option<Budget>,
         f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
-        self.enqueue_traced(kind, label, budget, 0, f)
+        self.enqueue_traced(kind, label, budget, 0, false, f)
     }
 
     /// [`Gpu::enqueue`], with the number the tracer shows with the op (`trace::Ev::b`: a copy's
-    /// bytes, a graph replay's slot and kernels).
+    /// bytes, a graph replay's slot and kernels), and whether the op is a kernel of the stamped
+    /// build (`stampable`: it may then be launched stamped, `f` getting the stamp block and the
+    /// flagged seq).
     fn enqueue_traced(
         &mut self,
         kind: OpKind,
         label: LabelId,
         budget: Option<Budget>,
         trace_b: u64,
+        stampable: bool,
         f: impl FnOnce(&mut dyn Device, u64, DevicePtr) -> Result<(), GpuError>,
     ) -> Result<u64, GpuError> {
         self.check_alive()?;
@@ -405,7 +411,7 @@ impl Gpu {
         // A stamped kernel gets the stamp block and its flagged seq as its tracking arguments
         // (`HS_BREADCRUMB`); while its slot is still unread it is timed by events instead.
         let stamp = match self.timer.as_mut() {
-            Some(t) if kind == OpKind::Kernel && trace::on() => {
+            Some(t) if stampable && trace::on() => {
                 t.stamp_launch(self.backend.as_mut(), self.stream.next_seq())
             }
             _ => None,

@@ -24,9 +24,10 @@ const PROBE_MAX_POLLS: u64 = 2_000_000;
 const PROBE_FLAG: usize = 32;
 
 impl Gpu {
-    /// At the start of an enqueue, with tracing on: makes the ring the first time and, on an
-    /// idle stream, maps the clocks when the map is missing or old. Stamps that cannot be had
-    /// (no arena, breadcrumbs off, no probe reading) leave kernels timed by events, said once.
+    /// At the start of an enqueue, with tracing on and kernels of the stamped build loaded
+    /// (`launch.rs`, `prepare_kernels`): makes the ring the first time and, on an idle stream,
+    /// maps the clocks when the map is missing or old. Stamps that cannot be had (breadcrumbs
+    /// off, no probe reading) leave kernels timed by events, said once.
     pub(super) fn trace_prepare(&mut self) -> Result<(), GpuError> {
         if self.stamp_busy
             || self.stamp_failed.is_some()
@@ -39,6 +40,10 @@ impl Gpu {
             return Ok(());
         };
         let needs_ring = !self.stamp_ring;
+        // Kernels of the ordinary build do not stamp: nothing to set up or calibrate for them.
+        if !self.stamped_fns.iter().any(|&s| s) {
+            return Ok(());
+        }
         // Before the arena (which holds the stamp block) there is nothing to stamp yet. The
         // clock is mapped on an idle stream: a busy one (the common case, one atomic load) is
         // left at once.

@@ -140,6 +140,7 @@ impl Gpu {
                 unsafe { self.backend.unload_module(m) }.map_err(|e| e.to_string())?;
             }
             self.functions.clear();
+            self.stamped_fns.clear();
             self.by_name.clear();
             Ok(())
         });

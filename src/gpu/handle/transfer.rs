@@ -42,7 +42,7 @@ impl Gpu {
             let off = (i * chunk) as u64;
             let len = piece.len();
             let seq =
-                self.enqueue_traced(OpKind::CopyH2D, label, None, len as u64, |be, _, _| {
+                self.enqueue_traced(OpKind::CopyH2D, label, None, len as u64, false, |be, _, _| {
                     // SAFETY: pinned source kept until this op's event completes; dst range checked.
                     unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
                 })?;
@@ -101,7 +101,7 @@ impl Gpu {
                 e
             }
         };
-        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes as u64, |be, _, _| {
+        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes as u64, false, |be, _, _| {
             // SAFETY: a live event of this device.
             unsafe { be.record_event(ev) }
         })?;
@@ -119,7 +119,7 @@ impl Gpu {
                 e
             }
         };
-        to.enqueue_traced(OpKind::CopyD2D, to_label, None, bytes as u64, |be, _, _| {
+        to.enqueue_traced(OpKind::CopyD2D, to_label, None, bytes as u64, false, |be, _, _| {
             // SAFETY: the event was recorded just above; both ranges were checked; the sender
             // writes `src` again only after waiting for `back` (below).
             unsafe {
@@ -156,7 +156,7 @@ impl Gpu {
             let len = piece.len();
             let off = (i * chunk) as u64;
             let seq =
-                self.enqueue_traced(OpKind::CopyD2H, label, None, len as u64, |be, _, _| {
+                self.enqueue_traced(OpKind::CopyD2H, label, None, len as u64, false, |be, _, _| {
                     // SAFETY: pinned destination, idle (waited above); src range checked.
                     unsafe { be.copy_d2h(host, src.ptr.offset(off), len) }
                 })?;

@@ -140,6 +140,21 @@ pub fn on() -> bool {
     ON.load(Ordering::Relaxed)
 }
 
+static STAMPED_KERNELS: AtomicBool = AtomicBool::new(false);
+
+/// Asks for kernels that time themselves (`trace/stamps.rs`), for a command that will trace or
+/// profile once its model is loaded (`bench --profile`, `selftest`): the GPU builds them when it
+/// builds its kernels, as it does when a trace is already on then (`--trace`).
+pub fn ask_stamped_kernels() {
+    STAMPED_KERNELS.store(true, Ordering::Relaxed);
+}
+
+/// Whether kernels built now should be the stamped build: a trace or profile is on, or was asked
+/// for.
+pub fn stamped_kernels_wanted() -> bool {
+    on() || STAMPED_KERNELS.load(Ordering::Relaxed)
+}
+
 pub(crate) fn set_on(on: bool) {
     ON.store(on, Ordering::Release);
 }

@@ -147,6 +147,8 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         }
         None => {}
     }
+    // The decode overhead check measures tracing as `--trace` runs it: with the stamped build.
+    crate::gpu::trace::ask_stamped_kernels();
     outln!("hipscope selftest");
     if stdout_gone() {
         // Nobody reads the results (`| head`): end quietly, before any device is opened.
