@@ -340,38 +340,30 @@ impl DeviceTimer {
         stamped: bool,
         wait: Duration,
     ) -> Result<(), GpuError> {
-        if stamped {
-            self.pending.push_back(Pending {
-                timing: Timing::Stamped,
-                kind,
-                label,
-                seq,
-                step: super::current_step(),
-                enqueued_ns,
-                b,
-            });
-            self.since_harvest += 1;
-            return Ok(());
-        }
-        let start = self.open_start.take();
-        let Some(anchor) = self.current else {
-            self.untimed += 1;
-            return Ok(());
-        };
-        let Some(end) = self.take_event(dev, wait)? else {
-            if let Some(s) = start {
-                self.free.push(s);
+        let timing = if stamped {
+            Timing::Stamped
+        } else {
+            let start = self.open_start.take();
+            let Some(anchor) = self.current else {
+                self.untimed += 1;
+                return Ok(());
+            };
+            let Some(end) = self.take_event(dev, wait)? else {
+                if let Some(s) = start {
+                    self.free.push(s);
+                }
+                self.untimed += 1;
+                return Ok(());
+            };
+            // SAFETY: a timed event of this device, not in flight.
+            unsafe { dev.record_event(end) }?;
+            if let Some(a) = self.anchors[anchor].as_mut() {
+                a.users += 1;
             }
-            self.untimed += 1;
-            return Ok(());
+            Timing::Events { start, end, anchor }
         };
-        // SAFETY: a timed event of this device, not in flight.
-        unsafe { dev.record_event(end) }?;
-        if let Some(a) = self.anchors[anchor].as_mut() {
-            a.users += 1;
-        }
         self.pending.push_back(Pending {
-            timing: Timing::Events { start, end, anchor },
+            timing,
             kind,
             label,
             seq,
