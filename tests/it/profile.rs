@@ -323,10 +323,7 @@ fn bench_profile_reports_each_op_family_per_step() {
 /// fills here), four rounds of two labelled fills launched one by one (the last followed by a
 /// download), then two identical steps (captured, then replayed as a graph); returns the file's
 /// complete events, the track names and whether kernels were stamped.
-fn fake_trace(
-    events: TraceEvents,
-    trace_first: bool,
-) -> (Vec<Value>, BTreeMap<u64, String>, bool) {
+fn fake_trace(events: TraceEvents, trace_first: bool) -> (Vec<Value>, BTreeMap<u64, String>, bool) {
     use hipscope::gpu::arena::{ArenaPlan, Region};
     use hipscope::gpu::fake::{FakeDevice, FakeScript};
     use hipscope::gpu::handle::{Arg, Gpu, GpuConfig};
@@ -445,7 +442,10 @@ fn fake_fills(xs: &[Value], names: &BTreeMap<u64, String>) -> Vec<Value> {
 #[test]
 fn fake_device_kernels_time_themselves_and_graphs_by_events() {
     let (xs, names, stamping) = fake_trace(TraceEvents::Stamps, true);
-    assert!(stamping, "kernels are launched stamped once the clock is mapped");
+    assert!(
+        stamping,
+        "kernels are launched stamped once the clock is mapped"
+    );
     let refs: Vec<&Value> = xs.iter().collect();
     assert_nested(&refs);
     let kernels = fake_fills(&xs, &names);
@@ -464,7 +464,9 @@ fn fake_device_kernels_time_themselves_and_graphs_by_events() {
     // The trace was on from before the kernels were built: the arena's first upload made the
     // timer, the clock was mapped at the next idle moment, before the first fill.
     assert!(
-        kernels.iter().all(|k| k["args"]["timed by"] == "kernel stamps"),
+        kernels
+            .iter()
+            .all(|k| k["args"]["timed by"] == "kernel stamps"),
         "{kernels:?}"
     );
     assert_eq!(kernels[0]["args"]["layer"], 0);

@@ -230,9 +230,14 @@ impl Gpu {
         // Only a kernel of the stamped build may be launched stamped (its plain build would
         // take the stamp block for the breadcrumb).
         let stampable = self.stamped_fns.get(f.0 as usize).copied().unwrap_or(false);
-        self.enqueue_traced(OpKind::Kernel, label, budget, 0, stampable, |be, op, crumb| {
-            launch_raw(be, raw, grid, block, shared_bytes, crumb, op, args)
-        })
+        self.enqueue_traced(
+            OpKind::Kernel,
+            label,
+            budget,
+            0,
+            stampable,
+            |be, op, crumb| launch_raw(be, raw, grid, block, shared_bytes, crumb, op, args),
+        )
     }
 
     /// `C = alpha·op(A)·op(B) + beta·C` through BLAS, or hipscope's kernel when BLAS is absent.

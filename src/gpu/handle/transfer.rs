@@ -41,11 +41,17 @@ impl Gpu {
             unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), host, piece.len()) };
             let off = (i * chunk) as u64;
             let len = piece.len();
-            let seq =
-                self.enqueue_traced(OpKind::CopyH2D, label, None, len as u64, false, |be, _, _| {
+            let seq = self.enqueue_traced(
+                OpKind::CopyH2D,
+                label,
+                None,
+                len as u64,
+                false,
+                |be, _, _| {
                     // SAFETY: pinned source kept until this op's event completes; dst range checked.
                     unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
-                })?;
+                },
+            )?;
             self.staging[b].last_seq = seq;
             let d = self.deadline();
             let r = self.stream.record_event(self.backend.as_mut(), d);
@@ -101,10 +107,17 @@ impl Gpu {
                 e
             }
         };
-        self.enqueue_traced(OpKind::CopyD2D, label, None, bytes as u64, false, |be, _, _| {
-            // SAFETY: a live event of this device.
-            unsafe { be.record_event(ev) }
-        })?;
+        self.enqueue_traced(
+            OpKind::CopyD2D,
+            label,
+            None,
+            bytes as u64,
+            false,
+            |be, _, _| {
+                // SAFETY: a live event of this device.
+                unsafe { be.record_event(ev) }
+            },
+        )?;
         // A copy writes no breadcrumb: the stream's own event shows when it is done (the
         // sender may do nothing more this step, and must not look in flight meanwhile).
         let d = self.deadline();
@@ -119,15 +132,22 @@ impl Gpu {
                 e
             }
         };
-        to.enqueue_traced(OpKind::CopyD2D, to_label, None, bytes as u64, false, |be, _, _| {
-            // SAFETY: the event was recorded just above; both ranges were checked; the sender
-            // writes `src` again only after waiting for `back` (below).
-            unsafe {
-                be.wait_event(ev)?;
-                be.copy_from_peer(dst.ptr, me, src.ptr, bytes)?;
-                be.record_event(back)
-            }
-        })?;
+        to.enqueue_traced(
+            OpKind::CopyD2D,
+            to_label,
+            None,
+            bytes as u64,
+            false,
+            |be, _, _| {
+                // SAFETY: the event was recorded just above; both ranges were checked; the sender
+                // writes `src` again only after waiting for `back` (below).
+                unsafe {
+                    be.wait_event(ev)?;
+                    be.copy_from_peer(dst.ptr, me, src.ptr, bytes)?;
+                    be.record_event(back)
+                }
+            },
+        )?;
         let d = to.deadline();
         let r = to.stream.record_event(to.backend.as_mut(), d);
         to.guard(r)?;
@@ -155,11 +175,17 @@ impl Gpu {
             let host = self.staging[b].mem.host;
             let len = piece.len();
             let off = (i * chunk) as u64;
-            let seq =
-                self.enqueue_traced(OpKind::CopyD2H, label, None, len as u64, false, |be, _, _| {
+            let seq = self.enqueue_traced(
+                OpKind::CopyD2H,
+                label,
+                None,
+                len as u64,
+                false,
+                |be, _, _| {
                     // SAFETY: pinned destination, idle (waited above); src range checked.
                     unsafe { be.copy_d2h(host, src.ptr.offset(off), len) }
-                })?;
+                },
+            )?;
             self.staging[b].last_seq = seq;
             let d = self.deadline();
             let r = self.stream.wait_for(self.backend.as_mut(), seq, d);

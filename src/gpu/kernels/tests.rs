@@ -63,7 +63,8 @@ fn every_kernel_takes_the_tracking_parameters_and_writes_a_breadcrumb() {
         for (at, _) in s.text.match_indices("(HS_TRACK_PARAMS") {
             let body = &s.text[at..];
             let open = body.find('{').expect("a body");
-            let first = body[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
+            let first =
+                body[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
             assert!(
                 first.starts_with("HS_BREADCRUMB();"),
                 "{}: the kernel at byte {at} does not start with HS_BREADCRUMB()",

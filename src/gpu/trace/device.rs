@@ -505,16 +505,16 @@ impl DeviceTimer {
         } else {
             0
         };
-        Ok(Stamp::Read((first_block - dispatch, first_block + run, dispatch)))
+        Ok(Stamp::Read((
+            first_block - dispatch,
+            first_block + run,
+            dispatch,
+        )))
     }
 
     /// Where the device reached the start event of op `seq + 1`, if that op is timed by events
     /// and the device has passed it.
-    fn next_start_event_ns(
-        &self,
-        dev: &mut dyn Device,
-        seq: u64,
-    ) -> Result<Option<u64>, GpuError> {
+    fn next_start_event_ns(&self, dev: &mut dyn Device, seq: u64) -> Result<Option<u64>, GpuError> {
         let Some(next) = self.pending.get(1).filter(|n| n.seq == seq + 1) else {
             return Ok(None);
         };
@@ -533,7 +533,9 @@ impl DeviceTimer {
             return Ok(None);
         }
         let ms = dev.event_elapsed_ms(a.ev, ev)?;
-        Ok(Some(a.host_ns + (f64::from(ms) * 1e6).round().max(0.0) as u64))
+        Ok(Some(
+            a.host_ns + (f64::from(ms) * 1e6).round().max(0.0) as u64,
+        ))
     }
 
     /// A stamped op whose start or end is not there: waited for while nothing after it has

@@ -89,7 +89,9 @@ impl ClockMap {
         nominal: f64,
         previous: Option<&ClockMap>,
     ) -> Option<ClockMap> {
-        let rate = previous.filter(|p| p.measured).map_or(nominal, |p| p.ns_per_tick);
+        let rate = previous
+            .filter(|p| p.measured)
+            .map_or(nominal, |p| p.ns_per_tick);
         // The sample with the smallest host − device offset at this rate.
         let &(host_ns, ticks) = samples.iter().min_by(|a, b| {
             let off = |s: &(u64, u64)| s.0 as f64 - s.1 as f64 * rate;
@@ -220,7 +222,11 @@ mod tests {
         // Device ticks at 10 ns, device tick 0 at host 5,000 ns; the host saw each value 300 to
         // 900 ns after it was written.
         let host = |t: u64, lag: u64| 5_000 + t * 10 + lag;
-        let s = [(host(100, 900), 100), (host(150, 300), 150), (host(200, 600), 200)];
+        let s = [
+            (host(100, 900), 100),
+            (host(150, 300), 150),
+            (host(200, 600), 200),
+        ];
         let m = ClockMap::from_samples(&s, 10.0, None).expect("map");
         assert_eq!(m.host_ns(150), host(150, 300));
         assert_eq!(m.host_ns(1_150), host(1_150, 300));
