@@ -51,7 +51,7 @@ impl Gpu {
             return Ok(());
         }
         let idle = self.stream.shared().queue_depth() == 0;
-        if !needs_ring && !(idle && t.wants_calibration()) {
+        if !(needs_ring || idle && t.wants_calibration()) {
             return Ok(());
         }
         if !idle {

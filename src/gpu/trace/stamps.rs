@@ -213,8 +213,7 @@ mod tests {
         assert_eq!(define("HS_STAMP_SLOTS"), format!("{SLOTS}u"));
         assert_eq!(define("HS_STAMP_ENDS"), ENDS_WORD.to_string());
         assert_eq!(define("HS_STAMP_BEHIND"), format!("{BEHIND}u"));
-        assert!(SLOTS > crate::gpu::stream::RING);
-        assert!(SLOTS.is_power_of_two());
+        const { assert!(SLOTS > crate::gpu::stream::RING && SLOTS.is_power_of_two()) };
     }
 
     #[test]
