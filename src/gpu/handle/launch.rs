@@ -75,6 +75,7 @@ impl Gpu {
         self.load_modules(&modules)?;
         if stamped {
             self.stamped_fns[first..].fill(true);
+            self.any_stamped = true;
         }
         Ok(builds)
     }

@@ -181,6 +181,8 @@ pub struct Gpu {
     functions: Vec<(String, RawFunction)>,
     /// Per function: from the stamped build of its unit (kernels/prelude.h, `HS_STAMPS`).
     stamped_fns: Vec<bool>,
+    /// Whether any is.
+    any_stamped: bool,
     by_name: HashMap<String, KernelFn>,
     blas: Option<RawBlas>,
     gemm_path: GemmPath,
@@ -239,6 +241,7 @@ impl Gpu {
             modules: Vec::new(),
             functions: Vec::new(),
             stamped_fns: Vec::new(),
+            any_stamped: false,
             by_name: HashMap::new(),
             blas: None,
             gemm_path: GemmPath::NotReady,

@@ -41,7 +41,7 @@ impl Gpu {
         };
         let needs_ring = !self.stamp_ring;
         // Kernels of the ordinary build do not stamp: nothing to set up or calibrate for them.
-        if !self.stamped_fns.iter().any(|&s| s) {
+        if !self.any_stamped {
             return Ok(());
         }
         // Before the arena (which holds the stamp block) there is nothing to stamp yet. The

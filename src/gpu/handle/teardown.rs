@@ -141,6 +141,7 @@ impl Gpu {
             }
             self.functions.clear();
             self.stamped_fns.clear();
+            self.any_stamped = false;
             self.by_name.clear();
             Ok(())
         });
