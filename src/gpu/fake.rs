@@ -19,7 +19,7 @@ use crate::gpu::device::{
     PinnedRaw, RawBlas, RawEvent, RawFunction, RawGraph, RawModule, RuntimeError, RuntimeKind,
 };
 use crate::gpu::kernels::{KernelCompiler, declarations};
-use crate::gpu::trace::stamps::{self, STAMP_OP};
+use crate::gpu::stream::stamp::{self as stamps, STAMP_OP};
 
 /// How the fake behaves.
 #[derive(Clone, Debug, PartialEq)]

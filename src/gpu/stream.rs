@@ -741,6 +741,7 @@ impl TrackedStream {
 mod backoff;
 pub mod graph;
 mod host;
+pub mod stamp;
 pub use backoff::Backoff;
 use graph::{GraphCrumb, GraphNodes};
 pub use host::HostOp;

@@ -415,7 +415,8 @@ impl Gpu {
         // (`HS_BREADCRUMB`); while its slot is still unread it is timed by events instead.
         let stamp = match self.timer.as_mut() {
             Some(t) if stampable && trace::on() => {
-                t.stamp_launch(self.backend.as_mut(), self.stream.next_seq())
+                let r = t.stamp_launch(self.backend.as_mut(), self.stream.next_seq());
+                self.guard(r)?
             }
             _ => None,
         };

@@ -176,40 +176,36 @@ impl DeviceTimer {
         })
     }
 
-    /// Maps the clocks from calibration samples `(host_ns, ticks)`; false when there were none.
-    pub fn calibrate(&mut self, samples: &[(u64, u64)]) -> bool {
-        let Some(s) = self.stamps.as_mut() else {
-            return false;
-        };
-        match ClockMap::from_samples(samples, s.nominal, s.clock.as_ref()) {
-            Some(m) => {
-                s.clock = Some(m);
-                true
-            }
-            None => false,
+    /// Maps the clocks from calibration samples `(host_ns, ticks)` (none: the map stays).
+    pub fn calibrate(&mut self, samples: &[(u64, u64)]) {
+        if let Some(s) = self.stamps.as_mut()
+            && let Some(m) = ClockMap::from_samples(samples, s.nominal, s.clock.as_ref())
+        {
+            s.clock = Some(m);
         }
-    }
-
-    /// The clock map, for the trace's notes and tests.
-    pub fn clock(&self) -> Option<ClockMap> {
-        self.stamps.as_ref().and_then(|s| s.clock)
     }
 
     /// The stamp block's device address and the `hs_op` for a stamped launch of op `seq`; `None`
     /// when kernels are not stamped now or the slot's previous op is still unread (the op is
     /// then timed by events).
-    pub fn stamp_launch(&mut self, dev: &mut dyn Device, seq: u64) -> Option<(u64, u64)> {
+    pub fn stamp_launch(
+        &mut self,
+        dev: &mut dyn Device,
+        seq: u64,
+    ) -> Result<Option<(u64, u64)>, GpuError> {
         if !self.stamping() {
-            return None;
+            return Ok(None);
         }
         if self.slot_busy(seq) {
-            let _ = self.harvest(dev);
+            self.harvest(dev)?;
             if self.slot_busy(seq) {
-                return None;
+                return Ok(None);
             }
         }
-        let s = self.stamps.as_ref()?;
-        Some((s.block, seq | stamps::STAMP_OP))
+        Ok(self
+            .stamps
+            .as_ref()
+            .map(|s| (s.block, seq | stamps::STAMP_OP)))
     }
 
     /// Whether an unread op may still hold `seq`'s slot: pending ops are in seq order, so the

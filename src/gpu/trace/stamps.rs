@@ -10,9 +10,10 @@
 //! ends where the device reached that op's start event.
 
 use crate::gpu::device::RuntimeKind;
+pub use crate::gpu::stream::stamp::{
+    BEHIND, BLOCK_BYTES, ENDS_WORD, RING_BYTES, SLOTS, STAMP_OP, block_image, slot,
+};
 
-/// Set in a kernel's `hs_op` when it stamps itself (`HS_STAMP_OP`).
-pub const STAMP_OP: u64 = 1 << 62;
 /// Set in `Ev::b` of a kernel op timed by its stamps (a kernel's `b` is otherwise 0); the low
 /// bits hold the nanoseconds of its dispatch (`device.rs`, `stamp_times`).
 const STAMPED: u64 = 1 << 63;
@@ -26,17 +27,7 @@ pub fn stamped_b(dispatch_ns: u64) -> u64 {
 pub fn stamped_dispatch(b: u64) -> Option<u64> {
     (b & STAMPED != 0).then_some(b & !STAMPED)
 }
-/// Slots of the ring (`HS_STAMP_SLOTS`): more than the stream's in-flight table
-/// (`stream::RING`), so a slot is free again once its op is read back.
-pub const SLOTS: usize = 8192;
-/// Word of the stamp block where the per-slot end words start (`HS_STAMP_ENDS`).
-pub const ENDS_WORD: usize = 8;
-/// Ops before a stamped kernel whose ends it hands over (`HS_STAMP_BEHIND`).
-pub const BEHIND: u64 = 3;
-/// Bytes of the stamp block in device memory: the header words, then an end word a slot.
-pub const BLOCK_BYTES: u64 = ((ENDS_WORD + SLOTS) * 8) as u64;
-/// Bytes of the host ring: a start and an end word a slot.
-pub const RING_BYTES: usize = SLOTS * 16;
+
 /// A clock map older than this is renewed at the stream's next idle moment (the two clocks
 /// drift by a few parts per million; the renewal also measures the device clock's rate).
 pub const RECALIBRATE_NS: u64 = 500_000_000;
@@ -51,20 +42,6 @@ pub fn nominal_ns_per_tick(kind: RuntimeKind) -> f64 {
         RuntimeKind::Hip => 10.0,
         RuntimeKind::Cuda | RuntimeKind::Fake => 1.0,
     }
-}
-
-/// The host ring's slot of op `seq`.
-pub fn slot(seq: u64) -> usize {
-    (seq % SLOTS as u64) as usize
-}
-
-/// The stamp block's first words as the kernels read them: the host breadcrumb's and the host
-/// ring's device addresses, the rest (and every end word) zero.
-pub fn block_image(host_crumb: u64, host_ring: u64) -> Vec<u8> {
-    let mut b = vec![0u8; BLOCK_BYTES as usize];
-    b[..8].copy_from_slice(&host_crumb.to_le_bytes());
-    b[8..16].copy_from_slice(&host_ring.to_le_bytes());
-    b
 }
 
 /// Device clock → host clock (`trace::now_ns`), from calibration samples.
