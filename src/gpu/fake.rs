@@ -355,7 +355,7 @@ fn wr_bytes(s: &mut FakeState, addr: u64, data: &[u8]) -> Option<()> {
     Some(())
 }
 
-fn word(s: &mut FakeState, a: u64) -> Option<u64> {
+fn rd_u64(s: &mut FakeState, a: u64) -> Option<u64> {
     resolve(s, a, 8).map(|p| {
         // SAFETY: resolve checked 8 bytes.
         unsafe { std::ptr::read_unaligned(p as *const u64) }
@@ -376,13 +376,13 @@ fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
         }
         1 => {
             let seq = op & !STAMP_OP;
-            if let (Some(host), Some(ring)) = (word(s, crumb), word(s, crumb + 8)) {
+            if let (Some(host), Some(ring)) = (rd_u64(s, crumb), rd_u64(s, crumb + 8)) {
                 let now = s.clock_ns;
                 let _ = wr_bytes(s, host, &seq.to_le_bytes());
                 let _ = wr_bytes(s, ring + 16 * stamps::slot(seq) as u64, &now.to_le_bytes());
                 for i in 1..=stamps::BEHIND {
                     let before = seq.wrapping_sub(i);
-                    if let Some(end) = word(s, end_word(crumb, before)) {
+                    if let Some(end) = rd_u64(s, end_word(crumb, before)) {
                         let at = ring + 16 * stamps::slot(before) as u64 + 8;
                         let _ = wr_bytes(s, at, &end.to_le_bytes());
                     }
@@ -390,7 +390,7 @@ fn write_crumb(s: &mut FakeState, crumb: u64, op: u64) {
             }
         }
         _ => {
-            if let (Some(base), Some(host)) = (word(s, crumb), word(s, crumb + 8)) {
+            if let (Some(base), Some(host)) = (rd_u64(s, crumb), rd_u64(s, crumb + 8)) {
                 let v = base + (op & !(1 << 63));
                 let _ = wr_bytes(s, host, &v.to_le_bytes());
             }
@@ -410,7 +410,7 @@ fn write_end_stamp(s: &mut FakeState, crumb: u64, op: u64) {
     }
     let at = end_word(crumb, op & !STAMP_OP);
     let now = s.clock_ns;
-    if let Some(old) = word(s, at) {
+    if let Some(old) = rd_u64(s, at) {
         let _ = wr_bytes(s, at, &old.max(now).to_le_bytes());
     }
 }

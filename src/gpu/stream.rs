@@ -1,6 +1,7 @@
 //! (Over 700 lines on purpose: the in-flight table, its labels and the completion tracking share
-//! one lock-free state and are read together by the watchdog; the polling wait and the graph's
-//! breadcrumb encoding are already apart in `stream/`, the tests in `stream/tests.rs`.)
+//! one lock-free state and are read together by the watchdog; the polling wait, the graph's
+//! breadcrumb encoding and the kernel stamps' layout are already apart in `stream/`, the tests
+//! in `stream/tests.rs`.)
 //!
 //! The tracked stream: every op enqueued on the device's one stream gets a sequence number and a
 //! label in a lock-free in-flight table, completion is observed through pre-created events (event

@@ -135,11 +135,9 @@ impl Gpu {
             unsafe { host.add(8) } as *const u64,
             unsafe { host.add(PROBE_FLAG) } as *mut u32,
         );
-        // SAFETY: the host word lives until teardown; nothing of the device uses it now (the
-        // stream is idle); volatile because the device writes it.
-        unsafe {
-            std::ptr::write_bytes(host, 0, 64);
-        }
+        // SAFETY: the host word lives until teardown; the device does not use it now (the
+        // stream is idle, a previous probe has stopped).
+        unsafe { std::ptr::write_bytes(host, 0, 64) };
         let dev = self.host_word_device(w)?;
         let f = self.function("hs_clock_probe")?;
         let l = self.label("trace · clock calibration");
@@ -170,16 +168,19 @@ impl Gpu {
     }
 }
 
-/// Reads the probe's clock word until it has run [`SAMPLE_NS`] (or [`MAX_SAMPLES`] readings), as
-/// `(host_ns, ticks)` each time the value changes; empty when it never started (or stopped
-/// without a reading).
+/// Reads the probe's clock word until it has run [`SAMPLE_NS`] (or [`MAX_SAMPLES`] readings, or
+/// the probe has stopped), as `(host_ns, ticks)` each time the value changes; empty when it
+/// never started.
 fn read_probe(clock: *const u64, stopped: *const u64) -> Vec<(u64, u64)> {
     let give_up = Instant::now() + START_TIMEOUT;
     let mut samples = Vec::with_capacity(MAX_SAMPLES);
     let mut last = 0u64;
     let mut first = None;
     loop {
-        // SAFETY: the caller's host word, live for the call; the device writes it.
+        // The stop flag before the clock: once it is seen, the clock read after it is the
+        // probe's last. SAFETY (both reads): the caller's host word, live for the call; the
+        // device writes it.
+        let done = unsafe { std::ptr::read_volatile(stopped) } != 0;
         let v = unsafe { std::ptr::read_volatile(clock) };
         let h = now_ns();
         if v != 0 && v != last {
@@ -187,23 +188,10 @@ fn read_probe(clock: *const u64, stopped: *const u64) -> Vec<(u64, u64)> {
             last = v;
             first.get_or_insert(h);
         }
-        match first {
-            Some(f) if h > f + SAMPLE_NS || samples.len() >= MAX_SAMPLES => break,
-            // SAFETY: as above.
-            Some(_) if unsafe { std::ptr::read_volatile(stopped) } != 0 => break,
-            None if Instant::now() > give_up => break,
-            // SAFETY: as above.
-            None if unsafe { std::ptr::read_volatile(stopped) } != 0 => {
-                // Stopped between two readings: its last value is still the word's.
-                // SAFETY: as above.
-                let v = unsafe { std::ptr::read_volatile(clock) };
-                if v != 0 {
-                    samples.push((now_ns(), v));
-                }
-                break;
-            }
-            _ => std::hint::spin_loop(),
+        let enough = first.is_some_and(|f| h > f + SAMPLE_NS) || samples.len() >= MAX_SAMPLES;
+        if done || enough || (first.is_none() && Instant::now() > give_up) {
+            return samples;
         }
+        std::hint::spin_loop();
     }
-    samples
 }

@@ -439,14 +439,13 @@ impl DeviceTimer {
         let Some(a) = self.anchors[anchor].as_ref() else {
             return Ok(None);
         };
-        let to_ns = |ms: f32| (f64::from(ms) * 1e6).round().max(0.0) as u64;
-        let end_ns = a.host_ns + to_ns(dev.event_elapsed_ms(a.ev, end)?);
+        let end_ns = at_anchor(dev, a, end)?;
         Ok(Some(match start {
             Some(s) => {
                 // Its length is the device's; it is moved, not cut, to start no earlier than the
                 // previous op ended (the anchor and the stamps' clock map each place ops to
                 // within about a microsecond, not always the same one).
-                let dur = to_ns(dev.event_elapsed_ms(s, end)?);
+                let dur = ms_to_ns(dev.event_elapsed_ms(s, end)?);
                 let start = end_ns.saturating_sub(dur).max(self.last_end_ns);
                 (start, start + dur)
             }
@@ -473,10 +472,10 @@ impl DeviceTimer {
         seq: u64,
         enqueued_ns: u64,
     ) -> Result<Stamp, GpuError> {
-        let (Some(s), Some(clock)) = (
-            self.stamps.as_ref(),
-            self.stamps.as_ref().and_then(|s| s.clock),
-        ) else {
+        let Some(s) = self.stamps.as_ref() else {
+            return Ok(Stamp::Lost);
+        };
+        let Some(clock) = s.clock else {
             return Ok(Stamp::Lost);
         };
         let (t0, end_ns) = match s.ring.take(seq) {
@@ -528,10 +527,7 @@ impl DeviceTimer {
         if !dev.query_event(ev)? {
             return Ok(None);
         }
-        let ms = dev.event_elapsed_ms(a.ev, ev)?;
-        Ok(Some(
-            a.host_ns + (f64::from(ms) * 1e6).round().max(0.0) as u64,
-        ))
+        at_anchor(dev, a, ev).map(Some)
     }
 
     /// A stamped op whose start or end is not there: waited for while nothing after it has
@@ -554,6 +550,16 @@ impl DeviceTimer {
         }
         Stamp::Lost
     }
+}
+
+/// Nanoseconds of an event interval (`event_elapsed_ms`' f32 milliseconds).
+fn ms_to_ns(ms: f32) -> u64 {
+    (f64::from(ms) * 1e6).round().max(0.0) as u64
+}
+
+/// The host time at which the device reached timed event `ev`, through anchor `a`.
+fn at_anchor(dev: &mut dyn Device, a: &Anchor, ev: RawEvent) -> Result<u64, GpuError> {
+    Ok(a.host_ns + ms_to_ns(dev.event_elapsed_ms(a.ev, ev)?))
 }
 
 /// The longest gap before a stamped kernel counted as its dispatch (a longer one is the stream
