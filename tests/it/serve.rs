@@ -516,36 +516,29 @@ fn serve_answers_curl_and_refuses_bad_input_with_the_right_status() {
         (1..=8).contains(&u["completion_tokens"].as_u64().unwrap()),
         "{v}"
     );
-    // The same prompt again: its prefix comes from the slot's cache.
-    let (_, again) = post(
-        &s.url,
-        "/v1/chat/completions",
-        chat("What is the capital of France?", 8, false),
-    );
-    assert!(
-        again["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap()
-            > 0,
-        "{again}"
-    );
+    // The same prompt again, its prefix from the slot's cache.
+    let cached_asking = || {
+        let (_, v) = post(
+            &s.url,
+            "/v1/chat/completions",
+            chat("What is the capital of France?", 8, false),
+        );
+        assert!(
+            v["usage"]["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .unwrap()
+                > 0,
+            "{v}"
+        );
+        v
+    };
+    let again = cached_asking();
     // Greedy is deterministic along the same path: a third asking, served from the cache as the
     // second was, answers as the second did. (The first answer may differ at a near-tie: its
     // prompt's last token went through the products with the whole prompt, on the CPU's packed
     // kernel, where a cache hit reads that token alone on the row kernel, which rounds its sums
     // otherwise; llama-server's prompt cache behaves the same.)
-    let (_, third) = post(
-        &s.url,
-        "/v1/chat/completions",
-        chat("What is the capital of France?", 8, false),
-    );
-    assert!(
-        third["usage"]["prompt_tokens_details"]["cached_tokens"]
-            .as_u64()
-            .unwrap()
-            > 0,
-        "{third}"
-    );
+    let third = cached_asking();
     assert_eq!(
         third["choices"][0]["message"]["content"], again["choices"][0]["message"]["content"],
         "greedy is deterministic"
