@@ -1,7 +1,8 @@
 // The grouped expert products of a prompt batch (mixture of experts): the sorted entries of each
 // expert times that expert's weights, on the matrix units (mma.h's core), with the weights
-// dequantized to f16 as they are staged (per type: dequant.h's element functions) and read once
-// per chunk of up to 64 entries, as the route's chunk table (blockIdx.y) gives them (infer_moe.hip routes and sorts). blockIdx.x: 64
+// dequantized to f16 as they are staged (per type: from whole words of its blocks, or dequant.h's
+// element functions for the rare types) and read once per chunk of up to 64 entries, as the
+// route's chunk table (blockIdx.y) gives them (infer_moe.hip routes and sorts). blockIdx.x: 64
 // rows of the expert's matrix. B rows are f16 activations already Q8-rounded
 // (hs_quantize_act_f16), so these products multiply the numbers the one-token kernels multiply,
 // as the dense prefill GEMM does. Before them, a prompt batch ran its experts as matrix-vector
@@ -10,7 +11,7 @@
 
 // 16 elements c0 .. c0 + 15 (c0 a multiple of 16) of weight row `row` as f16 pairs into w: by the
 // element functions of dequant.h (BL-element blocks of BB bytes), or, for the common
-// expert types, from whole words of the block (below). A product's weights are dequantized once
+// expert types and the K-quants, from whole words of the block (below). A product's weights are dequantized once
 // per chunk that reads them, so this is most of a grouped product's work.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
 __device__ __forceinline__ void mm_dq16(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
@@ -75,9 +76,118 @@ __device__ __forceinline__ void mm_dq16_mxfp4(hs_u32, const unsigned char *row, 
     }
 }
 
-// Every other type by its element functions, the type (its ggml id) chosen at run time: one
-// kernel serves them all, which keeps this module's compile time (four targets in CI) from
-// growing by a matrix-unit body per type.
+// The K-quants and IQ4_XS from whole words: 16 elements lie in one 32-element sub-block, so its
+// scale (and min) is decoded once and its 16 quant bytes read as words, where the element
+// functions decode both for every element (4x the Q4_0 kernel's time on a Q4_K prompt). The
+// values are dq_<type>'s, factor for factor.
+
+// Q4_K (144-byte super-blocks, 16-byte aligned): sub-block 2 chunk + hi, its quants the low
+// (hi 0) or high nibbles of qs[32 chunk + l0 ..][16].
+__device__ __forceinline__ void mm_dq16_q4_k(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 256) * 144;
+    const hs_u32 j = c0 % 256;
+    const hs_u32 chunk = j / 64;
+    const hs_u32 hi = (j % 64) / 32;
+    hs_u32 sc, mn;
+    dq_k_scale_min(b + 4, 2 * chunk + hi, &sc, &mn);
+    const float d = dq_half(b) * (float)sc;
+    const float m = dq_half(b + 2) * (float)mn;
+    const uint4 v = *(const uint4 *)(b + 16 + 32 * chunk + j % 32);
+    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const hs_u32 u = (qs[i] >> (4 * hi)) & 0x0F0F0F0F;
+        w[2 * i] = mm_half2(d * (float)(u & 0xFF) - m, d * (float)((u >> 8) & 0xFF) - m);
+        w[2 * i + 1] = mm_half2(d * (float)((u >> 16) & 0xFF) - m, d * (float)(u >> 24) - m);
+    }
+}
+
+// Q5_K (176-byte super-blocks, 16-byte aligned): Q4_K's nibbles from qs at 48, the fifth bit of
+// element l of sub-block s bit s of qh[l].
+__device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 256) * 176;
+    const hs_u32 j = c0 % 256;
+    const hs_u32 chunk = j / 64;
+    const hs_u32 hi = (j % 64) / 32;
+    const hs_u32 sub = 2 * chunk + hi;
+    hs_u32 sc, mn;
+    dq_k_scale_min(b + 4, sub, &sc, &mn);
+    const float d = dq_half(b) * (float)sc;
+    const float m = dq_half(b + 2) * (float)mn;
+    const uint4 v = *(const uint4 *)(b + 48 + 32 * chunk + j % 32);
+    const uint4 h = *(const uint4 *)(b + 16 + j % 32);
+    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
+    const hs_u32 qh[4] = {h.x, h.y, h.z, h.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const hs_u32 u = ((qs[i] >> (4 * hi)) & 0x0F0F0F0F) | (((qh[i] >> sub) & 0x01010101) << 4);
+        w[2 * i] = mm_half2(d * (float)(u & 0xFF) - m, d * (float)((u >> 8) & 0xFF) - m);
+        w[2 * i + 1] = mm_half2(d * (float)((u >> 16) & 0xFF) - m, d * (float)(u >> 24) - m);
+    }
+}
+
+// The 4-byte word at p (2-byte aligned).
+__device__ __forceinline__ hs_u32 mm_u32_2(const unsigned char *p) {
+    const unsigned short *h = (const unsigned short *)p;
+    return (hs_u32)h[0] | ((hs_u32)h[1] << 16);
+}
+
+// Q6_K (210-byte super-blocks, 2-byte aligned: 16-bit loads): half h of 128 elements, quarter q
+// of 32; the low four bits a nibble of ql (quarters 0, 2: low; 1, 3: high, of the next 32
+// bytes), the top two bit pair q of qh; one signed scale per 16 elements.
+__device__ __forceinline__ void mm_dq16_q6_k(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 256) * 210;
+    const hs_u32 j = c0 % 256;
+    const hs_u32 half = j / 128;
+    const hs_u32 quarter = (j % 128) / 32;
+    const hs_u32 l0 = j % 32;
+    const unsigned char *ql = b + 64 * half + l0 + (quarter & 1) * 32;
+    const unsigned char *qh = b + 128 + 32 * half + l0;
+    const int sc = (signed char)b[192 + 8 * half + l0 / 16 + 2 * quarter];
+    const float d = dq_half(b + 208) * (float)sc;
+    const hs_u32 nsh = quarter >= 2 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const hs_u32 u = ((mm_u32_2(ql + 4 * i) >> nsh) & 0x0F0F0F0F) |
+                         (((mm_u32_2(qh + 4 * i) >> (2 * quarter)) & 0x03030303) << 4);
+        w[2 * i] = mm_half2(d * (float)((int)(u & 0xFF) - 32),
+                            d * (float)((int)((u >> 8) & 0xFF) - 32));
+        w[2 * i + 1] = mm_half2(d * (float)((int)((u >> 16) & 0xFF) - 32),
+                                d * (float)((int)(u >> 24) - 32));
+    }
+}
+
+// IQ4_XS (136-byte super-blocks, 8-byte aligned): sub-block ib's 16 bytes of nibbles (low for
+// elements 0..15, high for 16..31) through IQ4_NL's table in registers, times its six-bit scale.
+__device__ __forceinline__ void mm_dq16_iq4_xs(hs_u32, const unsigned char *row, hs_u32 c0,
+                                               hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 256) * 136;
+    const hs_u32 j = c0 % 256;
+    const hs_u32 ib = j / 32;
+    const hs_u32 sh = (hs_u32)b[2] | ((hs_u32)b[3] << 8);
+    const int ls =
+        (int)(((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4));
+    const float d = dq_half(b) * (float)(ls - 32);
+    const uint2 lo = *(const uint2 *)(b + 8 + 16 * ib);
+    const uint2 hi = *(const uint2 *)(b + 16 + 16 * ib);
+    const hs_u32 qs[4] = {lo.x, lo.y, hi.x, hi.y};
+    const hs_u32 nsh = j % 32 >= 16 ? 4 : 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int t = hs_lut16_4(qs[i] >> nsh, HS_LUT_IQ4NL);
+        w[2 * i] = mm_half2(d * (float)(signed char)t, d * (float)(signed char)(t >> 8));
+        w[2 * i + 1] =
+            mm_half2(d * (float)(signed char)(t >> 16), d * (float)(signed char)(t >> 24));
+    }
+}
+
+// Every other type, the type (its ggml id) chosen at run time: Q5_K and IQ4_XS from words (above),
+// the rest by their element functions. One kernel serves them all, which keeps this module's
+// compile time (four targets in CI) from growing by a matrix-unit body per type; the types of
+// the common expert files (Q4_0, Q8_0, MXFP4, Q4_K, Q6_K) have kernels of their own.
 __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row, hs_u32 c0,
                                             hs_u32 *w) {
     switch (ty) {
@@ -86,11 +196,9 @@ __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row,
     case 7: mm_dq16<dq_q5_1, 32, 24>(row, c0, w); break;
     case 10: mm_dq16<dq_q2_k, 256, 84>(row, c0, w); break;
     case 11: mm_dq16<dq_q3_k, 256, 110>(row, c0, w); break;
-    case 12: mm_dq16<dq_q4_k, 256, 144>(row, c0, w); break;
-    case 13: mm_dq16<dq_q5_k, 256, 176>(row, c0, w); break;
-    case 14: mm_dq16<dq_q6_k, 256, 210>(row, c0, w); break;
+    case 13: mm_dq16_q5_k(ty, row, c0, w); break;
     case 20: mm_dq16<dq_iq4_nl, 32, 18>(row, c0, w); break;
-    case 23: mm_dq16<dq_iq4_xs, 256, 136>(row, c0, w); break;
+    case 23: mm_dq16_iq4_xs(ty, row, c0, w); break;
     default:
         // Unreachable: the host sends only the types above here (src/gpu/compute/plan.rs's test
         // holds every quantized type to a case). Should one slip through, NaN halves, so that
@@ -308,6 +416,40 @@ HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
     moe_mm_down<mm_dq16_mxfp4>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<mm_dq16_q4_k>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_down<mm_dq16_q4_k>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
+                                    const unsigned char *wu, const unsigned short *xh, float *h,
+                                    const float *route, hs_u32 n, hs_u32 k, hs_u32 ff,
+                                    hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
+                                    hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_gate_up<mm_dq16_q6_k>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+}
+
+HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
+                                 const unsigned short *hh, float *y, const float *route,
+                                 hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
+                                 hs_u64 row_bytes) {
+    HS_BREADCRUMB();
+    moe_mm_down<mm_dq16_q6_k>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_any(HS_TRACK_PARAMS, const unsigned char *wg,

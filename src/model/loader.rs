@@ -86,7 +86,7 @@ pub fn open(
         ModelSource::File(p) => GgufFile::open(p)?,
         ModelSource::Synthetic { shape, quant, seed } => {
             let s = synthetic::shape(shape)?;
-            let ty = synthetic::quant_type(quant)?;
+            let ty = synthetic::recipe(quant)?;
             synthetic::build(s, ty, *seed, progress)?
         }
         ModelSource::Remote(spec) => return Err(LoadError::Remote(spec.url.clone())),

@@ -14,7 +14,9 @@ use crate::gpu::quant::{self, GgmlType};
 use crate::model::gguf::{Array, GgufFile, GgufWriter, TensorSpec, Value, ValueType};
 use crate::model::sampler::Rng;
 
+mod recipe;
 mod shapes;
+pub use recipe::Recipe;
 pub use shapes::{SHAPES, Shape};
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +51,17 @@ pub fn quant_type(name: &str) -> Result<GgmlType, SynthError> {
         })
 }
 
+/// What `synth` makes a file of: a weight type, or `Q4_K_M` (llama.cpp's mix).
+pub fn recipe(name: &str) -> Result<Recipe, SynthError> {
+    if name.eq_ignore_ascii_case("Q4_K_M") {
+        return Ok(Recipe::Q4KM);
+    }
+    quant_type(name).map(Recipe::Pure).map_err(|e| match e {
+        SynthError::UnknownQuant(n, ok) => SynthError::UnknownQuant(n, format!("{ok}, Q4_K_M")),
+        e => e,
+    })
+}
+
 /// The type a matrix with rows of `cols` gets when `ty` is asked for: K-quants need rows that are
 /// whole 256-element super-blocks, so narrower ones fall back as llama-quantize falls back.
 pub fn type_for(ty: GgmlType, cols: usize) -> GgmlType {
@@ -73,7 +86,7 @@ struct Tensor {
 }
 
 /// The tensors llama.cpp's converter writes for the shape's architecture, in its names.
-fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
+fn tensors(s: &Shape, ty: Recipe) -> Vec<Tensor> {
     let (d, ff, v) = (s.dim as u64, s.ffn_dim as u64, s.vocab as u64);
     let hd = s.head_dim() as u64;
     let q = s.n_heads as u64 * hd;
@@ -81,7 +94,11 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
     // Weights of std 1/sqrt(fan_in) keep activations near unit scale; uniform [-a, a] has std
     // a/sqrt(3).
     let mat = |name: String, cols: u64, rows: u64| Tensor {
-        spec: TensorSpec::new(name, &[cols, rows], type_for(ty, cols as usize)),
+        spec: TensorSpec::new(
+            name.clone(),
+            &[cols, rows],
+            ty.matrix_type(s, &name, cols as usize),
+        ),
         scale: (3.0 / cols as f32).sqrt(),
         offset: 0.0,
     };
@@ -104,15 +121,15 @@ fn tensors(s: &Shape, ty: GgmlType) -> Vec<Tensor> {
     };
     let (ne, eff) = (s.n_expert as u64, s.expert_ffn() as u64);
     // gpt-oss's experts are MXFP4 whatever the rest is, as the converter writes them.
-    let exps_ty = |cols: u64| {
+    let exps_ty = |name: &str, cols: u64| {
         if oss {
             GgmlType::Mxfp4
         } else {
-            type_for(ty, cols as usize)
+            ty.matrix_type(s, name, cols as usize)
         }
     };
     let exps = |name: String, cols: u64, rows: u64| Tensor {
-        spec: TensorSpec::new(name, &[cols, rows, ne], exps_ty(cols)),
+        spec: TensorSpec::new(name.clone(), &[cols, rows, ne], exps_ty(&name, cols)),
         scale: (3.0 / cols as f32).sqrt(),
         offset: 0.0,
     };
@@ -375,7 +392,7 @@ const HARMONY: &str = "{% for message in messages %}{% if message['role'] == 'as
 
 const CHATML: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
+fn metadata(s: &Shape, ty: Recipe, seed: u64) -> Vec<(String, Value)> {
     let a = s.arch;
     let k = |x: &str| format!("{a}.{x}");
     let family = chat(a);
@@ -401,10 +418,7 @@ fn metadata(s: &Shape, ty: GgmlType, seed: u64) -> Vec<(String, Value)> {
                 s.name
             )),
         ),
-        (
-            "general.file_type".into(),
-            Value::U32(crate::model::gguf::ftype::ftype_of(ty)),
-        ),
+        ("general.file_type".into(), Value::U32(ty.file_type())),
         ("general.quantization_version".into(), Value::U32(2)),
         (k("block_count"), Value::U32(s.n_layers as u32)),
         (k("context_length"), Value::U32(s.ctx as u32)),
@@ -580,7 +594,7 @@ fn tensor_bytes(
 /// cores work at once (a 30B K-quant file is minutes of both).
 pub fn write<W: Write>(
     s: &Shape,
-    ty: GgmlType,
+    ty: impl Into<Recipe>,
     seed: u64,
     threads: usize,
     out: W,
@@ -590,6 +604,7 @@ pub fn write<W: Write>(
         path: s.name.into(),
         cause,
     };
+    let ty = ty.into();
     let threads = thread_count(threads);
     let ts = tensors(s, ty);
     let specs: Vec<TensorSpec> = ts.iter().map(|t| t.spec.clone()).collect();
@@ -628,7 +643,7 @@ pub fn write<W: Write>(
 /// hyperparameters and parameter counts needs without writing gigabytes.
 pub fn write_header_file(
     s: &Shape,
-    ty: GgmlType,
+    ty: impl Into<Recipe>,
     seed: u64,
     path: &Path,
 ) -> Result<(), SynthError> {
@@ -636,6 +651,7 @@ pub fn write_header_file(
         path: path.display().to_string(),
         cause,
     };
+    let ty = ty.into();
     let specs: Vec<TensorSpec> = tensors(s, ty).into_iter().map(|t| t.spec).collect();
     let mut f = std::fs::File::create(path).map_err(io)?;
     let w = GgufWriter::new(&mut f, &metadata(s, ty, seed), &specs).map_err(io)?;
@@ -648,10 +664,11 @@ pub fn write_header_file(
 /// Builds the synthetic model in memory, ready to load.
 pub fn build(
     s: &Shape,
-    ty: GgmlType,
+    ty: impl Into<Recipe>,
     seed: u64,
     progress: &mut dyn FnMut(f32, &str),
 ) -> Result<GgufFile, SynthError> {
+    let ty = ty.into();
     let bytes = write(s, ty, seed, 0, Vec::new(), progress)?;
     let label = format!("<synthetic {} {}>", s.name, ty);
     GgufFile::from_bytes(Path::new(&label), bytes).map_err(|e| SynthError::Io {
@@ -664,7 +681,7 @@ pub fn build(
 /// interrupted or failed write never leaves a torn model under the name.
 pub fn write_file(
     s: &Shape,
-    ty: GgmlType,
+    ty: impl Into<Recipe>,
     seed: u64,
     path: &Path,
     progress: &mut dyn FnMut(f32, &str),
@@ -675,7 +692,7 @@ pub fn write_file(
 /// [`write_file`] on `threads` threads (0: every core).
 pub fn write_file_threads(
     s: &Shape,
-    ty: GgmlType,
+    ty: impl Into<Recipe>,
     seed: u64,
     threads: usize,
     path: &Path,
@@ -685,6 +702,7 @@ pub fn write_file_threads(
         path: path.display().to_string(),
         cause,
     };
+    let ty = ty.into();
     let mut failed = None;
     let r = crate::gpu::atomic_file::write(
         path,

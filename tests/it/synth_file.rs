@@ -1,6 +1,7 @@
 //! `hipscope synth` on every core and whole or not at all (issue 33 item 7): the file does not
 //! depend on the number of threads that quantized it, and a synth killed half-way leaves nothing
-//! under the output's name (an earlier file there stays as it was).
+//! under the output's name (an earlier file there stays as it was). `--quant Q4_K_M` gives each
+//! matrix the type llama-quantize gives it.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -79,4 +80,40 @@ fn a_killed_synth_leaves_no_file_under_its_name() {
     assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "the earlier file");
     assert!(tmp.starts_with(".model.gguf."), "{tmp}");
+}
+
+/// `synth --quant Q4_K_M` types every matrix as llama-quantize's Q4_K_M did (its choices
+/// recorded in tests/data/reference/q4_k_m_types.toml: Q6_K output and, in the first and last
+/// eighth of the layers and every third between, attn_v / attn_qkv and ffn_down; Mixtral's eight
+/// experts' Q8_0 attn_v and attn_k and Q5_K attn_output; Q5_0 / Q8_0 for rows not whole
+/// 256-blocks), and the file says Q4_K - Medium.
+#[test]
+fn q4_k_m_types_every_matrix_as_llama_quantize_does() {
+    use hipscope::model::gguf::GgufFile;
+    use hipscope::model::synthetic;
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/reference/q4_k_m_types.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let reference: toml::Table = text.parse().expect("q4_k_m_types.toml");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(reference.len() >= 7, "{} shapes recorded", reference.len());
+    for (shape, types) in &reference {
+        let types = types.as_table().expect("a table of tensor types");
+        let s = synthetic::shape(shape).unwrap();
+        let out = dir.path().join(format!("{shape}.gguf"));
+        synthetic::write_header_file(s, synthetic::recipe("Q4_K_M").unwrap(), 1, &out).unwrap();
+        let f = GgufFile::open(&out).unwrap();
+        assert_eq!(f.type_label().as_deref(), Some("Q4_K - Medium"), "{shape}");
+        let ours: Vec<(String, String)> = f
+            .tensors()
+            .iter()
+            .filter(|t| t.dims.len() >= 2 && t.ty.name() != "F32")
+            .map(|t| (t.name.clone(), t.ty.name().to_string()))
+            .collect();
+        // The routers stay F32, as llama-quantize leaves them (not recorded).
+        assert_eq!(ours.len(), types.len(), "{shape}: quantized matrices");
+        for (name, ty) in &ours {
+            let want = types.get(name).and_then(|v| v.as_str());
+            assert_eq!(Some(ty.as_str()), want, "{shape}: {name}");
+        }
+    }
 }

@@ -112,7 +112,7 @@ pub fn model_source(args: &ModelArgs, config: &Config) -> anyhow::Result<ModelSo
         use crate::model::synthetic;
         let usage = |e: synthetic::SynthError| UsageError(e.to_string());
         synthetic::shape(shape).map_err(usage)?;
-        synthetic::quant_type(&args.quant).map_err(usage)?;
+        synthetic::recipe(&args.quant).map_err(usage)?;
         return Ok(ModelSource::Synthetic {
             shape: shape.clone(),
             quant: args.quant.clone(),

@@ -22,7 +22,8 @@ pub struct SynthArgs {
     /// only): gpt-oss-20b, gpt-oss-20b-2l, tiny-gpt-oss.
     pub name: String,
     /// Weight type (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-    /// IQ4_NL, IQ4_XS, MXFP4).
+    /// IQ4_NL, IQ4_XS, MXFP4), or Q4_K_M: llama-quantize's mix (Q6_K output, Q6_K attn_v and
+    /// ffn_down in some layers, Q4_K elsewhere).
     #[arg(long, default_value = "Q8_0")]
     pub quant: String,
     /// Seed of the random weights.
@@ -38,7 +39,7 @@ pub struct SynthArgs {
 
 pub fn run(a: SynthArgs) -> anyhow::Result<i32> {
     let shape = synthetic::shape(&a.name).map_err(|e| UsageError(e.to_string()))?;
-    let ty = synthetic::quant_type(&a.quant).map_err(|e| UsageError(e.to_string()))?;
+    let ty = synthetic::recipe(&a.quant).map_err(|e| UsageError(e.to_string()))?;
     let mut bar = ProgressLine::new("writing");
     synthetic::write_file_threads(shape, ty, a.seed, a.threads, &a.output, &mut |f, t| {
         bar.update(f, t)

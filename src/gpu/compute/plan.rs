@@ -171,9 +171,9 @@ type_table! {
     q Q5_0 "q5_0" Q8_32, parts 4, wide true, study false, grouped_own false;
     q Q5_1 "q5_1" Q8_1_32, parts 4, wide true, study false, grouped_own false;
     q Q8_0 "q8_0" Q8_32, parts 4, wide true, study false, grouped_own true;
-    q Q4K "q4_k" Q8_K, parts 32, wide true, study false, grouped_own false;
+    q Q4K "q4_k" Q8_K, parts 32, wide true, study false, grouped_own true;
     q Q5K "q5_k" Q8_K, parts 32, wide false, study false, grouped_own false;
-    q Q6K "q6_k" Q8_K, parts 32, wide false, study false, grouped_own false;
+    q Q6K "q6_k" Q8_K, parts 32, wide false, study false, grouped_own true;
     q Q2K "q2_k" Q8_K, parts 32, wide false, study false, grouped_own false;
     q Q3K "q3_k" Q8_K, parts 32, wide false, study false, grouped_own false;
     q Iq4Nl "iq4_nl" Q8_32, parts 4, wide false, study false, grouped_own false;

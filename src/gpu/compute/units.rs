@@ -455,7 +455,7 @@ mod tests {
                     assert!(names.contains(&n), "{n} is not defined in kernels/");
                 }
                 let gemm = &src.get("gemm_moe").expect("gemm_moe.hip").text;
-                let case = format!("case {}: mm_dq16<", ty.id());
+                let case = format!("case {}: mm_dq16", ty.id());
                 assert!(own || gemm.contains(&case), "mm_dq16_any has no {case}");
             }
         }
