@@ -49,6 +49,13 @@ __device__ __forceinline__ bool mv_slice(const float *ids, hs_u32 n, hs_u32 k, h
     return true;
 }
 
+// The activation row of a gate/up slice starting at entry s: s, the entries' rows gathered in
+// sorted order; for one token (a decode step: every entry is token 0) row 0, the token's row as
+// it is, which the host quantizes once instead of gathering k copies.
+__device__ __forceinline__ hs_u64 mv_act_row(const float *ids, hs_u32 n, hs_u64 s) {
+    return (ids != 0 && n == 1) ? 0 : s;
+}
+
 // __syncwarp; a wavefront executes in lockstep, so a wavefront-scope fence pair around the wave
 // barrier (which keeps the compiler from moving LDS accesses across it) is enough there.
 #if defined(HS_BACKEND_HIP)
@@ -224,8 +231,9 @@ __device__ __forceinline__ void mv_quant_gate_up(const unsigned char *wg, const 
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
-    xq += s * cols;
-    xd += 2 * s * (cols / BL);
+    const hs_u64 sx = mv_act_row(ids, n, s);
+    xq += sx * cols;
+    xd += 2 * sx * (cols / BL);
     h += s * rows;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {
@@ -450,8 +458,9 @@ __device__ __forceinline__ void mvw_gate_up(const unsigned char *wg, const unsig
     const hs_u32 lane = threadIdx.x % warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_bytes = (hs_u64)(cols / BL) * BB;
-    xq += s * cols;
-    xd += 2 * s * (cols / BL);
+    const hs_u64 sx = mv_act_row(ids, n, s);
+    xq += sx * cols;
+    xd += 2 * sx * (cols / BL);
     h += s * rows;
     for (hs_u32 row = blockIdx.x * nwarps + threadIdx.x / warpSize; row < rows;
          row += gridDim.x * nwarps) {

@@ -309,29 +309,36 @@ impl GpuCompute {
     /// dense products' kernels (`kernels/infer_matvec.hip`) with the route as their `ids`, a
     /// chunk a row of the grid: the entries' rows gathered in sorted order and Q8-quantized
     /// (float experts take them as they are), gate/up with the activation inside, the hidden rows
-    /// quantized, down. A decode step (chunks of one entry) runs the one-token kernels.
+    /// quantized, down. A decode step (chunks of one entry) runs the one-token kernels on the
+    /// token's row quantized once, not gathered.
     fn moe_chunked_products(&mut self, m: &MoeFfn, io: &Experts) -> Result<()> {
         let (n, dim, ff, entries) = (m.n_tokens, m.dim, m.ffn_dim, m.n_tokens * m.n_used);
         let xs = self.buf(m.xs, entries * dim)?;
         let lab = |name| OpLabel::layer(m.layer, name);
-        let gather = self.moe_fns()?.gather;
-        self.launch(
-            lab("ffn_moe_gather"),
-            "moe_gather",
-            gather,
-            [elementwise_grid((entries * dim) as u64), 1, 1],
-            [256, 1, 1],
-            &[
-                Arg::Ptr(io.x.ptr),
-                Arg::Ptr(xs.ptr),
-                Arg::Ptr(io.route.ptr),
-                Arg::U32(n as u32),
-                Arg::U32(m.n_used as u32),
-                Arg::U32(dim as u32),
-            ],
-        )?;
-        self.wrote(m.xs);
         let [gate_fns, down_fns] = [self.type_fns(io.types[0])?, self.type_fns(io.types[1])?];
+        // One token through the one-token kernels reads its row as it is (every entry is token
+        // 0: `mv_act_row` in kernels/infer_matvec.hip), quantized once; a batch gathers the
+        // entries' rows in sorted order.
+        let one_token = n == 1 && gate_fns.one.is_some();
+        if !one_token {
+            let gather = self.moe_fns()?.gather;
+            self.launch(
+                lab("ffn_moe_gather"),
+                "moe_gather",
+                gather,
+                [elementwise_grid((entries * dim) as u64), 1, 1],
+                [256, 1, 1],
+                &[
+                    Arg::Ptr(io.x.ptr),
+                    Arg::Ptr(xs.ptr),
+                    Arg::Ptr(io.route.ptr),
+                    Arg::U32(n as u32),
+                    Arg::U32(m.n_used as u32),
+                    Arg::U32(dim as u32),
+                ],
+            )?;
+            self.wrote(m.xs);
+        }
         let [wg, wu, wd] = io.weights;
         let route = [
             Arg::Ptr(io.route.ptr),
@@ -341,8 +348,8 @@ impl GpuCompute {
         let [gb, ub] = io.gate_up_biases;
         // The products' inputs: Q8 quants and scales in the workspace for quantized experts
         // (null for float ones, which read the f32 rows).
-        let gate_in = self.expert_input(io.acts[0], m.xs, entries, dim, lab("ffn_moe_gate_up"))?;
-        let one_token = n == 1 && gate_fns.one.is_some();
+        let (gx, grows) = if one_token { (m.x, 1) } else { (m.xs, entries) };
+        let gate_in = self.expert_input(io.acts[0], gx, grows, dim, lab("ffn_moe_gate_up"))?;
         let (kernel, name, grid, mut args) = match (n, gate_fns.one) {
             (1, Some(one)) => (
                 one.swiglu,
