@@ -242,9 +242,38 @@ __device__ void moe_sort_block(float *route, hs_u32 n, hs_u32 ne, hs_u32 k, hs_u
     }
 }
 
+// The sort of one token's k entries (a decode step), by the warp that routed it: its k experts
+// are distinct (top-k), so entry i's sorted place is the count of chosen experts below its own
+// and every chunk is one entry — the table moe_sort_block makes, without its shared counts,
+// atomics and block barriers (a decode step's routing took ~14 µs a layer with them on the
+// H100, most of it the sort). Lane i reads back the id it wrote for slot i.
+__device__ __forceinline__ void moe_sort_one(float *route, hs_u32 k) {
+    const hs_u32 lane = threadIdx.x % warpSize;
+    int *pos = (int *)(route + 2 * k);
+    int *tok = pos + k;
+    int *chunks = tok + k;
+    const int e = (lane < k) ? (int)route[lane] : 0x7fffffff;
+    int rank = 0;
+    for (hs_u32 j = 0; j < k; ++j) {
+        rank += (HS_SHFL(e, (int)j) < e) ? 1 : 0;
+    }
+    if (lane < k) {
+        pos[lane] = rank;
+        tok[rank] = 0;
+        int *ch = chunks + 1 + 3 * rank;
+        ch[0] = e;
+        ch[1] = rank;
+        ch[2] = 1;
+    }
+    if (lane == 0) {
+        chunks[0] = (int)k;
+    }
+}
+
 // Routing: token t by warp t of the grid (grid-stride), its ids and weights into route
 // (moe_warp_route; bias: gpt-oss's router bias, or null). `sort` (a one-block launch, as a
-// decode step's): the block then sorts the entries itself (moe_sort_block), one launch for both;
+// decode step's): the block then sorts the entries itself (one token: its warp, moe_sort_one;
+// more: moe_sort_block), one launch for both;
 // prompt batches route over many blocks and sort in hs_moe_sort after.
 HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32 n, hs_u32 ne,
                             hs_u32 k, hs_u32 nt, const float *bias, hs_u32 sort) {
@@ -255,7 +284,11 @@ HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32
         float *ids = route + (hs_u64)t * 2 * k;
         moe_warp_route(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
     }
-    if (sort != 0) {
+    if (sort != 0 && n == 1 && k <= (hs_u32)warpSize) {
+        if (threadIdx.x < (hs_u32)warpSize) {
+            moe_sort_one(route, k);
+        }
+    } else if (sort != 0) {
         // The routes written by other warps of the block (global memory).
         __threadfence_block();
         __syncthreads();
