@@ -29,6 +29,7 @@ mod gpu_metrics_published;
 mod gpu_quit;
 mod hip_gfx11;
 mod hip_runtime;
+mod kernel_dequant_host;
 mod kl_divergence;
 mod kv_shift;
 mod layering;
