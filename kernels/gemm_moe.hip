@@ -81,33 +81,12 @@ __device__ __forceinline__ void mm_dq16_mxfp4(hs_u32, const unsigned char *row, 
 // functions decode both for every element (4x the Q4_0 kernel's time on a Q4_K prompt). The
 // values are dq_<type>'s, factor for factor.
 
-// Q4_K (144-byte super-blocks, 16-byte aligned): sub-block 2 chunk + hi, its quants the low
-// (hi 0) or high nibbles of qs[32 chunk + l0 ..][16].
-__device__ __forceinline__ void mm_dq16_q4_k(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 256) * 144;
-    const hs_u32 j = c0 % 256;
-    const hs_u32 chunk = j / 64;
-    const hs_u32 hi = (j % 64) / 32;
-    hs_u32 sc, mn;
-    dq_k_scale_min(b + 4, 2 * chunk + hi, &sc, &mn);
-    const float d = dq_half(b) * (float)sc;
-    const float m = dq_half(b + 2) * (float)mn;
-    const uint4 v = *(const uint4 *)(b + 16 + 32 * chunk + j % 32);
-    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const hs_u32 u = (qs[i] >> (4 * hi)) & 0x0F0F0F0F;
-        w[2 * i] = mm_half2(d * (float)(u & 0xFF) - m, d * (float)((u >> 8) & 0xFF) - m);
-        w[2 * i + 1] = mm_half2(d * (float)((u >> 16) & 0xFF) - m, d * (float)(u >> 24) - m);
-    }
-}
-
-// Q5_K (176-byte super-blocks, 16-byte aligned): Q4_K's nibbles from qs at 48, the fifth bit of
-// element l of sub-block s bit s of qh[l].
-__device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 256) * 176;
+// Q4_K and Q5_K (144- and 176-byte super-blocks, 16-byte aligned): sub-block 2 chunk + hi, its
+// quants the low (hi 0) or high nibbles of qs[32 chunk + l0 ..][16] (qs at byte 16, or 48 after
+// Q5_K's qh); Q5_K's fifth bit of element l of sub-block s is bit s of qh[l].
+template <bool Q5>
+__device__ __forceinline__ void mm_dq16_k45(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
+    const unsigned char *b = row + (hs_u64)(c0 / 256) * (Q5 ? 176 : 144);
     const hs_u32 j = c0 % 256;
     const hs_u32 chunk = j / 64;
     const hs_u32 hi = (j % 64) / 32;
@@ -116,10 +95,16 @@ __device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, h
     dq_k_scale_min(b + 4, sub, &sc, &mn);
     const float d = dq_half(b) * (float)sc;
     const float m = dq_half(b + 2) * (float)mn;
-    const uint4 v = *(const uint4 *)(b + 48 + 32 * chunk + j % 32);
-    const uint4 h = *(const uint4 *)(b + 16 + j % 32);
+    const uint4 v = *(const uint4 *)(b + (Q5 ? 48 : 16) + 32 * chunk + j % 32);
     const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
-    const hs_u32 qh[4] = {h.x, h.y, h.z, h.w};
+    hs_u32 qh[4] = {0, 0, 0, 0};
+    if (Q5) {
+        const uint4 h = *(const uint4 *)(b + 16 + j % 32);
+        qh[0] = h.x;
+        qh[1] = h.y;
+        qh[2] = h.z;
+        qh[3] = h.w;
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const hs_u32 u = ((qs[i] >> (4 * hi)) & 0x0F0F0F0F) | (((qh[i] >> sub) & 0x01010101) << 4);
@@ -128,10 +113,14 @@ __device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, h
     }
 }
 
-// The 4-byte word at p (2-byte aligned).
-__device__ __forceinline__ hs_u32 mm_u32_2(const unsigned char *p) {
-    const unsigned short *h = (const unsigned short *)p;
-    return (hs_u32)h[0] | ((hs_u32)h[1] << 16);
+__device__ __forceinline__ void mm_dq16_q4_k(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
+    mm_dq16_k45<false>(row, c0, w);
+}
+
+__device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, hs_u32 c0,
+                                             hs_u32 *w) {
+    mm_dq16_k45<true>(row, c0, w);
 }
 
 // Q6_K (210-byte super-blocks, 2-byte aligned: 16-bit loads): half h of 128 elements, quarter q
@@ -151,8 +140,8 @@ __device__ __forceinline__ void mm_dq16_q6_k(hs_u32, const unsigned char *row, h
     const hs_u32 nsh = quarter >= 2 ? 4 : 0;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const hs_u32 u = ((mm_u32_2(ql + 4 * i) >> nsh) & 0x0F0F0F0F) |
-                         (((mm_u32_2(qh + 4 * i) >> (2 * quarter)) & 0x03030303) << 4);
+        const hs_u32 u = ((dq_u32_2(ql + 4 * i) >> nsh) & 0x0F0F0F0F) |
+                         (((dq_u32_2(qh + 4 * i) >> (2 * quarter)) & 0x03030303) << 4);
         w[2 * i] = mm_half2(d * (float)((int)(u & 0xFF) - 32),
                             d * (float)((int)((u >> 8) & 0xFF) - 32));
         w[2 * i + 1] = mm_half2(d * (float)((int)((u >> 16) & 0xFF) - 32),
