@@ -1,6 +1,7 @@
 //! (Over 700 lines on purpose: the writer of a synthetic file — metadata, vocabulary, chat
 //! format and tensors of each family — reads top to bottom as the GGUF it writes; the shapes
-//! table is apart in `synthetic/shapes.rs`.)
+//! table is apart in `synthetic/shapes.rs`, each matrix's weight type (one type, or llama.cpp's
+//! Q4_K_M mix) in `synthetic/recipe.rs`.)
 //!
 //! Synthetic models: random weights in the exact shapes of real ones, with a byte-level BPE
 //! vocabulary of the real size and the family's control tokens and chat format, written as GGUF so that other engines (llama.cpp)
