@@ -148,6 +148,9 @@ pub fn run(opts: &SelftestOptions) -> i32 {
         None => {}
     }
     // The decode overhead check measures tracing as `--trace` runs it: with the stamped build.
+    // Its other modes and the other checks run that build too: it differs from the ordinary one
+    // only in the breadcrumb's guard, and tracking's own cost (the breadcrumb store, the table)
+    // is the same in both.
     crate::gpu::trace::ask_stamped_kernels();
     outln!("hipscope selftest");
     if stdout_gone() {
