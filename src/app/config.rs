@@ -369,6 +369,7 @@ const TOP_KEYS: &[&str] = &[
     "split_mode",
     "tensor_split",
     "main_gpu",
+    "op_offload",
     "graphs",
     "system_prompt",
     "sampler",
@@ -506,6 +507,9 @@ impl Config {
         if let Some(n) = top.integer("main_gpu", 0, 1023, "a GPU number from 0")? {
             c.split.main_gpu = Some(n as u32);
         }
+        let mut op_offload = !c.split.no_op_offload;
+        top.boolean("op_offload", &mut op_offload)?;
+        c.split.no_op_offload = !op_offload;
         top.boolean("graphs", &mut c.graphs)?;
         top.string("system_prompt", &mut c.system_prompt)?;
 

@@ -135,6 +135,11 @@ pub struct SplitArgs {
     /// The GPU used with --split-mode none, as --device (also `-mg`; config `main_gpu`).
     #[arg(long = "main-gpu", value_name = "N")]
     pub main_gpu: Option<u32>,
+    /// With layers on the CPU (-ngl): a prompt batch's CPU layers stay on the CPU instead of
+    /// running on the GPU with their weights streamed up, as llama.cpp's --no-op-offload
+    /// (config `op_offload = false`).
+    #[arg(long = "no-op-offload")]
+    pub no_op_offload: bool,
 }
 
 impl SplitArgs {
@@ -150,6 +155,7 @@ impl SplitArgs {
         if let Some(g) = self.main_gpu {
             s.main_gpu = Some(g);
         }
+        s.no_op_offload |= self.no_op_offload;
         s
     }
 }

@@ -62,6 +62,10 @@ pub struct SplitSnapshot {
     /// Activations copied from one side to the other so far, and their bytes.
     pub handovers: u64,
     pub handover_bytes: u64,
+    /// Ops of the CPU's layers run on GPU 0 under op offload, and the weight bytes streamed up
+    /// for them.
+    pub streamed_ops: u64,
+    pub streamed_bytes: u64,
     /// `16/33 layers on the GPU (layers 17–31 and the output), …`
     pub summary: String,
     /// Each GPU of the split, in order (one with `-ngl` alone; several with `--split-mode

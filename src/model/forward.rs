@@ -247,6 +247,8 @@ impl Model {
                 .filter(|t| t.rows_cols().0 == 1)
                 .map(|t| t.rows_cols().1 as u64)
                 .sum(),
+            // A split model's GPU part sets its own (`split::gpu_plan_of`).
+            stage_bytes: 0,
         })?;
         let weights::Weights {
             tok_embd,

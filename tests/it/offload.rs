@@ -88,8 +88,14 @@ fn cpu_model(file: &Arc<GgufFile>, all: bool) -> Model {
 }
 
 fn split_model(file: &Arc<GgufFile>, ngl: usize, all: bool) -> Model {
+    split_with(file, ngl, false, opts(all))
+}
+
+/// A split whose "GPU" is a second CPU backend, with op offload as asked.
+fn split_with(file: &Arc<GgufFile>, ngl: usize, op_offload: bool, o: ModelOptions) -> Model {
     let config = ModelConfig::from_gguf(file).expect("config");
-    let place = Placement::from_ngl(config.n_layers, ngl, config.tied_embeddings);
+    let place = Placement::from_ngl(config.n_layers, ngl, config.tied_embeddings)
+        .with_op_offload(op_offload);
     let split = SplitBackend::new(
         vec![Box::new(CpuBackend::new(2))],
         Box::new(CpuBackend::new(2)),
@@ -97,7 +103,7 @@ fn split_model(file: &Arc<GgufFile>, ngl: usize, all: bool) -> Model {
         vec![MemoryPlan::default()],
         format!("-ngl {ngl}"),
     );
-    Model::load(file.clone(), Box::new(split), opts(all), &mut |_, _| {}).expect("load split")
+    Model::load(file.clone(), Box::new(split), o, &mut |_, _| {}).expect("load split")
 }
 
 #[test]
@@ -316,8 +322,9 @@ fn auto_fits_the_layers_the_device_can_hold() {
     let full = split::model_plan(&file, options).expect("plan");
     // What the GPU needs for each -ngl, from the backend's own arithmetic.
     let probe = fake_gpu(1 << 30);
+    // The loader's default streams the CPU's layers for a prompt batch: the GPU sets room aside.
     let need = |ngl: usize| {
-        let p = Placement::from_ngl(n, ngl, config.tied_embeddings);
+        let p = Placement::from_ngl(n, ngl, config.tied_embeddings).with_op_offload(true);
         let plan = if p.all_on_gpu() {
             full
         } else {
@@ -382,4 +389,209 @@ fn auto_fits_the_layers_the_device_can_hold() {
     };
     assert!(e.contains("even with every layer on the CPU"), "{e}");
     assert!(e.contains("MiB are usable"), "{e}");
+}
+
+/// A prompt batch of at least 32 tokens, one of 36 with every token's logits after two decode
+/// steps, and a decode step after it: every logit, and the split's counts.
+fn offload_script(m: &mut Model) -> Vec<Vec<f32>> {
+    let vocab = m.config.vocab_size as u32;
+    let prompt: Vec<u32> = (0..40).map(|i| (i * 53 + 7) % vocab).collect();
+    let mut out = Vec::new();
+    let mut logits = Vec::new();
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    out.push(logits.clone());
+    for (i, t) in [4u32, 19].iter().enumerate() {
+        m.forward(&[t % vocab], 40 + i, Logits::Last, &mut logits)
+            .expect("decode");
+        out.push(logits.clone());
+    }
+    m.forward(&prompt[..36], 42, Logits::All, &mut logits)
+        .expect("a second batch, every logit");
+    out.push(logits.clone());
+    m.forward(&[2], 78, Logits::Last, &mut logits)
+        .expect("decode after it");
+    out.push(logits.clone());
+    out
+}
+
+#[test]
+fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
+    // The "GPU" is a second CPU backend: the ops of a CPU layer that move to it for a batch of
+    // 32 tokens or more (their weights streamed over) compute as the CPU does, so the logits
+    // equal the all-CPU run's bit for bit — which checks which ops move, that every weight an
+    // op reads arrives with it, and the crossings between (the attention stays with the CPU's
+    // KV cache). Shapes: plain; biases; rings, tied output and norms after the products;
+    // fused QKV; the experts with their biases; an expert mixture with per-head norms.
+    let o = ModelOptions {
+        n_ctx: 96,
+        n_batch: 64,
+        all_logits: true,
+        n_seq: 1,
+    };
+    for (shape, quant) in [
+        ("tiny", "Q4_0"),
+        ("tiny-qwen2", "Q8_0"),
+        ("tiny-gemma3", "Q4_K"),
+        ("tiny-phi3", "Q8_0"),
+        ("tiny-gpt-oss", "Q8_0"),
+        ("tiny-qwen3moe", "Q4_K"),
+    ] {
+        let file = synth(shape, quant);
+        let n = ModelConfig::from_gguf(&file).expect("config").n_layers;
+        let cpu = Model::load(
+            file.clone(),
+            Box::new(CpuBackend::new(2)),
+            o,
+            &mut |_, _| {},
+        );
+        let want = offload_script(&mut cpu.expect("load on the CPU"));
+        for ngl in [0, n / 2 + 1] {
+            let mut m = split_with(&file, ngl, true, o);
+            let got = offload_script(&mut m);
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g == w,
+                    "{shape} -ngl {ngl}: step {step} differs from the all-CPU run (first at {:?})",
+                    g.iter().zip(w).position(|(a, b)| a != b)
+                );
+            }
+            let s = m.backend().arena().split.expect("split");
+            assert!(s.streamed_ops > 0, "{shape} -ngl {ngl}: {s:?}");
+        }
+    }
+}
+
+#[test]
+fn op_offload_streams_each_cpu_layer_once_a_batch_and_only_batches_of_32() {
+    let file = synth("tiny", "Q4_0");
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let n = config.n_layers;
+    let ngl = n / 2 + 1;
+    let gpu_from = Placement::from_ngl(n, ngl, false).gpu_from;
+    let layer_bytes: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| {
+            t.name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split_once('.'))
+                .and_then(|(l, _)| l.parse::<usize>().ok())
+                .is_some_and(|l| l < gpu_from)
+        })
+        .map(|t| t.size)
+        .sum();
+    assert!(layer_bytes > 0);
+    let o = |n_batch| ModelOptions {
+        n_ctx: 96,
+        n_batch,
+        all_logits: false,
+        n_seq: 1,
+    };
+    let counts = |m: &Model| {
+        let s = m.backend().arena().split.expect("split");
+        (s.streamed_ops, s.streamed_bytes)
+    };
+    let prompt: Vec<u32> = (0..40).collect();
+    let mut logits = Vec::new();
+    // One batch of 40: each CPU layer's weights go over once (llama's layer: the attention
+    // norm, QKV, output, FFN norm, gate/up, down: six ops).
+    let mut m = split_with(&file, ngl, true, o(64));
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(counts(&m), (6 * gpu_from as u64, layer_bytes));
+    // Decode stays on the CPU.
+    m.forward(&[1], 40, Logits::Last, &mut logits)
+        .expect("decode");
+    assert_eq!(counts(&m), (6 * gpu_from as u64, layer_bytes));
+    // Batches of 16 stay on the CPU; so does everything with op offload off.
+    let mut m = split_with(&file, ngl, true, o(16));
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(counts(&m), (0, 0));
+    let mut m = split_with(&file, ngl, false, o(64));
+    m.forward(&prompt, 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(counts(&m), (0, 0));
+
+    // The GPU's plan sets room aside for the largest layer the CPU keeps, and none without
+    // op offload or without a layer on the CPU.
+    let full = split::model_plan(&file, o(64)).expect("plan");
+    let plan = |ngl: usize, on: bool| {
+        let p = Placement::from_ngl(n, ngl, false).with_op_offload(on);
+        split::gpu_plan(&full, &p, &file, &config, 96).stage_bytes
+    };
+    let one_layer: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.name.starts_with("blk.0."))
+        .map(|t| t.size)
+        .sum();
+    assert!(
+        plan(ngl, true) >= one_layer,
+        "{} < {one_layer}",
+        plan(ngl, true)
+    );
+    assert!(plan(ngl, true) < 2 * one_layer + 64 * 1024);
+    assert_eq!(plan(ngl, false), 0);
+    assert_eq!(plan(n + 1, true), 0);
+}
+
+#[test]
+fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
+    // The real GpuCompute on the fake device: a 40-token batch at -ngl 2 of a 2-layer model
+    // streams layer 0 into the weights region, whose room the plan counted.
+    let file = synth("tiny-qwen2", "Q8_0");
+    let mut lo = load_opts(GpuLayers::Count(2));
+    lo.n_batch = 64;
+    lo.n_ctx = Some(96);
+    let loaded =
+        loader::load(file.clone(), fake_gpu(1 << 30), &lo, &mut |_, _| {}).expect("load split");
+    let mut session = loaded.session;
+    let m = session.model_mut();
+    let weights_used = |m: &Model| {
+        m.backend()
+            .arena()
+            .regions
+            .iter()
+            .find(|r| r.name.contains("weights"))
+            .expect("a weights region")
+            .used
+    };
+    let before = weights_used(m);
+    let mut logits = Vec::new();
+    m.forward(&(0..40).collect::<Vec<u32>>(), 0, Logits::Last, &mut logits)
+        .expect("a batch of 40");
+    let layer0: u64 = file
+        .tensors()
+        .iter()
+        .filter(|t| t.name.starts_with("blk.0."))
+        .map(|t| t.size)
+        .sum();
+    let s = m.backend().arena().split.expect("split");
+    assert_eq!(s.streamed_bytes, layer0, "{s:?}");
+    assert!(
+        weights_used(m) >= before + layer0,
+        "{} vs {before}",
+        weights_used(m)
+    );
+    // A second batch reuses the room: nothing more is allocated.
+    let after = weights_used(m);
+    m.forward(
+        &(0..40).collect::<Vec<u32>>(),
+        40,
+        Logits::Last,
+        &mut logits,
+    )
+    .expect("another batch");
+    assert_eq!(weights_used(m), after);
+    assert_eq!(
+        m.backend().arena().split.expect("split").streamed_bytes,
+        2 * layer0
+    );
+    assert_eq!(
+        m.backend_mut()
+            .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
+        DeviceRelease::Clean
+    );
 }

@@ -217,6 +217,9 @@ impl Memory for Scripted {
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
         self.inner.alloc(name, len)
     }
+    fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>> {
+        self.inner.stage_weights(data)
+    }
     fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         self.inner.alloc_kv_cache(layout)
     }

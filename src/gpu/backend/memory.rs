@@ -54,6 +54,13 @@ pub trait Memory {
     /// labelled `label` on this backend's stream.
     fn cross_in(&mut self, buf: Buf, data: &[f32], label: OpLabel) -> Result<()>;
 
+    /// Weights another part of a split model keeps, put where this backend's next ops read
+    /// them (op offload: a prompt batch's CPU layers run on the GPU, `model/split/`), into the
+    /// room [`MemoryPlan::stage_bytes`] set aside. The handles hold until the next call, which
+    /// reuses that room: a backend whose ops run in order on one stream needs no more than that
+    /// order to keep the next op's copy from overwriting what the previous op reads.
+    fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>>;
+
     /// Memory held by the backend, for the UI.
     fn arena(&self) -> ArenaSnapshot;
 }
@@ -122,4 +129,7 @@ pub struct MemoryPlan {
     /// Elements of all one-row tensors (norms, biases, RoPE factors), which a backend may keep
     /// as f32 whatever their stored type.
     pub vector_elems: u64,
+    /// Room for the weights of one op streamed in from another part of a split model
+    /// ([`Memory::stage_weights`]); 0 where nothing is.
+    pub stage_bytes: u64,
 }

@@ -249,39 +249,63 @@ impl Memory for GpuCompute {
     }
 
     fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
-        if type_kernels(d.ty).is_none() || !quant::is_supported(d.ty) {
-            return Err(BackendError::Unsupported(format!(
-                "tensor {}: type {} is not supported on the GPU",
-                d.name, d.ty
-            )));
-        }
-        d.check()?;
-        let vector = d.rows == 1;
-        let converted;
-        let bytes: &[u8] = if vector && d.ty != GgmlType::F32 {
-            let mut v = vec![0f32; d.cols];
-            quant::dequantize(d.ty, d.bytes(), &mut v)
-                .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
-            converted = v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
-            &converted
-        } else {
-            d.bytes()
-        };
+        let (bytes, vector) = device_bytes(d)?;
         let g = self.gpu_mut()?;
         let buf = g
             .alloc(Region::Weights, bytes.len() as u64)
             .map_err(gpu_err)?;
         // Checksummed on the device against the host (the gfx1151 zeroed-weights failure).
-        g.upload_tensor(d.name, buf, bytes).map_err(gpu_err)?;
-        self.weights.push(GpuWeight {
-            name: d.name.to_string(),
-            ty: if vector { GgmlType::F32 } else { d.ty },
-            rows: d.rows,
-            cols: d.cols,
-            buf,
-            vector,
-        });
+        g.upload_tensor(d.name, buf, &bytes).map_err(gpu_err)?;
+        self.weights.push(gpu_weight(d, buf, vector));
         Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    /// Each weight uploaded into the room the plan set aside, one after the other from its
+    /// start, asynchronously on the stream (after every op before it, so the previous call's
+    /// readers have read): not checksummed, as a weight loaded once is — a prompt batch would
+    /// pay a host checksum of every streamed byte.
+    fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>> {
+        let cap = self.plan.map_or(0, |p| p.stage_bytes);
+        if self.stage.is_none() {
+            let g = self.gpu_mut()?;
+            self.stage = Some(g.alloc(Region::Weights, cap.max(4)).map_err(gpu_err)?);
+            self.refresh_arena(true);
+        }
+        let room = self
+            .stage
+            .ok_or_else(|| invalid("no room for streamed weights".into()))?;
+        let mut at = 0u64;
+        let mut out = Vec::with_capacity(data.len());
+        for (i, d) in data.iter().enumerate() {
+            let (bytes, vector) = device_bytes(d)?;
+            let len = bytes.len() as u64;
+            if at + len > room.bytes {
+                return Err(BackendError::OutOfMemory(format!(
+                    "streaming {} ({} bytes at {at}) overruns the {} bytes set aside for one op's \
+                     weights",
+                    d.name, len, room.bytes
+                )));
+            }
+            let buf = room.slice(at, len).map_err(gpu_err)?;
+            at = (at + len).next_multiple_of(crate::gpu::arena::ALIGN);
+            let g = self.gpu_mut()?;
+            let l = g.label(&format!("stream · {}", d.name));
+            g.upload(l, buf, &bytes).map_err(gpu_err)?;
+            let w = gpu_weight(d, buf, vector);
+            let slot = match self.staged.get(i) {
+                Some(&k) => {
+                    self.weights[k] = w;
+                    k
+                }
+                None => {
+                    self.weights.push(w);
+                    self.staged.push(self.weights.len() - 1);
+                    self.weights.len() - 1
+                }
+            };
+            out.push(Weight(slot as u32));
+        }
+        Ok(out)
     }
 
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
@@ -508,5 +532,37 @@ impl Instrument for GpuCompute {
             Some(g) => g.teardown(drain_deadline, on_step).release(),
             None => DeviceRelease::Clean,
         }
+    }
+}
+
+/// A weight's bytes as the device keeps them (a one-row tensor as f32), and whether it is such
+/// a vector; an error for a type the kernels do not read.
+fn device_bytes<'a>(d: &'a WeightData) -> Result<(std::borrow::Cow<'a, [u8]>, bool)> {
+    if type_kernels(d.ty).is_none() || !quant::is_supported(d.ty) {
+        return Err(BackendError::Unsupported(format!(
+            "tensor {}: type {} is not supported on the GPU",
+            d.name, d.ty
+        )));
+    }
+    d.check()?;
+    let vector = d.rows == 1;
+    if vector && d.ty != GgmlType::F32 {
+        let mut v = vec![0f32; d.cols];
+        quant::dequantize(d.ty, d.bytes(), &mut v)
+            .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
+        let b = v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+        return Ok((std::borrow::Cow::Owned(b), true));
+    }
+    Ok((std::borrow::Cow::Borrowed(d.bytes()), vector))
+}
+
+fn gpu_weight(d: &WeightData, buf: DeviceBuffer, vector: bool) -> GpuWeight {
+    GpuWeight {
+        name: d.name.to_string(),
+        ty: if vector { GgmlType::F32 } else { d.ty },
+        rows: d.rows,
+        cols: d.cols,
+        buf,
+        vector,
     }
 }

@@ -485,6 +485,17 @@ impl Memory for Lockstep {
         same(a, b, "a weight")
     }
 
+    fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>> {
+        let a = self.cpu.stage_weights(data)?;
+        let b = self.gpu.stage_weights(data)?;
+        if a != b {
+            return Err(crate::gpu::backend::BackendError::Invalid(format!(
+                "lockstep: the CPU and the GPU staged weights as {a:?} and {b:?}"
+            )));
+        }
+        Ok(b)
+    }
+
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
         let a = self.cpu.alloc(name, len)?;
         let b = self.gpu.alloc(name, len)?;

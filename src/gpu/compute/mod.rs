@@ -158,6 +158,10 @@ pub struct GpuCompute {
     kernels: Kernels,
     warp: u32,
     weights: Vec<GpuWeight>,
+    /// The room for streamed weights ([`Memory::stage_weights`]), taken at the first call, and
+    /// the weight slots each call fills again.
+    stage: Option<DeviceBuffer>,
+    staged: Vec<usize>,
     bufs: Vec<GpuBuf>,
     kv: Option<KvCache>,
     ws: Option<Workspace>,
@@ -247,6 +251,8 @@ impl GpuCompute {
             kernels,
             warp,
             weights: Vec::new(),
+            stage: None,
+            staged: Vec::new(),
             bufs: Vec::new(),
             kv: None,
             ws: None,

@@ -374,6 +374,9 @@ pub fn arena_plan(plan: &MemoryPlan, opts: &ComputeOptions) -> ArenaPlan {
         .saturating_add(plan.vector_elems.saturating_mul(4))
         .saturating_add(plan.weight_tensors as u64 * ALIGN);
     a.add(Region::Weights, weights);
+    if plan.stage_bytes > 0 {
+        a.add(Region::Weights, plan.stage_bytes);
+    }
     let kv = plan.kv_elems.saturating_mul(opts.kv.bytes());
     a.add(Region::KvCache, kv);
     a.add(Region::KvCache, kv);
@@ -472,6 +475,7 @@ mod tests {
             n_batch: b,
             max_cols: ffn,
             vector_elems: 61 * 576,
+            stage_bytes: 0,
         }
     }
 

@@ -93,6 +93,8 @@ impl KvData {
 pub struct CpuBackend {
     pool: ThreadPool,
     weights: Vec<CpuWeight>,
+    /// The weight slots [`Memory::stage_weights`] fills again at each call.
+    staged: Vec<usize>,
     bufs: Vec<(&'static str, Vec<f32>)>,
     kv: Option<KvCache>,
     scratch: MatmulScratch,
@@ -147,6 +149,7 @@ impl CpuBackend {
         CpuBackend {
             pool: ThreadPool::new(n),
             weights: Vec::new(),
+            staged: Vec::new(),
             bufs: Vec::new(),
             kv: None,
             scratch: MatmulScratch::default(),

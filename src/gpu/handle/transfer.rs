@@ -38,7 +38,7 @@ impl Gpu {
             let b = self.staging_buffer()?;
             let host = self.staging[b].mem.host;
             // SAFETY: the staging buffer holds `chunk` bytes and no op uses it (waited above).
-            unsafe { std::ptr::copy_nonoverlapping(piece.as_ptr(), host, piece.len()) };
+            unsafe { copy_to_pinned(host, piece) };
             let off = (i * chunk) as u64;
             let len = piece.len();
             let seq = self.enqueue_traced(
@@ -196,6 +196,40 @@ impl Gpu {
         }
         Ok(())
     }
+}
+
+/// Fewest bytes whose copy into a staging buffer is split over threads.
+const PAR_COPY_MIN: usize = 1 << 20;
+
+/// Copies `src` to `dst`, split over up to four threads when it is large: a weight streamed up
+/// for op offload (`model/split/`) is read from a memory-mapped file at several times one
+/// core's copy speed, and the copy into pinned memory, not the bus, is what bounds it.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes and nothing else reads or writes them meanwhile.
+unsafe fn copy_to_pinned(dst: *mut u8, src: &[u8]) {
+    let threads = if src.len() >= PAR_COPY_MIN {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+    } else {
+        1
+    };
+    // SAFETY: the caller's.
+    let d = unsafe { std::slice::from_raw_parts_mut(dst, src.len()) };
+    if threads <= 1 {
+        d.copy_from_slice(src);
+        return;
+    }
+    let per = src.len().div_ceil(threads);
+    let mut pieces = d.chunks_mut(per).zip(src.chunks(per));
+    let first = pieces.next();
+    std::thread::scope(|sc| {
+        for (a, b) in pieces {
+            sc.spawn(move || a.copy_from_slice(b));
+        }
+        if let Some((a, b)) = first {
+            a.copy_from_slice(b);
+        }
+    });
 }
 
 impl Gpu {

@@ -23,12 +23,14 @@ mod instrument;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use super::{Placement, Side};
+use super::{OFFLOAD_MIN_BATCH, Placement, Side};
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, KvType, Memory,
-    MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, SeqPos, Weight, WeightData,
+    MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, SeqPos, SharedBytes, Weight,
+    WeightData,
 };
 use crate::gpu::compute::GpuCompute;
+use crate::gpu::quant::GgmlType;
 use crate::gpu::snapshot::{ArenaSnapshot, SplitGpu, SplitSnapshot};
 
 struct BufSlot {
@@ -45,6 +47,16 @@ struct WeightSlot {
     rows: usize,
     cols: usize,
     name: String,
+    /// A weight of the CPU's that GPU 0 does not hold, as stored, to stream it up for an op
+    /// offloaded there ([`Placement::op_offload`]).
+    host: Option<HostWeight>,
+}
+
+struct HostWeight {
+    ty: GgmlType,
+    storage: SharedBytes,
+    offset: usize,
+    len: usize,
 }
 
 /// The GPU backend under a part, for a peer copy.
@@ -95,6 +107,8 @@ pub struct SplitBackend {
     weight_bytes: Vec<u64>,
     handovers: u64,
     handover_bytes: u64,
+    streamed_ops: u64,
+    streamed_bytes: u64,
 }
 
 impl SplitBackend {
@@ -119,6 +133,8 @@ impl SplitBackend {
             weight_bytes: vec![0; n],
             handovers: 0,
             handover_bytes: 0,
+            streamed_ops: 0,
+            streamed_bytes: 0,
         }
     }
 
@@ -167,6 +183,77 @@ impl SplitBackend {
         }
     }
 
+    /// Where an op that would run on `s` runs for a batch of `n_tokens`: on GPU 0 for a CPU op
+    /// of a batch of at least [`OFFLOAD_MIN_BATCH`] under op offload, else on `s`.
+    fn offload(&self, s: Side, n_tokens: usize) -> Side {
+        if s == Side::Cpu
+            && self.place.streams()
+            && n_tokens >= OFFLOAD_MIN_BATCH
+            && self.parts.len() > 1
+        {
+            Side::Gpu(0)
+        } else {
+            s
+        }
+    }
+
+    /// The handles on side `s` of an op's weights: those `s` holds, the others (a CPU layer's,
+    /// on GPU 0 under op offload) streamed there in one call, since a call's handles hold only
+    /// until the next.
+    fn weights_at(&mut self, ws: &[Option<Weight>], s: Side) -> Result<Vec<Option<Weight>>> {
+        let mut out = vec![None; ws.len()];
+        let mut missing = Vec::new();
+        for (i, w) in ws.iter().enumerate() {
+            let Some(w) = *w else { continue };
+            let slot = self
+                .weights
+                .get(w.0 as usize)
+                .ok_or_else(|| BackendError::Invalid(format!("split: no weight #{}", w.0)))?;
+            match (slot.on.get(part(s)).copied().flatten(), &slot.host) {
+                (Some(h), _) => out[i] = Some(h),
+                (None, Some(h)) if s == Side::Gpu(0) => missing.push((i, slot, h)),
+                (None, _) => {
+                    return Err(BackendError::Invalid(format!(
+                        "split: tensor {} is not on the {s}",
+                        slot.name
+                    )));
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out);
+        }
+        let data: Vec<WeightData> = missing
+            .iter()
+            .map(|(_, slot, h)| WeightData {
+                name: &slot.name,
+                ty: h.ty,
+                rows: slot.rows,
+                cols: slot.cols,
+                storage: &h.storage,
+                offset: h.offset,
+                len: h.len,
+            })
+            .collect();
+        let bytes: u64 = data.iter().map(|d| d.len as u64).sum();
+        let handles = self.parts[part(s)].stage_weights(&data)?;
+        let at: Vec<usize> = missing.iter().map(|m| m.0).collect();
+        for (i, h) in at.into_iter().zip(handles) {
+            out[i] = Some(h);
+        }
+        self.streamed_ops += 1;
+        self.streamed_bytes += bytes;
+        Ok(out)
+    }
+
+    /// One weight's handle on side `s` ([`SplitBackend::weights_at`]).
+    fn w_at(&mut self, w: Weight, s: Side) -> Result<Weight> {
+        self.weights_at(&[Some(w)], s)?
+            .pop()
+            .flatten()
+            .ok_or_else(|| BackendError::Invalid(format!("split: no weight #{}", w.0)))
+    }
+
     fn dims(&self, w: Weight) -> (usize, usize) {
         self.weights
             .get(w.0 as usize)
@@ -177,13 +264,22 @@ impl SplitBackend {
     /// otherwise where its input `x` is (no copy for a global op such as the embedding scale).
     fn label_side(&self, label: OpLabel, x: Buf) -> Side {
         match label.layer {
-            Some(l) => self.place.layer_side(l as usize),
+            // Under op offload a CPU layer's op with no weight follows its input to GPU 0.
+            Some(l) => match self.place.layer_side(l as usize) {
+                Side::Cpu if self.place.streams() && self.only_on(x, Side::Gpu(0)) => Side::Gpu(0),
+                s => s,
+            },
             None if matches!(label.name, "output_norm" | "output") => self.place.output_side(),
             None => match self.slot(x).map(|s| s.current) {
                 Ok(c) if c.count_ones() == 1 => side_of(c.trailing_zeros() as usize),
                 _ => self.place.output_side(),
             },
         }
+    }
+
+    /// Whether side `s` alone holds `b`'s latest contents.
+    fn only_on(&self, b: Buf, s: Side) -> bool {
+        self.slot(b).is_ok_and(|x| x.current == 1 << part(s))
     }
 
     /// Makes buffer `b` current on side `s`: the crossing, when another part wrote it last.
@@ -298,6 +394,8 @@ impl SplitBackend {
             cpu_weight_bytes: self.weight_bytes[0],
             handovers: self.handovers,
             handover_bytes: self.handover_bytes,
+            streamed_ops: self.streamed_ops,
+            streamed_bytes: self.streamed_bytes,
             summary: self.place.describe(),
             gpus,
         }
@@ -382,9 +480,12 @@ impl Ops for SplitBackend {
         eps: f32,
         label: OpLabel,
     ) -> Result<()> {
-        let s = self.weight_side(weight, self.label_side(label, x));
+        let s = self.offload(
+            self.weight_side(weight, self.label_side(label, x)),
+            n_tokens,
+        );
         self.need(x, s)?;
-        let (xs, w, o) = (self.on(x, s)?, self.w_on(weight, s)?, self.on(out, s)?);
+        let (xs, w, o) = (self.on(x, s)?, self.w_at(weight, s)?, self.on(out, s)?);
         self.side(s).rms_norm(xs, w, o, n_tokens, dim, eps, label)?;
         self.wrote(out, s, n_tokens * dim);
         Ok(())
@@ -398,9 +499,9 @@ impl Ops for SplitBackend {
         n_tokens: usize,
         label: OpLabel,
     ) -> Result<()> {
-        let s = self.weight_side(w, self.label_side(label, x));
+        let s = self.offload(self.weight_side(w, self.label_side(label, x)), n_tokens);
         self.need(x, s)?;
-        let (ws, xs, o) = (self.w_on(w, s)?, self.on(x, s)?, self.on(out, s)?);
+        let (ws, xs, o) = (self.w_at(w, s)?, self.on(x, s)?, self.on(out, s)?);
         self.side(s).matmul(ws, xs, o, n_tokens, label)?;
         self.wrote(out, s, n_tokens * self.dims(w).0);
         Ok(())
@@ -415,19 +516,27 @@ impl Ops for SplitBackend {
         n_tokens: usize,
         layer: u32,
     ) -> Result<()> {
-        let s = self.weight_side(w[0], self.place.layer_side(layer as usize));
+        let s = self.offload(
+            self.weight_side(w[0], self.place.layer_side(layer as usize)),
+            n_tokens,
+        );
         self.need(x, s)?;
-        let ws = [
-            self.w_on(w[0], s)?,
-            self.w_on(w[1], s)?,
-            self.w_on(w[2], s)?,
+        let all = [
+            Some(w[0]),
+            Some(w[1]),
+            Some(w[2]),
+            bias[0],
+            bias[1],
+            bias[2],
         ];
-        let mut bs = [None; 3];
-        for i in 0..3 {
-            if let Some(b) = bias[i] {
-                bs[i] = Some(self.w_on(b, s)?);
-            }
-        }
+        let on = self.weights_at(&all, s)?;
+        let missing = || BackendError::Invalid("split: a q, k or v weight is missing".into());
+        let ws = [
+            on[0].ok_or_else(missing)?,
+            on[1].ok_or_else(missing)?,
+            on[2].ok_or_else(missing)?,
+        ];
+        let bs = [on[3], on[4], on[5]];
         let os = [
             self.on(out[0], s)?,
             self.on(out[1], s)?,
@@ -453,9 +562,17 @@ impl Ops for SplitBackend {
         act: Glu,
         layer: u32,
     ) -> Result<()> {
-        let s = self.weight_side(w_gate, self.place.layer_side(layer as usize));
+        let s = self.offload(
+            self.weight_side(w_gate, self.place.layer_side(layer as usize)),
+            n_tokens,
+        );
         self.need(x, s)?;
-        let (g, u) = (self.w_on(w_gate, s)?, self.w_on(w_up, s)?);
+        let on = self.weights_at(&[Some(w_gate), Some(w_up)], s)?;
+        let (Some(g), Some(u)) = (on[0], on[1]) else {
+            return Err(BackendError::Invalid(
+                "split: a gate or up weight is missing".into(),
+            ));
+        };
         let (xs, gs, us) = (self.on(x, s)?, self.on(gate, s)?, self.on(up, s)?);
         self.side(s)
             .matmul_glu(g, u, xs, gs, us, n_tokens, ffn_dim, act, layer)?;
@@ -476,10 +593,13 @@ impl Ops for SplitBackend {
         label: OpLabel,
         add_label: OpLabel,
     ) -> Result<()> {
-        let s = self.weight_side(weight, self.label_side(label, x));
+        let s = self.offload(
+            self.weight_side(weight, self.label_side(label, x)),
+            n_tokens,
+        );
         self.need(x, s)?;
         self.need(acc, s)?;
-        let (xs, w) = (self.on(x, s)?, self.w_on(weight, s)?);
+        let (xs, w) = (self.on(x, s)?, self.w_at(weight, s)?);
         let (a, t) = (self.on(acc, s)?, self.on(tmp, s)?);
         self.side(s)
             .rms_norm_add(xs, w, a, t, n_tokens, dim, eps, label, add_label)?;
@@ -499,10 +619,10 @@ impl Ops for SplitBackend {
         label: OpLabel,
         add_label: OpLabel,
     ) -> Result<()> {
-        let s = self.weight_side(w, self.label_side(label, x));
+        let s = self.offload(self.weight_side(w, self.label_side(label, x)), n_tokens);
         self.need(x, s)?;
         self.need(acc, s)?;
-        let (ws, xs) = (self.w_on(w, s)?, self.on(x, s)?);
+        let (ws, xs) = (self.w_at(w, s)?, self.on(x, s)?);
         let (a, t) = (self.on(acc, s)?, self.on(tmp, s)?);
         self.side(s)
             .matmul_add(ws, xs, a, t, n_tokens, dim, label, add_label)?;
@@ -513,23 +633,41 @@ impl Ops for SplitBackend {
 
     fn moe_ffn(&mut self, m: &MoeFfn) -> Result<()> {
         // The whole mixture runs on its layer's side: router, experts and the residual add.
-        let s = self.weight_side(m.router, self.place.layer_side(m.layer as usize));
-        let oai = match m.oai {
-            Some(o) => Some(OaiMoe {
-                router_bias: self.w_on(o.router_bias, s)?,
-                gate_bias: self.w_on(o.gate_bias, s)?,
-                up_bias: self.w_on(o.up_bias, s)?,
-                down_bias: self.w_on(o.down_bias, s)?,
+        let s = self.offload(
+            self.weight_side(m.router, self.place.layer_side(m.layer as usize)),
+            m.n_tokens,
+        );
+        let o = m.oai;
+        let on = self.weights_at(
+            &[
+                Some(m.router),
+                Some(m.gate),
+                Some(m.up),
+                Some(m.down),
+                o.map(|o| o.router_bias),
+                o.map(|o| o.gate_bias),
+                o.map(|o| o.up_bias),
+                o.map(|o| o.down_bias),
+            ],
+            s,
+        )?;
+        let missing = || BackendError::Invalid("split: an expert weight is missing".into());
+        let oai = match (on[4], on[5], on[6], on[7]) {
+            (Some(router_bias), Some(gate_bias), Some(up_bias), Some(down_bias)) => Some(OaiMoe {
+                router_bias,
+                gate_bias,
+                up_bias,
+                down_bias,
             }),
-            None => None,
+            _ => None,
         };
         self.need(m.x, s)?;
         self.need(m.acc, s)?;
         let on = MoeFfn {
-            router: self.w_on(m.router, s)?,
-            gate: self.w_on(m.gate, s)?,
-            up: self.w_on(m.up, s)?,
-            down: self.w_on(m.down, s)?,
+            router: on[0].ok_or_else(missing)?,
+            gate: on[1].ok_or_else(missing)?,
+            up: on[2].ok_or_else(missing)?,
+            down: on[3].ok_or_else(missing)?,
             x: self.on(m.x, s)?,
             acc: self.on(m.acc, s)?,
             logits: self.on(m.logits, s)?,
@@ -550,9 +688,9 @@ impl Ops for SplitBackend {
     }
 
     fn add_bias(&mut self, x: Buf, bias: Weight, n_tokens: usize, label: OpLabel) -> Result<()> {
-        let s = self.weight_side(bias, self.label_side(label, x));
+        let s = self.offload(self.weight_side(bias, self.label_side(label, x)), n_tokens);
         self.need(x, s)?;
-        let (xs, b) = (self.on(x, s)?, self.w_on(bias, s)?);
+        let (xs, b) = (self.on(x, s)?, self.w_at(bias, s)?);
         self.side(s).add_bias(xs, b, n_tokens, label)?;
         self.wrote(x, s, n_tokens * self.dims(bias).1);
         Ok(())
@@ -711,11 +849,20 @@ impl Memory for SplitBackend {
                 on[i] = Some(self.parts[i].load_weight(data)?);
             }
         }
+        // A weight of the CPU's that GPU 0 lacks is kept as stored for op offload.
+        let stream =
+            self.place.streams() && on[0].is_some() && on.get(1).is_some_and(Option::is_none);
         self.weights.push(WeightSlot {
             on,
             rows: data.rows,
             cols: data.cols,
             name: data.name.to_string(),
+            host: stream.then(|| HostWeight {
+                ty: data.ty,
+                storage: data.storage.clone(),
+                offset: data.offset,
+                len: data.len,
+            }),
         });
         Ok(Weight(self.weights.len() as u32 - 1))
     }
@@ -782,6 +929,13 @@ impl Memory for SplitBackend {
 
     fn cross_out(&mut self, buf: Buf, out: &mut [f32], _label: OpLabel) -> Result<()> {
         self.read(buf, 0, out)
+    }
+
+    /// Its parts stream each other's weights; nothing streams into a split.
+    fn stage_weights(&mut self, _data: &[WeightData]) -> Result<Vec<Weight>> {
+        Err(BackendError::Unsupported(
+            "weights streamed into a split model".into(),
+        ))
     }
 
     fn cross_in(&mut self, buf: Buf, data: &[f32], _label: OpLabel) -> Result<()> {

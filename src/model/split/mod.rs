@@ -105,7 +105,16 @@ pub struct Placement {
     /// No `output.weight`: the token embedding is the output matrix too, so it is needed on the
     /// GPU when the output is there.
     pub tied_output: bool,
+    /// Op offload (llama.cpp's, on unless `--no-op-offload`): the ops of a batch of at least
+    /// [`OFFLOAD_MIN_BATCH`] tokens in a layer the CPU holds run on GPU 0, their weights streamed
+    /// up as each op comes; the attention stays with the CPU's KV cache, and decode on the CPU.
+    pub op_offload: bool,
 }
+
+/// The fewest tokens of a batch whose CPU layers run on the GPU under op offload: llama.cpp's
+/// CUDA backend offloads an op of at least 32 rows (`GGML_OP_OFFLOAD_MIN_BATCH`'s default in
+/// `ggml-cuda.cu`).
+pub const OFFLOAD_MIN_BATCH: usize = 32;
 
 impl Placement {
     /// llama.cpp's placement for `-ngl ngl` on one GPU.
@@ -156,7 +165,20 @@ impl Placement {
             output_on_gpu: ngl >= 1,
             output_gpu: if ngl >= 1 { dev(n_layers) } else { 0 },
             tied_output,
+            op_offload: false,
         }
+    }
+
+    /// This placement with op offload on or off.
+    pub fn with_op_offload(mut self, on: bool) -> Placement {
+        self.op_offload = on;
+        self
+    }
+
+    /// Whether a prompt batch streams weights to GPU 0: op offload is on and the CPU holds a
+    /// layer or the output.
+    pub fn streams(&self) -> bool {
+        self.op_offload && (self.gpu_from > 0 || !self.output_on_gpu)
     }
 
     /// llama.cpp's count for this placement.
@@ -314,8 +336,37 @@ pub fn gpu_plan_of(
         weights,
         vector_elems: vectors,
         kv_elems: full.kv_elems.min(kv_cap),
+        stage_bytes: if g == 0 && place.streams() {
+            stage_room(place, file)
+        } else {
+            0
+        },
         ..*full
     }
+}
+
+/// The most one op of the CPU's part streams to GPU 0 under op offload: the tensors of one of
+/// its layers, or of the output (the token embedding where it is the output matrix), each as
+/// the GPU keeps it (a vector as f32) and aligned.
+fn stage_room(place: &Placement, file: &GgufFile) -> u64 {
+    use crate::gpu::arena::ALIGN;
+    let mut per: std::collections::HashMap<Option<usize>, u64> = Default::default();
+    for t in file.tensors() {
+        let group = match layer_of(&t.name) {
+            Some(l) if l < place.gpu_from => Some(l),
+            Some(_) => continue,
+            None if place.output_on_gpu => continue,
+            None => match t.name.as_str() {
+                "output.weight" | "output_norm.weight" => None,
+                "token_embd.weight" if place.tied_output => None,
+                _ => continue,
+            },
+        };
+        let (rows, cols) = t.rows_cols();
+        let bytes = if rows == 1 { cols as u64 * 4 } else { t.size };
+        *per.entry(group).or_default() += bytes.next_multiple_of(ALIGN);
+    }
+    per.into_values().max().unwrap_or(0)
 }
 
 /// The plan of the GPU side of a one-GPU split (`-ngl`).
@@ -339,7 +390,9 @@ pub struct SplitChoice {
 /// Resolves `-ngl` for a model whose whole plan is `full` on `gpu` (the opened GPU backend):
 /// a count as given; `auto`, the most layers whose GPU plan fits in `usable` (llama.cpp's order:
 /// the output first, then the last layers). An error when not even the activations and
-/// workspace fit, with the numbers.
+/// workspace fit, with the numbers. `op_offload`: the GPU sets room aside for the CPU layers'
+/// streamed weights ([`Placement::op_offload`]).
+#[allow(clippy::too_many_arguments)]
 pub fn choose(
     want: GpuLayers,
     full: &MemoryPlan,
@@ -348,6 +401,7 @@ pub fn choose(
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
+    op_offload: bool,
 ) -> Result<SplitChoice, ModelError> {
     choose_over(
         want,
@@ -357,10 +411,12 @@ pub fn choose(
         file,
         config,
         n_ctx,
+        op_offload,
     )
 }
 
 /// [`choose`] over several GPUs taking `shares` of the layers, each with its usable memory.
+#[allow(clippy::too_many_arguments)]
 pub fn choose_over(
     want: GpuLayers,
     full: &MemoryPlan,
@@ -369,10 +425,12 @@ pub fn choose_over(
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
+    op_offload: bool,
 ) -> Result<SplitChoice, ModelError> {
     let n = config.n_layers;
     let tied = config.tied_embeddings;
-    let place_for = |k: usize| Placement::from_split(n, k, tied, shares);
+    let place_for =
+        |k: usize| Placement::from_split(n, k, tied, shares).with_op_offload(op_offload);
     let needs = |p: &Placement| -> Option<Vec<u64>> {
         gpus.iter()
             .enumerate()
@@ -521,6 +579,7 @@ pub fn arrange(
         file,
         config,
         n_ctx,
+        !how.split.no_op_offload,
     );
     // The other GPUs are listed only where they may be used: `layer`, or a model that does not
     // fit the first GPU.
@@ -637,7 +696,16 @@ fn over_gpus(
             .iter()
             .map(|(g, u, _)| (g.as_ref(), u.clone()))
             .collect();
-        choose_over(how.want, full, &slots, &shares, file, config, n_ctx)?
+        choose_over(
+            how.want,
+            full,
+            &slots,
+            &shares,
+            file,
+            config,
+            n_ctx,
+            !how.split.no_op_offload,
+        )?
     };
     let plans = (0..kept.len())
         .map(|g| gpu_plan_of(full, &choice.place, g, file, config, n_ctx))

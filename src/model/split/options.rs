@@ -91,6 +91,9 @@ pub struct SplitOptions {
     /// llama.cpp's `--main-gpu`: the GPU used with `--split-mode none` (the same as `--device`,
     /// which it fills in); with `layer` it changes nothing, as in llama.cpp.
     pub main_gpu: Option<u32>,
+    /// llama.cpp's `--no-op-offload`: a prompt batch's CPU layers stay on the CPU instead of
+    /// running on the GPU with their weights streamed up ([`super::Placement::op_offload`]).
+    pub no_op_offload: bool,
 }
 
 impl SplitOptions {

@@ -219,6 +219,9 @@ impl Memory for PlanProbe {
     fn alloc(&mut self, _: &'static str, _: usize) -> crate::gpu::backend::Result<Buf> {
         Err(probe())
     }
+    fn stage_weights(&mut self, _: &[WeightData]) -> crate::gpu::backend::Result<Vec<Weight>> {
+        Err(probe())
+    }
     fn alloc_kv_cache(&mut self, _: &KvLayout) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }

@@ -89,6 +89,10 @@ pub struct SelftestArgs {
     #[arg(long = "tensor-split", value_name = "A,B,…", requires = "compute",
           value_parser = crate::model::split::parse_tensor_split)]
     pub tensor_split: Option<crate::model::split::TensorSplit>,
+    /// With --compute and -ngl: a prompt batch's CPU layers stay on the CPU (llama.cpp's
+    /// --no-op-offload); by default they run on the GPU with their weights streamed up.
+    #[arg(long = "no-op-offload", requires = "compute")]
+    pub no_op_offload: bool,
     /// Internal: run one scenario as a child process (`hang`, `quit`, `chat-hang:PHASE`).
     #[arg(long, hide = true)]
     pub child: Option<String>,
@@ -121,6 +125,7 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
                 mode: args.split_mode.unwrap_or_default(),
                 tensor_split: args.tensor_split.clone(),
                 main_gpu: None,
+                no_op_offload: args.no_op_offload,
             },
         });
     }

@@ -24,33 +24,30 @@ impl Memory for CpuBackend {
 
     fn load_weight(&mut self, d: &WeightData) -> Result<Weight> {
         let _op = self.ops.begin_named(&format!("load · {}", d.name));
-        if !quant::is_supported(d.ty) {
-            return Err(BackendError::Unsupported(format!(
-                "tensor {}: type {} is not supported",
-                d.name, d.ty
-            )));
-        }
-        d.check()?;
-        let vector = if d.rows == 1 {
-            let mut v = vec![0f32; d.cols];
-            quant::dequantize(d.ty, d.bytes(), &mut v)
-                .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
-            Some(v)
-        } else {
-            None
-        };
-        self.weights.push(CpuWeight {
-            name: d.name.to_string(),
-            ty: d.ty,
-            rows: d.rows,
-            cols: d.cols,
-            storage: d.storage.clone(),
-            offset: d.offset,
-            len: d.len,
-            vector,
-            packed: None,
-        });
+        let w = cpu_weight(d)?;
+        self.weights.push(w);
         Ok(Weight(self.weights.len() as u32 - 1))
+    }
+
+    /// The CPU reads a weight where it lies: staging is loading into the previous call's slots.
+    fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>> {
+        let mut out = Vec::with_capacity(data.len());
+        for (i, d) in data.iter().enumerate() {
+            let w = cpu_weight(d)?;
+            let at = match self.staged.get(i) {
+                Some(&at) => {
+                    self.weights[at] = w;
+                    at
+                }
+                None => {
+                    self.weights.push(w);
+                    self.staged.push(self.weights.len() - 1);
+                    self.weights.len() - 1
+                }
+            };
+            out.push(Weight(at as u32));
+        }
+        Ok(out)
     }
 
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
@@ -180,4 +177,34 @@ impl Memory for CpuBackend {
             device_free: mem.map(|m| m.1),
         }
     }
+}
+
+/// A weight as the CPU keeps it: in its storage, a vector dequantized to f32 once.
+fn cpu_weight(d: &WeightData) -> Result<CpuWeight> {
+    if !quant::is_supported(d.ty) {
+        return Err(BackendError::Unsupported(format!(
+            "tensor {}: type {} is not supported",
+            d.name, d.ty
+        )));
+    }
+    d.check()?;
+    let vector = if d.rows == 1 {
+        let mut v = vec![0f32; d.cols];
+        quant::dequantize(d.ty, d.bytes(), &mut v)
+            .map_err(|e| invalid(format!("tensor {}: {e}", d.name)))?;
+        Some(v)
+    } else {
+        None
+    };
+    Ok(CpuWeight {
+        name: d.name.to_string(),
+        ty: d.ty,
+        rows: d.rows,
+        cols: d.cols,
+        storage: d.storage.clone(),
+        offset: d.offset,
+        len: d.len,
+        vector,
+        packed: None,
+    })
 }
