@@ -327,7 +327,7 @@ mod tests {
         let file = t.path().join("c.toml");
         std::fs::write(
             &file,
-            "split_mode = \"layer\"\ntensor_split = [3, 1]\nmain_gpu = 1\n",
+            "split_mode = \"layer\"\ntensor_split = [3, 1]\nmain_gpu = 1\nop_offload = false\n",
         )
         .unwrap();
         let s = Settings::resolve_with(Some(&file), dirs.clone(), &env(&[])).unwrap();
@@ -338,6 +338,7 @@ mod tests {
                 mode: SplitMode::Layer,
                 tensor_split: Some(TensorSplit(vec![3.0, 1.0])),
                 main_gpu: Some(1),
+                no_op_offload: true,
             }
         );
         let e = env(&[
@@ -360,8 +361,21 @@ mod tests {
             split_mode: Some(SplitMode::Layer),
             tensor_split: None,
             main_gpu: Some(0),
+            no_op_offload: false,
         };
         let o = flags.over(&s.config.split);
+        assert!(
+            o.no_op_offload,
+            "the file's op_offload = false holds without the flag"
+        );
+        assert!(
+            SplitArgs {
+                no_op_offload: true,
+                ..SplitArgs::default()
+            }
+            .over(&SplitOptions::default())
+            .no_op_offload
+        );
         assert_eq!(
             (o.mode, o.main_gpu, o.tensor_split.clone()),
             (SplitMode::Layer, Some(0), Some(TensorSplit(vec![1.0, 1.0])))
