@@ -87,8 +87,9 @@ fn bad(key: &str, got: String, allowed: &str) -> ConfigError {
 
 /// The split over several GPUs from the environment, over the config file's
 /// (`HIPSCOPE_SPLIT_MODE`, `HIPSCOPE_TENSOR_SPLIT`, `HIPSCOPE_MAIN_GPU`, as llama.cpp's
-/// `LLAMA_ARG_SPLIT_MODE`, …); a value that is not allowed names its variable.
-fn split_from_env(
+/// `LLAMA_ARG_SPLIT_MODE`, …, and `HIPSCOPE_OP_OFFLOAD_MIN_BATCH`, its
+/// `GGML_OP_OFFLOAD_MIN_BATCH`); a value that is not allowed names its variable.
+pub fn split_from_env(
     split: &mut SplitOptions,
     env: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<(), ConfigError> {
@@ -112,6 +113,16 @@ fn split_from_env(
             v.parse()
                 .map_err(|_| bad("HIPSCOPE_MAIN_GPU", v, "a GPU number from 0"))?,
         );
+    }
+    if let Some(v) = get("HIPSCOPE_OP_OFFLOAD_MIN_BATCH") {
+        let n = v.parse::<usize>().ok().filter(|&n| n >= 1);
+        split.offload_min_batch = Some(n.ok_or_else(|| {
+            bad(
+                "HIPSCOPE_OP_OFFLOAD_MIN_BATCH",
+                v,
+                "a whole number of tokens from 1",
+            )
+        })?);
     }
     Ok(())
 }
@@ -339,6 +350,7 @@ mod tests {
                 tensor_split: Some(TensorSplit(vec![3.0, 1.0])),
                 main_gpu: Some(1),
                 no_op_offload: true,
+                offload_min_batch: None,
             }
         );
         let e = env(&[
@@ -393,6 +405,7 @@ mod tests {
             ("HIPSCOPE_SPLIT_MODE", "row"),
             ("HIPSCOPE_TENSOR_SPLIT", "a,b"),
             ("HIPSCOPE_MAIN_GPU", "-1"),
+            ("HIPSCOPE_OP_OFFLOAD_MIN_BATCH", "0"),
         ] {
             let err = Settings::resolve_with(None, dirs.clone(), &env(&[(k, v)])).unwrap_err();
             assert!(err.to_string().starts_with(&format!("{k}={v}")), "{err}");

@@ -95,7 +95,7 @@ fn split_model(file: &Arc<GgufFile>, ngl: usize, all: bool) -> Model {
 fn split_with(file: &Arc<GgufFile>, ngl: usize, op_offload: bool, o: ModelOptions) -> Model {
     let config = ModelConfig::from_gguf(file).expect("config");
     let place = Placement::from_ngl(config.n_layers, ngl, config.tied_embeddings)
-        .with_op_offload(op_offload);
+        .with_op_offload(op_offload.then_some(32));
     let split = SplitBackend::new(
         vec![Box::new(CpuBackend::new(2))],
         Box::new(CpuBackend::new(2)),
@@ -324,7 +324,7 @@ fn auto_fits_the_layers_the_device_can_hold() {
     let probe = fake_gpu(1 << 30);
     // The loader's default streams the CPU's layers for a prompt batch: the GPU sets room aside.
     let need = |ngl: usize| {
-        let p = Placement::from_ngl(n, ngl, config.tied_embeddings).with_op_offload(true);
+        let p = Placement::from_ngl(n, ngl, config.tied_embeddings).with_op_offload(Some(32));
         let plan = if p.all_on_gpu() {
             full
         } else {
@@ -518,7 +518,7 @@ fn op_offload_streams_each_cpu_layer_once_a_batch_and_only_batches_of_32() {
     // op offload or without a layer on the CPU.
     let full = split::model_plan(&file, o(64)).expect("plan");
     let plan = |ngl: usize, on: bool| {
-        let p = Placement::from_ngl(n, ngl, false).with_op_offload(on);
+        let p = Placement::from_ngl(n, ngl, false).with_op_offload(on.then_some(32));
         split::gpu_plan(&full, &p, &file, &config, 96).stage_bytes
     };
     let one_layer: u64 = file

@@ -23,7 +23,7 @@ mod instrument;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use super::{OFFLOAD_MIN_BATCH, Placement, Side};
+use super::{Placement, Side};
 use crate::gpu::backend::{
     AttnParams, Backend, BackendError, Buf, Glu, HeadNorms, KvLayout, KvShift, KvType, Memory,
     MemoryPlan, MoeFfn, OaiMoe, OpLabel, Ops, Result, RopeParams, SeqPos, SharedBytes, Weight,
@@ -184,11 +184,11 @@ impl SplitBackend {
     }
 
     /// Where an op that would run on `s` runs for a batch of `n_tokens`: on GPU 0 for a CPU op
-    /// of a batch of at least [`OFFLOAD_MIN_BATCH`] under op offload, else on `s`.
+    /// of a batch large enough under op offload ([`Placement::op_offload`]), else on `s`.
     fn offload(&self, s: Side, n_tokens: usize) -> Side {
         if s == Side::Cpu
             && self.place.streams()
-            && n_tokens >= OFFLOAD_MIN_BATCH
+            && self.place.op_offload.is_some_and(|min| n_tokens >= min)
             && self.parts.len() > 1
         {
             Side::Gpu(0)

@@ -105,10 +105,11 @@ pub struct Placement {
     /// No `output.weight`: the token embedding is the output matrix too, so it is needed on the
     /// GPU when the output is there.
     pub tied_output: bool,
-    /// Op offload (llama.cpp's, on unless `--no-op-offload`): the ops of a batch of at least
-    /// [`OFFLOAD_MIN_BATCH`] tokens in a layer the CPU holds run on GPU 0, their weights streamed
-    /// up as each op comes; the attention stays with the CPU's KV cache, and decode on the CPU.
-    pub op_offload: bool,
+    /// Op offload (llama.cpp's, on unless `--no-op-offload`), with the fewest tokens of a batch
+    /// it takes ([`OFFLOAD_MIN_BATCH`] unless set): the ops of such a batch in a layer the CPU
+    /// holds run on GPU 0, their weights streamed up as each op comes; the attention stays with
+    /// the CPU's KV cache, and decode on the CPU.
+    pub op_offload: Option<usize>,
 }
 
 /// The fewest tokens of a batch whose CPU layers run on the GPU under op offload: llama.cpp's
@@ -165,20 +166,20 @@ impl Placement {
             output_on_gpu: ngl >= 1,
             output_gpu: if ngl >= 1 { dev(n_layers) } else { 0 },
             tied_output,
-            op_offload: false,
+            op_offload: None,
         }
     }
 
-    /// This placement with op offload on or off.
-    pub fn with_op_offload(mut self, on: bool) -> Placement {
-        self.op_offload = on;
+    /// This placement with op offload from batches of `min_batch` tokens (`None`: off).
+    pub fn with_op_offload(mut self, min_batch: Option<usize>) -> Placement {
+        self.op_offload = min_batch.map(|n| n.max(1));
         self
     }
 
     /// Whether a prompt batch streams weights to GPU 0: op offload is on and the CPU holds a
     /// layer or the output.
     pub fn streams(&self) -> bool {
-        self.op_offload && (self.gpu_from > 0 || !self.output_on_gpu)
+        self.op_offload.is_some() && (self.gpu_from > 0 || !self.output_on_gpu)
     }
 
     /// llama.cpp's count for this placement.
@@ -390,8 +391,8 @@ pub struct SplitChoice {
 /// Resolves `-ngl` for a model whose whole plan is `full` on `gpu` (the opened GPU backend):
 /// a count as given; `auto`, the most layers whose GPU plan fits in `usable` (llama.cpp's order:
 /// the output first, then the last layers). An error when not even the activations and
-/// workspace fit, with the numbers. `op_offload`: the GPU sets room aside for the CPU layers'
-/// streamed weights ([`Placement::op_offload`]).
+/// workspace fit, with the numbers. `op_offload` ([`Placement::op_offload`]): the GPU sets
+/// room aside for the CPU layers' streamed weights.
 #[allow(clippy::too_many_arguments)]
 pub fn choose(
     want: GpuLayers,
@@ -401,7 +402,7 @@ pub fn choose(
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
-    op_offload: bool,
+    op_offload: Option<usize>,
 ) -> Result<SplitChoice, ModelError> {
     choose_over(
         want,
@@ -425,7 +426,7 @@ pub fn choose_over(
     file: &GgufFile,
     config: &ModelConfig,
     n_ctx: usize,
-    op_offload: bool,
+    op_offload: Option<usize>,
 ) -> Result<SplitChoice, ModelError> {
     let n = config.n_layers;
     let tied = config.tied_embeddings;
@@ -579,7 +580,7 @@ pub fn arrange(
         file,
         config,
         n_ctx,
-        !how.split.no_op_offload,
+        how.split.op_offload(),
     );
     // The other GPUs are listed only where they may be used: `layer`, or a model that does not
     // fit the first GPU.
@@ -704,7 +705,7 @@ fn over_gpus(
             file,
             config,
             n_ctx,
-            !how.split.no_op_offload,
+            how.split.op_offload(),
         )?
     };
     let plans = (0..kept.len())

@@ -94,9 +94,17 @@ pub struct SplitOptions {
     /// llama.cpp's `--no-op-offload`: a prompt batch's CPU layers stay on the CPU instead of
     /// running on the GPU with their weights streamed up ([`super::Placement::op_offload`]).
     pub no_op_offload: bool,
+    /// `HIPSCOPE_OP_OFFLOAD_MIN_BATCH` (llama.cpp's `GGML_OP_OFFLOAD_MIN_BATCH`): the fewest
+    /// tokens of a batch whose CPU layers run on the GPU; `None`: [`super::OFFLOAD_MIN_BATCH`].
+    pub offload_min_batch: Option<usize>,
 }
 
 impl SplitOptions {
+    /// Op offload's smallest batch, `None` when it is off.
+    pub fn op_offload(&self) -> Option<usize> {
+        (!self.no_op_offload).then(|| self.offload_min_batch.unwrap_or(super::OFFLOAD_MIN_BATCH))
+    }
+
     /// The shares of `n` GPUs: `--tensor-split` (padded with zeros, as llama.cpp does), else
     /// `free` (each GPU's free memory).
     pub fn shares(&self, free: &[u64]) -> Vec<f64> {

@@ -121,11 +121,22 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
             files: args.models.clone(),
             ops: args.ops,
             gpu_layers: args.n_gpu_layers,
-            split: crate::model::split::SplitOptions {
-                mode: args.split_mode.unwrap_or_default(),
-                tensor_split: args.tensor_split.clone(),
-                main_gpu: None,
-                no_op_offload: args.no_op_offload,
+            split: {
+                // Op offload's smallest batch as every command takes it from the environment.
+                let mut s = crate::model::split::SplitOptions::default();
+                if let Err(e) =
+                    crate::app::settings::split_from_env(&mut s, &|k| std::env::var_os(k))
+                {
+                    eprintln!("hipscope selftest: {e}");
+                    return 2;
+                }
+                crate::model::split::SplitOptions {
+                    mode: args.split_mode.unwrap_or_default(),
+                    tensor_split: args.tensor_split.clone(),
+                    main_gpu: None,
+                    no_op_offload: args.no_op_offload,
+                    offload_min_batch: s.offload_min_batch,
+                }
             },
         });
     }
