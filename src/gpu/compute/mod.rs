@@ -399,9 +399,18 @@ impl GpuCompute {
             .buf(b, offset + data.len())?
             .slice(offset as u64 * 4, data.len() as u64 * 4)
             .map_err(gpu_err)?;
-        let bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
         let l = self.label(label, "")?;
-        self.gpu_mut()?.upload(l, dst, &bytes).map_err(gpu_err)?;
+        // The device's floats are little-endian: on a little-endian host the data goes up as it
+        // lies (a crossing of a prompt batch's activations is megabytes).
+        if cfg!(target_endian = "little") {
+            // SAFETY: `data` is `data.len() * 4` initialized bytes and u8 has alignment 1.
+            let bytes =
+                unsafe { std::slice::from_raw_parts(data.as_ptr().cast::<u8>(), data.len() * 4) };
+            self.gpu_mut()?.upload(l, dst, bytes).map_err(gpu_err)?;
+        } else {
+            let bytes: Vec<u8> = data.iter().flat_map(|f| f.to_le_bytes()).collect();
+            self.gpu_mut()?.upload(l, dst, &bytes).map_err(gpu_err)?;
+        }
         self.wrote(b);
         Ok(())
     }

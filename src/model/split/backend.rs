@@ -109,6 +109,7 @@ pub struct SplitBackend {
     handover_bytes: u64,
     streamed_ops: u64,
     streamed_bytes: u64,
+    cross_buf: Vec<f32>,
 }
 
 impl SplitBackend {
@@ -135,6 +136,7 @@ impl SplitBackend {
             handover_bytes: 0,
             streamed_ops: 0,
             streamed_bytes: 0,
+            cross_buf: Vec::new(),
         }
     }
 
@@ -298,9 +300,14 @@ impl SplitBackend {
             let (fb, tb) = (self.on(b, side_of(from))?, self.on(b, s)?);
             let label = cross_label(side_of(from), s);
             if !self.peer_copy(from, to, fb, tb, extent, label)? {
-                let mut data = vec![0f32; extent];
-                self.parts[from].cross_out(fb, &mut data, label)?;
-                self.parts[to].cross_in(tb, &data, label)?;
+                // Through the host, in a buffer kept for the next crossing.
+                let mut data = std::mem::take(&mut self.cross_buf);
+                data.resize(extent, 0.0);
+                let r = self.parts[from]
+                    .cross_out(fb, &mut data, label)
+                    .and_then(|()| self.parts[to].cross_in(tb, &data, label));
+                self.cross_buf = data;
+                r?;
             }
             self.handovers += 1;
             self.handover_bytes += extent as u64 * 4;
