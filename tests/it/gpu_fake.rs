@@ -115,6 +115,44 @@ fn staging_buffers_are_not_reused_before_their_copy_ran() {
 }
 
 #[test]
+fn a_large_upload_fills_half_the_staging_buffers_at_a_time_on_several_threads() {
+    // Four 1 MiB staging buffers, a 5 MiB tensor: the chunks go up two at a time, each pair
+    // copied into pinned memory on several threads while the other pair is still crossing (the
+    // copies run only when released, reading their pinned source then).
+    let cfg = GpuConfig {
+        staging_buffers: 4,
+        staging_bytes: 1 << 20,
+        ..small_cfg()
+    };
+    let (mut gpu, ctl) = fake_gpu(FakeScript::default(), cfg);
+    gpu.create_arena(&ArenaPlan::new().with(Region::Weights, 8 << 20))
+        .expect("arena");
+    ctl.set_auto(false);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c2, s2) = (ctl.clone(), stop.clone());
+    let releaser = std::thread::spawn(move || {
+        while !s2.load(Ordering::Acquire) {
+            c2.release(1);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let data = pattern((5 << 20) + 3, 11);
+    let buf = gpu
+        .alloc(Region::Weights, data.len() as u64)
+        .expect("alloc");
+    let l = gpu.label("upload · large");
+    gpu.upload(l, buf, &data).expect("upload");
+    gpu.wait_idle(Duration::from_secs(10)).expect("idle");
+    // And back down through the same buffers.
+    let mut back = vec![0u8; data.len()];
+    gpu.download(l, buf, &mut back).expect("download");
+    stop.store(true, Ordering::Release);
+    releaser.join().expect("join");
+    assert!(ctl.read(buf.ptr, data.len()).expect("read") == data);
+    assert!(back == data);
+}
+
+#[test]
 fn an_oversized_plan_is_refused_before_anything_is_allocated() {
     let (mut gpu, ctl) = fake_gpu(
         FakeScript {

@@ -48,6 +48,8 @@ pub struct GpuConfig {
     pub breadcrumbs: bool,
     /// Checksum every uploaded tensor on the device against the host (on by default).
     pub verify_uploads: bool,
+    /// Pinned staging buffers and their size (8 of 8 MiB: an upload fills half of them, split
+    /// over threads, while the other half's chunks cross to the device).
     pub staging_buffers: usize,
     pub staging_bytes: usize,
     pub default_budget: Budget,
@@ -67,7 +69,7 @@ impl Default for GpuConfig {
             tracking: true,
             breadcrumbs: true,
             verify_uploads: true,
-            staging_buffers: 4,
+            staging_buffers: 8,
             staging_bytes: 8 << 20,
             default_budget: Budget::DEFAULT,
             runtime_reserve: 256 << 20,
