@@ -431,52 +431,60 @@ impl Ops for CpuBackend {
         };
         let mut xv = self.take(x, (row0 + n_tokens) * n_heads * head_dim)?;
         // As ggml computes it: theta_i = pos · freq_scale · base^(-2i/n_rot) / factor_i, the
-        // powers built by repeated multiplication in f32.
+        // powers built by repeated multiplication in f32. Each token's angles depend only on its
+        // position, so a batch's rows go over the pool (the same values as on one thread).
         let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
-        let mut cs = vec![(0f32, 0f32); half];
-        for t in 0..n_tokens {
-            match &p.yarn {
-                // ggml's `rope_yarn`: the unscaled angle, then interpolation mixed in per pair.
-                Some(y) => {
-                    let mscale = p.attn_factor * y.mscale(p.freq_scale);
-                    let mut theta = (pos0 + t) as f32;
-                    for (i, c) in cs.iter_mut().enumerate() {
-                        let th = match &factors {
-                            Some(f) => theta / f[i],
-                            None => theta,
-                        };
-                        let th = y.angle(th, p.freq_scale, i);
-                        *c = (th.cos() * mscale, th.sin() * mscale);
-                        theta *= theta_scale;
+        let row_len = n_heads * head_dim;
+        let rotate = |t0: usize, rows: &mut [f32]| {
+            let mut cs = vec![(0f32, 0f32); half];
+            for (k, row) in rows.chunks_exact_mut(row_len).enumerate() {
+                let t = t0 + k;
+                match &p.yarn {
+                    // ggml's `rope_yarn`: the unscaled angle, then interpolation mixed in per pair.
+                    Some(y) => {
+                        let mscale = p.attn_factor * y.mscale(p.freq_scale);
+                        let mut theta = (pos0 + t) as f32;
+                        for (i, c) in cs.iter_mut().enumerate() {
+                            let th = match &factors {
+                                Some(f) => theta / f[i],
+                                None => theta,
+                            };
+                            let th = y.angle(th, p.freq_scale, i);
+                            *c = (th.cos() * mscale, th.sin() * mscale);
+                            theta *= theta_scale;
+                        }
+                    }
+                    None => {
+                        let mut theta = (pos0 + t) as f32 * p.freq_scale;
+                        for (i, c) in cs.iter_mut().enumerate() {
+                            let th = match &factors {
+                                Some(f) => theta / f[i],
+                                None => theta,
+                            };
+                            *c = (th.cos() * p.attn_factor, th.sin() * p.attn_factor);
+                            theta *= theta_scale;
+                        }
                     }
                 }
-                None => {
-                    let mut theta = (pos0 + t) as f32 * p.freq_scale;
-                    for (i, c) in cs.iter_mut().enumerate() {
-                        let th = match &factors {
-                            Some(f) => theta / f[i],
-                            None => theta,
+                for head in row.chunks_exact_mut(head_dim) {
+                    for (i, &(c, s)) in cs.iter().enumerate() {
+                        let (a, b) = if p.neox {
+                            (i, i + half)
+                        } else {
+                            (2 * i, 2 * i + 1)
                         };
-                        *c = (th.cos() * p.attn_factor, th.sin() * p.attn_factor);
-                        theta *= theta_scale;
+                        let (x0, x1) = (head[a], head[b]);
+                        head[a] = x0 * c - x1 * s;
+                        head[b] = x0 * s + x1 * c;
                     }
                 }
             }
-            let r = row0 + t;
-            let row = &mut xv[r * n_heads * head_dim..(r + 1) * n_heads * head_dim];
-            for head in row.chunks_exact_mut(head_dim) {
-                for (i, &(c, s)) in cs.iter().enumerate() {
-                    let (a, b) = if p.neox {
-                        (i, i + half)
-                    } else {
-                        (2 * i, 2 * i + 1)
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * c - x1 * s;
-                    head[b] = x0 * s + x1 * c;
-                }
-            }
-        }
+        };
+        let batch = &mut xv[row0 * row_len..(row0 + n_tokens) * row_len];
+        self.pool
+            .split_rows(batch, row_len, NORM_PAR_MIN, &|first, part| {
+                rotate(first, part)
+            });
         self.put(x, xv);
         Ok(())
     }

@@ -179,7 +179,9 @@ impl Gpu {
     }
 
     /// Copies `out.len()` bytes from `src` to the host, waiting (with the configured deadline)
-    /// for the copy: the one synchronisation point of a decode step.
+    /// for the copy: the one synchronisation point of a decode step. A large one (a split
+    /// prompt's activations) has up to every staging buffer's chunk on its way at once, each
+    /// copied out as it lands.
     pub fn download(
         &mut self,
         label: LabelId,
@@ -189,7 +191,16 @@ impl Gpu {
         self.check_alive()?;
         fits("download", out.len(), src)?;
         let chunk = self.cfg.staging_bytes.max(4096);
+        let ahead = self.staging.len().max(1);
+        // (staging buffer, seq of its copy, the piece it fills)
+        let mut landing: std::collections::VecDeque<(usize, u64, &mut [u8])> = Default::default();
         for (i, piece) in out.chunks_mut(chunk).enumerate() {
+            if landing.len() == ahead
+                && let Some((b, seq, to)) = landing.pop_front()
+            {
+                self.land(b, seq, to)?;
+            }
+            // The round-robin's next buffer is the oldest, copied out just above.
             let b = self.staging_buffer()?;
             let host = self.staging[b].mem.host;
             let len = piece.len();
@@ -206,15 +217,25 @@ impl Gpu {
                 },
             )?;
             self.staging[b].last_seq = seq;
-            let d = self.deadline();
-            let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
-            self.guard(r)?;
-            self.trace_harvest()?;
-            // SAFETY: the copy into the staging buffer has completed; nothing writes it until
-            // this buffer is taken again.
-            let from = unsafe { std::slice::from_raw_parts(host as *const u8, len) };
-            par_copy(&mut [piece], &[from]);
+            landing.push_back((b, seq, piece));
         }
+        while let Some((b, seq, to)) = landing.pop_front() {
+            self.land(b, seq, to)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the copy `seq` into staging buffer `b` and copies it out into `to`.
+    fn land(&mut self, b: usize, seq: u64, to: &mut [u8]) -> Result<(), GpuError> {
+        let d = self.deadline();
+        let r = self.stream.wait_for(self.backend.as_mut(), seq, d);
+        self.guard(r)?;
+        self.trace_harvest()?;
+        // SAFETY: the copy into the staging buffer has completed; nothing writes it until this
+        // buffer is taken again, which is after this returns.
+        let from =
+            unsafe { std::slice::from_raw_parts(self.staging[b].mem.host as *const u8, to.len()) };
+        par_copy(&mut [to], &[from]);
         Ok(())
     }
 }
