@@ -106,18 +106,22 @@ fn split_with(file: &Arc<GgufFile>, ngl: usize, op_offload: bool, o: ModelOption
     Model::load(file.clone(), Box::new(split), o, &mut |_, _| {}).expect("load split")
 }
 
+/// The shapes the split's numbers are checked on: plain llama; biases (qwen2); sliding-window
+/// rings, tied embeddings, embedding scale and norms after the products (gemma3); a fused QKV and
+/// RoPE factors (phi3); attention sinks and the experts' biases, handed to the side that runs
+/// their layer (gpt-oss); an expert mixture with per-head norms (qwen3moe).
+const SPLIT_SHAPES: &[(&str, &str)] = &[
+    ("tiny", "Q4_0"),
+    ("tiny-qwen2", "Q8_0"),
+    ("tiny-gemma3", "Q4_K"),
+    ("tiny-phi3", "Q8_0"),
+    ("tiny-gpt-oss", "Q8_0"),
+    ("tiny-qwen3moe", "Q4_K"),
+];
+
 #[test]
 fn every_split_gives_the_all_cpu_logits_bit_for_bit() {
-    // Plain llama; biases (qwen2); sliding-window rings, tied embeddings, embedding scale
-    // (gemma3); a fused QKV and RoPE factors (phi3); attention sinks and the experts' biases,
-    // handed to the side that runs their layer (gpt-oss).
-    for (shape, quant) in [
-        ("tiny", "Q4_0"),
-        ("tiny-qwen2", "Q8_0"),
-        ("tiny-gemma3", "Q4_K"),
-        ("tiny-phi3", "Q8_0"),
-        ("tiny-gpt-oss", "Q8_0"),
-    ] {
+    for &(shape, quant) in SPLIT_SHAPES {
         let file = synth(shape, quant);
         let n = ModelConfig::from_gguf(&file).expect("config").n_layers;
         let want = run_script(&mut cpu_model(&file, true), true);
@@ -421,22 +425,14 @@ fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
     // 32 tokens or more (their weights streamed over) compute as the CPU does, so the logits
     // equal the all-CPU run's bit for bit — which checks which ops move, that every weight an
     // op reads arrives with it, and the crossings between (the attention stays with the CPU's
-    // KV cache). Shapes: plain; biases; rings, tied output and norms after the products;
-    // fused QKV; the experts with their biases; an expert mixture with per-head norms.
+    // KV cache).
     let o = ModelOptions {
         n_ctx: 96,
         n_batch: 64,
         all_logits: true,
         n_seq: 1,
     };
-    for (shape, quant) in [
-        ("tiny", "Q4_0"),
-        ("tiny-qwen2", "Q8_0"),
-        ("tiny-gemma3", "Q4_K"),
-        ("tiny-phi3", "Q8_0"),
-        ("tiny-gpt-oss", "Q8_0"),
-        ("tiny-qwen3moe", "Q4_K"),
-    ] {
+    for &(shape, quant) in SPLIT_SHAPES {
         let file = synth(shape, quant);
         let n = ModelConfig::from_gguf(&file).expect("config").n_layers;
         let cpu = Model::load(

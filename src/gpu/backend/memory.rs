@@ -65,6 +65,23 @@ pub trait Memory {
     fn arena(&self) -> ArenaSnapshot;
 }
 
+/// Puts `w` in the `i`th slot a backend's [`Memory::stage_weights`] fills at every call (its
+/// index in `weights`, recorded in `staged` the first time), so that streaming never grows the
+/// backend's weight table; returns its index.
+pub fn stage_slot<W>(weights: &mut Vec<W>, staged: &mut Vec<usize>, i: usize, w: W) -> usize {
+    match staged.get(i) {
+        Some(&k) => {
+            weights[k] = w;
+            k
+        }
+        None => {
+            weights.push(w);
+            staged.push(weights.len() - 1);
+            weights.len() - 1
+        }
+    }
+}
+
 /// Bytes that outlive any borrower: a memory-mapped model file, or one built in memory.
 pub type SharedBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
 

@@ -21,7 +21,7 @@ mod ops;
 
 pub use instrument::{BackendMonitor, Instrument};
 pub use kv_layout::{KvLayout, KvShift, KvType};
-pub use memory::{Memory, MemoryPlan, SharedBytes, WeightData};
+pub use memory::{Memory, MemoryPlan, SharedBytes, WeightData, stage_slot};
 pub use moe::{MAX_EXPERTS, MoeFfn, OaiMoe};
 pub use ops::{
     AttnParams, Glu, HeadNorms, Ops, RopeParams, SeqPos, add_separately, glu_separately,

@@ -5,7 +5,7 @@
 //! [`Backend`]: crate::gpu::backend::Backend
 
 use super::*;
-use crate::gpu::backend::{Instrument, Memory, Ops};
+use crate::gpu::backend::{Instrument, Memory, Ops, stage_slot};
 
 impl Ops for GpuCompute {
     fn embed(&mut self, table: Weight, tokens: &[u32], out: Buf) -> Result<()> {
@@ -292,17 +292,7 @@ impl Memory for GpuCompute {
             let l = g.label(&format!("stream · {}", d.name));
             g.upload(l, buf, &bytes).map_err(gpu_err)?;
             let w = gpu_weight(d, buf, vector);
-            let slot = match self.staged.get(i) {
-                Some(&k) => {
-                    self.weights[k] = w;
-                    k
-                }
-                None => {
-                    self.weights.push(w);
-                    self.staged.push(self.weights.len() - 1);
-                    self.weights.len() - 1
-                }
-            };
+            let slot = stage_slot(&mut self.weights, &mut self.staged, i, w);
             out.push(Weight(slot as u32));
         }
         Ok(out)

@@ -5,7 +5,7 @@
 use super::{CpuBackend, CpuWeight, KvCache, KvData, invalid};
 use crate::gpu::backend::{
     BackendError, Buf, KvLayout, KvShift, KvType, Memory, MemoryPlan, OpLabel, Result, Weight,
-    WeightData,
+    WeightData, stage_slot,
 };
 use crate::gpu::quant;
 use crate::gpu::snapshot::{ArenaSnapshot, RegionSnapshot};
@@ -34,17 +34,7 @@ impl Memory for CpuBackend {
         let mut out = Vec::with_capacity(data.len());
         for (i, d) in data.iter().enumerate() {
             let w = cpu_weight(d)?;
-            let at = match self.staged.get(i) {
-                Some(&at) => {
-                    self.weights[at] = w;
-                    at
-                }
-                None => {
-                    self.weights.push(w);
-                    self.staged.push(self.weights.len() - 1);
-                    self.weights.len() - 1
-                }
-            };
+            let at = stage_slot(&mut self.weights, &mut self.staged, i, w);
             out.push(Weight(at as u32));
         }
         Ok(out)
