@@ -1,5 +1,6 @@
 //! (Over 700 lines on purpose: every op of the `Ops` and `Memory` seams, each choosing its
-//! side and moving its inputs there, one short method each; the instrumentation is apart.)
+//! side — op offload's choice among them — and moving its inputs and weights there, one short
+//! method each; the instrumentation is apart.)
 //!
 //! [`SplitBackend`]: one [`Backend`] over several — a CPU backend for the layers [`Placement`]
 //! leaves on the CPU (and the token embedding), and one GPU backend per GPU for its range of
