@@ -223,7 +223,8 @@ impl ArenaPanel {
 }
 
 /// A model split between the GPU and the CPU (`-ngl`): the layers and weight bytes on each
-/// side, and a bar of the GPU's share of the weights.
+/// side, and a bar of the GPU's share of the weights, with the bytes op offload has streamed up
+/// so far.
 fn split_lines(s: &SplitSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>> {
     let gpu_share = ratio(s.gpu_weight_bytes, s.gpu_weight_bytes + s.cpu_weight_bytes);
     vec![
@@ -247,10 +248,19 @@ fn split_lines(s: &SplitSnapshot, w: usize, theme: &Theme) -> Vec<Line<'static>>
                 theme.text,
             ),
         ]),
-        Line::from(vec![
-            text("split ", theme.dim),
-            text(bar(gpu_share, w.saturating_sub(6).min(40)), theme.gauge),
-        ]),
+        {
+            // Op offload: the CPU layers' weights streamed up for prompts so far.
+            let streamed = match s.streamed_bytes {
+                0 => String::new(),
+                b => format!(" · {} streamed", units::bytes(b)),
+            };
+            let room = w.saturating_sub(6 + streamed.chars().count()).min(40);
+            Line::from(vec![
+                text("split ", theme.dim),
+                text(bar(gpu_share, room), theme.gauge),
+                text(streamed, theme.dim),
+            ])
+        },
     ]
     .into_iter()
     .chain(gpu_blocks(s, w, theme))
@@ -454,5 +464,15 @@ mod tests {
             ..s
         };
         assert_eq!(split_lines(&one, 60, &theme).len(), 2);
+        assert!(!plain(&split_lines(&one, 60, &theme))[1].contains("streamed"));
+        // Op offload's bytes beside the bar, which makes room for them.
+        let streamed = SplitSnapshot {
+            streamed_ops: 150,
+            streamed_bytes: 8 << 30,
+            ..one
+        };
+        let lines = plain(&split_lines(&streamed, 60, &theme));
+        assert!(lines[1].ends_with(" · 8.00 GiB streamed"), "{lines:?}");
+        assert!(lines[1].chars().count() <= 60, "{lines:?}");
     }
 }
