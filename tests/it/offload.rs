@@ -20,7 +20,7 @@ use hipscope::gpu::fake::{FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
 use hipscope::gpu::snapshot::DeviceRelease;
 use hipscope::model::config::ModelConfig;
-use hipscope::model::forward::{Logits, Model, ModelOptions};
+use hipscope::model::forward::{Logits, Model, ModelOptions, SeqChunk};
 use hipscope::model::gguf::GgufFile;
 use hipscope::model::loader::{self, LoadOptions};
 use hipscope::model::protocol::ModelSource;
@@ -590,4 +590,79 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
             .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
         DeviceRelease::Clean
     );
+}
+
+#[test]
+fn op_offload_takes_a_batch_of_several_sequences_as_one() {
+    // `serve`'s batches: two sequences' prompts in one batch of 40 rows (offloaded: the
+    // products over every row on the "GPU", the attention group by group in each sequence's
+    // region of the CPU's cache), then a decode step of both: the all-CPU run's logits, bit
+    // for bit.
+    let o = ModelOptions {
+        n_ctx: 64,
+        n_batch: 64,
+        all_logits: false,
+        n_seq: 2,
+    };
+    for shape in ["tiny-qwen2", "tiny-qwen3moe"] {
+        let file = synth(shape, "Q8_0");
+        let n = ModelConfig::from_gguf(&file).expect("config").n_layers;
+        let vocab = ModelConfig::from_gguf(&file).expect("config").vocab_size as u32;
+        let a: Vec<u32> = (0..22).map(|i| (i * 31 + 5) % vocab).collect();
+        let b: Vec<u32> = (0..18).map(|i| (i * 17 + 2) % vocab).collect();
+        let run = |m: &mut Model| {
+            let mut out = Vec::new();
+            let mut logits = Vec::new();
+            let prompts = [
+                SeqChunk {
+                    seq: 0,
+                    pos0: 0,
+                    tokens: &a,
+                    logits: true,
+                },
+                SeqChunk {
+                    seq: 1,
+                    pos0: 0,
+                    tokens: &b,
+                    logits: true,
+                },
+            ];
+            m.forward_seqs(&prompts, &mut logits).expect("prompts");
+            out.push(logits.clone());
+            let (ta, tb) = ([7u32 % vocab], [9u32 % vocab]);
+            let step = [
+                SeqChunk {
+                    seq: 0,
+                    pos0: a.len(),
+                    tokens: &ta,
+                    logits: true,
+                },
+                SeqChunk {
+                    seq: 1,
+                    pos0: b.len(),
+                    tokens: &tb,
+                    logits: true,
+                },
+            ];
+            m.forward_seqs(&step, &mut logits).expect("decode");
+            out.push(logits.clone());
+            out
+        };
+        let mut cpu = Model::load(
+            file.clone(),
+            Box::new(CpuBackend::new(2)),
+            o,
+            &mut |_, _| {},
+        )
+        .expect("load on the CPU");
+        let want = run(&mut cpu);
+        let mut m = split_with(&file, n / 2 + 1, true, o);
+        let got = run(&mut m);
+        assert!(got == want, "{shape}: the split's logits differ");
+        let s = m.backend().arena().split.expect("split");
+        assert!(
+            s.streamed_ops > 0,
+            "{shape}: the 40-row batch was offloaded: {s:?}"
+        );
+    }
 }

@@ -127,7 +127,7 @@ pub fn selftest(args: &SelftestArgs) -> i32 {
                 if let Err(e) =
                     crate::app::settings::split_from_env(&mut s, &|k| std::env::var_os(k))
                 {
-                    eprintln!("hipscope selftest: {e}");
+                    errln!("hipscope selftest: {e}");
                     return 2;
                 }
                 crate::model::split::SplitOptions {
