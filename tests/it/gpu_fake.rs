@@ -87,21 +87,39 @@ fn uploads_are_verified_and_a_zeroed_upload_is_named() {
         .expect("unverified");
 }
 
+/// Manual completion, an op released every millisecond by a thread of its own until `stop`.
+struct Releaser {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Releaser {
+    fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        self.thread.join().expect("join");
+    }
+}
+
+fn release_one_at_a_time(ctl: &FakeControl) -> Releaser {
+    ctl.set_auto(false);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (c2, s2) = (ctl.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        while !s2.load(Ordering::Acquire) {
+            c2.release(1);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    Releaser { stop, thread }
+}
+
 #[test]
 fn staging_buffers_are_not_reused_before_their_copy_ran() {
     // Manual completion: ops run only when released, and a copy reads its pinned source when it
     // runs. Two 4 KiB staging buffers carry a 20 KiB tensor; reusing one too early would send
     // the wrong bytes.
     let (mut gpu, ctl) = with_arena(FakeScript::default(), small_cfg());
-    ctl.set_auto(false);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (c2, s2) = (ctl.clone(), stop.clone());
-    let releaser = std::thread::spawn(move || {
-        while !s2.load(Ordering::Acquire) {
-            c2.release(1);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    let releaser = release_one_at_a_time(&ctl);
     let data = pattern(20 * 1024 + 3, 7);
     let buf = gpu
         .alloc(Region::Weights, data.len() as u64)
@@ -109,8 +127,7 @@ fn staging_buffers_are_not_reused_before_their_copy_ran() {
     let l = gpu.label("upload · big");
     gpu.upload(l, buf, &data).expect("upload");
     gpu.wait_idle(Duration::from_secs(10)).expect("idle");
-    stop.store(true, Ordering::Release);
-    releaser.join().expect("join");
+    releaser.stop();
     assert_eq!(ctl.read(buf.ptr, data.len()).expect("read"), data);
 }
 
@@ -127,15 +144,7 @@ fn a_large_upload_fills_half_the_staging_buffers_at_a_time_on_several_threads() 
     let (mut gpu, ctl) = fake_gpu(FakeScript::default(), cfg);
     gpu.create_arena(&ArenaPlan::new().with(Region::Weights, 8 << 20))
         .expect("arena");
-    ctl.set_auto(false);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (c2, s2) = (ctl.clone(), stop.clone());
-    let releaser = std::thread::spawn(move || {
-        while !s2.load(Ordering::Acquire) {
-            c2.release(1);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    let releaser = release_one_at_a_time(&ctl);
     let data = pattern((5 << 20) + 3, 11);
     let buf = gpu
         .alloc(Region::Weights, data.len() as u64)
@@ -146,8 +155,7 @@ fn a_large_upload_fills_half_the_staging_buffers_at_a_time_on_several_threads() 
     // And back down through the same buffers.
     let mut back = vec![0u8; data.len()];
     gpu.download(l, buf, &mut back).expect("download");
-    stop.store(true, Ordering::Release);
-    releaser.join().expect("join");
+    releaser.stop();
     assert!(ctl.read(buf.ptr, data.len()).expect("read") == data);
     assert!(back == data);
 }
