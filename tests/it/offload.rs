@@ -253,7 +253,8 @@ fn a_split_on_a_gpu_backend_uploads_only_its_layers_and_shows_both_lanes() {
     let said = loaded.offload.clone().expect("the split is said");
     assert_eq!(
         said,
-        "-ngl 2: 2/3 layers on the GPU (layers 1–1 and the output), 1 on the CPU (layers 0–0, the embedding)"
+        "-ngl 2: 2/3 layers on the GPU (layers 1–1 and the output), 1 on the CPU (layers 0–0, the \
+         embedding); prompt batches of 32+ tokens run the CPU's layers on GPU 0 (op offload)"
     );
     let mut session = loaded.session;
     let m = session.model_mut();
@@ -590,6 +591,20 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
             .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
         DeviceRelease::Clean
     );
+
+    // --no-op-offload: the placement's sentence says nothing of it, and nothing streams.
+    lo.split.no_op_offload = true;
+    let loaded =
+        loader::load(file.clone(), fake_gpu(1 << 30), &lo, &mut |_, _| {}).expect("load split");
+    let said = loaded.offload.clone().expect("said");
+    assert!(!said.contains("op offload"), "{said}");
+    let mut session = loaded.session;
+    let m = session.model_mut();
+    m.forward(&(0..40).collect::<Vec<u32>>(), 0, Logits::Last, &mut logits)
+        .expect("a batch of 40");
+    assert_eq!(m.backend().arena().split.expect("split").streamed_bytes, 0);
+    m.backend_mut()
+        .shutdown(std::time::Duration::from_secs(2), &mut |_| {});
 }
 
 #[test]

@@ -214,7 +214,7 @@ pub fn choose_over(
     match want {
         GpuLayers::Count(k) => {
             let place = place_for(k);
-            let said = format!("-ngl {k}: {}", place.describe());
+            let said = format!("-ngl {k}: {}{}", place.describe(), offload_note(&place));
             Ok(SplitChoice { place, said })
         }
         GpuLayers::Auto => {
@@ -249,7 +249,12 @@ pub fn choose_over(
                 };
                 if need.iter().zip(&usable).all(|(n, u)| *n <= u.bytes) {
                     return Ok(SplitChoice {
-                        said: format!("-ngl auto: {}; {}", place.describe(), of(&need)),
+                        said: format!(
+                            "-ngl auto: {}{}; {}",
+                            place.describe(),
+                            offload_note(&place),
+                            of(&need)
+                        ),
                         place,
                     });
                 }
@@ -272,6 +277,17 @@ pub fn choose_over(
             };
             Err(ModelError::Backend(BackendError::OutOfMemory(e)))
         }
+    }
+}
+
+/// What op offload does for `place`, as the placement's sentence goes on (empty where nothing
+/// streams).
+fn offload_note(place: &Placement) -> String {
+    match place.op_offload {
+        Some(n) if place.streams() => {
+            format!("; prompt batches of {n}+ tokens run the CPU's layers on GPU 0 (op offload)")
+        }
+        _ => String::new(),
     }
 }
 
