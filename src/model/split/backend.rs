@@ -249,8 +249,12 @@ impl SplitBackend {
         Ok(out)
     }
 
-    /// One weight's handle on side `s` ([`SplitBackend::weights_at`]).
+    /// One weight's handle on side `s` ([`SplitBackend::weights_at`]); one `s` holds is looked
+    /// up without the staging path's lists (every op of a decode step comes here).
     fn w_at(&mut self, w: Weight, s: Side) -> Result<Weight> {
+        if let Ok(h) = self.w_on(w, s) {
+            return Ok(h);
+        }
         self.weights_at(&[Some(w)], s)?
             .pop()
             .flatten()
