@@ -243,14 +243,14 @@ impl Gpu {
 /// Fewest bytes of a copy split over threads.
 const PAR_COPY_MIN: usize = 1 << 20;
 
-/// Copies each of `src` into the `dst` of the same index (of its length), split over up to
-/// eight threads when there is a megabyte or more: a weight streamed up for op offload
+/// Copies each of `src` into the `dst` of the same index (of its length), split over half the
+/// cores (two to eight threads) when there is a megabyte or more: a weight streamed up for op offload
 /// (`model/split/`) is read from a memory-mapped file, and one core's copy into pinned memory,
 /// not the bus, is what bounds it (about 16 GB/s with four threads on the H100's host).
 fn par_copy(dst: &mut [&mut [u8]], src: &[&[u8]]) {
     let total: usize = src.iter().map(|s| s.len()).sum();
     let threads = if total >= PAR_COPY_MIN {
-        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).clamp(1, 8))
+        std::thread::available_parallelism().map_or(2, |n| (n.get() / 2).clamp(2, 8))
     } else {
         1
     };
