@@ -66,6 +66,9 @@ pub struct SplitSnapshot {
     /// for them.
     pub streamed_ops: u64,
     pub streamed_bytes: u64,
+    /// KV rows op offload's attention moved: a CPU layer's rows lent to GPU 0's stage before
+    /// its batch, the batch's rows back after.
+    pub kv_rows_bytes: u64,
     /// `16/33 layers on the GPU (layers 17–31 and the output), …`
     pub summary: String,
     /// Each GPU of the split, in order (one with `-ngl` alone; several with `--split-mode

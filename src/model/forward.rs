@@ -176,6 +176,22 @@ pub struct Model {
     load_time: Duration,
 }
 
+/// The KV cache's layout for a model: every layer the whole context, a sliding-window layer
+/// its window plus a batch (the batch's first token still sees its whole window after the
+/// batch's keys went in, llama.cpp's SWA cache size), for `n_seq` sequences.
+pub fn kv_layout(
+    config: &ModelConfig,
+    n_ctx: usize,
+    n_batch: usize,
+    n_seq: usize,
+) -> Result<KvLayout, BackendError> {
+    let ring = (config.sliding_window + n_batch.max(1) - 1).min(n_ctx);
+    let slots = (0..config.n_layers)
+        .map(|l| if config.is_swa(l) { ring } else { n_ctx })
+        .collect();
+    KvLayout::new(n_ctx, config.kv_dim(), slots)?.with_seqs(n_seq)
+}
+
 impl Model {
     /// Checks the file against its architecture, hands every weight to the backend and allocates
     /// the KV cache and activations. `progress(fraction, tensor)` is called as weights load.
@@ -206,22 +222,13 @@ impl Model {
         ]
         .iter()
         .sum::<usize>() as u64;
-        // A sliding-window layer keeps its window plus a batch (the batch's first token still
-        // sees its whole window after the batch's keys went in), llama.cpp's SWA cache size.
-        let ring_slots = if config.sliding_window > 0 {
-            (config.sliding_window + n_batch - 1).min(n_ctx)
-        } else {
-            0
-        };
-        let slots: Vec<usize> = (0..config.n_layers)
-            .map(|l| if config.is_swa(l) { ring_slots } else { n_ctx })
-            .collect();
-        let ring_slots = if slots.iter().any(|&s| s < n_ctx) {
-            ring_slots
-        } else {
-            0
-        };
-        let kv_layout = KvLayout::new(n_ctx, config.kv_dim(), slots)?.with_seqs(n_seq)?;
+        let kv_layout = kv_layout(&config, n_ctx, n_batch, n_seq)?;
+        // The rings' positions (0: none).
+        let ring_slots = (0..config.n_layers)
+            .map(|l| kv_layout.slots(l))
+            .filter(|&s| s < n_ctx)
+            .min()
+            .unwrap_or(0);
         // A fused tensor is loaded as one weight per part (rows of the same bytes).
         let extra_weights = config.n_layers
             * (2 * usize::from(config.fused_qkv) + usize::from(config.fused_gate_up));
@@ -247,6 +254,7 @@ impl Model {
                 .filter(|t| t.rows_cols().0 == 1)
                 .map(|t| t.rows_cols().1 as u64)
                 .sum(),
+            n_seq,
             // A split model's GPU part sets its own (`split::gpu_plan_of`).
             stage_bytes: 0,
         })?;

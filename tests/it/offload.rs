@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use hipscope::gpu::backend::{Backend, MemoryPlan};
+use hipscope::gpu::backend::{Backend, KvLayout, MemoryPlan};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute};
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::fake::{FakeDevice, FakeScript};
@@ -459,6 +459,112 @@ fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
     }
 }
 
+/// Prompt batches of 40 at growing depth (every logit), decode steps between, a context shift
+/// where the model allows one, and a batch of 16: a sliding window's ring (16 + 40 − 1 slots in
+/// a context of 192) wraps three times.
+fn depth_script(m: &mut Model) -> Vec<Vec<f32>> {
+    let vocab = m.config.vocab_size as u32;
+    let tok = |i: usize| (i as u32 * 29 + 3) % vocab;
+    let mut out = Vec::new();
+    let mut logits = Vec::new();
+    let mut pos = 0;
+    for n in [40, 40, 40, 16, 38] {
+        let batch: Vec<u32> = (pos..pos + n).map(tok).collect();
+        m.forward(&batch, pos, Logits::All, &mut logits)
+            .expect("a batch");
+        out.push(logits.clone());
+        pos += n;
+        m.forward(&[tok(pos)], pos, Logits::Last, &mut logits)
+            .expect("decode");
+        out.push(logits.clone());
+        pos += 1;
+    }
+    if m.shift_kv(8, 40, pos - 40).is_ok() {
+        pos -= 32;
+        let batch: Vec<u32> = (0..32).map(tok).collect();
+        m.forward(&batch, pos, Logits::All, &mut logits)
+            .expect("a batch after the shift");
+        out.push(logits.clone());
+    }
+    out
+}
+
+#[test]
+fn op_offload_runs_a_cpu_layers_attention_on_gpu_0_over_rows_borrowed_from_its_cache() {
+    // The attention of an offloaded CPU layer runs on the "GPU" over the rows its batch reads,
+    // copied into GPU 0's stage, and the batch's rows go back to the CPU's cache (decode and
+    // batches of 16 read them there): bit for bit the all-CPU run through batches at depth,
+    // sliding-window rings that wrap, and a context shift.
+    let o = ModelOptions {
+        n_ctx: 192,
+        n_batch: 40,
+        all_logits: true,
+        n_seq: 1,
+    };
+    for &(shape, quant) in SPLIT_SHAPES {
+        let file = synth(shape, quant);
+        let config = ModelConfig::from_gguf(&file).expect("config");
+        let cpu = Model::load(
+            file.clone(),
+            Box::new(CpuBackend::new(2)),
+            o,
+            &mut |_, _| {},
+        );
+        let want = depth_script(&mut cpu.expect("load on the CPU"));
+        for ngl in [0, config.n_layers / 2 + 1] {
+            let mut m = split_with(&file, ngl, true, o);
+            let got = depth_script(&mut m);
+            assert_eq!(got.len(), want.len(), "{shape} -ngl {ngl}");
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    g == w,
+                    "{shape} -ngl {ngl}: step {step} differs from the all-CPU run (first at {:?})",
+                    g.iter().zip(w).position(|(a, b)| a != b)
+                );
+            }
+            let s = m.backend().arena().split.expect("split");
+            assert!(s.kv_rows_bytes > 0, "{shape} -ngl {ngl}: {s:?}");
+        }
+    }
+
+    // What moves for llama's global layers: before each batch of 40 its sequence's rows so far,
+    // after it the batch's 40; nothing for the batch of 16 or for decode.
+    let file = synth("tiny", "Q4_0");
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let ngl = config.n_layers / 2 + 1;
+    let cpu_layers = Placement::from_ngl(config.n_layers, ngl, false).gpu_from as u64;
+    let mut m = split_with(&file, ngl, true, o);
+    let row = 2 * config.kv_dim() as u64 * m.backend().kv_type().bytes();
+    let mut logits = Vec::new();
+    let moved = |m: &Model| m.backend().arena().split.expect("split").kv_rows_bytes;
+    m.forward(&(0..40).collect::<Vec<u32>>(), 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(moved(&m), cpu_layers * 40 * row);
+    m.forward(&[1], 40, Logits::Last, &mut logits)
+        .expect("decode");
+    m.forward(
+        &(0..16).collect::<Vec<u32>>(),
+        41,
+        Logits::Last,
+        &mut logits,
+    )
+    .expect("a batch of 16");
+    assert_eq!(moved(&m), cpu_layers * 40 * row);
+    m.forward(
+        &(0..40).collect::<Vec<u32>>(),
+        57,
+        Logits::Last,
+        &mut logits,
+    )
+    .expect("a batch at 57");
+    assert_eq!(moved(&m), cpu_layers * (40 + 57 + 40) * row);
+    // Without op offload the split has no stage and lends nothing.
+    let mut m = split_with(&file, ngl, false, o);
+    m.forward(&(0..40).collect::<Vec<u32>>(), 0, Logits::Last, &mut logits)
+        .expect("prompt");
+    assert_eq!(moved(&m), 0);
+}
+
 #[test]
 fn op_offload_streams_each_cpu_layer_once_a_batch_and_only_batches_of_32() {
     let file = synth("tiny", "Q4_0");
@@ -567,6 +673,10 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
         .sum();
     let s = m.backend().arena().split.expect("split");
     assert_eq!(s.streamed_bytes, layer0, "{s:?}");
+    // Layer 0's attention ran on the GPU: its 40 new rows came down from the stage.
+    let config = ModelConfig::from_gguf(&file).expect("config");
+    let row = 2 * config.kv_dim() as u64 * m.backend().kv_type().bytes();
+    assert_eq!(s.kv_rows_bytes, 40 * row, "{s:?}");
     assert!(
         weights_used(m) >= before + layer0,
         "{} vs {before}",
@@ -582,10 +692,10 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
     )
     .expect("another batch");
     assert_eq!(weights_used(m), after);
-    assert_eq!(
-        m.backend().arena().split.expect("split").streamed_bytes,
-        2 * layer0
-    );
+    let s = m.backend().arena().split.expect("split");
+    assert_eq!(s.streamed_bytes, 2 * layer0);
+    // The 40 rows before it went up into the stage, its 40 came down.
+    assert_eq!(s.kv_rows_bytes, (40 + 40 + 40) * row, "{s:?}");
     assert_eq!(
         m.backend_mut()
             .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
@@ -611,11 +721,12 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
 fn op_offload_takes_a_batch_of_several_sequences_as_one() {
     // `serve`'s batches: two sequences' prompts in one batch of 40 rows (offloaded: the
     // products over every row on the "GPU", the attention group by group in each sequence's
-    // region of the CPU's cache), then a decode step of both: the all-CPU run's logits, bit
-    // for bit.
+    // region of the CPU's cache, each group below 32 rows), a decode step of both, then a
+    // batch of 76 rows whose groups of 40 and 36 attend on the "GPU" over each sequence's rows
+    // borrowed into its region of the stage: the all-CPU run's logits, bit for bit.
     let o = ModelOptions {
-        n_ctx: 64,
-        n_batch: 64,
+        n_ctx: 128,
+        n_batch: 96,
         all_logits: false,
         n_seq: 2,
     };
@@ -661,6 +772,25 @@ fn op_offload_takes_a_batch_of_several_sequences_as_one() {
             ];
             m.forward_seqs(&step, &mut logits).expect("decode");
             out.push(logits.clone());
+            let c: Vec<u32> = (0..40).map(|i| (i * 7 + 1) % vocab).collect();
+            let d: Vec<u32> = (0..36).map(|i| (i * 11 + 4) % vocab).collect();
+            let more = [
+                SeqChunk {
+                    seq: 0,
+                    pos0: a.len() + 1,
+                    tokens: &c,
+                    logits: true,
+                },
+                SeqChunk {
+                    seq: 1,
+                    pos0: b.len() + 1,
+                    tokens: &d,
+                    logits: true,
+                },
+            ];
+            m.forward_seqs(&more, &mut logits)
+                .expect("a batch at depth");
+            out.push(logits.clone());
             out
         };
         let mut cpu = Model::load(
@@ -676,8 +806,72 @@ fn op_offload_takes_a_batch_of_several_sequences_as_one() {
         assert!(got == want, "{shape}: the split's logits differ");
         let s = m.backend().arena().split.expect("split");
         assert!(
-            s.streamed_ops > 0,
-            "{shape}: the 40-row batch was offloaded: {s:?}"
+            s.streamed_ops > 0 && s.kv_rows_bytes > 0,
+            "{shape}: the batches were offloaded: {s:?}"
         );
     }
+}
+
+#[test]
+fn kv_rows_go_out_and_in_alike_on_the_cpu_and_a_gpu_backend_rings_wrapping() {
+    // Two layers of two sequences: a global one (24 positions) and a ring of 10; GPU 0's part
+    // keeps layer 1 with a stage. The same rows written into each backend come out the same,
+    // byte for byte, and a ring keeps the last of more rows than it holds.
+    let kv_dim = 8;
+    let full = KvLayout::new(24, kv_dim, vec![24, 10])
+        .and_then(|l| l.with_seqs(2))
+        .expect("layout");
+    let mut gpu = fake_gpu(1 << 30);
+    let mut cpu: Box<dyn Backend> = Box::new(CpuBackend::new(2).with_kv_type(gpu.kv_type()));
+    let plan = MemoryPlan {
+        kv_elems: full.elems() as u64 + 24 * kv_dim as u64 * 2,
+        activation_elems: 1 << 10,
+        n_batch: 4,
+        n_seq: 2,
+        max_cols: 64,
+        ..MemoryPlan::default()
+    };
+    gpu.plan(&plan).expect("plan");
+    cpu.alloc_kv_cache(&full).expect("the CPU's cache");
+    gpu.alloc_kv_cache(&full.part_with_stage(1..2).expect("part"))
+        .expect("the GPU's cache");
+    let row = 2 * kv_dim * cpu.kv_type().bytes() as usize;
+    // f16 bit patterns of finite numbers, distinct per byte pair.
+    let rows = |n: usize, salt: u16| -> Vec<u8> {
+        (0..n * row / 2)
+            .flat_map(|i| (((i as u16).wrapping_mul(7) ^ salt) & 0x3bff).to_le_bytes())
+            .collect()
+    };
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    for (layer, seq, pos0, n) in [(1, 1, 3, 9), (1, 0, 7, 14), (0, 1, 5, 12)] {
+        let data = rows(n, (layer * 31 + seq * 7) as u16);
+        cpu.kv_rows_in(layer, seq, pos0, &data)
+            .expect("rows into the CPU");
+        // Layer 0 is not GPU 0's own: it lands in the stage.
+        gpu.kv_rows_in(layer, seq, pos0, &data)
+            .expect("rows into the GPU");
+        let keep = n.min(if layer == 1 { 10 } else { 24 });
+        let last = pos0 + n - keep..pos0 + n;
+        cpu.kv_rows_out(layer, seq, last.clone(), &mut a)
+            .expect("rows out of the CPU");
+        gpu.kv_rows_out(layer, seq, last, &mut b)
+            .expect("rows out of the GPU");
+        let skip = n - keep;
+        let half = n * row / 2;
+        let want: Vec<u8> = [&data[skip * row / 2..half], &data[half + skip * row / 2..]].concat();
+        assert_eq!(a, want, "layer {layer} sequence {seq}: the CPU's rows");
+        assert_eq!(b, want, "layer {layer} sequence {seq}: the GPU's rows");
+    }
+    // More positions than a ring keeps cannot be read back.
+    assert!(cpu.kv_rows_out(1, 0, 0..11, &mut a).is_err());
+    assert!(gpu.kv_rows_out(1, 0, 0..11, &mut b).is_err());
+    assert!(
+        cpu.kv_rows_in(0, 2, 0, &rows(1, 0)).is_err(),
+        "no third sequence"
+    );
+    assert!(
+        gpu.kv_rows_in(1, 0, 20, &rows(5, 0)).is_err(),
+        "past the context"
+    );
 }

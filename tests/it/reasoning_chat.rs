@@ -223,6 +223,18 @@ impl Memory for Scripted {
     fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         self.inner.alloc_kv_cache(layout)
     }
+    fn kv_rows_out(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.inner.kv_rows_out(layer, seq, pos, out)
+    }
+    fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()> {
+        self.inner.kv_rows_in(layer, seq, pos0, data)
+    }
     fn kv_type(&self) -> KvType {
         self.inner.kv_type()
     }

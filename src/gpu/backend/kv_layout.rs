@@ -59,6 +59,9 @@ pub struct KvLayout {
     slots: Vec<usize>,
     /// Element offset of each layer, and the total after the last.
     offsets: Vec<usize>,
+    /// The last entry of `slots` is a stage: a whole-context layer that every layer outside
+    /// this part maps to ([`KvLayout::part_with_stage`]).
+    stage: bool,
 }
 
 impl KvLayout {
@@ -72,6 +75,7 @@ impl KvLayout {
     pub fn with_seqs(self, n_seq: usize) -> Result<KvLayout> {
         let mut l = KvLayout::build(self.n_ctx, self.kv_dim, n_seq.max(1), self.slots)?;
         l.first = self.first;
+        l.stage = self.stage;
         Ok(l)
     }
 
@@ -99,6 +103,7 @@ impl KvLayout {
             n_seq,
             slots,
             offsets,
+            stage: false,
         })
     }
 
@@ -112,18 +117,53 @@ impl KvLayout {
     pub fn part(&self, layers: std::ops::Range<usize>) -> Option<KvLayout> {
         let lo = layers.start.checked_sub(self.first)?;
         let hi = layers.end.checked_sub(self.first)?;
-        if lo >= hi || hi > self.slots.len() {
+        if lo >= hi {
             return None;
         }
-        let mut p = KvLayout::build(
-            self.n_ctx,
-            self.kv_dim,
-            self.n_seq,
-            self.slots[lo..hi].to_vec(),
-        )
-        .ok()?;
+        self.part_of(layers, Vec::new())
+    }
+
+    /// [`KvLayout::part`] (possibly of no layer) plus a stage: one more layer keeping the whole
+    /// context, which every layer outside `layers` maps to. Op offload's attention of a layer
+    /// another part of a split model keeps runs there, over rows borrowed from that part
+    /// (`model/split/`).
+    pub fn part_with_stage(&self, layers: std::ops::Range<usize>) -> Option<KvLayout> {
+        let mut p = self.part_of(layers, vec![self.n_ctx])?;
+        p.stage = true;
+        Some(p)
+    }
+
+    fn part_of(&self, layers: std::ops::Range<usize>, extra: Vec<usize>) -> Option<KvLayout> {
+        let lo = layers.start.checked_sub(self.first)?;
+        let hi = layers.end.checked_sub(self.first)?;
+        if lo > hi || hi > self.own_layers() {
+            return None;
+        }
+        let mut slots = self.slots[lo..hi].to_vec();
+        slots.extend(extra);
+        let mut p = KvLayout::build(self.n_ctx, self.kv_dim, self.n_seq, slots).ok()?;
         p.first = layers.start;
         Some(p)
+    }
+
+    /// The layers this layout keeps as their own (not the stage).
+    fn own_layers(&self) -> usize {
+        self.slots.len() - usize::from(self.stage)
+    }
+
+    /// Index into `slots` of layer `l`: its own, else the stage where there is one.
+    fn index(&self, l: usize) -> Option<usize> {
+        match l.checked_sub(self.first) {
+            Some(i) if i < self.own_layers() => Some(i),
+            _ if self.stage => Some(self.slots.len() - 1),
+            _ => None,
+        }
+    }
+
+    /// Whether layer `l` is one of this layout's own (not the stage's).
+    pub fn keeps(&self, l: usize) -> bool {
+        l.checked_sub(self.first)
+            .is_some_and(|i| i < self.own_layers())
     }
 
     pub fn n_ctx(&self) -> usize {
@@ -139,24 +179,52 @@ impl KvLayout {
         self.n_seq
     }
 
+    /// Layers of the cache, the stage counted.
     pub fn n_layers(&self) -> usize {
         self.slots.len()
     }
 
-    /// Positions layer `l` keeps (0 for a layer that does not exist here).
+    /// Positions layer `l` keeps (0 for a layer that does not exist here); a layer outside a
+    /// part with a stage keeps the stage's.
     pub fn slots(&self, l: usize) -> usize {
-        l.checked_sub(self.first)
-            .and_then(|i| self.slots.get(i))
-            .copied()
-            .unwrap_or(0)
+        self.index(l).map_or(0, |i| self.slots[i])
     }
 
     /// First element of layer `l` in the keys (and in the values).
     pub fn offset(&self, l: usize) -> usize {
-        l.checked_sub(self.first)
-            .and_then(|i| self.offsets.get(i))
-            .copied()
-            .unwrap_or(0)
+        self.index(l).map_or(0, |i| self.offsets[i])
+    }
+
+    /// Where the rows of positions `pos` of sequence `seq` of layer `l` lie in the keys (and
+    /// the values), in position order: (first element, index of its first row in `pos`, rows),
+    /// one run, or two where a ring wraps. Of more positions than the layer keeps, the last
+    /// `slots` (what storing them in turn would leave).
+    pub fn row_runs(
+        &self,
+        l: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+    ) -> Result<Vec<(usize, usize, usize)>> {
+        let slots = self.slots(l);
+        if slots == 0 || seq >= self.n_seq || pos.end > self.n_ctx || pos.start > pos.end {
+            return Err(BackendError::Invalid(format!(
+                "KV rows {}..{} of layer {l} sequence {seq} do not fit the KV cache ({} \
+                 sequences, this layer {slots} positions, context {})",
+                pos.start, pos.end, self.n_seq, self.n_ctx
+            )));
+        }
+        let skip = pos.len().saturating_sub(slots);
+        let base = self.seq_offset(l, seq);
+        let mut runs = Vec::with_capacity(2);
+        let (mut p, mut row) = (pos.start + skip, skip);
+        while p < pos.end {
+            let slot = p % slots;
+            let n = (slots - slot).min(pos.end - p);
+            runs.push((base + slot * self.kv_dim, row, n));
+            p += n;
+            row += n;
+        }
+        Ok(runs)
     }
 
     /// First element of sequence `seq` of layer `l` (sequence 0 at [`KvLayout::offset`]).
@@ -262,5 +330,33 @@ mod tests {
         assert!(!three.is_uniform(), "a shift moves one sequence only");
         let part = three.part(1..2).unwrap();
         assert_eq!((part.n_seq(), part.seq_offset(1, 2)), (3, 2 * 6 * 4));
+    }
+
+    #[test]
+    fn a_stage_takes_every_layer_outside_the_part_and_rows_wrap_with_a_ring() {
+        let full = KvLayout::new(12, 2, vec![12, 5, 12]).unwrap();
+        let p = full.part_with_stage(1..2).unwrap();
+        assert_eq!((p.n_layers(), p.slots(1), p.offset(1)), (2, 5, 0));
+        // Layers 0 and 2 (and any other) are the stage's: the whole context after layer 1.
+        assert_eq!((p.slots(0), p.offset(0), p.offset(2)), (12, 5 * 2, 5 * 2));
+        assert_eq!(p.elems(), (5 + 12) * 2);
+        assert!(p.keeps(1) && !p.keeps(0) && !p.keeps(2));
+        // A part of no layer is the stage alone.
+        let only = full.part_with_stage(3..3).unwrap();
+        assert_eq!((only.elems(), only.slots(0)), (12 * 2, 12));
+        assert!(full.part(3..3).is_none());
+        // Positions 3..9 of the ring of 5: slots 3, 4, then 0..2 — the last 5 of 6 positions
+        // (4..9), their first at row 1 of the range.
+        assert_eq!(
+            p.row_runs(1, 0, 3..9).unwrap(),
+            vec![(4 * 2, 1, 1), (0, 2, 4)]
+        );
+        assert_eq!(p.row_runs(0, 0, 2..6).unwrap(), vec![(10 + 2 * 2, 0, 4)]);
+        assert!(p.row_runs(0, 0, 10..13).is_err(), "past the context");
+        assert!(p.row_runs(1, 1, 0..1).is_err(), "one sequence");
+        assert!(
+            full.part(1..2).unwrap().row_runs(0, 0, 0..1).is_err(),
+            "no stage"
+        );
     }
 }

@@ -61,6 +61,24 @@ pub trait Memory {
     /// order to keep the next op's copy from overwriting what the previous op reads.
     fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>>;
 
+    /// The cached keys and values of positions `pos` of sequence `seq` at layer `layer`, as the
+    /// cache keeps them ([`Memory::kv_type`]'s little-endian elements): every position's keys,
+    /// then every position's values, `kv_dim` elements each, into `out` (resized). Op
+    /// offload's attention borrows a layer's rows through it (`model/split/`); a ring keeps its
+    /// last positions only, which the caller asks for.
+    fn kv_rows_out(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<()>;
+
+    /// Overwrites the cached rows of positions `pos0..` of sequence `seq` at layer `layer` with
+    /// `data`, laid out as [`Memory::kv_rows_out`] gives them (of more positions than a ring
+    /// keeps, the last land), after every op before it.
+    fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()>;
+
     /// Memory held by the backend, for the UI.
     fn arena(&self) -> ArenaSnapshot;
 }
@@ -141,6 +159,8 @@ pub struct MemoryPlan {
     pub kv_elems: u64,
     /// Most tokens in one forward step (the width of a prompt batch).
     pub n_batch: usize,
+    /// Sequences the KV cache holds (`serve`'s slots; 1 for a chat).
+    pub n_seq: usize,
     /// The widest input of any matrix product (elements per token row).
     pub max_cols: usize,
     /// Elements of all one-row tensors (norms, biases, RoPE factors), which a backend may keep

@@ -298,6 +298,63 @@ impl Memory for GpuCompute {
         Ok(out)
     }
 
+    /// Each run of rows ([`KvLayout::row_runs`]) downloaded through pinned staging after every
+    /// op before it.
+    fn kv_rows_out(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let n = pos.len();
+        let (k, v, runs, row) = self.kv_runs(layer, seq, pos)?;
+        if n > runs.iter().map(|r| r.2).sum() {
+            return Err(invalid(format!(
+                "KV rows of {n} positions of layer {layer}: more than it keeps"
+            )));
+        }
+        out.clear();
+        out.resize(2 * n * row, 0);
+        let l = self.label(OpLabel::layer(layer as u32, "kv rows out"), "")?;
+        let g = self.gpu_mut()?;
+        g.graph_end_step().map_err(gpu_err)?;
+        let (ko, vo) = out.split_at_mut(n * row);
+        for (at, first, rows) in runs {
+            let dst = first * row..(first + rows) * row;
+            for (buf, o) in [(k, &mut ko[dst.clone()]), (v, &mut vo[dst.clone()])] {
+                let from = buf.slice(at, (rows * row) as u64).map_err(gpu_err)?;
+                g.download(l, from, o).map_err(gpu_err)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each run uploaded through pinned staging, in order on the stream.
+    fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()> {
+        let row =
+            self.kv.as_ref().map_or(0, |kv| kv.layout.kv_dim()) * self.opts.kv.bytes() as usize;
+        if row == 0 || !data.len().is_multiple_of(2 * row) {
+            return Err(invalid(format!(
+                "{} bytes of KV rows for rows of {row} bytes (or no KV cache)",
+                data.len()
+            )));
+        }
+        let n = data.len() / (2 * row);
+        let (k, v, runs, _) = self.kv_runs(layer, seq, pos0..pos0 + n)?;
+        let l = self.label(OpLabel::layer(layer as u32, "kv rows in"), "")?;
+        let g = self.gpu_mut()?;
+        let (kd, vd) = data.split_at(n * row);
+        for (at, first, rows) in runs {
+            let src = first * row..(first + rows) * row;
+            for (buf, d) in [(k, &kd[src.clone()]), (v, &vd[src.clone()])] {
+                let to = buf.slice(at, (rows * row) as u64).map_err(gpu_err)?;
+                g.upload(l, to, d).map_err(gpu_err)?;
+            }
+        }
+        Ok(())
+    }
+
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
         let g = self.gpu_mut()?;
         let buf = g

@@ -496,6 +496,24 @@ impl Memory for Lockstep {
         Ok(b)
     }
 
+    /// The CPU's rows, as [`Memory::read`] answers with the CPU's values.
+    fn kv_rows_out(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let mut gpu = Vec::new();
+        self.gpu.kv_rows_out(layer, seq, pos.clone(), &mut gpu)?;
+        self.cpu.kv_rows_out(layer, seq, pos, out)
+    }
+
+    fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()> {
+        self.cpu.kv_rows_in(layer, seq, pos0, data)?;
+        self.gpu.kv_rows_in(layer, seq, pos0, data)
+    }
+
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
         let a = self.cpu.alloc(name, len)?;
         let b = self.gpu.alloc(name, len)?;

@@ -298,6 +298,32 @@ impl GpuCompute {
             .ok_or_else(|| BackendError::Device("the device was shut down".into()))
     }
 
+    /// The KV cache's keys and values, and where the rows of positions `pos` of sequence `seq`
+    /// at `layer` lie in them ([`KvLayout::row_runs`], in bytes: first byte, first row, rows),
+    /// with the bytes of one row.
+    #[allow(clippy::type_complexity)]
+    fn kv_runs(
+        &self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+    ) -> Result<(DeviceBuffer, DeviceBuffer, Vec<(u64, usize, usize)>, usize)> {
+        let kv = self
+            .kv
+            .as_ref()
+            .ok_or_else(|| invalid("KV rows before the KV cache was allocated".into()))?;
+        let eb = self.opts.kv.bytes() as usize;
+        let runs = kv.layout.row_runs(layer, seq, pos)?;
+        Ok((
+            kv.k,
+            kv.v,
+            runs.into_iter()
+                .map(|(at, first, rows)| ((at * eb) as u64, first, rows))
+                .collect(),
+            kv.layout.kv_dim() * eb,
+        ))
+    }
+
     fn label(&mut self, l: OpLabel, kernel: &'static str) -> Result<LabelId> {
         let key = (l.layer, l.name, kernel);
         if let Some(id) = self.labels.get(&key) {

@@ -473,6 +473,7 @@ mod tests {
                 + vocab) as u64,
             kv_elems: (layers * n_ctx * kv_dim) as u64,
             n_batch: b,
+            n_seq: 1,
             max_cols: ffn,
             vector_elems: 61 * 576,
             stage_bytes: 0,

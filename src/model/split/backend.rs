@@ -111,6 +111,11 @@ pub struct SplitBackend {
     streamed_ops: u64,
     streamed_bytes: u64,
     cross_buf: Vec<f32>,
+    /// GPU 0's KV cache has a stage: op offload's attention of a CPU layer runs there over
+    /// rows borrowed from the CPU's cache ([`SplitBackend::borrow_kv`]).
+    kv_stage: bool,
+    kv_rows: Vec<u8>,
+    kv_rows_bytes: u64,
 }
 
 impl SplitBackend {
@@ -138,6 +143,9 @@ impl SplitBackend {
             streamed_ops: 0,
             streamed_bytes: 0,
             cross_buf: Vec::new(),
+            kv_stage: false,
+            kv_rows: Vec::new(),
+            kv_rows_bytes: 0,
         }
     }
 
@@ -246,6 +254,26 @@ impl SplitBackend {
         }
         self.streamed_ops += 1;
         self.streamed_bytes += bytes;
+        Ok(out)
+    }
+
+    /// [`SplitBackend::weights_at`] of a few weights, those `s` holds looked up directly.
+    fn ws_at<const N: usize>(
+        &mut self,
+        ws: [Option<Weight>; N],
+        s: Side,
+    ) -> Result<[Option<Weight>; N]> {
+        let mut out = [None; N];
+        for (o, w) in out.iter_mut().zip(ws) {
+            match w.map(|w| self.w_on(w, s)) {
+                None => {}
+                Some(Ok(h)) => *o = Some(h),
+                Some(Err(_)) => {
+                    let got = self.weights_at(&ws, s)?;
+                    return Ok(std::array::from_fn(|i| got[i]));
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -375,11 +403,61 @@ impl SplitBackend {
         })
     }
 
-    /// `p` with its attention sinks (gpt-oss) as side `s` holds them.
-    fn attn_on(&self, p: &AttnParams, s: Side) -> Result<AttnParams> {
+    /// Where layer `p.layer`'s attention runs: on GPU 0 for a CPU layer's batch of
+    /// [`Placement::op_offload`]'s size where GPU 0 has a stage for its rows, else on the side
+    /// that keeps the layer's cache.
+    fn attn_side(&self, p: &AttnParams) -> Side {
+        let home = self.place.layer_side(p.layer);
+        match self.offload(home, p.n_tokens) {
+            g if self.kv_stage && g != home => g,
+            _ => home,
+        }
+    }
+
+    /// Op offload's attention of a CPU layer on GPU 0, before it: the rows its batch reads (the
+    /// sequence's positions before the batch, a sliding window's last) copied from the CPU's
+    /// cache into GPU 0's stage, as llama.cpp's scheduler copies a CPU cache's view to the GPU
+    /// that runs the attention.
+    fn borrow_kv(&mut self, p: &AttnParams) -> Result<()> {
+        let from = match p.window {
+            0 => 0,
+            w => (p.pos0 + 1).saturating_sub(w),
+        };
+        if from < p.pos0 {
+            self.move_kv(Side::Cpu, Side::Gpu(0), p, from..p.pos0)?;
+        }
+        Ok(())
+    }
+
+    /// After it: the batch's new rows back into the CPU's cache, where decode reads them.
+    fn return_kv(&mut self, p: &AttnParams) -> Result<()> {
+        self.move_kv(Side::Gpu(0), Side::Cpu, p, p.pos0..p.pos0 + p.n_tokens)
+    }
+
+    fn move_kv(
+        &mut self,
+        from: Side,
+        to: Side,
+        p: &AttnParams,
+        pos: std::ops::Range<usize>,
+    ) -> Result<()> {
+        let mut rows = std::mem::take(&mut self.kv_rows);
+        let pos0 = pos.start;
+        let r = self
+            .side(from)
+            .kv_rows_out(p.layer, p.seq, pos, &mut rows)
+            .and_then(|()| self.side(to).kv_rows_in(p.layer, p.seq, pos0, &rows));
+        self.kv_rows_bytes += rows.len() as u64;
+        self.kv_rows = rows;
+        r
+    }
+
+    /// `p` with its attention sinks (gpt-oss) as side `s` holds them (streamed to GPU 0 for an
+    /// offloaded attention).
+    fn attn_on(&mut self, p: &AttnParams, s: Side) -> Result<AttnParams> {
         Ok(AttnParams {
             sinks: match p.sinks {
-                Some(w) => Some(self.w_on(w, s)?),
+                Some(w) => Some(self.w_at(w, s)?),
                 None => None,
             },
             ..*p
@@ -408,21 +486,24 @@ impl SplitBackend {
             handover_bytes: self.handover_bytes,
             streamed_ops: self.streamed_ops,
             streamed_bytes: self.streamed_bytes,
+            kv_rows_bytes: self.kv_rows_bytes,
             summary: self.place.describe(),
             gpus,
         }
     }
 
-    /// The parts holding the KV cache of some layer, each with its layers.
+    /// The parts holding a KV cache, each with its layers: those with a layer, and GPU 0 for
+    /// op offload's stage ([`SplitBackend::alloc_kv_cache`]).
     fn kv_parts(&self) -> Vec<(Side, std::ops::Range<usize>)> {
         let mut v = vec![(Side::Cpu, 0..self.place.gpu_from)];
         v.extend((0..self.place.n_gpus()).map(|g| (Side::Gpu(g), self.place.gpu_range(g))));
-        v.retain(|(_, r)| !r.is_empty());
+        let stage = self.place.streams() && self.place.gpu_from > 0 && self.parts.len() > 1;
+        v.retain(|(s, r)| !r.is_empty() || (stage && *s == Side::Gpu(0)));
         v
     }
 
     /// [`Ops::rope_attention`] (`seq_rows` `None`) or [`Ops::rope_attention_rows`] on the side
-    /// that holds layer `p.layer`.
+    /// that holds layer `p.layer`, or on GPU 0 over borrowed rows ([`SplitBackend::attn_side`]).
     #[allow(clippy::too_many_arguments)]
     fn rope_attention_on(
         &mut self,
@@ -432,20 +513,37 @@ impl SplitBackend {
         out: Buf,
         norms: &HeadNorms,
         rope: &RopeParams,
-        p: &AttnParams,
+        p0: &AttnParams,
         seq_rows: Option<&[SeqPos]>,
     ) -> Result<()> {
-        let s = self.place.layer_side(p.layer);
-        let p = &self.attn_on(p, s)?;
+        // A decode step of several sequences stays with the cache.
+        let s = match seq_rows {
+            Some(_) => self.place.layer_side(p0.layer),
+            None => self.attn_side(p0),
+        };
+        let borrowed = s != self.place.layer_side(p0.layer);
+        // The norms, RoPE factors and sinks in one staging call (a call's handles hold until the
+        // next).
+        let ws = self.ws_at([norms.q, norms.k, rope.freq_factors, p0.sinks], s)?;
+        let p = &AttnParams {
+            sinks: ws[3],
+            ..*p0
+        };
         for b in [q, k, v] {
             self.need(b, s)?;
         }
-        let r = self.rope_on(rope, s)?;
+        let r = RopeParams {
+            freq_factors: ws[2],
+            ..*rope
+        };
         let n = HeadNorms {
-            q: norms.q.map(|w| self.w_on(w, s)).transpose()?,
-            k: norms.k.map(|w| self.w_on(w, s)).transpose()?,
+            q: ws[0],
+            k: ws[1],
             eps: norms.eps,
         };
+        if borrowed {
+            self.borrow_kv(p)?;
+        }
         let (qs, ks, vs, o) = (
             self.on(q, s)?,
             self.on(k, s)?,
@@ -464,6 +562,9 @@ impl SplitBackend {
                 p.row0 + p.n_tokens
             }
         };
+        if borrowed {
+            self.return_kv(p)?;
+        }
         self.wrote(q, s, rows * p.n_heads * p.head_dim);
         self.wrote(k, s, rows * p.n_kv_heads * p.head_dim);
         self.wrote(out, s, rows * p.n_heads * p.head_dim);
@@ -729,10 +830,14 @@ impl Ops for SplitBackend {
     }
 
     fn attention(&mut self, q: Buf, k: Buf, v: Buf, out: Buf, p: &AttnParams) -> Result<()> {
-        let s = self.place.layer_side(p.layer);
+        let s = self.attn_side(p);
+        let borrowed = s != self.place.layer_side(p.layer);
         let p = &self.attn_on(p, s)?;
         for b in [q, k, v] {
             self.need(b, s)?;
+        }
+        if borrowed {
+            self.borrow_kv(p)?;
         }
         let (qs, ks, vs, o) = (
             self.on(q, s)?,
@@ -741,6 +846,9 @@ impl Ops for SplitBackend {
             self.on(out, s)?,
         );
         self.side(s).attention(qs, ks, vs, o, p)?;
+        if borrowed {
+            self.return_kv(p)?;
+        }
         self.wrote(out, s, (p.row0 + p.n_tokens) * p.n_heads * p.head_dim);
         Ok(())
     }
@@ -894,13 +1002,22 @@ impl Memory for SplitBackend {
         Ok(Buf(self.bufs.len() as u32 - 1))
     }
 
+    /// Each part's layers; GPU 0's with a stage where op offload runs the CPU layers'
+    /// attention there (a CPU layer's batch borrows its rows, [`SplitBackend::borrow_kv`]).
     fn alloc_kv_cache(&mut self, layout: &KvLayout) -> Result<()> {
         let n = layout.n_layers();
+        let stage = self.place.streams() && self.place.gpu_from > 0 && self.parts.len() > 1;
         for (s, r) in self.kv_parts() {
-            if let Some(part) = layout.part(r.start.min(n)..r.end.min(n)) {
+            let r = r.start.min(n)..r.end.min(n);
+            let part = match s {
+                Side::Gpu(0) if stage => layout.part_with_stage(r),
+                _ => layout.part(r),
+            };
+            if let Some(part) = part {
                 self.side(s).alloc_kv_cache(&part)?;
             }
         }
+        self.kv_stage = stage;
         Ok(())
     }
 
@@ -910,8 +1027,12 @@ impl Memory for SplitBackend {
             .map_or_else(|| self.parts[0].kv_type(), |g| g.kv_type())
     }
 
+    /// Each part that keeps layers (a stage holds nothing between batches).
     fn kv_shift(&mut self, sh: &KvShift) -> Result<()> {
-        for (s, _) in self.kv_parts() {
+        for (s, r) in self.kv_parts() {
+            if r.is_empty() {
+                continue;
+            }
             let r = self.rope_on(&sh.rope, s)?;
             self.side(s).kv_shift(&KvShift { rope: r, ..*sh })?;
         }
@@ -952,6 +1073,25 @@ impl Memory for SplitBackend {
 
     fn cross_in(&mut self, buf: Buf, data: &[f32], _label: OpLabel) -> Result<()> {
         self.write(buf, 0, data)
+    }
+
+    /// Its parts lend each other rows; nothing borrows a split's.
+    fn kv_rows_out(
+        &mut self,
+        _layer: usize,
+        _seq: usize,
+        _pos: std::ops::Range<usize>,
+        _out: &mut Vec<u8>,
+    ) -> Result<()> {
+        Err(BackendError::Unsupported(
+            "KV rows borrowed from a split model".into(),
+        ))
+    }
+
+    fn kv_rows_in(&mut self, _layer: usize, _seq: usize, _pos0: usize, _data: &[u8]) -> Result<()> {
+        Err(BackendError::Unsupported(
+            "KV rows lent to a split model".into(),
+        ))
     }
 
     fn arena(&self) -> ArenaSnapshot {

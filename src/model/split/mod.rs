@@ -76,8 +76,8 @@ impl fmt::Display for GpuLayers {
 }
 
 /// The [`MemoryPlan`] GPU `g` of `place` needs, from the whole model's `full` plan: the weights
-/// placed there, the KV cache of its layers (each at most the context), the same activations
-/// and workspace.
+/// placed there, the KV cache of its layers (with op offload's stage on GPU 0:
+/// `SplitBackend::alloc_kv_cache`), the same activations and workspace.
 pub fn gpu_plan_of(
     full: &MemoryPlan,
     place: &Placement,
@@ -97,11 +97,22 @@ pub fn gpu_plan_of(
             }
         }
     }
-    let kv_cap = (place.gpu_range(g).len() * n_ctx * config.kv_dim()) as u64;
+    let stage = g == 0 && place.streams() && place.gpu_from > 0;
+    let range = place.gpu_range(g);
+    let kv = crate::model::forward::kv_layout(config, n_ctx, full.n_batch, full.n_seq.max(1))
+        .ok()
+        .and_then(|l| {
+            if stage {
+                l.part_with_stage(range)
+            } else {
+                l.part(range)
+            }
+        })
+        .map_or(0, |p| p.elems() as u64);
     MemoryPlan {
         weights,
         vector_elems: vectors,
-        kv_elems: full.kv_elems.min(kv_cap),
+        kv_elems: kv,
         stage_bytes: if g == 0 && place.streams() {
             stage_room(place, file)
         } else {

@@ -225,6 +225,24 @@ impl Memory for PlanProbe {
     fn alloc_kv_cache(&mut self, _: &KvLayout) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+    fn kv_rows_out(
+        &mut self,
+        _: usize,
+        _: usize,
+        _: std::ops::Range<usize>,
+        _: &mut Vec<u8>,
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
+    fn kv_rows_in(
+        &mut self,
+        _: usize,
+        _: usize,
+        _: usize,
+        _: &[u8],
+    ) -> crate::gpu::backend::Result<()> {
+        Err(probe())
+    }
     fn kv_type(&self) -> KvType {
         KvType::F32
     }

@@ -11,6 +11,82 @@ use crate::gpu::quant;
 use crate::gpu::snapshot::{ArenaSnapshot, RegionSnapshot};
 use crate::gpu::telemetry::host::host_memory;
 
+/// A KV cache element as [`Memory::kv_rows_out`] lays it out: little-endian bytes.
+trait KvElem: Copy {
+    const BYTES: usize;
+    fn put(self, to: &mut [u8]);
+    fn get(from: &[u8]) -> Self;
+}
+
+impl KvElem for f32 {
+    const BYTES: usize = 4;
+    fn put(self, to: &mut [u8]) {
+        to.copy_from_slice(&self.to_le_bytes());
+    }
+    fn get(from: &[u8]) -> f32 {
+        f32::from_le_bytes([from[0], from[1], from[2], from[3]])
+    }
+}
+
+impl KvElem for u16 {
+    const BYTES: usize = 2;
+    fn put(self, to: &mut [u8]) {
+        to.copy_from_slice(&self.to_le_bytes());
+    }
+    fn get(from: &[u8]) -> u16 {
+        u16::from_le_bytes([from[0], from[1]])
+    }
+}
+
+/// `n` rows of keys then `n` of values from the runs ([`KvLayout::row_runs`]) of `k` and `v`.
+fn rows_out<E: KvElem>(
+    k: &[E],
+    v: &[E],
+    runs: &[(usize, usize, usize)],
+    n: usize,
+    kv_dim: usize,
+    out: &mut Vec<u8>,
+) {
+    let half = n * kv_dim * E::BYTES;
+    out.clear();
+    out.resize(2 * half, 0);
+    let (ko, vo) = out.split_at_mut(half);
+    for &(at, row, rows) in runs {
+        let (src, dst) = (at..at + rows * kv_dim, row * kv_dim * E::BYTES);
+        for (to, (&x, &y)) in (dst..)
+            .step_by(E::BYTES)
+            .zip(k[src.clone()].iter().zip(&v[src]))
+        {
+            x.put(&mut ko[to..to + E::BYTES]);
+            y.put(&mut vo[to..to + E::BYTES]);
+        }
+    }
+}
+
+/// The inverse of [`rows_out`]: `data`'s `n` rows of keys then of values into the runs.
+fn rows_in<E: KvElem>(
+    k: &mut [E],
+    v: &mut [E],
+    runs: &[(usize, usize, usize)],
+    n: usize,
+    kv_dim: usize,
+    data: &[u8],
+) {
+    let (kd, vd) = data.split_at(n * kv_dim * E::BYTES);
+    for &(at, row, rows) in runs {
+        let from = row * kv_dim * E::BYTES;
+        for (i, (x, y)) in k[at..at + rows * kv_dim]
+            .iter_mut()
+            .zip(&mut v[at..at + rows * kv_dim])
+            .enumerate()
+        {
+            let b = from + i * E::BYTES;
+            *x = E::get(&kd[b..b + E::BYTES]);
+            *y = E::get(&vd[b..b + E::BYTES]);
+        }
+    }
+}
+
 impl Memory for CpuBackend {
     /// Nothing to set aside: each weight stays in its file, each buffer is allocated as asked.
     fn plan(&mut self, _plan: &MemoryPlan) -> Result<()> {
@@ -38,6 +114,58 @@ impl Memory for CpuBackend {
             out.push(Weight(at as u32));
         }
         Ok(out)
+    }
+
+    fn kv_rows_out(
+        &mut self,
+        layer: usize,
+        seq: usize,
+        pos: std::ops::Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::layer(layer as u32, "kv rows out"));
+        let kv = self
+            .kv
+            .as_ref()
+            .ok_or_else(|| invalid("KV rows before the KV cache was allocated".into()))?;
+        let (n, kv_dim) = (pos.len(), kv.layout.kv_dim());
+        if n > kv.layout.slots(layer) {
+            return Err(invalid(format!(
+                "KV rows {}..{} of layer {layer}: more than its {} positions",
+                pos.start,
+                pos.end,
+                kv.layout.slots(layer)
+            )));
+        }
+        let runs = kv.layout.row_runs(layer, seq, pos)?;
+        match &kv.data {
+            KvData::F32 { k, v } => rows_out(k, v, &runs, n, kv_dim, out),
+            KvData::F16 { k, v } => rows_out(k, v, &runs, n, kv_dim, out),
+        }
+        Ok(())
+    }
+
+    fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()> {
+        let _op = self.ops.begin(OpLabel::layer(layer as u32, "kv rows in"));
+        let kv = self
+            .kv
+            .as_mut()
+            .ok_or_else(|| invalid("KV rows before the KV cache was allocated".into()))?;
+        let kv_dim = kv.layout.kv_dim();
+        let row = 2 * kv_dim * self.kv_type.bytes() as usize;
+        if row == 0 || !data.len().is_multiple_of(row) {
+            return Err(invalid(format!(
+                "{} bytes of KV rows for rows of {kv_dim} keys and values",
+                data.len()
+            )));
+        }
+        let n = data.len() / row;
+        let runs = kv.layout.row_runs(layer, seq, pos0..pos0 + n)?;
+        match &mut kv.data {
+            KvData::F32 { k, v } => rows_in(k, v, &runs, n, kv_dim, data),
+            KvData::F16 { k, v } => rows_in(k, v, &runs, n, kv_dim, data),
+        }
+        Ok(())
     }
 
     fn alloc(&mut self, name: &'static str, len: usize) -> Result<Buf> {
