@@ -241,6 +241,22 @@ pub trait Device: Send {
     /// `p` came from `alloc_pinned` on this backend and no enqueued op still uses it.
     unsafe fn free_pinned(&mut self, p: &PinnedRaw) -> Result<(), GpuError>;
 
+    /// Page-locks `bytes` of existing host memory at `ptr` (page-aligned) that the device only
+    /// reads (`cuMemHostRegister` / `hipHostRegister` with the read-only flag, which a
+    /// read-only file mapping needs), so that `copy_h2d` takes it as it takes pinned memory: the
+    /// engine reads it in place. `Ok(false)`: this runtime cannot, and nothing was locked.
+    ///
+    /// # Safety
+    /// The memory stays mapped until [`Device::host_unregister`].
+    unsafe fn host_register(&mut self, _ptr: *const u8, _bytes: usize) -> Result<bool, GpuError> {
+        Ok(false)
+    }
+    /// # Safety
+    /// `ptr` was registered by [`Device::host_register`] and no enqueued op still reads it.
+    unsafe fn host_unregister(&mut self, _ptr: *const u8) -> Result<(), GpuError> {
+        Ok(())
+    }
+
     /// An event without timing (`hipEventDisableTiming` / `CU_EVENT_DISABLE_TIMING`).
     fn create_event(&mut self) -> Result<RawEvent, GpuError>;
     /// # Safety

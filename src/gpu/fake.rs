@@ -856,6 +856,25 @@ impl Device for FakeDevice {
         Ok(())
     }
 
+    /// Registered memory counts as pinned for the copies (which check it) until unregistered.
+    unsafe fn host_register(&mut self, ptr: *const u8, bytes: usize) -> Result<bool, GpuError> {
+        let mut s = self.lock();
+        // A runtime that cannot register answers no, as the real ones are read.
+        if fail(&mut s, "host_register").is_err() {
+            return Ok(false);
+        }
+        s.log.push(format!("host_register {bytes}"));
+        s.pinned.insert(ptr as usize, bytes);
+        Ok(true)
+    }
+
+    unsafe fn host_unregister(&mut self, ptr: *const u8) -> Result<(), GpuError> {
+        let mut s = self.lock();
+        s.log.push("host_unregister".into());
+        s.pinned.remove(&(ptr as usize));
+        Ok(())
+    }
+
     fn create_event(&mut self) -> Result<RawEvent, GpuError> {
         let mut s = self.lock();
         fail(&mut s, "create_event")?;

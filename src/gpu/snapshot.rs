@@ -69,6 +69,9 @@ pub struct SplitSnapshot {
     /// KV rows op offload's attention moved: a CPU layer's rows lent to GPU 0's stage before
     /// its batch, the batch's rows back after.
     pub kv_rows_bytes: u64,
+    /// Bytes of the model's files GPU 0 streams weights from in place (registered with its
+    /// runtime); 0: through its pinned staging.
+    pub pinned_bytes: u64,
     /// `16/33 layers on the GPU (layers 17–31 and the output), …`
     pub summary: String,
     /// Each GPU of the split, in order (one with `-ngl` alone; several with `--split-mode

@@ -161,6 +161,57 @@ fn a_large_upload_fills_half_the_staging_buffers_at_a_time_on_several_threads() 
 }
 
 #[test]
+fn registered_host_memory_goes_up_in_place_and_is_unregistered_at_teardown() {
+    // A 3 MiB "file" registered for in-place uploads: a slice of it crosses as copies straight
+    // from where it lies (the fake refuses a copy from memory that is neither pinned nor
+    // registered, and runs each copy only when released, reading its source then); a slice of other memory is left to the staged path; a runtime that
+    // cannot register says no; teardown unregisters.
+    let (mut gpu, ctl) = fake_gpu(FakeScript::default(), small_cfg());
+    gpu.create_arena(&ArenaPlan::new().with(Region::Weights, 4 << 20))
+        .expect("arena");
+    let file: Arc<Vec<u8>> = Arc::new(pattern(3 << 20, 5));
+    let keep: hipscope::gpu::backend::SharedBytes = file.clone();
+    assert!(
+        gpu.register_host(keep.clone(), 4096 + 17..(3 << 20) - 9)
+            .expect("register")
+    );
+    assert!(ctl.log().iter().any(|l| l.starts_with("host_register")));
+    let releaser = release_one_at_a_time(&ctl);
+    let part = &file[8192..(2 << 20) + 5];
+    let buf = gpu
+        .alloc(Region::Weights, part.len() as u64)
+        .expect("alloc");
+    let l = gpu.label("stream · part");
+    let seq = gpu.upload_in_place(l, buf, part).expect("in place");
+    assert!(seq.is_some());
+    gpu.wait_idle(Duration::from_secs(10)).expect("idle");
+    releaser.stop();
+    assert!(ctl.read(buf.ptr, part.len()).expect("read") == part);
+    // Other memory: not in place.
+    let other = pattern(4096, 9);
+    assert_eq!(gpu.upload_in_place(l, buf, &other).expect("checked"), None);
+    // The first page lies outside the registered range's pages: not in place either.
+    assert_eq!(
+        gpu.upload_in_place(l, buf, &file[..100]).expect("checked"),
+        None
+    );
+    // A runtime that cannot register.
+    ctl.fail_next("host_register", 1);
+    let second: hipscope::gpu::backend::SharedBytes = Arc::new(pattern(8192, 3));
+    assert!(
+        !gpu.register_host(second, 0..8192)
+            .expect("no, not an error")
+    );
+    gpu.teardown(Duration::from_secs(2), &mut |_| {});
+    assert_eq!(
+        ctl.log().iter().filter(|l| *l == "host_unregister").count(),
+        1,
+        "{:?}",
+        ctl.log()
+    );
+}
+
+#[test]
 fn an_oversized_plan_is_refused_before_anything_is_allocated() {
     let (mut gpu, ctl) = fake_gpu(
         FakeScript {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use hipscope::gpu::backend::{Backend, KvLayout, MemoryPlan};
 use hipscope::gpu::compute::{ComputeOptions, GpuCompute};
 use hipscope::gpu::cpu::CpuBackend;
-use hipscope::gpu::fake::{FakeDevice, FakeScript};
+use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
 use hipscope::gpu::snapshot::DeviceRelease;
 use hipscope::model::config::ModelConfig;
@@ -210,13 +210,18 @@ fn placement_follows_llama_cpp() {
 }
 
 fn fake_gpu(total_memory: u64) -> Box<dyn Backend> {
+    fake_gpu_ctl(total_memory).0
+}
+
+fn fake_gpu_ctl(total_memory: u64) -> (Box<dyn Backend>, FakeControl) {
     let dev = FakeDevice::new(FakeScript {
         total_memory,
         auto_complete: true,
         blas: false,
         graphs: false,
     });
-    Box::new(
+    let ctl = dev.control();
+    let gpu = Box::new(
         GpuCompute::open(
             Box::new(dev),
             "fake: test device",
@@ -224,7 +229,8 @@ fn fake_gpu(total_memory: u64) -> Box<dyn Backend> {
             &KernelCache::disabled(),
         )
         .expect("open"),
-    )
+    );
+    (gpu, ctl)
 }
 
 fn load_opts(ngl: GpuLayers) -> LoadOptions {
@@ -673,6 +679,8 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
         .sum();
     let s = m.backend().arena().split.expect("split");
     assert_eq!(s.streamed_bytes, layer0, "{s:?}");
+    // From the file in place: the span of layer 0's matrices registered with the runtime.
+    assert!(s.pinned_bytes > 0 && s.pinned_bytes <= layer0, "{s:?}");
     // Layer 0's attention ran on the GPU: its 40 new rows came down from the stage.
     let config = ModelConfig::from_gguf(&file).expect("config");
     let row = 2 * config.kv_dim() as u64 * m.backend().kv_type().bytes();
@@ -701,6 +709,19 @@ fn op_offload_on_a_gpu_backend_streams_into_the_room_its_plan_set_aside() {
             .shutdown(std::time::Duration::from_secs(2), &mut |_| {}),
         DeviceRelease::Clean
     );
+
+    // A runtime that cannot register the file: the weights go through the staging as before.
+    let (gpu, ctl) = fake_gpu_ctl(1 << 30);
+    ctl.fail_next("host_register", 1);
+    let loaded = loader::load(file.clone(), gpu, &lo, &mut |_, _| {}).expect("load split");
+    let mut session = loaded.session;
+    let m = session.model_mut();
+    m.forward(&(0..40).collect::<Vec<u32>>(), 0, Logits::Last, &mut logits)
+        .expect("a batch of 40, staged");
+    let s = m.backend().arena().split.expect("split");
+    assert_eq!((s.streamed_bytes, s.pinned_bytes), (layer0, 0), "{s:?}");
+    m.backend_mut()
+        .shutdown(std::time::Duration::from_secs(2), &mut |_| {});
 
     // --no-op-offload: the placement's sentence says nothing of it, and nothing streams.
     lo.split.no_op_offload = true;

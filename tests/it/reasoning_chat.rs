@@ -235,6 +235,13 @@ impl Memory for Scripted {
     fn kv_rows_in(&mut self, layer: usize, seq: usize, pos0: usize, data: &[u8]) -> Result<()> {
         self.inner.kv_rows_in(layer, seq, pos0, data)
     }
+    fn pin_host(
+        &mut self,
+        storage: &hipscope::gpu::backend::SharedBytes,
+        range: std::ops::Range<usize>,
+    ) -> Result<bool> {
+        self.inner.pin_host(storage, range)
+    }
     fn kv_type(&self) -> KvType {
         self.inner.kv_type()
     }

@@ -61,6 +61,11 @@ pub trait Memory {
     /// order to keep the next op's copy from overwriting what the previous op reads.
     fn stage_weights(&mut self, data: &[WeightData]) -> Result<Vec<Weight>>;
 
+    /// Lets this backend's [`Memory::stage_weights`] read `storage`'s bytes `range` where they
+    /// lie (a GPU registers them with its runtime, so that streaming a weight from there is one
+    /// asynchronous copy, no copy into its staging first); `Ok(false)`: it copies them as before.
+    fn pin_host(&mut self, storage: &SharedBytes, range: std::ops::Range<usize>) -> Result<bool>;
+
     /// The cached keys and values of positions `pos` of sequence `seq` at layer `layer`, as the
     /// cache keeps them ([`Memory::kv_type`]'s little-endian elements): every position's keys,
     /// then every position's values, `kv_dim` elements each, into `out` (resized). Op

@@ -290,12 +290,31 @@ impl Memory for GpuCompute {
             at = (at + len).next_multiple_of(crate::gpu::arena::ALIGN);
             let g = self.gpu_mut()?;
             let l = g.label(&format!("stream · {}", d.name));
-            g.upload(l, buf, &bytes).map_err(gpu_err)?;
+            // From the mapped file in place where it is registered (`Memory::pin_host`).
+            if g.upload_in_place(l, buf, &bytes)
+                .map_err(gpu_err)?
+                .is_none()
+            {
+                g.upload(l, buf, &bytes).map_err(gpu_err)?;
+            }
             let w = gpu_weight(d, buf, vector);
             let slot = stage_slot(&mut self.weights, &mut self.staged, i, w);
             out.push(Weight(slot as u32));
         }
         Ok(out)
+    }
+
+    fn pin_host(
+        &mut self,
+        storage: &crate::gpu::backend::SharedBytes,
+        range: std::ops::Range<usize>,
+    ) -> Result<bool> {
+        let pinned = self
+            .gpu_mut()?
+            .register_host(storage.clone(), range)
+            .map_err(gpu_err)?;
+        self.refresh_arena(true);
+        Ok(pinned)
     }
 
     /// Each run of rows ([`KvLayout::row_runs`]) downloaded through pinned staging after every

@@ -496,7 +496,17 @@ impl Memory for Lockstep {
         Ok(b)
     }
 
-    /// The CPU's rows, as [`Memory::read`] answers with the CPU's values.
+    fn pin_host(
+        &mut self,
+        storage: &crate::gpu::backend::SharedBytes,
+        range: std::ops::Range<usize>,
+    ) -> Result<bool> {
+        self.cpu.pin_host(storage, range.clone())?;
+        self.gpu.pin_host(storage, range)
+    }
+
+    /// The CPU's rows, as [`Memory::read`] answers with the CPU's values (the GPU's are
+    /// downloaded too, so that its copy path runs in the selftest).
     fn kv_rows_out(
         &mut self,
         layer: usize,

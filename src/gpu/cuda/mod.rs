@@ -230,6 +230,22 @@ impl Device for CudaDevice {
         })
     }
 
+    unsafe fn host_register(&mut self, ptr: *const u8, bytes: usize) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let flags = cu::CU_MEMHOSTREGISTER_PORTABLE | cu::CU_MEMHOSTREGISTER_READ_ONLY;
+        // SAFETY: the caller keeps the range mapped until it is unregistered.
+        let r = unsafe { cu::cuMemHostRegister_v2(ptr as *mut c_void, bytes, flags) };
+        Ok(r == cu::CUresult::CUDA_SUCCESS)
+    }
+
+    unsafe fn host_unregister(&mut self, ptr: *const u8) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        // SAFETY: registered by host_register; the caller waited for its readers.
+        check("cuMemHostUnregister", unsafe {
+            cu::cuMemHostUnregister(ptr as *mut c_void)
+        })
+    }
+
     fn create_event(&mut self) -> Result<RawEvent, GpuError> {
         self.ensure_current()?;
         let mut e: cu::CUevent = std::ptr::null_mut();

@@ -13,6 +13,7 @@
 mod graph;
 mod launch;
 mod memory;
+mod registered;
 mod stamps;
 mod teardown;
 mod transfer;
@@ -219,6 +220,8 @@ pub struct Gpu {
     /// Peers whose memory this device may read directly (`enable_peer` said yes), by peer id;
     /// and those it may not.
     peers: std::collections::HashMap<u64, bool>,
+    /// Host memory registered for in-place uploads (`registered.rs`).
+    registered: Vec<registered::Registered>,
 }
 
 /// Partials the checksum kernel writes: one (sum, nonzero) pair per block.
@@ -265,6 +268,7 @@ impl Gpu {
             stamp_busy: false,
             peer_event: None,
             peers: std::collections::HashMap::new(),
+            registered: Vec::new(),
         };
         match gpu.alloc_host_side() {
             Ok(()) => Ok(gpu),

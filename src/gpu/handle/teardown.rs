@@ -150,6 +150,7 @@ impl Gpu {
                 // SAFETY: drained; no buffer is used after teardown.
                 unsafe { a.release(self.backend.as_mut()) }.map_err(|e| e.to_string())?;
             }
+            self.unregister_all()?;
             for s in self.staging.drain(..) {
                 // SAFETY: drained; staging buffers are idle.
                 unsafe { self.backend.free_pinned(&s.mem) }.map_err(|e| e.to_string())?;

@@ -28,6 +28,9 @@ pub const HIP_ERROR_PEER_ACCESS_ALREADY_ENABLED: HipError = 704;
 pub const HIP_STREAM_NON_BLOCKING: c_uint = 0x01;
 pub const HIP_EVENT_DISABLE_TIMING: c_uint = 0x02;
 pub const HIP_HOST_MALLOC_DEFAULT: c_uint = 0x0;
+/// `hipHostRegisterPortable`, `hipHostRegisterReadOnly` (hip_runtime_api.h).
+pub const HIP_HOST_REGISTER_PORTABLE: c_uint = 0x1;
+pub const HIP_HOST_REGISTER_READ_ONLY: c_uint = 0x8;
 pub const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
 pub const HIP_HOST_MALLOC_MAPPED: c_uint = 0x2;
 /// Coherent host memory: device writes (breadcrumbs) and host writes (flags) are visible to the
@@ -127,6 +130,8 @@ symbol_table! {
     hipHostMalloc: fn(*mut *mut c_void, usize, c_uint) -> HipError;
     hipHostFree: fn(*mut c_void) -> HipError;
     hipHostGetDevicePointer: fn(*mut *mut c_void, *mut c_void, c_uint) -> HipError;
+    hipHostRegister: fn(*mut c_void, usize, c_uint) -> HipError;
+    hipHostUnregister: fn(*mut c_void) -> HipError;
     hipStreamCreateWithFlags: fn(*mut HipStream, c_uint) -> HipError;
     hipStreamDestroy: fn(HipStream) -> HipError;
     hipEventCreateWithFlags: fn(*mut HipEvent, c_uint) -> HipError;

@@ -434,6 +434,22 @@ impl Device for HipDevice {
         })
     }
 
+    unsafe fn host_register(&mut self, ptr: *const u8, bytes: usize) -> Result<bool, GpuError> {
+        self.ensure_current()?;
+        let flags = ffi::HIP_HOST_REGISTER_PORTABLE | ffi::HIP_HOST_REGISTER_READ_ONLY;
+        // SAFETY: the caller keeps the range mapped until it is unregistered.
+        let rc = unsafe { (self.api.hipHostRegister)(ptr as *mut c_void, bytes, flags) };
+        Ok(rc == HIP_SUCCESS)
+    }
+
+    unsafe fn host_unregister(&mut self, ptr: *const u8) -> Result<(), GpuError> {
+        self.ensure_current()?;
+        // SAFETY: registered by host_register; the caller waited for its readers.
+        check("hipHostUnregister", unsafe {
+            (self.api.hipHostUnregister)(ptr as *mut c_void)
+        })
+    }
+
     fn create_event(&mut self) -> Result<RawEvent, GpuError> {
         self.ensure_current()?;
         let mut e: *mut c_void = std::ptr::null_mut();

@@ -22,7 +22,7 @@
 mod instrument;
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{Placement, Side};
 use crate::gpu::backend::{
@@ -116,6 +116,9 @@ pub struct SplitBackend {
     kv_stage: bool,
     kv_rows: Vec<u8>,
     kv_rows_bytes: u64,
+    /// Bytes of the files GPU 0 reads streamed weights from in place (`pin_streamed`); `None`
+    /// before the first stream.
+    pinned: Option<u64>,
 }
 
 impl SplitBackend {
@@ -146,6 +149,7 @@ impl SplitBackend {
             kv_stage: false,
             kv_rows: Vec::new(),
             kv_rows_bytes: 0,
+            pinned: None,
         }
     }
 
@@ -254,6 +258,7 @@ impl SplitBackend {
         }
         self.streamed_ops += 1;
         self.streamed_bytes += bytes;
+        self.pin_streamed()?;
         Ok(out)
     }
 
@@ -275,6 +280,41 @@ impl SplitBackend {
             }
         }
         Ok(out)
+    }
+
+    /// After the first weights streamed to GPU 0 (copied as before, so that a runtime that
+    /// cannot register still streamed them), once: each file's span of the CPU's matrices GPU
+    /// 0 may stream registered for in-place uploads ([`Memory::pin_host`]: one asynchronous copy
+    /// from the mapped file per weight, no copy into pinned staging on the host first).
+    fn pin_streamed(&mut self) -> Result<()> {
+        if self.pinned.is_some() {
+            return Ok(());
+        }
+        let mut spans: Vec<(SharedBytes, std::ops::Range<usize>)> = Vec::new();
+        for h in self
+            .weights
+            .iter()
+            .filter(|w| w.rows > 1)
+            .filter_map(|w| w.host.as_ref())
+        {
+            let at = Arc::as_ptr(&h.storage) as *const u8;
+            match spans
+                .iter_mut()
+                .find(|(s, _)| std::ptr::eq(Arc::as_ptr(s) as *const u8, at))
+            {
+                Some((_, r)) => *r = r.start.min(h.offset)..r.end.max(h.offset + h.len),
+                None => spans.push((h.storage.clone(), h.offset..h.offset + h.len)),
+            }
+        }
+        let mut pinned = 0;
+        for (s, r) in spans {
+            let n = r.len() as u64;
+            if self.parts[part(Side::Gpu(0))].pin_host(&s, r)? {
+                pinned += n;
+            }
+        }
+        self.pinned = Some(pinned);
+        Ok(())
     }
 
     /// One weight's handle on side `s` ([`SplitBackend::weights_at`]); one `s` holds is looked
@@ -487,6 +527,7 @@ impl SplitBackend {
             streamed_ops: self.streamed_ops,
             streamed_bytes: self.streamed_bytes,
             kv_rows_bytes: self.kv_rows_bytes,
+            pinned_bytes: self.pinned.unwrap_or(0),
             summary: self.place.describe(),
             gpus,
         }
@@ -1073,6 +1114,13 @@ impl Memory for SplitBackend {
 
     fn cross_in(&mut self, buf: Buf, data: &[f32], _label: OpLabel) -> Result<()> {
         self.write(buf, 0, data)
+    }
+
+    /// Its parts read each other's weights; nothing streams from outside.
+    fn pin_host(&mut self, _: &SharedBytes, _: std::ops::Range<usize>) -> Result<bool> {
+        Err(BackendError::Unsupported(
+            "host memory pinned for a split model".into(),
+        ))
     }
 
     /// Its parts lend each other rows; nothing borrows a split's.

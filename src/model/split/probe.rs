@@ -243,6 +243,13 @@ impl Memory for PlanProbe {
     ) -> crate::gpu::backend::Result<()> {
         Err(probe())
     }
+    fn pin_host(
+        &mut self,
+        _: &crate::gpu::backend::SharedBytes,
+        _: std::ops::Range<usize>,
+    ) -> crate::gpu::backend::Result<bool> {
+        Err(probe())
+    }
     fn kv_type(&self) -> KvType {
         KvType::F32
     }

@@ -116,6 +116,15 @@ impl Memory for CpuBackend {
         Ok(out)
     }
 
+    /// It reads every weight where it lies already.
+    fn pin_host(
+        &mut self,
+        _: &crate::gpu::backend::SharedBytes,
+        _: std::ops::Range<usize>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
     fn kv_rows_out(
         &mut self,
         layer: usize,
