@@ -18,7 +18,7 @@ use hipscope::gpu::compute::{ComputeOptions, GpuCompute};
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::fake::{FakeControl, FakeDevice, FakeScript};
 use hipscope::gpu::kernels::KernelCache;
-use hipscope::gpu::snapshot::DeviceRelease;
+use hipscope::gpu::snapshot::{DeviceRelease, SplitSnapshot};
 use hipscope::model::config::ModelConfig;
 use hipscope::model::forward::{Logits, Model, ModelOptions, SeqChunk};
 use hipscope::model::gguf::GgufFile;
@@ -426,19 +426,13 @@ fn offload_script(m: &mut Model) -> Vec<Vec<f32>> {
     out
 }
 
-#[test]
-fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
-    // The "GPU" is a second CPU backend: the ops of a CPU layer that move to it for a batch of
-    // 32 tokens or more (their weights streamed over) compute as the CPU does, so the logits
-    // equal the all-CPU run's bit for bit — which checks which ops move, that every weight an
-    // op reads arrives with it, and the crossings between (the attention stays with the CPU's
-    // KV cache).
-    let o = ModelOptions {
-        n_ctx: 96,
-        n_batch: 64,
-        all_logits: true,
-        n_seq: 1,
-    };
+/// Runs `script` on each of [`SPLIT_SHAPES`] on the CPU, then split with op offload at `-ngl 0`
+/// and at half (the "GPU" a second CPU backend): every logit bit for bit; each split's counts.
+fn offload_matches_the_cpu(
+    o: ModelOptions,
+    script: fn(&mut Model) -> Vec<Vec<f32>>,
+) -> Vec<(String, SplitSnapshot)> {
+    let mut out = Vec::new();
     for &(shape, quant) in SPLIT_SHAPES {
         let file = synth(shape, quant);
         let n = ModelConfig::from_gguf(&file).expect("config").n_layers;
@@ -448,10 +442,11 @@ fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
             o,
             &mut |_, _| {},
         );
-        let want = offload_script(&mut cpu.expect("load on the CPU"));
+        let want = script(&mut cpu.expect("load on the CPU"));
         for ngl in [0, n / 2 + 1] {
             let mut m = split_with(&file, ngl, true, o);
-            let got = offload_script(&mut m);
+            let got = script(&mut m);
+            assert_eq!(got.len(), want.len(), "{shape} -ngl {ngl}");
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert!(
                     g == w,
@@ -460,8 +455,26 @@ fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
                 );
             }
             let s = m.backend().arena().split.expect("split");
-            assert!(s.streamed_ops > 0, "{shape} -ngl {ngl}: {s:?}");
+            out.push((format!("{shape} -ngl {ngl}"), s));
         }
+    }
+    out
+}
+
+#[test]
+fn op_offload_runs_a_prompt_batchs_cpu_layers_on_the_gpu_part_bit_for_bit() {
+    // The "GPU" is a second CPU backend: the ops of a CPU layer that move to it for a batch of
+    // 32 tokens or more (their weights streamed over, their attention over borrowed rows)
+    // compute as the CPU does, so the logits equal the all-CPU run's bit for bit — which checks
+    // which ops move, that every weight an op reads arrives with it, and the crossings between.
+    let o = ModelOptions {
+        n_ctx: 96,
+        n_batch: 64,
+        all_logits: true,
+        n_seq: 1,
+    };
+    for (case, s) in offload_matches_the_cpu(o, offload_script) {
+        assert!(s.streamed_ops > 0, "{case}: {s:?}");
     }
 }
 
@@ -507,30 +520,8 @@ fn op_offload_runs_a_cpu_layers_attention_on_gpu_0_over_rows_borrowed_from_its_c
         all_logits: true,
         n_seq: 1,
     };
-    for &(shape, quant) in SPLIT_SHAPES {
-        let file = synth(shape, quant);
-        let config = ModelConfig::from_gguf(&file).expect("config");
-        let cpu = Model::load(
-            file.clone(),
-            Box::new(CpuBackend::new(2)),
-            o,
-            &mut |_, _| {},
-        );
-        let want = depth_script(&mut cpu.expect("load on the CPU"));
-        for ngl in [0, config.n_layers / 2 + 1] {
-            let mut m = split_with(&file, ngl, true, o);
-            let got = depth_script(&mut m);
-            assert_eq!(got.len(), want.len(), "{shape} -ngl {ngl}");
-            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert!(
-                    g == w,
-                    "{shape} -ngl {ngl}: step {step} differs from the all-CPU run (first at {:?})",
-                    g.iter().zip(w).position(|(a, b)| a != b)
-                );
-            }
-            let s = m.backend().arena().split.expect("split");
-            assert!(s.kv_rows_bytes > 0, "{shape} -ngl {ngl}: {s:?}");
-        }
+    for (case, s) in offload_matches_the_cpu(o, depth_script) {
+        assert!(s.kv_rows_bytes > 0, "{case}: {s:?}");
     }
 
     // What moves for llama's global layers: before each batch of 40 its sequence's rows so far,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::Gpu;
 use crate::gpu::arena::DeviceBuffer;
 use crate::gpu::device::GpuError;
-use crate::gpu::stream::{LabelId, OpKind};
+use crate::gpu::stream::LabelId;
 
 /// Memory whose owner the registration keeps alive: a model file's mapping, say.
 pub type HostBytes = Arc<dyn AsRef<[u8]> + Send + Sync>;
@@ -91,22 +91,10 @@ impl Gpu {
         }
         let mut last = self.stream.last_seq();
         for (i, piece) in data.chunks(PIECE).enumerate() {
-            let (src, len, off) = (piece.as_ptr(), piece.len(), (i * PIECE) as u64);
-            last = self.enqueue_traced(
-                OpKind::CopyH2D,
-                label,
-                None,
-                len as u64,
-                false,
-                |be, _, _| {
-                    // SAFETY: the source is registered and kept alive until teardown, which drains
-                    // the stream first; the destination range was checked above.
-                    unsafe { be.copy_h2d(dst.ptr.offset(off), src, len) }
-                },
-            )?;
-            let d = self.deadline();
-            let r = self.stream.record_event(self.backend.as_mut(), d);
-            self.guard(r)?;
+            let to = dst.ptr.offset((i * PIECE) as u64);
+            // SAFETY: the source is registered and kept alive until teardown, which drains the
+            // stream first; the destination range was checked above.
+            last = unsafe { self.copy_up(label, to, piece.as_ptr(), piece.len()) }?;
         }
         Ok(Some(last))
     }

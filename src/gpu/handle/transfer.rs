@@ -57,27 +57,44 @@ impl Gpu {
             for (k, (&b, piece)) in bufs.iter().zip(grp).enumerate() {
                 let host = self.staging[b].mem.host;
                 let off = ((g * group + k) * chunk) as u64;
-                let len = piece.len();
-                let seq = self.enqueue_traced(
-                    OpKind::CopyH2D,
-                    label,
-                    None,
-                    len as u64,
-                    false,
-                    |be, _, _| {
-                        // SAFETY: pinned source kept until this op's event completes; dst range
-                        // checked.
-                        unsafe { be.copy_h2d(dst.ptr.offset(off), host, len) }
-                    },
-                )?;
+                // SAFETY: the pinned source is kept until this op's event completes (the buffer
+                // is reused only after `staging_buffer` waited for it); dst range checked.
+                let seq = unsafe { self.copy_up(label, dst.ptr.offset(off), host, piece.len()) }?;
                 self.staging[b].last_seq = seq;
-                let d = self.deadline();
-                let r = self.stream.record_event(self.backend.as_mut(), d);
-                self.guard(r)?;
                 last = seq;
             }
         }
         Ok(last)
+    }
+
+    /// One host → device copy of pinned or registered memory as a tracked op (its event
+    /// recorded): its seq.
+    ///
+    /// # Safety
+    /// `src` is pinned or registered and stays valid until the op completes; `dst` holds `len`
+    /// bytes.
+    pub(super) unsafe fn copy_up(
+        &mut self,
+        label: LabelId,
+        dst: crate::gpu::device::DevicePtr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<u64, GpuError> {
+        let seq = self.enqueue_traced(
+            OpKind::CopyH2D,
+            label,
+            None,
+            len as u64,
+            false,
+            |be, _, _| {
+                // SAFETY: the caller's contract.
+                unsafe { be.copy_h2d(dst, src, len) }
+            },
+        )?;
+        let d = self.deadline();
+        let r = self.stream.record_event(self.backend.as_mut(), d);
+        self.guard(r)?;
+        Ok(seq)
     }
 
     /// One crossing of a model split over GPUs, peer to peer: `bytes` of `src` here into `dst`
