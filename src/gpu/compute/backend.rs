@@ -309,12 +309,9 @@ impl Memory for GpuCompute {
         storage: &crate::gpu::backend::SharedBytes,
         range: std::ops::Range<usize>,
     ) -> Result<bool> {
-        let pinned = self
-            .gpu_mut()?
+        self.gpu_mut()?
             .register_host(storage.clone(), range)
-            .map_err(gpu_err)?;
-        self.refresh_arena(true);
-        Ok(pinned)
+            .map_err(gpu_err)
     }
 
     /// Each run of rows ([`KvLayout::row_runs`]) downloaded through pinned staging after every
