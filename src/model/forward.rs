@@ -478,11 +478,28 @@ impl Model {
         }
         // A model file changed under the map would fault on the next page read (item 11).
         self.file.check_unchanged()?;
-        let vocab = self.config.vocab_size;
-        out.clear();
-        if want == Logits::All {
-            out.reserve(tokens.len() * vocab);
+        // `Logits::Last` keeps `out`'s length from call to call: the last batch overwrites all of
+        // it (a decode step fills no 600 KB of zeros first); an error or no tokens empties it.
+        if want == Logits::All || tokens.is_empty() {
+            out.clear();
+            out.reserve(tokens.len() * self.config.vocab_size);
         }
+        let r = self.forward_batches(tokens, pos0, want, out);
+        if r.is_err() {
+            out.clear();
+        }
+        r
+    }
+
+    /// [`Model::forward`]'s batches, `n_batch` tokens at a time.
+    fn forward_batches(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Logits,
+        out: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let vocab = self.config.vocab_size;
         let mut start = 0;
         while start < tokens.len() {
             if self.interrupt.load(Ordering::Relaxed) {
