@@ -130,7 +130,21 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one per vocabulary entry).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sample_excluding(logits, &[])
+    }
+
+    /// [`Sampler::sample`] with the tokens of `excluded` never picked (`serve`'s `ignore_eos`:
+    /// their logits as minus infinity, without a copy of the logits).
+    pub fn sample_excluding(&mut self, logits: &[f32], excluded: &[u32]) -> u32 {
         self.penalized(logits);
+        for &t in excluded {
+            if (t as usize) < logits.len() {
+                match self.pen.binary_search_by_key(&t, |e| e.0) {
+                    Ok(i) => self.pen[i].1 = f32::NEG_INFINITY,
+                    Err(i) => self.pen.insert(i, (t, f32::NEG_INFINITY)),
+                }
+            }
+        }
         if self.cfg.temp <= 0.0 {
             return greedy(logits, &self.pen);
         }
@@ -331,6 +345,30 @@ mod tests {
         }));
         s.accept(0);
         assert_eq!(s.sample(&[-1.0, -1.5]), 1);
+    }
+
+    #[test]
+    fn excluded_tokens_are_never_picked() {
+        let logits = [0.1, 3.0, -1.0, 2.9, 2.8];
+        let mut s = Sampler::new(cfg(|c| c.temp = 0.0));
+        assert_eq!(s.sample_excluding(&logits, &[1]), 3);
+        assert_eq!(s.sample_excluding(&logits, &[1, 3, 9]), 4);
+        // Sampled: top-k 2 of what is left, never token 1 or 3, over many draws.
+        let mut s = Sampler::new(cfg(|c| {
+            c.top_k = 2;
+            c.temp = 5.0;
+        }));
+        let picked: std::collections::BTreeSet<u32> = (0..200)
+            .map(|_| s.sample_excluding(&logits, &[3, 1]))
+            .collect();
+        assert_eq!(picked, [0, 4].into());
+        // A penalized recent token excluded too.
+        let mut s = Sampler::new(cfg(|c| {
+            c.temp = 0.0;
+            c.repeat_penalty = 1.1;
+        }));
+        s.accept(1);
+        assert_eq!(s.sample_excluding(&logits, &[1]), 3);
     }
 
     #[test]

@@ -539,13 +539,7 @@ impl Engine {
             return Some(StopReason::Limit);
         }
         let t = if a.req.ignore_eos {
-            let mut l = logits.to_vec();
-            for &e in tok.eog_tokens() {
-                if let Some(x) = l.get_mut(e as usize) {
-                    *x = f32::NEG_INFINITY;
-                }
-            }
-            a.sampler.sample(&l)
+            a.sampler.sample_excluding(logits, tok.eog_tokens())
         } else {
             a.sampler.sample(logits)
         };
