@@ -257,13 +257,17 @@ impl Gpu {
     }
 }
 
-/// Fewest bytes of a copy split over threads.
-const PAR_COPY_MIN: usize = 1 << 20;
+/// Fewest bytes of a copy split over threads: the threads are spawned for each copy, which only
+/// a copy of several megabytes repays. (At 1 MiB, Gemma 3's logits — 262,144 floats, downloaded
+/// every decode step — landed through eight freshly spawned threads a token: 278 µs of a 2.1 ms
+/// step on the H100, docs/runs/gpu-2026-12-06-evening.md.)
+const PAR_COPY_MIN: usize = 8 << 20;
 
 /// Copies each of `src` into the `dst` of the same index (of its length), split over half the
-/// cores (two to eight threads) when there is a megabyte or more: a weight streamed up for op offload
-/// (`model/split/`) is read from a memory-mapped file, and one core's copy into pinned memory,
-/// not the bus, is what bounds it (about 16 GB/s with four threads on the H100's host).
+/// cores (two to eight threads) when there are [`PAR_COPY_MIN`] bytes or more: a weight streamed
+/// up for op offload (`model/split/`) is read from a memory-mapped file, and one core's copy into
+/// pinned memory, not the bus, is what bounds it (about 16 GB/s with four threads on the H100's
+/// host).
 fn par_copy(dst: &mut [&mut [u8]], src: &[&[u8]]) {
     let total: usize = src.iter().map(|s| s.len()).sum();
     let threads = if total >= PAR_COPY_MIN {

@@ -31,7 +31,11 @@
 //!   f16)`, see `src/gpu/compute/moe.rs`) multiply the Q8-rounded activations and the dequantized
 //!   weights both rounded to f16 (up to 2⁻¹¹ relative each, about 4e-4 rms on a product): 2e-3
 //!   there, 4e-3 for the MoE op (two such products in a row). `HIPSCOPE_PREFILL_GEMM=f32` keeps
-//!   them in f32 and to 1e-5.
+//!   them in f32 and to 1e-5. A MoE op's token whose router logits put two experts within 1e-5
+//!   of each other at the k-th place (`lockstep::route_ties`) is left out of that op's comparison
+//!   and counted: within the router's own bound either backend may choose either expert, and the
+//!   token's output then differs by a whole expert's share (Qwen3-MoE Q4_K_M: one token of 800
+//!   at 0.19 of its row, the same on the grouped and the chunked path).
 //! - **End to end** (logits after all layers, the GPU on its own): weights that multiply f32
 //!   activations (F32, F16, BF16) stay within f32 rounding amplified by the layers: 1e-4. Weights
 //!   that multiply Q8-rounded activations are different: an activation that f32 rounding puts on
@@ -518,8 +522,13 @@ fn run_lockstep(file: &Arc<GgufFile>, gpu: GpuCompute) -> Result<OpErrors, Strin
 
 fn print_ops(errors: &OpErrors, kv: KvType) {
     for (kind, e) in errors {
+        let tied = if e.tied_rows > 0 {
+            format!(" ({} tokens routed at a tie left out)", e.tied_rows)
+        } else {
+            String::new()
+        };
         outln!(
-            "    {kind:<28} rel {:>9.2e} (bound {:.0e}) over {:>4} calls, worst at {}",
+            "    {kind:<28} rel {:>9.2e} (bound {:.0e}) over {:>4} calls, worst at {}{tied}",
             e.rel_l2,
             op_tolerance(kind, kv),
             e.calls,

@@ -86,6 +86,7 @@ pub(super) fn merge_ops(errors: &mut OpErrors, more: OpErrors) {
         match errors.get_mut(&kind) {
             Some(have) => {
                 have.calls += e.calls;
+                have.tied_rows += e.tied_rows;
                 if e.rel_l2 > have.rel_l2 {
                     have.rel_l2 = e.rel_l2;
                     have.worst_at = e.worst_at;
@@ -95,5 +96,31 @@ pub(super) fn merge_ops(errors: &mut OpErrors, more: OpErrors) {
                 errors.insert(kind, e);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::compute::lockstep::OpError;
+
+    #[test]
+    fn merging_adds_calls_and_tied_rows_and_keeps_the_worst() {
+        let e = |rel_l2, at: &str, calls, tied_rows| OpError {
+            rel_l2,
+            worst_at: at.into(),
+            calls,
+            tied_rows,
+        };
+        let mut have = OpErrors::from([("moe".to_string(), e(1e-3, "layer 0", 4, 0))]);
+        merge_ops(
+            &mut have,
+            OpErrors::from([
+                ("moe".to_string(), e(2e-3, "layer 1", 6, 1)),
+                ("add".to_string(), e(0.0, "layer 0", 2, 0)),
+            ]),
+        );
+        assert_eq!(have["moe"], e(2e-3, "layer 1", 10, 1));
+        assert_eq!(have["add"], e(0.0, "layer 0", 2, 0));
     }
 }
