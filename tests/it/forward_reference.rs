@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hipscope::gpu::cpu::CpuBackend;
 use hipscope::gpu::quant::{self, GgmlType};
 use hipscope::model::config::{ModelConfig, RopeScaling};
-use hipscope::model::forward::{Logits, Model, ModelOptions};
+use hipscope::model::forward::{Logits, Model, ModelError, ModelOptions};
 use hipscope::model::gguf::GgufFile;
 use hipscope::model::synthetic;
 
@@ -390,6 +390,36 @@ fn positions_past_the_context_are_refused() {
     assert!(e.to_string().contains("exceed the context of 64"), "{e}");
     let e = m.forward(&[9999], 0, Logits::Last, &mut out).unwrap_err();
     assert!(e.to_string().contains("outside the vocabulary"), "{e}");
+}
+
+/// `Logits::Last` reuses the caller's vector without clearing it first (a decode step fills no
+/// zeros): whatever it held before — a longer `Logits::All` result, another step's logits — it
+/// comes back holding exactly the step's `vocab` logits; a step that fails empties it.
+#[test]
+fn the_last_logits_replace_whatever_the_vector_held() {
+    let mut a = load("tiny", GgmlType::F32, 1);
+    let mut b = load("tiny", GgmlType::F32, 1);
+    let vocab = a.config.vocab_size;
+    let (mut reused, mut fresh) = (Vec::new(), Vec::new());
+    a.forward(&TOKENS[..8], 0, Logits::All, &mut reused)
+        .unwrap();
+    assert_eq!(reused.len(), 8 * vocab);
+    b.forward(&TOKENS[..8], 0, Logits::All, &mut fresh).unwrap();
+    for (i, &t) in TOKENS.iter().enumerate().skip(8).take(3) {
+        a.forward(&[t], i, Logits::Last, &mut reused).unwrap();
+        fresh = Vec::new();
+        b.forward(&[t], i, Logits::Last, &mut fresh).unwrap();
+        assert_eq!(reused.len(), vocab);
+        assert_eq!(reused, fresh, "step at {i}");
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    a.set_interrupt(stop);
+    let e = a.forward(&[7], 11, Logits::Last, &mut reused).unwrap_err();
+    assert!(matches!(e, ModelError::Interrupted), "{e}");
+    assert!(reused.is_empty(), "a failed step leaves no stale logits");
+    a.set_interrupt(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    a.forward(&[], 11, Logits::Last, &mut fresh).unwrap();
+    assert!(fresh.is_empty());
 }
 
 #[test]
