@@ -446,3 +446,59 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
         DeviceRelease::Clean
     );
 }
+
+/// A decode step's kernel launches per layer, as the README counts them, for each architecture's
+/// shape: QK norms fused into RoPE and the KV write (Qwen 3, Gemma 3), Gemma's norms after a block
+/// into its residual add, the MoE's routing and sort in one launch. Short context (under 64 cached
+/// positions: attention in one launch; from there a second, the split's combine), files of
+/// 32-element types (a K-quant file's 256-element activation blocks can add a quantization). The
+/// real shapes count the same on the fake device: qwen3-0.6b 255 launches (28 × 9 + 3),
+/// gemma3-1b 290 (26 × 11 + 4), llama-3.2-1b 147 (16 × 9 + 3), gpt-oss-20b-2l 31.
+#[test]
+fn decode_launches_per_layer_are_what_the_readme_counts() {
+    // (shape, weight type, launches a layer, launches outside the layers)
+    let cases = [
+        ("tiny", "Q4_0", 9, 3),
+        ("tiny-qwen2", "Q4_0", 9, 3),
+        ("tiny-qwen3", "Q4_0", 9, 3),
+        ("tiny-gemma3", "Q4_0", 11, 4),
+        ("tiny-qwen3moe", "Q4_0", 12, 3),
+        ("tiny-gpt-oss", "Q8_0", 14, 3),
+    ];
+    for (shape, quant, per_layer, outside) in cases {
+        let (gpu, ctl) = open_fake(
+            1 << 30,
+            ComputeOptions {
+                kv: KvType::F16,
+                ..ComputeOptions::default()
+            },
+        );
+        let file = loader::open(
+            &ModelSource::Synthetic {
+                shape: shape.into(),
+                quant: quant.into(),
+                seed: 3,
+            },
+            &mut |_, _| {},
+        )
+        .expect("synthetic model");
+        let mut m = Model::load(file, Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+        let mut logits = Vec::new();
+        m.forward(&[1, 2, 3, 4], 0, Logits::Last, &mut logits)
+            .expect("prompt");
+        let before = ctl.log().len();
+        m.forward(&[5], 4, Logits::Last, &mut logits)
+            .expect("decode");
+        let step: Vec<String> = ctl.log()[before..]
+            .iter()
+            .filter(|l| l.starts_with("launch ") && !l.contains("hs_checksum"))
+            .cloned()
+            .collect();
+        let n = m.config.n_layers;
+        assert_eq!(
+            step.len(),
+            per_layer * n + outside,
+            "{shape}: {n} layers of {per_layer} and {outside} outside them: {step:#?}"
+        );
+    }
+}
