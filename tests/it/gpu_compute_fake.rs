@@ -62,6 +62,41 @@ fn open_fake(total_memory: u64, options: ComputeOptions) -> (GpuCompute, FakeCon
     (gpu, ctl)
 }
 
+/// A synthetic model of `shape` in `quant` loaded on a fake device of 1 GiB (f16 KV cache).
+fn fake_model(shape: &str, quant: &str) -> (Model, FakeControl) {
+    let (gpu, ctl) = open_fake(
+        1 << 30,
+        ComputeOptions {
+            kv: KvType::F16,
+            ..ComputeOptions::default()
+        },
+    );
+    let file = loader::open(
+        &ModelSource::Synthetic {
+            shape: shape.into(),
+            quant: quant.into(),
+            seed: 3,
+        },
+        &mut |_, _| {},
+    )
+    .expect("synthetic model");
+    let m = Model::load(file, Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    (m, ctl)
+}
+
+/// The kernels one decode step (token 5 at `pos`) launches, in order (upload checks left out).
+fn decode_launches(m: &mut Model, ctl: &FakeControl, pos: usize) -> Vec<String> {
+    let before = ctl.log().len();
+    let mut logits = Vec::new();
+    m.forward(&[5], pos, Logits::Last, &mut logits)
+        .expect("decode");
+    ctl.log()[before..]
+        .iter()
+        .filter(|l| l.starts_with("launch ") && !l.contains("hs_checksum"))
+        .cloned()
+        .collect()
+}
+
 fn mallocs(c: &FakeControl) -> usize {
     c.log().iter().filter(|l| l.starts_with("malloc")).count()
 }
@@ -345,23 +380,7 @@ fn the_runtime_under_a_model_is_reachable_to_switch_tracking() {
 /// attention and the chunked experts; nothing is allocated while generating.
 #[test]
 fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
-    let (gpu, ctl) = open_fake(
-        1 << 30,
-        ComputeOptions {
-            kv: KvType::F16,
-            ..ComputeOptions::default()
-        },
-    );
-    let file = loader::open(
-        &ModelSource::Synthetic {
-            shape: "tiny-gpt-oss".into(),
-            quant: "Q8_0".into(),
-            seed: 3,
-        },
-        &mut |_, _| {},
-    )
-    .expect("synthetic gpt-oss");
-    let mut m = Model::load(file, Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+    let (mut m, ctl) = fake_model("tiny-gpt-oss", "Q8_0");
     assert_eq!(m.config.n_layers, 2);
     let after_load = mallocs(&ctl);
     let mut logits = Vec::new();
@@ -383,14 +402,7 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
     assert_eq!(launched(&ctl, "hs_moe_sort"), 2);
     assert_eq!(launched(&ctl, "hs_mv_gate_up_mxfp4"), 0);
 
-    let before = ctl.log().len();
-    m.forward(&[5], 20, Logits::Last, &mut logits)
-        .expect("decode");
-    let step: Vec<String> = ctl.log()[before..]
-        .iter()
-        .filter(|l| l.starts_with("launch ") && !l.contains("hs_checksum"))
-        .cloned()
-        .collect();
+    let step = decode_launches(&mut m, &ctl, 20);
     // Outside the layers: the embedding (a dequantized row), then the output norm (on a copy of
     // the last row) and the output head.
     assert_eq!(step[0], "launch hs_dequant_rows_q8_0", "{step:#?}");
@@ -466,34 +478,11 @@ fn decode_launches_per_layer_are_what_the_readme_counts() {
         ("tiny-gpt-oss", "Q8_0", 14, 3),
     ];
     for (shape, quant, per_layer, outside) in cases {
-        let (gpu, ctl) = open_fake(
-            1 << 30,
-            ComputeOptions {
-                kv: KvType::F16,
-                ..ComputeOptions::default()
-            },
-        );
-        let file = loader::open(
-            &ModelSource::Synthetic {
-                shape: shape.into(),
-                quant: quant.into(),
-                seed: 3,
-            },
-            &mut |_, _| {},
-        )
-        .expect("synthetic model");
-        let mut m = Model::load(file, Box::new(gpu), opts(), &mut |_, _| {}).expect("load");
+        let (mut m, ctl) = fake_model(shape, quant);
         let mut logits = Vec::new();
         m.forward(&[1, 2, 3, 4], 0, Logits::Last, &mut logits)
             .expect("prompt");
-        let before = ctl.log().len();
-        m.forward(&[5], 4, Logits::Last, &mut logits)
-            .expect("decode");
-        let step: Vec<String> = ctl.log()[before..]
-            .iter()
-            .filter(|l| l.starts_with("launch ") && !l.contains("hs_checksum"))
-            .cloned()
-            .collect();
+        let step = decode_launches(&mut m, &ctl, 4);
         let n = m.config.n_layers;
         assert_eq!(
             step.len(),
