@@ -484,53 +484,45 @@ impl Model {
             out.clear();
             out.reserve(tokens.len() * self.config.vocab_size);
         }
-        let r = self.forward_batches(tokens, pos0, want, out);
+        let vocab = self.config.vocab_size;
+        // The batches, `n_batch` tokens at a time.
+        let r = (|| {
+            let mut start = 0;
+            while start < tokens.len() {
+                if self.interrupt.load(Ordering::Relaxed) {
+                    return Err(ModelError::Interrupted);
+                }
+                let n = (tokens.len() - start).min(self.options.n_batch);
+                let batch = &tokens[start..start + n];
+                let last_batch = start + n == tokens.len();
+                let at = pos0 + start;
+                self.enter(0, at, n)?;
+                let group = Group {
+                    seq: 0,
+                    row0: 0,
+                    n,
+                    pos0: at,
+                };
+                // The step's slice in a trace: its ops, and the logits read, belong to it.
+                let _step = trace::step(at, n);
+                self.layers_forward(batch, &[group])?;
+                match want {
+                    Logits::All => {
+                        let old = out.len();
+                        out.resize(old + n * vocab, 0.0);
+                        self.output_rows(n, &mut out[old..])?;
+                    }
+                    Logits::Last if last_batch => self.logits_of_rows(&[n - 1], out)?,
+                    Logits::Last => {}
+                }
+                start += n;
+            }
+            Ok(())
+        })();
         if r.is_err() {
             out.clear();
         }
         r
-    }
-
-    /// [`Model::forward`]'s batches, `n_batch` tokens at a time.
-    fn forward_batches(
-        &mut self,
-        tokens: &[u32],
-        pos0: usize,
-        want: Logits,
-        out: &mut Vec<f32>,
-    ) -> Result<(), ModelError> {
-        let vocab = self.config.vocab_size;
-        let mut start = 0;
-        while start < tokens.len() {
-            if self.interrupt.load(Ordering::Relaxed) {
-                return Err(ModelError::Interrupted);
-            }
-            let n = (tokens.len() - start).min(self.options.n_batch);
-            let batch = &tokens[start..start + n];
-            let last_batch = start + n == tokens.len();
-            let at = pos0 + start;
-            self.enter(0, at, n)?;
-            let group = Group {
-                seq: 0,
-                row0: 0,
-                n,
-                pos0: at,
-            };
-            // The step's slice in a trace: its ops, and the logits read, belong to it.
-            let _step = trace::step(at, n);
-            self.layers_forward(batch, &[group])?;
-            match want {
-                Logits::All => {
-                    let old = out.len();
-                    out.resize(old + n * vocab, 0.0);
-                    self.output_rows(n, &mut out[old..])?;
-                }
-                Logits::Last if last_batch => self.logits_of_rows(&[n - 1], out)?,
-                Logits::Last => {}
-            }
-            start += n;
-        }
-        Ok(())
     }
 
     /// Runs one batch made of several sequences' tokens ([`SeqChunk`], each sequence at most
