@@ -459,7 +459,7 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
     );
 }
 
-/// A decode step's kernel launches per layer, as the README counts them, for each architecture's
+/// A decode step's kernel launches per layer, as docs/GPU.md counts them, for each architecture's
 /// shape: QK norms fused into RoPE and the KV write (Qwen 3, Gemma 3), Gemma's norms after a block
 /// into its residual add, the MoE's routing and sort in one launch. Short context (under 64 cached
 /// positions: attention in one launch; from there a second, the split's combine), files of
@@ -467,7 +467,7 @@ fn gpt_oss_runs_on_the_gpu_backend_with_a_counted_decode_step() {
 /// real shapes count the same on the fake device: qwen3-0.6b 255 launches (28 × 9 + 3),
 /// gemma3-1b 290 (26 × 11 + 4), llama-3.2-1b 147 (16 × 9 + 3), gpt-oss-20b-2l 31.
 #[test]
-fn decode_launches_per_layer_are_what_the_readme_counts() {
+fn decode_launches_per_layer_are_the_documented_counts() {
     // (shape, weight type, launches a layer, launches outside the layers)
     let cases = [
         ("tiny", "Q4_0", 9, 3),
