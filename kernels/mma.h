@@ -1,5 +1,6 @@
 // The matrix-unit core of the f16 products (hs_gemm_f16 in gemm.hip, hs_moe_mm_* in
-// gemm_moe.hip): a 64 x 64 tile of C from staged 64 x 32 tiles of A and B.
+// gemm_moe.hip, a prompt's attention in infer_attention_tiled.hip): a 64 x 64 tile of C from
+// staged 64 x 32 tiles of A and B.
 //
 // C[c * ldc + r] = sum_k A[r * lda + k] * B[c * ldb + k] for r < m, c < n: A holds m rows of k
 // halves (a dequantized weight tile), B n rows of k halves (the batch's Q8-rounded activations),
@@ -110,6 +111,19 @@ __device__ __forceinline__ void hs_mm_at(const hs_mm_acc &acc, int e, float *val
     *val = acc.v[i][j];
     *r = (hs_i32)(tid % 16 + 16 * i);
     *c = (hs_i32)(tid / 16 + 8 * j);
+#endif
+}
+
+// Multiplies element e of the tile (hs_mm_at names its row and column) by f.
+__device__ __forceinline__ void hs_mm_mul(hs_mm_acc &acc, int e, float f) {
+#if defined(HS_MM_MMA_SYNC)
+    acc.v[e / 16][(e / 4) % 4][e % 4] *= f;
+#elif defined(HS_MM_WMMA)
+    acc.v[e / 16][(e / 8) % 2][e % 8] *= f;
+#elif defined(HS_MM_MFMA)
+    acc.v[e / 16][(e / 4) % 4][e % 4] *= f;
+#else
+    acc.v[e / 8][e % 8] *= f;
 #endif
 }
 

@@ -72,7 +72,7 @@ pub const EMBEDDED: &[(&str, &str)] = &[
 /// `vecdotq.cuh` serves both `mmvq.cu` and `mmq.cuh`).
 pub const INCLUDES: &[(&str, &[&str])] = &[
     ("infer_attention", &["attention.h"]),
-    ("infer_attention_tiled", &["attention.h"]),
+    ("infer_attention_tiled", &["attention.h", "mma.h"]),
     ("infer_matvec", &["vecdot.h"]),
     ("infer_dequant", &["dequant.h"]),
     ("gemm", &["mma.h"]),

@@ -10,6 +10,15 @@ use super::*;
 
 /// Head dimensions of the tiled prompt kernels (`hs_attention_tiled_{f32,f16}_{d}`).
 pub(super) const TILED_HEAD_DIMS: [usize; 4] = [64, 96, 128, 256];
+/// Head dimensions of the matrix units' prompt kernels (`hs_attention_mma_{f32,f16}_{d}`): the
+/// block's f16 queries, one staged tile and the scores fit 48 KiB of shared memory up to 128.
+pub(super) const MMA_HEAD_DIMS: [usize; 3] = [64, 96, 128];
+/// Query rows of one block of the matrix units' kernel (`HS_FM_ROWS`, mma.h's 64 x 64 tile).
+const MMA_ROWS: usize = 64;
+/// Query rows from which a batch takes the matrix units' kernel where the device has them: a
+/// 64-row block then has work for a quarter of its rows or more, and the selftest's 24-token
+/// prompts run it.
+const MMA_MIN_TOKENS: usize = 16;
 /// Query rows of one block of the tiled kernels (`HS_FA_BQ`), and its threads (`HS_FA_THREADS`).
 pub(super) const TILED_ROWS: usize = 16;
 const TILED_THREADS: u32 = 128;
@@ -68,14 +77,21 @@ pub(super) fn flash_part_bytes(q_dim: usize) -> u64 {
 }
 
 impl GpuCompute {
-    /// The tiled prompt kernel for this call: a batch of at least [`TILED_MIN_TOKENS`] rows
-    /// whose head dimension has one, not fused with the quantization (the caller also keeps it
-    /// out of a recorded decode step: the tiled kernels take the position as an argument only).
-    fn tiled_kernel(&mut self, p: &AttnParams, fused: bool) -> Result<Option<KernelFn>> {
+    /// The tiled prompt kernel for this call and its query rows a block: a batch of at least
+    /// [`TILED_MIN_TOKENS`] rows whose head dimension has one, not fused with the quantization
+    /// (the caller also keeps it out of a recorded decode step: the tiled kernels take the
+    /// position as an argument only). On a device with matrix units, a batch of at least
+    /// [`MMA_MIN_TOKENS`] rows whose head dimension has one takes the kernel on those units.
+    fn tiled_kernel(&mut self, p: &AttnParams, fused: bool) -> Result<Option<(KernelFn, usize)>> {
         if !TILED_HEAD_DIMS.contains(&p.head_dim) || p.n_tokens < TILED_MIN_TOKENS || fused {
             return Ok(None);
         }
-        self.tiled_fn(self.opts.kv, p.head_dim).map(Some)
+        let gpu = self.live_gpu()?;
+        let mma = MMA_HEAD_DIMS.contains(&p.head_dim)
+            && p.n_tokens >= MMA_MIN_TOKENS
+            && dequant::tensor_units(gpu.kind(), &gpu.info().arch).is_some();
+        let rows = if mma { MMA_ROWS } else { TILED_ROWS };
+        Ok(Some((self.tiled_fn(self.opts.kv, p.head_dim, mma)?, rows)))
     }
 
     /// The position a launch passes: `(pos0, pos_dev)`. Inside a decode step recorded for graph
@@ -455,7 +471,7 @@ impl GpuCompute {
                     Arg::U32(fuse_bs.unwrap_or(0)),
                 ],
             )?;
-        } else if let (Some(f), Arg::U64(0)) = (
+        } else if let (Some((f, block_rows)), Arg::U64(0)) = (
             match (pos_dev, seq_rows) {
                 (Arg::U64(0), None) => self.tiled_kernel(p, fuse_bs.is_some())?,
                 _ => None,
@@ -464,9 +480,13 @@ impl GpuCompute {
         ) {
             self.launch(
                 OpLabel::layer(li, "attention"),
-                "attention_tiled",
+                if block_rows == MMA_ROWS {
+                    "attention_mma"
+                } else {
+                    "attention_tiled"
+                },
                 f,
-                [p.n_heads as u32, p.n_tokens.div_ceil(TILED_ROWS) as u32, 1],
+                [p.n_heads as u32, p.n_tokens.div_ceil(block_rows) as u32, 1],
                 [TILED_THREADS, 1, 1],
                 &[
                     Arg::Ptr(qb.ptr),

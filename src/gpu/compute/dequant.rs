@@ -40,13 +40,23 @@ impl fmt::Display for PrefillPath {
     }
 }
 
-/// The matrix units `hs_gemm_f16` uses on `arch` (the `#if` chain at its head in
-/// kernels/gemm.hip: keep the two in step).
+/// The matrix units `hs_gemm_f16` uses on `arch` (the `#if` chain at the head of
+/// kernels/mma.h: keep the two in step).
 pub fn matrix_units(kind: RuntimeKind, arch: &str) -> &'static str {
+    tensor_units(kind, arch).unwrap_or(match kind {
+        RuntimeKind::Cuda => "plain FMA (no mma.sync before sm_80)",
+        RuntimeKind::Hip => "plain FMA (no matrix units)",
+        RuntimeKind::Fake => "plain FMA (test device)",
+    })
+}
+
+/// The matrix units of `arch`, or `None` where mma.h's tile falls back to plain FMA (where a
+/// prompt's attention keeps its FMA kernel, `attention.rs`).
+pub fn tensor_units(kind: RuntimeKind, arch: &str) -> Option<&'static str> {
     match kind {
         RuntimeKind::Cuda => match arch.strip_prefix("sm_").and_then(|n| n.parse::<u32>().ok()) {
-            Some(n) if n >= 80 => "tensor cores (mma.sync m16n8k16)",
-            _ => "plain FMA (no mma.sync before sm_80)",
+            Some(n) if n >= 80 => Some("tensor cores (mma.sync m16n8k16)"),
+            _ => None,
         },
         RuntimeKind::Hip => {
             let base = arch.split(':').next().unwrap_or(arch);
@@ -55,14 +65,14 @@ pub fn matrix_units(kind: RuntimeKind, arch: &str) -> &'static str {
             ]
             .contains(&base)
             {
-                "WMMA (v_wmma_f32_16x16x16_f16, wave32)"
+                Some("WMMA (v_wmma_f32_16x16x16_f16, wave32)")
             } else if ["gfx908", "gfx90a", "gfx940", "gfx941", "gfx942"].contains(&base) {
-                "MFMA (v_mfma_f32_16x16x16f16, wave64)"
+                Some("MFMA (v_mfma_f32_16x16x16f16, wave64)")
             } else {
-                "plain FMA (no matrix units)"
+                None
             }
         }
-        RuntimeKind::Fake => "plain FMA (test device)",
+        RuntimeKind::Fake => None,
     }
 }
 
@@ -158,7 +168,7 @@ impl GpuCompute {
         Ok(())
     }
 
-    fn live_gpu(&self) -> Result<&Gpu> {
+    pub(super) fn live_gpu(&self) -> Result<&Gpu> {
         self.gpu
             .as_ref()
             .ok_or_else(|| BackendError::Device("the device was shut down".into()))
@@ -452,5 +462,20 @@ mod tests {
         assert!(matrix_units(RuntimeKind::Hip, "gfx90a:sramecc+:xnack-").starts_with("MFMA"));
         assert!(matrix_units(RuntimeKind::Hip, "gfx1030").starts_with("plain"));
         assert!(matrix_units(RuntimeKind::Hip, "gfx110").starts_with("plain"));
+        // Where the names say plain FMA, a prompt's attention keeps its FMA kernel.
+        for (kind, arch) in [
+            (RuntimeKind::Cuda, "sm_90"),
+            (RuntimeKind::Cuda, "sm_75"),
+            (RuntimeKind::Hip, "gfx1151"),
+            (RuntimeKind::Hip, "gfx90a:sramecc+:xnack-"),
+            (RuntimeKind::Hip, "gfx1030"),
+            (RuntimeKind::Fake, "fake"),
+        ] {
+            assert_eq!(
+                tensor_units(kind, arch).is_some(),
+                !matrix_units(kind, arch).starts_with("plain"),
+                "{arch}"
+            );
+        }
     }
 }

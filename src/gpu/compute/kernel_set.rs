@@ -33,8 +33,9 @@ pub(super) struct Kernels {
     pub attention_split_f32: KernelFn,
     pub attention_split_f16: KernelFn,
     pub attention_combine: KernelFn,
-    /// The tiled prompt kernels, per cache type and head dimension, once first needed.
-    pub attention_tiled: HashMap<(&'static str, usize), KernelFn>,
+    /// The tiled prompt kernels, per cache type, head dimension and whether on the matrix
+    /// units, once first needed.
+    pub attention_tiled: HashMap<(&'static str, usize, bool), KernelFn>,
     pub quantize: KernelFn,
     pub quantize_f16: KernelFn,
     /// RMS norm that also quantizes its output for the products that follow.
@@ -232,20 +233,20 @@ impl GpuCompute {
         Ok(f)
     }
 
-    /// The tiled prompt attention for a cache of `kv` and heads of `head_dim`, loading (and
-    /// compiling) its unit at first need.
-    pub(super) fn tiled_fn(&mut self, kv: KvType, head_dim: usize) -> Result<KernelFn> {
-        if let Some(f) = self.kernels.attention_tiled.get(&(kv.name(), head_dim)) {
+    /// The tiled prompt attention for a cache of `kv` and heads of `head_dim` (`mma`: the
+    /// matrix units' kernel of the same unit), loading (and compiling) its unit at first need.
+    pub(super) fn tiled_fn(&mut self, kv: KvType, head_dim: usize, mma: bool) -> Result<KernelFn> {
+        let key = (kv.name(), head_dim, mma);
+        if let Some(f) = self.kernels.attention_tiled.get(&key) {
             return Ok(*f);
         }
-        let name = format!("hs_attention_tiled_{}_{head_dim}", kv.name());
+        let which = if mma { "mma" } else { "tiled" };
+        let name = format!("hs_attention_{which}_{}_{head_dim}", kv.name());
         let f = self.resolve_or_load(
             |g| g.function(&name),
             |s| units::attention_unit(s, kv, head_dim).map(|u| vec![u]),
         )?;
-        self.kernels
-            .attention_tiled
-            .insert((kv.name(), head_dim), f);
+        self.kernels.attention_tiled.insert(key, f);
         Ok(f)
     }
 

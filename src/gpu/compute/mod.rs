@@ -53,7 +53,7 @@ use crate::gpu::watchdog::{self, Watchdog};
 
 pub use crate::gpu::backend::KvType;
 pub use attention::flash_splits;
-pub use dequant::{PrefillPath, choose_prefill, matrix_units};
+pub use dequant::{PrefillPath, choose_prefill, matrix_units, tensor_units};
 pub use kernel_set::scope_units;
 use kernel_set::{CompileCtx, Kernels};
 pub use plan::{ActFormat, ComputeOptions, KernelNeeds, PrefillGemm, TypeSet};

@@ -12,7 +12,7 @@ use crate::gpu::device::GpuError;
 use crate::gpu::kernels::{KernelSources, KernelUnit};
 use crate::gpu::quant::GgmlType;
 
-use super::attention::TILED_HEAD_DIMS;
+use super::attention::{MMA_HEAD_DIMS, TILED_HEAD_DIMS};
 use super::plan::{KernelNeeds, TYPE_TABLE, TypeKernels, type_kernels};
 use crate::gpu::backend::KvType;
 
@@ -208,14 +208,18 @@ fn tiled_unit(sources: &KernelSources, kv: KvType, d: usize) -> Result<KernelUni
         KvType::F16 => ("f16", "unsigned short"),
     };
     let variant = format!("{name}_{d}");
-    sources.unit(
-        "infer_attention_tiled",
-        Some(&variant),
-        &format!(
-            "#define HS_ATTN_TILED_TYPES(X) X({variant}, {elem}, {})\n",
+    let mut lists = format!(
+        "#define HS_ATTN_TILED_TYPES(X) X({variant}, {elem}, {})\n",
+        d / 32
+    );
+    // The matrix units' kernel, where its shared memory fits (MMA_HEAD_DIMS).
+    if MMA_HEAD_DIMS.contains(&d) {
+        lists.push_str(&format!(
+            "#define HS_ATTN_MMA_TYPES(X) X({variant}, {elem}, {})\n",
             d / 32
-        ),
-    )
+        ));
+    }
+    sources.unit("infer_attention_tiled", Some(&variant), &lists)
 }
 
 /// The units of `scope`, in a fixed order (plain sources by name, the tiled attention's, then
@@ -412,7 +416,11 @@ mod tests {
             for d in TILED_HEAD_DIMS {
                 let name = format!("infer_attention_tiled.{kv}_{d}");
                 let u = all.iter().find(|u| u.name == name).expect(&name);
-                assert_eq!(u.kernels(), [format!("hs_attention_tiled_{kv}_{d}")]);
+                let mut want = vec![format!("hs_attention_tiled_{kv}_{d}")];
+                if MMA_HEAD_DIMS.contains(&d) {
+                    want.push(format!("hs_attention_mma_{kv}_{d}"));
+                }
+                assert_eq!(u.kernels(), want);
             }
         }
         // The doctor's checks: fills, checksums, spin, busy and the f32 GEMM, nothing else.
