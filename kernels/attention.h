@@ -4,9 +4,6 @@
 #define HS_ATTN_MAX_HEAD_DIM 256
 // Threads of a decode attention block (gpu::compute::attention launches it so).
 #define HS_ATTN_THREADS 128
-// Splits of one head's keys at most (gpu::compute::attention's MAX_SPLITS; the combine kernel
-// keeps a weight per split in shared memory).
-#define HS_ATTN_MAX_SPLITS 64
 // -inf without <math.h> (nvrtc and hiprtc get no includes).
 #define HS_NEG_INF __int_as_float(0xff800000)
 

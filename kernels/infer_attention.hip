@@ -485,74 +485,51 @@ HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const uns
                                           scale, window, slots, softcap, rows);
 }
 
-// Merges the `splits` partial results (at most HS_ATTN_MAX_SPLITS) of head blockIdx.x of row
-// blockIdx.y (hs_attention_split_*; gridDim.x heads a row) into out, the head's attention sink
-// (sinks not null) counted in as one more split of sum 1 and no value, and, with bs != 0,
-// Q8-quantizes the head's output as infer_attention does. The splits' maxima, weights and sums
-// are taken a thread per split and block reductions (each thread looping over every split's max
-// and sum, one dependent load after another, took longer than the splits' values at 64 splits),
-// then each thread sums its dimensions over the splits with the weights from shared memory.
+// Merges the `splits` partial results of head blockIdx.x of row blockIdx.y (hs_attention_split_*;
+// gridDim.x heads a row) into out, the head's attention sink (sinks not null) counted in as one
+// more split of sum 1 and no value, and, with bs != 0, Q8-quantizes the head's output as
+// infer_attention does.
 HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
                                     hs_u32 head_dim, hs_u32 splits, const float *sinks,
                                     signed char *xq, float *xd, hs_u32 bs_arg) {
     HS_BREADCRUMB();
-    __shared__ float wsh[HS_ATTN_MAX_SPLITS];
-    __shared__ float red_m[HS_ATTN_RED];
-    __shared__ float red_l[HS_ATTN_RED];
     bool q8_1;
     const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const hs_u32 h = blockIdx.x;
-    const hs_u32 tid = threadIdx.x;
-    const hs_u32 lane = tid % warpSize;
-    const hs_u32 warp = tid / warpSize;
-    const hs_u32 nwarps = blockDim.x / warpSize;
     const hs_u64 row_head = (hs_u64)blockIdx.y * gridDim.x + h;
-    const hs_u64 stride = head_dim + 2;
-    const float *ph = part + row_head * splits * stride;
-    // A split that got no key (sum 0) has no weight and no say in the max.
+    const float *ph = part + row_head * splits * (head_dim + 2);
     float mx = HS_NEG_INF;
-    for (hs_u32 c = tid; c < splits; c += blockDim.x) {
-        if (ph[c * stride + 1] > 0.0f) {
-            mx = fmaxf(mx, ph[c * stride]);
+    for (hs_u32 c = 0; c < splits; ++c) {
+        const float *p = ph + (hs_u64)c * (head_dim + 2);
+        if (p[1] > 0.0f) {
+            mx = fmaxf(mx, p[0]);
         }
     }
-    mx = hs_warp_max(mx);
-    if (lane == 0) {
-        red_m[warp] = mx;
+    if (sinks != 0) {
+        mx = fmaxf(mx, sinks[h]);
     }
-    __syncthreads();
-    mx = (sinks != 0) ? sinks[h] : HS_NEG_INF;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        mx = fmaxf(mx, red_m[w]);
+    float total = 0.0f;
+    for (hs_u32 c = 0; c < splits; ++c) {
+        const float *p = ph + (hs_u64)c * (head_dim + 2);
+        total += (p[1] > 0.0f) ? p[1] * expf(p[0] - mx) : 0.0f;
     }
-    float sum = 0.0f;
-    for (hs_u32 c = tid; c < splits; c += blockDim.x) {
-        const float l = ph[c * stride + 1];
-        const float w = (l > 0.0f) ? expf(ph[c * stride] - mx) : 0.0f;
-        wsh[c] = w;
-        sum += l * w;
-    }
-    sum = hs_warp_sum(sum);
-    if (lane == 0) {
-        red_l[warp] = sum;
-    }
-    __syncthreads();
-    float total = (sinks != 0) ? expf(sinks[h] - mx) : 0.0f;
-    for (hs_u32 w = 0; w < nwarps; ++w) {
-        total += red_l[w];
+    if (sinks != 0) {
+        total += expf(sinks[h] - mx);
     }
     const float inv = 1.0f / total;
     float *oh = out + row_head * head_dim;
-    for (hs_u32 d = tid; d < head_dim; d += blockDim.x) {
+    for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float o = 0.0f;
-#pragma unroll 8
         for (hs_u32 c = 0; c < splits; ++c) {
-            o = fmaf(ph[c * stride + 2 + d], wsh[c], o);
+            const float *p = ph + (hs_u64)c * (head_dim + 2);
+            o += (p[1] > 0.0f) ? p[2 + d] * expf(p[0] - mx) : 0.0f;
         }
         oh[d] = o * inv;
     }
     if (bs != 0) {
         __syncthreads();
+        const hs_u32 warp = threadIdx.x / warpSize;
+        const hs_u32 nwarps = blockDim.x / warpSize;
         const hs_u64 e0 = row_head * head_dim;
         for (hs_u32 b = warp; b < head_dim / bs; b += nwarps) {
             const hs_u64 e = e0 + (hs_u64)b * bs;

@@ -81,13 +81,18 @@ impl GpuCompute {
     /// [`TILED_MIN_TOKENS`] rows whose head dimension has one, not fused with the quantization
     /// (the caller also keeps it out of a recorded decode step: the tiled kernels take the
     /// position as an argument only). On a device with matrix units, a batch of at least
-    /// [`MMA_MIN_TOKENS`] rows whose head dimension has one takes the kernel on those units.
+    /// [`MMA_MIN_TOKENS`] rows over an f16 cache whose head dimension has one takes the kernel
+    /// on those units.
     fn tiled_kernel(&mut self, p: &AttnParams, fused: bool) -> Result<Option<(KernelFn, usize)>> {
         if !TILED_HEAD_DIMS.contains(&p.head_dim) || p.n_tokens < TILED_MIN_TOKENS || fused {
             return Ok(None);
         }
+        // An f32 cache asks for attention in f32: the matrix units' kernel rounds the queries
+        // and the softmax weights to f16 (as llama.cpp's tensor-core kernels do), 4e-4 of the
+        // output, where the FMA kernel computes the CPU's numbers.
         let gpu = self.live_gpu()?;
-        let mma = MMA_HEAD_DIMS.contains(&p.head_dim)
+        let mma = self.opts.kv == KvType::F16
+            && MMA_HEAD_DIMS.contains(&p.head_dim)
             && p.n_tokens >= MMA_MIN_TOKENS
             && dequant::tensor_units(gpu.kind(), &gpu.info().arch).is_some();
         let rows = if mma { MMA_ROWS } else { TILED_ROWS };

@@ -546,10 +546,6 @@ mod tests {
             ("HS_MV_MAX_TOK", MV_MAX_TOKENS),
             ("HS_ATTN_MAX_HEAD_DIM", MAX_HEAD_DIM),
             ("HS_ROPE_MAX_PAIRS", MAX_ROPE_PAIRS),
-            (
-                "HS_ATTN_MAX_SPLITS",
-                crate::gpu::compute::attention::MAX_SPLITS,
-            ),
         ] {
             assert!(
                 text.contains(&format!("#define {name} {v}\n")),

@@ -101,6 +101,12 @@ pub const EXTRA_TINY: &[&str] = &[
     "BF16", "Q5_0", "Q5_1", "Q5_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", "MXFP4",
 ];
 
+/// Shapes run once more over an f16 cache, in Q4_0 (smollm2-135m whatever types were asked; the
+/// rest when Q4_0 was): the app's default cache on the real shape, and the prompt attention's
+/// matrix-unit kernel on heads of 96 (tiny-qwen3) and 128 with soft-capping and sliding windows
+/// (tiny-gemma2, tiny-gemma3).
+const F16_CACHE_SHAPES: [&str; 4] = ["smollm2-135m", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3"];
+
 /// Tokens of the prompt batch (at least the GEMM threshold), the short batch and decode steps.
 const PROMPT: usize = 24;
 const SHORT: usize = 5;
@@ -253,9 +259,14 @@ fn cases(o: &ComputeCheckOptions) -> Vec<Case> {
             }
         }
     }
-    // The cache type the app uses by default, on the real shape.
-    if o.shapes.iter().any(|s| s == "smollm2-135m") {
-        v.push(synth("smollm2-135m", "Q4_0", KvType::F16));
+    // The cache type the app uses by default, on the real shape, and where a prompt's attention
+    // runs on the matrix units (an f16 cache only): heads of 96 and 128, soft-capping, sliding
+    // windows.
+    for s in F16_CACHE_SHAPES {
+        let asked = s == "smollm2-135m" || o.quants.iter().any(|q| q == "Q4_0");
+        if asked && o.shapes.iter().any(|x| x == s) {
+            v.push(synth(s, "Q4_0", KvType::F16));
+        }
     }
     for f in &o.files {
         for kv in [KvType::F32, KvType::F16] {
