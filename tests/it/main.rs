@@ -30,6 +30,7 @@ mod gpu_quit;
 mod hip_gfx11;
 mod hip_runtime;
 mod kernel_dequant_host;
+mod kernel_emulation;
 mod kl_divergence;
 mod kv_shift;
 mod layering;

@@ -1,0 +1,91 @@
+//! The attention kernels' own logic, checked on every machine: the shipped sources of
+//! `kernels/infer_attention_tiled.hip` and `kernels/infer_attention.hip` (with mma.h, attention.h
+//! and the prelude's helpers) compiled by the host's C++ compiler over a CPU stand-in for the GPU
+//! runtime (`emu/simt.h`: a thread per GPU thread, barriers for __syncthreads and shuffles), and
+//! run against attention computed in double precision from the same f16 cache (`emu/attention.cpp`).
+//! The stand-in takes mma.h's plain-FMA tile, so this holds each kernel's indexing, masks
+//! (causal, sliding window over the cache's ring), soft-cap, sinks, online softmax, splits and
+//! their merge — not a device's matrix-unit layouts, which `selftest --compute` checks on a GPU.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hipscope::gpu::kernels::{KernelSources, PRELUDE};
+
+/// The prompt kernels this checks, as the host's unit lists name them (the FMA kernel and the
+/// matrix units' for each).
+const LISTS: &str = "#define HS_ATTN_TILED_TYPES(X) X(f16_64, unsigned short, 2) \
+X(f16_96, unsigned short, 3) X(f16_128, unsigned short, 4) X(f32_64, float, 2)\n\
+#define HS_ATTN_MMA_TYPES(X) X(f16_64, unsigned short, 2) X(f16_96, unsigned short, 3) \
+X(f16_128, unsigned short, 4) X(f32_64, float, 2)\n";
+
+/// The translation unit: the stand-in, the lists, the prelude's helpers, the headers and the
+/// two sources as they ship, then the harness.
+fn translation_unit() -> String {
+    let src = KernelSources::embedded();
+    let helpers = PRELUDE
+        .find("// ---- Helpers of the inference kernels")
+        .expect("the prelude's helpers section");
+    let mut tu = String::from(include_str!("emu/simt.h"));
+    tu.push_str(LISTS);
+    tu.push_str(&PRELUDE[helpers..]);
+    for h in ["attention.h", "mma.h"] {
+        let s = src.headers.iter().find(|s| s.name == h).expect(h);
+        tu.push_str(&s.text);
+    }
+    for f in ["infer_attention_tiled", "infer_attention"] {
+        tu.push_str(&src.get(f).expect(f).text);
+    }
+    tu.push_str(include_str!("emu/attention.cpp"));
+    tu
+}
+
+fn build(dir: &Path) -> PathBuf {
+    let cpp = dir.join("attention.cpp");
+    std::fs::write(&cpp, translation_unit()).expect("write the translation unit");
+    let bin = dir.join("attention");
+    let out = Command::new("c++")
+        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o"])
+        .arg(&bin)
+        .arg(&cpp)
+        .output()
+        .unwrap_or_else(|e| panic!("c++ (scripts/setup.sh installs g++): {e}"));
+    assert!(
+        out.status.success(),
+        "c++ failed on the kernels:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    bin
+}
+
+#[test]
+fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let bin = build(dir.path());
+    let out = Command::new(&bin).output().expect("run the emulation");
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (mut prompt, mut decode) = (0, 0);
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[0], "case", "{line}");
+        let name = f[1];
+        for kv in f[2..].chunks(2) {
+            let err: f64 = kv[1].parse().expect(line);
+            // The FMA kernels and the splits compute in f32 (a few ulps of the reference); the
+            // matrix units' kernel rounds queries and softmax weights to f16 (2e-4 – 4e-4).
+            let bound = if kv[0] == "mma" { 1e-3 } else { 1e-5 };
+            assert!(
+                (0.0..=bound).contains(&err),
+                "{name}: {} at {err:e} (bound {bound:e})\n{text}",
+                kv[0]
+            );
+        }
+        if f[2] == "tiled" {
+            prompt += 1;
+        } else {
+            decode += 1;
+        }
+    }
+    assert_eq!((prompt, decode), (7, 4), "every case ran:\n{text}");
+}
