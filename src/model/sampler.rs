@@ -186,16 +186,27 @@ impl Sampler {
             self.cands.truncate(keep.max(1));
         }
         softmax(&mut self.cands, c.temp);
-        let r = self.rng.next_f64() as f32;
-        let mut cum = 0.0;
-        for cand in &self.cands {
-            cum += cand.p;
-            if r < cum {
-                return cand.id;
-            }
-        }
-        self.cands.last().map_or(0, |c| c.id)
+        draw(&self.cands, self.rng.next_f64() as f32)
     }
+}
+
+/// The candidate at `r` (in [0, 1)) of the probabilities' running sum. Where rounding leaves
+/// the sum just under `r`, the least likely candidate with any probability: never one at minus
+/// infinity (a token [`Sampler::sample_excluding`] excludes has p = 0).
+fn draw(cands: &[Candidate], r: f32) -> u32 {
+    let mut cum = 0.0;
+    for cand in cands {
+        cum += cand.p;
+        if r < cum {
+            return cand.id;
+        }
+    }
+    cands
+        .iter()
+        .rev()
+        .find(|c| c.p > 0.0)
+        .or(cands.first())
+        .map_or(0, |c| c.id)
 }
 
 /// A logit as the sampler ranks it: NaN as minus infinity.
@@ -371,6 +382,16 @@ mod tests {
         }));
         s.accept(1);
         assert_eq!(s.sample_excluding(&logits, &[1]), 3);
+    }
+
+    #[test]
+    fn a_draw_past_the_sum_never_lands_on_an_excluded_token() {
+        let c = |id, p| Candidate { id, logit: 0.0, p };
+        // Sorted as the sampler sorts them; token 9 excluded (p = 0), the sum short of 1.
+        let cands = [c(4, 0.6), c(2, 0.399_999), c(9, 0.0)];
+        assert_eq!(draw(&cands, 0.3), 4);
+        assert_eq!(draw(&cands, 0.7), 2);
+        assert_eq!(draw(&cands, 0.999_999_9), 2);
     }
 
     #[test]
