@@ -356,8 +356,11 @@ fn the_chat_streams_from_the_server_and_watches_it() {
             &server.url,
             "--api-key-env",
             "HS_KEY",
+            // Long enough that the first answer still streams while step 1 watches it: 400
+            // tokens once ended 0.8 s after the first (llama-server at 495 t/s), before the
+            // header had been seen streaming. Esc ends it in step 2 whatever the limit.
             "-n",
-            "400",
+            "1500",
             "-v",
         ],
         &[("HS_KEY", KEY)],
