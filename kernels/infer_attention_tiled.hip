@@ -197,7 +197,7 @@ HS_ATTN_TILED_TYPES(HS_ATTN_TILED_KERNELS)
 //   3. the output tiles (64 dimensions each, in the matrix units' registers) rescaled per row,
 //      then O += P V, V staged transposed (dimensions as rows), 32 keys at a time.
 // The queries and P are rounded to f16 as llama.cpp's tensor-core attention rounds them; the
-// cache is f16 by default (an f32 cache is rounded as it is staged). 41 KiB of shared memory at
+// cache is f16 by default (an f32 cache is rounded as it is staged). 42 KiB of shared memory at
 // 128 dimensions (HS_MM_LDS-padded rows), under the 48 KiB a CUDA block has without opting in.
 #ifdef HS_ATTN_MMA_TYPES
 
