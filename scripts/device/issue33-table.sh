@@ -80,8 +80,8 @@ row q06-q4_0 99 -p 0 -n 128
 row q06-q4_k 99 -p 0 -n 128
 row q30-q4_0 99 -p 512 -n 128
 row oss-q8_0 99 -p 512 -n 128
-row l1b-q4_k 99 -p 2048 -n 0
-row l7b-q4_0 99 -p 2048 -n 0
+row l1b-q4_k 99 -p 2048,4096 -n 0
+row l7b-q4_0 99 -p 2048,4096 -n 0
 row smol-q4_0 99 -p 0 -n 128 -d 4096
 # Half the layers on the CPU (qwen3-30b-a3b: 48 layers, gpt-oss-20b: 24).
 row q30-q4_0 24 -p 512 -n 0

@@ -65,7 +65,8 @@ fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
     let out = Command::new(&bin).output().expect("run the emulation");
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let (mut prompt, mut decode) = (0, 0);
+    // Cases that ran the prompt kernels, the decode splits, the unsplit kernel.
+    let (mut prompt, mut decode, mut unsplit) = (0, 0, 0);
     for line in text.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(f[0], "case", "{line}");
@@ -81,11 +82,13 @@ fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
                 kv[0]
             );
         }
-        if f[2] == "tiled" {
-            prompt += 1;
-        } else {
-            decode += 1;
-        }
+        prompt += usize::from(f.contains(&"tiled"));
+        decode += usize::from(f.contains(&"split64"));
+        unsplit += usize::from(f.contains(&"unsplit"));
     }
-    assert_eq!((prompt, decode), (7, 4), "every case ran:\n{text}");
+    assert_eq!(
+        (prompt, decode, unsplit),
+        (7, 5, 9),
+        "every case ran:\n{text}"
+    );
 }

@@ -2,6 +2,8 @@
 // precision from the same (f16-rounded) cache: prints one line per case,
 //   case <name> tiled <rel> mma <rel>      a prompt batch: hs_attention_tiled_*, hs_attention_mma_*
 //   case <name> split<S> <rel>             one decode token: hs_attention_split_f16 + _combine
+//   ... unsplit <rel>                       cases of fewer than 20 rows: hs_attention_{f16,f32}, a
+//                                          block per head and row
 // rel = ||kernel - reference|| / ||reference|| over the whole output. Compiled after the kernel
 // sources by tests/it/kernel_emulation.rs, which holds the bounds.
 
@@ -25,6 +27,10 @@ static const Case CASES[] = {
     {"decode-256-window", 256, 4, 1, 1, 4095, 512, 4096, 0, 0, 0},
     {"decode-64-sinks", 64, 4, 2, 1, 700, 0, 1024, 0, 0, 1},
     {"decode-64-empty-splits", 64, 4, 2, 1, 20, 0, 1024, 0, 0, 1},
+    {"decode-64-few-keys", 64, 4, 2, 1, 5, 0, 64, 0, 0, 0},
+    {"decode-128-f32-few-keys", 128, 2, 1, 1, 3, 0, 64, 0, 1, 0},
+    {"decode-256-window-softcap", 256, 4, 1, 1, 100, 64, 128, 30, 0, 1},
+    {"rows-96-few-keys", 96, 2, 1, 5, 7, 0, 64, 0, 0, 0},
 };
 
 static double rel(const std::vector<float> &out, const std::vector<double> &ref) {
@@ -88,7 +94,25 @@ int main() {
         snprintf(kname, sizeof kname, "%s_%d", c.f32 ? "f32" : "f16", c.hd);
         const void *kc = c.f32 ? (const void *)kf.data() : (const void *)kh.data();
         const void *vc = c.f32 ? (const void *)vf.data() : (const void *)vh.data();
-        if (c.nt > 1) {
+        // The unsplit kernel (a decode token, a batch too small for the tiled kernels, rows of
+        // several sequences): a block per head and row, on the cases of a few rows (a block of
+        // the stand-in costs 128 threads' start).
+        double unsplit = -2.0;
+        if (c.nt < 20) {
+            std::vector<float> out(q.size(), NAN);
+            hs_emu_launch({(unsigned)c.nh, (unsigned)c.nt, 1}, 128, [&] {
+                if (c.f32)
+                    hs_attention_f32(nullptr, 0, q.data(), kf.data(), vf.data(), out.data(), c.nh,
+                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
+                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
+                else
+                    hs_attention_f16(nullptr, 0, q.data(), kh.data(), vh.data(), out.data(), c.nh,
+                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
+                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
+            });
+            unsplit = rel(out, ref);
+        }
+        if (c.nt >= 16) {
             double err[2];
             for (int mma = 0; mma < 2; ++mma) {
                 std::vector<float> out(q.size(), NAN);
@@ -111,10 +135,18 @@ int main() {
                 });
                 err[mma] = found ? rel(out, ref) : -1.0;
             }
-            printf("case %s tiled %.3e mma %.3e\n", c.name, err[0], err[1]);
+            printf("case %s tiled %.3e mma %.3e", c.name, err[0], err[1]);
+            if (unsplit > -2.0) printf(" unsplit %.3e", unsplit);
+            printf("\n");
             continue;
         }
-        printf("case %s", c.name);
+        printf("case %s unsplit %.3e", c.name, unsplit);
+        // A batch of rows, or a handful of keys (the host splits from 64; the empty-splits case
+        // holds splits over few keys): the unsplit kernel only.
+        if (c.nt > 1 || c.pos0 < 16) {
+            printf("\n");
+            continue;
+        }
         for (unsigned splits : {2u, 16u, 64u}) {
             std::vector<float> out(q_dim, NAN), part((size_t)c.nh * splits * (c.hd + 2));
             hs_emu_launch({(unsigned)c.nh, splits, 1}, 128, [&] {
