@@ -31,6 +31,9 @@ static const Case CASES[] = {
     {"decode-128-f32-few-keys", 128, 2, 1, 1, 3, 0, 64, 0, 1, 0},
     {"decode-256-window-softcap", 256, 4, 1, 1, 100, 64, 128, 30, 0, 1},
     {"rows-96-few-keys", 96, 2, 1, 5, 7, 0, 64, 0, 0, 0},
+    {"decode-256-f32", 256, 2, 1, 1, 300, 0, 512, 0, 1, 0},
+    {"decode-80", 80, 4, 2, 1, 200, 0, 256, 0, 0, 0},
+    {"decode-40-window", 40, 2, 1, 1, 150, 100, 128, 0, 0, 0},
 };
 
 static double rel(const std::vector<float> &out, const std::vector<double> &ref) {
