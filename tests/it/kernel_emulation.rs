@@ -3,9 +3,10 @@
 //! and the prelude's helpers) compiled by the host's C++ compiler over a CPU stand-in for the GPU
 //! runtime (`emu/simt.h`: a thread per GPU thread, barriers for __syncthreads and shuffles), and
 //! run against attention computed in double precision from the same f16 cache (`emu/attention.cpp`).
-//! The stand-in takes mma.h's plain-FMA tile, so this holds each kernel's indexing, masks
-//! (causal, sliding window over the cache's ring), soft-cap, sinks, online softmax, splits and
-//! their merge — not a device's matrix-unit layouts, which `selftest --compute` checks on a GPU.
+//! The prompt kernels, the decode split and its merge, and the unsplit decode kernel. The
+//! stand-in takes mma.h's plain-FMA tile, so this holds each kernel's indexing, masks (causal,
+//! sliding window over the cache's ring), soft-cap, sinks, online softmax, splits and their merge
+//! — not a device's matrix-unit layouts, which `selftest --compute` checks on a GPU.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
