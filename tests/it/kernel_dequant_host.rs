@@ -122,21 +122,7 @@ fn harness(dir: &Path) -> std::path::PathBuf {
         MAIN.to_string(),
     ]
     .join("\n");
-    let cpp = dir.join("dq.cpp");
-    std::fs::write(&cpp, src).unwrap();
-    let exe = dir.join("dq");
-    let out = Command::new("c++")
-        .args(["-O1", "-std=c++17", "-o"])
-        .arg(&exe)
-        .arg(&cpp)
-        .output()
-        .expect("the C++ compiler (c++, installed by scripts/setup.sh)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    crate::common::compile_cpp(dir, "dq", &src, &["-O1", "-std=c++17"])
 }
 
 #[test]

@@ -8,7 +8,6 @@
 //! sliding window over the cache's ring), soft-cap, sinks, online softmax, splits and their merge
 //! — not a device's matrix-unit layouts, which `selftest --compute` checks on a GPU.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use hipscope::gpu::kernels::{KernelSources, PRELUDE};
@@ -41,28 +40,15 @@ fn translation_unit() -> String {
     tu
 }
 
-fn build(dir: &Path) -> PathBuf {
-    let cpp = dir.join("attention.cpp");
-    std::fs::write(&cpp, translation_unit()).expect("write the translation unit");
-    let bin = dir.join("attention");
-    let out = Command::new("c++")
-        .args(["-std=c++20", "-O1", "-pthread", "-w", "-o"])
-        .arg(&bin)
-        .arg(&cpp)
-        .output()
-        .unwrap_or_else(|e| panic!("c++ (scripts/setup.sh installs g++): {e}"));
-    assert!(
-        out.status.success(),
-        "c++ failed on the kernels:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    bin
-}
-
 #[test]
 fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let bin = build(dir.path());
+    let bin = crate::common::compile_cpp(
+        dir.path(),
+        "attention",
+        &translation_unit(),
+        &["-std=c++20", "-O1", "-pthread", "-w"],
+    );
     let out = Command::new(&bin).output().expect("run the emulation");
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8_lossy(&out.stdout).to_string();

@@ -45,6 +45,30 @@ pub fn run_ok(args: &[&str]) -> Output {
     out
 }
 
+/// Compiles the C++ source `src` into `dir/name` with the system compiler (`c++`, which
+/// scripts/setup.sh installs) and `flags`; the program's path, or a test failure with the
+/// compiler's errors. The host harnesses of the kernel sources (`kernel_dequant_host`,
+/// `kernel_emulation`) build so.
+pub fn compile_cpp(dir: &std::path::Path, name: &str, src: &str, flags: &[&str]) -> PathBuf {
+    let cpp = dir.join(format!("{name}.cpp"));
+    std::fs::write(&cpp, src).unwrap_or_else(|e| panic!("{}: {e}", cpp.display()));
+    let exe = dir.join(name);
+    let out = Command::new("c++")
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .unwrap_or_else(|e| panic!("c++ (scripts/setup.sh installs g++): {e}"));
+    assert!(
+        out.status.success(),
+        "c++ failed on {}:\n{}",
+        cpp.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
 pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
