@@ -1,9 +1,9 @@
 // The attention kernels on the CPU stand-in (simt.h), against attention computed in double
 // precision from the same (f16-rounded) cache: prints one line per case,
-//   case <name> tiled <rel> mma <rel>      a prompt batch: hs_attention_tiled_*, hs_attention_mma_*
-//   case <name> split<S> <rel>             one decode token: hs_attention_split_f16 + _combine
-//   ... unsplit <rel>                       cases of fewer than 20 rows: hs_attention_{f16,f32}, a
-//                                          block per head and row
+//   case <name> [tiled <rel> mma <rel>] [unsplit <rel>] [split<S> <rel> ...]
+// tiled, mma: a prompt batch (16 rows or more): hs_attention_tiled_*, hs_attention_mma_*;
+// unsplit: fewer than 20 rows: hs_attention_{f16,f32}, a block per head and row;
+// split<S>: one decode token over 16 keys or more: hs_attention_split_f16 + _combine.
 // rel = ||kernel - reference|| / ||reference|| over the whole output. Compiled after the kernel
 // sources by tests/it/kernel_emulation.rs, which holds the bounds.
 
@@ -97,26 +97,9 @@ int main() {
         snprintf(kname, sizeof kname, "%s_%d", c.f32 ? "f32" : "f16", c.hd);
         const void *kc = c.f32 ? (const void *)kf.data() : (const void *)kh.data();
         const void *vc = c.f32 ? (const void *)vf.data() : (const void *)vh.data();
-        // The unsplit kernel (a decode token, a batch too small for the tiled kernels, rows of
-        // several sequences): a block per head and row, on the cases of a few rows (a block of
-        // the stand-in costs 128 threads' start).
-        double unsplit = -2.0;
-        if (c.nt < 20) {
-            std::vector<float> out(q.size(), NAN);
-            hs_emu_launch({(unsigned)c.nh, (unsigned)c.nt, 1}, 128, [&] {
-                if (c.f32)
-                    hs_attention_f32(nullptr, 0, q.data(), kf.data(), vf.data(), out.data(), c.nh,
-                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
-                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
-                else
-                    hs_attention_f16(nullptr, 0, q.data(), kh.data(), vh.data(), out.data(), c.nh,
-                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
-                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
-            });
-            unsplit = rel(out, ref);
-        }
+        printf("case %s", c.name);
+        // A prompt batch: the tiled kernel and the matrix units' (mma.h's plain tile here).
         if (c.nt >= 16) {
-            double err[2];
             for (int mma = 0; mma < 2; ++mma) {
                 std::vector<float> out(q.size(), NAN);
                 const unsigned rows = mma ? 64 : 16;
@@ -136,32 +119,42 @@ int main() {
     }
                     HS_ATTN_MMA_TYPES(HS_EMU_CALL)
                 });
-                err[mma] = found ? rel(out, ref) : -1.0;
+                printf(" %s %.3e", mma ? "mma" : "tiled", found ? rel(out, ref) : -1.0);
             }
-            printf("case %s tiled %.3e mma %.3e", c.name, err[0], err[1]);
-            if (unsplit > -2.0) printf(" unsplit %.3e", unsplit);
-            printf("\n");
-            continue;
         }
-        printf("case %s unsplit %.3e", c.name, unsplit);
-        // A batch of rows, or a handful of keys (the host splits from 64; the empty-splits case
-        // holds splits over few keys): the unsplit kernel only.
-        if (c.nt > 1 || c.pos0 < 16) {
-            printf("\n");
-            continue;
+        // The unsplit kernel (a decode token, a batch too small for the tiled kernels, rows of
+        // several sequences): a block per head and row, on the cases of a few rows (a block of
+        // the stand-in costs 128 threads' start).
+        if (c.nt < 20) {
+            std::vector<float> out(q.size(), NAN);
+            hs_emu_launch({(unsigned)c.nh, (unsigned)c.nt, 1}, 128, [&] {
+                if (c.f32)
+                    hs_attention_f32(nullptr, 0, q.data(), kf.data(), vf.data(), out.data(), c.nh,
+                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
+                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
+                else
+                    hs_attention_f16(nullptr, 0, q.data(), kh.data(), vh.data(), out.data(), c.nh,
+                                     c.nkv, c.hd, c.pos0, scale, c.window, c.slots, c.softcap,
+                                     sk, nullptr, nullptr, 0, nullptr, nullptr);
+            });
+            printf(" unsplit %.3e", rel(out, ref));
         }
-        for (unsigned splits : {2u, 16u, 64u}) {
-            std::vector<float> out(q_dim, NAN), part((size_t)c.nh * splits * (c.hd + 2));
-            hs_emu_launch({(unsigned)c.nh, splits, 1}, 128, [&] {
-                hs_attention_split_f16(nullptr, 0, q.data(), kh.data(), vh.data(), part.data(),
-                                       c.nh, c.nkv, c.hd, c.pos0, scale, c.window, c.slots,
-                                       c.softcap, nullptr, nullptr);
-            });
-            hs_emu_launch({(unsigned)c.nh, 1, 1}, 128, [&] {
-                hs_attention_combine(nullptr, 0, part.data(), out.data(), c.hd, splits, sk,
-                                     nullptr, nullptr, 0);
-            });
-            printf(" split%u %.3e", splits, rel(out, ref));
+        // One decode token over more than a handful of keys (the host splits from 64; the
+        // empty-splits case holds splits over few keys): split over the keys, then merged.
+        if (c.nt == 1 && c.pos0 >= 16) {
+            for (unsigned splits : {2u, 16u, 64u}) {
+                std::vector<float> out(q_dim, NAN), part((size_t)c.nh * splits * (c.hd + 2));
+                hs_emu_launch({(unsigned)c.nh, splits, 1}, 128, [&] {
+                    hs_attention_split_f16(nullptr, 0, q.data(), kh.data(), vh.data(),
+                                           part.data(), c.nh, c.nkv, c.hd, c.pos0, scale,
+                                           c.window, c.slots, c.softcap, nullptr, nullptr);
+                });
+                hs_emu_launch({(unsigned)c.nh, 1, 1}, 128, [&] {
+                    hs_attention_combine(nullptr, 0, part.data(), out.data(), c.hd, splits, sk,
+                                         nullptr, nullptr, 0);
+                });
+                printf(" split%u %.3e", splits, rel(out, ref));
+            }
         }
         printf("\n");
     }
