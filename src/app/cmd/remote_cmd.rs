@@ -168,9 +168,10 @@ fn screen(
     std::thread::Builder::new()
         .name("hipscope-remote-panels".into())
         .spawn(move || panels::poll(client, kind, None, every, stop_rx, |s| tx.send(s).is_ok()))?;
-    let _guard = crate::app::terminal::TerminalGuard::enter(false)?;
+    let guard = crate::app::terminal::TerminalGuard::enter(false)?;
+    // Through the guard's writer, as `top` draws (src/app/cmd/top.rs says why).
     let mut terminal =
-        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))?;
+        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(guard.output()))?;
     let theme = crate::ui::theme::Theme::new(
         if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
             crate::ui::theme::ThemeName::Mono

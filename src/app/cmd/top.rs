@@ -162,8 +162,11 @@ fn terminal_here() -> Result<(), &'static str> {
 /// The full screen: samples on this thread between key polls (a sample is a few small file
 /// reads, well under the interval).
 fn screen(mut sampler: Samples, every: Duration) -> anyhow::Result<i32> {
-    let _guard = crate::app::terminal::TerminalGuard::enter(false)?;
-    let backend = ratatui::backend::CrosstermBackend::new(std::io::stdout());
+    let guard = crate::app::terminal::TerminalGuard::enter(false)?;
+    // Through the guard's writer, behind the alternate screen it queued (a frame written to
+    // stdout directly could reach the terminal first and be wiped by the switch), and never
+    // blocking on a terminal that stops reading.
+    let backend = ratatui::backend::CrosstermBackend::new(guard.output());
     let mut terminal = ratatui::Terminal::new(backend)?;
     let theme = Theme::new(
         if std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) {
