@@ -23,20 +23,31 @@ fn blocked_writing_to_the_terminal(pid: i32) -> bool {
     })
 }
 
+/// Stops reading the terminal of `s` and waits until the output of `chat` (its process) is stuck
+/// in the kernel: a write of it blocks. The streaming answer alone changes a few cells a token
+/// and took two minutes to fill the kernel's buffer on two busy cores; the terminal changes size
+/// every 50 ms meanwhile, each change a whole frame redrawn (SIGWINCH), so it fills in moments.
+fn stall_until_blocked_writing(s: &Session, chat: i32) {
+    s.stall(true);
+    let start = Instant::now();
+    let mut narrow = false;
+    while !blocked_writing_to_the_terminal(chat) {
+        assert!(
+            start.elapsed() < ANSWER,
+            "the chat's output never filled the terminal's buffer"
+        );
+        narrow = !narrow;
+        s.resize(ROWS, if narrow { COLS - 1 } else { COLS });
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Starts a long answer, stops reading the terminal and waits until the chat's output is stuck
 /// in the kernel (a write of it blocks).
 fn answering_into_a_stalled_terminal(home: &std::path::Path) -> Session {
     let mut s = Session::start(home, &["-n", "-1"]);
     s.ask_for_a_long_answer();
-    s.stall(true);
-    let start = Instant::now();
-    while !blocked_writing_to_the_terminal(s.pid()) {
-        assert!(
-            start.elapsed() < ANSWER,
-            "the chat's output never filled the terminal's buffer"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stall_until_blocked_writing(&s, s.pid());
     s
 }
 
@@ -92,15 +103,7 @@ fn a_terminal_that_closes_while_the_chat_is_blocked_writing_is_a_quit() {
             std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "hipscope")
         })
         .expect("the chat's process") as i32;
-    s.stall(true);
-    let start = Instant::now();
-    while !blocked_writing_to_the_terminal(chat) {
-        assert!(
-            start.elapsed() < ANSWER,
-            "the output never filled the terminal"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    stall_until_blocked_writing(&s, chat);
     // A key, read from the terminal by the chat before it goes away.
     s.send(b"x");
     let start = Instant::now();
