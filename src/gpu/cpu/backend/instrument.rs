@@ -12,10 +12,6 @@ use crate::gpu::stream::{Budget, StreamShared};
 use crate::gpu::telemetry::host::{cpu_name, host_memory, simd_features};
 use crate::gpu::watchdog::Watchdog;
 
-/// How long [`Instrument::stuck_op`] holds the thread: far past any budget, short enough that a
-/// forgotten fault ends by itself.
-const STUCK_HOLD: Duration = Duration::from_secs(60);
-
 impl Instrument for CpuBackend {
     fn device(&self) -> DeviceSummary {
         let mem = host_memory();
@@ -54,9 +50,10 @@ impl Instrument for CpuBackend {
 
     fn stuck_op(&mut self, label: OpLabel, budget: Budget) -> Result<()> {
         let _op = self.ops.begin_budgeted(label, Some(budget));
-        tracing::warn!("{label}: holding this thread for {STUCK_HOLD:?} (HIPSCOPE_FAULT)");
+        let hold = crate::gpu::fault::stuck_hold();
+        tracing::warn!("{label}: holding this thread for {hold:?} (HIPSCOPE_FAULT)");
         let t = Instant::now();
-        while t.elapsed() < STUCK_HOLD {
+        while t.elapsed() < hold {
             std::thread::sleep(Duration::from_millis(10));
         }
         Ok(())
