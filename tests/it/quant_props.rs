@@ -340,6 +340,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// A token's products do not depend on the tile it is multiplied in: every kernel gives
+    /// token t of an nt-token pass exactly (to the bit) what a one-token pass over t gives, so
+    /// that `serve`'s batched steps and a prompt's chunks compute what one request alone would.
+    #[test]
+    fn a_tokens_products_do_not_depend_on_its_tile(nb in 1usize..=2, seed in any::<u64>(), nt in 2usize..=MAX_TILE) {
+        for &ty in COMPUTE_TYPES {
+            let cols = nb * 256;
+            let rows = 5;
+            let (q, _) = weights(ty, rows, cols, seed);
+            let x = gaussian(nt * cols, seed ^ 0x3C);
+            for isa in std::iter::once(Isa::Scalar).chain(simd_isas()) {
+                let mut a = Activation::new();
+                a.quantize(isa, ty, &x, nt, cols).expect("activation");
+                let k = Kernel::new(isa, ty).expect("kernel");
+                let mut tile = vec![0f32; rows * nt];
+                k.dot_rows(&q, rows, &a, 0, nt, &mut tile);
+                for t in 0..nt {
+                    let mut one = vec![0f32; rows];
+                    k.dot_rows(&q, rows, &a, t, 1, &mut one);
+                    for r in 0..rows {
+                        prop_assert_eq!(tile[r * nt + t].to_bits(), one[r].to_bits(), "{} {:?} row {} token {} of {}", ty, isa, r, t, nt);
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn errors_name_the_type_and_the_problem() {
     let e = quant::dequantize(GgmlType::Iq2Xxs, &[0; 66], &mut [0.0; 256]).unwrap_err();

@@ -385,7 +385,9 @@ unsafe fn rows_32_t<B: Blk32, const T: usize>(
         unsafe {
             let row = w.as_ptr().add(r * rb);
             let mut acc = [_mm256_setzero_ps(); T];
-            // The min terms get their own chain when few tokens leave the FMA latency exposed.
+            // The min terms get their own chain (the FMA latency is exposed with few tokens), at
+            // every tile size: a token's sum must be added in the same order whatever tile it is
+            // in (`quant_props`: a one-token pass and a tile agree to the bit).
             let mut accm = [_mm256_setzero_ps(); T];
             for g in 0..ng {
                 let p = row.add(g * GROUP * B::BYTES);
@@ -422,11 +424,7 @@ unsafe fn rows_32_t<B: Blk32, const T: usize>(
                     acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), sc, acc[t]);
                     if B::HAS_M {
                         let s = _mm256_load_ps(gv.s.as_ptr());
-                        if T <= 2 {
-                            accm[t] = _mm256_fmadd_ps(wm, s, accm[t]);
-                        } else {
-                            acc[t] = _mm256_fmadd_ps(wm, s, acc[t]);
-                        }
+                        accm[t] = _mm256_fmadd_ps(wm, s, accm[t]);
                     }
                 }
             }
