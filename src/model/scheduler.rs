@@ -360,10 +360,15 @@ impl Engine {
             }) else {
                 return;
             };
-            // At least the last prompt token runs again: its logits pick the first token.
+            // At least the last prompt token runs again: its logits pick the first token. And at
+            // least as many as make a product of the batch kernels (`set_exact_rows_below`,
+            // n_slots + 1 rows): the prompt's last rows are then computed as a prompt read
+            // afresh computes them, so a cached prefix never changes a greedy answer (one row
+            // alone takes the row kernel, whose sums round otherwise).
+            let rerun = (self.cfg.n_slots + 1).min(req.prompt.len()).max(1);
             let reuse = self
                 .model
-                .kv_resume_seq(i, common(i).min(req.prompt.len().saturating_sub(1)));
+                .kv_resume_seq(i, common(i).min(req.prompt.len().saturating_sub(rerun)));
             self.uses += 1;
             let slot = &mut self.slots[i];
             slot.cached.truncate(reuse);

@@ -618,7 +618,10 @@ impl Ops for CpuBackend {
     }
 
     fn set_exact_rows_below(&mut self, rows: usize) {
-        self.pack_min_rows = rows.max(PACK_MIN_TOKENS);
+        // Exactly `rows`, even below PACK_MIN_TOKENS: `serve` reads the last n_slots + 1 tokens
+        // of a cached prompt again and relies on their taking the packed GEMM as a fresh
+        // prompt's rows do.
+        self.pack_min_rows = rows.max(1);
     }
 
     fn copy(
