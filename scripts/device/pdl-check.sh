@@ -12,6 +12,8 @@
 #    HIPSCOPE_PDL=0 and =1, alternating, while llama.cpp builds beside (the same load for both).
 # 3. Beside llama.cpp, once it is built: llama-bench and hipscope (overlap on) on the same files,
 #    the same arguments, alternating.
+# VARIANTS="NAME=DIR ..." adds kernel sources to compare (HIPSCOPE_KERNELS=DIR, overlap on): each
+# gets the selftest (Q4_0) and a column in steps 2 and 3.
 # Prints a table; files under $OUT: pdl-check.md, pdl-raw.jsonl, pdl-check.log.
 # Time: about 8-9 minutes on an H100 (the llama.cpp build ~5.5 of them, beside steps 1-2).
 set -u
@@ -45,6 +47,12 @@ timeout 200 "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-13
     --quants Q4_0,Q4_K >"$WORK/selftest.log" 2>&1
 echo "selftest exit $? $(el)" | tee -a "$LOG"
 grep -iE "^device:|verdict|pass|fail|worst" "$WORK/selftest.log" | tail -8 | tee -a "$LOG"
+for v in ${VARIANTS:-}; do
+    HIPSCOPE_KERNELS=$(realpath "${v#*=}") timeout 120 "$BIN" selftest --compute \
+        --shapes tiny-qwen3,tiny-gemma3,smollm2-135m --quants Q4_0 >"$WORK/selftest-${v%%=*}.log" 2>&1
+    echo "selftest ${v%%=*}: exit $? $(el)" | tee -a "$LOG"
+    grep -iE "verdict|fail|worst" "$WORK/selftest-${v%%=*}.log" | tail -6 | tee -a "$LOG"
+done
 wait_files
 same=ok
 for f in q06 g1; do
@@ -77,8 +85,9 @@ echo "== 2. overlap off and on (llama.cpp building beside) $(el)" | tee -a "$LOG
 for f in q06 g1; do
     hs "$f" "hipscope, PDL=0 (build beside)" HIPSCOPE_PDL=0
     hs "$f" "hipscope, PDL=1 (build beside)" HIPSCOPE_PDL=1
-    hs "$f" "hipscope, PDL=0 (build beside)" HIPSCOPE_PDL=0
-    hs "$f" "hipscope, PDL=1 (build beside)" HIPSCOPE_PDL=1
+    for v in ${VARIANTS:-}; do
+        hs "$f" "${v%%=*}, PDL=1 (build beside)" HIPSCOPE_PDL=1 HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
+    done
 done
 echo "step 2 done $(el)" | tee -a "$LOG"
 
@@ -91,6 +100,8 @@ if [ -x "$LB" ]; then
     echo "== 3. beside llama.cpp $(el)" | tee -a "$LOG"
     for f in q06 g1; do
         for round in 1 2; do
+            # Inside the device's 10 minutes a command, with time left for the table.
+            [ $(($(date +%s) - t0)) -gt "${DEADLINE:-520}" ] && { echo "out of time: $f round $round" | tee -a "$LOG"; break; }
             timeout 200 "$LB" -m "$WORK/$f-q4_0.gguf" -p 0 -n 128 -d 0,4096 -r 3 -ngl 99 -o json \
                 2>>"$LOG" | python3 -c '
 import json, sys
@@ -101,13 +112,16 @@ for r in json.load(sys.stdin):
                       "overlap": None, "device": r.get("gpu_info", "")}))' "$f" >>"$RAW"
             hs "$f" "hipscope, PDL=1" HIPSCOPE_PDL=1
             hs "$f" "hipscope, PDL=0" HIPSCOPE_PDL=0
+            for v in ${VARIANTS:-}; do
+                hs "$f" "${v%%=*}, PDL=1" HIPSCOPE_PDL=1 HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
+            done
         done
     done
 else
     echo "llama-bench did not build: $(tail -5 "$WORK/llama-build.out" /tmp/llama/build.log 2>/dev/null)" | tee -a "$LOG"
 fi
 
-python3 - "$RAW" "$OUT_DIR/pdl-check.md" "$same" <<'PY' | tee -a "$LOG"
+python3 - "$RAW" "$OUT_DIR/pdl-check.md" "$same" ${VARIANTS:-} <<'PY' | tee -a "$LOG"
 import json, sys
 from collections import OrderedDict, defaultdict
 raw, md, same = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -121,8 +135,10 @@ for line in open(raw):
     if r["engine"].startswith("hipscope"):
         dev = r["device"]
 names = {"q06": "qwen3-0.6b Q4_0", "g1": "gemma3-1b Q4_0"}
-engines = ["llama.cpp", "hipscope, PDL=1", "hipscope, PDL=0", "hipscope, PDL=1 (build beside)",
-           "hipscope, PDL=0 (build beside)"]
+variants = [v.split("=")[0] for v in sys.argv[4:]]
+engines = ["llama.cpp", "hipscope, PDL=1", "hipscope, PDL=0"] + [f"{v}, PDL=1" for v in variants] + \
+    ["hipscope, PDL=1 (build beside)", "hipscope, PDL=0 (build beside)"] + \
+    [f"{v}, PDL=1 (build beside)" for v in variants]
 out = [f"device: {dev}", f"generate, overlap on vs off: {same}", "",
        "tg128 tokens/s, mean of the runs (each -r 3)", "",
        "| model | depth | " + " | ".join(engines) + " | PDL=1 / llama.cpp | PDL=1 / PDL=0 |",
