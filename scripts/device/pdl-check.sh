@@ -3,7 +3,7 @@
 # device machine, in one call: is it right, what does it gain, and where does decode then stand
 # beside llama.cpp. No Rust there: a prebuilt stripped hipscope at $HIPSCOPE_BIN (default
 # ./hipscope-bin); llama-bench built in the background meanwhile (build-llama-bench.sh, from
-# .device-carry/llama-src.tar.xz) unless $LLAMA_BENCH names one.
+# .device-carry/llama-src.tar.xz) unless $LLAMA_BENCH names one (LLAMA_BENCH=none: steps 1-2 only).
 #
 # 1. Right: `selftest --compute` (overlap on, the default) on the Qwen 3 and Gemma 3 shapes and
 #    SmolLM2's, Q4_0 and Q4_K, end to end (graph replay) against the CPU backend; and
@@ -81,17 +81,21 @@ for r in json.load(sys.stdin):
                       "depth": r.get("n_depth", 0), "avg_ts": r["avg_ts"], "sd": r["stddev_ts"],
                       "overlap": r.get("launch_overlap"), "device": r["device"]}))' "$f" "$tag" >>"$RAW"
 }
-echo "== 2. overlap off and on (llama.cpp building beside) $(el)" | tee -a "$LOG"
+# Step 2's rows are marked when llama.cpp was building beside them.
+SUF=${build_pid:+ (build beside)}
+echo "== 2. overlap off and on$SUF $(el)" | tee -a "$LOG"
 for f in q06 g1; do
-    hs "$f" "hipscope, PDL=0 (build beside)" HIPSCOPE_PDL=0
-    hs "$f" "hipscope, PDL=1 (build beside)" HIPSCOPE_PDL=1
+    hs "$f" "hipscope, PDL=0$SUF" HIPSCOPE_PDL=0
+    hs "$f" "hipscope, PDL=1$SUF" HIPSCOPE_PDL=1
     for v in ${VARIANTS:-}; do
-        hs "$f" "${v%%=*}, PDL=1 (build beside)" HIPSCOPE_PDL=1 HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
+        hs "$f" "${v%%=*}, PDL=1$SUF" HIPSCOPE_PDL=1 HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
     done
 done
 echo "step 2 done $(el)" | tee -a "$LOG"
 
-if [ -z "$LB" ]; then
+if [ "$LB" = none ]; then
+    LB=
+elif [ -z "$LB" ]; then
     wait "$build_pid"
     LB=$(tail -1 "$WORK/llama-build.out")
 fi
@@ -118,7 +122,7 @@ for r in json.load(sys.stdin):
         done
     done
 else
-    echo "llama-bench did not build: $(tail -5 "$WORK/llama-build.out" /tmp/llama/build.log 2>/dev/null)" | tee -a "$LOG"
+    [ -n "$LB" ] || [ -z "${build_pid:-}" ] || echo "llama-bench did not build: $(tail -5 "$WORK/llama-build.out" /tmp/llama/build.log 2>/dev/null)" | tee -a "$LOG"
 fi
 
 python3 - "$RAW" "$OUT_DIR/pdl-check.md" "$same" ${VARIANTS:-} <<'PY' | tee -a "$LOG"
