@@ -570,3 +570,21 @@ fn the_read_probe_streams_its_own_buffer_and_frees_it() {
     let e = small.measure_read_bandwidth().unwrap_err();
     assert!(e.to_string().contains("too little"), "{e}");
 }
+
+/// Launch overlap is taken where the runtime has it, and otherwise shown off with the reason: the
+/// fake runtime has none, and `HIPSCOPE_PDL=0` (the config's `launch_overlap: false`) turns it
+/// off on purpose, without asking the runtime.
+#[test]
+fn launch_overlap_is_off_with_the_reason_where_the_runtime_has_none() {
+    let (gpu, _) = fake_gpu(FakeScript::default(), small_cfg());
+    assert_eq!(
+        gpu.launch_overlap(),
+        "off (the fake runtime has no launch overlap)"
+    );
+    let off = GpuConfig {
+        launch_overlap: false,
+        ..small_cfg()
+    };
+    let (gpu, _) = fake_gpu(FakeScript::default(), off);
+    assert_eq!(gpu.launch_overlap(), "off (HIPSCOPE_PDL=0)");
+}
