@@ -2,12 +2,12 @@
 # Issue 33 in one device call (about 9-10 minutes on an H100, inside the 10 a command allows):
 # 1. the table's files written in the background (issue33-table.sh SYNTH_ONLY=1) while the GPU
 #    runs `selftest --compute` on the Qwen 3, Gemma 3 and SmolLM2 shapes (Q4_0, Q4_K; graphs and
-#    launch overlap on, as a user runs them) against the CPU backend;
-# 2. issue33-table.sh: every figure of the issue beside llama.cpp (LLAMA_BENCH, prebuilt and
-#    carried: building it here would not leave the time);
-# 3. with what time is left, hipscope alone on gemma3-1b and qwen3-0.6b (tg128 at depth 0 and
-#    4096) with launch overlap off (HIPSCOPE_PDL=0) and with each of $VARIANTS (NAME=DIR kernel
-#    sources, HIPSCOPE_KERNELS): what each gains, beside the table's own rows.
+#    launch overlap on, as a user runs them) against the CPU backend (SELFTEST_S, 100 s);
+# 2. hipscope alone on gemma3-1b and qwen3-0.6b (tg128 at depth 0 and 4096) with launch overlap
+#    off (HIPSCOPE_PDL=0), with each of $VARIANTS (NAME=DIR kernel sources, HIPSCOPE_KERNELS), and
+#    as it ships: what each gains, side by side;
+# 3. issue33-table.sh: every figure of the issue beside llama.cpp (LLAMA_BENCH, prebuilt and
+#    carried: building it here would not leave the time). Its raw rows reach $OUT as they come.
 # Files under $OUT: issue33-table.md, issue33-raw.jsonl, issue33-call.log, selftest.log.
 #   HIPSCOPE_BIN=... LLAMA_BENCH=... [VARIANTS="att=DIR"] scripts/device/issue33-call.sh
 set -u
@@ -23,13 +23,10 @@ t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s]"; }
 SYNTH_ONLY=1 OUT=$WORK scripts/device/issue33-table.sh >"$WORK/synth.out" 2>&1 &
 synth=$!
-timeout 150 "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
+timeout "${SELFTEST_S:-100}" "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
     --quants Q4_0,Q4_K >"$OUT_DIR/selftest.log" 2>&1
 echo "selftest --compute: exit $? $(el)" | tee -a "$LOG"
 grep -iE "^device:|verdict|fail|worst" "$OUT_DIR/selftest.log" | tail -6 | tee -a "$LOG"
-wait "$synth"
-echo "files: $(tail -1 "$WORK/synth.out") $(el)" | tee -a "$LOG"
-scripts/device/issue33-table.sh 2>&1 | tee -a "$LOG"
 # hs TAG FILE ENV...: hipscope alone, tg128 at depth 0 and 4096, one line per test.
 hs() {
     local tag=$1 f=$2
@@ -41,15 +38,19 @@ for r in json.load(sys.stdin):
     print("%-18s %-9s %-14s %9.1f ± %5.1f  overlap: %s" % (sys.argv[1], sys.argv[2], r["test"],
           r["avg_ts"], r["stddev_ts"], r.get("launch_overlap")))' "$tag" "$f" | tee -a "$LOG"
 }
-echo "== hipscope alone: overlap off, kernel variants $(el)" | tee -a "$LOG"
+# The two small files are written first of all (seconds): their rows need not wait for the rest.
 for f in g1-q4_0 q06-q4_0; do
-    for what in "PDL=0" ${VARIANTS:-}; do
-        [ $(($(date +%s) - t0)) -gt "${DEADLINE:-540}" ] && { echo "out of time before $what $f" | tee -a "$LOG"; break 2; }
-        case $what in
-        PDL=0) hs "overlap off" "$f" HIPSCOPE_PDL=0 ;;
-        *) hs "${what%%=*}" "$f" HIPSCOPE_KERNELS="$(realpath "${what#*=}")" ;;
-        esac
+    while [ ! -s "$WORK/$f.gguf" ] || pgrep -f "synth .*$f.gguf" >/dev/null; do sleep 1; done
+done
+echo "== hipscope alone: overlap off, kernel variants, main $(el)" | tee -a "$LOG"
+for f in g1-q4_0 q06-q4_0; do
+    hs "overlap off" "$f" HIPSCOPE_PDL=0
+    for v in ${VARIANTS:-}; do
+        hs "${v%%=*}" "$f" HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
     done
     hs "main (overlap on)" "$f"
 done
+wait "$synth"
+echo "files: $(tail -1 "$WORK/synth.out") $(el)" | tee -a "$LOG"
+scripts/device/issue33-table.sh 2>&1 | tee -a "$LOG"
 echo "done $(el)" | tee -a "$LOG"
