@@ -21,7 +21,16 @@ mkdir -p "$OUT_DIR" "$WORK"
 : >"$LOG"
 t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s]"; }
-SYNTH_ONLY=1 OUT=$WORK scripts/device/issue33-table.sh >"$WORK/synth.out" 2>&1 &
+# TABLE=0 (a short call): only the two small files, the selftest and step 2, with llama.cpp's
+# rows for those two files beside.
+if [ "${TABLE:-1}" = 1 ]; then
+    SYNTH_ONLY=1 OUT=$WORK scripts/device/issue33-table.sh >"$WORK/synth.out" 2>&1 &
+else
+    for x in "g1-q4_0 gemma3-1b" "q06-q4_0 qwen3-0.6b"; do
+        set -- $x
+        [ -s "$WORK/$1.gguf" ] || "$BIN" synth "$2" --quant Q4_0 -o "$WORK/$1.gguf" >"$WORK/$1.synth.log" 2>&1 &
+    done
+fi
 synth=$!
 timeout "${SELFTEST_S:-100}" "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
     --quants Q4_0,Q4_K >"$OUT_DIR/selftest.log" 2>&1
@@ -49,7 +58,12 @@ for f in g1-q4_0 q06-q4_0; do
         hs "${v%%=*}" "$f" HIPSCOPE_KERNELS="$(realpath "${v#*=}")"
     done
     hs "main (overlap on)" "$f"
+    if [ "${TABLE:-1}" != 1 ] && [ -x "${LLAMA_BENCH:-}" ]; then
+        timeout 120 "$LLAMA_BENCH" -m "$WORK/$f.gguf" -p 0 -n 128 -d 0,4096 -r 3 -ngl 99 2>>"$LOG" |
+            grep -E "tg128" | sed "s/^/llama.cpp $f /" | tee -a "$LOG"
+    fi
 done
+[ "${TABLE:-1}" = 1 ] || { echo "done (TABLE=0) $(el)" | tee -a "$LOG"; exit 0; }
 wait "$synth"
 echo "files: $(tail -1 "$WORK/synth.out") $(el)" | tee -a "$LOG"
 scripts/device/issue33-table.sh 2>&1 | tee -a "$LOG"
