@@ -62,7 +62,8 @@ __device__ __forceinline__ hs_u64 hs_now() {
 #define HS_STAMP_BEHIND 3u
 
 // HS_LAUNCH_ORDER(): launch overlap on CUDA sm_90 and later (programmatic dependent launch;
-// src/gpu/cuda/mod.rs launches every hipscope kernel with the attribute that allows it). The
+// with HIPSCOPE_PDL=1, src/gpu/cuda/mod.rs launches every hipscope kernel with the attribute
+// that allows it; off by default until measured on a GPU). The
 // next kernel on the stream may then be scheduled while this one runs, so its launch latency
 // hides behind this kernel's work instead of following it. Every kernel first waits until the
 // kernels before it have finished and their writes are visible (griddepcontrol.wait: at once for

@@ -5,7 +5,7 @@
 # ./hipscope-bin); llama-bench built in the background meanwhile (build-llama-bench.sh, from
 # .device-carry/llama-src.tar.xz) unless $LLAMA_BENCH names one (LLAMA_BENCH=none: steps 1-2 only).
 #
-# 1. Right: `selftest --compute` (overlap on, the default) on the Qwen 3 and Gemma 3 shapes and
+# 1. Right: `selftest --compute` (overlap on: HIPSCOPE_PDL=1) on the Qwen 3 and Gemma 3 shapes and
 #    SmolLM2's, Q4_0 and Q4_K, end to end (graph replay) against the CPU backend; and
 #    `generate` greedy on each bench file with overlap on and off: the same tokens.
 # 2. Gain: `bench -p 0 -n 128 -d 0,4096 -r 3` on qwen3-0.6b and gemma3-1b (synth, Q4_0), with
@@ -43,12 +43,12 @@ done
 wait_files() { for f in q06 g1; do while [ ! -s "$WORK/$f-q4_0.gguf" ] || pgrep -f "synth.*$f-q4_0" >/dev/null; do sleep 1; done; done; }
 
 echo "== 1. selftest --compute (overlap on) $(el)" | tee -a "$LOG"
-timeout 200 "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
+HIPSCOPE_PDL=1 timeout 200 "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
     --quants Q4_0,Q4_K >"$WORK/selftest.log" 2>&1
 echo "selftest exit $? $(el)" | tee -a "$LOG"
 grep -iE "^device:|verdict|pass|fail|worst" "$WORK/selftest.log" | tail -8 | tee -a "$LOG"
 for v in ${VARIANTS:-}; do
-    HIPSCOPE_KERNELS=$(realpath "${v#*=}") timeout 120 "$BIN" selftest --compute \
+    HIPSCOPE_PDL=1 HIPSCOPE_KERNELS=$(realpath "${v#*=}") timeout 120 "$BIN" selftest --compute \
         --shapes tiny-qwen3,tiny-gemma3,smollm2-135m --quants Q4_0 >"$WORK/selftest-${v%%=*}.log" 2>&1
     echo "selftest ${v%%=*}: exit $? $(el)" | tee -a "$LOG"
     grep -iE "verdict|fail|worst" "$WORK/selftest-${v%%=*}.log" | tail -6 | tee -a "$LOG"

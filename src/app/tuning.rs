@@ -28,8 +28,8 @@ pub struct Tuning {
     /// their own stamps and other ops by two timed events (the default), every op by two events,
     /// or every op by one (what each costs: `scripts/device/trace-check.sh`).
     pub trace_events: TraceEvents,
-    /// `HIPSCOPE_PDL=0`: no launch overlap (CUDA's programmatic dependent launch, sm_90 and
-    /// later; on by default), to measure what it gains.
+    /// `HIPSCOPE_PDL=1`: launch overlap (CUDA's programmatic dependent launch, sm_90 and later).
+    /// Off by default until a GPU has measured it right and faster (docs/PERFORMANCE.md).
     pub launch_overlap: bool,
 }
 
@@ -42,7 +42,7 @@ impl Default for Tuning {
             gemm_min_tokens: None,
             mv_act_f32: false,
             trace_events: TraceEvents::Stamps,
-            launch_overlap: true,
+            launch_overlap: false,
         }
     }
 }
