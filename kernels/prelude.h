@@ -61,7 +61,24 @@ __device__ __forceinline__ hs_u64 hs_now() {
 // the next token's upload, then the next step's first kernel).
 #define HS_STAMP_BEHIND 3u
 
-// HS_BREADCRUMB() is the first statement of every kernel.
+// HS_LAUNCH_ORDER(): launch overlap on CUDA sm_90 and later (programmatic dependent launch;
+// with HIPSCOPE_PDL=1, src/gpu/cuda/mod.rs launches every hipscope kernel with the attribute
+// that allows it; off by default until measured on a GPU). The
+// next kernel on the stream may then be scheduled while this one runs, so its launch latency
+// hides behind this kernel's work instead of following it. Every kernel first waits until the
+// kernels before it have finished and their writes are visible (griddepcontrol.wait: at once for
+// a kernel launched without the attribute, or after a copy or a library's kernel), then lets the
+// next one be scheduled (griddepcontrol.launch_dependents). Waiting first keeps every rule below
+// true: nothing a kernel does, its breadcrumb included, happens before its predecessor is done.
+// Elsewhere (HIP, older NVIDIA cards) it is nothing.
+#if defined(HS_BACKEND_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define HS_LAUNCH_ORDER()                                                                      \
+    asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define HS_LAUNCH_ORDER() ((void)0)
+#endif
+
+// HS_BREADCRUMB() is the first statement of every kernel, and begins with HS_LAUNCH_ORDER().
 //
 // On entry the first thread of the grid stores "op hs_op has started". On one stream ops run in
 // order, so this also proves that op hs_op - 1 has finished; the watchdog reads it without any
@@ -129,10 +146,13 @@ struct hs_op_guard {
     }
 };
 
-#define HS_BREADCRUMB() hs_op_guard hs_guard_(hs_crumb, hs_op)
+#define HS_BREADCRUMB()                                                                        \
+    HS_LAUNCH_ORDER();                                                                         \
+    hs_op_guard hs_guard_(hs_crumb, hs_op)
 #else
 #define HS_BREADCRUMB()                                                                        \
     do {                                                                                       \
+        HS_LAUNCH_ORDER();                                                                     \
         if (hs_crumb != 0 && threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0 &&      \
             blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {                           \
             if (hs_op >> 63) {                                                                 \

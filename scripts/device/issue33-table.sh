@@ -48,6 +48,8 @@ while read -r name shape quant; do
 done <<<"$FILES"
 wait
 echo "files written $(el)"
+# SYNTH_ONLY=1: only the files (issue33-call.sh writes them while the GPU runs the selftest).
+[ "${SYNTH_ONLY:-}" = 1 ] && exit 0
 
 # row FILE NGL ARGS...: both engines on one file, hipscope first.
 row() {

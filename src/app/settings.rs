@@ -240,6 +240,13 @@ impl Tuning {
                 _ => return Err(bad("HIPSCOPE_TRACE_EVENTS", v, "stamps, pairs or ends")),
             };
         }
+        if let Some(v) = get("HIPSCOPE_PDL") {
+            t.launch_overlap = match v.as_str() {
+                "0" => false,
+                "1" => true,
+                _ => return Err(bad("HIPSCOPE_PDL", v, "0 (off) or 1 (on)")),
+            };
+        }
         Ok((t, notes))
     }
 }
@@ -291,6 +298,7 @@ mod tests {
             ("HIPSCOPE_MV_ACT", "F32"),
             ("HIPSCOPE_CPU_ISA", "scalar"),
             ("HIPSCOPE_TRACE_EVENTS", "ends"),
+            ("HIPSCOPE_PDL", "1"),
         ]))
         .unwrap();
         assert!(notes.is_empty());
@@ -303,6 +311,7 @@ mod tests {
                 gemm_min_tokens: Some(4),
                 mv_act_f32: true,
                 trace_events: TraceEvents::Ends,
+                launch_overlap: true,
             }
         );
         let c = t.compute(KvType::F32, false);
@@ -311,6 +320,7 @@ mod tests {
             (PrefillGemm::Own, 4, true, false)
         );
         assert_eq!(c.trace_events, TraceEvents::Ends);
+        assert!(c.launch_overlap);
         assert_eq!(t.cpu(3).threads, 3);
         assert!(!t.cpu(3).repack);
         assert_eq!(
@@ -324,6 +334,7 @@ mod tests {
             ("HIPSCOPE_CPU_ISA", "neon"),
             ("HIPSCOPE_CPU_REPACK", "no"),
             ("HIPSCOPE_TRACE_EVENTS", "all"),
+            ("HIPSCOPE_PDL", "yes"),
         ] {
             let e = Tuning::from_env(&env(&[(k, v)])).unwrap_err();
             assert!(e.to_string().starts_with(&format!("{k}={v}")), "{e}");

@@ -28,6 +28,9 @@ pub struct Tuning {
     /// their own stamps and other ops by two timed events (the default), every op by two events,
     /// or every op by one (what each costs: `scripts/device/trace-check.sh`).
     pub trace_events: TraceEvents,
+    /// `HIPSCOPE_PDL=1`: launch overlap (CUDA's programmatic dependent launch, sm_90 and later).
+    /// Off by default until a GPU has measured it right and faster (docs/PERFORMANCE.md).
+    pub launch_overlap: bool,
 }
 
 impl Default for Tuning {
@@ -39,6 +42,7 @@ impl Default for Tuning {
             gemm_min_tokens: None,
             mv_act_f32: false,
             trace_events: TraceEvents::Stamps,
+            launch_overlap: false,
         }
     }
 }
@@ -63,6 +67,7 @@ impl Tuning {
             gemm_min_tokens: self.gemm_min_tokens.unwrap_or(d.gemm_min_tokens),
             mv_act_f32: self.mv_act_f32,
             trace_events: self.trace_events,
+            launch_overlap: self.launch_overlap,
             ..d
         }
     }

@@ -439,6 +439,18 @@ pub trait Device: Send {
     /// `h` is not used afterwards.
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError>;
 
+    /// Launch overlap: each of hipscope's kernels may be scheduled while the one before it on
+    /// the stream is still running, hiding its launch latency (CUDA's programmatic dependent
+    /// launch, sm_90 and later); every kernel still waits for its predecessor's end before it
+    /// touches memory (HS_LAUNCH_ORDER, kernels/prelude.h). `Err` says why it cannot be on.
+    fn set_launch_overlap(&mut self, on: bool) -> Result<(), String> {
+        if on {
+            Err(format!("the {} runtime has no launch overlap", self.kind()))
+        } else {
+            Ok(())
+        }
+    }
+
     /// Whether this runtime can capture the stream into a graph and replay it; `Err` says why
     /// not (a runtime without the symbols, the fake device). Graphs are then off, with that reason.
     fn graph_support(&self) -> Result<(), String> {

@@ -153,6 +153,9 @@ pub struct DeviceSummary {
     /// Graph replay of the decode step: `on`, or `off (why)`; `None` where it does not apply
     /// (the CPU backend, a remote engine).
     pub graphs: Option<String>,
+    /// Launch overlap (CUDA's programmatic dependent launch): `on`, or `off (why)`; `None` where
+    /// it does not apply (the CPU backend, a remote engine).
+    pub launch_overlap: Option<String>,
 }
 
 /// Telemetry samples live with their sampler; re-exported here beside the other snapshots.

@@ -87,6 +87,10 @@ pub struct BenchResult {
     /// test (graphs turn off by themselves where a step cannot be replayed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub graphs: Option<String>,
+    /// Launch overlap on a GPU backend (CUDA's programmatic dependent launch): `on`, or
+    /// `off (why)`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub launch_overlap: Option<String>,
     /// The CPU backend's kernel instruction set (`Isa::describe`); absent on GPU backends.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_kernels: Option<String>,
@@ -295,6 +299,11 @@ fn run_loaded(
     {
         writeln!(std::io::stdout().lock(), "graphs: {g}")?;
     }
+    if !a.json
+        && let Some(o) = &device.launch_overlap
+    {
+        writeln!(std::io::stdout().lock(), "launch overlap: {o}")?;
+    }
     let file = model.file().clone();
     let config = model.config.clone();
     if a.profile {
@@ -352,6 +361,8 @@ fn run_loaded(
                 .flatten()
                 .and_then(|p| if np > 0 { p.prompt } else { p.decode });
             let (avg, sd) = mean_sd(&samples);
+            // Read after the test: graphs turn off by themselves where a step cannot be replayed.
+            let after = model.backend().device();
             let bound = bandwidth.filter(|_| ng > 0).map(|bw| DecodeBound {
                 bytes_per_token: decode_bytes_per_token(&file, &config, depth + ng / 2, kv_bytes),
                 bandwidth: bw,
@@ -378,7 +389,8 @@ fn run_loaded(
                 stddev_ts: sd,
                 cpu_kernels: cpu_kernels.clone(),
                 read_bandwidth: read_bandwidth.clone(),
-                graphs: model.backend().device().graphs,
+                graphs: after.graphs,
+                launch_overlap: after.launch_overlap,
                 bound_ts: bound.map(|b| b.tokens_per_s()),
                 bound,
                 offload: offload.clone(),
@@ -548,6 +560,7 @@ mod tests {
             cpu_kernels: None,
             read_bandwidth: None,
             graphs: None,
+            launch_overlap: None,
             bound: None,
             bound_ts: None,
             offload: None,

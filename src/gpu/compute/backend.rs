@@ -532,6 +532,7 @@ impl Instrument for GpuCompute {
                         Err(_) => self.reason.clone(),
                     },
                     graphs: Some(g.graph_mode().describe()),
+                    launch_overlap: Some(g.launch_overlap().to_string()),
                 }
             }
             None => DeviceSummary {

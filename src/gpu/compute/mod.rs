@@ -219,6 +219,7 @@ impl GpuCompute {
         };
         let cfg = GpuConfig {
             trace_events: opts.trace_events,
+            launch_overlap: opts.launch_overlap,
             ..GpuConfig::default()
         };
         let mut gpu = Gpu::open(device, cfg)?;

@@ -298,6 +298,8 @@ pub struct ComputeOptions {
     pub mv_act_f32: bool,
     /// How the tracer times each op (`HIPSCOPE_TRACE_EVENTS`: kernel stamps or timed events).
     pub trace_events: crate::gpu::trace::device::TraceEvents,
+    /// Launch overlap where the device has it (`HIPSCOPE_PDL=1`; off by default until measured).
+    pub launch_overlap: bool,
 }
 
 impl Default for ComputeOptions {
@@ -311,6 +313,7 @@ impl Default for ComputeOptions {
             kernels: None,
             mv_act_f32: false,
             trace_events: crate::gpu::trace::device::TraceEvents::Stamps,
+            launch_overlap: false,
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct CudaDevice {
     current_on: Option<ThreadId>,
     allocations: u64,
     cublas: Result<(), String>,
+    /// Launch overlap (programmatic dependent launch) is on: see [`Device::set_launch_overlap`].
+    overlap: bool,
 }
 
 // SAFETY: the driver API is thread-safe; handles are used by one owner at a time (`&mut self`),
@@ -94,6 +96,7 @@ impl CudaDevice {
                 current_on: Some(std::thread::current().id()),
                 allocations: 0,
                 cublas,
+                overlap: false,
             })
         })
     }
@@ -435,6 +438,39 @@ impl Device for CudaDevice {
     ) -> Result<(), GpuError> {
         self.ensure_current()?;
         let s = self.live_stream()?;
+        if self.overlap {
+            // Every hipscope kernel waits for its predecessor's end before it touches memory
+            // (HS_LAUNCH_ORDER in kernels/prelude.h), so it may be scheduled before that end.
+            let mut attr = cu::CUlaunchAttribute {
+                id: cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+                pad: [0; 4],
+                value: cu::CUlaunchAttributeValue {
+                    programmaticStreamSerializationAllowed: 1,
+                },
+            };
+            let config = cu::CUlaunchConfig {
+                gridDimX: grid[0],
+                gridDimY: grid[1],
+                gridDimZ: grid[2],
+                blockDimX: block[0],
+                blockDimY: block[1],
+                blockDimZ: block[2],
+                sharedMemBytes: shared_bytes,
+                hStream: s,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: caller guarantees params match the kernel; config and attr outlive the
+            // call, which copies them.
+            return check("cuLaunchKernelEx", unsafe {
+                cu::cuLaunchKernelEx(
+                    &config,
+                    f.0 as cu::CUfunction,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            });
+        }
         // SAFETY: caller guarantees params match the kernel.
         check("cuLaunchKernel", unsafe {
             cu::cuLaunchKernel(
@@ -492,6 +528,39 @@ impl Device for CudaDevice {
     unsafe fn destroy_blas(&mut self, h: RawBlas) -> Result<(), GpuError> {
         // SAFETY: the caller's guarantee, passed on.
         unsafe { self.cublas_destroy(h) }
+    }
+
+    fn set_launch_overlap(&mut self, on: bool) -> Result<(), String> {
+        if !on {
+            self.overlap = false;
+            return Ok(());
+        }
+        let cc: u32 = self
+            .info
+            .arch
+            .strip_prefix("sm_")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        if cc < 90 {
+            return Err(format!(
+                "{} has no programmatic dependent launch (sm_90 and later)",
+                self.info.arch
+            ));
+        }
+        // SAFETY: looks a symbol up in the already loaded driver library; nothing is called.
+        let found = guarded("CUDA driver (libcuda)", || {
+            Ok(unsafe {
+                cu::culib()
+                    .get::<*const c_void>(b"cuLaunchKernelEx\0")
+                    .is_ok()
+            })
+        })
+        .unwrap_or(false);
+        if !found {
+            return Err("the CUDA driver lacks cuLaunchKernelEx".into());
+        }
+        self.overlap = true;
+        Ok(())
     }
 
     fn graph_support(&self) -> Result<(), String> {

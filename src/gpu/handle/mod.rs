@@ -62,6 +62,9 @@ pub struct GpuConfig {
     pub wait_timeout: Duration,
     /// How the tracer times each op while tracing is on (kernel stamps, timed events).
     pub trace_events: TraceEvents,
+    /// Launch overlap where the runtime has it ([`Device::set_launch_overlap`]; `HIPSCOPE_PDL=1`,
+    /// off by default until a GPU has measured it).
+    pub launch_overlap: bool,
 }
 
 impl Default for GpuConfig {
@@ -77,6 +80,7 @@ impl Default for GpuConfig {
             blas_workspace: 32 << 20,
             wait_timeout: Duration::from_secs(30),
             trace_events: TraceEvents::Stamps,
+            launch_overlap: false,
         }
     }
 }
@@ -176,6 +180,8 @@ struct StagingBuf {
 
 /// One opened device, owned by the worker thread.
 pub struct Gpu {
+    /// Launch overlap as the device took it: `on`, or `off (why)`.
+    launch_overlap: String,
     backend: Box<dyn Device>,
     stream: TrackedStream,
     cfg: GpuConfig,
@@ -237,8 +243,14 @@ impl Gpu {
         stream.set_tracking(cfg.tracking);
         stream.set_breadcrumbs(cfg.breadcrumbs);
         let graphs = graph::Graphs::new(backend.graph_support());
+        let launch_overlap = match backend.set_launch_overlap(cfg.launch_overlap) {
+            Ok(()) if cfg.launch_overlap => "on".to_string(),
+            Ok(()) => "off (HIPSCOPE_PDL=1 turns it on)".to_string(),
+            Err(why) => format!("off ({why})"),
+        };
         let mut gpu = Gpu {
             graphs,
+            launch_overlap,
             backend,
             stream,
             cfg,
@@ -594,7 +606,13 @@ impl Gpu {
             warp_size: Some(i.warp_size),
             reason: reason.to_string(),
             graphs: Some(self.graph_mode().describe()),
+            launch_overlap: Some(self.launch_overlap.clone()),
         }
+    }
+
+    /// Launch overlap as the device took it: `on`, or `off (why)`.
+    pub fn launch_overlap(&self) -> &str {
+        &self.launch_overlap
     }
 
     /// Free device memory when the device was opened.

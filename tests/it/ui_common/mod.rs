@@ -55,6 +55,7 @@ pub fn rx7900xtx() -> DeviceSummary {
         warp_size: Some(32),
         reason: "auto: libamdhip64.so.6 (ROCm 6.4.1), device 0".into(),
         graphs: None,
+        launch_overlap: None,
     }
 }
 
@@ -69,6 +70,7 @@ pub fn cpu_device() -> DeviceSummary {
         warp_size: None,
         reason: "--backend cpu".into(),
         graphs: None,
+        launch_overlap: None,
     }
 }
 

@@ -25,6 +25,7 @@ impl Instrument for CpuBackend {
             warp_size: None,
             reason: self.reason.clone(),
             graphs: None,
+            launch_overlap: None,
         }
     }
 
