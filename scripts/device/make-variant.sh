@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A kernel variant to measure on the device beside the shipped kernels, without another binary:
 # the shipped kernels/ with scripts/device/variants/NAME.patch applied, into .device-carry/kv/NAME,
-# which a device call hands to hipscope as HIPSCOPE_KERNELS (issue33-call.sh and pdl-check.sh:
+# which a device call hands to hipscope as HIPSCOPE_KERNELS (issue33-call.sh:
 # VARIANTS="NAME=.device-carry/kv/NAME"). A variant that wins is merged into kernels/ and its
 # patch removed; one that has not been measured yet stays here, so that it is not lost.
 #   scripts/device/make-variant.sh NAME...
