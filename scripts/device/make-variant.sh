@@ -5,11 +5,9 @@
 # VARIANTS="NAME=.device-carry/kv/NAME"). A variant that wins is merged into kernels/ and its
 # patch removed; one that has not been measured yet stays here, so that it is not lost.
 #   scripts/device/make-variant.sh NAME...
-# Variants:
-#   att  decode attention a warp per key turn (llama.cpp's vector-kernel plan): a group of lanes
-#        reads each key row coalesced, each warp its own online softmax over its turns, two
-#        turns' key and value rows loaded at once, no barrier in the walk, the warps merged at
-#        the end. Passes the kernel emulation's every case (tests/it/kernel_emulation.rs).
+# VARIANTS measured so far: att (decode attention a warp per key turn) on an H100, 2026-12-07:
+# slower on Qwen 3 at depth, level on Gemma 3 — dropped (docs/PERFORMANCE.md; the patch is in git
+# history, commit 096d211). No variant waits to be measured now.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 for name in "$@"; do

@@ -298,7 +298,7 @@ mod tests {
             ("HIPSCOPE_MV_ACT", "F32"),
             ("HIPSCOPE_CPU_ISA", "scalar"),
             ("HIPSCOPE_TRACE_EVENTS", "ends"),
-            ("HIPSCOPE_PDL", "1"),
+            ("HIPSCOPE_PDL", "0"),
         ]))
         .unwrap();
         assert!(notes.is_empty());
@@ -311,7 +311,7 @@ mod tests {
                 gemm_min_tokens: Some(4),
                 mv_act_f32: true,
                 trace_events: TraceEvents::Ends,
-                launch_overlap: true,
+                launch_overlap: false,
             }
         );
         let c = t.compute(KvType::F32, false);
@@ -320,7 +320,7 @@ mod tests {
             (PrefillGemm::Own, 4, true, false)
         );
         assert_eq!(c.trace_events, TraceEvents::Ends);
-        assert!(c.launch_overlap);
+        assert!(!c.launch_overlap, "HIPSCOPE_PDL=0 turns the default (on) off");
         assert_eq!(t.cpu(3).threads, 3);
         assert!(!t.cpu(3).repack);
         assert_eq!(

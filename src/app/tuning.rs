@@ -28,8 +28,9 @@ pub struct Tuning {
     /// their own stamps and other ops by two timed events (the default), every op by two events,
     /// or every op by one (what each costs: `scripts/device/trace-check.sh`).
     pub trace_events: TraceEvents,
-    /// `HIPSCOPE_PDL=1`: launch overlap (CUDA's programmatic dependent launch, sm_90 and later).
-    /// Off by default until a GPU has measured it right and faster (docs/PERFORMANCE.md).
+    /// Launch overlap (CUDA's programmatic dependent launch, sm_90 and later): on by default
+    /// since an H100 measured it right (`selftest --compute`) and faster (docs/PERFORMANCE.md,
+    /// 2026-12-07); `HIPSCOPE_PDL=0` turns it off.
     pub launch_overlap: bool,
 }
 
@@ -42,7 +43,7 @@ impl Default for Tuning {
             gemm_min_tokens: None,
             mv_act_f32: false,
             trace_events: TraceEvents::Stamps,
-            launch_overlap: false,
+            launch_overlap: true,
         }
     }
 }

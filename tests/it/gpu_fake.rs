@@ -571,19 +571,19 @@ fn the_read_probe_streams_its_own_buffer_and_frees_it() {
     assert!(e.to_string().contains("too little"), "{e}");
 }
 
-/// Launch overlap is off by default, saying how to turn it on; asked for (`HIPSCOPE_PDL=1`, the
-/// config's `launch_overlap: true`) on a runtime without it, it is shown off with the reason.
+/// Launch overlap is asked for by default (the config's `launch_overlap: true`); on a runtime
+/// without it, it is shown off with the reason. Turned off (`HIPSCOPE_PDL=0`), it says so.
 #[test]
 fn launch_overlap_is_off_with_the_reason_where_the_runtime_has_none() {
     let (gpu, _) = fake_gpu(FakeScript::default(), small_cfg());
-    assert_eq!(gpu.launch_overlap(), "off (HIPSCOPE_PDL=1 turns it on)");
-    let on = GpuConfig {
-        launch_overlap: true,
-        ..small_cfg()
-    };
-    let (gpu, _) = fake_gpu(FakeScript::default(), on);
     assert_eq!(
         gpu.launch_overlap(),
         "off (the fake runtime has no launch overlap)"
     );
+    let off = GpuConfig {
+        launch_overlap: false,
+        ..small_cfg()
+    };
+    let (gpu, _) = fake_gpu(FakeScript::default(), off);
+    assert_eq!(gpu.launch_overlap(), "off (HIPSCOPE_PDL=0)");
 }

@@ -298,7 +298,7 @@ pub struct ComputeOptions {
     pub mv_act_f32: bool,
     /// How the tracer times each op (`HIPSCOPE_TRACE_EVENTS`: kernel stamps or timed events).
     pub trace_events: crate::gpu::trace::device::TraceEvents,
-    /// Launch overlap where the device has it (`HIPSCOPE_PDL=1`; off by default until measured).
+    /// Launch overlap where the device has it (on unless `HIPSCOPE_PDL=0`).
     pub launch_overlap: bool,
 }
 
@@ -313,7 +313,7 @@ impl Default for ComputeOptions {
             kernels: None,
             mv_act_f32: false,
             trace_events: crate::gpu::trace::device::TraceEvents::Stamps,
-            launch_overlap: false,
+            launch_overlap: true,
         }
     }
 }

@@ -62,8 +62,8 @@ pub struct GpuConfig {
     pub wait_timeout: Duration,
     /// How the tracer times each op while tracing is on (kernel stamps, timed events).
     pub trace_events: TraceEvents,
-    /// Launch overlap where the runtime has it ([`Device::set_launch_overlap`]; `HIPSCOPE_PDL=1`,
-    /// off by default until a GPU has measured it).
+    /// Launch overlap where the runtime has it ([`Device::set_launch_overlap`]; on unless
+    /// `HIPSCOPE_PDL=0`).
     pub launch_overlap: bool,
 }
 
@@ -80,7 +80,7 @@ impl Default for GpuConfig {
             blas_workspace: 32 << 20,
             wait_timeout: Duration::from_secs(30),
             trace_events: TraceEvents::Stamps,
-            launch_overlap: false,
+            launch_overlap: true,
         }
     }
 }
@@ -245,7 +245,7 @@ impl Gpu {
         let graphs = graph::Graphs::new(backend.graph_support());
         let launch_overlap = match backend.set_launch_overlap(cfg.launch_overlap) {
             Ok(()) if cfg.launch_overlap => "on".to_string(),
-            Ok(()) => "off (HIPSCOPE_PDL=1 turns it on)".to_string(),
+            Ok(()) => "off (HIPSCOPE_PDL=0)".to_string(),
             Err(why) => format!("off ({why})"),
         };
         let mut gpu = Gpu {
