@@ -491,3 +491,32 @@ fn decode_launches_per_layer_are_the_documented_counts() {
         );
     }
 }
+
+/// A Q4_K_M file whose narrow matrices fall back to 32-element types between Q4_K ones
+/// (SmolLM2's 576-wide rows: Q/K/V, gate/up and the output projection Q5_0 or Q8_0, the FFN's
+/// down projection Q4_K or Q6_K, as llama-quantize writes it; Gemma 3 1B's 1152 likewise): from
+/// the second decode step on, each RMS norm and the attention quantize their output for the
+/// block size of the product after them in their own launch, so that the only quantizations of
+/// their own left are the FFN's down inputs (one a layer) — the first step, before they have
+/// seen what their products ask, had one more for every norm and attention whose size differed
+/// from the last quantization's (here every layer's first norm, after the Q4_K down product).
+#[test]
+fn norms_and_attention_quantize_for_the_product_after_them_from_the_second_step() {
+    let (mut m, ctl) = fake_model("smollm2-135m", "Q4_K_M");
+    let quantizes = |step: &[String]| {
+        step.iter()
+            .filter(|l| *l == "launch hs_quantize_act")
+            .count()
+    };
+    let n = m.config.n_layers;
+    let first = decode_launches(&mut m, &ctl, 0);
+    let second = decode_launches(&mut m, &ctl, 1);
+    let third = decode_launches(&mut m, &ctl, 2);
+    assert_eq!(quantizes(&second), n, "{second:#?}");
+    assert_eq!(second, third, "the steps after the first launch the same kernels");
+    assert!(
+        quantizes(&first) > n,
+        "the first step quantizes apart for the norms too: {first:#?}"
+    );
+    assert_eq!(first.len() - second.len(), quantizes(&first) - n);
+}

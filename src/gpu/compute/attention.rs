@@ -412,7 +412,7 @@ impl GpuCompute {
         // Quantized for the output projection in the same launch, as the fused RMS norm does,
         // where the last product's Q8 block divides a head (a projection of another block size
         // quantizes again).
-        let fuse_bs = self.norm_bs.filter(|&bs| {
+        let fuse_bs = self.fuse_bs_for(OpLabel::layer(li, "attention")).filter(|&bs| {
             // The quantized copy covers rows from 0 only (the product's whole input).
             p.row0 == 0
                 && p.head_dim.is_multiple_of(q8_block(bs) as usize)
@@ -543,6 +543,7 @@ impl GpuCompute {
             )?;
         }
         self.wrote(out);
+        self.produced(out, OpLabel::layer(li, "attention"));
         if let Some(bs) = fuse_bs {
             self.quant = Some(QuantKey {
                 buf: out,

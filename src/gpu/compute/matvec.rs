@@ -331,6 +331,19 @@ impl GpuCompute {
     /// Quantizes `n_tokens` rows of `cols` of buffer `x` for `bs`-element blocks into the
     /// workspace (quants + scales, or their dequantized copy for the GEMM path), unless the
     /// workspace already holds exactly that.
+    /// The Q8 block size the op labelled `label` (an RMS norm, the attention) quantizes its
+    /// output for in its own launch: what the product after it asked for at the last step, else
+    /// the last quantization's.
+    pub(super) fn fuse_bs_for(&self, label: OpLabel) -> Option<u32> {
+        self.fuse_bs.get(&label).copied().or(self.norm_bs)
+    }
+
+    /// The op labelled `label` wrote `out`, which it could have quantized in its own launch: the
+    /// first product that quantizes `out` teaches it the block size (`fuse_bs_for`).
+    pub(super) fn produced(&mut self, out: Buf, label: OpLabel) {
+        self.producer = Some((out, self.bufs[out.0 as usize].version, label));
+    }
+
     pub(super) fn quantize_input(
         &mut self,
         x: Buf,
@@ -342,6 +355,16 @@ impl GpuCompute {
     ) -> Result<()> {
         let src = self.buf(x, n_tokens * cols)?;
         let version = self.bufs[x.0 as usize].version;
+        // The first product after an op that could have quantized for it: that op learns the
+        // block size (fuse_bs_for), whether or not it already quantized for this one.
+        if !dequantized
+            && let Some((buf, v, op)) = self.producer
+            && buf == x
+            && v == version
+        {
+            self.producer = None;
+            self.fuse_bs.insert(op, bs);
+        }
         let key = QuantKey {
             buf: x,
             version,

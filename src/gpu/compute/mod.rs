@@ -168,9 +168,18 @@ pub struct GpuCompute {
     plan: Option<MemoryPlan>,
     labels: FastMap<(Option<u32>, &'static str, &'static str), LabelId>,
     quant: Option<QuantKey>,
-    /// Block size of the last Q8 quantization for the matrix-vector path: the RMS norm quantizes
-    /// its output for it (a product that needs another size quantizes again).
+    /// Block size of the last Q8 quantization for the matrix-vector path: what an RMS norm or the
+    /// attention quantizes its output for in its own launch until it has seen its own product
+    /// ask (`fuse_bs`; a product that needs another size quantizes again).
     norm_bs: Option<u32>,
+    /// The op that last wrote a buffer it could have quantized in the same launch (an RMS norm,
+    /// the attention): the buffer, its version and the op's label, until a product reads it.
+    producer: Option<(Buf, u64, OpLabel)>,
+    /// Per such op (by label): the Q8 block size the first product after it asked for, so that
+    /// from the next step on it quantizes for that product in its own launch even where the
+    /// products around it take another size (a Q4_K_M file whose 1152-wide matrices fall back
+    /// to Q5_0 / Q8_0 between Q4_K ones: Gemma 3 1B's, a quantize launch per product otherwise).
+    fuse_bs: FastMap<OpLabel, u32>,
     next_version: u64,
     host_bytes: Vec<u8>,
     /// The (sequence, position) table last uploaded for a step of several sequences
@@ -261,6 +270,8 @@ impl GpuCompute {
             labels: FastMap::default(),
             quant: None,
             norm_bs: None,
+            producer: None,
+            fuse_bs: FastMap::default(),
             next_version: 1,
             host_bytes: Vec::new(),
             seq_rows_up: Vec::new(),

@@ -70,7 +70,7 @@ impl GpuCompute {
         let ob = self.buf(out, n_tokens * dim)?;
         // Quantized for the matrix-vector products that follow, in the same launch, where the
         // last such product's block size divides the rows and the batch takes that path.
-        let fuse_bs = self.norm_bs.filter(|&bs| {
+        let fuse_bs = self.fuse_bs_for(label).filter(|&bs| {
             dim.is_multiple_of(q8_block(bs) as usize)
                 && n_tokens < self.opts.gemm_min_tokens.max(1)
                 && self
@@ -107,6 +107,7 @@ impl GpuCompute {
                 ],
             )?;
             self.wrote(out);
+            self.produced(out, label);
             self.quant = Some(QuantKey {
                 buf: out,
                 version: self.bufs[out.0 as usize].version,
@@ -119,6 +120,7 @@ impl GpuCompute {
         let f = self.kernels.rms_norm;
         self.launch_norm_rows(f, "rms_norm", [xb, w, ob], n_tokens, dim, eps, label)?;
         self.wrote(out);
+        self.produced(out, label);
         Ok(())
     }
 
