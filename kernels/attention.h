@@ -2,6 +2,9 @@
 // limits and the output's normalisation.
 
 #define HS_ATTN_MAX_HEAD_DIM 256
+// Most splits of one head's decode attention over the KV length (gpu::compute::attention's
+// MAX_SPLITS: hs_attention_combine keeps a weight per split in shared memory).
+#define HS_ATTN_MAX_SPLITS 64
 // Threads of a decode attention block (gpu::compute::attention launches it so).
 #define HS_ATTN_THREADS 128
 // -inf without <math.h> (nvrtc and hiprtc get no includes).

@@ -488,30 +488,44 @@ HS_KERNEL void hs_attention_split_f16(HS_TRACK_PARAMS, const float *q, const uns
 // Merges the `splits` partial results of head blockIdx.x of row blockIdx.y (hs_attention_split_*;
 // gridDim.x heads a row) into out, the head's attention sink (sinks not null) counted in as one
 // more split of sum 1 and no value, and, with bs != 0, Q8-quantizes the head's output as
-// infer_attention does.
+// infer_attention does. Thread c reads split c's max and sum once and keeps its weight
+// exp(m_c - max) in shared memory, so that each output element is a sum of independent loads
+// (every thread walking every split's max and sum, each weight an exponential per element, took
+// 10 us a Gemma 3 layer on the H100 at 16 splits); the sums run in split order, as before.
 HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *out,
                                     hs_u32 head_dim, hs_u32 splits, const float *sinks,
                                     signed char *xq, float *xd, hs_u32 bs_arg) {
     HS_BREADCRUMB();
+    __shared__ float sm[HS_ATTN_MAX_SPLITS];
+    __shared__ float sw[HS_ATTN_MAX_SPLITS];
+    __shared__ float sl[HS_ATTN_MAX_SPLITS];
     bool q8_1;
     const hs_u32 bs = hs_q8_args(bs_arg, &q8_1);
     const hs_u32 h = blockIdx.x;
     const hs_u64 row_head = (hs_u64)blockIdx.y * gridDim.x + h;
-    const float *ph = part + row_head * splits * (head_dim + 2);
+    const hs_u64 stride = head_dim + 2;
+    const float *ph = part + row_head * splits * stride;
+    for (hs_u32 c = threadIdx.x; c < splits; c += blockDim.x) {
+        const float l = ph[c * stride + 1];
+        sl[c] = l;
+        sm[c] = (l > 0.0f) ? ph[c * stride] : HS_NEG_INF;
+    }
+    __syncthreads();
     float mx = HS_NEG_INF;
     for (hs_u32 c = 0; c < splits; ++c) {
-        const float *p = ph + (hs_u64)c * (head_dim + 2);
-        if (p[1] > 0.0f) {
-            mx = fmaxf(mx, p[0]);
-        }
+        mx = fmaxf(mx, sm[c]);
     }
     if (sinks != 0) {
         mx = fmaxf(mx, sinks[h]);
     }
+    __syncthreads();
+    for (hs_u32 c = threadIdx.x; c < splits; c += blockDim.x) {
+        sw[c] = (sl[c] > 0.0f) ? expf(sm[c] - mx) : 0.0f;
+    }
+    __syncthreads();
     float total = 0.0f;
     for (hs_u32 c = 0; c < splits; ++c) {
-        const float *p = ph + (hs_u64)c * (head_dim + 2);
-        total += (p[1] > 0.0f) ? p[1] * expf(p[0] - mx) : 0.0f;
+        total += (sl[c] > 0.0f) ? sl[c] * sw[c] : 0.0f;
     }
     if (sinks != 0) {
         total += expf(sinks[h] - mx);
@@ -520,9 +534,9 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
     float *oh = out + row_head * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
         float o = 0.0f;
+#pragma unroll 8
         for (hs_u32 c = 0; c < splits; ++c) {
-            const float *p = ph + (hs_u64)c * (head_dim + 2);
-            o += (p[1] > 0.0f) ? p[2 + d] * expf(p[0] - mx) : 0.0f;
+            o += (sl[c] > 0.0f) ? ph[c * stride + 2 + d] * sw[c] : 0.0f;
         }
         oh[d] = o * inv;
     }

@@ -36,7 +36,8 @@ const KEYS_PER_SPLIT: usize = 128;
 /// Most splits by length alone: more (64 at 4,097 keys) measured slower on the H200 for 9 and 16
 /// heads (SmolLM2 702 → 656 t/s, Qwen3-0.6B 558 → 548 at depth 4096).
 const LENGTH_SPLITS: usize = 32;
-/// Most splits of one head (few heads: [`FEW_HEADS`]).
+/// Most splits of one head (few heads: [`FEW_HEADS`]); `HS_ATTN_MAX_SPLITS` in
+/// kernels/attention.h, the combine kernel's shared table (a test holds the two equal).
 pub(super) const MAX_SPLITS: usize = 64;
 /// Query heads under which the unsplit kernel's grid (a block per head) leaves most of a GPU
 /// idle: Gemma 3 1B's 4, SmolLM2's 9. Such models split from [`FEW_HEADS_MIN_KEYS`] keys, into
@@ -560,6 +561,14 @@ impl GpuCompute {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_combine_kernels_table_holds_the_most_splits() {
+        assert!(
+            include_str!("../../../kernels/attention.h")
+                .contains(&format!("#define HS_ATTN_MAX_SPLITS {MAX_SPLITS}\n"))
+        );
+    }
 
     #[test]
     fn many_heads_split_by_length_and_few_heads_earlier_and_finer() {
