@@ -24,6 +24,9 @@ __device__ float infer_block_sum(float v, float *scratch) {
     return total;
 }
 
+// Elements of a row a thread loads together in the norms' second pass.
+#define HS_NORM_BATCH 8
+
 // One block per row: y = x / sqrt(mean(x^2) + eps) * w.
 HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w, float *y,
                                 hs_u32 dim, float eps) {
@@ -39,8 +42,27 @@ HS_KERNEL void hs_rms_norm_rows(HS_TRACK_PARAMS, const float *x, const float *w,
     }
     const float total = infer_block_sum(acc, s);
     const float scale = 1.0f / sqrtf(total / (float)dim + eps);
-    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        yr[i] = xr[i] * scale * w[i];
+    // A thread's elements HS_NORM_BATCH at a time, every load of a batch before its stores (the
+    // stores may alias the loads for all the compiler knows: element by element, each was a
+    // memory round trip of its own).
+    for (hs_u32 i0 = threadIdx.x; i0 < dim; i0 += HS_NORM_BATCH * blockDim.x) {
+        float xv[HS_NORM_BATCH];
+        float wv[HS_NORM_BATCH];
+#pragma unroll
+        for (hs_u32 k = 0; k < HS_NORM_BATCH; ++k) {
+            const hs_u32 i = i0 + k * blockDim.x;
+            if (i < dim) {
+                xv[k] = xr[i];
+                wv[k] = w[i];
+            }
+        }
+#pragma unroll
+        for (hs_u32 k = 0; k < HS_NORM_BATCH; ++k) {
+            const hs_u32 i = i0 + k * blockDim.x;
+            if (i < dim) {
+                yr[i] = xv[k] * scale * wv[k];
+            }
+        }
     }
 }
 
@@ -59,8 +81,28 @@ HS_KERNEL void hs_rms_norm_add_rows(HS_TRACK_PARAMS, const float *x, const float
     }
     const float total = infer_block_sum(sq, s);
     const float scale = 1.0f / sqrtf(total / (float)dim + eps);
-    for (hs_u32 i = threadIdx.x; i < dim; i += blockDim.x) {
-        ar[i] += xr[i] * scale * w[i];
+    // In batches, loads before stores, as hs_rms_norm_rows (5.8 us a launch on an H100 at
+    // Gemma 3 1B's 1152 element by element: a memory round trip per element of a thread).
+    for (hs_u32 i0 = threadIdx.x; i0 < dim; i0 += HS_NORM_BATCH * blockDim.x) {
+        float xv[HS_NORM_BATCH];
+        float wv[HS_NORM_BATCH];
+        float av[HS_NORM_BATCH];
+#pragma unroll
+        for (hs_u32 k = 0; k < HS_NORM_BATCH; ++k) {
+            const hs_u32 i = i0 + k * blockDim.x;
+            if (i < dim) {
+                xv[k] = xr[i];
+                wv[k] = w[i];
+                av[k] = ar[i];
+            }
+        }
+#pragma unroll
+        for (hs_u32 k = 0; k < HS_NORM_BATCH; ++k) {
+            const hs_u32 i = i0 + k * blockDim.x;
+            if (i < dim) {
+                ar[i] = av[k] + xv[k] * scale * wv[k];
+            }
+        }
     }
 }
 
