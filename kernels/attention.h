@@ -7,6 +7,24 @@
 #define HS_ATTN_MAX_SPLITS 64
 // Threads of a decode attention block (gpu::compute::attention launches it so).
 #define HS_ATTN_THREADS 128
+// Lanes that score one key together in a decode attention block (attn_keys in
+// infer_attention.hip): lane s of a key's L lanes reads the 16-byte words s, s + L, s + 2L, ... of
+// the key's row (the L lanes' loads adjacent: coalesced), and the L lanes add their partial dot
+// products by shuffles within their aligned group. A chunk then covers HS_ATTN_THREADS / L keys.
+// 1: a thread per key, reading the whole row. A power of two up to 32 (the narrowest warp); a
+// variant of the kernels directory (scripts/device/attn-lanes-variants.sh) overrides it.
+#ifndef HS_ATTN_KEY_LANES
+#define HS_ATTN_KEY_LANES 1
+#endif
+#if HS_ATTN_KEY_LANES < 1 || HS_ATTN_KEY_LANES > 32 ||                                          \
+    (HS_ATTN_KEY_LANES & (HS_ATTN_KEY_LANES - 1)) != 0
+#error "HS_ATTN_KEY_LANES must be a power of two from 1 to 32"
+#endif
+// 16-byte words of a key that a lane of L > 1 loads together before their products (at most
+// this many in flight, a lane's share of the row in batches of it).
+#ifndef HS_ATTN_KEY_BATCH
+#define HS_ATTN_KEY_BATCH 8
+#endif
 // -inf without <math.h> (nvrtc and hiprtc get no includes).
 #define HS_NEG_INF __int_as_float(0xff800000)
 

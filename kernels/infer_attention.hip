@@ -181,11 +181,14 @@ __device__ __forceinline__ float infer_kv_load(const unsigned short *p, hs_u64 i
 #define HS_ATTN_W_MAX 8
 
 template <typename KV> struct attn_w;
+// W: elements of a 16-byte cache load; raw: such a load as it comes (attn_raw16).
 template <> struct attn_w<float> {
     static const hs_u32 W = 4;
+    typedef float4 raw;
 };
 template <> struct attn_w<unsigned short> {
     static const hs_u32 W = 8;
+    typedef uint4 raw;
 };
 
 // Elements d..d + W of a cache row, by one 16-byte load (the row and d 16-byte aligned).
@@ -206,6 +209,30 @@ __device__ __forceinline__ void attn_load16(const unsigned short *row, hs_u32 d,
     }
 }
 
+// Elements d..d + W of a cache row as one 16-byte load, unconverted (the row and d 16-byte
+// aligned), and a + their dot product with q[0..W] (attn_key_part's two halves).
+__device__ __forceinline__ float4 attn_raw16(const float *row, hs_u32 d) {
+    return *(const float4 *)(row + d);
+}
+__device__ __forceinline__ uint4 attn_raw16(const unsigned short *row, hs_u32 d) {
+    return *(const uint4 *)(row + d);
+}
+__device__ __forceinline__ float attn_dot16(float4 r, const float *q, float a) {
+    a = fmaf(q[0], r.x, a);
+    a = fmaf(q[1], r.y, a);
+    a = fmaf(q[2], r.z, a);
+    return fmaf(q[3], r.w, a);
+}
+__device__ __forceinline__ float attn_dot16(uint4 u, const float *q, float a) {
+    const hs_u32 w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        a = fmaf(q[2 * i], hs_half_to_float((unsigned short)(w[i] & 0xffffu)), a);
+        a = fmaf(q[2 * i + 1], hs_half_to_float((unsigned short)(w[i] >> 16)), a);
+    }
+    return a;
+}
+
 // Elements d..d + W of a cache row into r: one 16-byte load where `vec` (W divides head_dim, so
 // the row and d are 16-byte aligned), else one by one, 0 beyond head_dim.
 template <typename KV>
@@ -222,16 +249,64 @@ __device__ __forceinline__ void attn_load(const KV *row, hs_u32 d, hs_u32 head_d
     }
 }
 
-// ---- One query row over a range of keys, a thread per key -------------------------------------
+// Lane sl's part (0 <= sl < HS_ATTN_KEY_LANES = L) of the dot product of key row kj with the
+// query (qs, zero-padded to nw words of W): its 16-byte words sl, sl + L, sl + 2L, ... below nw,
+// so that the L lanes of a key read adjacent words. Where W divides head_dim (vec), a lane's words
+// are loaded together, HS_ATTN_KEY_BATCH at most (a row of HS_ATTN_MAX_HEAD_DIM elements: at most
+// ceil(HS_ATTN_MAX_HEAD_DIM / (W * L)) words a lane), before their products; else element by
+// element, zeros beyond head_dim. Used by attn_keys when L > 1.
+template <typename KV>
+__device__ __forceinline__ float attn_key_part(const KV *kj, const float *qs, hs_u32 nw,
+                                               hs_u32 head_dim, bool vec, hs_u32 sl) {
+    const hs_u32 W = attn_w<KV>::W;
+    const hs_u32 L = HS_ATTN_KEY_LANES;
+    const hs_u32 lane_words = (HS_ATTN_MAX_HEAD_DIM / W + L - 1) / L;
+    const hs_u32 B = (lane_words < HS_ATTN_KEY_BATCH) ? lane_words : HS_ATTN_KEY_BATCH;
+    float a = 0.0f;
+    if (vec) {
+        for (hs_u32 w0 = sl; w0 < nw; w0 += B * L) {
+            typename attn_w<KV>::raw r[B];
+#pragma unroll
+            for (hs_u32 b = 0; b < B; ++b) {
+                if (w0 + b * L < nw) {
+                    r[b] = attn_raw16(kj, W * (w0 + b * L));
+                }
+            }
+#pragma unroll
+            for (hs_u32 b = 0; b < B; ++b) {
+                if (w0 + b * L < nw) {
+                    a = attn_dot16(r[b], qs + W * (w0 + b * L), a);
+                }
+            }
+        }
+        return a;
+    }
+    for (hs_u32 w = sl; w < nw; w += L) {
+        float r[HS_ATTN_W_MAX];
+        attn_load(kj, W * w, head_dim, false, r);
+#pragma unroll
+        for (hs_u32 i = 0; i < W; ++i) {
+            a = fmaf(qs[W * w + i], r[i], a);
+        }
+    }
+    return a;
+}
+
+// ---- One query row over a range of keys, L lanes a key ------------------------------------------
 //
 // The block (HS_ATTN_THREADS threads) walks keys lo..hi of one query row of head h (KV head kvh)
-// in chunks of blockDim.x keys. Thread i scores key c0 + i against the query (qs, in shared
-// memory) on its own, reading the key 16 bytes at a time (W = 4 f32 or 8 f16 elements), with no
-// reduction across lanes; the chunk's max and the sum of its weights are block reductions, so the
-// running max m and sum l are the whole block's (an online softmax a chunk at a time). The values
-// are then summed by groups of ceil(head_dim / W) threads: thread (g, c) adds p_j * v_j[Wc..]
-// for the chunk's keys j = g, g + groups, ..., so each value row is read coalesced by one group,
-// and the groups, sharing m, add their sums without rescaling. Scores are soft-capped as
+// in chunks of blockDim.x / L keys (L = HS_ATTN_KEY_LANES). With L = 1 thread i scores key c0 + i
+// against the query (qs, in shared memory) on its own, reading the key 16 bytes at a time (W = 4
+// f32 or 8 f16 elements), with no reduction across lanes. With L > 1 threads iL .. iL + L - 1
+// score key c0 + i together: each reads every L-th 16-byte word of the row (attn_key_part: the L
+// lanes' loads adjacent, a lane's words issued together), and the L partial sums are added by
+// shuffles within the aligned group of L lanes (every lane then holds the score); only the
+// group's lane 0 writes the key's weight and counts it in the sum. The chunk's max and the sum of
+// its weights are block reductions, so the running max m and sum l are the whole block's (an
+// online softmax a chunk at a time). The values are then summed by groups of ceil(head_dim / W)
+// threads: thread (g, c) adds p_j * v_j[Wc..] for the chunk's keys j = g, g + groups, ..., so
+// each value row is read coalesced by one group, and the groups, sharing m, add their sums
+// without rescaling. Scores are soft-capped as
 // cap * tanh(s / cap) where softcap > 0 (Gemma 2); key j sits in slot j % slots. A head_dim that
 // W does not divide is read element by element (the same loop, zeros beyond head_dim).
 //
@@ -253,6 +328,11 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     const hs_u32 lane = tid % warpSize;
     const hs_u32 warp = tid / warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
+    // Keys of a chunk; this thread's key in it and its lane among the key's L.
+    const hs_u32 L = HS_ATTN_KEY_LANES;
+    const hs_u32 keys = blockDim.x / L;
+    const hs_u32 kk = tid / L;
+    const hs_u32 sl = tid % L;
     const hs_u32 nw = (head_dim + W - 1) / W;
     const bool vec = (head_dim % W) == 0;
     for (hs_u32 d = tid; d < W * nw; d += blockDim.x) {
@@ -270,9 +350,10 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     for (hs_u32 i = 0; i < W; ++i) {
         acc[i] = 0.0f;
     }
-    for (hs_u32 c0 = lo; c0 < hi; c0 += blockDim.x) {
-        const hs_u32 j = c0 + tid;
+    for (hs_u32 c0 = lo; c0 < hi; c0 += keys) {
+        const hs_u32 j = c0 + kk;
         float s = HS_NEG_INF;
+#if HS_ATTN_KEY_LANES == 1
         if (j < hi) {
             const KV *kj = kc + (hs_u64)(j % slots) * kv_dim + koff;
             float a = 0.0f;
@@ -290,6 +371,24 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
                 s = softcap * tanhf(s / softcap);
             }
         }
+#else
+        float a = 0.0f;
+        if (j < hi) {
+            a = attn_key_part(kc + (hs_u64)(j % slots) * kv_dim + koff, qs, nw, head_dim, vec,
+                              sl);
+        }
+        // Every lane of the warp takes part (the key's L lanes are one aligned group of it).
+#pragma unroll
+        for (hs_u32 o = L / 2; o > 0; o >>= 1) {
+            a += HS_SHFL_XOR(a, o);
+        }
+        if (j < hi) {
+            s = a * scale;
+            if (softcap > 0.0f) {
+                s = softcap * tanhf(s / softcap);
+            }
+        }
+#endif
         const float wmax = hs_warp_max(s);
         if (lane == 0) {
             red_m[warp] = wmax;
@@ -301,8 +400,11 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
         }
         const float m_new = fmaxf(m, cmax);
         const float p = (j < hi) ? expf(s - m_new) : 0.0f;
-        ps[tid] = p;
-        const float wsum = hs_warp_sum(p);
+        // A key's weight once: from lane 0 of its L.
+        if (sl == 0) {
+            ps[kk] = p;
+        }
+        const float wsum = hs_warp_sum((sl == 0) ? p : 0.0f);
         if (lane == 0) {
             red_l[warp] = wsum;
         }
@@ -316,7 +418,7 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
         l = l * corr + csum;
         m = m_new;
         if (g < groups) {
-            const hs_u32 n = (hi - c0 < blockDim.x) ? hi - c0 : blockDim.x;
+            const hs_u32 n = (hi - c0 < keys) ? hi - c0 : keys;
 #pragma unroll
             for (hs_u32 i = 0; i < W; ++i) {
                 acc[i] *= corr;

@@ -34,6 +34,10 @@ static const Case CASES[] = {
     {"decode-256-f32", 256, 2, 1, 1, 300, 0, 512, 0, 1, 0},
     {"decode-80", 80, 4, 2, 1, 200, 0, 256, 0, 0, 0},
     {"decode-40-window", 40, 2, 1, 1, 150, 100, 128, 0, 0, 0},
+    // Head sizes that the cache's 16-byte loads do not divide (f16: 8 elements, f32: 4): the
+    // decode kernels' element-by-element path.
+    {"decode-36-odd", 36, 4, 2, 1, 300, 0, 512, 0, 0, 1},
+    {"decode-42-f32-odd-window", 42, 2, 1, 1, 150, 100, 128, 0, 1, 0},
 };
 
 static double rel(const std::vector<float> &out, const std::vector<double> &ref) {
