@@ -249,17 +249,16 @@ __device__ __forceinline__ void attn_load(const KV *row, hs_u32 d, hs_u32 head_d
     }
 }
 
-// Lane sl's part (0 <= sl < HS_ATTN_KEY_LANES = L) of the dot product of key row kj with the
+// Lane sl's part (0 <= sl < L) of the dot product of key row kj with the
 // query (qs, zero-padded to nw words of W): its 16-byte words sl, sl + L, sl + 2L, ... below nw,
 // so that the L lanes of a key read adjacent words. Where W divides head_dim (vec), a lane's words
 // are loaded together, HS_ATTN_KEY_BATCH at most (a row of HS_ATTN_MAX_HEAD_DIM elements: at most
 // ceil(HS_ATTN_MAX_HEAD_DIM / (W * L)) words a lane), before their products; else element by
 // element, zeros beyond head_dim. Used by attn_keys when L > 1.
-template <typename KV>
+template <typename KV, hs_u32 L>
 __device__ __forceinline__ float attn_key_part(const KV *kj, const float *qs, hs_u32 nw,
                                                hs_u32 head_dim, bool vec, hs_u32 sl) {
     const hs_u32 W = attn_w<KV>::W;
-    const hs_u32 L = HS_ATTN_KEY_LANES;
     const hs_u32 lane_words = (HS_ATTN_MAX_HEAD_DIM / W + L - 1) / L;
     const hs_u32 B = (lane_words < HS_ATTN_KEY_BATCH) ? lane_words : HS_ATTN_KEY_BATCH;
     float a = 0.0f;
@@ -295,7 +294,7 @@ __device__ __forceinline__ float attn_key_part(const KV *kj, const float *qs, hs
 // ---- One query row over a range of keys, L lanes a key ------------------------------------------
 //
 // The block (HS_ATTN_THREADS threads) walks keys lo..hi of one query row of head h (KV head kvh)
-// in chunks of blockDim.x / L keys (L = HS_ATTN_KEY_LANES). With L = 1 thread i scores key c0 + i
+// in chunks of blockDim.x / L keys (L: attn_keys_for's choice by the head's size). With L = 1 thread i scores key c0 + i
 // against the query (qs, in shared memory) on its own, reading the key 16 bytes at a time (W = 4
 // f32 or 8 f16 elements), with no reduction across lanes. With L > 1 threads iL .. iL + L - 1
 // score key c0 + i together: each reads every L-th 16-byte word of the row (attn_key_part: the L
@@ -313,7 +312,7 @@ __device__ __forceinline__ float attn_key_part(const KV *kj, const float *qs, hs
 // The form before this one gave each warp every fourth key and reduced each score across the
 // warp: a serial chain of shuffles and exponentials per key, 11 us a SmolLM2 layer on an H100 at
 // 16-48 keys. Leaves the block synchronised; o (shared, head_dim) holds the unnormalised output.
-template <typename KV>
+template <typename KV, hs_u32 L>
 __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const KV *vc,
                                           hs_u32 kv_dim, hs_u32 kvh, hs_u32 head_dim,
                                           hs_u32 lo, hs_u32 hi, hs_u32 slots, float scale,
@@ -329,7 +328,6 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     const hs_u32 warp = tid / warpSize;
     const hs_u32 nwarps = blockDim.x / warpSize;
     // Keys of a chunk; this thread's key in it and its lane among the key's L.
-    const hs_u32 L = HS_ATTN_KEY_LANES;
     const hs_u32 keys = blockDim.x / L;
     const hs_u32 kk = tid / L;
     const hs_u32 sl = tid % L;
@@ -353,42 +351,39 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     for (hs_u32 c0 = lo; c0 < hi; c0 += keys) {
         const hs_u32 j = c0 + kk;
         float s = HS_NEG_INF;
-#if HS_ATTN_KEY_LANES == 1
-        if (j < hi) {
-            const KV *kj = kc + (hs_u64)(j % slots) * kv_dim + koff;
-            float a = 0.0f;
+        if (L == 1) {
+            if (j < hi) {
+                const KV *kj = kc + (hs_u64)(j % slots) * kv_dim + koff;
+                float a = 0.0f;
 #pragma unroll 4
-            for (hs_u32 k = 0; k < nw; ++k) {
-                float r[HS_ATTN_W_MAX];
-                attn_load(kj, W * k, head_dim, vec, r);
+                for (hs_u32 k = 0; k < nw; ++k) {
+                    float r[HS_ATTN_W_MAX];
+                    attn_load(kj, W * k, head_dim, vec, r);
 #pragma unroll
-                for (hs_u32 i = 0; i < W; ++i) {
-                    a = fmaf(qs[W * k + i], r[i], a);
+                    for (hs_u32 i = 0; i < W; ++i) {
+                        a = fmaf(qs[W * k + i], r[i], a);
+                    }
                 }
+                s = a * scale;
             }
-            s = a * scale;
-            if (softcap > 0.0f) {
-                s = softcap * tanhf(s / softcap);
+        } else {
+            float a = 0.0f;
+            if (j < hi) {
+                a = attn_key_part<KV, L>(kc + (hs_u64)(j % slots) * kv_dim + koff, qs, nw,
+                                         head_dim, vec, sl);
             }
-        }
-#else
-        float a = 0.0f;
-        if (j < hi) {
-            a = attn_key_part(kc + (hs_u64)(j % slots) * kv_dim + koff, qs, nw, head_dim, vec,
-                              sl);
-        }
-        // Every lane of the warp takes part (the key's L lanes are one aligned group of it).
+            // Every lane of the warp takes part (the key's L lanes are one aligned group of it).
 #pragma unroll
-        for (hs_u32 o = L / 2; o > 0; o >>= 1) {
-            a += HS_SHFL_XOR(a, o);
-        }
-        if (j < hi) {
-            s = a * scale;
-            if (softcap > 0.0f) {
-                s = softcap * tanhf(s / softcap);
+            for (hs_u32 o = L / 2; o > 0; o >>= 1) {
+                a += HS_SHFL_XOR(a, o);
+            }
+            if (j < hi) {
+                s = a * scale;
             }
         }
-#endif
+        if (j < hi && softcap > 0.0f) {
+            s = softcap * tanhf(s / softcap);
+        }
         const float wmax = hs_warp_max(s);
         if (lane == 0) {
             red_m[warp] = wmax;
@@ -457,6 +452,23 @@ __device__ __forceinline__ void attn_keys(const float *qh, const KV *kc, const K
     __syncthreads();
 }
 
+// attn_keys with the lanes a key for a head of head_dim elements: HS_ATTN_KEY_LANES_WIDE from
+// HS_ATTN_WIDE_HEAD on, HS_ATTN_KEY_LANES below (attention.h).
+template <typename KV>
+__device__ __forceinline__ void attn_keys_for(const float *qh, const KV *kc, const KV *vc,
+                                              hs_u32 kv_dim, hs_u32 kvh, hs_u32 head_dim,
+                                              hs_u32 lo, hs_u32 hi, hs_u32 slots, float scale,
+                                              float softcap, float *o, float *m_out,
+                                              float *l_out) {
+    if (head_dim >= HS_ATTN_WIDE_HEAD) {
+        attn_keys<KV, HS_ATTN_KEY_LANES_WIDE>(qh, kc, vc, kv_dim, kvh, head_dim, lo, hi, slots,
+                                              scale, softcap, o, m_out, l_out);
+    } else {
+        attn_keys<KV, HS_ATTN_KEY_LANES>(qh, kc, vc, kv_dim, kvh, head_dim, lo, hi, slots, scale,
+                                         softcap, o, m_out, l_out);
+    }
+}
+
 // Causal attention of one query row (token blockIdx.y, head blockIdx.x) over keys lo..pos0+t of
 // its KV head (lo = 0, or pos0 + t + 1 - window for a sliding-window layer), by attn_keys.
 // `kc`/`vc` point at the layer's cache: positions of kv_dim elements.
@@ -484,7 +496,7 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
         infer_seq_row(rows, t, slots, n_kv_heads * head_dim, kc, vc, pos0 + t) + 1;
     const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
     float m, l;
-    attn_keys<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
+    attn_keys_for<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
                   kvh, head_dim, lo, n_keys, slots, scale, softcap, o, &m, &l);
     const float inv = attn_norm(m, l, sinks, h);
     float *oh = out + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
@@ -553,7 +565,7 @@ __device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc
     const hs_u32 lo = lo0 + c * len;
     const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
     float m, l;
-    attn_keys<KV>(q + ((hs_u64)t * n_heads + h) * head_dim, kc, vc, n_kv_heads * head_dim, kvh,
+    attn_keys_for<KV>(q + ((hs_u64)t * n_heads + h) * head_dim, kc, vc, n_kv_heads * head_dim, kvh,
                   head_dim, lo, hi, slots, scale, softcap, o, &m, &l);
     float *ph = part + (((hs_u64)t * n_heads + h) * gridDim.y + c) * (head_dim + 2);
     if (threadIdx.x == 0) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 33 in one device call (about 9-10 minutes on an H100, inside the 10 a command allows):
 # 1. the table's files written in the background (issue33-table.sh SYNTH_ONLY=1) while the GPU
-#    runs `selftest --compute` on the Qwen 3, Gemma 3 and SmolLM2 shapes (Q4_0, Q4_K; graphs on, and
+#    runs `selftest --compute` on the Qwen 3, Gemma 3 and SmolLM2 shapes (SELFTEST_SHAPES; Q4_0, Q4_K; graphs on, and
 #    launch overlap, HIPSCOPE_PDL=1, which is what it checks) against the CPU backend (SELFTEST_S, 100 s);
 # 2. hipscope alone on gemma3-1b and qwen3-0.6b (tg128 at depth 0 and 4096) with launch overlap
 #    off (HIPSCOPE_PDL=0), with each of $VARIANTS (NAME=DIR kernel sources, HIPSCOPE_KERNELS), and
@@ -32,7 +32,8 @@ else
     done
 fi
 synth=$!
-HIPSCOPE_PDL=1 timeout "${SELFTEST_S:-100}" "$BIN" selftest --compute --shapes tiny-qwen3,tiny-gemma3,smollm2-135m \
+HIPSCOPE_PDL=1 timeout "${SELFTEST_S:-100}" "$BIN" selftest --compute \
+    --shapes "${SELFTEST_SHAPES:-tiny-qwen3,tiny-gemma3,smollm2-135m}" \
     --quants Q4_0,Q4_K >"$OUT_DIR/selftest.log" 2>&1
 echo "selftest --compute: exit $? $(el)" | tee -a "$LOG"
 grep -iE "^device:|verdict|fail|worst" "$OUT_DIR/selftest.log" | tail -6 | tee -a "$LOG"

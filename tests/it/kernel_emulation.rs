@@ -7,9 +7,10 @@
 //! stand-in takes mma.h's plain-FMA tile, so this holds each kernel's indexing, masks (causal,
 //! sliding window over the cache's ring), soft-cap, sinks, online softmax, splits and their merge
 //! — not a device's matrix-unit layouts, which `selftest --compute` checks on a GPU. The decode
-//! kernels score a key by `HS_ATTN_KEY_LANES` lanes (attention.h: its default, and the values a
-//! kernels directory may set instead); the translation unit is compiled and run once for each of
-//! [`KEY_LANES`].
+//! kernels score a key by `HS_ATTN_KEY_LANES` lanes (`HS_ATTN_KEY_LANES_WIDE` for heads of 128
+//! and more; attention.h: their defaults, 1 and 2, and the values a kernels directory may set
+//! instead); the translation unit is compiled and run once for each of [`KEY_LANES`], both set
+//! to it, so that every head size runs every value.
 
 use std::process::Command;
 
@@ -62,11 +63,12 @@ fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
                 let (dir, tu) = (dir.path(), &tu);
                 scope.spawn(move || {
                     let define = format!("-DHS_ATTN_KEY_LANES={lanes}");
+                    let wide = format!("-DHS_ATTN_KEY_LANES_WIDE={lanes}");
                     let bin = crate::common::compile_cpp(
                         dir,
                         &format!("attention_lanes{lanes}"),
                         tu,
-                        &["-std=c++20", "-O1", "-pthread", "-w", &define],
+                        &["-std=c++20", "-O1", "-pthread", "-w", &define, &wide],
                     );
                     let out = Command::new(&bin).output().expect("run the emulation");
                     assert!(out.status.success(), "HS_ATTN_KEY_LANES={lanes}: {out:?}");
