@@ -516,6 +516,24 @@ __device__ __forceinline__ void mv_float(const unsigned char *wg, const unsigned
                     const hs_u32 cc = c0 + (hs_u32)u * blockDim.x;
                     wv[u] = cc < cols ? DQ(wr, cc) : 0.0f;
                 }
+                if (c == 1) {
+                    // One token (a decode step's router): its inputs loaded with the weights,
+                    // before any product (behind the per-token guards below, each product
+                    // waited on its own load: 11.8 us a Qwen3-30B-A3B router on the H100).
+                    float xv[16];
+#pragma unroll
+                    for (int u = 0; u < 16; ++u) {
+                        const hs_u32 cc = c0 + (hs_u32)u * blockDim.x;
+                        xv[u] = cc < cols ? x[cc] : 0.0f;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 16; ++u) {
+                        if (c0 + (hs_u32)u * blockDim.x < cols) {
+                            acc[0] += wv[u] * xv[u];
+                        }
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (int u = 0; u < 16; ++u) {
                     const hs_u32 cc = c0 + (hs_u32)u * blockDim.x;
