@@ -320,7 +320,10 @@ mod tests {
             (PrefillGemm::Own, 4, true, false)
         );
         assert_eq!(c.trace_events, TraceEvents::Ends);
-        assert!(!c.launch_overlap, "HIPSCOPE_PDL=0 turns the default (on) off");
+        assert!(
+            !c.launch_overlap,
+            "HIPSCOPE_PDL=0 turns the default (on) off"
+        );
         assert_eq!(t.cpu(3).threads, 3);
         assert!(!t.cpu(3).repack);
         assert_eq!(

@@ -513,7 +513,10 @@ fn norms_and_attention_quantize_for_the_product_after_them_from_the_second_step(
     let second = decode_launches(&mut m, &ctl, 1);
     let third = decode_launches(&mut m, &ctl, 2);
     assert_eq!(quantizes(&second), n, "{second:#?}");
-    assert_eq!(second, third, "the steps after the first launch the same kernels");
+    assert_eq!(
+        second, third,
+        "the steps after the first launch the same kernels"
+    );
     assert!(
         quantizes(&first) > n,
         "the first step quantizes apart for the norms too: {first:#?}"

@@ -413,16 +413,18 @@ impl GpuCompute {
         // Quantized for the output projection in the same launch, as the fused RMS norm does,
         // where the last product's Q8 block divides a head (a projection of another block size
         // quantizes again).
-        let fuse_bs = self.fuse_bs_for(OpLabel::layer(li, "attention")).filter(|&bs| {
-            // The quantized copy covers rows from 0 only (the product's whole input).
-            p.row0 == 0
-                && p.head_dim.is_multiple_of(q8_block(bs) as usize)
-                && p.n_tokens < self.opts.gemm_min_tokens.max(1)
-                && self
-                    .ws
-                    .as_ref()
-                    .is_some_and(|ws| (p.n_tokens * q_dim) as u64 <= ws.xq.bytes)
-        });
+        let fuse_bs = self
+            .fuse_bs_for(OpLabel::layer(li, "attention"))
+            .filter(|&bs| {
+                // The quantized copy covers rows from 0 only (the product's whole input).
+                p.row0 == 0
+                    && p.head_dim.is_multiple_of(q8_block(bs) as usize)
+                    && p.n_tokens < self.opts.gemm_min_tokens.max(1)
+                    && self
+                        .ws
+                        .as_ref()
+                        .is_some_and(|ws| (p.n_tokens * q_dim) as u64 <= ws.xq.bytes)
+            });
         let (xq, xd) = match (fuse_bs, self.ws.as_ref()) {
             (Some(_), Some(ws)) => (Arg::Ptr(ws.xq.ptr), Arg::Ptr(ws.xd.ptr)),
             _ => (Arg::U64(0), Arg::U64(0)),
