@@ -17,12 +17,7 @@
 # the ratios are what they are (the issue's aim is >= 1.0 on each).
 # Usage: LLAMA_BENCH=/path/llama-bench scripts/device/issue33-table.sh
 # Time: about 6-8 minutes on an H100 (the two MoE files take most of the writing).
-set -u
-cd "$(dirname "$0")/../.."
-BIN=$(realpath "${HIPSCOPE_BIN:-./hipscope-bin}")
-LB=${LLAMA_BENCH:-}
-WORK=${WORK:-/tmp/i33}
-OUT_DIR=${OUT:-/tmp}
+. "$(dirname "$0")/env.sh"
 REPS=${REPS:-3}
 [ -x "$BIN" ] || { echo "issue33-table.sh: no hipscope binary at $BIN" >&2; exit 2; }
 [ -n "$LB" ] && [ -x "$LB" ] || { echo "issue33-table.sh: set LLAMA_BENCH to a llama-bench binary" >&2; exit 2; }

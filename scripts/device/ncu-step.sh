@@ -7,12 +7,7 @@
 # Output: $OUT/ncu-step.log (a table per engine and row), raw CSVs in $WORK.
 #   ROWS="g1-q4_k 0
 #   q30-q4_0 0" scripts/device/ncu-step.sh
-set -u
-cd "$(dirname "$0")/../.."
-BIN=$(realpath "${HIPSCOPE_BIN:-./hipscope-bin}")
-LB=${LLAMA_BENCH:-}
-WORK=${WORK:-/tmp/i33}
-OUT_DIR=${OUT:-/tmp}
+. "$(dirname "$0")/env.sh"
 LOG=$OUT_DIR/ncu-step.log
 NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "ncu-step.sh: no ncu on this machine" | tee -a "$LOG"; exit 2; }

@@ -5,12 +5,7 @@
 # Runs on the device machine with HIPSCOPE_BIN and LLAMA_BENCH set (as issue33-call.sh).
 # Files under $OUT: profile-call.log (everything), one NAME.hs.txt / NAME.ll.txt per row.
 #   HIPSCOPE_BIN=... LLAMA_BENCH=... scripts/device/profile-call.sh
-set -u
-cd "$(dirname "$0")/../.."
-BIN=$(realpath "${HIPSCOPE_BIN:-./hipscope-bin}")
-LB=${LLAMA_BENCH:-}
-WORK=${WORK:-/tmp/i33}
-OUT_DIR=${OUT:-/tmp}
+. "$(dirname "$0")/env.sh"
 LOG=$OUT_DIR/profile-call.log
 mkdir -p "$WORK" "$OUT_DIR"
 : >"$LOG"
