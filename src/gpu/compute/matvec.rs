@@ -328,9 +328,6 @@ impl GpuCompute {
         Ok(())
     }
 
-    /// Quantizes `n_tokens` rows of `cols` of buffer `x` for `bs`-element blocks into the
-    /// workspace (quants + scales, or their dequantized copy for the GEMM path), unless the
-    /// workspace already holds exactly that.
     /// The Q8 block size the op labelled `label` (an RMS norm, the attention) quantizes its
     /// output for in its own launch: what the product after it asked for at the last step, else
     /// the last quantization's.
@@ -344,6 +341,9 @@ impl GpuCompute {
         self.producer = Some((out, self.bufs[out.0 as usize].version, label));
     }
 
+    /// Quantizes `n_tokens` rows of `cols` of buffer `x` for `bs`-element blocks into the
+    /// workspace (quants + scales, or their dequantized copy for the GEMM path), unless the
+    /// workspace already holds exactly that.
     pub(super) fn quantize_input(
         &mut self,
         x: Buf,
