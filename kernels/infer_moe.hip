@@ -45,14 +45,13 @@ __device__ __forceinline__ double moe_warp_sum_f64(double v) {
 // The warp's largest of the values the lanes hold (v[j] for expert lane + j * warpSize, those
 // not in `taken` and below ne): (value, expert), equal values to the lower expert, as the CPU
 // backend's sort. Every lane gets the answer.
-template <hs_u32 P>
 __device__ __forceinline__ void moe_warp_best(const float *v, hs_u32 taken, hs_u32 ne,
                                               float *bv_out, hs_u32 *be_out) {
     const hs_u32 lane = threadIdx.x % warpSize;
     float bv = 0.0f;
     hs_u32 be = MOE_NONE;
 #pragma unroll
-    for (hs_u32 j = 0; j < P; ++j) {
+    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
         const hs_u32 e = lane + j * warpSize;
         if (e < ne && !((taken >> j) & 1u) && (be == MOE_NONE || v[j] > bv)) {
             bv = v[j];
@@ -75,13 +74,12 @@ __device__ __forceinline__ void moe_warp_best(const float *v, hs_u32 taken, hs_u
 // gating: the probabilities (f32 exponentials, their sum in f64), the k largest, divided by
 // their f64 sum clamped below at 2^-14. gpt-oss (bias not null): the router's bias added to the
 // logits in place, the k largest logits, weighted by the softmax of those k alone.
-template <hs_u32 P>
 __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u32 ne, hs_u32 k,
                                                float *ids, float *ws) {
     const hs_u32 lane = threadIdx.x % warpSize;
-    float v[P];
+    float v[MOE_PER_LANE];
 #pragma unroll
-    for (hs_u32 j = 0; j < P; ++j) {
+    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
         const hs_u32 e = lane + j * warpSize;
         v[j] = 0.0f;
         if (e < ne) {
@@ -95,7 +93,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     if (bias == 0) {
         float mx = -3.402823466e+38f;
 #pragma unroll
-        for (hs_u32 j = 0; j < P; ++j) {
+        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
             if (lane + j * warpSize < ne) {
                 mx = fmaxf(mx, v[j]);
             }
@@ -103,7 +101,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
         mx = hs_warp_max(mx);
         double sum = 0.0;
 #pragma unroll
-        for (hs_u32 j = 0; j < P; ++j) {
+        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
             if (lane + j * warpSize < ne) {
                 v[j] = expf(v[j] - mx);
                 sum += (double)v[j];
@@ -111,7 +109,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
         }
         const float inv = (float)(1.0 / moe_warp_sum_f64(sum));
 #pragma unroll
-        for (hs_u32 j = 0; j < P; ++j) {
+        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
             v[j] = v[j] * inv;
         }
     }
@@ -119,12 +117,12 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     // below reads them back by shuffles, in slot order): lane 0 writing them to the route and
     // reading them back made a decode step's routing a chain of global-memory round trips.
     hs_u32 taken = 0;
-    float myw[P];
-    hs_u32 mye[P];
+    float myw[MOE_PER_LANE];
+    hs_u32 mye[MOE_PER_LANE];
     for (hs_u32 i = 0; i < k; ++i) {
         float bv;
         hs_u32 be;
-        moe_warp_best<P>(v, taken, ne, &bv, &be);
+        moe_warp_best(v, taken, ne, &bv, &be);
         if (be == MOE_NONE) {
             be = 0;  // fewer than k experts: the launcher refuses k > ne, so never reached
         }
@@ -132,7 +130,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
             taken |= 1u << (be / warpSize);
         }
 #pragma unroll
-        for (hs_u32 j = 0; j < P; ++j) {
+        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
             if (i / warpSize == j && i % warpSize == lane) {
                 myw[j] = bv;
                 mye[j] = be;
@@ -143,14 +141,14 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     // softmax of the chosen logits (gpt-oss); every lane sums the same values in slot order.
     const float first = HS_SHFL(myw[0], 0);
 #pragma unroll
-    for (hs_u32 j = 0; j < P; ++j) {
+    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
         if (bias != 0 && j * warpSize + lane < k) {
             myw[j] = expf(myw[j] - first);
         }
     }
     double total = 0.0;
 #pragma unroll
-    for (hs_u32 j = 0; j < P; ++j) {
+    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
         if (j * warpSize < k) {
             for (hs_u32 l = 0; l < (hs_u32)warpSize && j * warpSize + l < k; ++l) {
                 total += (double)HS_SHFL(myw[j], (int)l);
@@ -160,7 +158,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     const float tot = fmaxf((float)total, 6.103515625e-5f);
     const float inv = (float)(1.0 / total);
 #pragma unroll
-    for (hs_u32 j = 0; j < P; ++j) {
+    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
         const hs_u32 i = j * warpSize + lane;
         if (i < k) {
             ids[i] = (float)mye[j];
@@ -284,18 +282,7 @@ HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32
     for (hs_u32 t = blockIdx.x * nwarps + threadIdx.x / warpSize; t < n;
          t += gridDim.x * nwarps) {
         float *ids = route + (hs_u64)t * 2 * k;
-        // The experts a lane holds, P of them: the fewest that cover ne (a smaller P is a
-        // shorter unrolled path; with 16 for Qwen3-30B-A3B's 128 experts the routing took
-        // 11-12 us on the H100, mostly its warp waiting on instruction fetches).
-        const hs_u32 per = (ne + warpSize - 1) / warpSize;
-        float *lt = logits + (hs_u64)t * ne;
-        if (per <= 4) {
-            moe_warp_route<4>(lt, bias, ne, k, ids, ids + k);
-        } else if (per <= 8) {
-            moe_warp_route<8>(lt, bias, ne, k, ids, ids + k);
-        } else {
-            moe_warp_route<MOE_PER_LANE>(lt, bias, ne, k, ids, ids + k);
-        }
+        moe_warp_route(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
     }
     if (sort != 0 && n == 1 && k <= (hs_u32)warpSize) {
         if (threadIdx.x < (hs_u32)warpSize) {
