@@ -62,14 +62,14 @@ __device__ __forceinline__ hs_u64 hs_now() {
 #define HS_STAMP_BEHIND 3u
 
 // HS_LAUNCH_ORDER(): launch overlap on CUDA sm_90 and later (programmatic dependent launch;
-// with HIPSCOPE_PDL=1, src/gpu/cuda/mod.rs launches every hipscope kernel with the attribute
-// that allows it; off by default until measured on a GPU). The
-// next kernel on the stream may then be scheduled while this one runs, so its launch latency
-// hides behind this kernel's work instead of following it. Every kernel first waits until the
-// kernels before it have finished and their writes are visible (griddepcontrol.wait: at once for
-// a kernel launched without the attribute, or after a copy or a library's kernel), then lets the
-// next one be scheduled (griddepcontrol.launch_dependents). Waiting first keeps every rule below
-// true: nothing a kernel does, its breadcrumb included, happens before its predecessor is done.
+// src/gpu/cuda/mod.rs launches every hipscope kernel with the attribute that allows it, unless
+// HIPSCOPE_PDL=0). The next kernel on the stream may then be scheduled while this one runs, so
+// its launch latency hides behind this kernel's work instead of following it. Every kernel first
+// waits until the kernels before it have finished and their writes are visible
+// (griddepcontrol.wait: at once for a kernel launched without the attribute, or after a copy or a
+// library's kernel), then lets the next one be scheduled (griddepcontrol.launch_dependents).
+// Waiting first keeps every rule below true: nothing a kernel does, its breadcrumb included,
+// happens before its predecessor is done.
 // Elsewhere (HIP, older NVIDIA cards) it is nothing.
 #if defined(HS_BACKEND_CUDA) && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define HS_LAUNCH_ORDER()                                                                      \

@@ -26,6 +26,29 @@ pub use rtc::Nvrtc;
 
 /// The driver entry points graph replay needs (checked at open: a driver without them runs
 /// without graphs, saying so).
+/// `Err` naming the first of `syms` the loaded CUDA driver lacks (an older driver than the
+/// feature needs: graphs, launch overlap).
+fn driver_has(syms: &[&str]) -> Result<(), String> {
+    guarded("CUDA driver (libcuda)", || {
+        for sym in syms {
+            // SAFETY: looks a symbol up in the already loaded driver library; nothing is called
+            // through it.
+            let found = unsafe {
+                cu::culib()
+                    .get::<*const c_void>(format!("{sym}\0").as_bytes())
+                    .is_ok()
+            };
+            if !found {
+                return Err(GpuError::InvalidArgument(format!(
+                    "the CUDA driver lacks {sym}"
+                )));
+            }
+        }
+        Ok(())
+    })
+    .map_err(|e| e.to_string())
+}
+
 const GRAPH_SYMBOLS: [&str; 6] = [
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
@@ -547,41 +570,13 @@ impl Device for CudaDevice {
                 self.info.arch
             ));
         }
-        // SAFETY: looks a symbol up in the already loaded driver library; nothing is called.
-        let found = guarded("CUDA driver (libcuda)", || {
-            Ok(unsafe {
-                cu::culib()
-                    .get::<*const c_void>(b"cuLaunchKernelEx\0")
-                    .is_ok()
-            })
-        })
-        .unwrap_or(false);
-        if !found {
-            return Err("the CUDA driver lacks cuLaunchKernelEx".into());
-        }
+        driver_has(&["cuLaunchKernelEx"])?;
         self.overlap = true;
         Ok(())
     }
 
     fn graph_support(&self) -> Result<(), String> {
-        guarded("CUDA driver (libcuda)", || {
-            for sym in GRAPH_SYMBOLS {
-                // SAFETY: looks a symbol up in the already loaded driver library; nothing is
-                // called through it.
-                let found = unsafe {
-                    cu::culib()
-                        .get::<*const c_void>(format!("{sym}\0").as_bytes())
-                        .is_ok()
-                };
-                if !found {
-                    return Err(GpuError::InvalidArgument(format!(
-                        "the CUDA driver lacks {sym}"
-                    )));
-                }
-            }
-            Ok(())
-        })
-        .map_err(|e| e.to_string())
+        driver_has(&GRAPH_SYMBOLS)
     }
 
     fn begin_capture(&mut self) -> Result<(), GpuError> {
