@@ -637,9 +637,10 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
         sw[c] = (sl[c] > 0.0f) ? expf(sm[c] - mx) : 0.0f;
     }
     __syncthreads();
+    // An empty split (l = 0, its values 0: attn_keys over no key) has weight 0 and adds 0.
     float total = 0.0f;
     for (hs_u32 c = 0; c < splits; ++c) {
-        total += (sl[c] > 0.0f) ? sl[c] * sw[c] : 0.0f;
+        total += sl[c] * sw[c];
     }
     if (sinks != 0) {
         total += expf(sinks[h] - mx);
@@ -650,7 +651,7 @@ HS_KERNEL void hs_attention_combine(HS_TRACK_PARAMS, const float *part, float *o
         float o = 0.0f;
 #pragma unroll 8
         for (hs_u32 c = 0; c < splits; ++c) {
-            o += (sl[c] > 0.0f) ? ph[c * stride + 2 + d] * sw[c] : 0.0f;
+            o += ph[c * stride + 2 + d] * sw[c];
         }
         oh[d] = o * inv;
     }
