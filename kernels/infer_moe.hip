@@ -29,9 +29,13 @@
 #define MOE_MAX_EXPERTS 512
 
 // Routing is done a warp per token: lane l holds experts l, l + warpSize, ... in registers
-// (MOE_PER_LANE of them at most), so the softmax, its f64 sum and each of the k choices are warp
-// reductions. One thread per token, as before, took 82 µs a layer on the H100 for 128 experts
-// (k passes over them, each recomputing every probability), 40% of a Qwen3-30B-A3B decode layer.
+// (P of them: the fewest that hold the layer's experts, a template parameter that hs_moe_route
+// picks from ne), so the softmax, its f64 sum and each of the k choices are warp reductions. One
+// thread per token, as before, took 82 µs a layer on the H100 for 128 experts (k passes over
+// them, each recomputing every probability), 40% of a Qwen3-30B-A3B decode layer. One path for
+// up to 512 experts (16 a lane, fully unrolled) then took 12.9 µs a decode step's routing against
+// llama.cpp's 4.9, its one warp waiting on instruction fetch for most of its cycles: 128 experts
+// need 4 a lane, and a quarter of the code.
 #define MOE_PER_LANE (MOE_MAX_EXPERTS / 32)
 #define MOE_NONE 0xffffffffu
 
@@ -45,13 +49,14 @@ __device__ __forceinline__ double moe_warp_sum_f64(double v) {
 // The warp's largest of the values the lanes hold (v[j] for expert lane + j * warpSize, those
 // not in `taken` and below ne): (value, expert), equal values to the lower expert, as the CPU
 // backend's sort. Every lane gets the answer.
-__device__ __forceinline__ void moe_warp_best(const float *v, hs_u32 taken, hs_u32 ne,
+template <int P>
+__device__ __forceinline__ void moe_warp_best(const float (&v)[P], hs_u32 taken, hs_u32 ne,
                                               float *bv_out, hs_u32 *be_out) {
     const hs_u32 lane = threadIdx.x % warpSize;
     float bv = 0.0f;
     hs_u32 be = MOE_NONE;
 #pragma unroll
-    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+    for (int j = 0; j < P; ++j) {
         const hs_u32 e = lane + j * warpSize;
         if (e < ne && !((taken >> j) & 1u) && (be == MOE_NONE || v[j] > bv)) {
             bv = v[j];
@@ -70,16 +75,18 @@ __device__ __forceinline__ void moe_warp_best(const float *v, hs_u32 taken, hs_u
     *be_out = be;
 }
 
-// Token t's routing by the warp: ids (as floats) and weights into route (2k floats). Softmax
-// gating: the probabilities (f32 exponentials, their sum in f64), the k largest, divided by
-// their f64 sum clamped below at 2^-14. gpt-oss (bias not null): the router's bias added to the
-// logits in place, the k largest logits, weighted by the softmax of those k alone.
+// Token t's routing by the warp, P experts a lane (ne <= P * warpSize): ids (as floats) and
+// weights into route (2k floats). Softmax gating: the probabilities (f32 exponentials, their sum
+// in f64), the k largest, divided by their f64 sum clamped below at 2^-14. gpt-oss (bias not
+// null): the router's bias added to the logits in place, the k largest logits, weighted by the
+// softmax of those k alone.
+template <int P>
 __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u32 ne, hs_u32 k,
                                                float *ids, float *ws) {
     const hs_u32 lane = threadIdx.x % warpSize;
-    float v[MOE_PER_LANE];
+    float v[P];
 #pragma unroll
-    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+    for (int j = 0; j < P; ++j) {
         const hs_u32 e = lane + j * warpSize;
         v[j] = 0.0f;
         if (e < ne) {
@@ -93,7 +100,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     if (bias == 0) {
         float mx = -3.402823466e+38f;
 #pragma unroll
-        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+        for (int j = 0; j < P; ++j) {
             if (lane + j * warpSize < ne) {
                 mx = fmaxf(mx, v[j]);
             }
@@ -101,7 +108,7 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
         mx = hs_warp_max(mx);
         double sum = 0.0;
 #pragma unroll
-        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+        for (int j = 0; j < P; ++j) {
             if (lane + j * warpSize < ne) {
                 v[j] = expf(v[j] - mx);
                 sum += (double)v[j];
@@ -109,29 +116,34 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
         }
         const float inv = (float)(1.0 / moe_warp_sum_f64(sum));
 #pragma unroll
-        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+        for (int j = 0; j < P; ++j) {
             v[j] = v[j] * inv;
         }
     }
-    // Slot i's choice is kept by lane i % warpSize in register i / warpSize (the normalization
-    // below reads them back by shuffles, in slot order): lane 0 writing them to the route and
-    // reading them back made a decode step's routing a chain of global-memory round trips.
+    // Slot i's choice is kept by lane i % warpSize in register i / warpSize (k <= ne, so at most
+    // P of them; the normalization below reads them back by shuffles, in slot order): lane 0
+    // writing them to the route and reading them back made a decode step's routing a chain of
+    // global-memory round trips.
+    // (Slot i = j * warpSize + ii: j is a constant of the unrolled loop, so the slots stay in
+    // registers; one loop over i made the compiler index them by i / warpSize, in local memory.)
     hs_u32 taken = 0;
-    float myw[MOE_PER_LANE];
-    hs_u32 mye[MOE_PER_LANE];
-    for (hs_u32 i = 0; i < k; ++i) {
-        float bv;
-        hs_u32 be;
-        moe_warp_best(v, taken, ne, &bv, &be);
-        if (be == MOE_NONE) {
-            be = 0;  // fewer than k experts: the launcher refuses k > ne, so never reached
-        }
-        if (be % warpSize == lane) {
-            taken |= 1u << (be / warpSize);
-        }
+    float myw[P];
+    hs_u32 mye[P];
 #pragma unroll
-        for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
-            if (i / warpSize == j && i % warpSize == lane) {
+    for (int j = 0; j < P; ++j) {
+        myw[j] = 0.0f;
+        mye[j] = 0;
+        for (hs_u32 ii = 0; ii < (hs_u32)warpSize && j * warpSize + ii < k; ++ii) {
+            float bv;
+            hs_u32 be;
+            moe_warp_best<P>(v, taken, ne, &bv, &be);
+            if (be == MOE_NONE) {
+                be = 0;  // fewer than k experts: the launcher refuses k > ne, so never reached
+            }
+            if (be % warpSize == lane) {
+                taken |= 1u << (be / warpSize);
+            }
+            if (ii == lane) {
                 myw[j] = bv;
                 mye[j] = be;
             }
@@ -141,14 +153,14 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     // softmax of the chosen logits (gpt-oss); every lane sums the same values in slot order.
     const float first = HS_SHFL(myw[0], 0);
 #pragma unroll
-    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+    for (int j = 0; j < P; ++j) {
         if (bias != 0 && j * warpSize + lane < k) {
             myw[j] = expf(myw[j] - first);
         }
     }
     double total = 0.0;
 #pragma unroll
-    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+    for (int j = 0; j < P; ++j) {
         if (j * warpSize < k) {
             for (hs_u32 l = 0; l < (hs_u32)warpSize && j * warpSize + l < k; ++l) {
                 total += (double)HS_SHFL(myw[j], (int)l);
@@ -158,12 +170,29 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
     const float tot = fmaxf((float)total, 6.103515625e-5f);
     const float inv = (float)(1.0 / total);
 #pragma unroll
-    for (hs_u32 j = 0; j < MOE_PER_LANE; ++j) {
+    for (int j = 0; j < P; ++j) {
         const hs_u32 i = j * warpSize + lane;
         if (i < k) {
             ids[i] = (float)mye[j];
             ws[i] = (bias == 0) ? myw[j] / tot : myw[j] * inv;
         }
+    }
+}
+
+// moe_warp_route with the fewest experts a lane that hold ne (at most MOE_MAX_EXPERTS, which the
+// launcher holds to).
+__device__ __forceinline__ void moe_warp_route_any(float *l, const float *bias, hs_u32 ne,
+                                                   hs_u32 k, float *ids, float *ws) {
+    if (ne <= (hs_u32)warpSize) {
+        moe_warp_route<1>(l, bias, ne, k, ids, ws);
+    } else if (ne <= 2 * (hs_u32)warpSize) {
+        moe_warp_route<2>(l, bias, ne, k, ids, ws);
+    } else if (ne <= 4 * (hs_u32)warpSize) {
+        moe_warp_route<4>(l, bias, ne, k, ids, ws);
+    } else if (ne <= 8 * (hs_u32)warpSize) {
+        moe_warp_route<8>(l, bias, ne, k, ids, ws);
+    } else {
+        moe_warp_route<MOE_PER_LANE>(l, bias, ne, k, ids, ws);
     }
 }
 
@@ -282,7 +311,7 @@ HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32
     for (hs_u32 t = blockIdx.x * nwarps + threadIdx.x / warpSize; t < n;
          t += gridDim.x * nwarps) {
         float *ids = route + (hs_u64)t * 2 * k;
-        moe_warp_route(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
+        moe_warp_route_any(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
     }
     if (sort != 0 && n == 1 && k <= (hs_u32)warpSize) {
         if (threadIdx.x < (hs_u32)warpSize) {

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 mod instrument;
 mod memory;
-mod moe;
+pub(super) mod moe;
 
 use super::CpuOptions;
 use super::activation::{Gate, gated};

@@ -1,13 +1,17 @@
-// A CPU stand-in for the GPU runtime, enough to run hipscope's attention kernels as written
-// (tests/it/kernel_emulation.rs): one block at a time, a context (its own stack, ucontext) per GPU
-// thread, switched cooperatively on one OS thread: each runs to its next __syncthreads, then the
-// next one; when all have arrived, all go on (a round visits the threads in ascending order, the
-// next in descending, so that a read that lacks its barrier meets the other order too). Warp
-// shuffles are two barriers (every thread of the block reaches each shuffle in these kernels);
-// __shared__ are function statics (shared by the block's threads; blocks run one after another).
-// A std::thread per GPU thread and a std::barrier did the same in minutes of futex waits a run. Neither backend macro is defined, so mma.h takes its plain-FMA tile and the prelude's
-// helpers their portable forms: what this checks is each kernel's own logic (indexing, masks,
-// the online softmax, the splits and their merge), not a device's matrix-unit layout.
+// A CPU stand-in for the GPU runtime, enough to run hipscope's attention and MoE routing kernels
+// as written (tests/it/kernel_emulation.rs): one block at a time, a context (its own stack,
+// ucontext) per GPU thread, switched cooperatively on one OS thread: each runs to its next
+// barrier and waits there until every thread the barrier names has arrived — the block's for
+// __syncthreads, its warp's for a shuffle (two warp barriers: leave the value, take the other
+// lane's) — then all of those go on (a round visits the threads in ascending order, the next in
+// descending, so that a read that lacks its barrier meets the other order too). A barrier that
+// can never be passed (a thread of the block, or of the warp for a shuffle, has returned) stops
+// the run with a message. __shared__ are function statics (shared by the block's threads; blocks
+// run one after another). A std::thread per GPU thread and a std::barrier did the same in
+// minutes of futex waits a run. Neither backend macro is defined, so mma.h takes its plain-FMA
+// tile and the prelude's helpers their portable forms: what this checks is each kernel's own
+// logic (indexing, masks, the online softmax, the splits and their merge, the routing's choices
+// and its sort), not a device's matrix-unit layout.
 #include <memory>
 #include <cmath>
 #include <cstdint>
@@ -55,28 +59,50 @@ typedef long long hs_i64;
         (void)hs_crumb;                                                                        \
         (void)hs_op;                                                                           \
     } while (0)
-// The scheduler's context and the running thread's (hs_emu_launch).
+// The scheduler's context and the running thread's (hs_emu_launch); what each thread waits at.
 static ucontext_t hs_emu_main;
 static ucontext_t *hs_emu_self;
-inline void __syncthreads() { swapcontext(hs_emu_self, &hs_emu_main); }
-static float hs_emu_lanes[1024];
-inline float hs_emu_shfl_xor(float v, int m) {
-    hs_emu_lanes[threadIdx.x] = v;
-    __syncthreads();
-    const float r = hs_emu_lanes[threadIdx.x ^ (unsigned)m];
-    __syncthreads();
+enum hs_emu_wait : unsigned char { HS_EMU_RUN, HS_EMU_BLOCK, HS_EMU_WARP, HS_EMU_DONE };
+static hs_emu_wait *hs_emu_state;
+inline void hs_emu_barrier(hs_emu_wait w) {
+    hs_emu_state[threadIdx.x] = w;
+    swapcontext(hs_emu_self, &hs_emu_main);
+}
+inline void __syncthreads() { hs_emu_barrier(HS_EMU_BLOCK); }
+// A shuffle: every thread of the warp leaves its value, then takes lane `from(lane)`'s value of
+// its own warp (its own value where `from` gives a lane outside the warp, as CUDA's shfl_up).
+static unsigned char hs_emu_lanes[1024][8];
+template <class T, class F> T hs_emu_shfl(T v, F from) {
+    static_assert(sizeof(T) <= 8, "a shuffle of at most 8 bytes");
+    std::memcpy(hs_emu_lanes[threadIdx.x], &v, sizeof(T));
+    hs_emu_barrier(HS_EMU_WARP);
+    const unsigned lane = threadIdx.x % warpSize;
+    const int src = from((int)lane);
+    T r = v;
+    if (src >= 0 && src < (int)warpSize) {
+        std::memcpy(&r, hs_emu_lanes[threadIdx.x - lane + (unsigned)src], sizeof(T));
+    }
+    hs_emu_barrier(HS_EMU_WARP);
     return r;
 }
-#define HS_SHFL_XOR(v, m) hs_emu_shfl_xor((v), (m))
+#define HS_SHFL_XOR(v, m) hs_emu_shfl((v), [&](int l) { return l ^ (int)(m); })
+#define HS_SHFL(v, s) hs_emu_shfl((v), [&](int) { return (int)(s) % (int)warpSize; })
+#define HS_SHFL_UP(v, d) hs_emu_shfl((v), [&](int l) { return l - (int)(d); })
+// Atomics on one OS thread: plain read-modify-writes.
+inline int atomicAdd(int *p, int v) {
+    const int old = *p;
+    *p = old + v;
+    return old;
+}
+inline void __threadfence_block() {}
 
 static void (*hs_emu_run)(void *);
 static void *hs_emu_arg;
-static bool *hs_emu_done;
 // A GPU thread's context runs this, and returns to the scheduler (uc_link) when it is done.
 static void hs_emu_entry() {
     const unsigned t = threadIdx.x;
     hs_emu_run(hs_emu_arg);
-    hs_emu_done[t] = true;
+    hs_emu_state[t] = HS_EMU_DONE;
 }
 
 // Runs `body` as a grid of gx x gy x gz blocks of `threads` threads.
@@ -92,39 +118,57 @@ template <class F> void hs_emu_launch(hs_dim3 grid, unsigned threads, F body) {
         stacks_size = stack * threads;
     }
     std::vector<ucontext_t> ctx(threads);
-    std::unique_ptr<bool[]> done(new bool[threads]);
+    std::vector<hs_emu_wait> state(threads);
     hs_emu_run = [](void *f) { (*(F *)f)(); };
     hs_emu_arg = &body;
-    hs_emu_done = done.get();
+    hs_emu_state = state.data();
     for (unsigned bz = 0; bz < grid.z; ++bz)
         for (unsigned by = 0; by < grid.y; ++by)
             for (unsigned bx = 0; bx < grid.x; ++bx) {
                 blockIdx = {bx, by, bz};
                 for (unsigned t = 0; t < threads; ++t) {
-                    done[t] = false;
+                    state[t] = HS_EMU_RUN;
                     getcontext(&ctx[t]);
                     ctx[t].uc_stack.ss_sp = &stacks[stack * t];
                     ctx[t].uc_stack.ss_size = stack;
                     ctx[t].uc_link = &hs_emu_main;
                     makecontext(&ctx[t], hs_emu_entry, 0);
                 }
-                // Rounds until every thread has returned; a thread that returns while others
-                // still wait at a barrier is an error of the kernel (GPU threads of these
-                // kernels all reach every barrier).
+                // Rounds until every thread has returned. A round first lets through the
+                // barriers every thread they name has reached (the block's: all threads, none
+                // returned; a warp's: its threads), then runs each runnable thread to its next.
                 for (unsigned round = 0;; ++round) {
-                    unsigned left = 0, finished = 0;
+                    bool block = true, left = false;
+                    for (unsigned t = 0; t < threads; ++t) {
+                        block = block && state[t] == HS_EMU_BLOCK;
+                        left = left || state[t] != HS_EMU_DONE;
+                    }
+                    if (!left) break;
+                    for (unsigned w = 0; w < threads; w += warpSize) {
+                        const unsigned end = w + warpSize < threads ? w + warpSize : threads;
+                        bool warp = true;
+                        for (unsigned t = w; t < end; ++t) warp = warp && state[t] == HS_EMU_WARP;
+                        for (unsigned t = w; t < end; ++t)
+                            if (warp || (block && state[t] == HS_EMU_BLOCK)) state[t] = HS_EMU_RUN;
+                    }
+                    unsigned ran = 0;
                     for (unsigned i = 0; i < threads; ++i) {
                         const unsigned t = (round % 2) ? threads - 1 - i : i;
-                        if (done[t]) continue;
+                        if (state[t] != HS_EMU_RUN) continue;
                         threadIdx = {t, 0, 0};
                         hs_emu_self = &ctx[t];
                         swapcontext(&hs_emu_main, &ctx[t]);
-                        (done[t] ? finished : left) += 1;
+                        ++ran;
                     }
-                    if (left == 0) break;
-                    if (finished != 0) {
-                        fprintf(stderr, "block (%u %u %u): %u threads left at a barrier that %u "
-                                "had passed by returning\n", bx, by, bz, left, finished);
+                    if (ran == 0) {
+                        unsigned at_block = 0, at_warp = 0, done = 0;
+                        for (unsigned t = 0; t < threads; ++t) {
+                            at_block += state[t] == HS_EMU_BLOCK;
+                            at_warp += state[t] == HS_EMU_WARP;
+                            done += state[t] == HS_EMU_DONE;
+                        }
+                        fprintf(stderr, "block (%u %u %u): stuck: %u threads at __syncthreads, %u at "
+                                "a shuffle, %u returned\n", bx, by, bz, at_block, at_warp, done);
                         std::abort();
                     }
                 }

@@ -45,7 +45,7 @@ fn expert_product(
 }
 
 /// The routing of one token: its chosen experts, largest probability first, and their weights.
-pub(super) fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights: &mut Vec<f32>) {
+pub fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights: &mut Vec<f32>) {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0f64;
     let mut p: Vec<f32> = logits
@@ -76,7 +76,7 @@ pub(super) fn route(logits: &[f32], k: usize, experts: &mut Vec<usize>, weights:
 
 /// gpt-oss's routing of one token (`SOFTMAX_WEIGHT` gating): the k largest (biased) logits,
 /// largest first, weighted by the softmax of those k logits alone.
-pub(super) fn route_softmax_weight(
+pub fn route_softmax_weight(
     logits: &[f32],
     k: usize,
     experts: &mut Vec<usize>,
