@@ -28,11 +28,9 @@ X(f16_96, unsigned short, 3) X(f16_128, unsigned short, 4) X(f32_64, float, 2)\n
 #define HS_ATTN_MMA_TYPES(X) X(f16_64, unsigned short, 2) X(f16_96, unsigned short, 3) \
 X(f16_128, unsigned short, 4) X(f32_64, float, 2)\n";
 
-/// The values of `HS_ATTN_KEY_LANES` checked: 1 (the shipped default) and the variants that
-/// scripts/device/attn-lanes-variants.sh makes. 32 (the most attention.h allows: a warp a key)
-/// passed by hand on 2026-12-07; left out here, as its 4 keys a chunk cost the stand-in the most
-/// barriers (about 95 s of CPU).
-const KEY_LANES: [u32; 5] = [1, 2, 4, 8, 16];
+/// The values of `HS_ATTN_KEY_LANES` checked: every one attention.h allows (1, the shipped
+/// default, and the variants scripts/device/attn-lanes-variants.sh makes).
+const KEY_LANES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 
 /// The translation unit: the stand-in, the lists, the prelude's helpers, the headers and the
 /// two sources as they ship, then the harness.

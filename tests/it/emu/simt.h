@@ -1,6 +1,6 @@
 // A CPU stand-in for the GPU runtime, enough to run hipscope's attention and MoE routing kernels
 // as written (tests/it/kernel_emulation.rs): one block at a time, a context (its own stack,
-// ucontext) per GPU thread, switched cooperatively on one OS thread: each runs to its next
+// hs_emu_ctx) per GPU thread, switched cooperatively on one OS thread: each runs to its next
 // barrier and waits there until every thread the barrier names has arrived — the block's for
 // __syncthreads, its warp's for a shuffle (two warp barriers: leave the value, take the other
 // lane's) — then all of those go on (a round visits the threads in ascending order, the next in
@@ -59,14 +59,79 @@ typedef long long hs_i64;
         (void)hs_crumb;                                                                        \
         (void)hs_op;                                                                           \
     } while (0)
+// Contexts: on x86-64 a stack pointer and a switch of our own (the callee-saved registers, the
+// SSE and x87 control words; nothing else is live across a call); elsewhere ucontext, whose
+// swapcontext also sets the signal mask, a system call each switch (a third of the attention
+// emulation's time was those).
+#if defined(__x86_64__)
+struct hs_emu_ctx {
+    void *sp;
+};
+extern "C" void hs_emu_switch(void **save_sp, void *load_sp);
+asm(R"(
+    .text
+    .globl hs_emu_switch
+    .type hs_emu_switch, @function
+hs_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size hs_emu_switch, .-hs_emu_switch
+)");
+inline void hs_emu_swap(hs_emu_ctx *from, hs_emu_ctx *to) { hs_emu_switch(&from->sp, to->sp); }
+// A context that starts in entry() on the given stack: the frame hs_emu_switch pops (control
+// words, six registers), then entry as its return address, 16-byte aligned as a call leaves it.
+inline void hs_emu_make(hs_emu_ctx *c, char *stack, size_t size, void (*entry)()) {
+    uintptr_t top = ((uintptr_t)(stack + size) & ~(uintptr_t)15) - 16;
+    void **sp = (void **)top;
+    *sp = (void *)entry;  // top % 16 == 0: entry starts with rsp % 16 == 8, as after a call
+    sp -= 6;
+    for (int i = 0; i < 6; ++i) sp[i] = nullptr;
+    sp -= 1;
+    const uint32_t words[2] = {0x1F80u, 0x037Fu};  // MXCSR and x87 control word defaults
+    std::memcpy(sp, words, 8);
+    c->sp = sp;
+}
+#else
+struct hs_emu_ctx {
+    ucontext_t uc;
+};
+inline void hs_emu_swap(hs_emu_ctx *from, hs_emu_ctx *to) { swapcontext(&from->uc, &to->uc); }
+inline void hs_emu_make(hs_emu_ctx *c, char *stack, size_t size, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
 // The scheduler's context and the running thread's (hs_emu_launch); what each thread waits at.
-static ucontext_t hs_emu_main;
-static ucontext_t *hs_emu_self;
+static hs_emu_ctx hs_emu_main;
+static hs_emu_ctx *hs_emu_self;
 enum hs_emu_wait : unsigned char { HS_EMU_RUN, HS_EMU_BLOCK, HS_EMU_WARP, HS_EMU_DONE };
 static hs_emu_wait *hs_emu_state;
 inline void hs_emu_barrier(hs_emu_wait w) {
     hs_emu_state[threadIdx.x] = w;
-    swapcontext(hs_emu_self, &hs_emu_main);
+    hs_emu_swap(hs_emu_self, &hs_emu_main);
 }
 inline void __syncthreads() { hs_emu_barrier(HS_EMU_BLOCK); }
 // A shuffle: every thread of the warp leaves its value, then takes lane `from(lane)`'s value of
@@ -98,11 +163,13 @@ inline void __threadfence_block() {}
 
 static void (*hs_emu_run)(void *);
 static void *hs_emu_arg;
-// A GPU thread's context runs this, and returns to the scheduler (uc_link) when it is done.
+// A GPU thread's context runs this, then goes back to the scheduler for good.
 static void hs_emu_entry() {
     const unsigned t = threadIdx.x;
     hs_emu_run(hs_emu_arg);
     hs_emu_state[t] = HS_EMU_DONE;
+    hs_emu_swap(hs_emu_self, &hs_emu_main);
+    std::abort();  // never resumed
 }
 
 // Runs `body` as a grid of gx x gy x gz blocks of `threads` threads.
@@ -117,7 +184,7 @@ template <class F> void hs_emu_launch(hs_dim3 grid, unsigned threads, F body) {
         stacks.reset(new char[stack * threads]);
         stacks_size = stack * threads;
     }
-    std::vector<ucontext_t> ctx(threads);
+    std::vector<hs_emu_ctx> ctx(threads);
     std::vector<hs_emu_wait> state(threads);
     hs_emu_run = [](void *f) { (*(F *)f)(); };
     hs_emu_arg = &body;
@@ -128,11 +195,7 @@ template <class F> void hs_emu_launch(hs_dim3 grid, unsigned threads, F body) {
                 blockIdx = {bx, by, bz};
                 for (unsigned t = 0; t < threads; ++t) {
                     state[t] = HS_EMU_RUN;
-                    getcontext(&ctx[t]);
-                    ctx[t].uc_stack.ss_sp = &stacks[stack * t];
-                    ctx[t].uc_stack.ss_size = stack;
-                    ctx[t].uc_link = &hs_emu_main;
-                    makecontext(&ctx[t], hs_emu_entry, 0);
+                    hs_emu_make(&ctx[t], &stacks[stack * t], stack, hs_emu_entry);
                 }
                 // Rounds until every thread has returned. A round first lets through the
                 // barriers every thread they name has reached (the block's: all threads, none
@@ -157,7 +220,7 @@ template <class F> void hs_emu_launch(hs_dim3 grid, unsigned threads, F body) {
                         if (state[t] != HS_EMU_RUN) continue;
                         threadIdx = {t, 0, 0};
                         hs_emu_self = &ctx[t];
-                        swapcontext(&hs_emu_main, &ctx[t]);
+                        hs_emu_swap(&hs_emu_main, &ctx[t]);
                         ++ran;
                     }
                     if (ran == 0) {
