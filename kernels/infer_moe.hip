@@ -120,61 +120,71 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
             v[j] = v[j] * inv;
         }
     }
-    // Slot i's choice is kept by lane i % warpSize in register i / warpSize (k <= ne, so at most
-    // P of them; the normalization below reads them back by shuffles, in slot order): lane 0
-    // writing them to the route and reading them back made a decode step's routing a chain of
-    // global-memory round trips.
-    // (Slot i = j * warpSize + ii: j is a constant of the unrolled loop, so the slots stay in
-    // registers; one loop over i made the compiler index them by i / warpSize, in local memory.)
+    // Slot i's choice is kept by lane i % warpSize (the normalization below reads them back by
+    // shuffles, in slot order): slots below warpSize (every model's k) in registers, the rest
+    // (k > warpSize: at most P a lane, as k <= ne) in an array the compiler keeps in local
+    // memory, touched only then. Lane 0 writing them to the route and reading them back made a
+    // decode step's routing a chain of global-memory round trips; an array for every slot,
+    // indexed by i / warpSize, put them all in local memory.
     hs_u32 taken = 0;
-    float myw[P];
-    hs_u32 mye[P];
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-        myw[j] = 0.0f;
-        mye[j] = 0;
-        for (hs_u32 ii = 0; ii < (hs_u32)warpSize && j * warpSize + ii < k; ++ii) {
-            float bv;
-            hs_u32 be;
-            moe_warp_best<P>(v, taken, ne, &bv, &be);
-            if (be == MOE_NONE) {
-                be = 0;  // fewer than k experts: the launcher refuses k > ne, so never reached
-            }
-            if (be % warpSize == lane) {
-                taken |= 1u << (be / warpSize);
-            }
-            if (ii == lane) {
-                myw[j] = bv;
-                mye[j] = be;
+    float w0 = 0.0f;
+    hs_u32 e0 = 0;
+    float wx[P];
+    hs_u32 ex[P];
+    for (hs_u32 i = 0; i < k; ++i) {
+        float bv;
+        hs_u32 be;
+        moe_warp_best<P>(v, taken, ne, &bv, &be);
+        if (be == MOE_NONE) {
+            be = 0;  // fewer than k experts: the launcher refuses k > ne, so never reached
+        }
+        if (be % warpSize == lane) {
+            taken |= 1u << (be / warpSize);
+        }
+        if (i % warpSize == lane) {
+            if (i < (hs_u32)warpSize) {
+                w0 = bv;
+                e0 = be;
+            } else {
+                wx[i / warpSize] = bv;
+                ex[i / warpSize] = be;
             }
         }
     }
     // The weights: divided by their f64 sum clamped below at 2^-14 (softmax gating), or the
     // softmax of the chosen logits (gpt-oss); every lane sums the same values in slot order.
-    const float first = HS_SHFL(myw[0], 0);
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-        if (bias != 0 && j * warpSize + lane < k) {
-            myw[j] = expf(myw[j] - first);
+    const float first = HS_SHFL(w0, 0);
+    const hs_u32 slots = (k + warpSize - 1) / warpSize;
+    if (bias != 0) {
+        if (lane < k) {
+            w0 = expf(w0 - first);
+        }
+        for (hs_u32 j = 1; j < slots; ++j) {
+            if (j * warpSize + lane < k) {
+                wx[j] = expf(wx[j] - first);
+            }
         }
     }
     double total = 0.0;
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
-        if (j * warpSize < k) {
-            for (hs_u32 l = 0; l < (hs_u32)warpSize && j * warpSize + l < k; ++l) {
-                total += (double)HS_SHFL(myw[j], (int)l);
-            }
+    for (hs_u32 l = 0; l < (hs_u32)warpSize && l < k; ++l) {
+        total += (double)HS_SHFL(w0, (int)l);
+    }
+    for (hs_u32 j = 1; j < slots; ++j) {
+        for (hs_u32 l = 0; l < (hs_u32)warpSize && j * warpSize + l < k; ++l) {
+            total += (double)HS_SHFL(wx[j], (int)l);
         }
     }
     const float tot = fmaxf((float)total, 6.103515625e-5f);
     const float inv = (float)(1.0 / total);
-#pragma unroll
-    for (int j = 0; j < P; ++j) {
+    if (lane < k) {
+        ids[lane] = (float)e0;
+        ws[lane] = (bias == 0) ? w0 / tot : w0 * inv;
+    }
+    for (hs_u32 j = 1; j < slots; ++j) {
         const hs_u32 i = j * warpSize + lane;
         if (i < k) {
-            ids[i] = (float)mye[j];
-            ws[i] = (bias == 0) ? myw[j] / tot : myw[j] * inv;
+            ids[i] = (float)ex[j];
+            ws[i] = (bias == 0) ? wx[j] / tot : wx[j] * inv;
         }
     }
 }
