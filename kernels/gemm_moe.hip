@@ -208,20 +208,6 @@ __device__ __forceinline__ void moe_mm_dq16(hs_u32 ty, const unsigned char *row,
     o[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-// The thread's 16 elements of A tile row `a` for step k0 (its half's first column): through DQ16
-// from its weight row, or zeros for a row past the matrix (alive false).
-template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
-__device__ __forceinline__ void moe_mm_stage_a(bool alive, hs_u32 ty, const unsigned char *row,
-                                               hs_u32 k0, unsigned short *a) {
-    if (alive) {
-        moe_mm_dq16<DQ16>(ty, row, k0, a);
-    } else {
-        const uint4 z = make_uint4(0, 0, 0, 0);
-        *(uint4 *)a = z;
-        *(uint4 *)(a + 8) = z;
-    }
-}
-
 // The chunk's 64 activation rows (zeros past its entries) for step kt: two 16-byte loads a
 // thread, from the rows the thread was given (xr[0], xr[1]: null past the chunk).
 __device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, hs_u32 kt,
@@ -240,40 +226,6 @@ __device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, 
     }
 }
 
-// One stage of the staged tiles: A's 64 rows, then B's 64, HS_MM_LDS halves a row.
-#define MOE_MM_STAGE ((HS_MM_BM + HS_MM_BN) * HS_MM_LDS)
-
-// acc += A . B over the `cols` columns, HS_MM_BK a step, through two stages of shared memory
-// (S: 2 * MOE_MM_STAGE halves): a step's product is issued from one stage while the next step's
-// tiles are dequantized into the other, one barrier a step. The thread stages 16 elements of A
-// tile row ar (from ah; its weight row arow, zeros if not alive) and two 16-byte pieces of B (xr:
-// its activation rows, or null past the chunk). With one stage (stage, barrier, product,
-// barrier), every warp of a block waited on every step's global loads before any product began:
-// the grouped gate/up of a Qwen3-30B-A3B prompt ran at 65 GB/s on the H100.
-template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
-__device__ __forceinline__ void moe_mm_steps(hs_u32 ty, bool alive, const unsigned char *arow,
-                                             hs_u32 ah, hs_u32 ar,
-                                             const unsigned short *const *xr, hs_u32 cols,
-                                             unsigned short *S, hs_mm_acc &acc) {
-    moe_mm_stage_a<DQ16>(alive, ty, arow, ah, S + ar * HS_MM_LDS + ah);
-    moe_mm_stage_b(xr, 0, S + HS_MM_BM * HS_MM_LDS);
-    __syncthreads();
-    hs_u32 cur = 0;
-    for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
-        const unsigned short *st = S + cur * MOE_MM_STAGE;
-        hs_mm_tile(st, st + HS_MM_BM * HS_MM_LDS, acc);
-        // The other stage was last read by the previous step's product, which every thread
-        // finished before the barrier that ended that step.
-        if (kt + HS_MM_BK < cols) {
-            unsigned short *nx = S + (cur ^ 1u) * MOE_MM_STAGE;
-            moe_mm_stage_a<DQ16>(alive, ty, arow, kt + HS_MM_BK + ah, nx + ar * HS_MM_LDS + ah);
-            moe_mm_stage_b(xr, kt + HS_MM_BK, nx + HS_MM_BM * HS_MM_LDS);
-        }
-        __syncthreads();
-        cur ^= 1u;
-    }
-}
-
 // h[s + t][row] = act(gate_e[row] . x[tok[s + t]], up_e[row] . x[tok[s + t]]) (moe_act; gb, ub:
 // gpt-oss's biases or null) for the chunk's entries t and the block's 32 hidden rows: xh holds the
 // batch's tokens (f16, `cols` each); `ff` rows per expert. The block's A tile is those 32 rows of
@@ -287,9 +239,10 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
                                                const float *route, hs_u32 n, hs_u32 k,
                                                hs_u32 ff, hs_u32 cols, const float *gb,
                                                const float *ub, hs_u32 ty, hs_u64 row_bytes) {
-    // Two stages of As, Bs (MOE_MM_STAGE halves each); after the products, the up half of the
-    // tile as floats (MOE_MM_HALF x 65).
-    __shared__ __attribute__((aligned(16))) unsigned short S[2 * MOE_MM_STAGE];
+    // As, Bs; after the products, the up half of the tile as floats (MOE_MM_HALF x 65).
+    __shared__ __attribute__((aligned(16))) unsigned short S[(HS_MM_BM + HS_MM_BN) * HS_MM_LDS];
+    unsigned short *As = S;
+    unsigned short *Bs = S + HS_MM_BM * HS_MM_LDS;
     int e, s, c;
     const hs_u32 row0 = blockIdx.x * MOE_MM_HALF;
     if (row0 >= ff || !moe_chunk(route, n, k, &e, &s, &c)) {
@@ -312,7 +265,19 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     }
     hs_mm_acc acc;
     hs_mm_zero(acc);
-    moe_mm_steps<DQ16>(ty, alive, arow, ah, ar, xr, cols, S, acc);
+    for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
+        if (alive) {
+            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
+        } else {
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
+            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
+        }
+        moe_mm_stage_b(xr, kt, Bs);
+        __syncthreads();
+        hs_mm_tile(As, Bs, acc);
+        __syncthreads();
+    }
     float *up = (float *)S;
 #pragma unroll
     for (int q = 0; q < HS_MM_ACC; ++q) {
@@ -343,7 +308,8 @@ template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
 __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsigned short *hh,
                                             float *y, const float *route, hs_u32 n, hs_u32 k,
                                             hs_u32 dim, hs_u32 ff, hs_u32 ty, hs_u64 row_bytes) {
-    __shared__ __attribute__((aligned(16))) unsigned short S[2 * MOE_MM_STAGE];
+    __shared__ __attribute__((aligned(16))) unsigned short As[HS_MM_BM * HS_MM_LDS];
+    __shared__ __attribute__((aligned(16))) unsigned short Bs[HS_MM_BN * HS_MM_LDS];
     int e, s, c;
     const hs_u32 row0 = blockIdx.x * HS_MM_BM;
     if (row0 >= dim || !moe_chunk(route, n, k, &e, &s, &c)) {
@@ -362,7 +328,19 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     }
     hs_mm_acc acc;
     hs_mm_zero(acc);
-    moe_mm_steps<DQ16>(ty, alive, arow, ah, ar, xr, ff, S, acc);
+    for (hs_u32 kt = 0; kt < ff; kt += HS_MM_BK) {
+        if (alive) {
+            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
+        } else {
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
+            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
+        }
+        moe_mm_stage_b(xr, kt, Bs);
+        __syncthreads();
+        hs_mm_tile(As, Bs, acc);
+        __syncthreads();
+    }
 #pragma unroll
     for (int q = 0; q < HS_MM_ACC; ++q) {
         float v;
