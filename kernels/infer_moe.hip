@@ -76,13 +76,13 @@ __device__ __forceinline__ void moe_warp_best(const float (&v)[P], hs_u32 taken,
 }
 
 // Token t's routing by the warp, P experts a lane (ne <= P * warpSize): ids (as floats) and
-// weights into route (2k floats). Softmax gating: the probabilities (f32 exponentials, their sum
+// weights into route (2k floats); returns the expert of the lane's slot (slot `lane`, if < k). Softmax gating: the probabilities (f32 exponentials, their sum
 // in f64), the k largest, divided by their f64 sum clamped below at 2^-14. gpt-oss (bias not
 // null): the router's bias added to the logits in place, the k largest logits, weighted by the
 // softmax of those k alone.
 template <int P>
-__device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u32 ne, hs_u32 k,
-                                               float *ids, float *ws) {
+__device__ __forceinline__ hs_u32 moe_warp_route(float *l, const float *bias, hs_u32 ne,
+                                                 hs_u32 k, float *ids, float *ws) {
     const hs_u32 lane = threadIdx.x % warpSize;
     float v[P];
 #pragma unroll
@@ -187,23 +187,23 @@ __device__ __forceinline__ void moe_warp_route(float *l, const float *bias, hs_u
             ws[i] = (bias == 0) ? wx[j] / tot : wx[j] * inv;
         }
     }
+    return e0;
 }
 
 // moe_warp_route with the fewest experts a lane that hold ne (at most MOE_MAX_EXPERTS, which the
 // launcher holds to).
-__device__ __forceinline__ void moe_warp_route_any(float *l, const float *bias, hs_u32 ne,
-                                                   hs_u32 k, float *ids, float *ws) {
+__device__ __forceinline__ hs_u32 moe_warp_route_any(float *l, const float *bias, hs_u32 ne,
+                                                     hs_u32 k, float *ids, float *ws) {
     if (ne <= (hs_u32)warpSize) {
-        moe_warp_route<1>(l, bias, ne, k, ids, ws);
+        return moe_warp_route<1>(l, bias, ne, k, ids, ws);
     } else if (ne <= 2 * (hs_u32)warpSize) {
-        moe_warp_route<2>(l, bias, ne, k, ids, ws);
+        return moe_warp_route<2>(l, bias, ne, k, ids, ws);
     } else if (ne <= 4 * (hs_u32)warpSize) {
-        moe_warp_route<4>(l, bias, ne, k, ids, ws);
+        return moe_warp_route<4>(l, bias, ne, k, ids, ws);
     } else if (ne <= 8 * (hs_u32)warpSize) {
-        moe_warp_route<8>(l, bias, ne, k, ids, ws);
-    } else {
-        moe_warp_route<MOE_PER_LANE>(l, bias, ne, k, ids, ws);
+        return moe_warp_route<8>(l, bias, ne, k, ids, ws);
     }
+    return moe_warp_route<MOE_PER_LANE>(l, bias, ne, k, ids, ws);
 }
 
 // The warp-wide inclusive prefix sum of v (every lane of the warp must call it).
@@ -285,13 +285,14 @@ __device__ void moe_sort_block(float *route, hs_u32 n, hs_u32 ne, hs_u32 k, hs_u
 // are distinct (top-k), so entry i's sorted place is the count of chosen experts below its own
 // and every chunk is one entry — the table moe_sort_block makes, without its shared counts,
 // atomics and block barriers (a decode step's routing took ~14 µs a layer with them on the
-// H100, most of it the sort). Lane i reads back the id it wrote for slot i.
-__device__ __forceinline__ void moe_sort_one(float *route, hs_u32 k) {
+// H100, most of it the sort). mine: lane i's expert for slot i, as routing left it in a register
+// (read back from the route, it was a global-memory round trip after the stores).
+__device__ __forceinline__ void moe_sort_one(float *route, hs_u32 k, hs_u32 mine) {
     const hs_u32 lane = threadIdx.x % warpSize;
     int *pos = (int *)(route + 2 * k);
     int *tok = pos + k;
     int *chunks = tok + k;
-    const int e = (lane < k) ? (int)route[lane] : 0x7fffffff;
+    const int e = (lane < k) ? (int)mine : 0x7fffffff;
     int rank = 0;
     for (hs_u32 j = 0; j < k; ++j) {
         rank += (HS_SHFL(e, (int)j) < e) ? 1 : 0;
@@ -318,14 +319,16 @@ HS_KERNEL void hs_moe_route(HS_TRACK_PARAMS, float *logits, float *route, hs_u32
                             hs_u32 k, hs_u32 nt, const float *bias, hs_u32 sort) {
     HS_BREADCRUMB();
     const hs_u32 nwarps = blockDim.x / warpSize;
+    hs_u32 mine = 0;
     for (hs_u32 t = blockIdx.x * nwarps + threadIdx.x / warpSize; t < n;
          t += gridDim.x * nwarps) {
         float *ids = route + (hs_u64)t * 2 * k;
-        moe_warp_route_any(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
+        mine = moe_warp_route_any(logits + (hs_u64)t * ne, bias, ne, k, ids, ids + k);
     }
     if (sort != 0 && n == 1 && k <= (hs_u32)warpSize) {
+        // Token 0 was routed by warp 0 of block 0 (the launch's only block).
         if (threadIdx.x < (hs_u32)warpSize) {
-            moe_sort_one(route, k);
+            moe_sort_one(route, k, mine);
         }
     } else if (sort != 0) {
         // The routes written by other warps of the block (global memory).
