@@ -34,8 +34,8 @@
 // thread per token, as before, took 82 µs a layer on the H100 for 128 experts (k passes over
 // them, each recomputing every probability), 40% of a Qwen3-30B-A3B decode layer. One path for
 // up to 512 experts (16 a lane, fully unrolled) then took 12.9 µs a decode step's routing against
-// llama.cpp's 4.9, its one warp waiting on instruction fetch for most of its cycles: 128 experts
-// need 4 a lane, and a quarter of the code.
+// llama.cpp's 4.9, its one warp waiting on instruction fetch for most of its cycles; with 4 a
+// lane for 128 experts and the chosen slots in registers, 9.5 µs (docs/PERFORMANCE.md).
 #define MOE_PER_LANE (MOE_MAX_EXPERTS / 32)
 #define MOE_NONE 0xffffffffu
 
@@ -76,10 +76,11 @@ __device__ __forceinline__ void moe_warp_best(const float (&v)[P], hs_u32 taken,
 }
 
 // Token t's routing by the warp, P experts a lane (ne <= P * warpSize): ids (as floats) and
-// weights into route (2k floats); returns the expert of the lane's slot (slot `lane`, if < k). Softmax gating: the probabilities (f32 exponentials, their sum
-// in f64), the k largest, divided by their f64 sum clamped below at 2^-14. gpt-oss (bias not
-// null): the router's bias added to the logits in place, the k largest logits, weighted by the
-// softmax of those k alone.
+// weights into route (2k floats); returns the expert of the lane's own slot (slot `lane`, when
+// lane < k). Softmax gating: the probabilities (f32 exponentials, their sum in f64), the k
+// largest, divided by their f64 sum clamped below at 2^-14. gpt-oss (bias not null): the
+// router's bias added to the logits in place, the k largest logits, weighted by the softmax of
+// those k alone.
 template <int P>
 __device__ __forceinline__ hs_u32 moe_warp_route(float *l, const float *bias, hs_u32 ne,
                                                  hs_u32 k, float *ids, float *ws) {

@@ -155,9 +155,9 @@ const ROUTE_CASES: &[RouteCase] = &[
 
 /// hs_moe_route and hs_moe_sort (kernels/infer_moe.hip) on the stand-in, against the CPU
 /// backend's routing (`moe_route`, `moe_route_softmax_weight`): the same experts in the same
-/// order, weights within 5e-7 of each other (relative) (the two sum the same f64 terms in different
-/// orders), the biased logits left in place as the CPU leaves them, and a sort that places every
-/// entry once, in a chunk of its own expert of at most `nt` entries.
+/// order, weights within 5e-7 of each other, relative (the two sum the same f64 terms in
+/// different orders), the biased logits left in place as the CPU leaves them, and a sort that
+/// places every entry once, in a chunk of its own expert of at most `nt` entries.
 #[test]
 fn moe_routing_kernels_choose_the_cpu_backends_experts_on_a_cpu_stand_in() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -232,17 +232,20 @@ fn moe_routing_kernels_choose_the_cpu_backends_experts_on_a_cpu_stand_in() {
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     let mut lines = text.lines();
     for (c, logits, bias) in &cases {
+        assert_eq!(
+            lines.next(),
+            Some(format!("case {}", c.name).as_str()),
+            "{text}"
+        );
+        // The numbers of the next line, which `tag` begins.
         let mut line = |tag: &str| -> Vec<f64> {
             let l = lines
                 .next()
                 .unwrap_or_else(|| panic!("{}: no {tag} line\n{text}", c.name));
             let mut f = l.split_whitespace();
             assert_eq!(f.next(), Some(tag), "{}: {l}", c.name);
-            f.filter(|w| *w != c.name)
-                .map(|w| w.parse().expect(l))
-                .collect()
+            f.map(|w| w.parse().expect(l)).collect()
         };
-        line("case");
         // The logits as the kernel left them: the CPU's own add_bias for gpt-oss, else untouched.
         let want: Vec<f32> = logits
             .iter()
@@ -301,8 +304,8 @@ fn check_sort(c: &RouteCase, ids: &[usize], pos: &[f64], tok: &[f64], chunks: &[
     for ch in table.chunks(3) {
         let (e, first, len) = (ch[0], ch[1], ch[2]);
         assert!(
-            first == next && (1..=c.nt).contains(&len),
-            "{}: chunk {ch:?} (next {next})",
+            first == next && (1..=c.nt).contains(&len) && first + len <= entries,
+            "{}: chunk {ch:?} (next {next}, {entries} entries)",
             c.name
         );
         expert_at[first..first + len].fill(e);

@@ -29,7 +29,8 @@ int main() {
             hs_moe_route(nullptr, 0, logits.data(), route.data(), n, ne, k, nt, b, in_route);
         });
         if (!in_route)
-            hs_emu_launch({1, 1, 1}, threads, [&] { hs_moe_sort(nullptr, 0, route.data(), n, ne, k, nt); });
+            hs_emu_launch({1, 1, 1}, threads,
+                          [&] { hs_moe_sort(nullptr, 0, route.data(), n, ne, k, nt); });
         printf("case %s\nlogits", name.c_str());
         for (float v : logits) printf(" %.9g", v);
         printf("\n");
@@ -45,7 +46,8 @@ int main() {
         for (size_t j = 0; j < entries; ++j) printf(" %d", ints[entries + j]);
         const int *chunks = ints + 2 * entries;
         printf("\nchunks %d", chunks[0]);
-        for (int c = 0; c < 3 * chunks[0] && c < (int)(3 * entries); ++c) printf(" %d", chunks[1 + c]);
+        for (int c = 0; c < 3 * chunks[0] && c < (int)(3 * entries); ++c)
+            printf(" %d", chunks[1 + c]);
         printf("\n");
     }
     return 0;
