@@ -24,31 +24,29 @@ use ffi::{check, cu_err, guarded};
 pub use ffi::{describe, device_count, driver_present, probe};
 pub use rtc::Nvrtc;
 
-/// The driver entry points graph replay needs (checked at open: a driver without them runs
-/// without graphs, saying so).
 /// `Err` naming the first of `syms` the loaded CUDA driver lacks (an older driver than the
 /// feature needs: graphs, launch overlap).
 fn driver_has(syms: &[&str]) -> Result<(), String> {
-    guarded("CUDA driver (libcuda)", || {
-        for sym in syms {
+    let missing = guarded("CUDA driver (libcuda)", || {
+        Ok(syms.iter().copied().find(|sym| {
             // SAFETY: looks a symbol up in the already loaded driver library; nothing is called
             // through it.
-            let found = unsafe {
+            unsafe {
                 cu::culib()
                     .get::<*const c_void>(format!("{sym}\0").as_bytes())
-                    .is_ok()
-            };
-            if !found {
-                return Err(GpuError::InvalidArgument(format!(
-                    "the CUDA driver lacks {sym}"
-                )));
+                    .is_err()
             }
-        }
-        Ok(())
+        }))
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    match missing {
+        Some(sym) => Err(format!("the CUDA driver lacks {sym}")),
+        None => Ok(()),
+    }
 }
 
+/// The driver entry points graph replay needs (checked at open: a driver without them runs
+/// without graphs, saying so).
 const GRAPH_SYMBOLS: [&str; 6] = [
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
