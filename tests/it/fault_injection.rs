@@ -179,8 +179,8 @@ fn item5_a_session_with_nothing_said_leaves_no_file_and_resume_skips_it() {
     quit(&mut s);
 }
 
-/// A small pseudo-random generator (xorshift), seeded from the clock and printed, so that a
-/// failing run can be repeated with `HIPSCOPE_FAULT_SEED`.
+/// The seed of a small pseudo-random generator (`common::xorshift`), from the clock and printed,
+/// so that a failing run can be repeated with `HIPSCOPE_FAULT_SEED`.
 fn seed() -> u64 {
     let s = std::env::var("HIPSCOPE_FAULT_SEED")
         .ok()
@@ -194,13 +194,6 @@ fn seed() -> u64 {
         });
     eprintln!("HIPSCOPE_FAULT_SEED={s}");
     s
-}
-
-fn next(x: &mut u64) -> u64 {
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    *x
 }
 
 #[test]
@@ -220,7 +213,7 @@ fn kill_at_random_points_in_a_turn_then_resume_keeps_every_completed_turn() {
         }
         s.type_line(&format!("Question {round}: count to ten."));
         // Anywhere from before the prompt is processed to after the answer is done.
-        let wait = Duration::from_millis(next(&mut rng) % 4000);
+        let wait = Duration::from_millis(crate::common::xorshift(&mut rng) % 4000);
         std::thread::sleep(wait);
         // SAFETY: a signal to our own child.
         assert_eq!(unsafe { libc::kill(s.pid(), libc::SIGKILL) }, 0);

@@ -32,31 +32,36 @@ X(f16_128, unsigned short, 4) X(f32_64, float, 2)\n";
 /// default, and the variants scripts/device/attn-lanes-variants.sh makes).
 const KEY_LANES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 
-/// The translation unit: the stand-in, the lists, the prelude's helpers, the headers and the
-/// two sources as they ship, then the harness.
-fn translation_unit() -> String {
+/// A translation unit for the stand-in: simt.h, the host's unit lists (`lists`), the prelude's
+/// helpers, the kernel headers and sources named as they ship, then the harness.
+fn translation_unit(lists: &str, headers: &[&str], sources: &[&str], harness: &str) -> String {
     let src = KernelSources::embedded();
     let helpers = PRELUDE
         .find("// ---- Helpers of the inference kernels")
         .expect("the prelude's helpers section");
     let mut tu = String::from(include_str!("emu/simt.h"));
-    tu.push_str(LISTS);
+    tu.push_str(lists);
     tu.push_str(&PRELUDE[helpers..]);
-    for h in ["attention.h", "mma.h"] {
+    for &h in headers {
         let s = src.headers.iter().find(|s| s.name == h).expect(h);
         tu.push_str(&s.text);
     }
-    for f in ["infer_attention_tiled", "infer_attention"] {
+    for &f in sources {
         tu.push_str(&src.get(f).expect(f).text);
     }
-    tu.push_str(include_str!("emu/attention.cpp"));
+    tu.push_str(harness);
     tu
 }
 
 #[test]
 fn attention_kernels_match_double_precision_attention_on_a_cpu_stand_in() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let tu = translation_unit();
+    let tu = translation_unit(
+        LISTS,
+        &["attention.h", "mma.h"],
+        &["infer_attention_tiled", "infer_attention"],
+        include_str!("emu/attention.cpp"),
+    );
     // Each value of HS_ATTN_KEY_LANES compiled and run on a thread of its own (the stand-in runs
     // on one OS thread), the outputs then checked in order.
     let outputs: Vec<(u32, String)> = std::thread::scope(|scope| {
@@ -161,25 +166,13 @@ const ROUTE_CASES: &[RouteCase] = &[
 #[test]
 fn moe_routing_kernels_choose_the_cpu_backends_experts_on_a_cpu_stand_in() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let src = KernelSources::embedded();
-    let helpers = PRELUDE
-        .find("// ---- Helpers of the inference kernels")
-        .expect("the prelude's helpers section");
-    let mut tu = String::from(include_str!("emu/simt.h"));
-    tu.push_str(&PRELUDE[helpers..]);
-    tu.push_str(&src.get("infer_moe").expect("infer_moe").text);
-    tu.push_str(include_str!("emu/moe_route.cpp"));
+    let tu = translation_unit("", &[], &["infer_moe"], include_str!("emu/moe_route.cpp"));
     let bin =
         crate::common::compile_cpp(dir.path(), "moe_route", &tu, &["-std=c++20", "-O1", "-w"]);
 
     // Logits: a shuffled ramp (distinct, 0.037 apart: no near-ties), or pairs of equal values.
     let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
+    let mut next = move || crate::common::xorshift(&mut state);
     let mut input = String::new();
     let mut cases = Vec::new();
     for c in ROUTE_CASES {

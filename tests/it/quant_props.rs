@@ -167,12 +167,7 @@ fn rms_error_on_gaussian_data() {
 /// Deterministic standard normal samples (Box–Muller over a xorshift generator).
 fn gaussian(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f64 / (1u64 << 53) as f64
-    };
+    let mut next = move || (crate::common::xorshift(&mut s) >> 11) as f64 / (1u64 << 53) as f64;
     (0..n)
         .map(|_| {
             let (u, v) = (next().max(1e-12), next());

@@ -69,6 +69,15 @@ pub fn compile_cpp(dir: &std::path::Path, name: &str, src: &str, flags: &[&str])
     exe
 }
 
+/// Marsaglia's xorshift64 (shifts 13, 7, 17): the state's next value. Reproducible test data
+/// without a dependency; the state must not be 0.
+pub fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
 pub fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
