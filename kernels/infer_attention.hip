@@ -249,9 +249,9 @@ __device__ __forceinline__ void attn_load(const KV *row, hs_u32 d, hs_u32 head_d
     }
 }
 
-// Lane sl's part (0 <= sl < L) of the dot product of key row kj with the
-// query (qs, zero-padded to nw words of W): its 16-byte words sl, sl + L, sl + 2L, ... below nw,
-// so that the L lanes of a key read adjacent words. Where W divides head_dim (vec), a lane's words
+// Lane sl's part (0 <= sl < L) of the dot product of key row kj with the query (qs, zero-padded
+// to nw words of W): its 16-byte words sl, sl + L, sl + 2L, ... below nw, so that the L lanes of
+// a key read adjacent words. Where W divides head_dim (vec), a lane's words
 // are loaded together, HS_ATTN_KEY_BATCH at most (a row of HS_ATTN_MAX_HEAD_DIM elements: at most
 // ceil(HS_ATTN_MAX_HEAD_DIM / (W * L)) words a lane), before their products; else element by
 // element, zeros beyond head_dim. Used by attn_keys when L > 1.
@@ -294,18 +294,18 @@ __device__ __forceinline__ float attn_key_part(const KV *kj, const float *qs, hs
 // ---- One query row over a range of keys, L lanes a key ------------------------------------------
 //
 // The block (HS_ATTN_THREADS threads) walks keys lo..hi of one query row of head h (KV head kvh)
-// in chunks of blockDim.x / L keys (L: attn_keys_for's choice by the head's size). With L = 1 thread i scores key c0 + i
-// against the query (qs, in shared memory) on its own, reading the key 16 bytes at a time (W = 4
-// f32 or 8 f16 elements), with no reduction across lanes. With L > 1 threads iL .. iL + L - 1
-// score key c0 + i together: each reads every L-th 16-byte word of the row (attn_key_part: the L
-// lanes' loads adjacent, a lane's words issued together), and the L partial sums are added by
-// shuffles within the aligned group of L lanes (every lane then holds the score); only the
-// group's lane 0 writes the key's weight and counts it in the sum. The chunk's max and the sum of
-// its weights are block reductions, so the running max m and sum l are the whole block's (an
-// online softmax a chunk at a time). The values are then summed by groups of ceil(head_dim / W)
-// threads: thread (g, c) adds p_j * v_j[Wc..] for the chunk's keys j = g, g + groups, ..., so
-// each value row is read coalesced by one group, and the groups, sharing m, add their sums
-// without rescaling. Scores are soft-capped as
+// in chunks of blockDim.x / L keys (L: attn_keys_for's choice by the head's size). With L = 1
+// thread i scores key c0 + i against the query (qs, in shared memory) on its own, reading the key
+// 16 bytes at a time (W = 4 f32 or 8 f16 elements), with no reduction across lanes. With L > 1
+// threads iL .. iL + L - 1 score key c0 + i together: each reads every L-th 16-byte word of the
+// row (attn_key_part: the L lanes' loads adjacent, a lane's words issued together), and the L
+// partial sums are added by shuffles within the aligned group of L lanes (every lane then holds
+// the score); only the group's lane 0 writes the key's weight and counts it in the sum. The
+// chunk's max and the sum of its weights are block reductions, so the running max m and sum l
+// are the whole block's (an online softmax a chunk at a time). The values are then summed by
+// groups of ceil(head_dim / W) threads: thread (g, c) adds p_j * v_j[Wc..] for the chunk's keys
+// j = g, g + groups, ..., so each value row is read coalesced by one group, and the groups,
+// sharing m, add their sums without rescaling. Scores are soft-capped as
 // cap * tanh(s / cap) where softcap > 0 (Gemma 2); key j sits in slot j % slots. A head_dim that
 // W does not divide is read element by element (the same loop, zeros beyond head_dim).
 //
@@ -496,8 +496,9 @@ __device__ void infer_attention(const float *q, const KV *kc, const KV *vc, floa
         infer_seq_row(rows, t, slots, n_kv_heads * head_dim, kc, vc, pos0 + t) + 1;
     const hs_u32 lo = (window > 0 && n_keys > window) ? n_keys - window : 0;
     float m, l;
-    attn_keys_for<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc, n_kv_heads * head_dim,
-                  kvh, head_dim, lo, n_keys, slots, scale, softcap, o, &m, &l);
+    attn_keys_for<KV>(q + (hs_u64)t * q_dim + (hs_u64)h * head_dim, kc, vc,
+                      n_kv_heads * head_dim, kvh, head_dim, lo, n_keys, slots, scale, softcap, o,
+                      &m, &l);
     const float inv = attn_norm(m, l, sinks, h);
     float *oh = out + (hs_u64)t * q_dim + (hs_u64)h * head_dim;
     for (hs_u32 d = threadIdx.x; d < head_dim; d += blockDim.x) {
@@ -565,8 +566,8 @@ __device__ void infer_attention_split(const float *q, const KV *kc, const KV *vc
     const hs_u32 lo = lo0 + c * len;
     const hs_u32 hi = (lo + len < n_keys) ? lo + len : n_keys;
     float m, l;
-    attn_keys_for<KV>(q + ((hs_u64)t * n_heads + h) * head_dim, kc, vc, n_kv_heads * head_dim, kvh,
-                  head_dim, lo, hi, slots, scale, softcap, o, &m, &l);
+    attn_keys_for<KV>(q + ((hs_u64)t * n_heads + h) * head_dim, kc, vc, n_kv_heads * head_dim,
+                      kvh, head_dim, lo, hi, slots, scale, softcap, o, &m, &l);
     float *ph = part + (((hs_u64)t * n_heads + h) * gridDim.y + c) * (head_dim + 2);
     if (threadIdx.x == 0) {
         ph[0] = m;
