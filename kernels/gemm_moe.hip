@@ -1,18 +1,19 @@
 // The grouped expert products of a prompt batch (mixture of experts): the sorted entries of each
 // expert times that expert's weights, on the matrix units (mma.h's core), with the weights
-// dequantized to f16 as they are staged (per type: from whole words of its blocks, or dequant.h's
-// element functions for the rare types) and read once per chunk of up to 64 entries, as the
-// route's chunk table (blockIdx.y) gives them (infer_moe.hip routes and sorts). blockIdx.x: 64
-// rows of the expert's matrix. B rows are f16 activations already Q8-rounded
+// dequantized to f16 as they are staged (per type, below) and read once per chunk of up to 64
+// entries, as the route's chunk table (blockIdx.y) gives them (infer_moe.hip routes and sorts).
+// blockIdx.x: 64 rows of the expert's matrix. B rows are f16 activations already Q8-rounded
 // (hs_quantize_act_f16), so these products multiply the numbers the one-token kernels multiply,
 // as the dense prefill GEMM does. Before them, a prompt batch ran its experts as matrix-vector
 // products over 8 entries at a time: 1.6 ms of gate/up a layer for a 512-token Qwen3-30B-A3B
-// prompt on the H100 (llama.cpp's grouped mul_mat_q: 0.28 ms).
+// prompt on the H100 (llama.cpp's grouped mul_mat_q: 0.28 ms). The common expert types (Q4_0,
+// Q8_0, MXFP4) load a step ahead and turn bytes into halves in pairs (MmStage*, below):
+// Qwen3-30B-A3B's pp512 9,581 -> 11,734 t/s and gpt-oss-20b's 8,660 -> 10,261 on the H100.
 
 // 16 elements c0 .. c0 + 15 (c0 a multiple of 16) of weight row `row` as f16 pairs into w: by the
-// element functions of dequant.h (BL-element blocks of BB bytes), or, for the common
-// expert types and the K-quants, from whole words of the block (below). A product's weights are dequantized once
-// per chunk that reads them, so this is most of a grouped product's work.
+// element functions of dequant.h (BL-element blocks of BB bytes), or, for the K-quants and
+// IQ4_XS, from whole words of the block (below). A product's weights are dequantized once per
+// chunk that reads them, so this is most of a grouped product's work.
 template <float (*DQ)(const unsigned char *, hs_u32), hs_u32 BL, hs_u32 BB>
 __device__ __forceinline__ void mm_dq16(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
 #pragma unroll
@@ -26,54 +27,6 @@ __device__ __forceinline__ void mm_dq16(const unsigned char *row, hs_u32 c0, hs_
 
 __device__ __forceinline__ hs_u32 mm_half2(float a, float b) {
     return (hs_u32)hs_float_to_half(a) | ((hs_u32)hs_float_to_half(b) << 16);
-}
-
-// Q4_0 (d, qs[16]; element j the low nibble of qs[j], j + 16 the high one): the 16 quant bytes
-// as 2-byte words (blocks are 18 bytes, so 2-aligned), the values as dq_q4_0 computes them.
-__device__ __forceinline__ void mm_dq16_q4_0(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 32) * 18;
-    const float d = dq_half(b);
-    const unsigned short *q = (const unsigned short *)(b + 2);
-    const hs_u32 sh = c0 & 16 ? 4 : 0;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const hs_u32 u = q[i];
-        w[i] = mm_half2((float)((int)((u >> sh) & 0xF) - 8) * d,
-                        (float)((int)((u >> (8 + sh)) & 0xF) - 8) * d);
-    }
-}
-
-// Q8_0 (d, qs[32] signed; 34-byte blocks): 2-byte words of quants.
-__device__ __forceinline__ void mm_dq16_q8_0(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 32) * 34;
-    const float d = dq_half(b);
-    const unsigned short *q = (const unsigned short *)(b + 2 + (c0 & 16));
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const hs_u32 u = q[i];
-        w[i] = mm_half2((float)(signed char)(u & 0xFF) * d, (float)(signed char)(u >> 8) * d);
-    }
-}
-
-// MXFP4 (e, qs[16] laid out as Q4_0's; 17-byte blocks, byte loads): four nibbles at a time
-// through the value table in registers (hs_lut16_4).
-__device__ __forceinline__ void mm_dq16_mxfp4(hs_u32, const unsigned char *row, hs_u32 c0,
-                                              hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 32) * 17;
-    const float d = dq_e8m0_half(b[0]);
-    const hs_u32 sh = c0 & 16 ? 4 : 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const unsigned char *q = b + 1 + 4 * i;
-        const hs_u32 v = (hs_u32)q[0] | ((hs_u32)q[1] << 8) | ((hs_u32)q[2] << 16) |
-                         ((hs_u32)q[3] << 24);
-        const int t = hs_lut16_4(v >> sh, HS_LUT_MXFP4);
-        w[2 * i] = mm_half2((float)(signed char)t * d, (float)(signed char)(t >> 8) * d);
-        w[2 * i + 1] =
-            mm_half2((float)(signed char)(t >> 16) * d, (float)(signed char)(t >> 24) * d);
-    }
 }
 
 // The K-quants and IQ4_XS from whole words: 16 elements lie in one 32-element sub-block, so its
@@ -197,32 +150,256 @@ __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row,
     }
 }
 
-// The 16 elements through DQ16 into shared row position s (16-byte aligned).
-template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
-__device__ __forceinline__ void moe_mm_dq16(hs_u32 ty, const unsigned char *row, hs_u32 c0,
-                                            unsigned short *s) {
-    hs_u32 w[8];
-    DQ16(ty, row, c0, w);
-    uint4 *o = (uint4 *)s;
-    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+// ---- Staging a step's weights ---------------------------------------------------------------
+// A step stages 32 columns (one block of Q4_0, Q8_0, MXFP4) of each of the tile's 64 rows, two
+// threads a row (half h = tid % 2). Each staging type says what a thread loads for a step (Raw,
+// held in registers: the next step's loads are issued before this step's product and waited on
+// after it, so their latency hides behind the matrix units) and how it writes its 16 halves of
+// the row into shared memory.
+
+// Eight bytes from p, in the widest loads p's alignment allows. Within a product the alignment is
+// the same for every thread of a step (row strides are even multiples of the block), so the
+// branch does not diverge in practice.
+__device__ __forceinline__ uint2 mm_ld8(const unsigned char *p) {
+    const hs_u64 a = (hs_u64)p;
+    if ((a & 7) == 0) {
+        return *(const uint2 *)p;
+    }
+    if ((a & 3) == 0) {
+        return make_uint2(((const hs_u32 *)p)[0], ((const hs_u32 *)p)[1]);
+    }
+    if ((a & 1) == 0) {
+        const unsigned short *q = (const unsigned short *)p;
+        return make_uint2((hs_u32)q[0] | ((hs_u32)q[1] << 16), (hs_u32)q[2] | ((hs_u32)q[3] << 16));
+    }
+    return make_uint2((hs_u32)p[0] | ((hs_u32)p[1] << 8) | ((hs_u32)p[2] << 16) |
+                          ((hs_u32)p[3] << 24),
+                      (hs_u32)p[4] | ((hs_u32)p[5] << 8) | ((hs_u32)p[6] << 16) |
+                          ((hs_u32)p[7] << 24));
 }
 
-// The chunk's 64 activation rows (zeros past its entries) for step kt: two 16-byte loads a
-// thread, from the rows the thread was given (xr[0], xr[1]: null past the chunk).
-__device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, hs_u32 kt,
-                                               unsigned short *Bs) {
-    const hs_u32 tid = threadIdx.x;
+// Half-precision pairs without a float round trip: the half with bits 0x6400 | b is 1024 + b
+// exactly (b < 1024), so a biased integer becomes a half by a byte move, loses its bias exactly
+// (sub), and is scaled by the block's half scale with one rounding (mul) — the same rounding as
+// the float product rounded to half that dequant.h's functions and the one-token kernels use,
+// because the float product of a byte and a half is exact. Bit for bit the same halves.
+#if defined(HS_BACKEND_CUDA)
+__device__ __forceinline__ hs_u32 mm_h2_unbias_scale(hs_u32 v, hs_u32 bias, hs_u32 d) {
+    hs_u32 t, r;
+    asm("sub.rn.f16x2 %0, %1, %2;" : "=r"(t) : "r"(v), "r"(bias));
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(t), "r"(d));
+    return r;
+}
+#elif defined(HS_BACKEND_HIP)
+typedef _Float16 mm_f16x2 __attribute__((ext_vector_type(2)));
+__device__ __forceinline__ hs_u32 mm_h2_unbias_scale(hs_u32 v, hs_u32 bias, hs_u32 d) {
+    mm_f16x2 x, b, s;
+    __builtin_memcpy(&x, &v, 4);
+    __builtin_memcpy(&b, &bias, 4);
+    __builtin_memcpy(&s, &d, 4);
+    const mm_f16x2 r = (x - b) * s;
+    hs_u32 o;
+    __builtin_memcpy(&o, &r, 4);
+    return o;
+}
+#else
+// Portable (the CPU stand-in of the tests): the same halves through float, where the difference
+// is exact and the product of two halves is too, so one rounding to half.
+__device__ __forceinline__ hs_u32 mm_h2_unbias_scale(hs_u32 v, hs_u32 bias, hs_u32 d) {
+    hs_u32 o = 0;
+    for (int i = 0; i < 2; ++i) {
+        const float x = hs_half_to_float((unsigned short)(v >> (16 * i))) -
+                        hs_half_to_float((unsigned short)(bias >> (16 * i)));
+        o |= (hs_u32)hs_float_to_half(x * hs_half_to_float((unsigned short)(d >> (16 * i))))
+             << (16 * i);
+    }
+    return o;
+}
+#endif
+
+// The four bytes of v (each an integer plus `bias`, below 1024) times the half d (its bits in
+// both halves of d2), as two half pairs into w[0], w[1]; bias2: the half 1024 + bias, twice.
+__device__ __forceinline__ void mm_bytes_h2(hs_u32 v, hs_u32 bias2, hs_u32 d2, hs_u32 *w) {
+    const hs_u32 lo = (v & 0xFFu) | ((v << 8) & 0xFF0000u) | 0x64006400u;
+    const hs_u32 hi = ((v >> 16) & 0xFFu) | ((v >> 8) & 0xFF0000u) | 0x64006400u;
+    w[0] = mm_h2_unbias_scale(lo, bias2, d2);
+    w[1] = mm_h2_unbias_scale(hi, bias2, d2);
+}
+
+// Eight bytes of values (v.x, v.y) into 8 halves at s (16-byte aligned).
+__device__ __forceinline__ void mm_store8(uint2 v, hs_u32 bias2, hs_u32 d2, unsigned short *s) {
+    hs_u32 w[4];
+    mm_bytes_h2(v.x, bias2, d2, w);
+    mm_bytes_h2(v.y, bias2, d2, w + 2);
+    *(uint4 *)s = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Q4_0 (d, qs[16]; element j the low nibble of qs[j], j + 16 the high one): half h loads bytes
+// 8h .. 8h + 7 of the quants and writes elements 8h .. 8h + 7 (low nibbles) and 16 + 8h ..
+// (high nibbles), the values as dq_q4_0 computes them.
+struct MmStageQ4_0 {
+    struct Raw {
+        uint2 q;
+        hs_u32 d;
+    };
+    static __device__ __forceinline__ void load(hs_u32, const unsigned char *row, hs_u32 kt,
+                                                hs_u32 h, Raw &r) {
+        const unsigned char *b = row + (hs_u64)(kt / 32) * 18;
+        r.d = *(const unsigned short *)b;
+        r.q = mm_ld8(b + 2 + 8 * h);
+    }
+    static __device__ __forceinline__ void store(hs_u32, const Raw &r, const unsigned char *,
+                                                 hs_u32, hs_u32 h, unsigned short *s) {
+        const hs_u32 d2 = r.d | (r.d << 16);
+        const hs_u32 bias2 = 0x64086408u; // 1024 + 8
+        mm_store8(make_uint2(r.q.x & 0x0F0F0F0Fu, r.q.y & 0x0F0F0F0Fu), bias2, d2, s + 8 * h);
+        mm_store8(make_uint2((r.q.x >> 4) & 0x0F0F0F0Fu, (r.q.y >> 4) & 0x0F0F0F0Fu), bias2, d2,
+                  s + 16 + 8 * h);
+    }
+};
+
+// Q8_0 (d, qs[32] signed; 34-byte blocks): half h loads quants 16h .. 16h + 15 and writes those
+// elements (the signed bytes biased by 128 with an exclusive or).
+struct MmStageQ8_0 {
+    struct Raw {
+        uint2 q[2];
+        hs_u32 d;
+    };
+    static __device__ __forceinline__ void load(hs_u32, const unsigned char *row, hs_u32 kt,
+                                                hs_u32 h, Raw &r) {
+        const unsigned char *b = row + (hs_u64)(kt / 32) * 34;
+        r.d = *(const unsigned short *)b;
+        r.q[0] = mm_ld8(b + 2 + 16 * h);
+        r.q[1] = mm_ld8(b + 10 + 16 * h);
+    }
+    static __device__ __forceinline__ void store(hs_u32, const Raw &r, const unsigned char *,
+                                                 hs_u32, hs_u32 h, unsigned short *s) {
+        const hs_u32 d2 = r.d | (r.d << 16);
+        const hs_u32 bias2 = 0x64806480u; // 1024 + 128
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            mm_store8(make_uint2(r.q[i].x ^ 0x80808080u, r.q[i].y ^ 0x80808080u), bias2, d2,
+                      s + 16 * h + 8 * i);
+        }
+    }
+};
+
+// MXFP4 (e, qs[16] laid out as Q4_0's; 17-byte blocks): as Q4_0, the nibbles through the value
+// table in registers (hs_lut16_4; doubled E2M1 values, signed bytes). The scale 2^(e - 128) is a
+// half for e in 104 ..= 143; a block scaled outside that (none in real files) takes the float
+// products of dq_mxfp4, which round the same where the half path is exact.
+struct MmStageMxfp4 {
+    struct Raw {
+        uint2 q;
+        hs_u32 e;
+    };
+    static __device__ __forceinline__ void load(hs_u32, const unsigned char *row, hs_u32 kt,
+                                                hs_u32 h, Raw &r) {
+        const unsigned char *b = row + (hs_u64)(kt / 32) * 17;
+        r.e = b[0];
+        r.q = mm_ld8(b + 1 + 8 * h);
+    }
+    static __device__ __forceinline__ void store(hs_u32, const Raw &r, const unsigned char *,
+                                                 hs_u32, hs_u32 h, unsigned short *s) {
+        const hs_u32 lo[2] = {(hs_u32)hs_lut16_4(r.q.x, HS_LUT_MXFP4),
+                              (hs_u32)hs_lut16_4(r.q.y, HS_LUT_MXFP4)};
+        const hs_u32 hi[2] = {(hs_u32)hs_lut16_4(r.q.x >> 4, HS_LUT_MXFP4),
+                              (hs_u32)hs_lut16_4(r.q.y >> 4, HS_LUT_MXFP4)};
+        if (r.e >= 104 && r.e <= 143) {
+            const hs_u32 dh = hs_float_to_half(dq_e8m0_half((unsigned char)r.e));
+            const hs_u32 d2 = dh | (dh << 16);
+            const hs_u32 bias2 = 0x64806480u; // 1024 + 128
+            mm_store8(make_uint2(lo[0] ^ 0x80808080u, lo[1] ^ 0x80808080u), bias2, d2,
+                      s + 8 * h);
+            mm_store8(make_uint2(hi[0] ^ 0x80808080u, hi[1] ^ 0x80808080u), bias2, d2,
+                      s + 16 + 8 * h);
+            return;
+        }
+        const float d = dq_e8m0_half((unsigned char)r.e);
+        hs_u32 w[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const hs_u32 t = i < 2 ? lo[i] : hi[i - 2];
+            w[2 * i] = mm_half2((float)(signed char)t * d, (float)(signed char)(t >> 8) * d);
+            w[2 * i + 1] =
+                mm_half2((float)(signed char)(t >> 16) * d, (float)(signed char)(t >> 24) * d);
+        }
+        *(uint4 *)(s + 8 * h) = make_uint4(w[0], w[1], w[2], w[3]);
+        *(uint4 *)(s + 16 + 8 * h) = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+};
+
+// Every other type: a thread dequantizes its 16 elements 16h .. 16h + 15 through DQ16 when it
+// stages them (nothing loaded ahead).
+template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)> struct MmStageDq16 {
+    struct Raw {};
+    static __device__ __forceinline__ void load(hs_u32, const unsigned char *, hs_u32, hs_u32,
+                                                Raw &) {}
+    static __device__ __forceinline__ void store(hs_u32 ty, const Raw &, const unsigned char *row,
+                                                 hs_u32 kt, hs_u32 h, unsigned short *s) {
+        hs_u32 w[8];
+        DQ16(ty, row, kt + 16 * h, w);
+        uint4 *o = (uint4 *)(s + 16 * h);
+        o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+    }
+};
+
+// The chunk's 64 activation rows for step kt (zeros past its entries): two 16-byte loads a
+// thread into v, from the rows the thread was given (xr[0], xr[1]: null past the chunk), and
+// their stores into the staged tile.
+__device__ __forceinline__ void moe_mm_load_b(const unsigned short *const *xr, hs_u32 kt,
+                                              uint4 *v) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-        const hs_u32 i = tid + h * HS_MM_THREADS;
-        const hs_u32 r = i / (HS_MM_BK / 8);
+        const hs_u32 i = threadIdx.x + h * HS_MM_THREADS;
         const hs_u32 c = (i % (HS_MM_BK / 8)) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (xr[h] != 0) {
-            v = *(const uint4 *)(xr[h] + kt + c);
+        v[h] = xr[h] != 0 ? *(const uint4 *)(xr[h] + kt + c) : make_uint4(0, 0, 0, 0);
+    }
+}
+
+__device__ __forceinline__ void moe_mm_store_b(const uint4 *v, unsigned short *Bs) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const hs_u32 i = threadIdx.x + h * HS_MM_THREADS;
+        *(uint4 *)(Bs + (i / (HS_MM_BK / 8)) * HS_MM_LDS + (i % (HS_MM_BK / 8)) * 8) = v[h];
+    }
+}
+
+// acc += the tile's expert rows (the thread's row at arow; alive: inside the matrix) times the
+// chunk's activation rows (xr) over k columns, staged 32 at a time through As and Bs. Each step's
+// loads are issued before the previous step's product and waited on after it.
+template <class T>
+__device__ __forceinline__ void moe_mm_steps(hs_u32 ty, const unsigned char *arow, bool alive,
+                                             const unsigned short *const *xr, hs_u32 k,
+                                             unsigned short *As, unsigned short *Bs,
+                                             hs_mm_acc &acc) {
+    const hs_u32 h = threadIdx.x % 2;
+    unsigned short *as = As + (threadIdx.x / 2) * HS_MM_LDS;
+    typename T::Raw ra;
+    uint4 rb[2];
+    if (alive) {
+        T::load(ty, arow, 0, h, ra);
+    }
+    moe_mm_load_b(xr, 0, rb);
+    for (hs_u32 kt = 0; kt < k; kt += HS_MM_BK) {
+        if (alive) {
+            T::store(ty, ra, arow, kt, h, as);
+        } else {
+            const uint4 z = make_uint4(0, 0, 0, 0);
+            *(uint4 *)(as + 16 * h) = z;
+            *(uint4 *)(as + 16 * h + 8) = z;
         }
-        *(uint4 *)(Bs + r * HS_MM_LDS + c) = v;
+        moe_mm_store_b(rb, Bs);
+        __syncthreads();
+        if (kt + HS_MM_BK < k) {
+            if (alive) {
+                T::load(ty, arow, kt + HS_MM_BK, h, ra);
+            }
+            moe_mm_load_b(xr, kt + HS_MM_BK, rb);
+        }
+        hs_mm_tile(As, Bs, acc);
+        __syncthreads();
     }
 }
 
@@ -233,7 +410,7 @@ __device__ __forceinline__ void moe_mm_stage_b(const unsigned short *const *xr, 
 // both; the up half goes through shared memory to the threads holding the gate half. (Two
 // 64-row tiles and two accumulators a block ran at half the speed of the down product per row.)
 #define MOE_MM_HALF (HS_MM_BM / 2)
-template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
+template <class T>
 __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const unsigned char *wu,
                                                const unsigned short *xh, float *h,
                                                const float *route, hs_u32 n, hs_u32 k,
@@ -250,9 +427,8 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     }
     const int *tok = (const int *)(route + (hs_u64)n * k * 2) + (hs_u64)n * k;
     const hs_u32 tid = threadIdx.x;
-    // A: thread tid dequantizes half tid % 2 of tile row tid / 2 (gate, then up).
+    // A: thread tid stages half tid % 2 of tile row tid / 2 (gate, then up).
     const hs_u32 ar = tid / 2;
-    const hs_u32 ah = (tid % 2) * 16;
     const hs_u32 hr = row0 + ar % MOE_MM_HALF;
     const bool alive = hr < ff;
     const unsigned char *arow =
@@ -265,19 +441,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
     }
     hs_mm_acc acc;
     hs_mm_zero(acc);
-    for (hs_u32 kt = 0; kt < cols; kt += HS_MM_BK) {
-        if (alive) {
-            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
-        } else {
-            const uint4 z = make_uint4(0, 0, 0, 0);
-            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
-            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
-        }
-        moe_mm_stage_b(xr, kt, Bs);
-        __syncthreads();
-        hs_mm_tile(As, Bs, acc);
-        __syncthreads();
-    }
+    moe_mm_steps<T>(ty, arow, alive, xr, cols, As, Bs, acc);
     float *up = (float *)S;
 #pragma unroll
     for (int q = 0; q < HS_MM_ACC; ++q) {
@@ -304,7 +468,7 @@ __device__ __forceinline__ void moe_mm_gate_up(const unsigned char *wg, const un
 
 // y[s + t][row] = down_e[row] . hh[s + t] for the chunk's entries and the block's 64 rows; hh
 // holds the entries' hidden rows in sorted order (f16, `ff` each); `dim` rows per expert.
-template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)>
+template <class T>
 __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsigned short *hh,
                                             float *y, const float *route, hs_u32 n, hs_u32 k,
                                             hs_u32 dim, hs_u32 ff, hs_u32 ty, hs_u64 row_bytes) {
@@ -317,7 +481,6 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     }
     const hs_u32 tid = threadIdx.x;
     const hs_u32 ar = tid / 2;
-    const hs_u32 ah = (tid % 2) * 16;
     const bool alive = row0 + ar < dim;
     const unsigned char *arow = wd + ((hs_u64)e * dim + row0 + ar) * row_bytes;
     const unsigned short *xr[2];
@@ -328,19 +491,7 @@ __device__ __forceinline__ void moe_mm_down(const unsigned char *wd, const unsig
     }
     hs_mm_acc acc;
     hs_mm_zero(acc);
-    for (hs_u32 kt = 0; kt < ff; kt += HS_MM_BK) {
-        if (alive) {
-            moe_mm_dq16<DQ16>(ty, arow, kt + ah, As + ar * HS_MM_LDS + ah);
-        } else {
-            const uint4 z = make_uint4(0, 0, 0, 0);
-            *(uint4 *)(As + ar * HS_MM_LDS + ah) = z;
-            *(uint4 *)(As + ar * HS_MM_LDS + ah + 8) = z;
-        }
-        moe_mm_stage_b(xr, kt, Bs);
-        __syncthreads();
-        hs_mm_tile(As, Bs, acc);
-        __syncthreads();
-    }
+    moe_mm_steps<T>(ty, arow, alive, xr, ff, As, Bs, acc);
 #pragma unroll
     for (int q = 0; q < HS_MM_ACC; ++q) {
         float v;
@@ -362,7 +513,7 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q4_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageQ4_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -370,7 +521,7 @@ HS_KERNEL void hs_moe_mm_down_q4_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q4_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageQ4_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -379,7 +530,7 @@ HS_KERNEL void hs_moe_mm_gate_up_q8_0(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q8_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageQ8_0>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -387,7 +538,7 @@ HS_KERNEL void hs_moe_mm_down_q8_0(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q8_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageQ8_0>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -396,7 +547,7 @@ HS_KERNEL void hs_moe_mm_gate_up_mxfp4(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_mxfp4>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageMxfp4>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -404,7 +555,7 @@ HS_KERNEL void hs_moe_mm_down_mxfp4(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_mxfp4>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageMxfp4>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -413,7 +564,8 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q4_k>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageDq16<mm_dq16_q4_k>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
+                                              row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -421,7 +573,7 @@ HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q4_k>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageDq16<mm_dq16_q4_k>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -430,7 +582,8 @@ HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_q6_k>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageDq16<mm_dq16_q6_k>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
+                                              row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -438,7 +591,7 @@ HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_q6_k>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageDq16<mm_dq16_q6_k>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_any(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -447,7 +600,8 @@ HS_KERNEL void hs_moe_mm_gate_up_any(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<mm_dq16_any>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty, row_bytes);
+    moe_mm_gate_up<MmStageDq16<mm_dq16_any>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
+                                             row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_any(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -455,5 +609,5 @@ HS_KERNEL void hs_moe_mm_down_any(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<mm_dq16_any>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageDq16<mm_dq16_any>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }

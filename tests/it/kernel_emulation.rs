@@ -16,6 +16,10 @@
 //!
 //! The MoE routing kernels: `kernels/infer_moe.hip`'s hs_moe_route and hs_moe_sort
 //! (`emu/moe_route.cpp`) against the CPU backend's routing of the same logits.
+//!
+//! The grouped expert products of a prompt: `kernels/gemm_moe.hip`'s staging (each type's halves
+//! against dequant.h's element functions, bit for bit) and its two products against double
+//! precision (`emu/moe_mm.cpp`).
 
 use std::process::Command;
 
@@ -316,4 +320,33 @@ fn check_sort(c: &RouteCase, ids: &[usize], pos: &[f64], tok: &[f64], chunks: &[
             c.name
         );
     }
+}
+
+/// The grouped expert products of a prompt (kernels/gemm_moe.hip) on the stand-in
+/// (`emu/moe_mm.cpp`): each staging type writes, bit for bit, the halves dequant.h's element
+/// functions give (every type the products take, rows at every byte alignment, MXFP4 scales
+/// inside and outside the halves' range), and hs_moe_mm_gate_up / hs_moe_mm_down over a sorted
+/// route (an expert with no entry, one, a chunk and more) match the same products in double
+/// precision from those halves.
+#[test]
+fn moe_grouped_products_stage_the_element_functions_halves_and_multiply_on_a_cpu_stand_in() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let tu = translation_unit(
+        "",
+        &["dequant.h", "mma.h"],
+        &["gemm_moe"],
+        include_str!("emu/moe_mm.cpp"),
+    );
+    let bin = crate::common::compile_cpp(dir.path(), "moe_mm", &tu, &["-std=c++20", "-O1", "-w"]);
+    let out = Command::new(&bin).output().expect("run the products' emulation");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text.contains("FAIL"), "{text}");
+    let ok = |what: &str| text.lines().filter(|l| l.starts_with(what)).count();
+    // 7 staging types on their own types, and the run-time switch on 8; 3 pairs of products.
+    assert_eq!(
+        (ok("ok staging "), ok("ok products ")),
+        (15, 3),
+        "every check ran:\n{text}"
+    );
 }

@@ -1,17 +1,18 @@
-// A CPU stand-in for the GPU runtime, enough to run hipscope's attention and MoE routing kernels
-// as written (tests/it/kernel_emulation.rs): one block at a time, a context (its own stack,
-// hs_emu_ctx) per GPU thread, switched cooperatively on one OS thread: each runs to its next
-// barrier and waits there until every thread the barrier names has arrived — the block's for
-// __syncthreads, its warp's for a shuffle (two warp barriers: leave the value, take the other
+// A CPU stand-in for the GPU runtime, enough to run hipscope's attention kernels, MoE routing and
+// grouped expert products as written (tests/it/kernel_emulation.rs): one block at a time, a context
+// (its own stack, hs_emu_ctx) per GPU thread, switched cooperatively on one OS thread: each runs to
+// its next barrier and waits there until every thread the barrier names has arrived — the block's
+// for __syncthreads, its warp's for a shuffle (two warp barriers: leave the value, take the other
 // lane's) — then all of those go on (a round visits the threads in ascending order, the next in
-// descending, so that a read that lacks its barrier meets the other order too). A barrier that
-// can never be passed (a thread of the block, or of the warp for a shuffle, has returned) stops
-// the run with a message. __shared__ are function statics (shared by the block's threads; blocks
-// run one after another). A std::thread per GPU thread and a std::barrier did the same in
-// minutes of futex waits a run. Neither backend macro is defined, so mma.h takes its plain-FMA
-// tile and the prelude's helpers their portable forms: what this checks is each kernel's own
-// logic (indexing, masks, the online softmax, the splits and their merge, the routing's choices
-// and its sort), not a device's matrix-unit layout.
+// descending, so that a read that lacks its barrier meets the other order too). A barrier that can
+// never be passed (a thread of the block, or of the warp for a shuffle, has returned) stops the run
+// with a message. __shared__ are function statics (shared by the block's threads; blocks run one
+// after another). A std::thread per GPU thread and a std::barrier did the same in minutes of futex
+// waits a run. Neither backend macro is defined, so mma.h takes its plain-FMA tile and the
+// prelude's helpers their portable forms: what this checks is each kernel's own logic (indexing,
+// masks, the online softmax, the splits and their merge, the routing's choices and its sort, the
+// experts' staging), not a device's matrix-unit layout.
+#include <algorithm>
 #include <memory>
 #include <cmath>
 #include <cstdint>
@@ -44,6 +45,7 @@ struct float4 {
     float x, y, z, w;
 };
 inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
+inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 inline float __int_as_float(int i) {
     float f;
     std::memcpy(&f, &i, 4);
