@@ -338,7 +338,9 @@ fn moe_grouped_products_stage_the_element_functions_halves_and_multiply_on_a_cpu
         include_str!("emu/moe_mm.cpp"),
     );
     let bin = crate::common::compile_cpp(dir.path(), "moe_mm", &tu, &["-std=c++20", "-O1", "-w"]);
-    let out = Command::new(&bin).output().expect("run the products' emulation");
+    let out = Command::new(&bin)
+        .output()
+        .expect("run the products' emulation");
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{out:?}");
     assert!(!text.contains("FAIL"), "{text}");
