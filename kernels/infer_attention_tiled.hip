@@ -199,7 +199,11 @@ HS_ATTN_TILED_TYPES(HS_ATTN_TILED_KERNELS)
 // The queries and P are rounded to f16 as llama.cpp's tensor-core attention rounds them; the
 // cache is f16 by default (an f32 cache is rounded as it is staged). 42 KiB of shared memory at
 // 128 dimensions (HS_MM_LDS-padded rows), under the 48 KiB a CUDA block has without opting in.
-#ifdef HS_ATTN_MMA_TYPES
+// A device without matrix units (gfx1030, CUDA before sm_80) never launches them (the host keeps
+// the tiled kernel there: src/gpu/compute/attention.rs), so its build leaves them out: the unit
+// compiles in a fifth of the time for it. The CPU stand-in of the tests (HS_EMU_STANDIN) keeps
+// them, on mma.h's plain tile.
+#if defined(HS_ATTN_MMA_TYPES) && (defined(HS_MM_HAS_UNITS) || defined(HS_EMU_STANDIN))
 
 #define HS_FM_ROWS 64 // query rows of a block (HS_MM_BM)
 #define HS_FM_KEYS 64 // keys of a tile (HS_MM_BN)

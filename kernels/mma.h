@@ -37,6 +37,11 @@ typedef float hs_mm_float8 __attribute__((ext_vector_type(8)));
 typedef _Float16 hs_mm_half4 __attribute__((ext_vector_type(4)));
 typedef float hs_mm_float4 __attribute__((ext_vector_type(4)));
 #endif
+// HS_MM_HAS_UNITS: the tile runs on matrix units (one of the three above), as
+// src/gpu/compute/dequant.rs `tensor_units` says for the same arch.
+#if defined(HS_MM_MMA_SYNC) || defined(HS_MM_WMMA) || defined(HS_MM_MFMA)
+#define HS_MM_HAS_UNITS 1
+#endif
 
 // One 32-bit word of two halves at shared index i (i even).
 __device__ __forceinline__ hs_u32 hs_mm_word(const unsigned short *s, hs_u32 i) {

@@ -24,6 +24,9 @@
 #include <ucontext.h>
 #include <vector>
 
+// The prompt attention's matrix-unit kernels are built here too, on the plain tile
+// (kernels/infer_attention_tiled.hip).
+#define HS_EMU_STANDIN 1
 #define __device__
 #define __forceinline__ inline
 #define __global__
