@@ -34,72 +34,104 @@ __device__ __forceinline__ hs_u32 mm_half2(float a, float b) {
 // functions decode both for every element (4x the Q4_0 kernel's time on a Q4_K prompt). The
 // values are dq_<type>'s, factor for factor.
 
+// Each as a pair (K below): load, what a thread's 16 elements c0 .. c0 + 15 need from memory
+// (Raw: into registers, a step ahead where a product stages it, MmStageWords), and conv, those
+// registers into the 16 values as f16 pairs. mm_dq16_words<K> does both at once.
+
+// Byte i (0..3) of word v.
+__device__ __forceinline__ hs_u32 mm_byte(hs_u32 v, hs_u32 i) { return (v >> (8 * i)) & 0xFF; }
+
 // Q4_K and Q5_K (144- and 176-byte super-blocks, 16-byte aligned): sub-block 2 chunk + hi, its
 // quants the low (hi 0) or high nibbles of qs[32 chunk + l0 ..][16] (qs at byte 16, or 48 after
-// Q5_K's qh); Q5_K's fifth bit of element l of sub-block s is bit s of qh[l].
-template <bool Q5>
-__device__ __forceinline__ void mm_dq16_k45(const unsigned char *row, hs_u32 c0, hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 256) * (Q5 ? 176 : 144);
-    const hs_u32 j = c0 % 256;
-    const hs_u32 chunk = j / 64;
-    const hs_u32 hi = (j % 64) / 32;
-    const hs_u32 sub = 2 * chunk + hi;
-    hs_u32 sc, mn;
-    dq_k_scale_min(b + 4, sub, &sc, &mn);
-    const float d = dq_half(b) * (float)sc;
-    const float m = dq_half(b + 2) * (float)mn;
-    const uint4 v = *(const uint4 *)(b + (Q5 ? 48 : 16) + 32 * chunk + j % 32);
-    const hs_u32 qs[4] = {v.x, v.y, v.z, v.w};
-    hs_u32 qh[4] = {0, 0, 0, 0};
-    if (Q5) {
-        const uint4 h = *(const uint4 *)(b + 16 + j % 32);
-        qh[0] = h.x;
-        qh[1] = h.y;
-        qh[2] = h.z;
-        qh[3] = h.w;
+// Q5_K's qh); Q5_K's fifth bit of element l of sub-block s is bit s of qh[l]. Loaded: d and dmin
+// (one word), the 12 scale bytes (three words: dq_k_scale_min reads them as bytes), the quants.
+template <bool Q5> struct MmK45 {
+    struct Raw {
+        uint4 qs, qh;
+        hs_u32 dm, sw[3];
+    };
+    static __device__ __forceinline__ void load(const unsigned char *row, hs_u32 c0, Raw &r) {
+        const unsigned char *b = row + (hs_u64)(c0 / 256) * (Q5 ? 176 : 144);
+        const hs_u32 j = c0 % 256;
+        const hs_u32 *words = (const hs_u32 *)b;
+        r.dm = words[0];
+        r.sw[0] = words[1];
+        r.sw[1] = words[2];
+        r.sw[2] = words[3];
+        r.qs = *(const uint4 *)(b + (Q5 ? 48 : 16) + 32 * (j / 64) + j % 32);
+        r.qh = Q5 ? *(const uint4 *)(b + 16 + j % 32) : make_uint4(0, 0, 0, 0);
     }
+    static __device__ __forceinline__ void conv(const Raw &r, hs_u32 c0, hs_u32 *w) {
+        const hs_u32 j = c0 % 256;
+        const hs_u32 hi = (j % 64) / 32;
+        const hs_u32 sub = 2 * (j / 64) + hi;
+        // dq_k_scale_min's bytes: q[t], q[t + 4], q[t + 8] are byte t of sw[0], sw[1], sw[2].
+        const hs_u32 t = sub & 3;
+        const hs_u32 sc = sub < 4 ? mm_byte(r.sw[0], t) & 63
+                                  : (mm_byte(r.sw[2], t) & 0xF) | ((mm_byte(r.sw[0], t) >> 6) << 4);
+        const hs_u32 mn = sub < 4 ? mm_byte(r.sw[1], t) & 63
+                                  : (mm_byte(r.sw[2], t) >> 4) | ((mm_byte(r.sw[1], t) >> 6) << 4);
+        const float d = hs_half_to_float((unsigned short)r.dm) * (float)sc;
+        const float m = hs_half_to_float((unsigned short)(r.dm >> 16)) * (float)mn;
+        const hs_u32 qs[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
+        const hs_u32 qh[4] = {r.qh.x, r.qh.y, r.qh.z, r.qh.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const hs_u32 u = ((qs[i] >> (4 * hi)) & 0x0F0F0F0F) | (((qh[i] >> sub) & 0x01010101) << 4);
-        w[2 * i] = mm_half2(d * (float)(u & 0xFF) - m, d * (float)((u >> 8) & 0xFF) - m);
-        w[2 * i + 1] = mm_half2(d * (float)((u >> 16) & 0xFF) - m, d * (float)(u >> 24) - m);
+        for (int i = 0; i < 4; ++i) {
+            const hs_u32 u =
+                ((qs[i] >> (4 * hi)) & 0x0F0F0F0F) | (((qh[i] >> sub) & 0x01010101) << 4);
+            w[2 * i] = mm_half2(d * (float)(u & 0xFF) - m, d * (float)((u >> 8) & 0xFF) - m);
+            w[2 * i + 1] = mm_half2(d * (float)((u >> 16) & 0xFF) - m, d * (float)(u >> 24) - m);
+        }
     }
-}
-
-__device__ __forceinline__ void mm_dq16_q4_k(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    mm_dq16_k45<false>(row, c0, w);
-}
-
-__device__ __forceinline__ void mm_dq16_q5_k(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    mm_dq16_k45<true>(row, c0, w);
-}
+};
 
 // Q6_K (210-byte super-blocks, 2-byte aligned: 16-bit loads): half h of 128 elements, quarter q
 // of 32; the low four bits a nibble of ql (quarters 0, 2: low; 1, 3: high, of the next 32
-// bytes), the top two bit pair q of qh; one signed scale per 16 elements.
-__device__ __forceinline__ void mm_dq16_q6_k(hs_u32, const unsigned char *row, hs_u32 c0,
-                                             hs_u32 *w) {
-    const unsigned char *b = row + (hs_u64)(c0 / 256) * 210;
-    const hs_u32 j = c0 % 256;
-    const hs_u32 half = j / 128;
-    const hs_u32 quarter = (j % 128) / 32;
-    const hs_u32 l0 = j % 32;
-    const unsigned char *ql = b + 64 * half + l0 + (quarter & 1) * 32;
-    const unsigned char *qh = b + 128 + 32 * half + l0;
-    const int sc = (signed char)b[192 + 8 * half + l0 / 16 + 2 * quarter];
-    const float d = dq_half(b + 208) * (float)sc;
-    const hs_u32 nsh = quarter >= 2 ? 4 : 0;
+// bytes), the top two bit pair q of qh; one signed scale per 16 elements. Loaded: 16 bytes of ql
+// and of qh, the scale (bits 16..23 of sd) and d (its low half).
+struct MmQ6K {
+    struct Raw {
+        hs_u32 ql[4], qh[4], sd;
+    };
+    static __device__ __forceinline__ void load(const unsigned char *row, hs_u32 c0, Raw &r) {
+        const unsigned char *b = row + (hs_u64)(c0 / 256) * 210;
+        const hs_u32 j = c0 % 256;
+        const hs_u32 half = j / 128;
+        const hs_u32 quarter = (j % 128) / 32;
+        const hs_u32 l0 = j % 32;
+        const unsigned char *ql = b + 64 * half + l0 + (quarter & 1) * 32;
+        const unsigned char *qh = b + 128 + 32 * half + l0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const hs_u32 u = ((dq_u32_2(ql + 4 * i) >> nsh) & 0x0F0F0F0F) |
-                         (((dq_u32_2(qh + 4 * i) >> (2 * quarter)) & 0x03030303) << 4);
-        w[2 * i] = mm_half2(d * (float)((int)(u & 0xFF) - 32),
-                            d * (float)((int)((u >> 8) & 0xFF) - 32));
-        w[2 * i + 1] = mm_half2(d * (float)((int)((u >> 16) & 0xFF) - 32),
-                                d * (float)((int)(u >> 24) - 32));
+        for (int i = 0; i < 4; ++i) {
+            r.ql[i] = dq_u32_2(ql + 4 * i);
+            r.qh[i] = dq_u32_2(qh + 4 * i);
+        }
+        r.sd = (hs_u32)*(const unsigned short *)(b + 208) |
+               ((hs_u32)b[192 + 8 * half + l0 / 16 + 2 * quarter] << 16);
     }
+    static __device__ __forceinline__ void conv(const Raw &r, hs_u32 c0, hs_u32 *w) {
+        const hs_u32 quarter = (c0 % 128) / 32;
+        const float d = hs_half_to_float((unsigned short)r.sd) * (float)(signed char)(r.sd >> 16);
+        const hs_u32 nsh = quarter >= 2 ? 4 : 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const hs_u32 u = ((r.ql[i] >> nsh) & 0x0F0F0F0F) |
+                             (((r.qh[i] >> (2 * quarter)) & 0x03030303) << 4);
+            w[2 * i] = mm_half2(d * (float)((int)(u & 0xFF) - 32),
+                                d * (float)((int)((u >> 8) & 0xFF) - 32));
+            w[2 * i + 1] = mm_half2(d * (float)((int)((u >> 16) & 0xFF) - 32),
+                                    d * (float)((int)(u >> 24) - 32));
+        }
+    }
+};
+
+// K's load and conv at once, as the element functions' form (the run-time switch's Q5_K).
+template <class K>
+__device__ __forceinline__ void mm_dq16_words(hs_u32, const unsigned char *row, hs_u32 c0,
+                                              hs_u32 *w) {
+    typename K::Raw r;
+    K::load(row, c0, r);
+    K::conv(r, c0, w);
 }
 
 // IQ4_XS (136-byte super-blocks, 8-byte aligned): sub-block ib's 16 bytes of nibbles (low for
@@ -138,7 +170,7 @@ __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row,
     case 7: mm_dq16<dq_q5_1, 32, 24>(row, c0, w); break;
     case 10: mm_dq16<dq_q2_k, 256, 84>(row, c0, w); break;
     case 11: mm_dq16<dq_q3_k, 256, 110>(row, c0, w); break;
-    case 13: mm_dq16_q5_k(ty, row, c0, w); break;
+    case 13: mm_dq16_words<MmK45<true>>(ty, row, c0, w); break;
     case 20: mm_dq16<dq_iq4_nl, 32, 18>(row, c0, w); break;
     case 23: mm_dq16_iq4_xs(ty, row, c0, w); break;
     default:
@@ -157,9 +189,10 @@ __device__ __forceinline__ void mm_dq16_any(hs_u32 ty, const unsigned char *row,
 // after it, so their latency hides behind the matrix units) and how it writes its 16 halves of
 // the row into shared memory.
 
-// Eight bytes from p, in the widest loads p's alignment allows. Within a product the alignment is
-// the same for every thread of a step (row strides are even multiples of the block), so the
-// branch does not diverge in practice.
+// Eight bytes from p, in the widest loads p's alignment allows. The rows of a warp may differ in
+// it (gpt-oss's MXFP4 rows are 1,530 bytes: 2 mod 8), so the branches can diverge; each is a few
+// loads. Q4_0's and Q8_0's rows of whole 32-block multiples are even, MXFP4's are where their
+// block count is, so the byte loads are rare.
 __device__ __forceinline__ uint2 mm_ld8(const unsigned char *p) {
     const hs_u64 a = (hs_u64)p;
     if ((a & 7) == 0) {
@@ -329,6 +362,13 @@ struct MmStageMxfp4 {
     }
 };
 
+// 16 halves (w: 8 pairs) at s, 16-byte aligned.
+__device__ __forceinline__ void mm_store16(const hs_u32 *w, unsigned short *s) {
+    uint4 *o = (uint4 *)s;
+    o[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
 // Every other type: a thread dequantizes its 16 elements 16h .. 16h + 15 through DQ16 when it
 // stages them (nothing loaded ahead).
 template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)> struct MmStageDq16 {
@@ -339,9 +379,23 @@ template <void (*DQ16)(hs_u32, const unsigned char *, hs_u32, hs_u32 *)> struct 
                                                  hs_u32 kt, hs_u32 h, unsigned short *s) {
         hs_u32 w[8];
         DQ16(ty, row, kt + 16 * h, w);
-        uint4 *o = (uint4 *)(s + 16 * h);
-        o[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        o[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        mm_store16(w, s + 16 * h);
+    }
+};
+
+// The K-quants (MmK45, MmQ6K): a thread's 16 elements 16h .. 16h + 15 loaded a step ahead, turned
+// into halves when stored.
+template <class K> struct MmStageWords {
+    typedef typename K::Raw Raw;
+    static __device__ __forceinline__ void load(hs_u32, const unsigned char *row, hs_u32 kt,
+                                                hs_u32 h, Raw &r) {
+        K::load(row, kt + 16 * h, r);
+    }
+    static __device__ __forceinline__ void store(hs_u32, const Raw &r, const unsigned char *,
+                                                 hs_u32 kt, hs_u32 h, unsigned short *s) {
+        hs_u32 w[8];
+        K::conv(r, kt + 16 * h, w);
+        mm_store16(w, s + 16 * h);
     }
 };
 
@@ -564,8 +618,8 @@ HS_KERNEL void hs_moe_mm_gate_up_q4_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<MmStageDq16<mm_dq16_q4_k>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
-                                              row_bytes);
+    moe_mm_gate_up<MmStageWords<MmK45<false>>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
+                                               row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -573,7 +627,7 @@ HS_KERNEL void hs_moe_mm_down_q4_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<MmStageDq16<mm_dq16_q4_k>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageWords<MmK45<false>>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
@@ -582,8 +636,8 @@ HS_KERNEL void hs_moe_mm_gate_up_q6_k(HS_TRACK_PARAMS, const unsigned char *wg,
                                     hs_u32 cols, const float *gb, const float *ub, hs_u32 ty,
                                     hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_gate_up<MmStageDq16<mm_dq16_q6_k>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
-                                              row_bytes);
+    moe_mm_gate_up<MmStageWords<MmQ6K>>(wg, wu, xh, h, route, n, k, ff, cols, gb, ub, ty,
+                                        row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
@@ -591,7 +645,7 @@ HS_KERNEL void hs_moe_mm_down_q6_k(HS_TRACK_PARAMS, const unsigned char *wd,
                                  hs_u32 n, hs_u32 k, hs_u32 dim, hs_u32 ff, hs_u32 ty,
                                  hs_u64 row_bytes) {
     HS_BREADCRUMB();
-    moe_mm_down<MmStageDq16<mm_dq16_q6_k>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
+    moe_mm_down<MmStageWords<MmQ6K>>(wd, hh, y, route, n, k, dim, ff, ty, row_bytes);
 }
 
 HS_KERNEL void hs_moe_mm_gate_up_any(HS_TRACK_PARAMS, const unsigned char *wg,

@@ -2,8 +2,8 @@
 //! step's per-type dequantization a prompt's experts run on every GPU) compiled for the host
 //! with the system C++ compiler, from the kernel source's own text: for every quantized type,
 //! random rows quantized by the CPU backend give the same f16 bits through the staging (Q4_0,
-//! Q8_0 and MXFP4 loaded ahead and turned into halves in pairs; Q4_K, Q6_K, Q5_K and IQ4_XS from
-//! words; the rest by element) as through dequant.h's element functions, at every byte alignment
+//! Q8_0 and MXFP4 loaded ahead and turned into halves in pairs; Q4_K and Q6_K loaded ahead as
+//! words; Q5_K and IQ4_XS from words; the rest by element) as through dequant.h's element functions, at every byte alignment
 //! of the row, and both agree with the CPU backend's dequantization rounded to f16; MXFP4 also
 //! with block scales outside the halves' range (the float path). On an AMD GPU these functions
 //! never ran (docs/runs: on an H100 the staged and element forms gave the same selftest errors);
@@ -93,8 +93,8 @@ static void grouped(hs_u32 ty, const unsigned char *row, hs_u32 kt, unsigned sho
     case 2: stage<MmStageQ4_0>(ty, row, kt, s); break;
     case 8: stage<MmStageQ8_0>(ty, row, kt, s); break;
     case 39: stage<MmStageMxfp4>(ty, row, kt, s); break;
-    case 12: stage<MmStageDq16<mm_dq16_q4_k>>(ty, row, kt, s); break;
-    case 14: stage<MmStageDq16<mm_dq16_q6_k>>(ty, row, kt, s); break;
+    case 12: stage<MmStageWords<MmK45<false>>>(ty, row, kt, s); break;
+    case 14: stage<MmStageWords<MmQ6K>>(ty, row, kt, s); break;
     default: stage<MmStageDq16<mm_dq16_any>>(ty, row, kt, s); break;
     }
 }
