@@ -63,6 +63,20 @@ __device__ __forceinline__ void dq_k_scale_min(const unsigned char *q, hs_u32 s,
     }
 }
 
+// The same six-bit scale and min of sub-block `s`, from the 12 scale bytes held as three words
+// (sw[i]: bytes 4i .. 4i + 3; the grouped products load them ahead of use, kernels/gemm_moe.hip).
+__device__ __forceinline__ void dq_k_scale_min_words(const hs_u32 *sw, hs_u32 s, hs_u32 *sc,
+                                                     hs_u32 *mn) {
+    const hs_u32 sh = 8 * (s & 3);
+    if (s < 4) {
+        *sc = (sw[0] >> sh) & 63;
+        *mn = (sw[1] >> sh) & 63;
+    } else {
+        *sc = ((sw[2] >> sh) & 0xF) | (((sw[0] >> sh) & 0xFF) >> 6 << 4);
+        *mn = (((sw[2] >> sh) & 0xFF) >> 4) | (((sw[1] >> sh) & 0xFF) >> 6 << 4);
+    }
+}
+
 // Q4_K: d, dmin, scales[12], qs[128]; each 32 bytes of qs hold two 32-element sub-blocks (low
 // nibbles, then high nibbles).
 __device__ float dq_q4_k(const unsigned char *b, hs_u32 j) {

@@ -38,13 +38,10 @@ __device__ __forceinline__ hs_u32 mm_half2(float a, float b) {
 // (Raw: into registers, a step ahead where a product stages it, MmStageWords), and conv, those
 // registers into the 16 values as f16 pairs. mm_dq16_words<K> does both at once.
 
-// Byte i (0..3) of word v.
-__device__ __forceinline__ hs_u32 mm_byte(hs_u32 v, hs_u32 i) { return (v >> (8 * i)) & 0xFF; }
-
 // Q4_K and Q5_K (144- and 176-byte super-blocks, 16-byte aligned): sub-block 2 chunk + hi, its
 // quants the low (hi 0) or high nibbles of qs[32 chunk + l0 ..][16] (qs at byte 16, or 48 after
 // Q5_K's qh); Q5_K's fifth bit of element l of sub-block s is bit s of qh[l]. Loaded: d and dmin
-// (one word), the 12 scale bytes (three words: dq_k_scale_min reads them as bytes), the quants.
+// (one word), the 12 scale bytes (three words, as dq_k_scale_min_words reads them), the quants.
 template <bool Q5> struct MmK45 {
     struct Raw {
         uint4 qs, qh;
@@ -65,12 +62,8 @@ template <bool Q5> struct MmK45 {
         const hs_u32 j = c0 % 256;
         const hs_u32 hi = (j % 64) / 32;
         const hs_u32 sub = 2 * (j / 64) + hi;
-        // dq_k_scale_min's bytes: q[t], q[t + 4], q[t + 8] are byte t of sw[0], sw[1], sw[2].
-        const hs_u32 t = sub & 3;
-        const hs_u32 sc = sub < 4 ? mm_byte(r.sw[0], t) & 63
-                                  : (mm_byte(r.sw[2], t) & 0xF) | ((mm_byte(r.sw[0], t) >> 6) << 4);
-        const hs_u32 mn = sub < 4 ? mm_byte(r.sw[1], t) & 63
-                                  : (mm_byte(r.sw[2], t) >> 4) | ((mm_byte(r.sw[1], t) >> 6) << 4);
+        hs_u32 sc, mn;
+        dq_k_scale_min_words(r.sw, sub, &sc, &mn);
         const float d = hs_half_to_float((unsigned short)r.dm) * (float)sc;
         const float m = hs_half_to_float((unsigned short)(r.dm >> 16)) * (float)mn;
         const hs_u32 qs[4] = {r.qs.x, r.qs.y, r.qs.z, r.qs.w};
@@ -202,8 +195,7 @@ __device__ __forceinline__ uint2 mm_ld8(const unsigned char *p) {
         return make_uint2(((const hs_u32 *)p)[0], ((const hs_u32 *)p)[1]);
     }
     if ((a & 1) == 0) {
-        const unsigned short *q = (const unsigned short *)p;
-        return make_uint2((hs_u32)q[0] | ((hs_u32)q[1] << 16), (hs_u32)q[2] | ((hs_u32)q[3] << 16));
+        return make_uint2(dq_u32_2(p), dq_u32_2(p + 4));
     }
     return make_uint2((hs_u32)p[0] | ((hs_u32)p[1] << 8) | ((hs_u32)p[2] << 16) |
                           ((hs_u32)p[3] << 24),
